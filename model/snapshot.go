@@ -1,0 +1,51 @@
+package model
+
+import "sort"
+
+// Snapshot is an immutable, versioned view of every merged service.
+//
+// Between two snapshots from the same aggregator, a service that did not
+// change is the same *Service pointer; translation relies on that to reuse
+// resources it already built.
+type Snapshot struct {
+	// Version increases with every snapshot an aggregator publishes.
+	Version  uint64
+	services []*Service // sorted by hostname
+	byHost   map[string]*Service
+}
+
+// NewSnapshot builds a snapshot. It sorts services by hostname and takes
+// ownership of the slice; callers must not change it or its services later.
+func NewSnapshot(version uint64, services []*Service) *Snapshot {
+	sort.Slice(services, func(i, j int) bool { return services[i].Hostname < services[j].Hostname })
+	by := make(map[string]*Service, len(services))
+	for _, s := range services {
+		by[s.Hostname] = s
+	}
+	return &Snapshot{Version: version, services: services, byHost: by}
+}
+
+// Services returns every service, sorted by hostname. Do not modify.
+func (s *Snapshot) Services() []*Service {
+	if s == nil {
+		return nil
+	}
+	return s.services
+}
+
+// Service returns the service with the given hostname.
+func (s *Snapshot) Service(host string) (*Service, bool) {
+	if s == nil {
+		return nil, false
+	}
+	svc, ok := s.byHost[host]
+	return svc, ok
+}
+
+// Len is the number of services.
+func (s *Snapshot) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.services)
+}

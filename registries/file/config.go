@@ -1,0 +1,33 @@
+package file
+
+import (
+	"path/filepath"
+
+	"github.com/meshfed/meshfed/registries"
+)
+
+// Config is the `file:` block of a clusters.yaml entry.
+type Config struct {
+	// Path of the services file. Relative paths are resolved against the
+	// directory of clusters.yaml.
+	Path string `yaml:"path"`
+}
+
+// ApplyDefaults implements registries.Config; the block has no defaults.
+func (c *Config) ApplyDefaults() {}
+
+// Validate implements registries.Config.
+func (c *Config) Validate() error {
+	if c.Path == "" {
+		return registries.FieldErr("path", "is required")
+	}
+	return nil
+}
+
+// ResolvePaths makes Path absolute against dir, the directory of
+// clusters.yaml.
+func (c *Config) ResolvePaths(dir string) {
+	if c.Path != "" && !filepath.IsAbs(c.Path) {
+		c.Path = filepath.Join(dir, c.Path)
+	}
+}

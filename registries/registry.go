@@ -1,0 +1,139 @@
+// Package registries holds the contract between service registries and the
+// aggregator, the supervision that runs each registry, and helpers shared by
+// the platform packages under it. It imports none of the platform packages.
+package registries
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// Registry watches one platform instance (a Kubernetes cluster, a Consul
+// datacenter, a services file...).
+type Registry interface {
+	// Run publishes the complete state to sink after the initial sync and
+	// after every change. It returns ctx.Err() when ctx ends; any other
+	// return is a failure and the supervisor restarts it with backoff,
+	// except an error wrapped by Permanent, which marks the registry Failed.
+	//
+	// On backend errors Run keeps the last published state (stale is better
+	// than partial), reports Degraded and retries. It never publishes a
+	// partial list.
+	Run(ctx context.Context, sink Sink) error
+}
+
+// Sink receives full state per shard. The aggregator implements it. Its
+// methods are safe for concurrent use and do not block on downstream work.
+type Sink interface {
+	// Replace sets the complete state of a shard: services is every service
+	// the shard has now (empty means none, not unknown), rejected is every
+	// item the registry could not turn into a service or endpoint. A Replace
+	// also means the registry is connected and current (Synced).
+	// The caller must not modify the slices afterwards.
+	Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
+	// Report tells the health of the connection to the backend.
+	Report(shard model.ShardKey, status Status)
+}
+
+// State is a registry's health as shown on /healthz/registries.
+type State int
+
+// States. Registries report Synced, Degraded and Failed; the aggregator
+// derives Starting (no first sync yet) and Stale (Degraded longer than the
+// outage window).
+const (
+	Starting State = iota
+	Synced
+	Degraded
+	Stale
+	Failed
+)
+
+var stateNames = [...]string{"Starting", "Synced", "Degraded", "Stale", "Failed"}
+
+func (s State) String() string {
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "Unknown"
+}
+
+// MarshalText writes the state's name, for JSON.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Status is a registry's report on its backend connection.
+type Status struct {
+	State State
+	// Err says why the state is not Synced. It may be shown to users, so it
+	// never holds credentials.
+	Err string
+}
+
+// Common holds the settings every clusters.yaml registry entry has.
+type Common struct {
+	Name     string
+	Kind     string
+	Domain   string
+	Locality model.Locality // default locality of endpoints that carry none
+}
+
+// Shard is the key the registry publishes under.
+func (c Common) Shard() model.ShardKey { return model.ShardKey{Kind: c.Kind, Name: c.Name} }
+
+// Config is the kind-specific block of a clusters.yaml entry
+// (`file:`, `consul:`...). Each platform package implements it.
+type Config interface {
+	// ApplyDefaults fills unset fields with their defaults.
+	ApplyDefaults()
+	// Validate checks the block after defaults. Errors about one key are a
+	// *FieldError so that the loader can point at the line.
+	Validate() error
+	// New builds the registry. An error means it cannot start (Failed);
+	// New does no network I/O.
+	New(c Common, log *slog.Logger) (Registry, error)
+}
+
+// FieldError is a validation error about one key of a Config block. Key is
+// the dotted path below the block, e.g. "path" or "tls.caFile".
+type FieldError struct {
+	Key string
+	Err error
+}
+
+func (e *FieldError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// FieldErr returns a *FieldError for key.
+func FieldErr(key, format string, args ...any) error {
+	return &FieldError{Key: key, Err: errorf(format, args...)}
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as one that restarting will not cure (bad
+// credentials, a config the backend rejects): the registry becomes Failed
+// and is not restarted.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked by Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+// PathResolver is implemented by Config blocks that hold file paths; the
+// loader calls it with the directory of clusters.yaml.
+type PathResolver interface {
+	ResolvePaths(dir string)
+}
