@@ -1,0 +1,52 @@
+// Package servers starts the real backend servers that tests talk to
+// (ZooKeeper, Consul, ...) on 127.0.0.1, each owned by one test and
+// stopped by its cleanup.
+//
+// A server whose binary is missing skips the test, unless
+// MESHFED_REQUIRE_SERVERS=1 (as `make test` sets it), in which case the test
+// fails: CI must never pass by skipping.
+package servers
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Missing skips or fails t because what is not installed; see the package
+// doc.
+func Missing(t testing.TB, what, hint string) {
+	t.Helper()
+	if os.Getenv("MESHFED_REQUIRE_SERVERS") == "1" {
+		t.Fatalf("%s is not installed (%s); MESHFED_REQUIRE_SERVERS=1 forbids skipping", what, hint)
+	}
+	t.Skipf("%s is not installed (%s); `make test` installs it", what, hint)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// CacheDir is where tools/testservers puts the servers it builds:
+// $MESHFED_CACHE, else $XDG_CACHE_HOME/meshfed, else ~/.cache/meshfed.
+func CacheDir() string {
+	if d := os.Getenv("MESHFED_CACHE"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "meshfed")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "meshfed-cache")
+	}
+	return filepath.Join(home, ".cache", "meshfed")
+}
