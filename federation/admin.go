@@ -1,0 +1,211 @@
+package federation
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/xds"
+)
+
+// RegistryHealth is one registry on /healthz/registries.
+type RegistryHealth struct {
+	aggregate.RegistryStatus
+	Restarts int `json:"restarts"`
+}
+
+// ProxySync is one proxy on /debug/syncz.
+type ProxySync = xds.ProxyStatus
+
+// ServiceInfo is one merged service on /debug/registryz.
+type ServiceInfo struct {
+	Host       string     `json:"host"`
+	Resolution string     `json:"resolution"`
+	Ports      []PortInfo `json:"ports"`
+	Sources    []string   `json:"sources"`
+	Endpoints  int        `json:"endpoints"`
+}
+
+// PortInfo is a service port on /debug/registryz.
+type PortInfo struct {
+	Name     string `json:"name"`
+	Port     uint32 `json:"port"`
+	Protocol string `json:"protocol"`
+}
+
+// EndpointInfo is one endpoint on /debug/endpointz.
+type EndpointInfo struct {
+	Address  string            `json:"address"`
+	Ports    map[string]uint32 `json:"ports"` // by service port name
+	Health   string            `json:"health"`
+	Weight   uint32            `json:"weight"`
+	Locality string            `json:"locality,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Registry string            `json:"registry"`
+	Cluster  string            `json:"cluster,omitempty"`
+	Network  string            `json:"network,omitempty"`
+}
+
+// Handler serves the admin API (DESIGN §5).
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", g.readyz)
+	mux.HandleFunc("GET /healthz/registries", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.RegistryHealth())
+	})
+	mux.HandleFunc("GET /healthz/registries/{name}", g.registryHealth)
+	mux.HandleFunc("GET /debug/registryz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, serviceInfos(g.agg.Snapshot()))
+	})
+	mux.HandleFunc("GET /debug/endpointz", g.endpointz)
+	mux.HandleFunc("GET /debug/conflictz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, nonNil(g.agg.Conflicts()))
+	})
+	mux.HandleFunc("GET /debug/syncz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, nonNil(g.xds.Proxies()))
+	})
+	mux.HandleFunc("GET /debug/config_dump", g.configDump)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// RegistryHealth returns every registry's status with its restart count.
+func (g *Gateway) RegistryHealth() []RegistryHealth {
+	sts := g.agg.Registries()
+	out := make([]RegistryHealth, 0, len(sts))
+	for _, st := range sts {
+		h := RegistryHealth{RegistryStatus: st}
+		if r, ok := g.runners[st.Name]; ok {
+			h.Restarts = r.Restarts()
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+func (g *Gateway) readyz(w http.ResponseWriter, _ *http.Request) {
+	reason := ""
+	switch ok, why := g.agg.Ready(); {
+	case g.draining.Load():
+		reason = "draining"
+	case !g.serving.Load():
+		reason = "xDS server not serving yet"
+	case !ok:
+		reason = why
+	}
+	if reason != "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}
+
+func (g *Gateway) registryHealth(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	for _, h := range g.RegistryHealth() {
+		if h.Name != name {
+			continue
+		}
+		code := http.StatusOK
+		if h.State != registries.Synced {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, h)
+		return
+	}
+	writeJSON(w, http.StatusNotFound, map[string]string{"error": "no registry named " + strconv.Quote(name)})
+}
+
+func serviceInfos(snap *model.Snapshot) []ServiceInfo {
+	out := make([]ServiceInfo, 0, snap.Len())
+	for _, s := range snap.Services() {
+		info := ServiceInfo{
+			Host:       s.Hostname,
+			Resolution: s.Resolution.String(),
+			Sources:    nonNil(s.Sources),
+			Endpoints:  len(s.Endpoints),
+		}
+		for _, p := range s.Ports {
+			info.Ports = append(info.Ports, PortInfo{Name: p.Name, Port: p.Number, Protocol: string(p.Protocol)})
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+func (g *Gateway) endpointz(w http.ResponseWriter, r *http.Request) {
+	host := r.URL.Query().Get("host")
+	if host == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "missing ?host=; /debug/registryz lists the hosts"})
+		return
+	}
+	svc, ok := g.agg.Snapshot().Service(host)
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no service " + strconv.Quote(host)})
+		return
+	}
+	out := make([]EndpointInfo, 0, len(svc.Endpoints))
+	for i := range svc.Endpoints {
+		e := &svc.Endpoints[i]
+		ports := make(map[string]uint32, len(svc.Ports))
+		for _, p := range svc.Ports {
+			ports[p.Name] = e.PortFor(p)
+		}
+		out = append(out, EndpointInfo{
+			Address:  e.Address,
+			Ports:    ports,
+			Health:   e.Health.String(),
+			Weight:   e.Weight,
+			Locality: e.Locality.String(),
+			Labels:   e.Labels,
+			Registry: e.Source.Registry,
+			Cluster:  e.Source.Cluster,
+			Network:  e.Source.Network,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (g *Gateway) configDump(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("proxy")
+	if id == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "missing ?proxy=; /debug/syncz lists the proxies"})
+		return
+	}
+	dump, ok := g.xds.ConfigDump(id)
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no connected proxy " + strconv.Quote(id)})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(dump)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// nonNil makes empty lists encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,232 @@
+package federation
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/xds"
+)
+
+// drainTimeout bounds how long shutdown waits for xDS streams to close.
+const drainTimeout = 5 * time.Second
+
+// GatewayOptions are the process-level settings of a Gateway.
+type GatewayOptions struct {
+	Logger  *slog.Logger
+	Version string
+}
+
+// Gateway wires one clusters.yaml into running parts: a supervised
+// registry per entry, the aggregator, the xDS server and the admin API.
+type Gateway struct {
+	cfg      *Config
+	log      *slog.Logger
+	version  string
+	agg      *aggregate.Aggregator
+	xds      *xds.Server
+	metrics  *prometheus.Registry
+	runners  map[string]*registries.Runner
+	serving  atomic.Bool // xDS listener accepting
+	draining atomic.Bool
+}
+
+// NewGateway builds every part from cfg without starting anything or doing
+// network I/O. A registry whose block cannot build a registry is reported
+// Failed; it does not stop the others.
+func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{
+		cfg:     cfg,
+		log:     log,
+		version: o.Version,
+		metrics: prometheus.NewRegistry(),
+		runners: make(map[string]*registries.Runner),
+	}
+	var opts []aggregate.RegistryOptions
+	for _, r := range cfg.Registries {
+		opts = append(opts, r.aggregateOptions())
+	}
+	g.agg = aggregate.New(aggregate.Options{
+		Registries:  opts,
+		Quiet:       time.Duration(cfg.Debounce.Quiet),
+		MaxWait:     time.Duration(cfg.Debounce.Max),
+		SyncTimeout: time.Duration(cfg.SyncTimeout),
+		Logger:      log.With("component", "aggregate"),
+	})
+	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds")})
+	g.agg.Subscribe(g.xds.Update)
+
+	for _, r := range cfg.Registries {
+		c := r.common()
+		rlog := log.With("registry", r.Name, "kind", r.Kind)
+		reg, err := r.Block.New(c, rlog)
+		if err != nil {
+			rlog.Error("registry cannot start", "err", err)
+			g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
+			continue
+		}
+		g.runners[r.Name] = registries.NewRunner(c, reg, g.agg, rlog)
+	}
+	if err := g.registerMetrics(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *Gateway) registerMetrics() error {
+	cs := []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "meshfed_build_info",
+			Help:        "Always 1; the version label says which build runs.",
+			ConstLabels: prometheus.Labels{"version": g.version},
+		}, func() float64 { return 1 }),
+	}
+	cs = append(cs, aggregate.Collectors()...)
+	cs = append(cs, xds.Collectors()...)
+	cs = append(cs, kindCollectors()...)
+	for name, r := range g.runners {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "meshfed_registry_restarts_total",
+			Help:        "Times the supervisor restarted the registry after a failure.",
+			ConstLabels: prometheus.Labels{"registry": name},
+		}, func() float64 { return float64(r.Restarts()) }))
+	}
+	for _, c := range cs {
+		if err := g.metrics.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then drains: it stops accepting xDS streams,
+// closes the open ones, stops the registries and returns nil. It returns an
+// error if it cannot listen or a server fails.
+func (g *Gateway) Run(ctx context.Context) error {
+	xdsLis, err := net.Listen("tcp", g.cfg.XDS.Address)
+	if err != nil {
+		return fmt.Errorf("xds.address: %w", err)
+	}
+	adminLis, err := net.Listen("tcp", g.cfg.Admin.Address)
+	if err != nil {
+		xdsLis.Close()
+		return fmt.Errorf("admin.address: %w", err)
+	}
+	gs, err := g.grpcServer()
+	if err != nil {
+		xdsLis.Close()
+		adminLis.Close()
+		return err
+	}
+	g.xds.Register(gs)
+	admin := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	sup := registries.NewSupervisor("meshfed", g.log)
+	sup.Add(g.agg)
+	for name, r := range g.runners {
+		child := registries.NewSupervisor("registry "+name, g.log.With("registry", name))
+		child.Add(r)
+		sup.Add(child)
+	}
+	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
+	supDone := sup.ServeBackground(supCtx)
+
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- gs.Serve(xdsLis) }()
+	adminDone := make(chan error, 1)
+	go func() { adminDone <- admin.Serve(adminLis) }()
+	g.serving.Store(true)
+	g.log.Info("meshfed serving", "version", g.version, "xds", xdsLis.Addr().String(),
+		"admin", adminLis.Addr().String(), "registries", len(g.cfg.Registries))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-grpcDone:
+		runErr = fmt.Errorf("xds server: %w", err)
+	case err := <-adminDone:
+		runErr = fmt.Errorf("admin server: %w", err)
+	}
+
+	g.log.Info("draining")
+	g.draining.Store(true)
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }() // no new streams from here on
+	g.xds.Close()                                     // ends the open streams
+	select {
+	case <-stopped:
+	case <-time.After(drainTimeout):
+		g.log.Warn("xDS streams did not close in time; stopping hard", "timeout", drainTimeout)
+		gs.Stop()
+		<-stopped
+	}
+	stopSup()
+	if err := <-supDone; err != nil && !errors.Is(err, context.Canceled) {
+		g.log.Warn("supervisor stopped", "err", err)
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	_ = admin.Shutdown(shutCtx)
+	g.serving.Store(false)
+	g.log.Info("stopped")
+	return runErr
+}
+
+func (g *Gateway) grpcServer() (*grpc.Server, error) {
+	opts := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(100000),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if t := g.cfg.XDS.TLS; t != nil {
+		tc, err := serverTLS(t)
+		if err != nil {
+			return nil, fmt.Errorf("xds.tls: %w", err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	return grpc.NewServer(opts...), nil
+}
+
+func serverTLS(t *TLS) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, err
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.ClientCA != "" {
+		pem, err := os.ReadFile(t.ClientCA)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("clientCA %s: no PEM certificates", t.ClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}

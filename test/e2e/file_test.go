@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfed/meshfed/federation"
+)
+
+func servicesYAML(endpoints ...string) string {
+	var b strings.Builder
+	b.WriteString("services:\n  - name: echo\n    ports:\n      - {name: grpc, port: 8080, protocol: GRPC}\n    endpoints:\n")
+	for _, e := range endpoints {
+		b.WriteString("      - " + e + "\n")
+	}
+	return b.String()
+}
+
+func localEndpoint(b *backend, version string) string {
+	return fmt.Sprintf("{address: 127.0.0.1, ports: {grpc: %d}, labels: {version: %s}, locality: test/zone-a}", b.port, version)
+}
+
+// TestFileRegistryToGRPCClient drives the whole pipeline with the built
+// binary: a services file → meshfed → a grpc-go xDS client calling real
+// gRPC backends, through edits, a broken edit and a SIGTERM.
+func TestFileRegistryToGRPCClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	b1 := startBackend(t, "b1")
+	b2 := startBackend(t, "b2")
+	svcFile := filepath.Join(dir, "services.yaml")
+	writeFile(t, svcFile, servicesYAML(localEndpoint(b1, "v1")))
+	config, xdsAddr, adminAddr := writeClusters(t, dir,
+		"  - name: vms\n    kind: file\n    domain: vm.internal\n    file: {path: services.yaml}\n")
+
+	out, stderr, code := meshfedCmd(t, "validate", config)
+	if code != 0 || !strings.Contains(out, "vms") {
+		t.Fatalf("validate: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+
+	m := startMeshfed(t, config, xdsAddr, adminAddr)
+	eventually(t, 20*time.Second, "/readyz is 200", func() error {
+		code, body, err := m.get("/readyz")
+		if err != nil || code != 200 {
+			return fmt.Errorf("%d %s %v", code, body, err)
+		}
+		return nil
+	})
+
+	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-client")
+	if code != 0 {
+		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
+	}
+	if err := contains(bootstrap, xdsAddr, `"GENERATOR"`, `"grpc"`, "e2e-client"); err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+
+	c := startClient(t, bootstrap, "xds:///echo.vm.internal:8080")
+	c.waitFor(t, "b1", 5, 30*time.Second)
+
+	connectedAt := proxyConnected(t, m, "e2e-client")
+
+	// Second backend added, first removed: the client follows.
+	writeFile(t, svcFile, servicesYAML(localEndpoint(b2, "v2")))
+	c.waitFor(t, "b2", 10, 15*time.Second)
+	if got := proxyConnected(t, m, "e2e-client"); !got.Equal(connectedAt) {
+		t.Errorf("client reconnected: stream connected at %v, now %v", connectedAt, got)
+	}
+
+	// A broken edit: the registry is Degraded, names the line, and the
+	// client keeps reaching b2.
+	writeFile(t, svcFile, servicesYAML(localEndpoint(b2, "v2"))+"      - {address: 10.0.0.9, health: SICK}\n")
+	eventually(t, 10*time.Second, "vms shows Degraded", func() error {
+		var h federation.RegistryHealth
+		code := m.getJSON(t, "/healthz/registries/vms", &h)
+		if code != 503 || h.State.String() != "Degraded" {
+			return fmt.Errorf("code %d state %s", code, h.State)
+		}
+		return contains(h.LastError, "services.yaml:", "SICK")
+	})
+	c.waitFor(t, "b2", 10, 10*time.Second)
+	var eps []federation.EndpointInfo
+	m.getJSON(t, "/debug/endpointz?host=echo.vm.internal", &eps)
+	if len(eps) != 1 || eps[0].Ports["grpc"] != uint32(b2.port) || eps[0].Locality != "test/zone-a" {
+		t.Errorf("endpointz after broken edit = %+v, want only b2 on port %d", eps, b2.port)
+	}
+
+	// A bad address is quarantined alone and listed; the rest is served.
+	writeFile(t, svcFile, servicesYAML(localEndpoint(b2, "v2"), "{address: not-an-ip}", localEndpoint(b1, "v1")))
+	eventually(t, 10*time.Second, "bad address listed in /debug/conflictz", func() error {
+		_, body, err := m.get("/debug/conflictz")
+		if err != nil {
+			return err
+		}
+		return contains(string(body), "not-an-ip", "echo.vm.internal")
+	})
+	eventually(t, 10*time.Second, "vms back to Synced", func() error {
+		var h federation.RegistryHealth
+		if code := m.getJSON(t, "/healthz/registries/vms", &h); code != 200 {
+			return fmt.Errorf("code %d state %s: %s", code, h.State, h.LastError)
+		}
+		return nil
+	})
+	m.getJSON(t, "/debug/endpointz?host=echo.vm.internal", &eps)
+	if len(eps) != 2 {
+		t.Errorf("endpointz = %+v, want b1 and b2 served, the bad one quarantined", eps)
+	}
+	c.waitFor(t, "b1", 1, 15*time.Second)
+	c.waitFor(t, "b2", 1, 15*time.Second)
+
+	status, stderr, code := meshfedCmd(t, "status", "--config", config)
+	if code != 0 {
+		t.Fatalf("status: exit %d: %s", code, stderr)
+	}
+	if err := contains(status, "vms", "Synced", "e2e-client", "ClusterLoadAssignment"); err != nil {
+		t.Errorf("status output: %v\n%s", err, status)
+	}
+
+	if err := m.stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, m.logs.String())
+	}
+}
+
+// proxyConnected returns when the proxy's current ADS stream was opened.
+func proxyConnected(t *testing.T, m *meshfed, id string) time.Time {
+	t.Helper()
+	var at time.Time
+	eventually(t, 10*time.Second, "proxy "+id+" in /debug/syncz", func() error {
+		var proxies []federation.ProxySync
+		_, body, err := m.get("/debug/syncz")
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(body, &proxies); err != nil {
+			return err
+		}
+		for _, p := range proxies {
+			if p.ID == id {
+				at = p.Connected
+				return nil
+			}
+		}
+		return fmt.Errorf("not listed: %s", body)
+	})
+	return at
+}

@@ -1,0 +1,321 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/meshfed/meshfed/test/servers"
+)
+
+// binaries built once by TestMain.
+var meshfedBin, xdsClientBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "meshfed-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	meshfedBin = filepath.Join(dir, "meshfed")
+	xdsClientBin = filepath.Join(dir, "xdsclient")
+	for bin, pkg := range map[string]string{meshfedBin: "../../cmd/meshfed", xdsClientBin: "./xdsclient"} {
+		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// backend is a real gRPC server on 127.0.0.1 that answers health checks and
+// names itself in the "x-backend" response header.
+type backend struct {
+	name string
+	port int
+}
+
+func startBackend(t *testing.T, name string) *backend {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		_ = grpc.SetHeader(ctx, metadata.Pairs("x-backend", name))
+		return h(ctx, req)
+	}))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return &backend{name: name, port: lis.Addr().(*net.TCPAddr).Port}
+}
+
+// meshfed is the built binary running as a child process.
+type meshfed struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	config string
+	admin  string
+	xds    string
+	logs   *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// writeClusters writes a clusters.yaml with fresh loopback ports and the
+// given registries block (YAML, indented as list items under registries:).
+func writeClusters(t *testing.T, dir, registries string) (path, xdsAddr, adminAddr string) {
+	t.Helper()
+	xdsAddr = fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
+	adminAddr = fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
+	cfg := fmt.Sprintf("xds:\n  address: %s\nadmin:\n  address: %s\ndebounce: {quiet: 10ms, max: 100ms}\nregistries:\n%s", xdsAddr, adminAddr, registries)
+	path = filepath.Join(dir, "clusters.yaml")
+	writeFile(t, path, cfg)
+	return path, xdsAddr, adminAddr
+}
+
+// writeFile replaces path atomically, as editors and config management do.
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startMeshfed(t *testing.T, config, xdsAddr, adminAddr string) *meshfed {
+	t.Helper()
+	m := &meshfed{t: t, config: config, admin: adminAddr, xds: xdsAddr, logs: &syncBuffer{}, done: make(chan struct{})}
+	m.cmd = exec.Command(meshfedBin, "run", "--config", config, "--log-level", "debug")
+	m.cmd.Stdout = m.logs
+	m.cmd.Stderr = m.logs
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.err = m.cmd.Wait(); close(m.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-m.done:
+		default:
+			_ = m.cmd.Process.Kill()
+			<-m.done
+		}
+		if t.Failed() {
+			t.Logf("meshfed logs:\n%s", m.logs.String())
+		}
+	})
+	eventually(t, 20*time.Second, "meshfed /healthz answers", func() error {
+		select {
+		case <-m.done:
+			return fmt.Errorf("meshfed exited: %v\n%s", m.err, m.logs.String())
+		default:
+		}
+		code, _, err := m.get("/healthz")
+		if err != nil {
+			return err
+		}
+		if code != 200 {
+			return fmt.Errorf("status %d", code)
+		}
+		return nil
+	})
+	return m
+}
+
+// stop sends SIGTERM and returns the exit error (nil = exit 0).
+func (m *meshfed) stop(timeout time.Duration) error {
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+		return m.err
+	case <-time.After(timeout):
+		return fmt.Errorf("meshfed did not exit %s after SIGTERM", timeout)
+	}
+}
+
+func (m *meshfed) get(path string) (int, []byte, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + m.admin + path)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+func (m *meshfed) getJSON(t *testing.T, path string, v any) int {
+	t.Helper()
+	code, body, err := m.get(path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v\n%s", path, err, body)
+	}
+	return code
+}
+
+// meshfedCmd runs a meshfed subcommand to completion.
+func meshfedCmd(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(meshfedBin, args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("meshfed %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+// client is a proxyless grpc-go xDS client running as a child process.
+type client struct {
+	cmd   *exec.Cmd
+	lines chan clientLine
+	mu    sync.Mutex
+	last  []clientLine
+}
+
+type clientLine struct {
+	Seq     int    `json:"seq"`
+	Backend string `json:"backend"`
+	Err     string `json:"err"`
+}
+
+func startClient(t *testing.T, bootstrapJSON, target string) *client {
+	t.Helper()
+	bs := filepath.Join(t.TempDir(), "bootstrap.json")
+	if err := os.WriteFile(bs, []byte(bootstrapJSON), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &client{lines: make(chan clientLine, 1024)}
+	c.cmd = exec.Command(xdsClientBin, "-target", target, "-interval", "50ms", "-duration", "3m")
+	c.cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+bs)
+	stderr := &syncBuffer{}
+	c.cmd.Stderr = stderr
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var l clientLine
+			if json.Unmarshal(sc.Bytes(), &l) == nil {
+				select {
+				case c.lines <- l:
+				default: // test not reading: drop
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Kill()
+		<-done
+		_ = c.cmd.Wait()
+		if t.Failed() {
+			t.Logf("xdsclient stderr:\n%s", stderr.String())
+		}
+	})
+	return c
+}
+
+// waitFor reads calls until n consecutive calls were answered by want, and
+// fails after timeout.
+func (c *client) waitFor(t *testing.T, want string, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	run := 0
+	var last clientLine
+	for run < n {
+		select {
+		case l := <-c.lines:
+			last = l
+			if l.Err == "" && l.Backend == want {
+				run++
+			} else {
+				run = 0
+			}
+		case <-deadline:
+			t.Fatalf("client never got %d calls in a row answered by %q within %s; last call: %+v", n, want, timeout, last)
+		}
+	}
+}
+
+// eventually polls f until it returns nil, failing the test after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func contains(s string, subs ...string) error {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return fmt.Errorf("%q does not contain %q", s, sub)
+		}
+	}
+	return nil
+}

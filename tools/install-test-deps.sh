@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs on a fresh Debian machine: the Debian
+# packages the tests start for real, and the servers that tools/testservers
+# builds from source (skipped when the cached binary exists).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+dpkg -s zookeeper >/dev/null 2>&1 || need+=(zookeeper)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+if ((${#need[@]})); then
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo="sudo"
+	echo "installing Debian packages: ${need[*]}"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ -x tools/testservers/build.sh ]; then
+	tools/testservers/build.sh all
+fi
