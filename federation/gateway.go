@@ -77,7 +77,7 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 	g.agg.Subscribe(g.xds.Update)
 
 	for _, r := range cfg.Registries {
-		c := r.common()
+		c := r.Common()
 		rlog := log.With("registry", r.Name, "kind", r.Kind)
 		reg, err := r.Block.New(c, rlog)
 		if err != nil {

@@ -1,0 +1,28 @@
+package federation
+
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/registries/file"
+)
+
+// kindCollectors returns the metrics of every registry kind in this build.
+func kindCollectors() []prometheus.Collector {
+	return slices.Concat(file.Collectors())
+}
+
+// aggregateOptions turns an entry into what the aggregator needs to know
+// about its registry.
+func (r Registry) aggregateOptions() aggregate.RegistryOptions {
+	return aggregate.RegistryOptions{
+		Common: r.Common(),
+		Outage: aggregate.Outage{
+			Policy:      aggregate.Policy(r.Outage.Policy),
+			ExpireAfter: r.Outage.ExpireAfter.Std(),
+		},
+		MaxDeleteRatio: r.MaxDeleteRatio,
+	}
+}
