@@ -1,0 +1,196 @@
+package registries
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/thejerf/suture/v4"
+)
+
+// Restart policy of a registry. A registry whose Run fails is restarted
+// after a jittered delay that starts at RestartInitial and doubles with
+// every consecutive failure up to RestartMax; a run that lasted
+// RestartReset or longer starts the sequence again. On top of that, each
+// registry's own suture supervisor pauses its registry for SupervisorBackoff
+// when more than SupervisorThreshold failures pile up (the count halves
+// every SupervisorDecay): a safety net that only that registry feels.
+const (
+	RestartInitial = time.Second
+	RestartMax     = 15 * time.Second
+	RestartReset   = 30 * time.Second
+
+	SupervisorDecay     = 30 * time.Second
+	SupervisorThreshold = 5
+	SupervisorBackoff   = 15 * time.Second
+	// SupervisorTimeout is how long a supervisor waits for a stopping
+	// service before it logs that the service failed to stop.
+	SupervisorTimeout = 10 * time.Second
+)
+
+// Runner is the suture.Service that runs one Registry, reports its failures
+// to the sink and counts its restarts. A Runner is added to exactly one
+// supervisor.
+type Runner struct {
+	common Common
+	reg    Registry
+	sink   Sink
+	log    *slog.Logger
+
+	restarts atomic.Int64
+
+	mu      sync.Mutex // guards the fields below; Serve runs one at a time
+	backoff Backoff
+	failed  bool // the previous run failed: wait before the next one
+}
+
+// NewRunner returns the service that runs reg under c's name and reports to
+// sink.
+func NewRunner(c Common, reg Registry, sink Sink, log *slog.Logger) *Runner {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{
+		common:  c,
+		reg:     reg,
+		sink:    sink,
+		log:     log.With("registry", c.Name, "kind", c.Kind),
+		backoff: Backoff{Initial: RestartInitial, Max: RestartMax},
+	}
+}
+
+// WithBackoff replaces the restart delays (RestartInitial, RestartMax), for
+// tests that cannot wait seconds. Call it before the Runner is served.
+func (r *Runner) WithBackoff(initial, maxDelay time.Duration) *Runner {
+	r.backoff = Backoff{Initial: initial, Max: maxDelay}
+	return r
+}
+
+// Serve implements suture.Service. It runs the registry until ctx ends and
+// then returns ctx.Err(). Any other end of Run (an error, a panic, or a nil
+// return before ctx ended) is reported to the sink as Degraded, counted as a
+// restart and returned, so that the supervisor runs Serve again; Serve first
+// waits the restart delay. An error marked by Permanent is reported as
+// Failed and ends in suture.ErrDoNotRestart.
+func (r *Runner) Serve(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed {
+		d := r.backoff.Next()
+		r.log.Debug("waiting before restarting registry", "delay", d)
+		if err := Sleep(ctx, d); err != nil {
+			return err
+		}
+	}
+
+	start := time.Now()
+	err := r.run(ctx)
+	if ctx.Err() != nil {
+		// Stopping: whatever Run returned, the supervisor asked for it.
+		return ctx.Err()
+	}
+	if time.Since(start) >= RestartReset {
+		r.backoff.Reset()
+	}
+	if err == nil {
+		err = errors.New("registry stopped without an error before it was asked to")
+	}
+	shard := r.common.Shard()
+	if IsPermanent(err) {
+		r.log.Error("registry failed and will not be restarted", "err", err)
+		r.sink.Report(shard, Status{State: Failed, Err: err.Error()})
+		return fmt.Errorf("%w: %w", suture.ErrDoNotRestart, err)
+	}
+	r.failed = true
+	r.restarts.Add(1)
+	r.sink.Report(shard, Status{State: Degraded, Err: err.Error()})
+	return err
+}
+
+// run calls Run and turns a panic into an error.
+func (r *Runner) run(ctx context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("registry panicked", "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return r.reg.Run(ctx, r.sink)
+}
+
+// Restarts is how many times the registry failed and was (or will be)
+// restarted.
+func (r *Runner) Restarts() int { return int(r.restarts.Load()) }
+
+// String names the service in supervisor logs: "registry <name>".
+func (r *Runner) String() string { return "registry " + r.common.Name }
+
+// NewSupervisor returns a suture supervisor with meshfed's settings
+// (SupervisorDecay, SupervisorThreshold, SupervisorBackoff,
+// SupervisorTimeout) whose events are logged to log. Use it for the root and
+// for each registry's child supervisor; suture gives a child added to a
+// supervisor its parent's hook, so the hook takes the registry name from
+// the event, not from log.
+func NewSupervisor(name string, log *slog.Logger) *suture.Supervisor {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return suture.New(name, suture.Spec{
+		EventHook:        eventHook(log),
+		FailureDecay:     SupervisorDecay.Seconds(),
+		FailureThreshold: SupervisorThreshold,
+		FailureBackoff:   SupervisorBackoff,
+		Timeout:          SupervisorTimeout,
+	})
+}
+
+// registryName returns the registry a supervisor or service name is about
+// ("registry vms" → "vms"), or "".
+func registryName(names ...string) string {
+	for _, n := range names {
+		if r, ok := strings.CutPrefix(n, "registry "); ok {
+			return r
+		}
+	}
+	return ""
+}
+
+func eventHook(log *slog.Logger) suture.EventHook {
+	return func(e suture.Event) {
+		switch e := e.(type) {
+		case suture.EventServiceTerminate:
+			log.Warn("service failed",
+				"registry", registryName(e.ServiceName, e.SupervisorName),
+				"supervisor", e.SupervisorName, "service", e.ServiceName,
+				"err", fmt.Sprint(e.Err), "failures", e.CurrentFailures,
+				"threshold", e.FailureThreshold, "restarting", e.Restarting)
+		case suture.EventServicePanic:
+			log.Error("service panicked",
+				"registry", registryName(e.ServiceName, e.SupervisorName),
+				"supervisor", e.SupervisorName, "service", e.ServiceName,
+				"panic", e.PanicMsg, "stack", e.Stacktrace,
+				"failures", e.CurrentFailures, "restarting", e.Restarting)
+		case suture.EventBackoff:
+			log.Warn("supervisor pauses restarts after repeated failures",
+				"registry", registryName(e.SupervisorName),
+				"supervisor", e.SupervisorName, "pause", SupervisorBackoff)
+		case suture.EventResume:
+			log.Info("supervisor resumes restarts",
+				"registry", registryName(e.SupervisorName),
+				"supervisor", e.SupervisorName)
+		case suture.EventStopTimeout:
+			log.Error("service did not stop in time",
+				"registry", registryName(e.ServiceName, e.SupervisorName),
+				"supervisor", e.SupervisorName, "service", e.ServiceName,
+				"timeout", SupervisorTimeout)
+		default:
+			log.Warn(e.String())
+		}
+	}
+}
