@@ -1,0 +1,1167 @@
+// Package federation loads clusters.yaml, wires the registries, the
+// aggregator and the xDS server together, and supervises them.
+//
+// This file holds the clusters.yaml (schema v1) types, their defaults and
+// their validation. Load and Parse are strict: unknown keys, missing
+// required keys, bad values and cross-entry conflicts are all reported,
+// each with the file, line and key it is about.
+package federation
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// Defaults of clusters.yaml. applyDefaults is the only place that applies
+// them.
+const (
+	DefaultXDSAddress    = "127.0.0.1:15010"
+	DefaultAdminAddress  = "127.0.0.1:15014"
+	DefaultDebounceQuiet = Duration(20 * time.Millisecond)
+	DefaultDebounceMax   = Duration(500 * time.Millisecond)
+	DefaultSyncTimeout   = Duration(30 * time.Second)
+	DefaultOutagePolicy  = OutageKeep
+	DefaultExpireAfter   = Duration(10 * time.Minute)
+)
+
+// Config is a loaded, defaulted and validated clusters.yaml.
+type Config struct {
+	XDS      XDS      `yaml:"xds"`
+	Admin    Admin    `yaml:"admin"`
+	Debounce Debounce `yaml:"debounce"`
+	// SyncTimeout bounds how long a registry that has not finished its
+	// first sync keeps /readyz at 503.
+	SyncTimeout Duration   `yaml:"syncTimeout"`
+	Registries  []Registry `yaml:"registries"`
+	// Path is the file the config was loaded from.
+	Path string `yaml:"-"`
+}
+
+// XDS is the ADS gRPC listener.
+type XDS struct {
+	// Address is host:port to listen on.
+	Address string `yaml:"address"`
+	// TLS, when set, makes the listener serve TLS.
+	TLS *TLS `yaml:"tls,omitempty"`
+}
+
+// TLS holds PEM file paths, made absolute against the directory of
+// clusters.yaml.
+type TLS struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// ClientCA, when set, makes the server require client certificates
+	// signed by it (mTLS).
+	ClientCA string `yaml:"clientCA,omitempty"`
+}
+
+// Admin is the admin HTTP listener (health, debug, metrics).
+type Admin struct {
+	Address string `yaml:"address"`
+}
+
+// Debounce sets how snapshot rebuilds are coalesced: a rebuild happens
+// once no change arrived for Quiet, and at the latest Max after the first
+// pending change. Max >= Quiet.
+type Debounce struct {
+	Quiet Duration `yaml:"quiet"`
+	Max   Duration `yaml:"max"`
+}
+
+// Registry is one entry of `registries:`.
+type Registry struct {
+	// Name is unique across the file and a DNS label.
+	Name string `yaml:"name"`
+	// Kind is one of Kinds().
+	Kind string `yaml:"kind"`
+	// Domain is a lowercase DNS name without trailing dot; the registry's
+	// hostnames are <service>.<domain>.
+	Domain string `yaml:"domain"`
+	// Locality is the default region/zone/subzone of endpoints that carry
+	// none; "" for none. It is valid for model.ParseLocality.
+	Locality string `yaml:"locality,omitempty"`
+	// Outage is what happens to the registry's endpoints while its backend
+	// is unreachable.
+	Outage Outage `yaml:"outage"`
+	// MaxDeleteRatio, when in (0, 1], refuses to drop more than this share
+	// of the registry's endpoints in one update; 0 is off.
+	MaxDeleteRatio float64 `yaml:"maxDeleteRatio,omitempty"`
+	// Block is the kind-specific block (`file:`, `consul:`...), decoded,
+	// defaulted, path-resolved and validated.
+	Block registries.Config `yaml:"-"`
+}
+
+// Common returns the settings every registry gets from its entry.
+func (r Registry) Common() registries.Common {
+	loc, _ := model.ParseLocality(r.Locality) // validated by the loader
+	return registries.Common{Name: r.Name, Kind: r.Kind, Domain: r.Domain, Locality: loc}
+}
+
+// Outage is the freshness policy of a registry.
+type Outage struct {
+	Policy OutagePolicy `yaml:"policy"`
+	// ExpireAfter is how long a registry may be Degraded before it is Stale.
+	ExpireAfter Duration `yaml:"expireAfter"`
+}
+
+// OutagePolicy says what happens to a Stale registry's endpoints.
+type OutagePolicy string
+
+// Outage policies.
+const (
+	// OutageKeep keeps serving a Stale registry's last endpoints, flagged.
+	OutageKeep OutagePolicy = "keep"
+	// OutageExpire withdraws a Stale registry's endpoints.
+	OutageExpire OutagePolicy = "expire"
+)
+
+// Duration is a time.Duration written in YAML as "20ms", "10m".
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText writes d like "20ms".
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads a positive duration like "20ms" or "10m".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := parseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+func parseDuration(s string) (Duration, error) {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad duration %q: want a number with a unit, like 20ms, 30s or 10m", s)
+	}
+	if v <= 0 {
+		return 0, fmt.Errorf("bad duration %q: must be positive", s)
+	}
+	return Duration(v), nil
+}
+
+// applyDefaults fills every unset field of c with its default:
+//
+//	xds.address             127.0.0.1:15010
+//	admin.address           127.0.0.1:15014
+//	debounce.quiet          20ms
+//	debounce.max            500ms
+//	syncTimeout             30s
+//	registries[].outage.policy       keep
+//	registries[].outage.expireAfter  10m
+//
+// Kind blocks default themselves (registries.Config.ApplyDefaults).
+func applyDefaults(c *Config) {
+	if c.XDS.Address == "" {
+		c.XDS.Address = DefaultXDSAddress
+	}
+	if c.Admin.Address == "" {
+		c.Admin.Address = DefaultAdminAddress
+	}
+	if c.Debounce.Quiet == 0 {
+		c.Debounce.Quiet = DefaultDebounceQuiet
+	}
+	if c.Debounce.Max == 0 {
+		c.Debounce.Max = DefaultDebounceMax
+	}
+	if c.SyncTimeout == 0 {
+		c.SyncTimeout = DefaultSyncTimeout
+	}
+	for i := range c.Registries {
+		o := &c.Registries[i].Outage
+		if o.Policy == "" {
+			o.Policy = DefaultOutagePolicy
+		}
+		if o.ExpireAfter == 0 {
+			o.ExpireAfter = DefaultExpireAfter
+		}
+	}
+}
+
+// Summary describes c in one line, for `meshfed validate`.
+func (c *Config) Summary() string {
+	var b strings.Builder
+	name := c.Path
+	if name == "" {
+		name = "clusters.yaml"
+	}
+	plural := "registries"
+	if len(c.Registries) == 1 {
+		plural = "registry"
+	}
+	fmt.Fprintf(&b, "%s: %d %s (", name, len(c.Registries), plural)
+	for i, r := range c.Registries {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s: %s %s", r.Name, r.Kind, r.Domain)
+	}
+	fmt.Fprintf(&b, "); xds %s", c.XDS.Address)
+	if t := c.XDS.TLS; t != nil {
+		if t.ClientCA != "" {
+			b.WriteString(" (mTLS)")
+		} else {
+			b.WriteString(" (TLS)")
+		}
+	}
+	fmt.Fprintf(&b, "; admin %s; debounce %s/%s; syncTimeout %s",
+		c.Admin.Address, c.Debounce.Quiet, c.Debounce.Max, c.SyncTimeout)
+	return b.String()
+}
+
+// Problem is one thing wrong with a clusters.yaml.
+type Problem struct {
+	File   string
+	Line   int    // 1-based; 0 when the problem has no position
+	Column int    // 1-based; 0 when unknown
+	Key    string // path of the key, like registries[1].consul.address; "" for syntax errors
+	Msg    string
+}
+
+// String formats p as "FILE:LINE:COL: KEY: MSG", leaving out what is unknown.
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(p.File)
+	if p.Line > 0 {
+		fmt.Fprintf(&b, ":%d", p.Line)
+		if p.Column > 0 {
+			fmt.Fprintf(&b, ":%d", p.Column)
+		}
+	}
+	b.WriteString(": ")
+	if p.Key != "" {
+		b.WriteString(p.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Msg)
+	return b.String()
+}
+
+// LoadError lists every problem found in a clusters.yaml, in file order.
+type LoadError struct {
+	Problems []Problem
+}
+
+// Error joins the problems one per line.
+func (e *LoadError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Load reads, defaults and validates the clusters.yaml at path. On any
+// problem it returns a nil Config and a *LoadError.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = "cannot read: " + pe.Err.Error()
+		}
+		return nil, &LoadError{Problems: []Problem{{File: path, Msg: msg}}}
+	}
+	return Parse(path, data)
+}
+
+// Parse is Load on data already read from path. path names the file in
+// problems, and relative paths inside the file (file registry paths, TLS
+// files) are resolved against its directory.
+//
+// For each registry the kind block is decoded strictly into the kind's
+// registries.Config, then ApplyDefaults, ResolvePaths (if it is a
+// registries.PathResolver) and Validate are called, in that order.
+func Parse(path string, data []byte) (*Config, error) {
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		dir = filepath.Dir(path)
+	}
+	l := &loader{file: path, dir: dir, nodes: map[string]ast.Node{}}
+	cfg := l.parse(data)
+	if len(l.problems) > 0 {
+		slices.SortStableFunc(l.problems, func(a, b Problem) int {
+			if a.Line != b.Line {
+				return a.Line - b.Line
+			}
+			return a.Column - b.Column
+		})
+		return nil, &LoadError{Problems: l.problems}
+	}
+	cfg.Path = path
+	return cfg, nil
+}
+
+// loader walks the YAML tree of one file and collects problems.
+type loader struct {
+	file     string
+	dir      string
+	anchors  map[string]ast.Node
+	nodes    map[string]ast.Node // key path → node to point at for it
+	problems []Problem
+}
+
+// addf records a problem about key at the position of node n.
+func (l *loader) addf(n ast.Node, key, format string, args ...any) {
+	line, col := position(n)
+	l.problems = append(l.problems, Problem{File: l.file, Line: line, Column: col, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// addAtKey records a problem about key at the node recorded for key, or
+// for its nearest recorded parent.
+func (l *loader) addAtKey(key, format string, args ...any) {
+	for p := key; p != ""; p = parentPath(p) {
+		if n, ok := l.nodes[p]; ok {
+			l.addf(n, key, format, args...)
+			return
+		}
+	}
+	l.addf(nil, key, format, args...)
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+// lineOf returns the line recorded for key, 0 if none.
+func (l *loader) lineOf(key string) int {
+	line, _ := position(l.nodes[key])
+	return line
+}
+
+// position returns where n starts; 0, 0 for nil.
+func position(n ast.Node) (line, col int) {
+	if n == nil {
+		return 0, 0
+	}
+	var tk *token.Token
+	switch n := n.(type) {
+	case *ast.MappingNode:
+		if len(n.Values) > 0 {
+			tk = n.Values[0].Key.GetToken()
+		} else {
+			tk = n.Start
+		}
+	case *ast.MappingValueNode:
+		tk = n.Key.GetToken()
+	default:
+		tk = n.GetToken()
+	}
+	if tk == nil || tk.Position == nil {
+		return 0, 0
+	}
+	return tk.Position.Line, tk.Position.Column
+}
+
+// yamlErr records a decoding or syntax error from go-yaml.
+func (l *loader) yamlErr(key string, err error) {
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		msg := ye.GetMessage()
+		if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+			l.problems = append(l.problems, Problem{File: l.file, Line: tk.Position.Line, Column: tk.Position.Column, Key: key, Msg: msg})
+			return
+		}
+		err = errors.New(msg)
+	}
+	l.addAtKey(key, "%v", err)
+}
+
+func (l *loader) parse(data []byte) *Config {
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		var ye yaml.Error
+		if errors.As(err, &ye) {
+			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+				l.problems = append(l.problems, Problem{File: l.file, Line: tk.Position.Line, Column: tk.Position.Column, Msg: "YAML syntax error: " + ye.GetMessage()})
+				return nil
+			}
+		}
+		l.addf(nil, "", "YAML syntax error: %v", err)
+		return nil
+	}
+	var docs []*ast.DocumentNode
+	for _, d := range f.Docs {
+		if d != nil && d.Body != nil {
+			docs = append(docs, d)
+		}
+	}
+	if len(docs) == 0 {
+		l.addf(nil, "", "the file is empty; want at least a registries: list")
+		return nil
+	}
+	if len(docs) > 1 {
+		l.addf(docs[1].Body, "", "the file holds %d YAML documents; want one", len(docs))
+		return nil
+	}
+	l.anchors = map[string]ast.Node{}
+	for _, n := range ast.FilterFile(ast.AnchorType, f) {
+		if a, ok := n.(*ast.AnchorNode); ok && a.Name != nil {
+			l.anchors[a.Name.String()] = a.Value
+		}
+	}
+
+	cfg := &Config{}
+	root := docs[0].Body
+	l.mapping("", root, root, []field{
+		{key: "xds", set: func(p string, v ast.Node) { l.xds(p, v, &cfg.XDS) }},
+		{key: "admin", set: func(p string, v ast.Node) {
+			l.mapping(p, v, v, []field{
+				{key: "address", set: func(p string, v ast.Node) { cfg.Admin.Address, _ = l.address(p, v) }},
+			})
+		}},
+		{key: "debounce", set: func(p string, v ast.Node) {
+			l.mapping(p, v, v, []field{
+				{key: "quiet", set: func(p string, v ast.Node) { cfg.Debounce.Quiet, _ = l.duration(p, v) }},
+				{key: "max", set: func(p string, v ast.Node) { cfg.Debounce.Max, _ = l.duration(p, v) }},
+			})
+		}},
+		{key: "syncTimeout", set: func(p string, v ast.Node) { cfg.SyncTimeout, _ = l.duration(p, v) }},
+		{key: "registries", required: true, set: func(p string, v ast.Node) { cfg.Registries = l.registries(p, v) }},
+	})
+
+	applyDefaults(cfg)
+	l.crossChecks(cfg)
+	return cfg
+}
+
+// field is a known key of a mapping; set decodes its value v at path p.
+type field struct {
+	key      string
+	required bool
+	set      func(p string, v ast.Node)
+}
+
+// resolve follows anchors, aliases and tags to the node that holds the
+// value. It returns nil for null.
+func (l *loader) resolve(n ast.Node) ast.Node {
+	for range 16 {
+		switch t := n.(type) {
+		case nil, *ast.NullNode:
+			return nil
+		case *ast.AnchorNode:
+			n = t.Value
+		case *ast.TagNode:
+			n = t.Value
+		case *ast.AliasNode:
+			target, ok := l.anchors[t.Value.String()]
+			if !ok {
+				return n
+			}
+			n = target
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// mappingValues returns the entries of a mapping node.
+func mappingValues(n ast.Node) ([]*ast.MappingValueNode, bool) {
+	switch t := n.(type) {
+	case *ast.MappingNode:
+		return t.Values, true
+	case *ast.MappingValueNode:
+		return []*ast.MappingValueNode{t}, true
+	}
+	return nil, false
+}
+
+// mapping decodes the mapping v at path (null counts as empty) with the
+// given fields: unknown keys, non-mappings and missing required keys are
+// problems. owner is where to point when v is null.
+func (l *loader) mapping(path string, owner, v ast.Node, fields []field) {
+	v = l.resolve(v)
+	var entries []*ast.MappingValueNode
+	if v != nil {
+		var ok bool
+		if entries, ok = mappingValues(v); !ok {
+			l.addf(v, path, "want a mapping, got %s", describe(v))
+			return
+		}
+		owner = v
+	}
+	seen := map[string]bool{}
+	for _, mv := range entries {
+		key := keyString(mv.Key)
+		p := joinPath(path, key)
+		if mv.Key.IsMergeKey() {
+			l.addf(mv.Key, path, "merge keys (<<) are not supported")
+			continue
+		}
+		i := slices.IndexFunc(fields, func(f field) bool { return f.key == key })
+		if i < 0 {
+			l.addf(mv.Key, p, "unknown key%s", suggest(key, fields))
+			continue
+		}
+		seen[key] = true
+		if val := l.resolve(mv.Value); val != nil {
+			l.nodes[p] = val
+		} else {
+			l.nodes[p] = mv.Key
+		}
+		fields[i].set(p, mv.Value)
+	}
+	for _, f := range fields {
+		if f.required && !seen[f.key] {
+			l.addf(owner, joinPath(path, f.key), "missing required key")
+		}
+	}
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func keyString(k ast.MapKeyNode) string {
+	if s, ok := k.(*ast.StringNode); ok {
+		return s.Value
+	}
+	if tk := k.GetToken(); tk != nil {
+		return tk.Value
+	}
+	return k.String()
+}
+
+// suggest returns ` (did you mean "x"?)` for a known key close to key.
+func suggest(key string, fields []field) string {
+	best, bestD := "", 3
+	for _, f := range fields {
+		d := editDistance(strings.ToLower(key), strings.ToLower(f.key))
+		if d < bestD {
+			best, bestD = f.key, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func describe(n ast.Node) string {
+	switch n.(type) {
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "a mapping"
+	case *ast.SequenceNode:
+		return "a list"
+	case nil, *ast.NullNode:
+		return "nothing"
+	}
+	return fmt.Sprintf("%q", n.String())
+}
+
+// scalar returns the text of the scalar at path; null and collections are
+// problems.
+func (l *loader) scalar(path string, v ast.Node) (string, bool) {
+	n := l.resolve(v)
+	switch t := n.(type) {
+	case nil:
+		l.addAtKey(path, "missing value")
+		return "", false
+	case *ast.StringNode:
+		return t.Value, true
+	case *ast.LiteralNode:
+		return strings.TrimSpace(t.Value.Value), true
+	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode:
+		return t.GetToken().Value, true
+	}
+	l.addf(n, path, "want a single value, got %s", describe(n))
+	return "", false
+}
+
+func (l *loader) duration(path string, v ast.Node) (Duration, bool) {
+	s, ok := l.scalar(path, v)
+	if !ok {
+		return 0, false
+	}
+	d, err := parseDuration(s)
+	if err != nil {
+		l.addAtKey(path, "%v", err)
+		return 0, false
+	}
+	return d, true
+}
+
+func (l *loader) address(path string, v ast.Node) (string, bool) {
+	s, ok := l.scalar(path, v)
+	if !ok {
+		return "", false
+	}
+	if err := checkAddress(s); err != nil {
+		l.addAtKey(path, "%v", err)
+		return "", false
+	}
+	return s, true
+}
+
+// filePath reads a path and makes it absolute against the config's dir.
+func (l *loader) filePath(path string, v ast.Node) string {
+	s, ok := l.scalar(path, v)
+	if !ok {
+		return ""
+	}
+	if s == "" {
+		l.addAtKey(path, "must not be empty")
+		return ""
+	}
+	if !filepath.IsAbs(s) {
+		s = filepath.Join(l.dir, s)
+	}
+	return s
+}
+
+func (l *loader) xds(path string, v ast.Node, x *XDS) {
+	l.mapping(path, v, v, []field{
+		{key: "address", set: func(p string, v ast.Node) { x.Address, _ = l.address(p, v) }},
+		{key: "tls", set: func(p string, v ast.Node) {
+			t := &TLS{}
+			x.TLS = t
+			l.mapping(p, v, v, []field{
+				{key: "cert", required: true, set: func(p string, v ast.Node) { t.Cert = l.filePath(p, v) }},
+				{key: "key", required: true, set: func(p string, v ast.Node) { t.Key = l.filePath(p, v) }},
+				{key: "clientCA", set: func(p string, v ast.Node) { t.ClientCA = l.filePath(p, v) }},
+			})
+		}},
+	})
+}
+
+func (l *loader) registries(path string, v ast.Node) []Registry {
+	n := l.resolve(v)
+	seq, ok := n.(*ast.SequenceNode)
+	if !ok {
+		if n == nil {
+			l.addAtKey(path, "want a list of registries, got nothing")
+		} else {
+			l.addf(n, path, "want a list of registries, got %s", describe(n))
+		}
+		return nil
+	}
+	if len(seq.Values) == 0 {
+		l.addf(seq, path, "want at least one registry")
+		return nil
+	}
+	out := make([]Registry, len(seq.Values))
+	for i, e := range seq.Values {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if r := l.resolve(e); r != nil {
+			l.nodes[p] = r
+		} else {
+			l.nodes[p] = e
+		}
+		out[i] = l.registry(p, e)
+	}
+	return out
+}
+
+// block is a kind block found in a registry entry.
+type block struct {
+	key  string
+	path string
+	node ast.Node // the value; nil for null
+}
+
+func (l *loader) registry(path string, v ast.Node) Registry {
+	var r Registry
+	var blocks []block
+	var kindOK bool
+	fields := []field{
+		{key: "name", required: true, set: func(p string, v ast.Node) {
+			s, ok := l.scalar(p, v)
+			if ok {
+				if err := checkName(s); err != nil {
+					l.addAtKey(p, "%v", err)
+				} else {
+					r.Name = s
+				}
+			}
+		}},
+		{key: "kind", required: true, set: func(p string, v ast.Node) {
+			s, ok := l.scalar(p, v)
+			if !ok {
+				return
+			}
+			if _, ok := kinds[s]; ok {
+				r.Kind, kindOK = s, true
+			} else if slices.Contains(schemaKinds, s) {
+				l.addAtKey(p, "kind %q is not supported by this build (supported: %s)", s, strings.Join(Kinds(), ", "))
+			} else {
+				l.addAtKey(p, "unknown kind %q (supported by this build: %s)", s, strings.Join(Kinds(), ", "))
+			}
+		}},
+		{key: "domain", required: true, set: func(p string, v ast.Node) {
+			s, ok := l.scalar(p, v)
+			if !ok {
+				return
+			}
+			d, err := normalizeDomain(s)
+			if err != nil {
+				l.addAtKey(p, "%v", err)
+				return
+			}
+			r.Domain = d
+		}},
+		{key: "locality", set: func(p string, v ast.Node) {
+			s, ok := l.scalar(p, v)
+			if !ok {
+				return
+			}
+			if _, err := model.ParseLocality(s); err != nil {
+				l.addAtKey(p, "%v", err)
+				return
+			}
+			r.Locality = s
+		}},
+		{key: "outage", set: func(p string, v ast.Node) {
+			l.mapping(p, v, v, []field{
+				{key: "policy", set: func(p string, v ast.Node) {
+					s, ok := l.scalar(p, v)
+					if !ok {
+						return
+					}
+					switch pol := OutagePolicy(s); pol {
+					case OutageKeep, OutageExpire:
+						r.Outage.Policy = pol
+					default:
+						l.addAtKey(p, "unknown outage policy %q (want keep or expire)", s)
+					}
+				}},
+				{key: "expireAfter", set: func(p string, v ast.Node) { r.Outage.ExpireAfter, _ = l.duration(p, v) }},
+			})
+		}},
+		{key: "maxDeleteRatio", set: func(p string, v ast.Node) {
+			n := l.resolve(v)
+			switch n.(type) {
+			case *ast.IntegerNode, *ast.FloatNode:
+			case nil:
+				l.addAtKey(p, "missing value")
+				return
+			default:
+				l.addf(n, p, "want a number between 0 (off) and 1, got %s", describe(n))
+				return
+			}
+			f, err := strconv.ParseFloat(n.GetToken().Value, 64)
+			if err != nil || f < 0 || f > 1 {
+				l.addf(n, p, "want a number between 0 (off) and 1, got %s", n.GetToken().Value)
+				return
+			}
+			r.MaxDeleteRatio = f
+		}},
+	}
+	for _, k := range blockKeys() {
+		fields = append(fields, field{key: k, set: func(p string, v ast.Node) {
+			blocks = append(blocks, block{key: k, path: p, node: l.resolve(v)})
+		}})
+	}
+	l.mapping(path, v, v, fields)
+
+	if !kindOK {
+		return r // the kind is missing or unsupported: that is the error
+	}
+	var match *block
+	for i := range blocks {
+		b := &blocks[i]
+		if b.key != r.Kind {
+			l.addAtKey(b.path, "a %s block does not belong in a registry of kind %q", b.key, r.Kind)
+			continue
+		}
+		match = b
+	}
+	if match == nil {
+		l.addAtKey(joinPath(path, r.Kind), "missing required key: kind %q needs a %s: block", r.Kind, r.Kind)
+		return r
+	}
+	r.Block = l.decodeBlock(kinds[r.Kind], match)
+	return r
+}
+
+// decodeBlock decodes a kind block strictly into a new Config, then
+// defaults, resolves paths and validates it. It returns nil if any of
+// that failed.
+func (l *loader) decodeBlock(newConfig func() registries.Config, b *block) registries.Config {
+	cfg := newConfig()
+	if b.node != nil {
+		if _, ok := mappingValues(b.node); !ok {
+			l.addf(b.node, b.path, "want a mapping, got %s", describe(b.node))
+			return nil
+		}
+		if err := yaml.NodeToValue(b.node, cfg, yaml.DisallowUnknownField()); err != nil {
+			l.blockDecodeErr(b, err)
+			return nil
+		}
+	}
+	cfg.ApplyDefaults()
+	if pr, ok := cfg.(registries.PathResolver); ok {
+		pr.ResolvePaths(l.dir)
+	}
+	ok := true
+	for _, err := range leafErrors(cfg.Validate()) {
+		ok = false
+		var fe *registries.FieldError
+		if errors.As(err, &fe) {
+			// Point at the key, or at its nearest parent when it is absent.
+			n, _ := lookup(b.node, fe.Key)
+			if n == nil {
+				n = l.nodes[b.path]
+			}
+			l.addf(n, b.path+"."+fe.Key, "%v", fe.Err)
+			continue
+		}
+		l.addAtKey(b.path, "%v", err)
+	}
+	if !ok {
+		return nil
+	}
+	return cfg
+}
+
+// leafErrors flattens errors.Join trees.
+func leafErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, leafErrors(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// blockDecodeErr maps a go-yaml decoding error inside block b to a
+// problem at the right key.
+func (l *loader) blockDecodeErr(b *block, err error) {
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		tk := ye.GetToken()
+		p, n := findToken(b.node, tk, b.path)
+		if n == nil {
+			l.yamlErr(b.path, err)
+			return
+		}
+		msg := ye.GetMessage()
+		var ue *yaml.UnknownFieldError
+		var te *yaml.TypeError
+		switch {
+		case errors.As(err, &ue):
+			msg = "unknown key"
+		case errors.As(err, &te):
+			msg = fmt.Sprintf("wrong type: want %s, got %s", te.DstType, describe(n))
+		}
+		l.addf(n, p, "%s", msg)
+		return
+	}
+	// Errors from unmarshalers (time.ParseDuration...) carry no position;
+	// point at the scalar they quote, if there is one.
+	if q := quoted(err.Error()); q != "" {
+		if p, n := findScalar(b.node, q, b.path); n != nil {
+			l.addf(n, p, "%v", err)
+			return
+		}
+	}
+	l.addAtKey(b.path, "%v", err)
+}
+
+func quoted(s string) string {
+	i := strings.IndexByte(s, '"')
+	if i < 0 {
+		return ""
+	}
+	q, err := strconv.QuotedPrefix(s[i:])
+	if err != nil {
+		return ""
+	}
+	u, err := strconv.Unquote(q)
+	if err != nil {
+		return ""
+	}
+	return u
+}
+
+// walk calls fn for every key and value below n with its path; fn returns
+// false to stop.
+func walk(n ast.Node, path string, fn func(path string, key, val ast.Node) bool) bool {
+	if entries, ok := mappingValues(n); ok {
+		for _, mv := range entries {
+			p := joinPath(path, keyString(mv.Key))
+			if !fn(p, mv.Key, mv.Value) || !walk(mv.Value, p, fn) {
+				return false
+			}
+		}
+		return true
+	}
+	if seq, ok := n.(*ast.SequenceNode); ok {
+		for i, e := range seq.Values {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if !fn(p, nil, e) || !walk(e, p, fn) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// findToken returns the path and node below n whose key or value is tk.
+func findToken(n ast.Node, tk *token.Token, path string) (string, ast.Node) {
+	if tk == nil || tk.Position == nil {
+		return "", nil
+	}
+	same := func(x ast.Node) bool {
+		if x == nil {
+			return false
+		}
+		t := x.GetToken()
+		return t == tk || (t != nil && t.Position != nil && t.Position.Offset == tk.Position.Offset && t.Position.Line == tk.Position.Line)
+	}
+	var foundPath string
+	var found ast.Node
+	walk(n, path, func(p string, key, val ast.Node) bool {
+		if same(key) {
+			foundPath, found = p, key
+			return false
+		}
+		if same(val) {
+			foundPath, found = p, val
+			return false
+		}
+		return true
+	})
+	return foundPath, found
+}
+
+// findScalar returns the path and node of the first scalar below n whose
+// text is s.
+func findScalar(n ast.Node, s, path string) (string, ast.Node) {
+	var foundPath string
+	var found ast.Node
+	walk(n, path, func(p string, _, val ast.Node) bool {
+		if sc, ok := val.(ast.ScalarNode); ok {
+			if tk := sc.GetToken(); tk != nil && tk.Value == s {
+				foundPath, found = p, val
+				return false
+			}
+		}
+		return true
+	})
+	return foundPath, found
+}
+
+var segmentRE = regexp.MustCompile(`[^.\[\]]+|\[\d+\]`)
+
+// lookup finds where to point for a dotted key path ("tls.caFile",
+// "servers[1]") below n: the value if it is a scalar, else its key. If the
+// full path is absent it returns the deepest key found on the way (nil if
+// none) and false.
+func lookup(n ast.Node, key string) (ast.Node, bool) {
+	var last ast.Node
+	cur := n
+	for _, seg := range segmentRE.FindAllString(key, -1) {
+		var next, at ast.Node
+		if strings.HasPrefix(seg, "[") {
+			i, _ := strconv.Atoi(seg[1 : len(seg)-1])
+			if seq, ok := cur.(*ast.SequenceNode); ok && i < len(seq.Values) {
+				next, at = seq.Values[i], seq.Values[i]
+			}
+		} else if entries, ok := mappingValues(cur); ok {
+			for _, mv := range entries {
+				if keyString(mv.Key) == seg {
+					next, at = mv.Value, mv
+					break
+				}
+			}
+		}
+		if next == nil {
+			return last, false
+		}
+		last, cur = at, next
+	}
+	if _, ok := cur.(ast.ScalarNode); ok && last != nil {
+		if _, null := cur.(*ast.NullNode); !null {
+			last = cur
+		}
+	}
+	return last, last != nil
+}
+
+// crossChecks finds problems that involve more than one key, after
+// defaults.
+func (l *loader) crossChecks(c *Config) {
+	if c.Debounce.Max < c.Debounce.Quiet {
+		key := "debounce.max"
+		if _, ok := l.nodes[key]; !ok {
+			key = "debounce.quiet"
+		}
+		l.addAtKey(key, "debounce.max (%s) must not be less than debounce.quiet (%s)", c.Debounce.Max, c.Debounce.Quiet)
+	}
+	if c.XDS.Address == c.Admin.Address {
+		key := "admin.address"
+		if _, ok := l.nodes[key]; !ok {
+			key = "xds.address"
+		}
+		l.addAtKey(key, "xds and admin both listen on %s", c.XDS.Address)
+	}
+	first := map[string]int{}
+	for i, r := range c.Registries {
+		if r.Name == "" {
+			continue
+		}
+		if j, dup := first[r.Name]; dup {
+			l.addAtKey(fmt.Sprintf("registries[%d].name", i), "duplicate name %q (also registries[%d].name, line %d)",
+				r.Name, j, l.lineOf(fmt.Sprintf("registries[%d].name", j)))
+			continue
+		}
+		first[r.Name] = i
+	}
+	for _, pair := range domainConflicts(c.Registries) {
+		i, j := pair[0], pair[1]
+		a, b := c.Registries[i], c.Registries[j]
+		l.addAtKey(fmt.Sprintf("registries[%d].domain", j),
+			"domain %q of registry %q overlaps domain %q of registry %q (registries[%d].domain, line %d): domains must not be equal or nested, except kubernetes registries sharing one",
+			b.Domain, b.Name, a.Domain, a.Name, i, l.lineOf(fmt.Sprintf("registries[%d].domain", i)))
+	}
+}
+
+// domainConflicts returns the index pairs (i < j) of registries whose
+// domains overlap where DESIGN §4 forbids it: equal, or one a suffix of
+// the other at a label boundary — except two kubernetes registries with an
+// equal domain, which form one multicluster set. Registries without a
+// domain are skipped.
+func domainConflicts(regs []Registry) [][2]int {
+	var out [][2]int
+	for j := range regs {
+		for i := range j {
+			a, b := regs[i], regs[j]
+			if a.Domain == "" || b.Domain == "" || !domainsOverlap(a.Domain, b.Domain) {
+				continue
+			}
+			if a.Kind == "kubernetes" && b.Kind == "kubernetes" && a.Domain == b.Domain {
+				continue
+			}
+			out = append(out, [2]int{i, j})
+		}
+	}
+	return out
+}
+
+// domainsOverlap reports whether a and b (lowercase, no trailing dot) are
+// equal or one is a suffix of the other at a label boundary.
+func domainsOverlap(a, b string) bool {
+	return a == b || strings.HasSuffix(a, "."+b) || strings.HasSuffix(b, "."+a)
+}
+
+var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// checkName checks an RFC 1123 label.
+func checkName(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	if len(s) > 63 || !labelRE.MatchString(s) {
+		return fmt.Errorf("bad name %q: want a DNS label (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)", s)
+	}
+	return nil
+}
+
+// isDNSName reports whether s (lowercase) is a DNS name of RFC 1123
+// labels, at most 253 long.
+func isDNSName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, lab := range strings.Split(s, ".") {
+		if len(lab) > 63 || !labelRE.MatchString(lab) {
+			return false
+		}
+	}
+	return true
+}
+
+// normalizeDomain lowercases a domain, drops one trailing dot and checks
+// it is a DNS name.
+func normalizeDomain(s string) (string, error) {
+	d := strings.TrimSuffix(strings.ToLower(s), ".")
+	if d == "" {
+		return "", errors.New("must not be empty")
+	}
+	if !isDNSName(d) {
+		return "", fmt.Errorf("bad domain %q: want a DNS name like vm.internal", s)
+	}
+	return d, nil
+}
+
+// checkAddress checks host:port with a port 1..65535 and a host that is an
+// IP address or a hostname.
+func checkAddress(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("bad address %q: want host:port, like 127.0.0.1:15010", s)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Errorf("bad address %q: port %q is not in 1-65535", s, port)
+	}
+	if host == "" {
+		return fmt.Errorf("bad address %q: no host; write 0.0.0.0:%s to listen on every interface", s, port)
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if !isDNSName(strings.ToLower(host)) {
+		return fmt.Errorf("bad address %q: host %q is neither an IP address nor a hostname", s, host)
+	}
+	return nil
+}

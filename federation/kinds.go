@@ -1,0 +1,45 @@
+package federation
+
+import (
+	"slices"
+
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/file"
+)
+
+// kinds is THE kind→block table of this build: for each registry kind it
+// returns a new, empty clusters.yaml block for that kind. The block key of
+// a registry entry equals its kind (`kind: file` takes a `file:` block).
+// Config.New of the block is the kind's factory.
+//
+// Adding a kind is one line here.
+var kinds = map[string]func() registries.Config{
+	"file": func() registries.Config { return new(file.Config) },
+}
+
+// schemaKinds are the kinds clusters.yaml v1 knows, whether or not this
+// build supports them. Their block keys are recognized so that a registry
+// of a kind missing from this build gets one clear error, not one per key.
+var schemaKinds = []string{"consul", "eureka", "file", "kubernetes", "zookeeper"}
+
+// Kinds returns the registry kinds this build supports, sorted.
+func Kinds() []string {
+	out := make([]string, 0, len(kinds))
+	for k := range kinds {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// blockKeys returns every key that may hold a kind block, sorted.
+func blockKeys() []string {
+	out := append([]string(nil), schemaKinds...)
+	for k := range kinds {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
