@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need=()
 dpkg -s zookeeper >/dev/null 2>&1 || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 if ((${#need[@]})); then
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo="sudo"
@@ -18,4 +19,11 @@ fi
 
 if [ -x tools/testservers/build.sh ]; then
 	tools/testservers/build.sh all
+fi
+
+# grpc-js-xds for the proxyless Node.js client in the end-to-end tests.
+js=test/e2e/jsclient
+if [ ! -d "$js/node_modules/@grpc/grpc-js-xds" ] || [ "$js/package-lock.json" -nt "$js/node_modules/.package-lock.json" ]; then
+	command -v npm >/dev/null 2>&1 || { echo "npm is required (Debian package npm)"; exit 1; }
+	npm ci --prefix "$js" --no-audit --no-fund --loglevel=error
 fi

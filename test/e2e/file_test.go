@@ -150,3 +150,29 @@ func proxyConnected(t *testing.T, m *meshfed, id string) time.Time {
 	})
 	return at
 }
+
+// TestFileRegistryToGRPCJSClient proves the proxyless resources also work
+// for grpc-js-xds, whose bootstrap must carry a node locality.
+func TestFileRegistryToGRPCJSClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	b1 := startBackend(t, "b1")
+	b2 := startBackend(t, "b2")
+	svcFile := filepath.Join(dir, "services.yaml")
+	writeFile(t, svcFile, servicesYAML(localEndpoint(b1, "v1")))
+	config, xdsAddr, adminAddr := writeClusters(t, dir,
+		"  - name: vms\n    kind: file\n    domain: vm.internal\n    file: {path: services.yaml}\n")
+	m := startMeshfed(t, config, xdsAddr, adminAddr)
+
+	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-js", "--locality", "test/zone-a")
+	if code != 0 {
+		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
+	}
+	c := startJSClient(t, bootstrap, "xds:///echo.vm.internal:8080")
+	c.waitFor(t, "b1", 5, 30*time.Second)
+	writeFile(t, svcFile, servicesYAML(localEndpoint(b2, "v2")))
+	c.waitFor(t, "b2", 10, 15*time.Second)
+	proxyConnected(t, m, "e2e-js")
+}

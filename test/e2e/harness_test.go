@@ -220,8 +220,6 @@ func meshfedCmd(t *testing.T, args ...string) (stdout, stderr string, code int) 
 type client struct {
 	cmd   *exec.Cmd
 	lines chan clientLine
-	mu    sync.Mutex
-	last  []clientLine
 }
 
 type clientLine struct {
@@ -230,14 +228,33 @@ type clientLine struct {
 	Err     string `json:"err"`
 }
 
+// startClient runs the grpc-go client (xdsclient/) against target.
 func startClient(t *testing.T, bootstrapJSON, target string) *client {
+	t.Helper()
+	return startClientCmd(t, bootstrapJSON, xdsClientBin, "-target", target, "-interval", "50ms", "-duration", "3m")
+}
+
+// startJSClient runs the grpc-js-xds client (jsclient/) against target.
+func startJSClient(t *testing.T, bootstrapJSON, target string) *client {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		servers.Missing(t, "node", "Debian package nodejs")
+	}
+	if _, err := os.Stat("jsclient/node_modules/@grpc/grpc-js-xds"); err != nil {
+		servers.Missing(t, "@grpc/grpc-js-xds", "npm ci --prefix test/e2e/jsclient")
+	}
+	return startClientCmd(t, bootstrapJSON, node, "jsclient/client.js", "--target="+target, "--interval=50", "--duration=180000")
+}
+
+func startClientCmd(t *testing.T, bootstrapJSON string, argv ...string) *client {
 	t.Helper()
 	bs := filepath.Join(t.TempDir(), "bootstrap.json")
 	if err := os.WriteFile(bs, []byte(bootstrapJSON), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := &client{lines: make(chan clientLine, 1024)}
-	c.cmd = exec.Command(xdsClientBin, "-target", target, "-interval", "50ms", "-duration", "3m")
+	c.cmd = exec.Command(argv[0], argv[1:]...)
 	c.cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+bs)
 	stderr := &syncBuffer{}
 	c.cmd.Stderr = stderr
@@ -267,7 +284,7 @@ func startClient(t *testing.T, bootstrapJSON, target string) *client {
 		<-done
 		_ = c.cmd.Wait()
 		if t.Failed() {
-			t.Logf("xdsclient stderr:\n%s", stderr.String())
+			t.Logf("%s stderr:\n%s", argv[0], stderr.String())
 		}
 	})
 	return c
