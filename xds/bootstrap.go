@@ -1,0 +1,144 @@
+package xds
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+
+	bootstrap "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// XDSClusterName is the static cluster of the Envoy bootstrap that points
+// at meshfed.
+const XDSClusterName = "xds_cluster"
+
+type grpcBootstrapLocality struct {
+	Region  string `json:"region"`
+	Zone    string `json:"zone"`
+	SubZone string `json:"sub_zone"`
+}
+
+type grpcBootstrap struct {
+	XDSServers []grpcBootstrapServer `json:"xds_servers"`
+	Node       struct {
+		ID       string                `json:"id"`
+		Locality grpcBootstrapLocality `json:"locality"`
+		Metadata map[string]string     `json:"metadata"`
+	} `json:"node"`
+}
+
+type grpcBootstrapServer struct {
+	ServerURI      string              `json:"server_uri"`
+	ChannelCreds   []map[string]string `json:"channel_creds"`
+	ServerFeatures []string            `json:"server_features"`
+}
+
+func splitXDSAddr(addr string) (string, uint32, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("xds address %q: %w", addr, err)
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || port == 0 || host == "" {
+		return "", 0, fmt.Errorf("xds address %q: want host:port", addr)
+	}
+	return host, uint32(port), nil
+}
+
+// GRPCBootstrap returns the bootstrap JSON (GRPC_XDS_BOOTSTRAP) for a
+// proxyless gRPC client (grpc-go, grpc-js-xds) of the xDS server at xdsAddr
+// (host:port): insecure channel credentials, server feature xds_v3, and a
+// node with the id, a locality (grpc-js-xds requires one, even empty) and
+// metadata GENERATOR=grpc, which makes meshfed serve it gRPC resources.
+func GRPCBootstrap(xdsAddr, nodeID string, locality model.Locality) ([]byte, error) {
+	if _, _, err := splitXDSAddr(xdsAddr); err != nil {
+		return nil, err
+	}
+	if nodeID == "" {
+		return nil, fmt.Errorf("empty node id")
+	}
+	var b grpcBootstrap
+	b.XDSServers = []grpcBootstrapServer{{
+		ServerURI:      xdsAddr,
+		ChannelCreds:   []map[string]string{{"type": "insecure"}},
+		ServerFeatures: []string{"xds_v3"},
+	}}
+	b.Node.ID = nodeID
+	b.Node.Locality = grpcBootstrapLocality{Region: locality.Region, Zone: locality.Zone, SubZone: locality.SubZone}
+	b.Node.Metadata = map[string]string{"GENERATOR": "grpc"}
+	out, err := json.MarshalIndent(b, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+// EnvoyBootstrap returns an Envoy bootstrap (JSON) whose node is nodeID in
+// cluster, with CDS and LDS over ADS (gRPC, API v3) from the static
+// cluster xds_cluster at xdsAddr (HTTP/2; STATIC for an IP address,
+// STRICT_DNS for a hostname). The bootstrap passes ValidateAll.
+func EnvoyBootstrap(xdsAddr, nodeID, clusterName string) ([]byte, error) {
+	host, port, err := splitXDSAddr(xdsAddr)
+	if err != nil {
+		return nil, err
+	}
+	discovery := cluster.Cluster_STRICT_DNS
+	if _, err := netip.ParseAddr(host); err == nil {
+		discovery = cluster.Cluster_STATIC
+	}
+	ads := &core.ConfigSource{
+		ResourceApiVersion:    core.ApiVersion_V3,
+		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+	}
+	b := &bootstrap.Bootstrap{
+		Node: &core.Node{Id: nodeID, Cluster: clusterName},
+		DynamicResources: &bootstrap.Bootstrap_DynamicResources{
+			AdsConfig: &core.ApiConfigSource{
+				ApiType:             core.ApiConfigSource_GRPC,
+				TransportApiVersion: core.ApiVersion_V3,
+				GrpcServices: []*core.GrpcService{{
+					TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: XDSClusterName}},
+				}},
+			},
+			CdsConfig: ads,
+			LdsConfig: ads,
+		},
+		StaticResources: &bootstrap.Bootstrap_StaticResources{
+			Clusters: []*cluster.Cluster{{
+				Name:                          XDSClusterName,
+				ConnectTimeout:                durationpb.New(envoyConnectTimeout),
+				ClusterDiscoveryType:          &cluster.Cluster_Type{Type: discovery},
+				TypedExtensionProtocolOptions: http2Options(),
+				LoadAssignment: &endpoint.ClusterLoadAssignment{
+					ClusterName: XDSClusterName,
+					Endpoints: []*endpoint.LocalityLbEndpoints{{
+						LoadBalancingWeight: wrapperspb.UInt32(1),
+						LbEndpoints: []*endpoint.LbEndpoint{{
+							HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+								Address: socketAddress(host, port),
+							}},
+						}},
+					}},
+				},
+			}},
+		},
+	}
+	if err := b.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("envoy bootstrap: %w", err)
+	}
+	out, err := protojson.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	return indentJSON(out), nil
+}

@@ -1,0 +1,40 @@
+package xds
+
+import "github.com/prometheus/client_golang/prometheus"
+
+var (
+	pushesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_xds_pushes_total",
+		Help: "Cache updates pushed per xDS type (CDS, EDS, LDS, RDS); one per snapshot that changed the type.",
+	}, []string{"type"})
+	pushSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "meshfed_xds_push_seconds",
+		Help:    "Time from a snapshot handed to the xDS server to its caches being updated.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	})
+	connectedProxies = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshfed_xds_connected_proxies",
+		Help: "xDS streams open, by client class (envoy, grpc).",
+	}, []string{"class"})
+	nacksTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_xds_nacks_total",
+		Help: "Responses rejected by proxies, per xDS type.",
+	}, []string{"type"})
+	resourcesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshfed_xds_resources",
+		Help: "Resources served, per client class and xDS type (endpoints are shared: class \"all\").",
+	}, []string{"class", "type"})
+)
+
+// Collectors returns the package's Prometheus collectors; the wiring
+// registers them once.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{pushesTotal, pushSeconds, connectedProxies, nacksTotal, resourcesGauge}
+}
+
+func classLabel(c Class) string {
+	if c == "" {
+		return "all"
+	}
+	return string(c)
+}

@@ -1,0 +1,263 @@
+// Package xds serves meshfed's model to Envoy proxies and proxyless gRPC
+// clients over one ADS endpoint (SotW and Delta), on go-control-plane.
+//
+// Translation (Translator) is a pure, incremental function of model
+// snapshots: resources of unchanged services are reused, and every
+// resource passes its protobuf ValidateAll. The Server keeps one
+// go-control-plane LinearCache per client class and type URL (endpoints
+// shared by both classes), so each resource is marshalled once for all
+// streams and Delta streams receive only the resources that changed.
+//
+// Naming follows DESIGN §6: clusters and ClusterLoadAssignments
+// outbound|<port>||<host>; Envoy listeners 0.0.0.0_<port> with route
+// configuration <port>; gRPC listeners and route configurations
+// <host>:<port>.
+package xds
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	gcplog "github.com/envoyproxy/go-control-plane/pkg/log"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Logger receives connection, NACK and translation events; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Server translates snapshots and serves them over ADS. Update is called
+// from one goroutine; every other method is safe for concurrent use.
+type Server struct {
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.RWMutex // guards tr and invalid; held while caches update
+	tr      *Translator
+	invalid map[string]string
+	caches  map[Kind]*cache.LinearCache
+
+	tracker *tracker
+	xds     serverv3.Server
+	version atomic.Uint64
+}
+
+// NewServer returns a server with no resources; Register it on a gRPC
+// server and feed it snapshots with Update.
+func NewServer(o Options) *Server {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		log:     log,
+		ctx:     ctx,
+		cancel:  cancel,
+		tr:      NewTranslator(),
+		invalid: map[string]string{},
+		caches:  map[Kind]*cache.LinearCache{},
+		tracker: newTracker(log),
+	}
+	gl := slogAdapter{log}
+	for _, k := range Kinds {
+		s.caches[k] = cache.NewLinearCache(k.TypeURL, cache.WithLogger(gl))
+	}
+	s.xds = serverv3.NewServer(ctx, &watchRouter{caches: s.caches}, s.tracker,
+		sotw.WithLogger(gl))
+	return s
+}
+
+// Register registers the ADS service (SotW and Delta) on g. The caller
+// owns g: it listens, serves and stops it.
+func (s *Server) Register(g *grpc.Server) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+}
+
+// Update translates snap incrementally and pushes the changed resources to
+// every subscribed stream. Calls come from one goroutine in snapshot order.
+func (s *Server) Update(snap *model.Snapshot) {
+	start := time.Now()
+	s.mu.Lock()
+	ch := s.tr.Translate(snap)
+	for _, k := range Kinds {
+		c := ch[k]
+		if c == nil {
+			continue
+		}
+		if err := s.caches[k].UpdateResources(c.Updated, c.Removed); err != nil {
+			s.log.Error("xds cache update failed", "class", k.Class, "type", k.TypeURL, "error", err)
+		}
+		pushesTotal.WithLabelValues(shortType(k.TypeURL)).Inc()
+		resourcesGauge.WithLabelValues(classLabel(k.Class), shortType(k.TypeURL)).Set(float64(len(s.tr.Resources(k))))
+	}
+	s.logInvalid()
+	s.mu.Unlock()
+	if snap != nil {
+		s.version.Store(snap.Version)
+	}
+	pushSeconds.Observe(time.Since(start).Seconds())
+	s.log.Debug("xds snapshot applied", "version", s.Version(), "changedKinds", len(ch))
+}
+
+// logInvalid logs services newly left out. Callers hold s.mu.
+func (s *Server) logInvalid() {
+	now := map[string]string{}
+	for _, in := range s.tr.Invalid() {
+		now[in.Host] = in.Error
+		if s.invalid[in.Host] != in.Error {
+			s.log.Warn("xds service not served: invalid resources", "host", in.Host, "error", in.Error)
+		}
+	}
+	s.invalid = now
+}
+
+// Version is the model snapshot version last applied; 0 before the first.
+func (s *Server) Version() uint64 { return s.version.Load() }
+
+// Skipped lists service ports without an Envoy listener because another
+// service owns the port number (see Translator.rebuildPort).
+func (s *Server) Skipped() []Skipped {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tr.Skipped()
+}
+
+// Invalid lists services not served because their resources failed
+// validation.
+func (s *Server) Invalid() []Invalid {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tr.Invalid()
+}
+
+// Proxies returns every connected stream's sync status, sorted by node id.
+func (s *Server) Proxies() []ProxyStatus {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tracker.snapshot(s.tr.Resources)
+}
+
+// ConfigDump returns, as indented JSON, the resources the newest stream
+// of proxyID is currently served, per type URL:
+//
+//	{"id": ..., "class": ..., "resources": {"<typeURL>": [<resource>, ...]}}
+//
+// Resources are the current ones its subscriptions match, in protojson
+// form, sorted by name. It returns false for an unknown proxy.
+func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	class, names, ok := s.tracker.served(proxyID, s.tr.Resources)
+	if !ok {
+		return nil, false
+	}
+	out := struct {
+		ID        string                       `json:"id"`
+		Class     Class                        `json:"class"`
+		Resources map[string][]json.RawMessage `json:"resources"`
+	}{ID: proxyID, Class: class, Resources: map[string][]json.RawMessage{}}
+	for url, ns := range names {
+		current := s.tr.Resources(KindOf(class, url))
+		list := make([]json.RawMessage, 0, len(ns))
+		for _, n := range ns {
+			b, err := protojson.Marshal(current[n])
+			if err != nil {
+				b, _ = json.Marshal(map[string]string{"name": n, "error": err.Error()})
+			}
+			list = append(list, b)
+		}
+		out.Resources[url] = list
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, false
+	}
+	return indentJSON(b), true
+}
+
+// Close ends every stream; the gRPC server stays the caller's.
+func (s *Server) Close() { s.cancel() }
+
+// indentJSON normalizes JSON (protojson varies its spacing) to two-space
+// indentation.
+func indentJSON(b []byte) []byte {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		return b
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes()
+}
+
+// watchRouter hands each watch to the cache of the client's class and the type
+// URL. Unlike cache.MuxCache it leaves a stream open when a client asks for
+// a type meshfed does not serve (the watch is never answered).
+type watchRouter struct {
+	caches map[Kind]*cache.LinearCache
+}
+
+var _ cache.Cache = (*watchRouter)(nil)
+
+func (r *watchRouter) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
+	c, ok := r.caches[KindOf(ClassifyNode(req.GetNode()), req.GetTypeUrl())]
+	if !ok {
+		return func() {}, nil
+	}
+	if req.GetErrorDetail() != nil && req.GetVersionInfo() == "" {
+		// A NACK of the first response carries no version; LinearCache would
+		// answer an empty version at once with the same resources, and the
+		// client would reject them again in a tight loop. The client waits
+		// for the next change instead.
+		req = proto.Clone(req).(*cache.Request)
+		req.VersionInfo = "nack"
+	}
+	return c.CreateWatch(req, sub, ch)
+}
+
+func (r *watchRouter) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
+	c, ok := r.caches[KindOf(ClassifyNode(req.GetNode()), req.GetTypeUrl())]
+	if !ok {
+		return func() {}, nil
+	}
+	return c.CreateDeltaWatch(req, sub, ch)
+}
+
+func (r *watchRouter) Fetch(context.Context, *cache.Request) (cache.Response, error) {
+	return nil, fmt.Errorf("REST xDS is not served")
+}
+
+// slogAdapter routes go-control-plane's logging to slog; its per-watch Info
+// lines go to Debug.
+type slogAdapter struct{ l *slog.Logger }
+
+var _ gcplog.Logger = slogAdapter{}
+
+func (a slogAdapter) Debugf(f string, args ...any) { a.l.Debug(fmt.Sprintf(f, args...)) }
+func (a slogAdapter) Infof(f string, args ...any)  { a.l.Debug(fmt.Sprintf(f, args...)) }
+func (a slogAdapter) Warnf(f string, args ...any)  { a.l.Warn(fmt.Sprintf(f, args...)) }
+func (a slogAdapter) Errorf(f string, args ...any) { a.l.Error(fmt.Sprintf(f, args...)) }
+
+// resourceNames is the sorted key set of a collection (for tests and dumps).
+func resourceNames(m map[string]types.Resource) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,0 +1,395 @@
+package xds
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// Kind names one collection of resources: a client class and a type URL.
+// Endpoints (ClusterLoadAssignments) are the same for every class and live
+// in one shared collection, Kind{Class: "", TypeURL: EndpointType}.
+type Kind struct {
+	Class   Class
+	TypeURL string
+}
+
+// KindOf returns the collection a class reads for a type URL.
+func KindOf(c Class, typeURL string) Kind {
+	if typeURL == EndpointType {
+		return Kind{TypeURL: EndpointType}
+	}
+	return Kind{Class: c, TypeURL: typeURL}
+}
+
+// Kinds lists every collection the translator fills.
+var Kinds = []Kind{
+	{ClassEnvoy, ClusterType}, {ClassEnvoy, ListenerType}, {ClassEnvoy, RouteType},
+	{ClassGRPC, ClusterType}, {ClassGRPC, ListenerType}, {ClassGRPC, RouteType},
+	{"", EndpointType},
+}
+
+// Change lists what changed in one collection: resources to add or
+// replace, and names to delete.
+type Change struct {
+	Updated map[string]types.Resource
+	Removed []string // sorted
+}
+
+// Changes holds the changes of one Translate per collection; collections
+// without changes are absent.
+type Changes map[Kind]*Change
+
+func (c Changes) get(k Kind) *Change {
+	ch := c[k]
+	if ch == nil {
+		ch = &Change{Updated: map[string]types.Resource{}}
+		c[k] = ch
+	}
+	return ch
+}
+
+func (c Changes) update(k Kind, name string, r types.Resource) {
+	ch := c.get(k)
+	ch.Updated[name] = r
+	ch.Removed = slices.DeleteFunc(ch.Removed, func(n string) bool { return n == name })
+}
+
+func (c Changes) remove(k Kind, name string) {
+	ch := c.get(k)
+	delete(ch.Updated, name)
+	ch.Removed = append(ch.Removed, name)
+}
+
+// Names returns the names of updated and removed resources of k, sorted.
+func (c Changes) Names(k Kind) (updated, removed []string) {
+	ch := c[k]
+	if ch == nil {
+		return nil, nil
+	}
+	return slices.Sorted(maps.Keys(ch.Updated)), ch.Removed
+}
+
+// Skipped is a service port that has no Envoy outbound listener because
+// another service owns that port number.
+type Skipped struct {
+	Host   string `json:"host"`
+	Port   uint32 `json:"port"`
+	Reason string `json:"reason"`
+}
+
+// Invalid is a service left out of translation because a resource built
+// from it failed validation.
+type Invalid struct {
+	Host  string `json:"host"`
+	Error string `json:"error"`
+}
+
+type svcState struct {
+	svc   *model.Service
+	res   map[Kind]map[string]types.Resource
+	ports map[uint32]model.Protocol // for the Envoy per-port listeners
+}
+
+// Translator turns snapshots into xDS resources, incrementally. It keeps,
+// per hostname, the *model.Service it last translated and the resources it
+// built: a service whose pointer did not change is skipped entirely, so its
+// resource objects (and their cached marshalled bytes downstream) are
+// reused. A changed service is rebuilt and each of its resources that is
+// proto.Equal to the previous one keeps the previous object and is not
+// reported as changed.
+//
+// Envoy listeners and route configurations, which span all services on a
+// port number, are rebuilt only for ports whose set of services or
+// protocols changed.
+//
+// Translate is pure (no I/O, no clock) and not safe for concurrent use.
+type Translator struct {
+	services map[string]*svcState
+	current  map[Kind]map[string]types.Resource
+	ports    map[uint32]map[string]model.Protocol // port → host → protocol
+	skipped  map[uint32][]Skipped
+	invalid  map[string]string
+}
+
+// NewTranslator returns a translator with no resources.
+func NewTranslator() *Translator {
+	t := &Translator{
+		services: map[string]*svcState{},
+		current:  map[Kind]map[string]types.Resource{},
+		ports:    map[uint32]map[string]model.Protocol{},
+		skipped:  map[uint32][]Skipped{},
+		invalid:  map[string]string{},
+	}
+	for _, k := range Kinds {
+		t.current[k] = map[string]types.Resource{}
+	}
+	return t
+}
+
+// Resources returns the current resources of a collection. The map and
+// its resources must not be modified.
+func (t *Translator) Resources(k Kind) map[string]types.Resource { return t.current[k] }
+
+// Skipped lists the service ports without an Envoy listener, sorted by
+// port and host.
+func (t *Translator) Skipped() []Skipped {
+	var out []Skipped
+	for _, s := range t.skipped {
+		out = append(out, s...)
+	}
+	slices.SortFunc(out, func(a, b Skipped) int { return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Host, b.Host)) })
+	return out
+}
+
+// Invalid lists the services left out because their resources failed
+// validation, sorted by host.
+func (t *Translator) Invalid() []Invalid {
+	out := make([]Invalid, 0, len(t.invalid))
+	for h, e := range t.invalid {
+		out = append(out, Invalid{Host: h, Error: e})
+	}
+	slices.SortFunc(out, func(a, b Invalid) int { return cmp.Compare(a.Host, b.Host) })
+	return out
+}
+
+// Translate brings the translator to snap and returns what changed since
+// the previous call. A nil snapshot has no services.
+func (t *Translator) Translate(snap *model.Snapshot) Changes {
+	ch := Changes{}
+	dirty := map[uint32]bool{}
+	seen := make(map[string]bool, snap.Len())
+	for _, svc := range snap.Services() {
+		seen[svc.Hostname] = true
+		old := t.services[svc.Hostname]
+		if old != nil && old.svc == svc {
+			continue
+		}
+		next := &svcState{svc: svc}
+		res, err := buildService(svc)
+		if err != nil {
+			t.invalid[svc.Hostname] = err.Error()
+		} else {
+			delete(t.invalid, svc.Hostname)
+			next.res = res
+			next.ports = servicePorts(svc)
+		}
+		t.replace(old, next, ch, dirty)
+		t.services[svc.Hostname] = next
+	}
+	for host, old := range t.services {
+		if !seen[host] {
+			t.replace(old, nil, ch, dirty)
+			delete(t.services, host)
+			delete(t.invalid, host)
+		}
+	}
+	for _, port := range slices.Sorted(maps.Keys(dirty)) {
+		t.rebuildPort(port, ch)
+	}
+	for _, c := range ch {
+		slices.Sort(c.Removed)
+		c.Removed = slices.Compact(c.Removed)
+	}
+	for k, c := range ch {
+		if len(c.Updated) == 0 && len(c.Removed) == 0 {
+			delete(ch, k)
+		}
+	}
+	return ch
+}
+
+func servicePorts(svc *model.Service) map[uint32]model.Protocol {
+	m := make(map[uint32]model.Protocol, len(svc.Ports))
+	for _, p := range svc.Ports {
+		if _, dup := m[p.Number]; !dup {
+			m[p.Number] = p.Protocol
+		}
+	}
+	return m
+}
+
+// replace swaps a service's resources (old or next may be nil) and records
+// the differences; ports whose Envoy listener may change are marked dirty.
+func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]bool) {
+	var oldRes map[Kind]map[string]types.Resource
+	var oldPorts map[uint32]model.Protocol
+	var host string
+	if old != nil {
+		oldRes, oldPorts, host = old.res, old.ports, old.svc.Hostname
+	}
+	var nextPorts map[uint32]model.Protocol
+	if next != nil {
+		host = next.svc.Hostname
+		nextPorts = next.ports
+		for k, rs := range next.res {
+			for name, r := range rs {
+				if prev, ok := oldRes[k][name]; ok && proto.Equal(prev, r) {
+					rs[name] = prev // keep the object downstream already holds
+					continue
+				}
+				t.current[k][name] = r
+				ch.update(k, name, r)
+			}
+		}
+	}
+	for k, rs := range oldRes {
+		for name := range rs {
+			if next != nil {
+				if _, ok := next.res[k][name]; ok {
+					continue
+				}
+			}
+			delete(t.current[k], name)
+			ch.remove(k, name)
+		}
+	}
+	if maps.Equal(oldPorts, nextPorts) {
+		return
+	}
+	for port := range oldPorts {
+		dirty[port] = true
+		delete(t.ports[port], host)
+	}
+	for port, proto := range nextPorts {
+		dirty[port] = true
+		if t.ports[port] == nil {
+			t.ports[port] = map[string]model.Protocol{}
+		}
+		t.ports[port][host] = proto
+	}
+}
+
+// buildService builds every per-service resource of svc, all validated.
+func buildService(svc *model.Service) (map[Kind]map[string]types.Resource, error) {
+	res := map[Kind]map[string]types.Resource{}
+	add := func(k Kind, r types.Resource) {
+		if res[k] == nil {
+			res[k] = map[string]types.Resource{}
+		}
+		res[k][resourceName(r)] = r
+	}
+	ports := slices.Clone(svc.Ports)
+	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
+	ports = slices.CompactFunc(ports, func(a, b model.Port) bool { return a.Number == b.Number })
+	var httpPorts []model.Port
+	for _, p := range ports {
+		name := ClusterName(svc.Hostname, p.Number)
+		cla, err := buildCLA(name, svc, p)
+		if err != nil {
+			return nil, err
+		}
+		add(KindOf(ClassEnvoy, ClusterType), envoyCluster(name, svc, p, cla))
+		if svc.Resolution != model.ResolutionDNS {
+			add(KindOf(ClassEnvoy, EndpointType), cla)
+		}
+		if !p.Protocol.IsHTTP() {
+			continue
+		}
+		httpPorts = append(httpPorts, p)
+		gc, useEDS := grpcCluster(name, svc, cla)
+		add(KindOf(ClassGRPC, ClusterType), gc)
+		if useEDS {
+			add(KindOf(ClassGRPC, EndpointType), cla)
+		}
+		lname := GRPCListenerName(svc.Hostname, p.Number)
+		add(KindOf(ClassGRPC, ListenerType), grpcListener(lname, lname))
+		add(KindOf(ClassGRPC, RouteType), &route.RouteConfiguration{
+			Name:         lname,
+			VirtualHosts: []*route.VirtualHost{virtualHost(svc.Hostname, p.Number)},
+		})
+	}
+	// xds:///<host> without a port works when the service has one HTTP port.
+	if len(httpPorts) == 1 {
+		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, GRPCListenerName(svc.Hostname, httpPorts[0].Number)))
+	}
+	var errs []error
+	for _, rs := range res {
+		for name, r := range rs {
+			if err := validate(r); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return res, nil
+}
+
+// rebuildPort recomputes the Envoy listener (and route configuration) of a
+// port number. With any HTTP service on the port, the listener routes by
+// host to every HTTP service there and TCP services on the port are
+// skipped. Otherwise the listener proxies TCP to the service with the
+// smallest hostname and the others are skipped.
+func (t *Translator) rebuildPort(port uint32, ch Changes) {
+	var httpHosts, tcpHosts []string
+	for host, p := range t.ports[port] {
+		if p.IsHTTP() {
+			httpHosts = append(httpHosts, host)
+		} else {
+			tcpHosts = append(tcpHosts, host)
+		}
+	}
+	if len(t.ports[port]) == 0 {
+		delete(t.ports, port)
+	}
+	slices.Sort(httpHosts)
+	slices.Sort(tcpHosts)
+	delete(t.skipped, port)
+
+	var lis types.Resource
+	var rc *route.RouteConfiguration
+	switch {
+	case len(httpHosts) > 0:
+		lis = envoyHTTPListener(port)
+		rc = &route.RouteConfiguration{Name: EnvoyRouteName(port)}
+		for _, h := range httpHosts {
+			rc.VirtualHosts = append(rc.VirtualHosts, virtualHost(h, port))
+		}
+		for _, h := range tcpHosts {
+			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
+				Reason: fmt.Sprintf("TCP port %d is served as HTTP for %s", port, httpHosts[0])})
+		}
+	case len(tcpHosts) > 0:
+		lis = envoyTCPListener(port, tcpHosts[0])
+		for _, h := range tcpHosts[1:] {
+			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
+				Reason: fmt.Sprintf("TCP port %d is taken by %s", port, tcpHosts[0])})
+		}
+	}
+	t.setAggregate(KindOf(ClassEnvoy, ListenerType), EnvoyListenerName(port), lis, ch)
+	var rcRes types.Resource
+	if rc != nil {
+		rcRes = rc
+	}
+	t.setAggregate(KindOf(ClassEnvoy, RouteType), EnvoyRouteName(port), rcRes, ch)
+}
+
+// setAggregate stores r under name (nil removes it), reporting a change
+// only if it differs from the current resource.
+func (t *Translator) setAggregate(k Kind, name string, r types.Resource, ch Changes) {
+	prev, had := t.current[k][name]
+	if r == nil {
+		if had {
+			delete(t.current[k], name)
+			ch.remove(k, name)
+		}
+		return
+	}
+	if had && proto.Equal(prev, r) {
+		return
+	}
+	// Aggregates hold only validated parts and fixed fields; a failure here
+	// is a bug, so the resource is still served rather than dropping a port.
+	t.current[k][name] = r
+	ch.update(k, name, r)
+}
