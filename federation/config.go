@@ -525,10 +525,11 @@ func (l *loader) mapping(path string, owner, v ast.Node, fields []field) {
 			continue
 		}
 		seen[key] = true
-		if val := l.resolve(mv.Value); val != nil {
+		// Point at a scalar value itself, at the key of anything else.
+		if val, ok := l.resolve(mv.Value).(ast.ScalarNode); ok {
 			l.nodes[p] = val
 		} else {
-			l.nodes[p] = mv.Key
+			l.nodes[p] = mv
 		}
 		fields[i].set(p, mv.Value)
 	}
@@ -896,18 +897,25 @@ func (l *loader) blockDecodeErr(b *block, err error) {
 		msg := ye.GetMessage()
 		var ue *yaml.UnknownFieldError
 		var te *yaml.TypeError
+		var ne *yaml.UnexpectedNodeTypeError
 		switch {
 		case errors.As(err, &ue):
 			msg = "unknown key"
 		case errors.As(err, &te):
 			msg = fmt.Sprintf("wrong type: want %s, got %s", te.DstType, describe(n))
+		case errors.As(err, &ne):
+			want := "a " + ne.Expected.YAMLName()
+			if ne.Expected == ast.SequenceType {
+				want = "a list"
+			}
+			msg = fmt.Sprintf("wrong type: want %s, got %s", want, describe(n))
 		}
 		l.addf(n, p, "%s", msg)
 		return
 	}
 	// Errors from unmarshalers (time.ParseDuration...) carry no position;
 	// point at the scalar they quote, if there is one.
-	if q := quoted(err.Error()); q != "" {
+	for _, q := range quotedStrings(err.Error()) {
 		if p, n := findScalar(b.node, q, b.path); n != nil {
 			l.addf(n, p, "%v", err)
 			return
@@ -916,20 +924,26 @@ func (l *loader) blockDecodeErr(b *block, err error) {
 	l.addAtKey(b.path, "%v", err)
 }
 
-func quoted(s string) string {
-	i := strings.IndexByte(s, '"')
-	if i < 0 {
-		return ""
+// quotedStrings returns the Go-quoted strings in s, longest first.
+func quotedStrings(s string) []string {
+	var out []string
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			break
+		}
+		q, err := strconv.QuotedPrefix(s[i:])
+		if err != nil {
+			s = s[i+1:]
+			continue
+		}
+		if u, err := strconv.Unquote(q); err == nil && u != "" {
+			out = append(out, u)
+		}
+		s = s[i+len(q):]
 	}
-	q, err := strconv.QuotedPrefix(s[i:])
-	if err != nil {
-		return ""
-	}
-	u, err := strconv.Unquote(q)
-	if err != nil {
-		return ""
-	}
-	return u
+	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
 }
 
 // walk calls fn for every key and value below n with its path; fn returns
