@@ -1,0 +1,478 @@
+// Package aggregate merges the full state every registry publishes into one
+// immutable, versioned model.Snapshot. It implements registries.Sink.
+//
+// Per registry (shard) it keeps the last accepted state and passes every
+// Replace through a normalization gate: invalid or duplicate items are
+// quarantined alone and listed as Conflicts, the rest of each service is
+// served; a service outside its registry's domain is rejected. Registries of
+// kind kubernetes that share a domain form a multicluster set whose
+// same-named services merge their endpoints.
+//
+// Freshness: a registry reporting Degraded (or Failed) keeps serving its
+// last good state. Once the outage lasts longer than Outage.ExpireAfter the
+// registry is Stale: with PolicyExpire its services are withdrawn from the
+// snapshot, with PolicyKeep they stay (RegistryStatus.State shows Stale). A
+// Replace or a Report(Synced) ends the outage and, with PolicyExpire, brings
+// the services back.
+//
+// Hold-down: with RegistryOptions.MaxDeleteRatio r > 0, a Replace that
+// would drop more than r of the registry's served endpoints (counting
+// endpoints: served minus new, over served) is not applied at once: the old
+// state stays served, a Conflict of category "hold-down" is listed and the
+// registry stays Synced. The held update is applied when the next Replace
+// again drops more than r of the served endpoints (confirmation: it was
+// seen again; the newer update is applied) or when Options.HoldDown has
+// passed (the held update is applied). A Replace within the ratio clears the
+// hold and is applied.
+//
+// Nothing is deleted before a shard's first sync: a registry that has not
+// published yet contributes nothing and removes nothing.
+//
+// Replace, Report, AddRegistry and RemoveRegistry only store and signal;
+// normalization, merging and snapshot building happen in Serve's goroutine
+// after a debounce (Options.Quiet, Options.MaxWait).
+package aggregate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+const kindKubernetes = "kubernetes"
+
+// Defaults for zero option values.
+const (
+	DefaultHoldDown    = time.Minute
+	DefaultSyncTimeout = 30 * time.Second
+	DefaultExpireAfter = 10 * time.Minute
+)
+
+// Policy says what happens to a registry's services when its outage lasts
+// longer than Outage.ExpireAfter.
+type Policy string
+
+// Outage policies.
+const (
+	// PolicyKeep keeps serving the last good state (the default).
+	PolicyKeep Policy = "keep"
+	// PolicyExpire withdraws the registry's services until it syncs again.
+	PolicyExpire Policy = "expire"
+)
+
+// Outage is a registry's `outage:` block.
+type Outage struct {
+	Policy      Policy        // "" is PolicyKeep
+	ExpireAfter time.Duration // 0 is DefaultExpireAfter
+}
+
+// RegistryOptions are the aggregate-relevant settings of one clusters.yaml
+// registry entry.
+type RegistryOptions struct {
+	registries.Common // Name, Kind, Domain, Locality (default locality of endpoints)
+	Outage            Outage
+	// MaxDeleteRatio enables the hold-down (see the package doc) when > 0,
+	// e.g. 0.5.
+	MaxDeleteRatio float64
+}
+
+func (o RegistryOptions) withDefaults() RegistryOptions {
+	if o.Outage.Policy == "" {
+		o.Outage.Policy = PolicyKeep
+	}
+	if o.Outage.ExpireAfter <= 0 {
+		o.Outage.ExpireAfter = DefaultExpireAfter
+	}
+	return o
+}
+
+// Options configure an Aggregator.
+type Options struct {
+	// Registries lists every registry in clusters.yaml, known up front.
+	Registries []RegistryOptions
+	// Quiet and MaxWait drive the debounce (see Debouncer): a zero Quiet
+	// builds a snapshot as soon as the Serve loop sees a change.
+	Quiet, MaxWait time.Duration
+	// HoldDown is how long a held-down update waits before it is applied
+	// anyway; 0 is DefaultHoldDown.
+	HoldDown time.Duration
+	// SyncTimeout is how long a registry without a first sync keeps Ready
+	// false; 0 is DefaultSyncTimeout. It counts from New (or AddRegistry).
+	SyncTimeout time.Duration
+	Logger      *slog.Logger // nil discards
+	Now         func() time.Time
+}
+
+// RegistryStatus is one registry's state as shown on /healthz/registries.
+type RegistryStatus struct {
+	Name      string           `json:"name"`
+	Kind      string           `json:"kind"`
+	Domain    string           `json:"domain"`
+	State     registries.State `json:"state"`
+	Since     time.Time        `json:"since"`              // when State last changed
+	LastSync  time.Time        `json:"lastSync,omitzero"`  // last Replace received; zero if never
+	LastError string           `json:"lastError,omitempty"`
+	// Services and Endpoints count what is served from this registry now
+	// (0 while nothing is served or its services are withdrawn).
+	Services  int `json:"services"`
+	Endpoints int `json:"endpoints"`
+	// Withdrawn: the registry is Stale (or Failed) past ExpireAfter with
+	// PolicyExpire, and its services are not served.
+	Withdrawn bool `json:"withdrawn,omitempty"`
+	// HeldDown: an update is held back by MaxDeleteRatio.
+	HeldDown bool `json:"heldDown,omitempty"`
+}
+
+// Aggregator is the per-shard store and merge; see the package doc. Create
+// it with New, run Serve under a supervisor.
+type Aggregator struct {
+	log                                   *slog.Logger
+	now                                   func() time.Time
+	quiet, maxWait, holdDown, syncTimeout time.Duration
+
+	signal  chan struct{} // capacity 1: "something changed"
+	serving atomic.Bool
+	snap    atomic.Pointer[model.Snapshot]
+
+	mu        sync.Mutex
+	regs      map[string]*regState
+	subs      []func(*model.Snapshot)
+	conflicts []Conflict
+	unknown   map[model.ShardKey]bool // shards already logged as unknown
+
+	// Owned by the Serve goroutine.
+	loop           map[string]*loopReg
+	merged         map[string]*model.Service
+	mergeConflicts map[string][]Conflict
+	conflictSince  map[conflictKey]time.Time
+}
+
+// regState is the shared (mu-guarded) part of a registry.
+type regState struct {
+	opts  RegistryOptions
+	gen   uint64 // bumped when AddRegistry changes opts
+	added time.Time
+
+	state       registries.State
+	since       time.Time
+	lastSync    time.Time
+	lastError   string
+	outageSince time.Time // zero when not in an outage
+	synced      bool      // a Replace was received
+	pending     *input    // latest Replace not yet taken by the loop
+
+	// Written back by the Serve loop.
+	applied             bool // first Replace is in the published snapshot
+	withdrawn, held     bool
+	services, endpoints int
+}
+
+type input struct {
+	services []model.Service
+	rejected []model.Rejection
+}
+
+// New returns an aggregator whose Snapshot is the empty version 0.
+func New(o Options) *Aggregator {
+	a := &Aggregator{
+		log:            o.Logger,
+		now:            o.Now,
+		quiet:          o.Quiet,
+		maxWait:        o.MaxWait,
+		holdDown:       o.HoldDown,
+		syncTimeout:    o.SyncTimeout,
+		signal:         make(chan struct{}, 1),
+		regs:           make(map[string]*regState),
+		unknown:        make(map[model.ShardKey]bool),
+		loop:           make(map[string]*loopReg),
+		merged:         make(map[string]*model.Service),
+		mergeConflicts: make(map[string][]Conflict),
+		conflictSince:  make(map[conflictKey]time.Time),
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.holdDown <= 0 {
+		a.holdDown = DefaultHoldDown
+	}
+	if a.syncTimeout <= 0 {
+		a.syncTimeout = DefaultSyncTimeout
+	}
+	a.snap.Store(model.NewSnapshot(0, nil))
+	for _, r := range o.Registries {
+		a.AddRegistry(r)
+	}
+	return a
+}
+
+// AddRegistry adds a registry started at runtime (e.g. a Kubernetes remote
+// cluster). Adding a name that exists updates its options (a different
+// kind replaces it: its old state is dropped).
+func (a *Aggregator) AddRegistry(o RegistryOptions) {
+	o = o.withDefaults()
+	if o.Outage.Policy != PolicyKeep && o.Outage.Policy != PolicyExpire {
+		a.log.Warn("unknown outage policy, using keep", "registry", o.Name, "policy", o.Outage.Policy)
+		o.Outage.Policy = PolicyKeep
+	}
+	now := a.now()
+	a.mu.Lock()
+	if rs, ok := a.regs[o.Name]; ok && rs.opts.Kind == o.Kind {
+		rs.opts = o
+		rs.gen++
+	} else {
+		a.regs[o.Name] = &regState{opts: o, added: now, since: now}
+		setStateMetric(o.Name, registries.Starting)
+	}
+	delete(a.unknown, o.Shard())
+	a.mu.Unlock()
+	a.wake()
+}
+
+// RemoveRegistry drops a registry with its shard: its services and
+// endpoints leave the next snapshot.
+func (a *Aggregator) RemoveRegistry(name string) {
+	a.mu.Lock()
+	_, ok := a.regs[name]
+	delete(a.regs, name)
+	if ok {
+		deleteRegistryMetrics(name)
+	}
+	a.mu.Unlock()
+	if ok {
+		a.log.Info("registry removed", "registry", name)
+		a.wake()
+	}
+}
+
+// Replace implements registries.Sink: it stores the shard's full state and
+// marks the registry Synced. The slices are kept, not copied.
+func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	now := a.now()
+	a.mu.Lock()
+	rs := a.lookup(shard)
+	if rs == nil {
+		a.mu.Unlock()
+		return
+	}
+	rs.pending = &input{services: services, rejected: rejected}
+	rs.synced = true
+	rs.lastSync = now
+	rs.lastError = ""
+	rs.outageSince = time.Time{}
+	old, changed := a.setState(rs, registries.Synced, now)
+	a.mu.Unlock()
+	if changed {
+		a.log.Info("registry synced", "registry", shard.Name, "was", old)
+	}
+	a.wake()
+}
+
+// Report implements registries.Sink: it records the health of the
+// registry's backend connection. Synced ends an outage (the state is
+// Starting until the first Replace); Degraded and Failed start one, or
+// continue it (a Stale registry stays Stale).
+func (a *Aggregator) Report(shard model.ShardKey, st registries.Status) {
+	now := a.now()
+	a.mu.Lock()
+	rs := a.lookup(shard)
+	if rs == nil {
+		a.mu.Unlock()
+		return
+	}
+	var next registries.State
+	switch st.State {
+	case registries.Starting:
+		a.mu.Unlock() // a (re)starting registry: what is known stays
+		return
+	case registries.Synced:
+		rs.lastError = ""
+		rs.outageSince = time.Time{}
+		next = registries.Starting
+		if rs.synced {
+			next = registries.Synced
+		}
+	case registries.Failed:
+		rs.lastError = st.Err
+		if rs.outageSince.IsZero() {
+			rs.outageSince = now
+		}
+		next = registries.Failed
+	default: // Degraded; Stale is derived here, a registry reporting it means Degraded
+		rs.lastError = st.Err
+		if rs.outageSince.IsZero() {
+			rs.outageSince = now
+		}
+		next = registries.Degraded
+		if !now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter)) {
+			next = registries.Stale
+		}
+	}
+	old, changed := a.setState(rs, next, now)
+	a.mu.Unlock()
+	if changed {
+		lvl := slog.LevelWarn
+		if next == registries.Synced || next == registries.Starting {
+			lvl = slog.LevelInfo
+		}
+		a.log.Log(context.Background(), lvl, "registry state changed", "registry", shard.Name, "state", next, "was", old, "error", st.Err)
+	}
+	a.wake()
+}
+
+// lookup returns the registry for shard, or nil (logged once) if it is
+// unknown or its kind differs. Called with mu held.
+func (a *Aggregator) lookup(shard model.ShardKey) *regState {
+	rs := a.regs[shard.Name]
+	if rs != nil && rs.opts.Kind == shard.Kind {
+		return rs
+	}
+	if !a.unknown[shard] {
+		a.unknown[shard] = true
+		a.log.Warn("update from an unknown registry ignored", "registry", shard.Name, "kind", shard.Kind)
+	}
+	return nil
+}
+
+// setState changes rs's state, keeping Since when it does not change.
+// Called with mu held.
+func (a *Aggregator) setState(rs *regState, s registries.State, at time.Time) (old registries.State, changed bool) {
+	old = rs.state
+	if old == s {
+		return old, false
+	}
+	rs.state = s
+	rs.since = at
+	setStateMetric(rs.opts.Name, s)
+	return old, true
+}
+
+func (a *Aggregator) wake() {
+	select {
+	case a.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Subscribe registers fn to receive every snapshot published after Serve
+// starts (read Snapshot for the current one). Call it before Serve. fn is
+// called in order, from Serve's goroutine, so it must return promptly; the
+// snapshot and its services must not be modified.
+func (a *Aggregator) Subscribe(fn func(*model.Snapshot)) {
+	a.mu.Lock()
+	a.subs = append(a.subs, fn)
+	a.mu.Unlock()
+}
+
+// Snapshot returns the latest published snapshot (version 0, empty, until
+// the first is built). Between snapshots, a service that did not change is
+// the same *model.Service pointer.
+func (a *Aggregator) Snapshot() *model.Snapshot { return a.snap.Load() }
+
+// Registries returns every registry's status, sorted by name.
+func (a *Aggregator) Registries() []RegistryStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]RegistryStatus, 0, len(a.regs))
+	for _, rs := range a.regs {
+		out = append(out, rs.status())
+	}
+	slices.SortFunc(out, func(x, y RegistryStatus) int { return strings.Compare(x.Name, y.Name) })
+	return out
+}
+
+// Registry returns one registry's status.
+func (a *Aggregator) Registry(name string) (RegistryStatus, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rs, ok := a.regs[name]
+	if !ok {
+		return RegistryStatus{}, false
+	}
+	return rs.status(), true
+}
+
+func (rs *regState) status() RegistryStatus {
+	return RegistryStatus{
+		Name:      rs.opts.Name,
+		Kind:      rs.opts.Kind,
+		Domain:    rs.opts.Domain,
+		State:     rs.state,
+		Since:     rs.since,
+		LastSync:  rs.lastSync,
+		LastError: rs.lastError,
+		Services:  rs.services,
+		Endpoints: rs.endpoints,
+		Withdrawn: rs.withdrawn,
+		HeldDown:  rs.held,
+	}
+}
+
+// Conflicts returns everything rejected or quarantined as of the last
+// snapshot build, sorted by registry, host, category, subject and reason.
+func (a *Aggregator) Conflicts() []Conflict {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.conflicts)
+}
+
+// Ready reports whether every registry has had its first sync reflected in
+// the published snapshot, is Failed, or has had SyncTimeout pass since it
+// was added. The reason names the registries that are not synced (also
+// when the answer is true because of the timeout or a failure); it is ""
+// when all are synced.
+func (a *Aggregator) Ready() (bool, string) {
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	names := make([]string, 0, len(a.regs))
+	for n := range a.regs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var waiting, late, failed []string
+	for _, n := range names {
+		rs := a.regs[n]
+		if rs.applied {
+			continue
+		}
+		desc := n + " (" + rs.state.String()
+		if rs.lastError != "" {
+			desc += ": " + rs.lastError
+		}
+		desc += ")"
+		switch {
+		case rs.state == registries.Failed:
+			failed = append(failed, desc)
+		case now.Sub(rs.added) >= a.syncTimeout:
+			late = append(late, desc)
+		default:
+			waiting = append(waiting, desc)
+		}
+	}
+	var parts []string
+	if len(waiting) > 0 {
+		parts = append(parts, "waiting for the first sync of "+strings.Join(waiting, ", "))
+	}
+	if len(late) > 0 {
+		parts = append(parts, fmt.Sprintf("no first sync within %s: %s", a.syncTimeout, strings.Join(late, ", ")))
+	}
+	if len(failed) > 0 {
+		parts = append(parts, "failed: "+strings.Join(failed, ", "))
+	}
+	return len(waiting) == 0, strings.Join(parts, "; ")
+}
+
+// errServing is returned by a second concurrent Serve.
+var errServing = errors.New("aggregate: Serve is already running")

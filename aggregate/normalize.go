@@ -1,0 +1,295 @@
+package aggregate
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// shardState is one registry's normalized state: what it serves when
+// visible, and what was kept out.
+type shardState struct {
+	services  map[string]*model.Service // by hostname; Sources = [registry]
+	endpoints int
+	conflicts []Conflict // Since unset
+}
+
+// normalize is the gate every Replace passes: it validates services, ports
+// and endpoints, fills defaults, and quarantines each bad item alone. It is
+// a pure function; the result shares no mutable state with the input.
+//
+//   - A service with an invalid hostname, an unknown resolution or no valid
+//     port, a hostname outside the registry's domain, or a hostname already
+//     seen in this Replace is rejected whole.
+//   - A port with a number outside 1..65535, an unknown protocol, or a name
+//     or number already used is dropped; an empty protocol is TCP; an empty
+//     name becomes "<protocol>-<number>" (e.g. "tcp-9000").
+//   - An endpoint with a bad address (an IP address for EDS services; an IP
+//     or hostname for DNS ones), an unknown health, or a port override that
+//     names no port or is above 65535 is dropped, as is a second endpoint
+//     with the same address and ports.
+//   - Defaults: weight 0 becomes 1, Source.Registry is the registry,
+//     Source.Cluster defaults to the registry name, Locality to the
+//     registry's locality.
+//
+// Ports are sorted by number, endpoints by address then ports.
+func normalize(o RegistryOptions, in []model.Service, rejected []model.Rejection) shardState {
+	st := shardState{services: make(map[string]*model.Service, len(in))}
+	for _, r := range rejected {
+		r.Registry = o.Name
+		st.conflicts = append(st.conflicts, Conflict{Rejection: r, Category: CategoryRegistry})
+	}
+	domain := strings.ToLower(strings.TrimSuffix(o.Domain, "."))
+	for i := range in {
+		svc, cs := normalizeService(o, domain, &in[i])
+		st.conflicts = append(st.conflicts, cs...)
+		if svc == nil {
+			continue
+		}
+		if _, dup := st.services[svc.Hostname]; dup {
+			st.conflicts = append(st.conflicts, newConflict(CategoryDuplicate, o.Name, svc.Hostname, svc.Hostname,
+				"hostname published twice by the registry; the first is served"))
+			continue
+		}
+		st.services[svc.Hostname] = svc
+		st.endpoints += len(svc.Endpoints)
+	}
+	return st
+}
+
+func normalizeService(o RegistryOptions, domain string, s *model.Service) (*model.Service, []Conflict) {
+	var cs []Conflict
+	reject := func(cat, host, reason string) (*model.Service, []Conflict) {
+		return nil, append(cs, newConflict(cat, o.Name, host, host, reason))
+	}
+	host, err := normalizeHostname(s.Hostname)
+	if err != nil {
+		return reject(CategoryInvalid, s.Hostname, "service rejected: "+err.Error())
+	}
+	if domain != "" && host != domain && !strings.HasSuffix(host, "."+domain) {
+		return reject(CategoryDomain, host, fmt.Sprintf("service rejected: hostname is outside the registry's domain %q", domain))
+	}
+	if s.Resolution != model.ResolutionEDS && s.Resolution != model.ResolutionDNS {
+		return reject(CategoryInvalid, host, fmt.Sprintf("service rejected: unknown resolution %d", int(s.Resolution)))
+	}
+	if len(s.Ports) == 0 {
+		return reject(CategoryInvalid, host, "service rejected: it has no ports")
+	}
+
+	// Ports.
+	ports := make([]model.Port, 0, len(s.Ports))
+	dropped := map[string]bool{} // names of ports dropped; overrides naming them are ignored
+	renamed := ""                // new name of the first port that had none
+	for _, p := range s.Ports {
+		subject := fmt.Sprintf("port %s:%d", p.Name, p.Number)
+		bad := func(cat, reason string) {
+			cs = append(cs, newConflict(cat, o.Name, host, subject, "port dropped: "+reason))
+			dropped[p.Name] = true
+		}
+		if p.Number < 1 || p.Number > 65535 {
+			bad(CategoryInvalid, fmt.Sprintf("number %d is outside 1..65535", p.Number))
+			continue
+		}
+		proto := model.ProtocolTCP
+		if p.Protocol != "" {
+			var err error
+			if proto, err = model.ParseProtocol(string(p.Protocol)); err != nil {
+				bad(CategoryInvalid, err.Error())
+				continue
+			}
+		}
+		name := p.Name
+		if name == "" {
+			name = strings.ToLower(string(proto)) + "-" + strconv.FormatUint(uint64(p.Number), 10)
+		}
+		if slices.ContainsFunc(ports, func(q model.Port) bool { return q.Name == name }) {
+			bad(CategoryDuplicate, fmt.Sprintf("name %q is already used by another port", name))
+			continue
+		}
+		if slices.ContainsFunc(ports, func(q model.Port) bool { return q.Number == p.Number }) {
+			bad(CategoryDuplicate, fmt.Sprintf("number %d is already used by another port", p.Number))
+			continue
+		}
+		if p.Name == "" && renamed == "" {
+			renamed = name
+		}
+		ports = append(ports, model.Port{Name: name, Number: p.Number, Protocol: proto})
+	}
+	if len(ports) == 0 {
+		return reject(CategoryInvalid, host, "service rejected: none of its ports is valid")
+	}
+	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
+
+	out := &model.Service{
+		Hostname:   host,
+		Ports:      ports,
+		Resolution: s.Resolution,
+		Sources:    []string{o.Name},
+	}
+	if len(s.Endpoints) > 0 {
+		out.Endpoints = make([]model.Endpoint, 0, len(s.Endpoints))
+	}
+	seen := make(map[string]bool, len(s.Endpoints))
+	for _, e := range s.Endpoints {
+		ne, reason := normalizeEndpoint(o, out, e, dropped, renamed)
+		subject := endpointSubject(e)
+		if reason != "" {
+			cs = append(cs, newConflict(CategoryInvalid, o.Name, host, subject, "endpoint dropped: "+reason))
+			continue
+		}
+		k := endpointKey(&ne, ports)
+		if seen[k] {
+			cs = append(cs, newConflict(CategoryDuplicate, o.Name, host, subject,
+				"endpoint dropped: another endpoint has the same address and ports"))
+			continue
+		}
+		seen[k] = true
+		out.Endpoints = append(out.Endpoints, ne)
+	}
+	sortEndpoints(out.Endpoints, ports)
+	return out, cs
+}
+
+func normalizeEndpoint(o RegistryOptions, svc *model.Service, e model.Endpoint, dropped map[string]bool, renamed string) (model.Endpoint, string) {
+	addr, err := normalizeAddress(e.Address, svc.Resolution)
+	if err != nil {
+		return e, err.Error()
+	}
+	e.Address = addr
+	if e.Health < model.Healthy || e.Health > model.Degraded {
+		return e, fmt.Sprintf("unknown health %d", int(e.Health))
+	}
+	if len(e.Ports) > 0 {
+		ports := make(map[string]uint32, len(e.Ports))
+		for name, n := range e.Ports {
+			if name == "" && renamed != "" {
+				name = renamed
+			}
+			if !slices.ContainsFunc(svc.Ports, func(p model.Port) bool { return p.Name == name }) {
+				if dropped[name] {
+					continue // the port itself is reported
+				}
+				return e, fmt.Sprintf("port override %q names no port of the service", name)
+			}
+			if n > 65535 {
+				return e, fmt.Sprintf("port override %s=%d is outside 1..65535", name, n)
+			}
+			if n == 0 {
+				continue // 0 means the service port
+			}
+			ports[name] = n
+		}
+		e.Ports = nil
+		if len(ports) > 0 {
+			e.Ports = ports
+		}
+	}
+	if len(e.Labels) == 0 {
+		e.Labels = nil
+	}
+	if e.Weight == 0 {
+		e.Weight = 1
+	}
+	e.Source.Registry = o.Name
+	if e.Source.Cluster == "" {
+		e.Source.Cluster = o.Name
+	}
+	if e.Locality.IsZero() {
+		e.Locality = o.Locality
+	}
+	return e, ""
+}
+
+func endpointSubject(e model.Endpoint) string {
+	if e.Origin != "" {
+		return e.Address + " (" + e.Origin + ")"
+	}
+	return e.Address
+}
+
+// normalizeHostname lowercases h, drops a trailing dot and checks that it is
+// a DNS name: labels of 1..63 letters, digits, '-' or '_', not starting or
+// ending with '-', 253 characters at most.
+func normalizeHostname(h string) (string, error) {
+	h = strings.ToLower(strings.TrimSuffix(h, "."))
+	if h == "" {
+		return "", fmt.Errorf("empty hostname")
+	}
+	if len(h) > 253 {
+		return "", fmt.Errorf("hostname %q is longer than 253 characters", h)
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 {
+			return "", fmt.Errorf("hostname %q has an empty or over-long label", h)
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return "", fmt.Errorf("hostname %q has a label that starts or ends with '-'", h)
+		}
+		for _, c := range []byte(label) {
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return "", fmt.Errorf("hostname %q has the invalid character %q", h, c)
+			}
+		}
+	}
+	return h, nil
+}
+
+// normalizeAddress checks an endpoint address and returns its canonical
+// form: an IP address (not unspecified, no zone) for EDS, or an IP address
+// or hostname for DNS.
+func normalizeAddress(a string, res model.Resolution) (string, error) {
+	ip, err := netip.ParseAddr(a)
+	if err == nil {
+		switch {
+		case ip.Zone() != "":
+			return "", fmt.Errorf("address %q has an IPv6 zone", a)
+		case ip.IsUnspecified():
+			return "", fmt.Errorf("address %q is unspecified", a)
+		}
+		return ip.Unmap().String(), nil
+	}
+	if res == model.ResolutionDNS {
+		if h, err := normalizeHostname(a); err == nil {
+			return h, nil
+		}
+		return "", fmt.Errorf("address %q is neither an IP address nor a hostname", a)
+	}
+	return "", fmt.Errorf("address %q is not an IP address", a)
+}
+
+// endpointKey identifies an endpoint by address and the port it uses for
+// each service port.
+func endpointKey(e *model.Endpoint, ports []model.Port) string {
+	var b strings.Builder
+	b.WriteString(e.Address)
+	for _, p := range ports {
+		b.WriteByte('|')
+		b.WriteString(strconv.FormatUint(uint64(e.PortFor(p)), 10))
+	}
+	return b.String()
+}
+
+// sortEndpoints orders endpoints by address, then by the port used for each
+// service port, then by source, so that equal inputs give equal slices.
+func sortEndpoints(eps []model.Endpoint, ports []model.Port) {
+	slices.SortStableFunc(eps, func(a, b model.Endpoint) int {
+		if c := cmp.Compare(a.Address, b.Address); c != 0 {
+			return c
+		}
+		for _, p := range ports {
+			if c := cmp.Compare(a.PortFor(p), b.PortFor(p)); c != 0 {
+				return c
+			}
+		}
+		return cmp.Or(
+			cmp.Compare(a.Source.Registry, b.Source.Registry),
+			cmp.Compare(a.Source.Cluster, b.Source.Cluster),
+			cmp.Compare(a.Source.Network, b.Source.Network),
+		)
+	})
+}

@@ -1,0 +1,214 @@
+package aggregate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+func portsOf(s *model.Service) []string {
+	var out []string
+	for _, p := range s.Ports {
+		out = append(out, fmt.Sprintf("%s:%d/%s", p.Name, p.Number, p.Protocol))
+	}
+	return out
+}
+
+func conflictsOf(cs []Conflict) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Category+" "+c.Host+" "+c.Subject)
+	}
+	return out
+}
+
+func TestNormalizeQuarantinesEachBadItemAlone(t *testing.T) {
+	t.Parallel()
+	http80 := model.Port{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}
+	ep := func(a string) model.Endpoint { return model.Endpoint{Address: a} }
+	tests := []struct {
+		name          string
+		in            model.Service
+		wantServed    bool
+		wantPorts     []string
+		wantAddrs     []string
+		wantConflicts []string
+	}{{
+		name:       "valid service is served as is",
+		in:         model.Service{Hostname: "a.vm", Ports: []model.Port{http80}, Endpoints: []model.Endpoint{ep("10.0.0.2"), ep("10.0.0.1")}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantAddrs: []string{"10.0.0.1", "10.0.0.2"},
+	}, {
+		name:          "invalid hostname rejects the service",
+		in:            model.Service{Hostname: "bad host.vm", Ports: []model.Port{http80}, Endpoints: []model.Endpoint{ep("10.0.0.1")}},
+		wantConflicts: []string{"invalid bad host.vm bad host.vm"},
+	}, {
+		name:          "no ports rejects the service",
+		in:            model.Service{Hostname: "a.vm", Endpoints: []model.Endpoint{ep("10.0.0.1")}},
+		wantConflicts: []string{"invalid a.vm a.vm"},
+	}, {
+		name:          "hostname outside the domain is rejected",
+		in:            model.Service{Hostname: "a.consul", Ports: []model.Port{http80}},
+		wantConflicts: []string{"domain a.consul a.consul"},
+	}, {
+		name:          "domain suffix must follow a dot",
+		in:            model.Service{Hostname: "evilvm", Ports: []model.Port{http80}},
+		wantConflicts: []string{"domain evilvm evilvm"},
+	}, {
+		name:       "the domain itself is inside the domain",
+		in:         model.Service{Hostname: "VM.", Ports: []model.Port{http80}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"},
+	}, {
+		name: "bad port number is dropped alone",
+		in: model.Service{Hostname: "a.vm", Ports: []model.Port{http80, {Name: "big", Number: 70000, Protocol: "TCP"}, {Name: "zero", Protocol: "TCP"}},
+			Endpoints: []model.Endpoint{ep("10.0.0.1")}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantAddrs: []string{"10.0.0.1"},
+		wantConflicts: []string{"invalid a.vm port big:70000", "invalid a.vm port zero:0"},
+	}, {
+		name:       "unknown protocol drops the port; empty protocol is TCP; lowercase is accepted",
+		in:         model.Service{Hostname: "a.vm", Ports: []model.Port{{Name: "x", Number: 1, Protocol: "SCTP"}, {Name: "db", Number: 5432}, {Name: "g", Number: 9090, Protocol: "grpc"}}},
+		wantServed: true, wantPorts: []string{"db:5432/TCP", "g:9090/GRPC"}, wantConflicts: []string{"invalid a.vm port x:1"},
+	}, {
+		name:       "duplicate port name and number are dropped, first kept",
+		in:         model.Service{Hostname: "a.vm", Ports: []model.Port{http80, {Name: "http", Number: 81}, {Name: "other", Number: 80}}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantConflicts: []string{"duplicate a.vm port http:81", "duplicate a.vm port other:80"},
+	}, {
+		name:          "service whose ports are all bad is rejected",
+		in:            model.Service{Hostname: "a.vm", Ports: []model.Port{{Name: "z", Number: 0}}, Endpoints: []model.Endpoint{ep("10.0.0.1")}},
+		wantConflicts: []string{"invalid a.vm a.vm", "invalid a.vm port z:0"},
+	}, {
+		name: "invalid addresses are dropped alone",
+		in: model.Service{Hostname: "a.vm", Ports: []model.Port{http80}, Endpoints: []model.Endpoint{
+			ep("10.0.0.1"), ep("db.example"), ep("0.0.0.0"), ep("fe80::1%eth0"), ep("10.0.0.300"), ep(""), ep("::ffff:10.0.0.9")}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantAddrs: []string{"10.0.0.1", "10.0.0.9"},
+		wantConflicts: []string{"invalid a.vm ", "invalid a.vm 0.0.0.0", "invalid a.vm 10.0.0.300", "invalid a.vm db.example", "invalid a.vm fe80::1%eth0"},
+	}, {
+		name: "DNS services accept hostnames",
+		in: model.Service{Hostname: "a.vm", Resolution: model.ResolutionDNS, Ports: []model.Port{http80},
+			Endpoints: []model.Endpoint{ep("DB.Example."), ep("10.0.0.1"), ep("not a host")}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantAddrs: []string{"10.0.0.1", "db.example"},
+		wantConflicts: []string{"invalid a.vm not a host"},
+	}, {
+		name: "duplicate endpoint is dropped, first kept; other ports make it distinct",
+		in: model.Service{Hostname: "a.vm", Ports: []model.Port{http80}, Endpoints: []model.Endpoint{
+			{Address: "10.0.0.1", Origin: "first"}, {Address: "10.0.0.1", Origin: "second"},
+			{Address: "10.0.0.1", Ports: map[string]uint32{"http": 80}, Origin: "same port spelled out"},
+			{Address: "10.0.0.1", Ports: map[string]uint32{"http": 8080}, Origin: "other port"}}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantAddrs: []string{"10.0.0.1", "10.0.0.1"},
+		wantConflicts: []string{"duplicate a.vm 10.0.0.1 (same port spelled out)", "duplicate a.vm 10.0.0.1 (second)"},
+	}, {
+		name: "bad port overrides drop the endpoint alone",
+		in: model.Service{Hostname: "a.vm", Ports: []model.Port{http80}, Endpoints: []model.Endpoint{
+			{Address: "10.0.0.1", Ports: map[string]uint32{"grpc": 9000}}, {Address: "10.0.0.2", Ports: map[string]uint32{"http": 70000}}, ep("10.0.0.3")}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantAddrs: []string{"10.0.0.3"},
+		wantConflicts: []string{"invalid a.vm 10.0.0.1", "invalid a.vm 10.0.0.2"},
+	}, {
+		name: "override of a dropped port is ignored, not the endpoint",
+		in: model.Service{Hostname: "a.vm", Ports: []model.Port{http80, {Name: "bad", Number: 0}},
+			Endpoints: []model.Endpoint{{Address: "10.0.0.1", Ports: map[string]uint32{"bad": 9000}}}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantAddrs: []string{"10.0.0.1"},
+		wantConflicts: []string{"invalid a.vm port bad:0"},
+	}, {
+		name:       "unknown health drops the endpoint",
+		in:         model.Service{Hostname: "a.vm", Ports: []model.Port{http80}, Endpoints: []model.Endpoint{{Address: "10.0.0.1", Health: 9}, ep("10.0.0.2")}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"}, wantAddrs: []string{"10.0.0.2"},
+		wantConflicts: []string{"invalid a.vm 10.0.0.1"},
+	}, {
+		name:          "unknown resolution rejects the service",
+		in:            model.Service{Hostname: "a.vm", Resolution: 7, Ports: []model.Port{http80}},
+		wantConflicts: []string{"invalid a.vm a.vm"},
+	}}
+	o := RegistryOptions{Common: registries.Common{Name: "vms", Kind: "file", Domain: "vm"}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := normalize(o, []model.Service{tt.in}, nil)
+			var got *model.Service
+			for _, s := range st.services {
+				got = s
+			}
+			if (got != nil) != tt.wantServed {
+				t.Fatalf("served = %v, want %v (conflicts %v)", got != nil, tt.wantServed, conflictsOf(st.conflicts))
+			}
+			if got != nil {
+				if diff := cmp.Diff(tt.wantPorts, portsOf(got)); diff != "" {
+					t.Errorf("ports (-want +got):\n%s", diff)
+				}
+				var gotAddrs []string
+				for _, e := range got.Endpoints {
+					gotAddrs = append(gotAddrs, e.Address)
+				}
+				if diff := cmp.Diff(tt.wantAddrs, gotAddrs); diff != "" {
+					t.Errorf("endpoints (-want +got):\n%s", diff)
+				}
+				if st.endpoints != len(got.Endpoints) {
+					t.Errorf("endpoint count %d, want %d", st.endpoints, len(got.Endpoints))
+				}
+			}
+			gotC := conflictsOf(st.conflicts)
+			slices.Sort(gotC)
+			if diff := cmp.Diff(tt.wantConflicts, gotC); diff != "" {
+				t.Errorf("conflicts (-want +got):\n%s", diff)
+			}
+			for _, c := range st.conflicts {
+				if c.Registry != "vms" || c.Reason == "" {
+					t.Errorf("conflict %+v: want registry vms and a reason", c)
+				}
+			}
+		})
+	}
+}
+
+func TestNormalizeFillsDefaults(t *testing.T) {
+	t.Parallel()
+	loc := model.Locality{Region: "eu", Zone: "eu-1"}
+	o := RegistryOptions{Common: registries.Common{Name: "dc1", Kind: "consul", Domain: "consul", Locality: loc}}
+	in := []model.Service{{
+		Hostname: "Orders.Consul",
+		Ports:    []model.Port{{Number: 9000}, {Name: "http", Number: 80, Protocol: "HTTP"}},
+		Endpoints: []model.Endpoint{
+			{Address: "10.0.0.2", Ports: map[string]uint32{"": 19000, "http": 0}, Labels: map[string]string{}},
+			{Address: "10.0.0.1", Weight: 5, Locality: model.Locality{Region: "us"}, Source: model.Source{Cluster: "c", Network: "n"}},
+		},
+	}}
+	rejected := []model.Rejection{{Host: "x.consul", Subject: "instance 7", Reason: "no address"}}
+	st := normalize(o, in, rejected)
+	got := st.services["orders.consul"]
+	want := &model.Service{
+		Hostname: "orders.consul",
+		Ports:    []model.Port{{Name: "http", Number: 80, Protocol: "HTTP"}, {Name: "tcp-9000", Number: 9000, Protocol: "TCP"}},
+		Endpoints: []model.Endpoint{
+			{Address: "10.0.0.1", Weight: 5, Locality: model.Locality{Region: "us"}, Source: model.Source{Registry: "dc1", Cluster: "c", Network: "n"}},
+			{Address: "10.0.0.2", Ports: map[string]uint32{"tcp-9000": 19000}, Weight: 1, Locality: loc, Source: model.Source{Registry: "dc1", Cluster: "dc1"}},
+		},
+		Sources: []string{"dc1"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("normalized service (-want +got):\n%s", diff)
+	}
+	wantC := []Conflict{{Rejection: model.Rejection{Registry: "dc1", Host: "x.consul", Subject: "instance 7", Reason: "no address"}, Category: CategoryRegistry}}
+	if diff := cmp.Diff(wantC, st.conflicts); diff != "" {
+		t.Errorf("conflicts (-want +got):\n%s", diff)
+	}
+	// The input is not modified.
+	if in[0].Hostname != "Orders.Consul" || in[0].Endpoints[0].Ports[""] != 19000 || in[0].Endpoints[1].Source.Registry != "" {
+		t.Errorf("normalize modified its input: %+v", in[0])
+	}
+}
+
+func TestNormalizeDuplicateHostname(t *testing.T) {
+	t.Parallel()
+	o := reg("vms", "file", "vm")
+	st := normalize(o, []model.Service{svc("a.vm", "10.0.0.1"), svc("A.vm", "10.0.0.2")}, nil)
+	if got := addrs(model.NewSnapshot(1, []*model.Service{st.services["a.vm"]}), "a.vm"); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Errorf("served %v, want the first service only", got)
+	}
+	if len(st.conflicts) != 1 || st.conflicts[0].Category != CategoryDuplicate || !strings.Contains(st.conflicts[0].Reason, "twice") {
+		t.Errorf("conflicts = %v, want one duplicate", st.conflicts)
+	}
+}

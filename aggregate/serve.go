@@ -1,0 +1,364 @@
+package aggregate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// loopReg is the Serve goroutine's view of a registry.
+type loopReg struct {
+	shared  *regState // identity: a re-added registry has a new one
+	opts    RegistryOptions
+	domain  string // normalized opts.Domain
+	gen     uint64
+	cur     shardState // accepted state
+	raw     *input     // input cur was built from
+	applied bool       // cur holds a Replace
+	visible bool       // cur is served (not withdrawn)
+	hold    *hold
+}
+
+// hold is an update held back by MaxDeleteRatio.
+type hold struct {
+	since    time.Time
+	in       *input
+	st       shardState
+	conflict Conflict
+}
+
+// Serve runs the debounce and freshness timers and builds snapshots until
+// ctx ends; it returns ctx.Err(). It implements suture.Service; only one
+// Serve may run at a time.
+func (a *Aggregator) Serve(ctx context.Context) error {
+	if !a.serving.CompareAndSwap(false, true) {
+		return errServing
+	}
+	defer a.serving.Store(false)
+
+	deb := Debouncer{Quiet: a.quiet, MaxWait: a.maxWait}
+	deb.Add(a.now()) // pick up whatever arrived before Serve
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		now := a.now()
+		expired, next := a.tick(now)
+		due, wait := deb.Next(now)
+		if expired || due {
+			deb.Done()
+			a.rebuild(now)
+			continue
+		}
+		sleep := time.Duration(-1)
+		if deb.Pending() {
+			sleep = wait
+		}
+		if !next.IsZero() {
+			if d := next.Sub(now); sleep < 0 || d < sleep {
+				sleep = d
+			}
+		}
+		var fire <-chan time.Time
+		if sleep >= 0 {
+			timer.Reset(sleep)
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.signal:
+			deb.Add(a.now())
+		case <-fire:
+		}
+		timer.Stop()
+	}
+}
+
+// visible reports whether rs's accepted state is served at now. Called with
+// mu held.
+func visible(rs *regState, now time.Time) bool {
+	return rs.opts.Outage.Policy != PolicyExpire || rs.outageSince.IsZero() ||
+		now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter))
+}
+
+// tick applies the freshness transitions due at now (Degraded → Stale). It
+// reports whether a timer expired that needs a rebuild (a withdrawal, a
+// return, a hold-down timeout) and the next time one will.
+func (a *Aggregator) tick(now time.Time) (expired bool, next time.Time) {
+	earliest := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	var stale []string
+	a.mu.Lock()
+	for name, rs := range a.regs {
+		if !rs.outageSince.IsZero() {
+			dl := rs.outageSince.Add(rs.opts.Outage.ExpireAfter)
+			if now.Before(dl) {
+				earliest(dl)
+			} else if rs.state == registries.Degraded {
+				a.setState(rs, registries.Stale, dl)
+				stale = append(stale, name)
+			}
+		}
+		lr := a.loop[name]
+		if lr == nil || lr.shared != rs {
+			continue // new: the signal from AddRegistry brings a rebuild
+		}
+		if visible(rs, now) != lr.visible {
+			expired = true
+		}
+		if lr.hold != nil {
+			if dl := lr.hold.since.Add(a.holdDown); now.Before(dl) {
+				earliest(dl)
+			} else {
+				expired = true
+			}
+		}
+	}
+	a.mu.Unlock()
+	for _, name := range stale {
+		a.log.Warn("registry stale: outage longer than outage.expireAfter", "registry", name)
+	}
+	return expired, next
+}
+
+// rebuild takes the pending updates, normalizes them, applies hold-downs
+// and visibility, merges the touched hostnames, and publishes a snapshot if
+// any service pointer changed.
+func (a *Aggregator) rebuild(now time.Time) {
+	start := time.Now()
+	type job struct {
+		lr      *loopReg
+		in      *input
+		reopts  bool
+		visible bool
+	}
+	var jobs []job
+	touched := map[string]bool{}
+	touch := func(services map[string]*model.Service) {
+		for h := range services {
+			touched[h] = true
+		}
+	}
+
+	a.mu.Lock()
+	for name, lr := range a.loop {
+		if rs := a.regs[name]; rs != lr.shared {
+			touch(lr.cur.services) // removed, or replaced by a new registry of that name
+			delete(a.loop, name)
+		}
+	}
+	for name, rs := range a.regs {
+		lr := a.loop[name]
+		if lr == nil {
+			lr = &loopReg{shared: rs, opts: rs.opts, domain: normDomain(rs.opts.Domain), gen: rs.gen, visible: true}
+			a.loop[name] = lr
+		}
+		j := job{lr: lr, in: rs.pending, visible: visible(rs, now)}
+		rs.pending = nil
+		if rs.gen != lr.gen {
+			lr.opts, lr.domain, lr.gen = rs.opts, normDomain(rs.opts.Domain), rs.gen
+			j.reopts = true
+		}
+		jobs = append(jobs, j)
+	}
+	a.mu.Unlock()
+
+	for _, j := range jobs {
+		lr := j.lr
+		log := a.log.With("registry", lr.opts.Name)
+		switch {
+		case j.in != nil:
+			a.offer(lr, j.in, now, touched, log)
+		case j.reopts:
+			if lr.hold != nil {
+				lr.hold.st = normalize(lr.opts, lr.hold.in.services, lr.hold.in.rejected)
+			}
+			if lr.raw != nil {
+				a.apply(lr, normalize(lr.opts, lr.raw.services, lr.raw.rejected), lr.raw, touched)
+			}
+		}
+		if lr.hold != nil && !now.Before(lr.hold.since.Add(a.holdDown)) {
+			log.Warn("applying held-down update: hold-down time passed", "holdDown", a.holdDown,
+				"endpoints", lr.hold.st.endpoints, "was", lr.cur.endpoints)
+			a.apply(lr, lr.hold.st, lr.hold.in, touched)
+			lr.hold = nil
+		}
+		if j.visible != lr.visible {
+			lr.visible = j.visible
+			touch(lr.cur.services)
+			if lr.visible {
+				log.Info("registry services served again", "services", len(lr.cur.services))
+			} else {
+				log.Warn("registry services withdrawn: outage longer than outage.expireAfter with policy expire",
+					"services", len(lr.cur.services))
+			}
+		}
+	}
+
+	names := make([]string, 0, len(a.loop))
+	for n := range a.loop {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+
+	changed := false
+	for h := range touched {
+		var cs []contribution
+		for _, n := range names {
+			lr := a.loop[n]
+			if s, ok := lr.cur.services[h]; ok && lr.visible {
+				cs = append(cs, contribution{name: n, kind: lr.opts.Kind, domain: lr.domain, svc: s})
+			}
+		}
+		prev := a.merged[h]
+		svc, conflicts := mergeHost(h, cs, prev)
+		if len(conflicts) > 0 {
+			a.mergeConflicts[h] = conflicts
+		} else {
+			delete(a.mergeConflicts, h)
+		}
+		switch {
+		case svc == nil && prev != nil:
+			delete(a.merged, h)
+			changed = true
+		case svc != nil && svc != prev:
+			a.merged[h] = svc
+			changed = true
+		}
+	}
+
+	conflicts := a.collectConflicts(names, now)
+
+	var snap *model.Snapshot
+	if changed {
+		services := make([]*model.Service, 0, len(a.merged))
+		for _, s := range a.merged {
+			services = append(services, s)
+		}
+		snap = model.NewSnapshot(a.snap.Load().Version+1, services)
+		a.snap.Store(snap)
+		snapshotsTotal.Inc()
+	}
+
+	a.mu.Lock()
+	for _, n := range names {
+		lr := a.loop[n]
+		rs := lr.shared
+		rs.applied = rs.applied || lr.applied
+		rs.held = lr.hold != nil
+		rs.withdrawn = !lr.visible
+		rs.services, rs.endpoints = 0, 0
+		if lr.visible {
+			rs.services, rs.endpoints = len(lr.cur.services), lr.cur.endpoints
+		}
+		if a.regs[n] == rs {
+			registryServices.WithLabelValues(n).Set(float64(rs.services))
+			registryEndpoints.WithLabelValues(n).Set(float64(rs.endpoints))
+		}
+	}
+	a.conflicts = conflicts
+	subs := slices.Clone(a.subs)
+	a.mu.Unlock()
+
+	setConflictMetrics(conflicts)
+	snapshotBuildSeconds.Observe(time.Since(start).Seconds())
+	if snap != nil {
+		a.log.Debug("snapshot published", "version", snap.Version, "services", snap.Len(), "touched", len(touched))
+		for _, fn := range subs {
+			fn(snap)
+		}
+	}
+}
+
+// offer passes a Replace through normalization and the hold-down.
+func (a *Aggregator) offer(lr *loopReg, in *input, now time.Time, touched map[string]bool, log *slog.Logger) {
+	st := normalize(lr.opts, in.services, in.rejected)
+	r := lr.opts.MaxDeleteRatio
+	confirmed := false
+	if served := lr.cur.endpoints; r > 0 && lr.applied && served > 0 {
+		drop := served - st.endpoints
+		if float64(drop) > r*float64(served) {
+			if lr.hold == nil {
+				reason := fmt.Sprintf("update would remove %d of %d endpoints (%.0f%% > %.0f%%); held until seen again or for %s",
+					drop, served, 100*float64(drop)/float64(served), 100*r, a.holdDown)
+				lr.hold = &hold{
+					since:    now,
+					in:       in,
+					st:       st,
+					conflict: newConflict(CategoryHoldDown, lr.opts.Name, "", "", reason),
+				}
+				holddownsTotal.WithLabelValues(lr.opts.Name).Inc()
+				log.Warn("update held down by maxDeleteRatio", "served", served, "offered", st.endpoints, "maxDeleteRatio", r)
+				return
+			}
+			confirmed = true
+			log.Warn("held-down update confirmed: applying", "served", served, "offered", st.endpoints)
+		}
+	}
+	if lr.hold != nil && !confirmed {
+		log.Info("hold-down cleared by an update within maxDeleteRatio")
+	}
+	lr.hold = nil
+	a.apply(lr, st, in, touched)
+}
+
+// apply makes st the accepted state of lr, reusing the pointers of
+// unchanged services, and marks the hostnames that changed.
+func (a *Aggregator) apply(lr *loopReg, st shardState, in *input, touched map[string]bool) {
+	for _, h := range reuse(lr.cur.services, st.services) {
+		touched[h] = true
+	}
+	lr.cur, lr.raw, lr.applied = st, in, true
+}
+
+// collectConflicts lists every conflict of the accepted states, the holds
+// and the merge, keeping Since of those seen before, and logs new ones.
+func (a *Aggregator) collectConflicts(names []string, now time.Time) []Conflict {
+	var all []Conflict
+	for _, n := range names {
+		lr := a.loop[n]
+		all = append(all, lr.cur.conflicts...)
+		if lr.hold != nil {
+			all = append(all, lr.hold.conflict)
+		}
+	}
+	for _, cs := range a.mergeConflicts {
+		all = append(all, cs...)
+	}
+	sortConflicts(all)
+	since := make(map[conflictKey]time.Time, len(all))
+	const maxLogged = 10
+	fresh := 0
+	for i := range all {
+		k := all[i].key()
+		t, ok := a.conflictSince[k]
+		if !ok {
+			if t, ok = since[k]; !ok {
+				t = now
+				if fresh++; fresh <= maxLogged {
+					a.log.Warn("conflict", "registry", all[i].Registry, "host", all[i].Host,
+						"category", all[i].Category, "subject", all[i].Subject, "reason", all[i].Reason)
+				}
+			}
+		}
+		all[i].Since = t
+		since[k] = t
+	}
+	if fresh > maxLogged {
+		a.log.Warn("more new conflicts not logged; see /debug/conflictz", "count", fresh-maxLogged)
+	}
+	a.conflictSince = since
+	return all
+}
+
+func normDomain(d string) string { return strings.ToLower(strings.TrimSuffix(d, ".")) }
