@@ -1,0 +1,304 @@
+package xds
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+func ordersSvc() *model.Service {
+	return &model.Service{
+		Hostname: "orders.vm.internal",
+		Ports:    []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
+		Sources:  []string{"vms"},
+		Endpoints: []model.Endpoint{
+			{Address: "10.0.0.5", Ports: map[string]uint32{"grpc": 18080}, Labels: map[string]string{"version": "v1"},
+				Locality: model.Locality{Region: "us-east", Zone: "us-east-1a"}, Weight: 2,
+				Source: model.Source{Registry: "vms", Cluster: "vms"}},
+			{Address: "10.0.0.6", Locality: model.Locality{Region: "us-east", Zone: "us-east-1b"}, Health: model.Unhealthy,
+				Source: model.Source{Registry: "vms", Cluster: "vms", Network: "net1"}},
+			{Address: "10.0.0.7", Locality: model.Locality{Region: "us-east", Zone: "us-east-1a"}, Health: model.Draining,
+				Source: model.Source{Registry: "vms", Cluster: "vms"}},
+		},
+	}
+}
+
+func fixture() []*model.Service {
+	return []*model.Service{
+		ordersSvc(),
+		{
+			Hostname: "web.vm.internal",
+			Ports: []model.Port{
+				{Name: "http", Number: 80, Protocol: model.ProtocolHTTP},
+				{Name: "alt", Number: 8080, Protocol: model.ProtocolHTTP2},
+			},
+			Endpoints: []model.Endpoint{
+				{Address: "10.0.1.1", Health: model.Degraded, Weight: 3},
+				{Address: "10.0.1.1", Health: model.Healthy}, // duplicate: served once
+			},
+		},
+		{
+			Hostname:  "db.vm.internal",
+			Ports:     []model.Port{{Name: "pg", Number: 5432, Protocol: model.ProtocolTCP}},
+			Endpoints: []model.Endpoint{{Address: "10.0.2.1", Locality: model.Locality{Region: "eu"}}},
+		},
+		{
+			Hostname:  "cache.vm.internal", // same TCP port as db: wins by name, db is skipped
+			Ports:     []model.Port{{Name: "tcp", Number: 5432, Protocol: model.ProtocolTCP}},
+			Endpoints: []model.Endpoint{{Address: "10.0.3.1"}},
+		},
+		{
+			Hostname:   "api.ext.example",
+			Resolution: model.ResolutionDNS,
+			Ports:      []model.Port{{Name: "https", Number: 9090, Protocol: model.ProtocolHTTP2}},
+			Endpoints: []model.Endpoint{
+				{Address: "api2.example.com"},
+				{Address: "api.example.com", Weight: 5},
+			},
+		},
+	}
+}
+
+// dumpClass renders every resource a class is served, by type URL and name.
+func dumpClass(t *testing.T, tr *Translator, c Class) []byte {
+	t.Helper()
+	out := map[string][]json.RawMessage{}
+	for _, url := range TypeURLs {
+		rs := tr.Resources(KindOf(c, url))
+		for _, n := range resourceNames(rs) {
+			b, err := protojson.Marshal(rs[n])
+			if err != nil {
+				t.Fatalf("marshal %s: %v", n, err)
+			}
+			out[url] = append(out[url], b)
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return indentJSON(b)
+}
+
+func assertValid(t *testing.T, tr *Translator) {
+	t.Helper()
+	for _, k := range Kinds {
+		for n, r := range tr.Resources(k) {
+			if err := validate(r); err != nil {
+				t.Errorf("%v %s: ValidateAll: %v", k, n, err)
+			}
+		}
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./xds -run Golden -update)", err)
+	}
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("%s differs (-want +got; -update rewrites):\n%s", path, d)
+	}
+}
+
+func TestTranslateGolden(t *testing.T) {
+	t.Parallel()
+	tr := NewTranslator()
+	tr.Translate(model.NewSnapshot(1, fixture()))
+	assertValid(t, tr)
+	if in := tr.Invalid(); len(in) != 0 {
+		t.Errorf("Invalid() = %v, want none", in)
+	}
+	for _, tc := range []struct {
+		class  Class
+		golden string
+	}{
+		{class: ClassEnvoy, golden: "envoy.golden"},
+		{class: ClassGRPC, golden: "grpc.golden"},
+	} {
+		t.Run(string(tc.class), func(t *testing.T) {
+			golden(t, tc.golden, dumpClass(t, tr, tc.class))
+		})
+	}
+	wantSkipped := []Skipped{{Host: "db.vm.internal", Port: 5432, Reason: "TCP port 5432 is taken by cache.vm.internal"}}
+	if d := cmp.Diff(wantSkipped, tr.Skipped()); d != "" {
+		t.Errorf("Skipped() (-want +got):\n%s", d)
+	}
+}
+
+// changed flattens Changes into "kind name" lines, sorted.
+func changed(ch Changes) []string {
+	var out []string
+	for k := range ch {
+		up, rm := ch.Names(k)
+		for _, n := range up {
+			out = append(out, string(k.Class)+" "+shortType(k.TypeURL)+" +"+n)
+		}
+		for _, n := range rm {
+			out = append(out, string(k.Class)+" "+shortType(k.TypeURL)+" -"+n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func snapshotOf(tr *Translator) map[Kind]map[string]types.Resource {
+	m := map[Kind]map[string]types.Resource{}
+	for _, k := range Kinds {
+		m[k] = map[string]types.Resource{}
+		for n, r := range tr.Resources(k) {
+			m[k][n] = r
+		}
+	}
+	return m
+}
+
+func TestTranslateIncremental(t *testing.T) {
+	t.Parallel()
+	const orders = "outbound|8080||orders.vm.internal"
+	for _, tc := range []struct {
+		name string
+		// next builds the second snapshot from the first one's services.
+		next func(svcs []*model.Service) []*model.Service
+		want []string
+		// rebuilt lists the resources allowed to be new objects.
+		rebuilt []string
+	}{
+		{
+			name: "same snapshot again",
+			next: func(s []*model.Service) []*model.Service { return s },
+		},
+		{
+			name: "equal copy of a service rebuilds nothing visible",
+			next: func(s []*model.Service) []*model.Service {
+				return replace(s, "orders.vm.internal", ordersSvc())
+			},
+		},
+		{
+			name: "one endpoint of orders changes",
+			next: func(s []*model.Service) []*model.Service {
+				o := ordersSvc()
+				o.Endpoints[1].Health = model.Healthy
+				return replace(s, "orders.vm.internal", o)
+			},
+			want:    []string{" EDS +" + orders},
+			rebuilt: []string{orders},
+		},
+		{
+			name: "orders removed",
+			next: func(s []*model.Service) []*model.Service { return replace(s, "orders.vm.internal", nil) },
+			want: []string{
+				" EDS -" + orders,
+				"envoy CDS -" + orders,
+				"envoy RDS +8080",
+				"grpc CDS -" + orders,
+				"grpc LDS -orders.vm.internal",
+				"grpc LDS -orders.vm.internal:8080",
+				"grpc RDS -orders.vm.internal:8080",
+			},
+			rebuilt: []string{"8080"},
+		},
+		{
+			name: "TCP owner of a port removed: the skipped service takes over",
+			next: func(s []*model.Service) []*model.Service { return replace(s, "cache.vm.internal", nil) },
+			want: []string{
+				" EDS -outbound|5432||cache.vm.internal",
+				"envoy CDS -outbound|5432||cache.vm.internal",
+				"envoy LDS +0.0.0.0_5432",
+			},
+			rebuilt: []string{"0.0.0.0_5432"},
+		},
+		{
+			name: "new service on a new HTTP port",
+			next: func(s []*model.Service) []*model.Service {
+				return append(slices.Clone(s), &model.Service{Hostname: "new.vm.internal",
+					Ports: []model.Port{{Name: "http", Number: 7000, Protocol: model.ProtocolHTTP}}})
+			},
+			want: []string{
+				" EDS +outbound|7000||new.vm.internal",
+				"envoy CDS +outbound|7000||new.vm.internal",
+				"envoy LDS +0.0.0.0_7000",
+				"envoy RDS +7000",
+				"grpc CDS +outbound|7000||new.vm.internal",
+				"grpc LDS +new.vm.internal",
+				"grpc LDS +new.vm.internal:7000",
+				"grpc RDS +new.vm.internal:7000",
+			},
+			rebuilt: []string{"outbound|7000||new.vm.internal", "0.0.0.0_7000", "7000", "new.vm.internal", "new.vm.internal:7000"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			first := fixture()
+			tr := NewTranslator()
+			tr.Translate(model.NewSnapshot(1, slices.Clone(first)))
+			before := snapshotOf(tr)
+
+			got := changed(tr.Translate(model.NewSnapshot(2, tc.next(first))))
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("changes (-want +got):\n%s", d)
+			}
+			assertValid(t, tr)
+			// Every resource still served that is not in rebuilt is the very
+			// same object as before.
+			for _, k := range Kinds {
+				for n, r := range tr.Resources(k) {
+					if slices.Contains(tc.rebuilt, n) {
+						continue
+					}
+					if prev, ok := before[k][n]; !ok || prev != r {
+						t.Errorf("%v %s: a new object, want the previous one reused", k, n)
+					}
+				}
+			}
+		})
+	}
+}
+
+// replace swaps (or with nil, drops) the service named host.
+func replace(svcs []*model.Service, host string, with *model.Service) []*model.Service {
+	var out []*model.Service
+	for _, s := range svcs {
+		switch {
+		case s.Hostname != host:
+			out = append(out, s)
+		case with != nil:
+			out = append(out, with)
+		}
+	}
+	return out
+}
+
+func TestTranslateInvalidServiceIsLeftOut(t *testing.T) {
+	t.Parallel()
+	tr := NewTranslator()
+	bad := &model.Service{Hostname: "bad host", Ports: []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
+		Endpoints: []model.Endpoint{{Address: ""}}}
+	tr.Translate(model.NewSnapshot(1, []*model.Service{bad}))
+	if in := tr.Invalid(); len(in) != 1 || in[0].Host != "bad host" {
+		t.Fatalf("Invalid() = %v, want bad host", in)
+	}
+	for _, k := range Kinds {
+		if n := len(tr.Resources(k)); n != 0 {
+			t.Errorf("%v: %d resources, want none for an invalid service", k, n)
+		}
+	}
+}
