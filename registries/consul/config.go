@@ -1,0 +1,186 @@
+package consul
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meshfed/meshfed/registries"
+)
+
+// Defaults of the `consul:` block.
+const (
+	DefaultAddress              = "127.0.0.1:8500"
+	DefaultScheme               = "http"
+	DefaultWaitTime             = Duration(5 * time.Minute)
+	DefaultMaxConcurrentWatches = 128
+	// maxWaitTime is Consul's own cap on a blocking query's wait.
+	maxWaitTime = 10 * time.Minute
+)
+
+// Config is the `consul:` block of a clusters.yaml entry. One entry watches
+// one datacenter; list one entry per datacenter, each with its own domain
+// (e.g. dc1.consul, dc2.consul).
+type Config struct {
+	// Address of the Consul agent's HTTP API, host:port. Default
+	// 127.0.0.1:8500.
+	Address string `yaml:"address"`
+	// Scheme is http or https. Default http, or https when tls is set.
+	Scheme string `yaml:"scheme"`
+	// Datacenter to watch; "" is the agent's own datacenter. It is also the
+	// region of endpoints whose node carries no region meta.
+	Datacenter string `yaml:"datacenter"`
+	// TokenFile holds the ACL token (first line, trimmed); "" for none.
+	// Relative paths are resolved against the directory of clusters.yaml.
+	// The token itself never appears in logs, errors or debug output.
+	TokenFile string `yaml:"tokenFile"`
+	TLS       TLS    `yaml:"tls"`
+	// PassingOnly drops instances whose checks are not all passing.
+	PassingOnly bool `yaml:"passingOnly"`
+	// Tags keeps only instances that carry every one of these tags.
+	Tags []string `yaml:"tags"`
+	// WaitTime is the longest a blocking query waits (Consul caps it at
+	// 10m). Default 5m.
+	WaitTime Duration `yaml:"waitTime"`
+	// AllowStale lets any Consul server answer, not only the leader:
+	// cheaper, may lag the leader slightly. Default false.
+	AllowStale bool `yaml:"allowStale"`
+	// MaxConcurrentWatches bounds the blocking queries on services in
+	// flight at once (the catalog watch comes on top). Keep it below the
+	// agent's limits.http_max_conns_per_client (200 by default). Default 128.
+	MaxConcurrentWatches int `yaml:"maxConcurrentWatches"`
+	// Backoff bounds the jittered reconnect delay after errors. Defaults
+	// 200ms initial, 30s max.
+	Backoff BackoffConfig `yaml:"backoff"`
+}
+
+// TLS configures HTTPS to the agent. File paths are resolved against the
+// directory of clusters.yaml.
+type TLS struct {
+	CAFile             string `yaml:"caFile"`
+	CertFile           string `yaml:"certFile"`
+	KeyFile            string `yaml:"keyFile"`
+	ServerName         string `yaml:"serverName"`
+	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"`
+}
+
+func (t TLS) isSet() bool { return t != TLS{} }
+
+// BackoffConfig bounds reconnect delays.
+type BackoffConfig struct {
+	Initial Duration `yaml:"initial"`
+	Max     Duration `yaml:"max"`
+}
+
+// Duration is a time.Duration written as "5m", "200ms".
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText writes d like "5m0s".
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("bad duration %q (want e.g. 30s, 5m)", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+var (
+	_ registries.Config       = (*Config)(nil)
+	_ registries.PathResolver = (*Config)(nil)
+)
+
+// ApplyDefaults implements registries.Config.
+func (c *Config) ApplyDefaults() {
+	if c.Address == "" {
+		c.Address = DefaultAddress
+	}
+	if c.Scheme == "" {
+		c.Scheme = DefaultScheme
+		if c.TLS.isSet() {
+			c.Scheme = "https"
+		}
+	}
+	if c.WaitTime == 0 {
+		c.WaitTime = DefaultWaitTime
+	}
+	if c.MaxConcurrentWatches == 0 {
+		c.MaxConcurrentWatches = DefaultMaxConcurrentWatches
+	}
+	if c.Backoff.Initial == 0 {
+		c.Backoff.Initial = Duration(200 * time.Millisecond)
+	}
+	if c.Backoff.Max == 0 {
+		c.Backoff.Max = Duration(30 * time.Second)
+	}
+}
+
+// Validate implements registries.Config.
+func (c *Config) Validate() error {
+	if _, port, err := net.SplitHostPort(c.Address); err != nil || port == "" {
+		return registries.FieldErr("address", "%q is not host:port", c.Address)
+	}
+	if c.Scheme != "http" && c.Scheme != "https" {
+		return registries.FieldErr("scheme", "%q is not http or https", c.Scheme)
+	}
+	if c.TLS.isSet() && c.Scheme != "https" {
+		return registries.FieldErr("tls", "is set but scheme is %s", c.Scheme)
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return registries.FieldErr("tls.keyFile", "certFile and keyFile go together")
+	}
+	for i, t := range c.Tags {
+		if strings.TrimSpace(t) == "" {
+			return registries.FieldErr(fmt.Sprintf("tags[%d]", i), "is empty")
+		}
+	}
+	if w := c.WaitTime.Std(); w < time.Second || w > maxWaitTime {
+		return registries.FieldErr("waitTime", "%v is out of range [1s, 10m]", w)
+	}
+	if c.MaxConcurrentWatches < 1 {
+		return registries.FieldErr("maxConcurrentWatches", "%d is below 1", c.MaxConcurrentWatches)
+	}
+	if c.Backoff.Initial <= 0 {
+		return registries.FieldErr("backoff.initial", "must be positive")
+	}
+	if c.Backoff.Max < c.Backoff.Initial {
+		return registries.FieldErr("backoff.max", "%v is below backoff.initial %v", c.Backoff.Max, c.Backoff.Initial)
+	}
+	return nil
+}
+
+// ResolvePaths implements registries.PathResolver.
+func (c *Config) ResolvePaths(dir string) {
+	for _, p := range []*string{&c.TokenFile, &c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+}
+
+// New implements registries.Config. It does no network I/O; the token file
+// is read by each Run, so a rotated token is picked up on restart.
+func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := *c
+	cfg.Tags = append([]string(nil), c.Tags...)
+	return &Registry{
+		cfg:    cfg,
+		common: common,
+		log:    log.With("registry", common.Name, "kind", common.Kind),
+		m:      newMetrics(common.Name),
+	}, nil
+}

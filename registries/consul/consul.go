@@ -1,0 +1,541 @@
+// Package consul is the registry of kind consul: it watches one Consul
+// datacenter through an agent's HTTP API and publishes every service in it
+// as <service>.<domain>.
+//
+// # Watches
+//
+// One goroutine holds a blocking query on /v1/catalog/services: it learns
+// which services exist. Each service then has its own blocking query on
+// /v1/health/service/<name>, which carries its instances and their checks,
+// so health changes reach proxies (passing → HEALTHY, warning → DEGRADED,
+// critical → UNHEALTHY, maintenance → DRAINING). Consul keeps a
+// per-service index, so a change to one service wakes only that service's
+// query: nothing else is re-listed.
+//
+// Every blocking query holds one HTTP connection and one goroutine on the
+// agent for up to waitTime, and an agent refuses more than
+// limits.http_max_conns_per_client (200 by default) connections from one
+// address. So the service queries run on a fixed pool of
+// maxConcurrentWatches goroutines (default 128), not one per service:
+//
+//   - services ≤ maxConcurrentWatches: every service has a query of its
+//     own, blocking for waitTime; a change is seen at once.
+//   - more services: the pool serves them round-robin, each query blocking
+//     for waitTime×maxConcurrentWatches/services (at least 1s). A query
+//     whose index is behind returns at once, so a changed service is seen
+//     at its next turn, within about waitTime; unchanged services cost one
+//     small answer per turn. Raise maxConcurrentWatches (and the agent's
+//     limit) to watch large catalogs without delay.
+//
+// The alternatives were worse for a gateway: one goroutine and connection
+// per service, as Prometheus' consul_sd and consul-template do, runs into
+// the agent's connection limit with a few hundred services; polling
+// /v1/health/state/any sees check changes only (not registrations), and
+// re-listing every service on any catalog change costs O(services) per
+// change. A service with more than ~680 instances loses Consul's
+// fine-grained watch (go-memdb's watch limit) and wakes on any health
+// change in the datacenter; the index check then re-fetches only that
+// service.
+//
+// # Outages
+//
+// A failed query reports Degraded at once and keeps the last published
+// state. Queries retry with jittered backoff; the first query after an
+// error does not block, so recovery is seen at once. When the catalog and
+// every service answered again, the full state is published (Synced).
+//
+// A token, when configured, is sent in a header by the HTTP transport; it
+// is never logged and never part of an error.
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-cleanhttp"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// minTurn is the shortest blocking wait in round-robin mode.
+const minTurn = time.Second
+
+// Registry watches one Consul datacenter. Build it with Config.New.
+type Registry struct {
+	cfg    Config
+	common registries.Common
+	log    *slog.Logger
+	m      metrics
+}
+
+var _ registries.Registry = (*Registry)(nil)
+
+// Run implements registries.Registry.
+func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
+	client, err := r.newClient()
+	if err != nil {
+		return registries.Permanent(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &watch{
+		ctx:      ctx,
+		r:        r,
+		client:   client,
+		sink:     sink,
+		shard:    r.common.Shard(),
+		q:        newQueue(),
+		catalog:  make(chan catalogEvent),
+		service:  make(chan serviceEvent),
+		services: map[string]*serviceState{},
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { w.watchCatalog(ctx) })
+	for range r.cfg.MaxConcurrentWatches {
+		wg.Go(func() { w.worker(ctx) })
+	}
+	err = w.loop(ctx)
+	cancel()
+	wg.Wait()
+	r.m.watched.Set(0)
+	return err
+}
+
+// newClient builds the API client from the config alone: the CONSUL_HTTP_*
+// environment variables the api package reads are overridden.
+func (r *Registry) newClient() (*api.Client, error) {
+	c := r.cfg
+	var token string
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("consul tokenFile: %w", err)
+		}
+		token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+	}
+	tr := cleanhttp.DefaultPooledTransport()
+	tr.MaxIdleConnsPerHost = c.MaxConcurrentWatches + 2
+	if c.Scheme == "https" {
+		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
+			Address:            c.TLS.ServerName,
+			CAFile:             c.TLS.CAFile,
+			CertFile:           c.TLS.CertFile,
+			KeyFile:            c.TLS.KeyFile,
+			InsecureSkipVerify: c.TLS.InsecureSkipVerify,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("consul tls: %w", err)
+		}
+		tr.TLSClientConfig = tlsConf
+	}
+	return api.NewClient(&api.Config{
+		Address:    c.Address,
+		Scheme:     c.Scheme,
+		Datacenter: c.Datacenter,
+		HttpClient: &http.Client{Transport: tokenTransport{token: token, next: tr}},
+	})
+}
+
+// tokenTransport sets the ACL token header to the configured token (or
+// removes one the api package took from the environment).
+type tokenTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Del("Authorization")
+	if t.token == "" {
+		req.Header.Del("X-Consul-Token")
+	} else {
+		req.Header.Set("X-Consul-Token", t.token)
+	}
+	return t.next.RoundTrip(req)
+}
+
+// entry is one watched service as the workers see it. An entry is held by
+// at most one worker at a time (the queue hands it over), so index needs
+// no lock.
+type entry struct {
+	name    string
+	index   uint64
+	errored bool // the last query failed: send the next answer, changed or not
+	ctx     context.Context
+	cancel  context.CancelFunc // ends an in-flight query when the service goes away
+}
+
+type catalogEvent struct {
+	services map[string][]string
+	err      error
+	at       time.Time
+}
+
+type serviceEvent struct {
+	e       *entry
+	entries []*api.ServiceEntry
+	err     error
+	at      time.Time
+}
+
+// serviceState is one service as the loop sees it.
+type serviceState struct {
+	e       *entry
+	fetched bool
+	failing bool
+	conv    converted
+}
+
+// watch is the state of one Run.
+type watch struct {
+	ctx     context.Context // of the Run; entries derive theirs from it
+	r       *Registry
+	client  *api.Client
+	sink    registries.Sink
+	shard   model.ShardKey
+	q       *queue
+	catalog chan catalogEvent
+	service chan serviceEvent
+	active  atomic.Int64 // services watched, for the round-robin wait
+
+	// Owned by loop.
+	services       map[string]*serviceState
+	catalogOK      bool // the catalog answered since the last catalog error
+	published      bool // a Replace went out since the last error
+	degraded       bool
+	dirty          bool
+	firstChangeAt  time.Time // oldest change not yet published
+	everPublished  bool
+	lastReportText string
+}
+
+func (w *watch) queryOptions(ctx context.Context, index uint64, wait time.Duration) *api.QueryOptions {
+	q := &api.QueryOptions{
+		Datacenter: w.r.cfg.Datacenter,
+		AllowStale: w.r.cfg.AllowStale,
+		WaitIndex:  index,
+		WaitTime:   wait,
+	}
+	return q.WithContext(ctx)
+}
+
+// nextIndex applies Consul's rules for blocking indexes: reset when the
+// index goes backwards (a server restored an older state), never 0.
+func nextIndex(old, got uint64) uint64 {
+	if got < old {
+		return 0
+	}
+	return max(got, 1)
+}
+
+func (w *watch) watchCatalog(ctx context.Context) {
+	b := w.backoff()
+	var index uint64
+	errored := false
+	for ctx.Err() == nil {
+		w.r.m.inFlight.Inc()
+		names, meta, err := w.client.Catalog().Services(w.queryOptions(ctx, index, w.r.cfg.WaitTime.Std()))
+		w.r.m.inFlight.Dec()
+		if ctx.Err() != nil {
+			return
+		}
+		at := time.Now()
+		if err != nil {
+			w.r.m.catalogErrors.Inc()
+			if !send(ctx, w.catalog, catalogEvent{err: err, at: at}) {
+				return
+			}
+			index, errored = 0, true
+			if b.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
+		b.Reset()
+		changed := meta.LastIndex != index || index == 0
+		index = nextIndex(index, meta.LastIndex)
+		if !changed && !errored {
+			w.r.m.catalogSame.Inc()
+			continue
+		}
+		w.r.m.catalogChanged.Inc()
+		errored = false
+		if !send(ctx, w.catalog, catalogEvent{services: names, at: at}) {
+			return
+		}
+	}
+}
+
+// worker serves queued services, one blocking query at a time.
+func (w *watch) worker(ctx context.Context) {
+	b := w.backoff()
+	cfg := &w.r.cfg
+	for {
+		e, ok := w.q.pop(ctx)
+		if !ok {
+			return
+		}
+		if e.ctx.Err() != nil {
+			continue // the service went away
+		}
+		wait := cfg.WaitTime.Std()
+		if n := w.active.Load(); n > int64(cfg.MaxConcurrentWatches) {
+			wait = max(minTurn, time.Duration(int64(wait)*int64(cfg.MaxConcurrentWatches)/n))
+		}
+		w.r.m.inFlight.Inc()
+		entries, meta, err := w.client.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(e.ctx, e.index, wait))
+		w.r.m.inFlight.Dec()
+		if ctx.Err() != nil {
+			return
+		}
+		if e.ctx.Err() != nil {
+			continue
+		}
+		at := time.Now()
+		if err != nil {
+			w.r.m.healthErrors.Inc()
+			e.index, e.errored = 0, true
+			if !send(ctx, w.service, serviceEvent{e: e, err: err, at: at}) {
+				return
+			}
+			if b.Wait(ctx) != nil {
+				return
+			}
+			w.q.push(e)
+			continue
+		}
+		b.Reset()
+		changed := meta.LastIndex != e.index || e.index == 0
+		e.index = nextIndex(e.index, meta.LastIndex)
+		if changed || e.errored {
+			w.r.m.healthChanged.Inc()
+			e.errored = false
+			if !send(ctx, w.service, serviceEvent{e: e, entries: entries, at: at}) {
+				return
+			}
+		} else {
+			w.r.m.healthSame.Inc()
+		}
+		w.q.push(e)
+	}
+}
+
+func (w *watch) backoff() *registries.Backoff {
+	return &registries.Backoff{Initial: w.r.cfg.Backoff.Initial.Std(), Max: w.r.cfg.Backoff.Max.Std()}
+}
+
+func send[T any](ctx context.Context, ch chan<- T, v T) bool {
+	select {
+	case ch <- v:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// loop owns the state: it applies events and publishes once every pending
+// event is applied, so a burst of changes becomes one Replace.
+func (w *watch) loop(ctx context.Context) error {
+	defer func() {
+		for _, st := range w.services {
+			st.e.cancel()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev := <-w.catalog:
+			if err := w.onCatalog(ev); err != nil {
+				return err
+			}
+		case ev := <-w.service:
+			w.onService(ev)
+		}
+		// Drain what is already waiting before publishing.
+		for more := true; more; {
+			select {
+			case ev := <-w.catalog:
+				if err := w.onCatalog(ev); err != nil {
+					return err
+				}
+			case ev := <-w.service:
+				w.onService(ev)
+			default:
+				more = false
+			}
+		}
+		w.maybePublish()
+	}
+}
+
+func (w *watch) onCatalog(ev catalogEvent) error {
+	if ev.err != nil {
+		var se api.StatusError
+		if !w.everPublished && errors.As(ev.err, &se) && se.Code == http.StatusForbidden {
+			// Bad credentials before the first sync: restarting will not help.
+			return registries.Permanent(fmt.Errorf("consul catalog: %w", ev.err))
+		}
+		w.catalogOK = false
+		w.degrade("catalog", ev.err)
+		return nil
+	}
+	w.catalogOK = true
+	want := make(map[string]bool, len(ev.services))
+	for name, tags := range ev.services {
+		if hasAll(tags, w.r.cfg.Tags) {
+			want[name] = true
+		}
+	}
+	for name, st := range w.services {
+		if !want[name] {
+			st.e.cancel()
+			delete(w.services, name)
+			w.changed(ev.at)
+		}
+	}
+	for name := range want {
+		if _, ok := w.services[name]; ok {
+			continue
+		}
+		ectx, cancel := context.WithCancel(w.ctx)
+		e := &entry{name: name, ctx: ectx, cancel: cancel}
+		w.services[name] = &serviceState{e: e}
+		w.q.push(e)
+	}
+	w.active.Store(int64(len(w.services)))
+	w.r.m.watched.Set(float64(len(w.services)))
+	return nil
+}
+
+// hasAll reports whether the union of a service's instance tags can
+// satisfy the tag filter at all.
+func hasAll(tags, required []string) bool {
+	for _, t := range required {
+		if !slices.Contains(tags, t) {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *watch) onService(ev serviceEvent) {
+	st, ok := w.services[ev.e.name]
+	if !ok || st.e != ev.e {
+		return // the service went away meanwhile
+	}
+	if ev.err != nil {
+		st.failing = true
+		w.degrade("service "+ev.e.name, ev.err)
+		return
+	}
+	st.failing = false
+	st.fetched = true
+	st.conv = convert(w.r.common, w.r.cfg.Datacenter, ev.e.name, ev.entries)
+	w.changed(ev.at)
+}
+
+func (w *watch) changed(at time.Time) {
+	if !w.dirty {
+		w.firstChangeAt = at
+	}
+	w.dirty = true
+}
+
+func (w *watch) degrade(what string, err error) {
+	w.published = false
+	msg := fmt.Sprintf("consul %s: %v", what, err)
+	if w.degraded && msg == w.lastReportText {
+		return
+	}
+	if !w.degraded {
+		w.r.log.Warn("consul unreachable, keeping the last state", "query", what, "err", err)
+	}
+	w.degraded, w.lastReportText = true, msg
+	w.sink.Report(w.shard, registries.Status{State: registries.Degraded, Err: msg})
+}
+
+// maybePublish publishes the full state when it changed (or an outage
+// ended) and every watched service has answered: never a partial list.
+func (w *watch) maybePublish() {
+	if !w.catalogOK || (!w.dirty && w.published) {
+		return
+	}
+	for _, st := range w.services {
+		if !st.fetched || st.failing {
+			return
+		}
+	}
+	names := make([]string, 0, len(w.services))
+	for name := range w.services {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	services := make([]model.Service, 0, len(names))
+	var rejected []model.Rejection
+	for _, name := range names {
+		c := w.services[name].conv
+		if c.ok {
+			services = append(services, c.svc)
+		}
+		rejected = append(rejected, c.rejected...)
+	}
+	w.sink.Replace(w.shard, services, rejected)
+	if w.dirty {
+		w.r.m.ingest.Observe(time.Since(w.firstChangeAt).Seconds())
+	}
+	if w.degraded {
+		w.r.log.Info("consul reachable again, state resynced", "services", len(services))
+	}
+	w.dirty, w.published, w.degraded, w.everPublished = false, true, false, true
+	w.lastReportText = ""
+}
+
+// queue hands watched services to workers, first in first out.
+type queue struct {
+	mu     sync.Mutex
+	items  []*entry
+	notify chan struct{} // closed and replaced when items are added
+}
+
+func newQueue() *queue { return &queue{notify: make(chan struct{})} }
+
+func (q *queue) push(e *entry) {
+	q.mu.Lock()
+	q.items = append(q.items, e)
+	close(q.notify)
+	q.notify = make(chan struct{})
+	q.mu.Unlock()
+}
+
+// pop takes the oldest entry, waiting for one; false when ctx ended.
+func (q *queue) pop(ctx context.Context) (*entry, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			e := q.items[0]
+			q.items[0] = nil
+			q.items = q.items[1:]
+			q.mu.Unlock()
+			return e, true
+		}
+		ch := q.notify
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}

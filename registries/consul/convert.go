@@ -1,0 +1,206 @@
+package consul
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// Keys read from Consul metadata.
+const (
+	// metaProtocol in service meta sets the port protocol (http, http2,
+	// grpc, tcp), like Consul's service-defaults protocol. Default tcp.
+	metaProtocol = "protocol"
+	// Node meta keys that set an endpoint's locality.
+	metaRegion  = "region"
+	metaZone    = "zone"
+	metaSubZone = "subzone"
+)
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// converted is one Consul service turned into model terms.
+type converted struct {
+	svc      model.Service
+	ok       bool // false: no valid instance, publish no service
+	rejected []model.Rejection
+}
+
+// convert turns the health entries of one Consul service into a service.
+// Malformed instances are rejected one by one; the rest are kept.
+func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) converted {
+	var out converted
+	host := strings.ToLower(name) + "." + c.Domain
+	reject := func(subject, format string, args ...any) {
+		out.rejected = append(out.rejected, model.Rejection{
+			Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...),
+		})
+	}
+	if !dnsLabel.MatchString(strings.ToLower(name)) {
+		reject("service "+name, "service name is not a DNS label, so it cannot be a hostname")
+		return out
+	}
+
+	type inst struct {
+		ep   model.Endpoint
+		port uint32
+		ip   bool
+	}
+	insts := make([]inst, 0, len(entries))
+	protoVotes := map[string]int{}
+	for _, e := range entries {
+		if e == nil || e.Service == nil || e.Node == nil {
+			continue
+		}
+		s := e.Service
+		subject := e.Node.Node + "/" + s.ID
+		addr := s.Address
+		if addr == "" {
+			addr = e.Node.Address
+		}
+		switch {
+		case addr == "":
+			reject(subject, "instance has no address (neither service nor node address)")
+			continue
+		case s.Port <= 0 || s.Port > 65535:
+			reject(subject, "instance port %d is out of range 1-65535", s.Port)
+			continue
+		}
+		ip, err := netip.ParseAddr(addr)
+		isIP := err == nil
+		if isIP {
+			addr = ip.String()
+		}
+		ep := model.Endpoint{
+			Address:  addr,
+			Labels:   labels(s.Tags, s.Meta),
+			Locality: locality(c.Locality, dc, e.Node.Meta),
+			Source:   model.Source{Registry: c.Name, Cluster: c.Name},
+			Origin:   subject,
+		}
+		ep.Health, ep.Weight = health(e.Checks.AggregatedStatus(), s.Weights)
+		insts = append(insts, inst{ep: ep, port: uint32(s.Port), ip: isIP})
+		protoVotes[strings.ToLower(s.Meta[metaProtocol])]++
+	}
+
+	// An EDS service needs IPs, a DNS one hostnames: when both appear, keep
+	// the IPs and reject the hostnames.
+	anyIP := slices.ContainsFunc(insts, func(i inst) bool { return i.ip })
+	kept := insts[:0]
+	for _, i := range insts {
+		if anyIP && !i.ip {
+			reject(i.ep.Origin, "address %q is a hostname while other instances use IPs", i.ep.Address)
+			continue
+		}
+		kept = append(kept, i)
+	}
+	if len(kept) == 0 {
+		return out
+	}
+
+	proto, err := model.ParseProtocol(majority(protoVotes, ""))
+	if err != nil {
+		proto = model.ProtocolTCP
+	}
+	portVotes := map[uint32]int{}
+	for _, i := range kept {
+		portVotes[i.port]++
+	}
+	port := model.Port{Name: strings.ToLower(string(proto)), Number: majority(portVotes, 0), Protocol: proto}
+
+	svc := model.Service{Hostname: host, Ports: []model.Port{port}, Resolution: model.ResolutionEDS}
+	if !anyIP {
+		svc.Resolution = model.ResolutionDNS
+	}
+	svc.Endpoints = make([]model.Endpoint, 0, len(kept))
+	for _, i := range kept {
+		if i.port != port.Number {
+			i.ep.Ports = map[string]uint32{port.Name: i.port}
+		}
+		svc.Endpoints = append(svc.Endpoints, i.ep)
+	}
+	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int { return strings.Compare(a.Origin, b.Origin) })
+	out.svc, out.ok = svc, true
+	return out
+}
+
+// majority returns the most frequent key, the smallest on a tie; def if
+// there is none.
+func majority[K cmp.Ordered](votes map[K]int, def K) K {
+	best, n := def, 0
+	for k, v := range votes {
+		if v > n || (v == n && k < best) {
+			best, n = k, v
+		}
+	}
+	return best
+}
+
+// labels maps tags and service meta to labels: a "k=v" tag is label k=v, a
+// plain tag is label tag="" (present); meta wins over tags on a clash. The
+// protocol meta key configures the port and is not a label.
+func labels(tags []string, meta map[string]string) map[string]string {
+	if len(tags) == 0 && len(meta) == 0 {
+		return nil
+	}
+	l := make(map[string]string, len(tags)+len(meta))
+	for _, t := range tags {
+		if k, v, ok := strings.Cut(t, "="); ok && k != "" {
+			l[k] = v
+		} else if t != "" {
+			l[t] = ""
+		}
+	}
+	for k, v := range meta {
+		if k != metaProtocol {
+			l[k] = v
+		}
+	}
+	if len(l) == 0 {
+		return nil
+	}
+	return l
+}
+
+// locality: node meta region/zone/subzone win; else the registry's default
+// locality; else the datacenter as region.
+func locality(def model.Locality, dc string, nodeMeta map[string]string) model.Locality {
+	l := def
+	if l.IsZero() {
+		l.Region = dc
+	}
+	if v := nodeMeta[metaRegion]; v != "" {
+		l.Region = v
+	}
+	if v := nodeMeta[metaZone]; v != "" {
+		l.Zone = v
+	}
+	if v := nodeMeta[metaSubZone]; v != "" {
+		l.SubZone = v
+	}
+	return l
+}
+
+// health maps Consul's aggregated check status: passing → HEALTHY,
+// warning → DEGRADED, critical → UNHEALTHY, maintenance → DRAINING. The
+// weight is Consul's passing or warning weight (0, i.e. 1, when unset).
+func health(status string, w api.AgentWeights) (model.Health, uint32) {
+	switch status {
+	case api.HealthPassing:
+		return model.Healthy, uint32(max(w.Passing, 0))
+	case api.HealthWarning:
+		return model.Degraded, uint32(max(w.Warning, 0))
+	case api.HealthMaint:
+		return model.Draining, 0
+	default:
+		return model.Unhealthy, 0
+	}
+}

@@ -1,0 +1,63 @@
+package consul
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Query kinds, the bounded "query" label.
+const (
+	queryCatalog = "catalog" // /v1/catalog/services
+	queryHealth  = "health"  // /v1/health/service/<name>
+)
+
+var (
+	inFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshfed_consul_blocking_queries_in_flight",
+		Help: "Blocking queries a Consul registry has open against its agent.",
+	}, []string{"registry"})
+	queries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_consul_queries_total",
+		Help: "Blocking queries that returned without error; changed=true when the index moved.",
+	}, []string{"registry", "query", "changed"})
+	queryErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_consul_query_errors_total",
+		Help: "Consul queries that failed.",
+	}, []string{"registry", "query"})
+	ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "meshfed_consul_ingest_latency_seconds",
+		Help:    "Time from a Consul query returning a change to the full state being handed to the sink.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"registry"})
+	watchedServices = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshfed_consul_watched_services",
+		Help: "Consul services a registry watches.",
+	}, []string{"registry"})
+)
+
+// Collectors returns the package's collectors; the wiring registers them
+// once.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{inFlight, queries, queryErrors, ingestLatency, watchedServices}
+}
+
+// metrics are the collectors curried with one registry's name.
+type metrics struct {
+	inFlight                    prometheus.Gauge
+	catalogChanged, catalogSame prometheus.Counter
+	healthChanged, healthSame   prometheus.Counter
+	catalogErrors, healthErrors prometheus.Counter
+	ingest                      prometheus.Observer
+	watched                     prometheus.Gauge
+}
+
+func newMetrics(registry string) metrics {
+	return metrics{
+		inFlight:       inFlight.WithLabelValues(registry),
+		catalogChanged: queries.WithLabelValues(registry, queryCatalog, "true"),
+		catalogSame:    queries.WithLabelValues(registry, queryCatalog, "false"),
+		healthChanged:  queries.WithLabelValues(registry, queryHealth, "true"),
+		healthSame:     queries.WithLabelValues(registry, queryHealth, "false"),
+		catalogErrors:  queryErrors.WithLabelValues(registry, queryCatalog),
+		healthErrors:   queryErrors.WithLabelValues(registry, queryHealth),
+		ingest:         ingestLatency.WithLabelValues(registry),
+		watched:        watchedServices.WithLabelValues(registry),
+	}
+}
