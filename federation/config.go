@@ -1053,15 +1053,17 @@ func lookup(n ast.Node, key string) (ast.Node, bool) {
 
 // crossChecks finds problems that involve more than one key, after
 // defaults.
+// Checks whose inputs already have a problem are skipped: a bad value was
+// replaced by its default and would only give a misleading second error.
 func (l *loader) crossChecks(c *Config) {
-	if c.Debounce.Max < c.Debounce.Quiet {
+	if c.Debounce.Max < c.Debounce.Quiet && !l.hasProblem("debounce") {
 		key := "debounce.max"
 		if _, ok := l.nodes[key]; !ok {
 			key = "debounce.quiet"
 		}
 		l.addAtKey(key, "debounce.max (%s) must not be less than debounce.quiet (%s)", c.Debounce.Max, c.Debounce.Quiet)
 	}
-	if c.XDS.Address == c.Admin.Address {
+	if c.XDS.Address == c.Admin.Address && !l.hasProblem("xds.address") && !l.hasProblem("admin.address") {
 		key := "admin.address"
 		if _, ok := l.nodes[key]; !ok {
 			key = "xds.address"
@@ -1087,6 +1089,13 @@ func (l *loader) crossChecks(c *Config) {
 			"domain %q of registry %q overlaps domain %q of registry %q (registries[%d].domain, line %d): domains must not be equal or nested, except kubernetes registries sharing one",
 			b.Domain, b.Name, a.Domain, a.Name, i, l.lineOf(fmt.Sprintf("registries[%d].domain", i)))
 	}
+}
+
+// hasProblem reports whether a problem about key or below it was found.
+func (l *loader) hasProblem(key string) bool {
+	return slices.ContainsFunc(l.problems, func(p Problem) bool {
+		return p.Key == key || strings.HasPrefix(p.Key, key+".") || strings.HasPrefix(p.Key, key+"[")
+	})
 }
 
 // domainConflicts returns the index pairs (i < j) of registries whose

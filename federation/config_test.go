@@ -140,12 +140,12 @@ func TestLoadBad(t *testing.T) {
 			`bad/syntax-error.yaml:6:3: YAML syntax error: `,
 		}},
 		{file: "bad/collect-all.yaml", problems: 6, want: []string{
-			`bad/collect-all.yaml:3:12: xds.address: bad address "127.0.0.1:99999"`,
-			`bad/collect-all.yaml:5:10: debounce.quiet: bad duration "fast"`,
-			`bad/collect-all.yaml:10:26: registries[0].file.extra: unknown key`,
-			`bad/collect-all.yaml:11:11: registries[1].name: duplicate name "a" (also registries[0].name, line 7)`,
-			`bad/collect-all.yaml:13:13: registries[1].domain: domain "east.vm.internal" of registry "a" overlaps domain "vm.internal" of registry "a" (registries[0].domain, line 9)`,
-			`bad/collect-all.yaml:14:22: registries[1].outage.policy: unknown outage policy "drop"`,
+			`bad/collect-all.yaml:4:12: xds.address: bad address "127.0.0.1:99999": port "99999" is not in 1-65535`,
+			`bad/collect-all.yaml:7:19: debounce.quiet: bad duration "fast"`,
+			`bad/collect-all.yaml:12:26: registries[0].file.extra: unknown key`,
+			`bad/collect-all.yaml:13:11: registries[1].name: duplicate name "a" (also registries[0].name, line 9)`,
+			`bad/collect-all.yaml:15:13: registries[1].domain: domain "east.vm.internal" of registry "a" overlaps domain "vm.internal" of registry "a" (registries[0].domain, line 11)`,
+			`bad/collect-all.yaml:16:22: registries[1].outage.policy: unknown outage policy "drop"`,
 		}},
 	}
 
