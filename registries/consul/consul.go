@@ -83,10 +83,11 @@ var _ registries.Registry = (*Registry)(nil)
 
 // Run implements registries.Registry.
 func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
-	client, err := r.newClient()
+	client, tr, err := r.newClient()
 	if err != nil {
 		return registries.Permanent(err)
 	}
+	defer tr.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &watch{
@@ -114,13 +115,13 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 
 // newClient builds the API client from the config alone: the CONSUL_HTTP_*
 // environment variables the api package reads are overridden.
-func (r *Registry) newClient() (*api.Client, error) {
+func (r *Registry) newClient() (*api.Client, *http.Transport, error) {
 	c := r.cfg
 	var token string
 	if c.TokenFile != "" {
 		b, err := os.ReadFile(c.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("consul tokenFile: %w", err)
+			return nil, nil, fmt.Errorf("consul tokenFile: %w", err)
 		}
 		token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
 	}
@@ -135,16 +136,17 @@ func (r *Registry) newClient() (*api.Client, error) {
 			InsecureSkipVerify: c.TLS.InsecureSkipVerify,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("consul tls: %w", err)
+			return nil, nil, fmt.Errorf("consul tls: %w", err)
 		}
 		tr.TLSClientConfig = tlsConf
 	}
-	return api.NewClient(&api.Config{
+	client, err := api.NewClient(&api.Config{
 		Address:    c.Address,
 		Scheme:     c.Scheme,
 		Datacenter: c.Datacenter,
 		HttpClient: &http.Client{Transport: tokenTransport{token: token, next: tr}},
 	})
+	return client, tr, err
 }
 
 // tokenTransport sets the ACL token header to the configured token (or

@@ -34,7 +34,8 @@ type converted struct {
 	rejected []model.Rejection
 }
 
-// convert turns the health entries of one Consul service into a service.
+// convert turns the health entries of one Consul service into a service;
+// dc is the configured datacenter, used when a node does not name its own.
 // Malformed instances are rejected one by one; the rest are kept.
 func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) converted {
 	var out converted
@@ -79,10 +80,14 @@ func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) 
 		if isIP {
 			addr = ip.String()
 		}
+		nodeDC := e.Node.Datacenter
+		if nodeDC == "" {
+			nodeDC = dc
+		}
 		ep := model.Endpoint{
 			Address:  addr,
 			Labels:   labels(s.Tags, s.Meta),
-			Locality: locality(c.Locality, dc, e.Node.Meta),
+			Locality: locality(c.Locality, nodeDC, e.Node.Meta),
 			Source:   model.Source{Registry: c.Name, Cluster: c.Name},
 			Origin:   subject,
 		}

@@ -1,0 +1,487 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/registrytest"
+	"github.com/meshfed/meshfed/test/servers"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const wait = 30 * time.Second
+
+// agentClient is an API client for the test's own writes; its idle
+// connections are closed in t.Cleanup.
+func agentClient(t *testing.T, c *servers.Consul) *api.Client {
+	t.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	cl, err := api.NewClient(&api.Config{Address: c.HTTPAddr, HttpClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// newRegistry builds a registry named name over the agent; edit tunes the
+// config before defaults.
+func newRegistry(t *testing.T, c *servers.Consul, name string, edit func(*Config)) *Registry {
+	t.Helper()
+	cfg := &Config{Address: c.HTTPAddr, WaitTime: Duration(time.Minute)}
+	if edit != nil {
+		edit(cfg)
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := cfg.New(registries.Common{Name: name, Kind: "consul", Domain: "consul"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg.(*Registry)
+}
+
+func find(svcs []model.Service, host string) (model.Service, bool) {
+	i := slices.IndexFunc(svcs, func(s model.Service) bool { return s.Hostname == host })
+	if i < 0 {
+		return model.Service{}, false
+	}
+	return svcs[i], true
+}
+
+// endpointHealth returns the health of the endpoint with origin in host,
+// and whether it is published.
+func endpointHealth(st registrytest.State, host, origin string) (model.Health, bool) {
+	s, ok := find(st.Services, host)
+	if !ok {
+		return 0, false
+	}
+	for _, e := range s.Endpoints {
+		if e.Origin == origin {
+			return e.Health, true
+		}
+	}
+	return 0, false
+}
+
+func TestAgentRegistrationsHealthAndQuarantine(t *testing.T) {
+	t.Parallel()
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true})
+	cl := agentClient(t, agent)
+	register := func(id string, port int) {
+		t.Helper()
+		err := cl.Agent().ServiceRegister(&api.AgentServiceRegistration{
+			ID: id, Name: "orders", Port: port, Address: "192.0.2.10",
+			Tags:  []string{"v1", "version=2"},
+			Meta:  map[string]string{"protocol": "grpc", "team": "pay"},
+			Check: &api.AgentServiceCheck{CheckID: "ttl-" + id, TTL: "10m"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	register("orders-1", 8080)
+
+	reg := newRegistry(t, agent, "health", nil)
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+
+	origin := agent.Node + "/orders-1"
+	host := "orders.consul"
+	healthIs := func(want model.Health) func(registrytest.State) bool {
+		return func(st registrytest.State) bool {
+			h, ok := endpointHealth(st, host, origin)
+			return ok && h == want
+		}
+	}
+	// A TTL check starts critical.
+	st := sink.WaitFor(t, wait, healthIs(model.Unhealthy))
+	svc, _ := find(st.Services, host)
+	wantPort := model.Port{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}
+	if len(svc.Ports) != 1 || svc.Ports[0] != wantPort {
+		t.Errorf("ports = %+v, want [%+v]", svc.Ports, wantPort)
+	}
+	ep := svc.Endpoints[0]
+	wantLabels := map[string]string{"v1": "", "version": "2", "team": "pay"}
+	if ep.Address != "192.0.2.10" || !mapsEqual(ep.Labels, wantLabels) || ep.Locality.Region != "dc1" {
+		t.Errorf("endpoint = %+v, want address 192.0.2.10, labels %v, region dc1", ep, wantLabels)
+	}
+
+	for _, step := range []struct {
+		name   string
+		update func(string, string) error
+		want   model.Health
+	}{
+		{name: "pass", update: cl.Agent().PassTTL, want: model.Healthy},
+		{name: "warn", update: cl.Agent().WarnTTL, want: model.Degraded},
+		{name: "fail", update: cl.Agent().FailTTL, want: model.Unhealthy},
+		{name: "pass again", update: cl.Agent().PassTTL, want: model.Healthy},
+	} {
+		if err := step.update("ttl-orders-1", step.name); err != nil {
+			t.Fatal(err)
+		}
+		sink.WaitFor(t, wait, healthIs(step.want))
+	}
+
+	// A malformed instance of the same service is quarantined alone.
+	register("orders-bad", 0)
+	register("orders-2", 9090)
+	st = sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		_, ok := endpointHealth(st, host, agent.Node+"/orders-2")
+		return ok
+	})
+	svc, _ = find(st.Services, host)
+	if len(svc.Endpoints) != 2 {
+		t.Errorf("endpoints = %+v, want orders-1 and orders-2", svc.Endpoints)
+	}
+	if len(st.Rejected) != 1 || st.Rejected[0].Subject != agent.Node+"/orders-bad" || st.Rejected[0].Host != host {
+		t.Errorf("rejected = %+v, want one for %s/orders-bad", st.Rejected, agent.Node)
+	}
+	// orders-2 listens on another port than the service's.
+	for _, e := range svc.Endpoints {
+		if got := e.PortFor(svc.Ports[0]); e.Origin == agent.Node+"/orders-2" && got != 9090 {
+			t.Errorf("orders-2 port = %d, want 9090", got)
+		}
+	}
+
+	// Deregistration removes the endpoint, then the service.
+	for _, id := range []string{"orders-bad", "orders-1", "orders-2"} {
+		if err := cl.Agent().ServiceDeregister(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		_, ok := find(st.Services, host)
+		return !ok && len(st.Rejected) == 0
+	})
+	if p := sink.Problems(); len(p) > 0 {
+		t.Errorf("sink problems: %v", p)
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPassingOnlyAndTagFilter(t *testing.T) {
+	t.Parallel()
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true})
+	cl := agentClient(t, agent)
+	for _, r := range []*api.AgentServiceRegistration{
+		{ID: "a-1", Name: "a", Port: 1, Address: "192.0.2.1", Tags: []string{"mesh"}, Check: &api.AgentServiceCheck{TTL: "10m", Status: api.HealthPassing}},
+		{ID: "a-2", Name: "a", Port: 1, Address: "192.0.2.2", Tags: []string{"mesh"}, Check: &api.AgentServiceCheck{TTL: "10m"}},
+		{ID: "a-3", Name: "a", Port: 1, Address: "192.0.2.3", Check: &api.AgentServiceCheck{TTL: "10m", Status: api.HealthPassing}},
+		{ID: "b-1", Name: "b", Port: 1, Address: "192.0.2.4"},
+	} {
+		if err := cl.Agent().ServiceRegister(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := newRegistry(t, agent, "filters", func(c *Config) { c.PassingOnly, c.Tags = true, []string{"mesh"} })
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, wait, registrytest.State.Synced)
+	var hosts []string
+	for _, s := range st.Services {
+		hosts = append(hosts, s.Hostname)
+	}
+	a, _ := find(st.Services, "a.consul")
+	if !slices.Equal(hosts, []string{"a.consul"}) || len(a.Endpoints) != 1 || a.Endpoints[0].Address != "192.0.2.1" {
+		t.Errorf("published %v with a = %+v; want only a.consul with the passing, tagged a-1", hosts, a.Endpoints)
+	}
+}
+
+func TestOutageKeepsStateAndResyncs(t *testing.T) {
+	t.Parallel()
+	agent := servers.StartConsul(t, servers.ConsulOptions{})
+	cl := agentClient(t, agent)
+	if err := cl.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "web-1", Name: "web", Port: 80, Address: "192.0.2.20"}); err != nil {
+		t.Fatal(err)
+	}
+	reg := newRegistry(t, agent, "outage", func(c *Config) {
+		c.Backoff = BackoffConfig{Initial: Duration(50 * time.Millisecond), Max: Duration(500 * time.Millisecond)}
+	})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	before := sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		_, ok := find(st.Services, "web.consul")
+		return ok
+	})
+
+	agent.Stop(t)
+	st := sink.WaitFor(t, wait, func(st registrytest.State) bool { return st.Status.State == registries.Degraded })
+	if st.Replaces != before.Replaces {
+		t.Errorf("%d Replace calls after the agent stopped; want the last state kept", st.Replaces-before.Replaces)
+	}
+	if st.Status.Err == "" {
+		t.Error("Degraded without a reason")
+	}
+
+	agent.Start(t)
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		_, ok := find(st.Services, "web.consul")
+		return st.Status.State == registries.Synced && ok
+	})
+	if err := cl.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "api-1", Name: "api", Port: 81, Address: "192.0.2.21"}); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		_, ok := find(st.Services, "api.consul")
+		return ok
+	})
+}
+
+// registerBulk registers services×instances through the catalog API, each
+// instance on its own node, with `workers` requests in flight.
+func registerBulk(t *testing.T, cl *api.Client, services, instances, workers int) {
+	t.Helper()
+	type job struct{ s, i int }
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range workers {
+		wg.Go(func() {
+			for j := range jobs {
+				_, err := cl.Catalog().Register(&api.CatalogRegistration{
+					Node:    fmt.Sprintf("node-%d", j.i),
+					Address: fmt.Sprintf("198.51.100.%d", j.i+1),
+					Service: &api.AgentService{
+						ID: fmt.Sprintf("svc-%d-%d", j.s, j.i), Service: fmt.Sprintf("svc-%d", j.s), Port: 1000 + j.s,
+					},
+					Check: &api.AgentCheck{
+						CheckID: fmt.Sprintf("check-%d-%d", j.s, j.i), Name: "up", Status: api.HealthPassing,
+						ServiceID: fmt.Sprintf("svc-%d-%d", j.s, j.i),
+					},
+					SkipNodeUpdate: true,
+				}, nil)
+				if err != nil {
+					failed.Store(err)
+				}
+			}
+		})
+	}
+	for s := range services {
+		for i := range instances {
+			jobs <- job{s, i}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		t.Fatalf("register: %v", err)
+	}
+}
+
+func TestThousandServicesIngestAndOneChange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("registers 10,000 instances")
+	}
+	t.Parallel()
+	const services, instances = 1000, 10
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, MaxConnsPerClient: 4096})
+	cl := agentClient(t, agent)
+	start := time.Now()
+	registerBulk(t, cl, services, instances, 32)
+	t.Logf("registered %d instances in %v", services*instances, time.Since(start).Round(time.Millisecond))
+
+	reg := newRegistry(t, agent, "thousand", func(c *Config) { c.MaxConcurrentWatches = services + 100 })
+	sink := registrytest.NewSink()
+	start = time.Now()
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, 2*time.Minute, registrytest.State.Synced)
+	t.Logf("first sync of %d services in %v", len(st.Services), time.Since(start).Round(time.Millisecond))
+	if len(st.Services) != services+1 { // + consul itself
+		t.Fatalf("published %d services, want %d", len(st.Services), services+1)
+	}
+	for _, s := range st.Services {
+		if s.Hostname == "consul.consul" {
+			continue
+		}
+		if len(s.Endpoints) != instances {
+			t.Fatalf("%s has %d endpoints, want %d", s.Hostname, len(s.Endpoints), instances)
+		}
+	}
+
+	// One check turns critical: only that service's query fires, the
+	// catalog list is not fetched again.
+	catalogBefore := testutil.ToFloat64(reg.m.catalogChanged)
+	healthBefore := testutil.ToFloat64(reg.m.healthChanged)
+	replacesBefore := st.Replaces
+	_, err := cl.Catalog().Register(&api.CatalogRegistration{
+		Node: "node-3", Address: "198.51.100.4", SkipNodeUpdate: true,
+		Check: &api.AgentCheck{CheckID: "check-500-3", Name: "up", Status: api.HealthCritical, ServiceID: "svc-500-3"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		h, ok := endpointHealth(st, "svc-500.consul", "node-3/svc-500-3")
+		return ok && h == model.Unhealthy
+	})
+	if got := st.Replaces - replacesBefore; got != 1 {
+		t.Errorf("%d Replace calls for one change, want 1", got)
+	}
+	if got := testutil.ToFloat64(reg.m.healthChanged) - healthBefore; got != 1 {
+		t.Errorf("%v service queries returned a change, want 1 (svc-500)", got)
+	}
+	if got := testutil.ToFloat64(reg.m.catalogChanged) - catalogBefore; got != 0 {
+		t.Errorf("catalog list fetched %v times for a check change, want 0", got)
+	}
+}
+
+func TestMoreServicesThanWatches(t *testing.T) {
+	t.Parallel()
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true})
+	cl := agentClient(t, agent)
+	registerBulk(t, cl, 12, 2, 4)
+	reg := newRegistry(t, agent, "roundrobin", func(c *Config) {
+		c.MaxConcurrentWatches, c.WaitTime = 3, Duration(2*time.Second)
+	})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, wait, registrytest.State.Synced)
+	if len(st.Services) != 13 {
+		t.Fatalf("published %d services, want 13", len(st.Services))
+	}
+	// Changes to services spread over the rotation are all seen.
+	start := time.Now()
+	for _, s := range []int{2, 7, 11} {
+		_, err := cl.Catalog().Register(&api.CatalogRegistration{
+			Node: "node-1", Address: "198.51.100.2", SkipNodeUpdate: true,
+			Check: &api.AgentCheck{CheckID: fmt.Sprintf("check-%d-1", s), Name: "up", Status: api.HealthWarning, ServiceID: fmt.Sprintf("svc-%d-1", s)},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		for _, s := range []int{2, 7, 11} {
+			h, ok := endpointHealth(st, fmt.Sprintf("svc-%d.consul", s), fmt.Sprintf("node-1/svc-%d-1", s))
+			if !ok || h != model.Degraded {
+				return false
+			}
+		}
+		return true
+	})
+	// 13 services on 3 watches turn every ~5 × 1s.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("changes seen after %v, want within one rotation (~5s)", d)
+	}
+	t.Logf("changes seen after %v with 13 services on 3 watches", time.Since(start).Round(time.Millisecond))
+	if got := testutil.ToFloat64(inFlight.WithLabelValues("roundrobin")); got > 4 {
+		t.Errorf("%v blocking queries in flight, want at most 3 + the catalog", got)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true})
+	cl := agentClient(t, agent)
+	if err := cl.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "c-1", Name: "conf", Port: 7000, Address: "192.0.2.30"}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	registrytest.Conformance(t, func(t *testing.T) registries.Registry {
+		n++
+		return newRegistry(t, agent, fmt.Sprintf("conformance-%d", n), nil)
+	}, registrytest.Mutation{
+		Name: "register",
+		Apply: func(t *testing.T) {
+			if err := cl.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "c-2", Name: "conf2", Port: 7001, Address: "192.0.2.31"}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Want: func(s []model.Service) bool { _, ok := find(s, "conf2.consul"); return ok },
+	}, registrytest.Mutation{
+		Name: "deregister",
+		Apply: func(t *testing.T) {
+			if err := cl.Agent().ServiceDeregister("c-2"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Want: func(s []model.Service) bool { _, ok := find(s, "conf2.consul"); return !ok },
+	})
+}
+
+func TestBadTokenFileFails(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry(t, &servers.Consul{HTTPAddr: "127.0.0.1:1"}, "badtoken", func(c *Config) {
+		c.TokenFile = t.TempDir() + "/missing"
+	})
+	err := reg.Run(context.Background(), registrytest.NewSink())
+	if !registries.IsPermanent(err) {
+		t.Errorf("Run = %v, want a permanent error", err)
+	}
+}
+
+func TestTokenNeverInErrors(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-token-4711"
+	// An HTTP server that refuses every token, like an agent with ACLs.
+	var sawToken atomic.Bool
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sawToken.Store(r.Header.Get("X-Consul-Token") == secret)
+		http.Error(w, "ACL not found", http.StatusForbidden)
+	})}
+	ln := listen(t)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	tokenFile := t.TempDir() + "/token"
+	if err := os.WriteFile(tokenFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := newRegistry(t, &servers.Consul{HTTPAddr: ln.Addr().String()}, "token", func(c *Config) { c.TokenFile = tokenFile })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err := reg.Run(ctx, registrytest.NewSink())
+	if !registries.IsPermanent(err) {
+		t.Errorf("Run = %v, want a permanent error for a refused token", err)
+	}
+	if !sawToken.Load() {
+		t.Error("the agent did not receive the token")
+	}
+	if err != nil && contains(err.Error(), secret) {
+		t.Errorf("error %q holds the token", err)
+	}
+	if s := fmt.Sprintf("%+v %#v", reg.cfg, reg.cfg); contains(s, secret) {
+		t.Errorf("config dump %q holds the token", s)
+	}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -1,0 +1,219 @@
+package servers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// noKeepAlive leaves no idle connection (and goroutine) behind, for goleak.
+var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// ConsulVersion is the Consul that tools/testservers builds.
+const ConsulVersion = "1.22.5"
+
+// ConsulBinary returns the path of the Consul binary built by
+// `tools/testservers/build.sh consul`, and whether it exists.
+func ConsulBinary() (string, bool) {
+	p := filepath.Join(CacheDir(), "bin", "consul-"+ConsulVersion, "consul")
+	st, err := os.Stat(p)
+	return p, err == nil && !st.IsDir()
+}
+
+// ConsulOptions configures StartConsul.
+type ConsulOptions struct {
+	// Dev runs `consul agent -dev`: in-memory, fast, forgets everything on
+	// restart. Otherwise a single server agent with a data dir runs, whose
+	// state survives Stop and Start.
+	Dev bool
+	// MaxConnsPerClient sets limits.http_max_conns_per_client (Consul's
+	// default is 200); 0 keeps the default.
+	MaxConnsPerClient int
+}
+
+// Consul is a running Consul agent owned by one test.
+type Consul struct {
+	// HTTPAddr is the agent's HTTP API, 127.0.0.1:port.
+	HTTPAddr   string
+	Datacenter string
+	// Node is the agent's node name.
+	Node string
+
+	bin, dir string
+	args     []string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+// StartConsul starts a Consul agent on loopback ports, waits until it has a
+// leader and its catalog answers, and stops it in t.Cleanup. It skips (or
+// fails, see Missing) if the binary is not built.
+func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
+	t.Helper()
+	bin, ok := ConsulBinary()
+	if !ok {
+		Missing(t, "consul "+ConsulVersion, "tools/testservers/build.sh consul")
+	}
+	dir := t.TempDir()
+	httpPort := FreePort(t)
+	ports := map[string]int{
+		"http": httpPort, "dns": FreePort(t), "serf_lan": FreePort(t), "serf_wan": FreePort(t),
+		"server": FreePort(t), "grpc": FreePort(t), "https": -1, "grpc_tls": -1,
+	}
+	c := &Consul{
+		HTTPAddr:   "127.0.0.1:" + strconv.Itoa(httpPort),
+		Datacenter: "dc1",
+		Node:       "meshfed-test",
+		bin:        bin,
+		dir:        dir,
+	}
+	conf := map[string]any{
+		"datacenter":           c.Datacenter,
+		"node_name":            c.Node,
+		"bind_addr":            "127.0.0.1",
+		"client_addr":          "127.0.0.1",
+		"advertise_addr":       "127.0.0.1",
+		"ports":                ports,
+		"log_level":            "warn",
+		"disable_update_check": true,
+		"enable_script_checks": false,
+	}
+	if opts.MaxConnsPerClient > 0 {
+		conf["limits"] = map[string]any{"http_max_conns_per_client": opts.MaxConnsPerClient}
+	}
+	if opts.Dev {
+		c.args = []string{"agent", "-dev"}
+	} else {
+		conf["server"] = true
+		conf["bootstrap_expect"] = 1
+		conf["data_dir"] = filepath.Join(dir, "data")
+		// A single server: elect quickly after a restart.
+		conf["performance"] = map[string]any{"raft_multiplier": 1}
+		c.args = []string{"agent"}
+	}
+	b, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "consul.json")
+	if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.args = append(c.args, "-config-file", cfgFile)
+	t.Cleanup(func() { c.stop() })
+	c.Start(t)
+	return c
+}
+
+// Start (re)starts the agent with the same ports and data and waits until
+// it serves its catalog.
+func (c *Consul) Start(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	if c.cmd != nil {
+		c.mu.Unlock()
+		t.Fatal("consul: Start while running")
+	}
+	logf, err := os.OpenFile(filepath.Join(c.dir, "consul.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		c.mu.Unlock()
+		t.Fatal(err)
+	}
+	cmd := exec.Command(c.bin, c.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		c.mu.Unlock()
+		t.Fatalf("consul: start: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	c.cmd, c.done = cmd, done
+	c.mu.Unlock()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if c.ready() {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatalf("consul exited during start; log:\n%s", c.Log())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consul not ready within 60s; log:\n%s", c.Log())
+		}
+	}
+}
+
+// ready: a leader is elected and the agent's node is in the catalog.
+func (c *Consul) ready() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var services map[string][]string
+	if err := c.get(ctx, "/v1/catalog/services", &services); err != nil {
+		return false
+	}
+	_, ok := services["consul"]
+	return ok
+}
+
+func (c *Consul) get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := noKeepAlive.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Stop stops the agent (SIGTERM, then SIGKILL after 10s) and waits for it.
+// A non-dev agent keeps its data for the next Start.
+func (c *Consul) Stop(t testing.TB) {
+	t.Helper()
+	if !c.stop() {
+		t.Fatal("consul: Stop while stopped")
+	}
+}
+
+func (c *Consul) stop() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return false
+	}
+	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.done
+	}
+	c.cmd, c.done = nil, nil
+	return true
+}
+
+// Log returns the agent's output so far.
+func (c *Consul) Log() string {
+	b, _ := os.ReadFile(filepath.Join(c.dir, "consul.log"))
+	return string(b)
+}
