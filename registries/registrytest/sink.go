@@ -192,6 +192,7 @@ func (s *Sink) wait(t testing.TB, timeout time.Duration, cond func(State) bool, 
 		s.mu.Unlock()
 		if err != nil {
 			t.Fatalf("registrytest: %v", err)
+			return st
 		}
 		if cond(st) {
 			return st

@@ -1,0 +1,152 @@
+package registrytest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var shard = model.ShardKey{Kind: "file", Name: "vms"}
+
+// fakeT records Fatalf instead of stopping the test.
+type fakeT struct {
+	testing.TB
+	fatal string
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.fatal = fmt.Sprintf(format, args...)
+}
+
+func svc(host string, addrs ...string) model.Service {
+	s := model.Service{Hostname: host, Ports: []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}}}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, model.Endpoint{Address: a, Source: model.Source{Registry: "vms"}})
+	}
+	return s
+}
+
+func TestWaitForWakesOnChange(t *testing.T) {
+	t.Parallel()
+	sink := NewSink()
+	go func() {
+		sink.Report(shard, registries.Status{State: registries.Degraded, Err: "down"})
+		sink.Replace(shard, []model.Service{svc("a.vm")}, nil)
+	}()
+	st := sink.WaitFor(t, 5*time.Second, State.Synced)
+	if st.Status.State != registries.Synced || st.Replaces != 1 || len(st.Reports) != 1 || st.Shard != shard {
+		t.Errorf("state = %s", st)
+	}
+}
+
+func TestWaitForFails(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		shards []model.ShardKey
+		want   string
+	}{
+		{name: "timeout", shards: []model.ShardKey{shard}, want: "condition not met within"},
+		{name: "several shards", shards: []model.ShardKey{shard, {Kind: "file", Name: "b"}}, want: "use WaitForShard"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sink := NewSink()
+			for _, s := range tt.shards {
+				sink.Report(s, registries.Status{State: registries.Degraded})
+			}
+			ft := &fakeT{TB: t}
+			sink.WaitFor(ft, 10*time.Millisecond, State.Synced)
+			if !strings.Contains(ft.fatal, tt.want) {
+				t.Errorf("failure = %q, want it to contain %q", ft.fatal, tt.want)
+			}
+		})
+	}
+}
+
+func TestProblems(t *testing.T) {
+	t.Parallel()
+	sink := NewSink()
+	sink.Replace(shard, nil, nil)
+	published := []model.Service{svc("a.vm", "10.0.0.1")}
+	sink.Replace(shard, published, nil)
+	published[0].Endpoints[0].Address = "10.0.0.2" // the registry changes what it published
+	got := strings.Join(sink.Problems(), "\n")
+	for _, want := range []string{"1 Replace calls passed a nil services slice", "slices of Replace #2 were modified"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("problems %q lack %q", got, want)
+		}
+	}
+	if p := NewSink().Problems(); len(p) != 0 {
+		t.Errorf("empty sink has problems %v", p)
+	}
+}
+
+func TestDiffServicesIgnoresOrder(t *testing.T) {
+	t.Parallel()
+	a := []model.Service{svc("a.vm", "1", "2"), svc("b.vm")}
+	b := []model.Service{svc("b.vm"), svc("a.vm", "2", "1")}
+	b[1].Endpoints[0].Labels = map[string]string{} // empty equals nil
+	if d := DiffServices(a, b); d != "" {
+		t.Errorf("diff of reordered lists:\n%s", d)
+	}
+	if EqualServices(a, []model.Service{svc("a.vm", "1"), svc("b.vm")}) {
+		t.Error("lists with different endpoints compare equal")
+	}
+	if got := Hostnames(b); strings.Join(got, ",") != "a.vm,b.vm" {
+		t.Errorf("Hostnames = %v", got)
+	}
+}
+
+func TestCheckServices(t *testing.T) {
+	t.Parallel()
+	dupPort := svc("a.vm")
+	dupPort.Ports = append(dupPort.Ports, model.Port{Name: "http", Number: 80, Protocol: "SOAP"})
+	badEndpoint := svc("a.vm", "10.0.0.1")
+	badEndpoint.Endpoints[0].Ports = map[string]uint32{"grpc": 9}
+	badEndpoint.Endpoints[0].Source.Registry = "other"
+	tests := []struct {
+		name     string
+		services []model.Service
+		want     []string
+	}{
+		{name: "consistent", services: []model.Service{svc("a.vm", "10.0.0.1"), svc("b.vm")}},
+		{name: "hostnames", services: []model.Service{svc(""), svc("a.vm"), svc("a.vm")}, want: []string{
+			"a service has no hostname", "a.vm: published twice",
+		}},
+		{name: "ports", services: []model.Service{dupPort}, want: []string{
+			"a.vm: port 80 declared twice", `a.vm: port name "http" declared twice`, `a.vm: port 80: unknown protocol "SOAP"`,
+		}},
+		{name: "endpoints", services: []model.Service{badEndpoint}, want: []string{
+			`a.vm: endpoint 10.0.0.1: port "grpc" is not a service port`, `a.vm: endpoint 10.0.0.1: Source.Registry is "other", want "vms"`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			errs := CheckServices(shard, tt.services)
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Error())
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("errors = %q, want %d: %q", got, len(tt.want), tt.want)
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tt.want[i]) {
+					t.Errorf("error %d = %q, want prefix %q", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
