@@ -1,0 +1,188 @@
+// Package zookeeper is the registry for services kept in Apache ZooKeeper,
+// in one of two layouts: Apache Curator's ServiceDiscovery (as Spring Cloud
+// Zookeeper and Dubbo 3 application-level discovery write it) or Dubbo's
+// interface-level providers. It watches the tree (child and data watches,
+// re-armed on every event), never polls, and publishes the full state after
+// each coalesced change.
+package zookeeper
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshfed/meshfed/registries"
+)
+
+// Layout is how services are laid out under the root znode.
+type Layout string
+
+// Layouts.
+const (
+	// LayoutCurator: <root>/<service>/<instance-id>, each instance a JSON
+	// document written by Curator's JsonInstanceSerializer.
+	LayoutCurator Layout = "curator"
+	// LayoutDubbo: <root>/<interface>/providers/<url-encoded provider URL>.
+	LayoutDubbo Layout = "dubbo"
+)
+
+// Defaults of the `zookeeper:` block.
+const (
+	DefaultLayout         = LayoutCurator
+	DefaultCuratorRoot    = "/services"
+	DefaultDubboRoot      = "/dubbo"
+	DefaultSessionTimeout = Duration(10 * time.Second)
+)
+
+// Config is the `zookeeper:` block of a clusters.yaml entry.
+type Config struct {
+	// Servers are the ensemble's client addresses, host:port. Required.
+	Servers []string `yaml:"servers"`
+	// Layout is curator (default) or dubbo.
+	Layout Layout `yaml:"layout"`
+	// Root is the znode the layout starts at, like a chroot: /services for
+	// curator, /dubbo for dubbo by default.
+	Root string `yaml:"root"`
+	// SessionTimeout is the ZooKeeper session timeout (default 10s; the
+	// server clamps it to its min/maxSessionTimeout).
+	SessionTimeout Duration `yaml:"sessionTimeout"`
+	// AuthFile names a file holding "user:password" for ZooKeeper digest
+	// authentication; "" for none. Relative paths are resolved against the
+	// directory of clusters.yaml. Its content is never logged.
+	AuthFile string `yaml:"authFile"`
+}
+
+// ApplyDefaults implements registries.Config.
+func (c *Config) ApplyDefaults() {
+	if c.Layout == "" {
+		c.Layout = DefaultLayout
+	}
+	if c.Root == "" {
+		switch c.Layout {
+		case LayoutDubbo:
+			c.Root = DefaultDubboRoot
+		case LayoutCurator:
+			c.Root = DefaultCuratorRoot
+		}
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+}
+
+// Validate implements registries.Config.
+func (c *Config) Validate() error {
+	if len(c.Servers) == 0 {
+		return registries.FieldErr("servers", "is required: at least one host:port")
+	}
+	for i, s := range c.Servers {
+		if err := validServer(s); err != nil {
+			return registries.FieldErr(fmt.Sprintf("servers[%d]", i), "%v", err)
+		}
+	}
+	switch c.Layout {
+	case LayoutCurator, LayoutDubbo:
+	default:
+		return registries.FieldErr("layout", "unknown layout %q (want curator or dubbo)", c.Layout)
+	}
+	if err := validRoot(c.Root); err != nil {
+		return registries.FieldErr("root", "%v", err)
+	}
+	if d := c.SessionTimeout.Std(); d < time.Second || d > time.Hour {
+		return registries.FieldErr("sessionTimeout", "%v is out of range (want 1s to 1h)", d)
+	}
+	return nil
+}
+
+// ResolvePaths makes AuthFile absolute against dir, the directory of
+// clusters.yaml.
+func (c *Config) ResolvePaths(dir string) {
+	if c.AuthFile != "" && !filepath.IsAbs(c.AuthFile) {
+		c.AuthFile = filepath.Join(dir, c.AuthFile)
+	}
+}
+
+// New implements registries.Config. It does no I/O: the auth file is read
+// by Run, on every start.
+func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
+	cfg := *c
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Servers = append([]string(nil), c.Servers...)
+	return newRegistry(cfg, common, log), nil
+}
+
+func validServer(s string) error {
+	if strings.Contains(s, "/") {
+		return fmt.Errorf("%q: want host:port; a chroot goes in root", s)
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port", s)
+	}
+	if host == "" {
+		return fmt.Errorf("%q: empty host", s)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: bad port %q", s, port)
+	}
+	return nil
+}
+
+// validRoot checks a znode path as ZooKeeper does: absolute, no empty,
+// "." or ".." segment, no trailing slash (except "/").
+func validRoot(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("%q: must start with /", p)
+	}
+	if p == "/" {
+		return nil
+	}
+	if strings.HasSuffix(p, "/") {
+		return fmt.Errorf("%q: must not end with /", p)
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		switch seg {
+		case "":
+			return fmt.Errorf("%q: empty path segment", p)
+		case ".", "..":
+			return fmt.Errorf("%q: relative path segment %q", p, seg)
+		}
+		if strings.ContainsFunc(seg, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return fmt.Errorf("%q: control character", p)
+		}
+	}
+	return nil
+}
+
+// Duration is a time.Duration written in YAML as "10s" or "1m". (Same
+// syntax as federation.Duration, which this package cannot import.)
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText writes d like "10s".
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads a positive duration like "10s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("bad duration %q: want a number with a unit, like 500ms, 10s or 1m", string(b))
+	}
+	if v <= 0 {
+		return fmt.Errorf("bad duration %q: must be positive", string(b))
+	}
+	*d = Duration(v)
+	return nil
+}

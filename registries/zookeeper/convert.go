@@ -1,0 +1,464 @@
+package zookeeper
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// Port names of the curator layout.
+const (
+	portHTTP  = "http"  // a Curator instance's port
+	portHTTPS = "https" // a Curator instance's sslPort
+)
+
+// instance is one znode turned into an endpoint, or the reason it is
+// quarantined. It is computed once per read of the znode.
+type instance struct {
+	path  string
+	ep    model.Endpoint // Address, Ports, Labels, Weight, Health, Origin
+	ports []model.Port   // the ports the instance declares, by its own numbers
+	bad   string         // non-empty: quarantined for this reason
+}
+
+// addressFunc checks an instance address and returns the IP address to
+// serve: an IP as is, a hostname resolved.
+type addressFunc func(host string) (string, error)
+
+// curatorInstance is the JSON Curator's JsonInstanceSerializer writes for
+// a ServiceInstance.
+type curatorInstance struct {
+	Name                string          `json:"name"`
+	ID                  string          `json:"id"`
+	Address             string          `json:"address"`
+	Port                *int64          `json:"port"`
+	SSLPort             *int64          `json:"sslPort"`
+	Payload             json.RawMessage `json:"payload"`
+	RegistrationTimeUTC int64           `json:"registrationTimeUTC"`
+	ServiceType         string          `json:"serviceType"`
+	Enabled             *bool           `json:"enabled"`
+}
+
+// parseCurator turns the data of a Curator instance znode into an
+// instance.
+func parseCurator(path string, data []byte, address addressFunc) instance {
+	in := instance{path: path}
+	var ci curatorInstance
+	if err := json.Unmarshal(data, &ci); err != nil {
+		in.bad = "malformed Curator instance JSON: " + jsonErr(err)
+		return in
+	}
+	if ci.Address == "" {
+		in.bad = "instance has no address"
+		return in
+	}
+	if ci.Port == nil && ci.SSLPort == nil {
+		in.bad = "instance has neither port nor sslPort"
+		return in
+	}
+	ports := map[string]uint32{}
+	for _, p := range []struct {
+		name, field string
+		value       *int64
+		proto       model.Protocol
+	}{{portHTTP, "port", ci.Port, model.ProtocolHTTP}, {portHTTPS, "sslPort", ci.SSLPort, model.ProtocolTCP}} {
+		if p.value == nil {
+			continue
+		}
+		if *p.value < 1 || *p.value > 65535 {
+			in.bad = fmt.Sprintf("%s %d is not a port number", p.field, *p.value)
+			return in
+		}
+		ports[p.name] = uint32(*p.value)
+		in.ports = append(in.ports, model.Port{Name: p.name, Number: uint32(*p.value), Protocol: p.proto})
+	}
+	ip, err := address(ci.Address)
+	if err != nil {
+		in.bad = err.Error()
+		return in
+	}
+	labels := payloadMetadata(ci.Payload)
+	health := model.Healthy
+	if ci.Enabled != nil && !*ci.Enabled {
+		health = model.Unhealthy
+	}
+	// Spring Cloud Zookeeper's instance status (StatusConstants): absent or
+	// UP is in service; OUT_OF_SERVICE is taken out on purpose (drain);
+	// anything else is not serving.
+	switch s := strings.ToUpper(labels["instance_status"]); {
+	case s == "" || s == "UP":
+	case s == "OUT_OF_SERVICE":
+		health = max(health, model.Draining)
+	default:
+		health = model.Unhealthy
+	}
+	in.ep = model.Endpoint{Address: ip, Ports: ports, Labels: labels, Health: health, Origin: path}
+	return in
+}
+
+// payloadMetadata returns the "metadata" object of a Curator payload (as
+// Spring Cloud's and Dubbo's ZookeeperInstance carry it) as labels:
+// strings as they are, numbers and booleans in their JSON form; other
+// values and other payloads are ignored.
+func payloadMetadata(raw json.RawMessage) map[string]string {
+	var p struct {
+		Metadata map[string]json.RawMessage `json:"metadata"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &p) != nil || len(p.Metadata) == 0 {
+		return nil
+	}
+	labels := make(map[string]string, len(p.Metadata))
+	for k, v := range p.Metadata {
+		v = bytes.TrimSpace(v)
+		if len(v) == 0 {
+			continue
+		}
+		switch v[0] {
+		case '"':
+			var s string
+			if json.Unmarshal(v, &s) == nil {
+				labels[k] = s
+			}
+		case '{', '[', 'n': // objects, arrays, null
+		default:
+			labels[k] = string(v)
+		}
+	}
+	if len(labels) == 0 {
+		return nil
+	}
+	return labels
+}
+
+func jsonErr(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("%v (at byte %d)", se, se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q: %v is not a %v", te.Field, te.Value, te.Type)
+	}
+	return err.Error()
+}
+
+// Dubbo URL parameters that are not turned into labels: they change with
+// every restart of a provider and select nothing.
+var dubboSkipParams = map[string]bool{"pid": true, "timestamp": true}
+
+// parseDubbo turns the name of a Dubbo provider znode (a URL-encoded
+// provider URL, as Dubbo's ZookeeperRegistry writes it) into an instance.
+func parseDubbo(path, node string, address addressFunc) instance {
+	in := instance{path: path}
+	raw, err := url.QueryUnescape(node)
+	if err != nil {
+		in.bad = "provider node name is not URL-encoded: " + err.Error()
+		return in
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		in.bad = "provider URL does not parse: " + strings.TrimPrefix(err.Error(), "parse "+strconv.Quote(raw)+": ")
+		return in
+	}
+	if u.Scheme == "" || u.Host == "" {
+		in.bad = fmt.Sprintf("provider URL %q has no protocol://host", raw)
+		return in
+	}
+	host, portStr := u.Hostname(), u.Port()
+	if portStr == "" {
+		in.bad = fmt.Sprintf("provider URL %q has no port", raw)
+		return in
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 {
+		in.bad = fmt.Sprintf("provider URL %q: %q is not a port number", raw, portStr)
+		return in
+	}
+	name := strings.ToLower(u.Scheme)
+	if !isDNSLabel(name) {
+		in.bad = fmt.Sprintf("provider URL %q: protocol %q is not usable as a port name", raw, u.Scheme)
+		return in
+	}
+	ip, err := address(host)
+	if err != nil {
+		in.bad = err.Error()
+		return in
+	}
+	q := u.Query()
+	var labels map[string]string
+	for k, vs := range q {
+		if dubboSkipParams[k] || len(vs) == 0 {
+			continue
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[k] = vs[0]
+	}
+	health := model.Healthy
+	if strings.EqualFold(q.Get("enabled"), "false") || strings.EqualFold(q.Get("disabled"), "true") {
+		health = model.Unhealthy
+	}
+	var weight uint32
+	if w, err := strconv.ParseUint(q.Get("weight"), 10, 32); err == nil && w > 0 {
+		weight = uint32(w)
+	}
+	in.ports = []model.Port{{Name: name, Number: uint32(port), Protocol: dubboProtocol(name)}}
+	in.ep = model.Endpoint{
+		Address: ip,
+		Ports:   map[string]uint32{name: uint32(port)},
+		Labels:  labels,
+		Weight:  weight,
+		Health:  health,
+		Origin:  path,
+	}
+	return in
+}
+
+// dubboProtocol maps a Dubbo protocol to the port protocol proxies use:
+// Triple and gRPC are gRPC, rest and http are HTTP, everything else
+// (dubbo's own binary protocol, hessian...) is opaque TCP.
+func dubboProtocol(p string) model.Protocol {
+	switch p {
+	case "tri", "grpc":
+		return model.ProtocolGRPC
+	case "rest", "http":
+		return model.ProtocolHTTP
+	case "h2":
+		return model.ProtocolHTTP2
+	}
+	return model.ProtocolTCP
+}
+
+// curatorHostname maps a Curator service name to <name>.<domain>: the name
+// lowercased must be a DNS label.
+func curatorHostname(service, domain string) (string, error) {
+	l := strings.ToLower(service)
+	if !isDNSLabel(l) {
+		return "", fmt.Errorf("service name %q is not a DNS label (letters, digits and '-', at most 63)", service)
+	}
+	return joinHost(l, domain)
+}
+
+// dubboHostname maps a Dubbo interface to a hostname under domain: its
+// dot-separated parts in reverse order (most specific first, as in DNS),
+// lowercased, every character other than a letter, digit or '-' turned
+// into '-', leading and trailing '-' dropped:
+//
+//	com.foo.DemoService   → demoservice.foo.com.<domain>
+//	org.acme.Outer$Inner  → outer-inner.acme.org.<domain>
+func dubboHostname(iface, domain string) (string, error) {
+	parts := strings.Split(iface, ".")
+	labels := make([]string, 0, len(parts))
+	for i := len(parts) - 1; i >= 0; i-- {
+		l := strings.Trim(strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+				return r
+			case r >= 'A' && r <= 'Z':
+				return r + ('a' - 'A')
+			}
+			return '-'
+		}, parts[i]), "-")
+		if !isDNSLabel(l) {
+			return "", fmt.Errorf("interface %q: part %q does not make a DNS label", iface, parts[i])
+		}
+		labels = append(labels, l)
+	}
+	return joinHost(strings.Join(labels, "."), domain)
+}
+
+func joinHost(name, domain string) (string, error) {
+	h := name + "." + domain
+	if domain == "" {
+		h = name
+	}
+	if len(h) > 253 {
+		return "", fmt.Errorf("hostname %s is longer than 253 characters", h)
+	}
+	return h, nil
+}
+
+// isDNSLabel reports whether s is a lowercase RFC 1123 label.
+func isDNSLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// isHostname reports whether s is syntactically a DNS name (any case,
+// optional trailing dot), so that it is worth resolving.
+func isHostname(s string) bool {
+	s = strings.TrimSuffix(strings.ToLower(s), ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if !isDNSLabel(strings.ReplaceAll(l, "_", "-")) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseIP accepts an IP address literal (no zone) and returns it in
+// canonical form.
+func parseIP(s string) (string, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return "", false
+	}
+	return a.Unmap().String(), true
+}
+
+// serviceNode is one service in the tree: its znode and its instances by
+// child name.
+type serviceNode struct {
+	key       string // the service name or Dubbo interface (decoded)
+	path      string // its znode
+	instances map[string]*instance
+	bad       string // non-empty: the service cannot be read, for this reason
+}
+
+// build turns the tree into the full state of the shard: services sorted
+// by hostname with endpoints sorted by origin, and every rejected or
+// quarantined item. quarantined counts instances not served.
+func build(c registries.Common, layout Layout, tree map[string]*serviceNode) (services []model.Service, rejected []model.Rejection, quarantined int) {
+	services = []model.Service{}
+	nodes := make([]*serviceNode, 0, len(tree))
+	for _, sn := range tree {
+		nodes = append(nodes, sn)
+	}
+	slices.SortFunc(nodes, func(a, b *serviceNode) int { return cmp.Compare(a.path, b.path) })
+	owner := map[string]string{} // hostname → key that has it
+	for _, sn := range nodes {
+		k := sn.key
+		var host string
+		var err error
+		if layout == LayoutDubbo {
+			host, err = dubboHostname(k, c.Domain)
+		} else {
+			host, err = curatorHostname(k, c.Domain)
+		}
+		if err == nil && owner[host] != "" {
+			err = fmt.Errorf("maps to %s like %q, which has it", host, owner[host])
+		}
+		if err == nil && sn.bad != "" {
+			err = errors.New(sn.bad)
+		}
+		if err != nil {
+			rejected = append(rejected, model.Rejection{Registry: c.Name, Subject: sn.path, Reason: err.Error()})
+			quarantined += len(sn.instances)
+			continue
+		}
+		owner[host] = k
+		svc, rej, q := buildService(c, host, sn)
+		rejected = append(rejected, rej...)
+		quarantined += q
+		if len(svc.Endpoints) > 0 {
+			services = append(services, svc)
+		}
+	}
+	slices.SortFunc(services, func(a, b model.Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	return services, rejected, quarantined
+}
+
+func buildService(c registries.Common, host string, sn *serviceNode) (model.Service, []model.Rejection, int) {
+	var rejected []model.Rejection
+	quarantined := 0
+	names := make([]string, 0, len(sn.instances))
+	for n := range sn.instances {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	type portStats struct {
+		proto  model.Protocol
+		counts map[uint32]int
+	}
+	stats := map[string]*portStats{}
+	var good []*instance
+	for _, n := range names {
+		in := sn.instances[n]
+		if in.bad != "" {
+			rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: in.path, Reason: in.bad})
+			quarantined++
+			continue
+		}
+		good = append(good, in)
+		for _, p := range in.ports {
+			st := stats[p.Name]
+			if st == nil {
+				st = &portStats{proto: p.Protocol, counts: map[uint32]int{}}
+				stats[p.Name] = st
+			}
+			st.counts[p.Number]++
+		}
+	}
+	svc := model.Service{Hostname: host, Resolution: model.ResolutionEDS}
+	// The service port of each port name is the number most of its
+	// instances listen on (ties: the lowest); every endpoint names its own
+	// port, so instances on other numbers are still reached.
+	portNames := make([]string, 0, len(stats))
+	for n := range stats {
+		portNames = append(portNames, n)
+	}
+	slices.Sort(portNames)
+	taken := map[uint32]bool{}
+	dropped := map[string]bool{}
+	for _, n := range portNames {
+		st := stats[n]
+		nums := make([]uint32, 0, len(st.counts))
+		for num := range st.counts {
+			nums = append(nums, num)
+		}
+		slices.SortFunc(nums, func(a, b uint32) int {
+			return cmp.Or(cmp.Compare(st.counts[b], st.counts[a]), cmp.Compare(a, b))
+		})
+		i := slices.IndexFunc(nums, func(num uint32) bool { return !taken[num] })
+		if i < 0 {
+			dropped[n] = true
+			rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: "port " + n,
+				Reason: "every number its instances use is the service port of another port name"})
+			continue
+		}
+		taken[nums[i]] = true
+		svc.Ports = append(svc.Ports, model.Port{Name: n, Number: nums[i], Protocol: st.proto})
+	}
+	for _, in := range good {
+		ep := in.ep
+		ep.Source = model.Source{Registry: c.Name, Cluster: c.Name}
+		if ep.Locality.IsZero() {
+			ep.Locality = c.Locality
+		}
+		if len(dropped) > 0 {
+			ports := map[string]uint32{}
+			for n, p := range ep.Ports {
+				if !dropped[n] {
+					ports[n] = p
+				}
+			}
+			if len(ports) == 0 {
+				continue
+			}
+			ep.Ports = ports
+		}
+		svc.Endpoints = append(svc.Endpoints, ep)
+	}
+	return svc, rejected, quarantined
+}
