@@ -51,7 +51,8 @@ type Runner struct {
 }
 
 // NewRunner returns the service that runs reg under c's name and reports to
-// sink.
+// sink. log should be the registry's child logger (with its registry key);
+// nil discards.
 func NewRunner(c Common, reg Registry, sink Sink, log *slog.Logger) *Runner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -60,7 +61,7 @@ func NewRunner(c Common, reg Registry, sink Sink, log *slog.Logger) *Runner {
 		common:  c,
 		reg:     reg,
 		sink:    sink,
-		log:     log.With("registry", c.Name, "kind", c.Kind),
+		log:     log,
 		backoff: Backoff{Initial: RestartInitial, Max: RestartMax},
 	}
 }
@@ -163,30 +164,32 @@ func registryName(names ...string) string {
 
 func eventHook(log *slog.Logger) suture.EventHook {
 	return func(e suture.Event) {
+		// with adds the registry key when the event is about a registry.
+		with := func(names ...string) *slog.Logger {
+			if r := registryName(names...); r != "" {
+				return log.With("registry", r)
+			}
+			return log
+		}
 		switch e := e.(type) {
 		case suture.EventServiceTerminate:
-			log.Warn("service failed",
-				"registry", registryName(e.ServiceName, e.SupervisorName),
+			with(e.ServiceName, e.SupervisorName).Warn("service failed",
 				"supervisor", e.SupervisorName, "service", e.ServiceName,
 				"err", fmt.Sprint(e.Err), "failures", e.CurrentFailures,
 				"threshold", e.FailureThreshold, "restarting", e.Restarting)
 		case suture.EventServicePanic:
-			log.Error("service panicked",
-				"registry", registryName(e.ServiceName, e.SupervisorName),
+			with(e.ServiceName, e.SupervisorName).Error("service panicked",
 				"supervisor", e.SupervisorName, "service", e.ServiceName,
 				"panic", e.PanicMsg, "stack", e.Stacktrace,
 				"failures", e.CurrentFailures, "restarting", e.Restarting)
 		case suture.EventBackoff:
-			log.Warn("supervisor pauses restarts after repeated failures",
-				"registry", registryName(e.SupervisorName),
+			with(e.SupervisorName).Warn("supervisor pauses restarts after repeated failures",
 				"supervisor", e.SupervisorName, "pause", SupervisorBackoff)
 		case suture.EventResume:
-			log.Info("supervisor resumes restarts",
-				"registry", registryName(e.SupervisorName),
+			with(e.SupervisorName).Info("supervisor resumes restarts",
 				"supervisor", e.SupervisorName)
 		case suture.EventStopTimeout:
-			log.Error("service did not stop in time",
-				"registry", registryName(e.ServiceName, e.SupervisorName),
+			with(e.ServiceName, e.SupervisorName).Error("service did not stop in time",
 				"supervisor", e.SupervisorName, "service", e.ServiceName,
 				"timeout", SupervisorTimeout)
 		default:

@@ -188,7 +188,7 @@ func TestSupervisorRestartsFailingRegistry(t *testing.T) {
 		return syncAndWait(ctx, c, sink)
 	}}
 	sink := registrytest.NewSink()
-	logs := &recordHandler{}
+	logs := newRecordHandler()
 	r := registries.NewRunner(c, reg, sink, slog.New(logs)).WithBackoff(time.Millisecond, 5*time.Millisecond)
 	tree(t, slog.New(logs), r)
 
@@ -254,7 +254,7 @@ func TestOneFailingRegistryNeverPausesAnother(t *testing.T) {
 		}
 	}}
 	sink := registrytest.NewSink()
-	logs := &recordHandler{}
+	logs := newRecordHandler()
 	ra := registries.NewRunner(ca, a, sink, nil).WithBackoff(time.Microsecond, time.Microsecond)
 	rb := registries.NewRunner(cb, b, sink, nil).WithBackoff(time.Millisecond, time.Millisecond)
 	tree(t, slog.New(logs), ra, rb)
@@ -309,23 +309,36 @@ func TestSupervisorStopsCleanlyOnCancel(t *testing.T) {
 	}
 }
 
-// recordHandler is a slog.Handler that keeps records and lets tests wait
-// for one.
+// recordHandler is a slog.Handler that keeps records (with the attributes
+// of With) and lets tests wait for one.
 type recordHandler struct {
+	*records
+	attrs []slog.Attr
+}
+
+type records struct {
 	mu      sync.Mutex
-	records []map[string]string
+	list    []map[string]string
 	changed chan struct{}
 }
 
+func newRecordHandler() *recordHandler { return &recordHandler{records: &records{}} }
+
 func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h } // attrs unused here
 func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recordHandler{records: h.records, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
+}
+
 func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
 	m := map[string]string{"msg": r.Message}
+	for _, a := range h.attrs {
+		m[a.Key] = a.Value.String()
+	}
 	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.records = append(h.records, m)
+	h.list = append(h.list, m)
 	if h.changed != nil {
 		close(h.changed)
 		h.changed = nil
@@ -333,11 +346,11 @@ func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-func (h *recordHandler) count(msg, key, value string) int {
+func (h *records) count(msg, key, value string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
-	for _, r := range h.records {
+	for _, r := range h.list {
 		if r["msg"] == msg && r[key] == value {
 			n++
 		}
@@ -345,13 +358,13 @@ func (h *recordHandler) count(msg, key, value string) int {
 	return n
 }
 
-func (h *recordHandler) all() []map[string]string {
+func (h *records) all() []map[string]string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]map[string]string(nil), h.records...)
+	return append([]map[string]string(nil), h.list...)
 }
 
-func (h *recordHandler) waitFor(t *testing.T, msg, key, value string) {
+func (h *records) waitFor(t *testing.T, msg, key, value string) {
 	t.Helper()
 	deadline := time.After(wait)
 	for {
