@@ -63,15 +63,15 @@ func (m message) names() []string {
 // adsClient is a real ADS client over the generated discovery client, SotW
 // or Delta, that records what it holds per type.
 type adsClient struct {
-	t      *testing.T
-	delta  bool
-	node   *core.Node
-	sotw   discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	dstr   discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-	msgs   chan message
-	subs   map[string][]string // sotw: current resource_names per type
-	acked  map[string]string   // sotw: last accepted version per type
-	state  map[string]map[string]proto.Message
+	t     *testing.T
+	delta bool
+	node  *core.Node
+	sotw  discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	dstr  discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	msgs  chan message
+	subs  map[string][]string // sotw: current resource_names per type
+	acked map[string]string   // sotw: last accepted version per type
+	state map[string]map[string]proto.Message
 }
 
 func envoyNode(id string) *core.Node { return &core.Node{Id: id, Cluster: "test"} }

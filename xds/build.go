@@ -338,4 +338,3 @@ func resourceName(r types.Resource) string {
 	}
 	return ""
 }
-

@@ -1,0 +1,118 @@
+package xds
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	bootstrap "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+func TestGRPCBootstrap(t *testing.T) {
+	t.Parallel()
+	b, err := GRPCBootstrap("127.0.0.1:15010", "node-1", model.Locality{Region: "us-east", Zone: "us-east-1a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"xds_servers": []any{map[string]any{
+			"server_uri":      "127.0.0.1:15010",
+			"channel_creds":   []any{map[string]any{"type": "insecure"}},
+			"server_features": []any{"xds_v3"},
+		}},
+		"node": map[string]any{
+			"id":       "node-1",
+			"locality": map[string]any{"region": "us-east", "zone": "us-east-1a", "sub_zone": ""},
+			"metadata": map[string]any{"GENERATOR": "grpc"},
+		},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("bootstrap (-want +got):\n%s", d)
+	}
+}
+
+func TestEnvoyBootstrap(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, addr string
+		wantType   cluster.Cluster_DiscoveryType
+		wantErr    string
+	}{
+		{name: "ip", addr: "127.0.0.1:15010", wantType: cluster.Cluster_STATIC},
+		{name: "hostname", addr: "meshfed.mesh.svc:15010", wantType: cluster.Cluster_STRICT_DNS},
+		{name: "no port", addr: "127.0.0.1", wantErr: "missing port"},
+		{name: "bad port", addr: "127.0.0.1:0", wantErr: "want host:port"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := EnvoyBootstrap(tc.addr, "sidecar~10.0.0.1~app~ns.svc.cluster.local", "app")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var bs bootstrap.Bootstrap
+			if err := protojson.Unmarshal(b, &bs); err != nil {
+				t.Fatalf("not an Envoy bootstrap: %v\n%s", err, b)
+			}
+			if err := bs.ValidateAll(); err != nil {
+				t.Errorf("ValidateAll: %v", err)
+			}
+			if bs.GetNode().GetId() != "sidecar~10.0.0.1~app~ns.svc.cluster.local" || bs.GetNode().GetCluster() != "app" {
+				t.Errorf("node = %v", bs.GetNode())
+			}
+			ads := bs.GetDynamicResources()
+			if ads.GetAdsConfig().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != XDSClusterName ||
+				ads.GetCdsConfig().GetAds() == nil || ads.GetLdsConfig().GetAds() == nil {
+				t.Errorf("dynamic_resources = %v, want CDS and LDS over ADS from %s", ads, XDSClusterName)
+			}
+			c := bs.GetStaticResources().GetClusters()[0]
+			if c.GetType() != tc.wantType || c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsKey] == nil {
+				t.Errorf("xds cluster = %v, want type %v with HTTP/2", c, tc.wantType)
+			}
+		})
+	}
+}
+
+func TestNodeClassification(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		class    Class
+		id       string
+		wantType string
+		grpcNode bool
+	}{
+		{name: "sidecar", id: "sidecar~10.0.0.1~a~ns.svc.cluster.local", class: ClassEnvoy, wantType: "sidecar"},
+		{name: "router", id: "router~10.0.0.1~gw~ns.svc.cluster.local", class: ClassEnvoy, wantType: "router"},
+		{name: "plain envoy id", id: "envoy-1", class: ClassEnvoy},
+		{name: "proxyless", id: "grpc-1", class: ClassGRPC, grpcNode: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := envoyNode(tc.id)
+			if tc.grpcNode {
+				n = grpcNode(tc.id)
+			}
+			if got := ClassifyNode(n); got != tc.class {
+				t.Errorf("ClassifyNode = %q, want %q", got, tc.class)
+			}
+			if got := NodeType(tc.id); got != tc.wantType {
+				t.Errorf("NodeType = %q, want %q", got, tc.wantType)
+			}
+		})
+	}
+}

@@ -1,0 +1,85 @@
+package xds
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+)
+
+func TestGRPCClassConfigDumpAndClose(t *testing.T) {
+	t.Parallel()
+	srv := NewServer(Options{})
+	first, _, _ := fixtureSnapshots()
+	srv.Update(first)
+	addr := startServer(t, srv)
+
+	const id = "proxyless-1"
+	c := dialADS(t, addr, grpcNode(id), false)
+	// As grpc-go does: the listener by dial target, then what it names.
+	const lds, cds = "orders.vm.internal:8080", "outbound|8080||orders.vm.internal"
+	c.subscribe(ListenerType, lds)
+	c.until(holds(ListenerType, lds), nil)
+	c.subscribe(RouteType, lds)
+	c.subscribe(ClusterType, cds)
+	c.subscribe(EndpointType, cds)
+	c.until(all(holds(RouteType, lds), holds(ClusterType, cds), holds(EndpointType, cds)), nil)
+	srv.mu.RLock()
+	for _, url := range TypeURLs {
+		for n, r := range c.state[url] {
+			if want := srv.tr.Resources(KindOf(ClassGRPC, url))[n]; !proto.Equal(r, want) {
+				t.Errorf("%s %s is not the gRPC-class resource", url, n)
+			}
+		}
+	}
+	srv.mu.RUnlock()
+	eventually(t, "the proxyless client ACKed", func() bool { return synced(srv, id) })
+
+	p := proxy(srv, id)
+	if p.Class != "grpc" || p.Stream != "sotw" || p.NodeType != "" {
+		t.Errorf("proxy = %+v, want class grpc over sotw", p)
+	}
+	for _, ts := range p.Types {
+		if ts.Resources != 1 {
+			t.Errorf("%s: Resources = %d, want 1", ts.TypeURL, ts.Resources)
+		}
+	}
+
+	b, ok := srv.ConfigDump(id)
+	if !ok {
+		t.Fatal("ConfigDump: unknown proxy")
+	}
+	var dump struct {
+		ID        string                      `json:"id"`
+		Class     string                      `json:"class"`
+		Resources map[string][]map[string]any `json:"resources"`
+	}
+	if err := json.Unmarshal(b, &dump); err != nil {
+		t.Fatalf("ConfigDump is not JSON: %v\n%s", err, b)
+	}
+	if dump.ID != id || dump.Class != "grpc" || len(dump.Resources) != 4 {
+		t.Errorf("dump = %s", b)
+	}
+	if l := dump.Resources[ListenerType]; len(l) != 1 || l[0]["name"] != lds {
+		t.Errorf("dumped listeners = %v, want %s", l, lds)
+	}
+	if _, ok := srv.ConfigDump("nobody"); ok {
+		t.Error("ConfigDump(nobody) = ok, want false")
+	}
+
+	// Close ends the stream; the proxy leaves the status.
+	srv.Close()
+	deadline := time.After(waitFor)
+	for open := true; open; {
+		select {
+		case _, open = <-c.msgs:
+		case <-deadline:
+			t.Fatal("stream still open after Close")
+		}
+	}
+	eventually(t, "the proxy gone from Proxies()", func() bool {
+		return !slices.ContainsFunc(srv.Proxies(), func(p ProxyStatus) bool { return p.ID == id })
+	})
+}
