@@ -118,8 +118,8 @@ type RegistryStatus struct {
 	Kind      string           `json:"kind"`
 	Domain    string           `json:"domain"`
 	State     registries.State `json:"state"`
-	Since     time.Time        `json:"since"`              // when State last changed
-	LastSync  time.Time        `json:"lastSync,omitzero"`  // last Replace received; zero if never
+	Since     time.Time        `json:"since"`             // when State last changed
+	LastSync  time.Time        `json:"lastSync,omitzero"` // last Replace received; zero if never
 	LastError string           `json:"lastError,omitempty"`
 	// Services and Endpoints count what is served from this registry now
 	// (0 while nothing is served or its services are withdrawn).

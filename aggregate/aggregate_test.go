@@ -1,0 +1,386 @@
+package aggregate
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+func TestNothingDeletedBeforeFirstSync(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	east, west := reg("east", "kubernetes", "svc.cluster.local"), reg("west", "kubernetes", "svc.cluster.local")
+	a := newRunning(t, clock, east, west)
+
+	if ok, reason := a.Ready(); ok || !strings.Contains(reason, "east (Starting)") || !strings.Contains(reason, "west (Starting)") {
+		t.Errorf("Ready() = %v, %q before any sync; want false naming east and west", ok, reason)
+	}
+	a.Report(shard(west), registries.Status{State: registries.Degraded, Err: "connection refused"})
+	a.Replace(shard(east), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil)
+	snap := waitVersion(t, a, 1)
+	if got := addrs(snap, "a.ns.svc.cluster.local"); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Errorf("served %v, want east's endpoint while west has not synced", got)
+	}
+	st, _ := a.Registry("west")
+	if st.State != registries.Degraded || !st.LastSync.IsZero() || st.LastError != "connection refused" {
+		t.Errorf("west = %+v, want Degraded with no LastSync and its error", st)
+	}
+	if ok, reason := a.Ready(); ok || !strings.Contains(reason, "west (Degraded: connection refused)") || strings.Contains(reason, "east") {
+		t.Errorf("Ready() = %v, %q; want false waiting for west only", ok, reason)
+	}
+
+	a.Replace(shard(west), []model.Service{svc("a.ns.svc.cluster.local", "10.1.0.1")}, nil)
+	snap = waitVersion(t, a, 2)
+	if got := addrs(snap, "a.ns.svc.cluster.local"); !slices.Equal(got, []string{"10.0.0.1", "10.1.0.1"}) {
+		t.Errorf("served %v, want both clusters' endpoints", got)
+	}
+	eventually(t, "ready", func() bool { ok, _ := a.Ready(); return ok })
+
+	// After the first sync an empty Replace does delete.
+	a.Replace(shard(west), nil, nil)
+	snap = waitVersion(t, a, 3)
+	if got := addrs(snap, "a.ns.svc.cluster.local"); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Errorf("served %v after west emptied, want east's only", got)
+	}
+}
+
+func TestReadySyncTimeoutAndFailed(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	a := New(Options{Registries: []RegistryOptions{reg("a", "file", "a"), reg("b", "consul", "b")}, Now: clock.Now, SyncTimeout: time.Minute})
+	a.Report(model.ShardKey{Kind: "consul", Name: "b"}, registries.Status{State: registries.Failed, Err: "bad token"})
+	if ok, _ := a.Ready(); ok {
+		t.Errorf("ready while a never synced and the timeout has not passed")
+	}
+	clock.Advance(time.Minute)
+	ok, reason := a.Ready()
+	if !ok || !strings.Contains(reason, "no first sync within 1m0s: a (Starting)") || !strings.Contains(reason, "failed: b (Failed: bad token)") {
+		t.Errorf("Ready() = %v, %q; want true, naming a (timeout) and b (failed)", ok, reason)
+	}
+}
+
+func TestDomainRejectedAndListed(t *testing.T) {
+	t.Parallel()
+	o := reg("vms", "file", "vm.internal")
+	a := newRunning(t, newFakeClock(), o)
+	a.Replace(shard(o), []model.Service{svc("orders.vm.internal", "10.0.0.1"), svc("orders.consul", "10.0.0.2")},
+		[]model.Rejection{{Subject: "services.yaml:7", Reason: "unknown key"}})
+	snap := waitVersion(t, a, 1)
+	if snap.Len() != 1 || addrs(snap, "orders.consul") != nil {
+		t.Errorf("snapshot holds %d services; the one outside the domain must not be served", snap.Len())
+	}
+	cs := a.Conflicts()
+	if !hasConflict(cs, CategoryDomain, "orders.consul") || !hasConflict(cs, CategoryRegistry, "services.yaml:7") {
+		t.Errorf("conflicts = %v, want the domain rejection and the registry's own rejection", cs)
+	}
+	for _, c := range cs {
+		if c.Registry != "vms" || c.Since.IsZero() {
+			t.Errorf("conflict %+v: want registry vms and Since set", c)
+		}
+	}
+	st, _ := a.Registry("vms")
+	if st.Services != 1 || st.Endpoints != 1 {
+		t.Errorf("status counts %d services / %d endpoints, want 1/1", st.Services, st.Endpoints)
+	}
+}
+
+func TestMulticlusterMergeAndPortMismatch(t *testing.T) {
+	t.Parallel()
+	east, west := reg("east", "kubernetes", "svc.cluster.local"), reg("west", "kubernetes", "svc.cluster.local")
+	a := newRunning(t, newFakeClock(), east, west)
+	host := "orders.shop.svc.cluster.local"
+	eastSvc := svc(host, "10.0.0.1")
+	westSvc := svc(host, "10.1.0.1")
+	westSvc.Ports = []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}}
+	a.Replace(shard(east), []model.Service{eastSvc}, nil)
+	a.Replace(shard(west), []model.Service{westSvc}, nil)
+	eventually(t, "both clusters merged", func() bool { return len(addrs(a.Snapshot(), host)) == 2 })
+	s, _ := a.Snapshot().Service(host)
+	if !slices.Equal(s.Sources, []string{"east", "west"}) || s.Ports[0].Number != 80 {
+		t.Errorf("merged service sources %v ports %v; want east,west and east's port 80", s.Sources, s.Ports)
+	}
+	if p := s.Endpoints[1].PortFor(s.Ports[0]); p != 8080 || s.Endpoints[1].Source.Registry != "west" {
+		t.Errorf("west endpoint serves port %d from %q; want 8080 from west", p, s.Endpoints[1].Source.Registry)
+	}
+	if cs := a.Conflicts(); len(cs) != 1 || cs[0].Category != CategoryPortMismatch || cs[0].Registry != "west" {
+		t.Errorf("conflicts = %v, want one port-mismatch for west", cs)
+	}
+
+	// Fixing the ports clears the conflict.
+	a.Replace(shard(west), []model.Service{svc(host, "10.1.0.1")}, nil)
+	eventually(t, "conflict cleared", func() bool { return len(a.Conflicts()) == 0 })
+}
+
+func TestUnchangedServicesKeepTheirPointer(t *testing.T) {
+	t.Parallel()
+	x, y := reg("x", "file", "x"), reg("y", "consul", "y")
+	a := newRunning(t, newFakeClock(), x, y)
+	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.1"), svc("b.x", "10.0.0.2")}, nil)
+	a.Replace(shard(y), []model.Service{svc("c.y", "10.0.0.3")}, nil)
+	eventually(t, "all three services", func() bool { return a.Snapshot().Len() == 3 })
+	s1 := a.Snapshot()
+
+	// An identical Replace (new slices, equal content) publishes nothing;
+	// a change to a.x replaces that pointer only.
+	a.Replace(shard(y), []model.Service{svc("c.y", "10.0.0.3")}, nil)
+	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.9"), svc("b.x", "10.0.0.2")}, nil)
+	s2 := waitVersion(t, a, s1.Version+1)
+	if s2.Version != s1.Version+1 {
+		t.Errorf("version %d after one change, want %d", s2.Version, s1.Version+1)
+	}
+	for _, h := range []string{"b.x", "c.y"} {
+		old, _ := s1.Service(h)
+		cur, _ := s2.Service(h)
+		if old != cur {
+			t.Errorf("%s: pointer changed though the service did not", h)
+		}
+	}
+	old, _ := s1.Service("a.x")
+	cur, _ := s2.Service("a.x")
+	if old == cur || cur.Endpoints[0].Address != "10.0.0.9" {
+		t.Errorf("a.x: want a new service with the new endpoint")
+	}
+	if old.Endpoints[0].Address != "10.0.0.1" {
+		t.Errorf("the old snapshot changed: %v", old.Endpoints)
+	}
+}
+
+func TestFreshness(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		policy        Policy
+		report        registries.State
+		wantState     registries.State // after ExpireAfter
+		wantWithdrawn bool
+	}{
+		{name: "keep serves a stale registry", policy: PolicyKeep, report: registries.Degraded, wantState: registries.Stale},
+		{name: "default policy is keep", policy: "", report: registries.Degraded, wantState: registries.Stale},
+		{name: "expire withdraws a stale registry", policy: PolicyExpire, report: registries.Degraded, wantState: registries.Stale, wantWithdrawn: true},
+		{name: "expire withdraws a failed registry", policy: PolicyExpire, report: registries.Failed, wantState: registries.Failed, wantWithdrawn: true},
+		{name: "keep serves a failed registry", policy: PolicyKeep, report: registries.Failed, wantState: registries.Failed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock()
+			o := reg("dc1", "consul", "consul")
+			o.Outage = Outage{Policy: tt.policy, ExpireAfter: 5 * time.Minute}
+			other := reg("vms", "file", "vm")
+			a := newRunning(t, clock, o, other)
+			a.Replace(shard(other), []model.Service{svc("b.vm", "10.9.0.1")}, nil)
+			a.Replace(shard(o), []model.Service{svc("a.consul", "10.0.0.1")}, nil)
+			eventually(t, "both served", func() bool { return a.Snapshot().Len() == 2 })
+			before, _ := a.Snapshot().Service("a.consul")
+
+			a.Report(shard(o), registries.Status{State: tt.report, Err: "dial tcp: connection refused"})
+			clock.Advance(time.Minute)
+			a.Report(shard(o), registries.Status{State: tt.report, Err: "still down"})
+			st := waitState(t, a, "dc1", tt.report)
+			if st.Since != clock.Now().Add(-time.Minute) || st.LastError != "still down" {
+				t.Errorf("status %+v: want Since at the first report and the latest error", st)
+			}
+			if addrs(a.Snapshot(), "a.consul") == nil {
+				t.Fatalf("the last good state must stay served during an outage")
+			}
+
+			advance(a, clock, 4*time.Minute) // outage = ExpireAfter
+			st = waitState(t, a, "dc1", tt.wantState)
+			eventually(t, "withdrawal applied", func() bool {
+				st, _ = a.Registry("dc1")
+				return st.Withdrawn == tt.wantWithdrawn && (addrs(a.Snapshot(), "a.consul") == nil) == tt.wantWithdrawn
+			})
+			if tt.wantWithdrawn && (st.Services != 0 || st.Endpoints != 0) {
+				t.Errorf("withdrawn registry counts %d/%d, want 0/0", st.Services, st.Endpoints)
+			}
+			if addrs(a.Snapshot(), "b.vm") == nil {
+				t.Errorf("another registry's service was withdrawn")
+			}
+
+			a.Report(shard(o), registries.Status{State: registries.Synced})
+			waitState(t, a, "dc1", registries.Synced)
+			eventually(t, "served again", func() bool { return addrs(a.Snapshot(), "a.consul") != nil })
+			if after, _ := a.Snapshot().Service("a.consul"); after != before {
+				t.Errorf("the service came back as a new pointer; it did not change")
+			}
+		})
+	}
+}
+
+func TestDegradedReportAfterExpiryIsStale(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("dc1", "consul", "consul") // default ExpireAfter 10m
+	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now})
+	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "down"})
+	clock.Advance(DefaultExpireAfter)
+	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "down"})
+	if st, _ := a.Registry("dc1"); st.State != registries.Stale {
+		t.Errorf("state %s, want Stale", st.State)
+	}
+	a.Replace(shard(o), nil, nil)
+	if st, _ := a.Registry("dc1"); st.State != registries.Synced || st.LastError != "" || st.LastSync != clock.Now() {
+		t.Errorf("after Replace: %+v, want Synced with LastSync now and no error", st)
+	}
+}
+
+func TestHoldDown(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// after the held update: what happens next
+		next      func(a *Aggregator, c *fakeClock, o RegistryOptions)
+		wantAddrs int
+	}{{
+		name: "confirmed by the next drop",
+		next: func(a *Aggregator, _ *fakeClock, o RegistryOptions) {
+			a.Replace(shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
+		},
+		wantAddrs: 2,
+	}, {
+		name:      "applied after HoldDown",
+		next:      func(a *Aggregator, c *fakeClock, _ RegistryOptions) { advance(a, c, time.Minute) },
+		wantAddrs: 3,
+	}, {
+		name: "cleared by an update within the ratio",
+		next: func(a *Aggregator, _ *fakeClock, o RegistryOptions) {
+			a.Replace(shard(o), []model.Service{svc("a.consul", ips(9)...)}, nil)
+		},
+		wantAddrs: 9,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock()
+			o := reg("hold-"+strings.ReplaceAll(tt.name, " ", "-"), "consul", "consul")
+			o.MaxDeleteRatio = 0.5
+			a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now, HoldDown: time.Minute})
+			start(t, a)
+			holds0 := testutil.ToFloat64(holddownsTotal.WithLabelValues(o.Name))
+			a.Replace(shard(o), []model.Service{svc("a.consul", ips(10)...)}, nil)
+			waitVersion(t, a, 1)
+
+			a.Replace(shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
+			eventually(t, "hold-down listed", func() bool { return hasConflict(a.Conflicts(), CategoryHoldDown, "") })
+			c := a.Conflicts()[0]
+			if want := "update would remove 7 of 10 endpoints (70% > 50%)"; !strings.HasPrefix(c.Reason, want) || c.Registry != o.Name {
+				t.Errorf("conflict %v, want reason starting %q for %s", c, want, o.Name)
+			}
+			if n := len(addrs(a.Snapshot(), "a.consul")); n != 10 {
+				t.Errorf("served %d endpoints during the hold, want the old 10", n)
+			}
+			if st, _ := a.Registry(o.Name); st.State != registries.Synced || !st.HeldDown || st.Endpoints != 10 {
+				t.Errorf("status %+v, want Synced, HeldDown, 10 endpoints", st)
+			}
+			if n := testutil.ToFloat64(holddownsTotal.WithLabelValues(o.Name)) - holds0; n != 1 {
+				t.Errorf("meshfed_holddowns_total grew by %v, want 1", n)
+			}
+
+			tt.next(a, clock, o)
+			eventually(t, "update applied", func() bool { return len(addrs(a.Snapshot(), "a.consul")) == tt.wantAddrs })
+			eventually(t, "hold-down cleared", func() bool { return len(a.Conflicts()) == 0 })
+			if st, _ := a.Registry(o.Name); st.HeldDown || st.Endpoints != tt.wantAddrs {
+				t.Errorf("status %+v, want no hold and %d endpoints", st, tt.wantAddrs)
+			}
+		})
+	}
+}
+
+func TestHoldDownDisabledAndWithinRatio(t *testing.T) {
+	t.Parallel()
+	for _, ratio := range []float64{0, 0.8} {
+		clock := newFakeClock()
+		o := reg("r", "consul", "consul")
+		o.MaxDeleteRatio = ratio
+		a := newRunning(t, clock, o)
+		a.Replace(shard(o), []model.Service{svc("a.consul", ips(10)...)}, nil)
+		waitVersion(t, a, 1)
+		a.Replace(shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
+		snap := waitVersion(t, a, 2)
+		if n := len(addrs(snap, "a.consul")); n != 3 || len(a.Conflicts()) != 0 {
+			t.Errorf("ratio %v: served %d endpoints, conflicts %v; want the drop applied at once", ratio, n, a.Conflicts())
+		}
+	}
+}
+
+func TestAddAndRemoveRegistry(t *testing.T) {
+	t.Parallel()
+	a := newRunning(t, newFakeClock())
+	if ok, reason := a.Ready(); !ok || reason != "" {
+		t.Errorf("no registries: Ready() = %v, %q; want true", ok, reason)
+	}
+	remote := reg("remote", "kubernetes", "svc.cluster.local")
+	a.Replace(shard(remote), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil) // unknown: ignored
+	a.AddRegistry(remote)
+	if _, ok := a.Registry("remote"); !ok {
+		t.Fatalf("added registry not listed")
+	}
+	a.Replace(shard(remote), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil)
+	waitVersion(t, a, 1)
+	a.Replace(model.ShardKey{Kind: "consul", Name: "remote"}, nil, nil) // wrong kind: ignored
+
+	// Changing the domain re-checks the state already received.
+	moved := remote
+	moved.Domain = "cluster.west"
+	a.AddRegistry(moved)
+	eventually(t, "service outside the new domain withdrawn", func() bool { return a.Snapshot().Len() == 0 })
+	if !hasConflict(a.Conflicts(), CategoryDomain, "a.ns.svc.cluster.local") {
+		t.Errorf("conflicts %v, want a domain rejection", a.Conflicts())
+	}
+	a.AddRegistry(remote)
+	eventually(t, "served again", func() bool { return a.Snapshot().Len() == 1 })
+
+	a.RemoveRegistry("remote")
+	eventually(t, "removed", func() bool { return a.Snapshot().Len() == 0 })
+	if _, ok := a.Registry("remote"); ok || len(a.Registries()) != 0 {
+		t.Errorf("removed registry still listed")
+	}
+	eventually(t, "conflicts gone", func() bool { return len(a.Conflicts()) == 0 })
+}
+
+func TestJSON(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	a := New(Options{Registries: []RegistryOptions{reg("b", "file", "b"), reg("a", "consul", "a")}, Now: clock.Now})
+	a.Report(model.ShardKey{Kind: "file", Name: "b"}, registries.Status{State: registries.Degraded, Err: "no such file"})
+	out, err := json.Marshal(a.Registries())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"name":"a","kind":"consul","domain":"a","state":"Starting","since":"2025-01-01T00:00:00Z","services":0,"endpoints":0},` +
+		`{"name":"b","kind":"file","domain":"b","state":"Degraded","since":"2025-01-01T00:00:00Z","lastError":"no such file","services":0,"endpoints":0}]`
+	if diff := cmp.Diff(want, string(out)); diff != "" {
+		t.Errorf("registries JSON (-want +got):\n%s", diff)
+	}
+	c := newConflict(CategoryDomain, "vms", "a.consul", "a.consul", "outside")
+	c.Since = clock.Now()
+	out, err = json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"registry":"vms","host":"a.consul","subject":"a.consul","reason":"outside","category":"domain","since":"2025-01-01T00:00:00Z"}`; string(out) != want {
+		t.Errorf("conflict JSON = %s, want %s", out, want)
+	}
+}
+
+func TestServeOnce(t *testing.T) {
+	t.Parallel()
+	a := New(Options{})
+	if a.Snapshot() == nil || a.Snapshot().Version != 0 || a.Snapshot().Len() != 0 {
+		t.Fatalf("initial snapshot %+v, want empty version 0", a.Snapshot())
+	}
+	start(t, a)
+	eventually(t, "Serve running", a.serving.Load)
+	if err := a.Serve(context.Background()); err == nil {
+		t.Errorf("a second concurrent Serve returned nil")
+	}
+}

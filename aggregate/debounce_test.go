@@ -1,0 +1,102 @@
+package aggregate
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+func TestDebouncer(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	type step struct {
+		at       time.Duration // since t0
+		add      bool          // record a change at `at`, else ask Next
+		wantDue  bool
+		wantWait time.Duration
+	}
+	tests := []struct {
+		name           string
+		quiet, maxWait time.Duration
+		steps          []step
+	}{{
+		name: "nothing pending is never due", quiet: 10 * ms, maxWait: 100 * ms,
+		steps: []step{{at: 0}, {at: time.Hour}},
+	}, {
+		name: "one change is due after the quiet period", quiet: 10 * ms, maxWait: 100 * ms,
+		steps: []step{{at: 0, add: true}, {at: 5 * ms, wantWait: 5 * ms}, {at: 10 * ms, wantDue: true}},
+	}, {
+		name: "each change restarts the quiet period", quiet: 10 * ms, maxWait: 100 * ms,
+		steps: []step{{at: 0, add: true}, {at: 8 * ms, add: true}, {at: 10 * ms, wantWait: 8 * ms}, {at: 17 * ms, wantWait: ms}, {at: 18 * ms, wantDue: true}},
+	}, {
+		name: "max wait caps a burst", quiet: 10 * ms, maxWait: 25 * ms,
+		steps: []step{{at: 0, add: true}, {at: 8 * ms, add: true}, {at: 16 * ms, add: true}, {at: 20 * ms, wantWait: 5 * ms}, {at: 24 * ms, add: true}, {at: 25 * ms, wantDue: true}},
+	}, {
+		name: "zero quiet is due at once", quiet: 0, maxWait: 0,
+		steps: []step{{at: 0, add: true}, {at: 0, wantDue: true}},
+	}, {
+		name: "max wait below quiet counts as quiet", quiet: 10 * ms, maxWait: ms,
+		steps: []step{{at: 0, add: true}, {at: 5 * ms, wantWait: 5 * ms}, {at: 10 * ms, wantDue: true}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+			d := Debouncer{Quiet: tt.quiet, MaxWait: tt.maxWait}
+			for i, s := range tt.steps {
+				if s.add {
+					d.Add(t0.Add(s.at))
+					continue
+				}
+				due, wait := d.Next(t0.Add(s.at))
+				if due != s.wantDue || wait != s.wantWait {
+					t.Errorf("step %d at %v: Next = (%v, %v), want (%v, %v)", i, s.at, due, wait, s.wantDue, s.wantWait)
+				}
+			}
+			d.Done()
+			if due, _ := d.Next(t0.Add(time.Hour)); due || d.Pending() {
+				t.Errorf("after Done: due=%v pending=%v, want nothing pending", due, d.Pending())
+			}
+		})
+	}
+}
+
+// TestServeDebounces drives the real Serve loop with a burst of Replaces
+// spaced closer than Quiet: snapshots still come out during the burst
+// (MaxWait), far fewer than the updates, and the last one wins.
+func TestServeDebounces(t *testing.T) {
+	t.Parallel()
+	o := reg("vms", "file", "vm")
+	a := New(Options{Registries: []RegistryOptions{o}, Quiet: 40 * time.Millisecond, MaxWait: 100 * time.Millisecond})
+	var published atomic.Int64
+	a.Subscribe(func(*model.Snapshot) { published.Add(1) })
+	start(t, a)
+
+	const updates = 150
+	burst := time.NewTicker(4 * time.Millisecond)
+	defer burst.Stop()
+	var duringBurst int64
+	for i := range updates {
+		<-burst.C
+		a.Replace(shard(o), []model.Service{svc("a.vm", fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))}, nil)
+		if i == updates-1 {
+			duringBurst = published.Load()
+		}
+	}
+	eventually(t, "the last update served", func() bool {
+		got := addrs(a.Snapshot(), "a.vm")
+		return len(got) == 1 && got[0] == fmt.Sprintf("10.0.%d.%d", (updates-1)/250, (updates-1)%250+1)
+	})
+	if duringBurst < 1 {
+		t.Errorf("no snapshot published during a %d-update burst; MaxWait should cap the wait", updates)
+	}
+	if n := published.Load(); n > updates/3 {
+		t.Errorf("%d snapshots for %d updates; want them coalesced", n, updates)
+	}
+	if v := a.Snapshot().Version; v != uint64(published.Load()) {
+		t.Errorf("version %d, want one per published snapshot (%d)", v, published.Load())
+	}
+}
