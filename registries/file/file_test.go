@@ -141,9 +141,12 @@ func TestWatch(t *testing.T) {
 	tests := []struct {
 		name   string
 		change func(t *testing.T, path string, content string)
+		// atomic changes never show a reader a missing or partial file;
+		// the others may, and a read at that moment reports Degraded.
+		atomic bool
 	}{
 		{name: "write in place", change: write},
-		{name: "atomic rename", change: replace},
+		{name: "atomic rename", change: replace, atomic: true},
 		{name: "remove then create", change: func(t *testing.T, path, content string) {
 			if err := os.Remove(path); err != nil {
 				t.Fatal(err)
@@ -166,7 +169,7 @@ func TestWatch(t *testing.T) {
 			if st.Replaces != 2 {
 				t.Errorf("Replaces = %d, want 2", st.Replaces)
 			}
-			if len(st.Reports) != 0 {
+			if tt.atomic && len(st.Reports) != 0 {
 				t.Errorf("reports = %v, want none", st.Reports)
 			}
 		})
@@ -178,14 +181,15 @@ func TestUnchangedContentIsNotRepublished(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "services.yaml")
 	write(t, path, servicesYAML("10.0.0.1"))
 	reg, c := newRegistry(t, path, time.Hour)
+	okBefore := testutil.ToFloat64(reloads.WithLabelValues(c.Name, "ok")) // -count=N reuses names
 	sink := registrytest.NewSink()
 	registrytest.Start(t, reg, sink)
 	sink.WaitFor(t, wait, hasAddresses("10.0.0.1"))
-	waitReloads(t, c.Name, "ok", 1)
+	waitReloads(t, c.Name, "ok", okBefore+1)
 
 	// Same services, different bytes (a comment): read, not republished.
-	write(t, path, servicesYAML("10.0.0.1")+"# reviewed\n")
-	waitReloads(t, c.Name, "ok", 2)
+	replace(t, path, servicesYAML("10.0.0.1")+"# reviewed\n")
+	waitReloads(t, c.Name, "ok", okBefore+2)
 	if n := sink.Replaces(c.Shard()); n != 1 {
 		t.Errorf("Replaces = %d after an edit that changed no service, want 1", n)
 	}
@@ -197,6 +201,7 @@ func TestBrokenEditKeepsLastGoodState(t *testing.T) {
 	good := servicesYAML("10.0.0.1")
 	write(t, path, good)
 	reg, c := newRegistry(t, path, time.Hour)
+	errorsBefore := testutil.ToFloat64(reloads.WithLabelValues(c.Name, "error")) // -count=N reuses names
 	sink := registrytest.NewSink()
 	registrytest.Start(t, reg, sink)
 	sink.WaitFor(t, wait, hasAddresses("10.0.0.1"))
@@ -209,7 +214,7 @@ func TestBrokenEditKeepsLastGoodState(t *testing.T) {
 	if st.Replaces != 1 || strings.Join(addresses(st), ",") != "10.0.0.1" {
 		t.Errorf("after a broken edit: %d replaces, addresses %v; want the last good state kept", st.Replaces, addresses(st))
 	}
-	if got := testutil.ToFloat64(reloads.WithLabelValues(c.Name, "error")); got != 1 {
+	if got := testutil.ToFloat64(reloads.WithLabelValues(c.Name, "error")) - errorsBefore; got != 1 {
 		t.Errorf("error reloads = %v, want 1", got)
 	}
 
