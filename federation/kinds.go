@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/consul"
 	"github.com/meshfed/meshfed/registries/file"
 )
 
@@ -14,7 +15,8 @@ import (
 //
 // Adding a kind is one line here.
 var kinds = map[string]func() registries.Config{
-	"file": func() registries.Config { return new(file.Config) },
+	"consul": func() registries.Config { return new(consul.Config) },
+	"file":   func() registries.Config { return new(file.Config) },
 }
 
 // schemaKinds are the kinds clusters.yaml v1 knows, whether or not this
