@@ -156,8 +156,17 @@ func TestDeltaAndSotwSeeSameResources(t *testing.T) {
 
 	// SotW catches up too (it gets the full clusters and listeners), and
 	// both clients hold the same resources again.
-	sotw.until(all(hasCurrentCLA(srv), holdsCurrent(srv, ClusterType), holdsCurrent(srv, ListenerType)), nil)
+	seen = sotw.until(all(hasCurrentCLA(srv), holdsCurrent(srv, ClusterType), holdsCurrent(srv, ListenerType)), nil)
 	sameState(t, sotw.state, delta.state)
+	// SotW EDS is not full-state: it too carries only the changed CLA.
+	for _, m := range seen {
+		if m.typeURL == EndpointType && !slices.Equal(m.names(), []string{ordersCLA}) {
+			t.Errorf("sotw EDS response carries %v, want only %s", m.names(), ordersCLA)
+		}
+		if m.typeURL == RouteType {
+			t.Errorf("sotw got RDS %v, want none (no route changed)", m.names())
+		}
+	}
 }
 
 func TestNackIsRecordedAndDoesNotStopUpdates(t *testing.T) {

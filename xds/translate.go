@@ -87,7 +87,9 @@ type Skipped struct {
 }
 
 // Invalid is a service left out of translation because a resource built
-// from it failed validation.
+// from it failed validation (Host is then the hostname), or an Envoy port
+// listener or route configuration that failed validation (Host is then its
+// resource name).
 type Invalid struct {
 	Host  string `json:"host"`
 	Error string `json:"error"`
@@ -388,8 +390,13 @@ func (t *Translator) setAggregate(k Kind, name string, r types.Resource, ch Chan
 	if had && proto.Equal(prev, r) {
 		return
 	}
-	// Aggregates hold only validated parts and fixed fields; a failure here
-	// is a bug, so the resource is still served rather than dropping a port.
+	if err := validate(r); err != nil {
+		// Aggregates hold only validated parts, so this is not expected; the
+		// previous resource (if any) stays served and the error is shown.
+		t.invalid[name] = err.Error()
+		return
+	}
+	delete(t.invalid, name)
 	t.current[k][name] = r
 	ch.update(k, name, r)
 }
