@@ -25,6 +25,13 @@
 // passed (the held update is applied). A Replace within the ratio clears the
 // hold and is applied.
 //
+// Snapshots are immutable. Between two snapshots, a service that did not
+// change is the same *model.Service pointer (xds relies on this to reuse the
+// resources it marshalled); only hostnames touched by a changed shard are
+// merged again, and a snapshot is published only when some pointer changed.
+// Versions count published snapshots from 1 (0 is the empty initial one).
+// Ports are sorted by number, endpoints by address, then ports, then source.
+//
 // Nothing is deleted before a shard's first sync: a registry that has not
 // published yet contributes nothing and removes nothing.
 //
@@ -154,6 +161,7 @@ type Aggregator struct {
 	merged         map[string]*model.Service
 	mergeConflicts map[string][]Conflict
 	conflictSince  map[conflictKey]time.Time
+	delivered      uint64 // version subscribers last received
 }
 
 // regState is the shared (mu-guarded) part of a registry.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -382,5 +383,43 @@ func TestServeOnce(t *testing.T) {
 	eventually(t, "Serve running", a.serving.Load)
 	if err := a.Serve(context.Background()); err == nil {
 		t.Errorf("a second concurrent Serve returned nil")
+	}
+}
+
+// A subscriber that panics takes Serve down (its supervisor restarts it);
+// the restarted Serve delivers the snapshot again.
+func TestRestartedServeRedelivers(t *testing.T) {
+	t.Parallel()
+	o := reg("vms", "file", "vm")
+	a := New(Options{Registries: []RegistryOptions{o}})
+	var mu sync.Mutex
+	var got []uint64
+	delivered := func() []uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+	a.Subscribe(func(s *model.Snapshot) {
+		mu.Lock()
+		got = append(got, s.Version)
+		n := len(got)
+		mu.Unlock()
+		if n == 1 {
+			panic("subscriber failed")
+		}
+	})
+	a.Replace(shard(o), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_ = a.Serve(context.Background())
+	}()
+	if p := <-panicked; p != "subscriber failed" {
+		t.Fatalf("Serve recovered %v, want the subscriber's panic", p)
+	}
+	start(t, a)
+	eventually(t, "redelivery", func() bool { return len(delivered()) == 2 })
+	if diff := cmp.Diff([]uint64{1, 1}, delivered()); diff != "" {
+		t.Errorf("delivered versions (-want +got):\n%s", diff)
 	}
 }

@@ -72,7 +72,11 @@ func TestServeDebounces(t *testing.T) {
 	o := reg("vms", "file", "vm")
 	a := New(Options{Registries: []RegistryOptions{o}, Quiet: 40 * time.Millisecond, MaxWait: 100 * time.Millisecond})
 	var published atomic.Int64
-	a.Subscribe(func(*model.Snapshot) { published.Add(1) })
+	a.Subscribe(func(s *model.Snapshot) {
+		if n := published.Add(1); s.Version != uint64(n) {
+			t.Errorf("subscriber got version %d as snapshot #%d; want them in order, one by one", s.Version, n)
+		}
+	})
 	start(t, a)
 
 	const updates = 150

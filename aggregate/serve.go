@@ -274,9 +274,14 @@ func (a *Aggregator) rebuild(now time.Time) {
 	snapshotBuildSeconds.Observe(time.Since(start).Seconds())
 	if snap != nil {
 		a.log.Debug("snapshot published", "version", snap.Version, "services", snap.Len(), "touched", len(touched))
+	}
+	// Deliver the latest snapshot unless subscribers have it: after a
+	// subscriber panicked and Serve was restarted, this redelivers it.
+	if cur := a.snap.Load(); cur.Version > a.delivered {
 		for _, fn := range subs {
-			fn(snap)
+			fn(cur)
 		}
+		a.delivered = cur.Version
 	}
 }
 
