@@ -6,12 +6,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/registries/consul"
 	"github.com/meshfed/meshfed/registries/file"
 )
 
 // kindCollectors returns the metrics of every registry kind in this build.
 func kindCollectors() []prometheus.Collector {
-	return slices.Concat(file.Collectors())
+	return slices.Concat(file.Collectors(), consul.Collectors())
 }
 
 // aggregateOptions turns an entry into what the aggregator needs to know

@@ -8,14 +8,15 @@
 # pays the build once. Builds use the local toolchain, -trimpath and a
 # stripped binary, at low priority (the machine is shared).
 #
-# Names: consul.
+# Names: consul; `all` builds every one.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${MESHFED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/meshfed}"
 export GOTOOLCHAIN=local
 
-usage() { echo "usage: $0 consul" >&2; exit 2; }
+names="consul"
+usage() { echo "usage: $0 all|${names// /|}" >&2; exit 2; }
 
 # gobuild OUT PKG: build PKG (a main package required by this module) to OUT.
 # Builds into a temporary file next to OUT and renames it, so an interrupted
@@ -36,6 +37,10 @@ gobuild() {
 }
 
 [ $# -eq 1 ] || usage
+if [ "$1" = all ]; then
+	for n in $names; do "$0" "$n" >/dev/null; done
+	exit 0
+fi
 case "$1" in
 consul)
 	out="$cache/bin/consul-1.22.5/consul"
