@@ -381,6 +381,7 @@ func (t *Translator) rebuildPort(port uint32, ch Changes) {
 func (t *Translator) setAggregate(k Kind, name string, r types.Resource, ch Changes) {
 	prev, had := t.current[k][name]
 	if r == nil {
+		delete(t.invalid, name)
 		if had {
 			delete(t.current[k], name)
 			ch.remove(k, name)
