@@ -48,6 +48,22 @@ func TestNormalizeQuarantinesEachBadItemAlone(t *testing.T) {
 		in:            model.Service{Hostname: "bad host.vm", Ports: []model.Port{http80}, Endpoints: []model.Endpoint{ep("10.0.0.1")}},
 		wantConflicts: []string{"invalid bad host.vm bad host.vm"},
 	}, {
+		name:          "label starting with a dash rejects the service",
+		in:            model.Service{Hostname: "-a.vm", Ports: []model.Port{http80}},
+		wantConflicts: []string{"invalid -a.vm -a.vm"},
+	}, {
+		name:          "empty label rejects the service",
+		in:            model.Service{Hostname: "a..vm", Ports: []model.Port{http80}},
+		wantConflicts: []string{"invalid a..vm a..vm"},
+	}, {
+		name:          "label over 63 characters rejects the service",
+		in:            model.Service{Hostname: strings.Repeat("x", 64) + ".vm", Ports: []model.Port{http80}},
+		wantConflicts: []string{"invalid " + strings.Repeat("x", 64) + ".vm " + strings.Repeat("x", 64) + ".vm"},
+	}, {
+		name:       "underscores and digits are accepted",
+		in:         model.Service{Hostname: "my_svc-2.vm", Ports: []model.Port{http80}},
+		wantServed: true, wantPorts: []string{"http:80/HTTP"},
+	}, {
 		name:          "no ports rejects the service",
 		in:            model.Service{Hostname: "a.vm", Endpoints: []model.Endpoint{ep("10.0.0.1")}},
 		wantConflicts: []string{"invalid a.vm a.vm"},
