@@ -92,7 +92,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		r.m.connected.Set(0)
 	}()
 	w := &watcher{
-		r: r, conn: conn, q: q, sink: sink, auth: auth,
+		ctx: ctx, r: r, conn: conn, q: q, sink: sink, auth: auth,
 		armed:         map[watchKey]bool{},
 		resyncBackoff: registries.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
 		addrCache:     map[string]addrResult{},
@@ -213,6 +213,7 @@ type addrResult struct {
 
 // watcher is the state of one Run. Only the loop goroutine touches it.
 type watcher struct {
+	ctx  context.Context // Run's: once it ends, failures are expected
 	r    *Registry
 	conn *zk.Conn
 	q    *eventQueue
@@ -300,6 +301,9 @@ func (w *watcher) work() error {
 			if errors.As(err, &denied) {
 				return registries.Permanent(err)
 			}
+			if w.ctx.Err() != nil {
+				return nil
+			}
 			w.resyncAfter = time.Now().Add(w.resyncBackoff.Next())
 			w.report(registries.Degraded, "reading ZooKeeper: "+errText(err))
 			w.r.log.Warn("zookeeper resync failed", "err", err)
@@ -308,6 +312,9 @@ func (w *watcher) work() error {
 	}
 	if len(w.refresh) > 0 {
 		if err := w.applyRefresh(); err != nil {
+			if w.ctx.Err() != nil {
+				return nil
+			}
 			w.r.log.Info("zookeeper read failed; resyncing", "err", err)
 			w.needResync = true
 			w.resyncAfter = time.Now().Add(w.resyncBackoff.Next())
