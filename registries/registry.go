@@ -6,6 +6,7 @@ package registries
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/meshfed/meshfed/model"
@@ -63,6 +64,17 @@ func (s State) String() string {
 
 // MarshalText writes the state's name, for JSON.
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a state's name, as MarshalText writes it.
+func (s *State) UnmarshalText(b []byte) error {
+	for i, n := range stateNames {
+		if n == string(b) {
+			*s = State(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown registry state %q", b)
+}
 
 // Status is a registry's report on its backend connection.
 type Status struct {
