@@ -68,7 +68,7 @@ func (g *Gateway) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /debug/endpointz", g.endpointz)
 	mux.HandleFunc("GET /debug/conflictz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, nonNil(g.agg.Conflicts()))
+		writeJSON(w, http.StatusOK, g.Conflicts())
 	})
 	mux.HandleFunc("GET /debug/syncz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, nonNil(g.xds.Proxies()))
@@ -128,6 +128,31 @@ func (g *Gateway) registryHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusNotFound, map[string]string{"error": "no registry named " + strconv.Quote(name)})
 }
+
+// Conflicts lists everything kept from proxies: what the aggregator
+// rejected or quarantined, then what translation could not serve.
+func (g *Gateway) Conflicts() []aggregate.Conflict {
+	out := nonNil(g.agg.Conflicts())
+	for _, s := range g.xds.Skipped() {
+		out = append(out, aggregate.Conflict{
+			Rejection: model.Rejection{Host: s.Host, Subject: "port " + strconv.FormatUint(uint64(s.Port), 10), Reason: s.Reason},
+			Category:  CategoryXDSSkipped,
+		})
+	}
+	for _, i := range g.xds.Invalid() {
+		out = append(out, aggregate.Conflict{
+			Rejection: model.Rejection{Host: i.Host, Reason: i.Error},
+			Category:  CategoryXDSInvalid,
+		})
+	}
+	return out
+}
+
+// Conflict categories added by the xDS translation, beside the aggregator's.
+const (
+	CategoryXDSSkipped = "xds-skipped" // a TCP port another service owns on Envoy listeners
+	CategoryXDSInvalid = "xds-invalid" // resources that failed validation; the service is not served
+)
 
 func serviceInfos(snap *model.Snapshot) []ServiceInfo {
 	out := make([]ServiceInfo, 0, snap.Len())

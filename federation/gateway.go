@@ -27,6 +27,9 @@ import (
 // drainTimeout bounds how long shutdown waits for xDS streams to close.
 const drainTimeout = 5 * time.Second
 
+// readyPoll is how often Run checks whether every registry has synced.
+const readyPoll = 20 * time.Millisecond
+
 // GatewayOptions are the process-level settings of a Gateway.
 type GatewayOptions struct {
 	Logger  *slog.Logger
@@ -121,6 +124,23 @@ func (g *Gateway) registerMetrics() error {
 	return nil
 }
 
+// waitReady polls the aggregator until it is ready and reports whether it
+// is (false: ctx ended first).
+func (g *Gateway) waitReady(ctx context.Context) bool {
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	for {
+		if ok, _ := g.agg.Ready(); ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
 // Run serves until ctx ends, then drains: it stops accepting xDS streams,
 // closes the open ones, stops the registries and returns nil. It returns an
 // error if it cannot listen or a server fails.
@@ -153,21 +173,31 @@ func (g *Gateway) Run(ctx context.Context) error {
 	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
 	supDone := sup.ServeBackground(supCtx)
 
-	grpcDone := make(chan error, 1)
-	go func() { grpcDone <- gs.Serve(xdsLis) }()
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- admin.Serve(adminLis) }()
-	g.serving.Store(true)
-	g.log.Info("meshfed serving", "version", g.version, "xds", xdsLis.Addr().String(),
-		"admin", adminLis.Addr().String(), "registries", len(g.cfg.Registries))
+	g.log.Info("meshfed started; xDS waits for the first sync of every registry", "version", g.version,
+		"xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "registries", len(g.cfg.Registries))
 
+	// xDS serves only once the model is complete (every registry synced,
+	// failed or past syncTimeout): a proxy that reconnects to a restarted
+	// meshfed must not be told that services of a slower registry are gone.
+	// Until then connections wait in the listen backlog.
+	grpcDone := make(chan error, 1)
 	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-grpcDone:
-		runErr = fmt.Errorf("xds server: %w", err)
-	case err := <-adminDone:
-		runErr = fmt.Errorf("admin server: %w", err)
+	if g.waitReady(ctx) {
+		go func() { grpcDone <- gs.Serve(xdsLis) }()
+		g.serving.Store(true)
+		_, why := g.agg.Ready()
+		g.log.Info("xDS serving", "xds", xdsLis.Addr().String(), "version", g.xds.Version(), "notSynced", why)
+		select {
+		case <-ctx.Done():
+		case err := <-grpcDone:
+			runErr = fmt.Errorf("xds server: %w", err)
+		case err := <-adminDone:
+			runErr = fmt.Errorf("admin server: %w", err)
+		}
+	} else {
+		xdsLis.Close()
 	}
 
 	g.log.Info("draining")

@@ -6,6 +6,7 @@ import (
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/consul"
 	"github.com/meshfed/meshfed/registries/file"
+	"github.com/meshfed/meshfed/registries/zookeeper"
 )
 
 // kinds is THE kind→block table of this build: for each registry kind it
@@ -15,8 +16,9 @@ import (
 //
 // Adding a kind is one line here.
 var kinds = map[string]func() registries.Config{
-	"consul": func() registries.Config { return new(consul.Config) },
-	"file":   func() registries.Config { return new(file.Config) },
+	"consul":    func() registries.Config { return new(consul.Config) },
+	"file":      func() registries.Config { return new(file.Config) },
+	"zookeeper": func() registries.Config { return new(zookeeper.Config) },
 }
 
 // schemaKinds are the kinds clusters.yaml v1 knows, whether or not this

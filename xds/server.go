@@ -248,16 +248,27 @@ func (r *watchRouter) Fetch(context.Context, *cache.Request) (cache.Response, er
 	return nil, fmt.Errorf("REST xDS is not served")
 }
 
-// slogAdapter routes go-control-plane's logging to slog; its per-watch Info
-// lines go to Debug.
+// LevelTrace is below slog.LevelDebug: go-control-plane's per-watch lines
+// are logged there, so `--log-level debug` stays readable with many proxies.
+const LevelTrace = slog.LevelDebug - 4
+
+// slogAdapter routes go-control-plane's logging to slog. Its Debug and Info
+// lines are per watch, so they go to LevelTrace, formatted only when enabled
+// (they sit on the push path).
 type slogAdapter struct{ l *slog.Logger }
 
 var _ gcplog.Logger = slogAdapter{}
 
-func (a slogAdapter) Debugf(f string, args ...any) { a.l.Debug(fmt.Sprintf(f, args...)) }
-func (a slogAdapter) Infof(f string, args ...any)  { a.l.Debug(fmt.Sprintf(f, args...)) }
-func (a slogAdapter) Warnf(f string, args ...any)  { a.l.Warn(fmt.Sprintf(f, args...)) }
-func (a slogAdapter) Errorf(f string, args ...any) { a.l.Error(fmt.Sprintf(f, args...)) }
+func (a slogAdapter) logf(lv slog.Level, f string, args []any) {
+	if a.l.Enabled(context.Background(), lv) {
+		a.l.Log(context.Background(), lv, fmt.Sprintf(f, args...))
+	}
+}
+
+func (a slogAdapter) Debugf(f string, args ...any) { a.logf(LevelTrace, f, args) }
+func (a slogAdapter) Infof(f string, args ...any)  { a.logf(LevelTrace, f, args) }
+func (a slogAdapter) Warnf(f string, args ...any)  { a.logf(slog.LevelWarn, f, args) }
+func (a slogAdapter) Errorf(f string, args ...any) { a.logf(slog.LevelError, f, args) }
 
 // resourceNames is the sorted key set of a collection (for tests and dumps).
 func resourceNames(m map[string]types.Resource) []string { return slices.Sorted(maps.Keys(m)) }

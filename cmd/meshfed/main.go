@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/xds"
 )
 
 // version is set by the Makefile (-ldflags -X main.version=...).
@@ -80,14 +81,16 @@ func runCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&config, "config", "clusters.yaml", "cluster registry file")
-	c.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	c.Flags().StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error (trace adds go-control-plane's per-watch lines)")
 	c.Flags().StringVar(&logFormat, "log-format", "text", "text or json")
 	return c
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
+	if strings.EqualFold(level, "trace") {
+		lv = xds.LevelTrace
+	} else if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
