@@ -41,7 +41,7 @@ const (
 // Config is the `zookeeper:` block of a clusters.yaml entry.
 type Config struct {
 	// Servers are the ensemble's client addresses, host:port. Required.
-	Servers []string `yaml:"servers"`
+	Servers Servers `yaml:"servers"`
 	// Layout is curator (default) or dubbo.
 	Layout Layout `yaml:"layout"`
 	// Root is the znode the layout starts at, like a chroot: /services for
@@ -159,6 +159,38 @@ func validRoot(p string) error {
 			return fmt.Errorf("%q: control character", p)
 		}
 	}
+	return nil
+}
+
+// Servers is a list of host:port. Besides a YAML list of strings it reads
+// what go-yaml makes of an unquoted host:port inside a flow mapping, as in
+// `zookeeper: {servers: [127.0.0.1:2181]}`: a one-entry mapping
+// {127.0.0.1: 2181}.
+type Servers []string
+
+// UnmarshalYAML implements the go-yaml unmarshaler interface.
+func (s *Servers) UnmarshalYAML(unmarshal func(any) error) error {
+	var raw []any
+	if err := unmarshal(&raw); err != nil {
+		return err
+	}
+	out := make(Servers, 0, len(raw))
+	for i, v := range raw {
+		switch v := v.(type) {
+		case string:
+			out = append(out, v)
+		case map[string]any:
+			if len(v) != 1 {
+				return fmt.Errorf("servers[%d]: want host:port", i)
+			}
+			for h, p := range v {
+				out = append(out, fmt.Sprintf("%s:%v", h, p))
+			}
+		default:
+			return fmt.Errorf("servers[%d]: want host:port, got %v", i, v)
+		}
+	}
+	*s = out
 	return nil
 }
 

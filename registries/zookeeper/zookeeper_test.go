@@ -695,9 +695,21 @@ func TestOutage(t *testing.T) {
 	if err := c2.Delete(root+"/payments/p2", -1); err != nil {
 		t.Fatal(err)
 	}
-	sink.WaitFor(t, waitTimeout, hasEndpoints(map[string][]string{
+	st = sink.WaitFor(t, waitTimeout, hasEndpoints(map[string][]string{
 		"payments.zk": {"192.0.2.3 http=9091"},
 	}))
+	c2.Close()
+
+	// A short outage (the session may survive it): Degraded, then Synced
+	// again with the same state.
+	replaces = st.Replaces
+	z.Stop()
+	sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Status.State == registries.Degraded })
+	z.Start()
+	st = sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Replaces > replaces })
+	if st.Status.State != registries.Synced || fmt.Sprint(endpointsByHost(st.Services)) != "map[payments.zk:[192.0.2.3 http=9091]]" {
+		t.Errorf("after a short outage: %s %v", st, endpointsByHost(st.Services))
+	}
 	if p := sink.Problems(); len(p) > 0 {
 		t.Errorf("sink problems: %v", p)
 	}
