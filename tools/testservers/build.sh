@@ -8,14 +8,15 @@
 # pays the build once. Builds use the local toolchain, -trimpath and a
 # stripped binary, at low priority (the machine is shared).
 #
-# Names: consul; `all` builds every one.
+# Names: consul, polaris; `all` builds every one. Both are built from this
+# module (polaris needs the yaml.v2 replace in go.mod).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${MESHFED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/meshfed}"
 export GOTOOLCHAIN=local
 
-names="consul"
+names="consul polaris"
 usage() { echo "usage: $0 all|${names// /|}" >&2; exit 2; }
 
 # gobuild OUT PKG: build PKG (a main package required by this module) to OUT.
@@ -45,6 +46,11 @@ case "$1" in
 consul)
 	out="$cache/bin/consul-1.22.5/consul"
 	[ -x "$out" ] || gobuild "$out" github.com/hashicorp/consul
+	;;
+polaris)
+	# Polaris serves the Eureka REST API for the eureka registry's tests.
+	out="$cache/bin/polaris-1.18.1/polaris-server"
+	[ -x "$out" ] || gobuild "$out" github.com/polarismesh/polaris
 	;;
 *)
 	usage
