@@ -8,11 +8,12 @@ import (
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/registries/consul"
 	"github.com/meshfed/meshfed/registries/file"
+	"github.com/meshfed/meshfed/registries/zookeeper"
 )
 
 // kindCollectors returns the metrics of every registry kind in this build.
 func kindCollectors() []prometheus.Collector {
-	return slices.Concat(file.Collectors(), consul.Collectors())
+	return slices.Concat(file.Collectors(), consul.Collectors(), zookeeper.Collectors())
 }
 
 // aggregateOptions turns an entry into what the aggregator needs to know
