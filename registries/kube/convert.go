@@ -1,0 +1,355 @@
+package kube
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// Node labels read for locality.
+const (
+	labelRegion        = "topology.kubernetes.io/region"
+	labelZone          = "topology.kubernetes.io/zone"
+	labelSubZone       = "topology.istio.io/subzone"
+	labelRegionLegacy  = "failure-domain.beta.kubernetes.io/region"
+	labelZoneLegacy    = "failure-domain.beta.kubernetes.io/zone"
+	labelNetwork       = "topology.istio.io/network"
+	labelServiceName   = discoveryv1.LabelServiceName
+	annotationClusterA = "networking.istio.io/cluster"
+)
+
+// cluster describes where converted endpoints come from.
+type clusterInfo struct {
+	registry string // Source.Registry
+	cluster  string // Source.Cluster
+	network  string // Source.Network
+	domain   string // hostnames are <name>.<namespace>.<domain>
+}
+
+// lookups gives conversion what it needs from other objects. Both return
+// values that belong to the cache and must not be modified.
+type lookups interface {
+	// podLabels returns the labels of a pod, nil if unknown.
+	podLabels(namespace, name string) map[string]string
+	// nodeLocality returns the locality of a node from its labels.
+	nodeLocality(name string) model.Locality
+}
+
+// hostname is the service's name as clients use it.
+func (ci clusterInfo) hostname(namespace, name string) string {
+	return name + "." + namespace + "." + ci.domain
+}
+
+// convertService turns one Service and the EndpointSlices that belong to it
+// into a model.Service. ok is false when the service is not published (see
+// the package doc for which services become EDS, DNS or nothing); rejected
+// lists what was left out and why. It never modifies its inputs and the
+// result shares no maps or slices with them.
+func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, lk lookups) (out model.Service, rejected []model.Rejection, ok bool) {
+	host := ci.hostname(svc.Namespace, svc.Name)
+	reject := func(subject, reason string) {
+		rejected = append(rejected, model.Rejection{Registry: ci.registry, Host: host, Subject: subject, Reason: reason})
+	}
+	ports := make([]model.Port, 0, len(svc.Spec.Ports))
+	for _, p := range svc.Spec.Ports {
+		proto, supported := portProtocol(p)
+		if !supported {
+			reject(fmt.Sprintf("port %s/%d", p.Name, p.Port), fmt.Sprintf("protocol %s is not supported; the port is not served", p.Protocol))
+			continue
+		}
+		ports = append(ports, model.Port{Name: p.Name, Number: uint32(p.Port), Protocol: proto})
+	}
+	if len(ports) == 0 {
+		if len(svc.Spec.Ports) == 0 {
+			reject("Service "+svc.Namespace+"/"+svc.Name, "the service has no ports, so nothing can be routed to it")
+		}
+		return model.Service{}, rejected, false
+	}
+	out = model.Service{Hostname: host, Ports: ports}
+
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		out.Resolution = model.ResolutionDNS
+		out.Endpoints = []model.Endpoint{{
+			Address: strings.TrimSuffix(svc.Spec.ExternalName, "."),
+			Source:  model.Source{Registry: ci.registry, Cluster: ci.cluster, Network: ci.network},
+			Origin:  "Service " + svc.Namespace + "/" + svc.Name,
+		}}
+		return out, rejected, true
+	}
+
+	// Endpoints, deduplicated by address and ports over all slices (an
+	// endpoint may sit in two slices while the controller moves it).
+	type ekey struct{ addr, ports string }
+	byKey := map[ekey]int{}
+	for _, s := range sortedSlices(eps) {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+			reject("EndpointSlice "+s.Namespace+"/"+s.Name, fmt.Sprintf("address type %s is not supported; use an ExternalName service for DNS names", s.AddressType))
+			continue
+		}
+		slicePorts := map[string]uint32{}
+		for _, p := range s.Ports {
+			if p.Port != nil {
+				slicePorts[derefString(p.Name)] = uint32(*p.Port)
+			}
+		}
+		var override map[string]uint32
+		for _, p := range ports {
+			if n, found := slicePorts[p.Name]; found && n != p.Number {
+				if override == nil {
+					override = map[string]uint32{}
+				}
+				override[p.Name] = n
+			}
+		}
+		pk := formatOverride(override)
+		for _, e := range s.Endpoints {
+			if len(e.Addresses) == 0 {
+				continue
+			}
+			ep := model.Endpoint{
+				Address: e.Addresses[0], // the others are fungible (API doc)
+				Ports:   maps.Clone(override),
+				Health:  endpointHealth(e.Conditions),
+				Source:  model.Source{Registry: ci.registry, Cluster: ci.cluster, Network: ci.network},
+				Origin:  "EndpointSlice " + s.Namespace + "/" + s.Name,
+			}
+			if n := e.NodeName; n != nil && *n != "" {
+				ep.Locality = lk.nodeLocality(*n)
+			}
+			if e.Zone != nil && *e.Zone != "" {
+				ep.Locality.Zone = *e.Zone
+			}
+			if r := e.TargetRef; r != nil && r.Kind == "Pod" {
+				ns := cmp.Or(r.Namespace, s.Namespace)
+				ep.Labels = maps.Clone(lk.podLabels(ns, r.Name))
+				ep.Origin = "Pod " + ns + "/" + r.Name
+			}
+			k := ekey{ep.Address, pk}
+			if i, dup := byKey[k]; dup {
+				if healthRank(ep.Health) < healthRank(out.Endpoints[i].Health) {
+					out.Endpoints[i] = ep
+				}
+				continue
+			}
+			byKey[k] = len(out.Endpoints)
+			out.Endpoints = append(out.Endpoints, ep)
+		}
+	}
+	slices.SortFunc(out.Endpoints, func(a, b model.Endpoint) int {
+		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(formatOverride(a.Ports), formatOverride(b.Ports)))
+	})
+	return out, rejected, true
+}
+
+// sortedSlices orders slices by name so that conversion is deterministic.
+func sortedSlices(eps []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
+	out := slices.Clone(eps)
+	slices.SortFunc(out, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func formatOverride(m map[string]uint32) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%d,", k, m[k])
+	}
+	return b.String()
+}
+
+// endpointHealth maps EndpointSlice conditions: ready → HEALTHY; serving
+// and terminating → DRAINING; anything else → UNHEALTHY. A nil ready means
+// ready; a nil serving defers to ready; a nil terminating means not
+// terminating (as the API documents).
+func endpointHealth(c discoveryv1.EndpointConditions) model.Health {
+	ready := c.Ready == nil || *c.Ready
+	serving := ready
+	if c.Serving != nil {
+		serving = *c.Serving
+	}
+	terminating := c.Terminating != nil && *c.Terminating
+	switch {
+	case ready:
+		return model.Healthy
+	case serving && terminating:
+		return model.Draining
+	}
+	return model.Unhealthy
+}
+
+func healthRank(h model.Health) int {
+	switch h {
+	case model.Healthy:
+		return 0
+	case model.Degraded:
+		return 1
+	case model.Draining:
+		return 2
+	}
+	return 3
+}
+
+// portProtocol derives a port's protocol: from appProtocol when it is set
+// and known, else from the port name's prefix as Istio does (grpc,
+// grpc-web, http, http2, h2c, https, tls, tcp...). Unknown names are TCP.
+// UDP and SCTP ports are not supported.
+func portProtocol(p corev1.ServicePort) (model.Protocol, bool) {
+	if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
+		return "", false
+	}
+	if p.AppProtocol != nil {
+		if proto, known := protocolFromName(*p.AppProtocol); known {
+			return proto, true
+		}
+	}
+	name := strings.ToLower(p.Name)
+	if proto, known := protocolFromName(name); known {
+		return proto, true
+	}
+	if prefix, _, found := strings.Cut(name, "-"); found {
+		if proto, known := protocolFromName(prefix); known {
+			return proto, true
+		}
+	}
+	return model.ProtocolTCP, true
+}
+
+func protocolFromName(s string) (model.Protocol, bool) {
+	switch strings.ToLower(s) {
+	case "grpc":
+		return model.ProtocolGRPC, true
+	case "grpc-web", "http", "kubernetes.io/ws":
+		return model.ProtocolHTTP, true
+	case "http2", "h2c", "kubernetes.io/h2c":
+		return model.ProtocolHTTP2, true
+	case "tcp", "tls", "https", "kubernetes.io/wss", "mongo", "mysql", "redis":
+		return model.ProtocolTCP, true
+	}
+	return "", false
+}
+
+// localityFromLabels reads a node's topology labels.
+func localityFromLabels(l map[string]string) model.Locality {
+	return model.Locality{
+		Region:  cmp.Or(l[labelRegion], l[labelRegionLegacy]),
+		Zone:    cmp.Or(l[labelZone], l[labelZoneLegacy]),
+		SubZone: l[labelSubZone],
+	}
+}
+
+func derefString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Slimming: informers store only what conversion reads. Transforms build
+// new objects and keep nothing else of the decoded one.
+
+func slimMeta(m *metav1.ObjectMeta, keepLabels func(string) bool) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
+	for k, v := range m.Labels {
+		if keepLabels == nil || keepLabels(k) {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+		}
+	}
+	return out
+}
+
+func slimService(s *corev1.Service) *corev1.Service {
+	out := &corev1.Service{ObjectMeta: slimMeta(&s.ObjectMeta, func(string) bool { return false })}
+	out.Spec.Type = s.Spec.Type
+	out.Spec.ClusterIP = s.Spec.ClusterIP
+	out.Spec.ExternalName = s.Spec.ExternalName
+	out.Spec.Ports = make([]corev1.ServicePort, len(s.Spec.Ports))
+	for i, p := range s.Spec.Ports {
+		out.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port}
+	}
+	return out
+}
+
+func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	out := &discoveryv1.EndpointSlice{
+		ObjectMeta:  slimMeta(&s.ObjectMeta, func(k string) bool { return k == labelServiceName }),
+		AddressType: s.AddressType,
+		Ports:       s.Ports,
+		Endpoints:   make([]discoveryv1.Endpoint, len(s.Endpoints)),
+	}
+	for i, e := range s.Endpoints {
+		se := discoveryv1.Endpoint{Conditions: e.Conditions, NodeName: e.NodeName, Zone: e.Zone}
+		if len(e.Addresses) > 0 {
+			se.Addresses = e.Addresses[:1:1]
+		}
+		if r := e.TargetRef; r != nil {
+			se.TargetRef = &corev1.ObjectReference{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+		}
+		out.Endpoints[i] = se
+	}
+	return out
+}
+
+func slimPod(p *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: slimMeta(&p.ObjectMeta, nil)}
+}
+
+func slimNode(n *corev1.Node) *corev1.Node {
+	return &corev1.Node{ObjectMeta: slimMeta(&n.ObjectMeta, func(k string) bool {
+		switch k {
+		case labelRegion, labelZone, labelSubZone, labelRegionLegacy, labelZoneLegacy:
+			return true
+		}
+		return false
+	})}
+}
+
+func slimNamespace(n *corev1.Namespace) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: slimMeta(&n.ObjectMeta, nil)}
+}
+
+func slimSecret(s *corev1.Secret) *corev1.Secret {
+	out := &corev1.Secret{ObjectMeta: slimMeta(&s.ObjectMeta, nil), Data: s.Data}
+	for _, k := range []string{labelNetwork, annotationClusterA} {
+		if v, ok := s.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	return out
+}
+
+// slim is the informers' transform: it slims the types above and passes
+// anything else (e.g. DeletedFinalStateUnknown) through.
+func slim(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Service:
+		return slimService(o), nil
+	case *discoveryv1.EndpointSlice:
+		return slimEndpointSlice(o), nil
+	case *corev1.Pod:
+		return slimPod(o), nil
+	case *corev1.Node:
+		return slimNode(o), nil
+	case *corev1.Namespace:
+		return slimNamespace(o), nil
+	case *corev1.Secret:
+		return slimSecret(o), nil
+	}
+	return obj, nil
+}

@@ -1,0 +1,84 @@
+package kube
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Resources, the bounded "resource" label.
+const (
+	resService       = "service"
+	resEndpointSlice = "endpointslice"
+	resPod           = "pod"
+	resNode          = "node"
+	resNamespace     = "namespace"
+	resSecret        = "secret"
+)
+
+// Informer events, the bounded "event" label.
+const (
+	evAdd    = "add"
+	evUpdate = "update"
+	evDelete = "delete"
+)
+
+var (
+	informerEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_kube_informer_events_total",
+		Help: "Events the Kubernetes informers delivered, by cluster registry, resource and event.",
+	}, []string{"registry", "resource", "event"})
+	watchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_kube_watch_errors_total",
+		Help: "Failed list or watch calls and dropped watches of the Kubernetes informers.",
+	}, []string{"registry", "resource"})
+	clusterSynced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshfed_kube_cluster_synced",
+		Help: "1 while a cluster registry's informers are synced and its API server answers, else 0.",
+	}, []string{"registry"})
+	ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "meshfed_kube_ingest_latency_seconds",
+		Help:    "Time from an informer event to the full state that includes it being handed to the sink.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"registry"})
+	remoteClusters = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshfed_kube_remote_clusters",
+		Help: "Remote cluster registries a registry with secretDiscovery runs.",
+	}, []string{"registry"})
+)
+
+// Collectors returns the package's collectors; the wiring registers them
+// once.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{informerEvents, watchErrors, clusterSynced, ingestLatency, remoteClusters}
+}
+
+// metrics are the collectors curried with one registry's name.
+type metrics struct {
+	registry string
+	synced   prometheus.Gauge
+	ingest   prometheus.Observer
+	remotes  prometheus.Gauge
+}
+
+func newMetrics(registry string) metrics {
+	return metrics{
+		registry: registry,
+		synced:   clusterSynced.WithLabelValues(registry),
+		ingest:   ingestLatency.WithLabelValues(registry),
+		remotes:  remoteClusters.WithLabelValues(registry),
+	}
+}
+
+func (m metrics) event(resource, event string) {
+	informerEvents.WithLabelValues(m.registry, resource, event).Inc()
+}
+
+func (m metrics) watchError(resource string) {
+	watchErrors.WithLabelValues(m.registry, resource).Inc()
+}
+
+// forget drops the registry's series (a removed remote cluster).
+func (m metrics) forget() {
+	l := prometheus.Labels{"registry": m.registry}
+	for _, v := range []*prometheus.MetricVec{informerEvents.MetricVec, watchErrors.MetricVec, clusterSynced.MetricVec, remoteClusters.MetricVec} {
+		v.DeletePartialMatch(l)
+	}
+	ingestLatency.DeletePartialMatch(l)
+}
