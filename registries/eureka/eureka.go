@@ -1,0 +1,450 @@
+// Package eureka is the registry of kind eureka: it polls one Eureka
+// cluster the way Eureka's own clients do and publishes every app in it as
+// <app-name-lowercased>.<domain>.
+//
+// # Polling
+//
+// Run starts with a full fetch (GET <url>/apps), then every pollInterval
+// (default 30s, Eureka clients' registryFetchIntervalSeconds) fetches
+// <url>/apps/delta and applies its ADDED, MODIFIED and DELETED instances to
+// the local state. After each delta it computes the apps__hashcode of the
+// merged state (instance counts per status, "DOWN_1_UP_3_") and compares it
+// with the server's; on a mismatch it fetches /apps in full at once, as
+// Netflix's DiscoveryClient does. The first fetch after an error is a full
+// one too, since deltas only cover the server's last few minutes. A server
+// that refuses deltas (403/404/501, e.g. eureka.disableDelta) is polled
+// with full fetches. Staleness is thus bounded by pollInterval, as for any
+// Eureka client; meshfed adds nothing on top.
+//
+// The state is published only when an app's converted form changed (Eureka
+// keeps returning the same delta entries for minutes), and never while it
+// may be partial or diverged: a delta whose hashcode does not match is
+// published only after the full fetch that repairs it.
+//
+// # Servers and outages
+//
+// The URLs are tried in order; on an error the request moves on to the
+// next one, and the one that answered stays current. When every URL fails,
+// Run reports Degraded, keeps the last published state and retries with
+// jittered backoff (at most pollInterval apart); the next success
+// publishes again (Synced). Credentials in a URL are sent as basic auth and
+// never appear in logs or errors.
+//
+// # Wire formats
+//
+// Answers are parsed by their first byte, XML or JSON, whatever was asked
+// for; see decode.go for what fargo lacks and this package adds.
+package eureka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// maxAnswer bounds the size of one answer read from Eureka.
+const maxAnswer = 256 << 20
+
+// Registry polls one Eureka cluster. Build it with Config.New.
+type Registry struct {
+	cfg       Config
+	common    registries.Common
+	endpoints []endpoint
+	log       *slog.Logger
+	m         metrics
+}
+
+// endpoint is one configured Eureka service URL.
+type endpoint struct {
+	raw      string // as configured, without a trailing slash; may hold credentials
+	redacted string // for logs and errors
+}
+
+var _ registries.Registry = (*Registry)(nil)
+
+// Run implements registries.Registry.
+func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2
+	defer tr.CloseIdleConnections()
+	w := &watch{
+		r:     r,
+		sink:  sink,
+		shard: r.common.Shard(),
+		http:  &http.Client{Transport: tr, Timeout: r.cfg.Timeout.Std()},
+		apps:  map[string]map[string]*instance{},
+		conv:  map[string]converted{},
+	}
+	defer r.m.instances.Set(0)
+	b := &registries.Backoff{Initial: min(time.Second, r.cfg.PollInterval.Std()), Max: r.cfg.PollInterval.Std()}
+	needFull := true
+	for {
+		var err error
+		if needFull || w.noDelta {
+			err = w.full(ctx)
+		} else {
+			err = w.delta(ctx)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			if registries.IsPermanent(err) {
+				return err
+			}
+			needFull = true
+			w.degrade(err)
+			if b.Wait(ctx) != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		needFull = false
+		b.Reset()
+		if registries.Sleep(ctx, r.cfg.PollInterval.Std()) != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// watch is the state of one Run.
+type watch struct {
+	r     *Registry
+	sink  registries.Sink
+	shard model.ShardKey
+	http  *http.Client
+
+	current int // index of the endpoint that answered last
+
+	// apps is the merged raw state: app name (upper case, as Eureka keys
+	// it) → instance id → instance. It is what the hashcode is computed on.
+	apps map[string]map[string]*instance
+	// conv is each app's converted form, recomputed only for apps a fetch
+	// touched.
+	conv map[string]converted
+
+	noDelta       bool // the server refuses deltas: full fetches only
+	published     bool // a Replace went out since the last error
+	everPublished bool
+	degraded      bool
+	lastErr       string
+}
+
+// full fetches /apps and replaces the state with it.
+func (w *watch) full(ctx context.Context) error {
+	p, at, err := w.fetch(ctx, "/apps")
+	if err != nil {
+		w.r.m.fullErr.Inc()
+		var se *statusError
+		if !w.everPublished && errors.As(err, &se) && se.auth {
+			// Refused credentials before the first sync: restarting will
+			// not help.
+			return registries.Permanent(fmt.Errorf("eureka full fetch: %w", err))
+		}
+		return fmt.Errorf("eureka full fetch: %w", err)
+	}
+	w.r.m.fullOK.Inc()
+	apps := make(map[string]map[string]*instance, len(p.apps))
+	for _, a := range p.apps {
+		key := strings.ToUpper(a.name)
+		m := apps[key]
+		if m == nil {
+			m = make(map[string]*instance, len(a.instances))
+			apps[key] = m
+		}
+		for _, in := range a.instances {
+			m[in.id()] = in
+		}
+	}
+	changed := false
+	for key := range w.conv {
+		if _, ok := apps[key]; !ok {
+			delete(w.conv, key)
+			changed = true
+		}
+	}
+	w.apps = apps
+	for key := range apps {
+		if w.reconvert(key) {
+			changed = true
+		}
+	}
+	if hc := hashcode(w.apps); p.hashcode != "" && hc != p.hashcode {
+		// Servers compute the hashcode over what they send; a difference
+		// here is the server's (e.g. it was writing while answering).
+		w.r.log.Debug("eureka full fetch: hashcode differs from the server's", "local", hc, "server", p.hashcode)
+	}
+	w.publish(changed, at)
+	return nil
+}
+
+// delta fetches /apps/delta, merges it and checks the hashcode; on a
+// mismatch it fetches in full.
+func (w *watch) delta(ctx context.Context) error {
+	p, at, err := w.fetch(ctx, "/apps/delta")
+	if err != nil {
+		var se *statusError
+		if errors.As(err, &se) && se.noDelta {
+			w.r.m.deltaErr.Inc()
+			w.r.log.Warn("eureka server refuses deltas, polling with full fetches", "status", se.code)
+			w.noDelta = true
+			return w.full(ctx)
+		}
+		w.r.m.deltaErr.Inc()
+		return fmt.Errorf("eureka delta fetch: %w", err)
+	}
+	w.r.m.deltaOK.Inc()
+	touched := map[string]bool{}
+	for _, a := range p.apps {
+		key := strings.ToUpper(a.name)
+		for _, in := range a.instances {
+			m := w.apps[key]
+			switch strings.ToUpper(in.action) {
+			case "DELETED":
+				if m != nil {
+					delete(m, in.id())
+					if len(m) == 0 {
+						delete(w.apps, key)
+					}
+				}
+			default: // ADDED, MODIFIED; Netflix's client treats them alike
+				if m == nil {
+					m = map[string]*instance{}
+					w.apps[key] = m
+				}
+				m[in.id()] = in
+			}
+			touched[key] = true
+		}
+	}
+	if hc := hashcode(w.apps); hc != p.hashcode {
+		w.r.m.mismatches.Inc()
+		w.r.log.Info("eureka delta left a state whose hashcode differs from the server's, fetching in full",
+			"local", hc, "server", p.hashcode)
+		return w.full(ctx)
+	}
+	changed := false
+	for key := range touched {
+		if w.reconvert(key) {
+			changed = true
+		}
+	}
+	w.publish(changed, at)
+	return nil
+}
+
+// reconvert converts one app again and reports whether its converted form
+// changed.
+func (w *watch) reconvert(key string) bool {
+	old, had := w.conv[key]
+	m := w.apps[key]
+	if len(m) == 0 {
+		delete(w.conv, key)
+		return had
+	}
+	ids := slices.Sorted(maps.Keys(m))
+	insts := make([]*instance, 0, len(ids))
+	for _, id := range ids {
+		insts = append(insts, m[id])
+	}
+	c := convertApp(w.r.common, &w.r.cfg, key, insts)
+	w.conv[key] = c
+	return !had || !reflect.DeepEqual(old, c)
+}
+
+// hashcode is Eureka's reconcile hashcode of a state: for each status, in
+// name order, "<STATUS>_<count>_" (e.g. "DOWN_1_UP_3_"); "" when empty.
+func hashcode(apps map[string]map[string]*instance) string {
+	counts := map[string]int{}
+	for _, m := range apps {
+		for _, in := range m {
+			counts[string(in.Status)]++
+		}
+	}
+	var b strings.Builder
+	for _, s := range slices.Sorted(maps.Keys(counts)) {
+		b.WriteString(s)
+		b.WriteByte('_')
+		b.WriteString(strconv.Itoa(counts[s]))
+		b.WriteByte('_')
+	}
+	return b.String()
+}
+
+// publish hands the full state to the sink when it changed or an outage
+// ended; at is when the fetch that brought the change returned.
+func (w *watch) publish(changed bool, at time.Time) {
+	n := 0
+	for _, m := range w.apps {
+		n += len(m)
+	}
+	w.r.m.instances.Set(float64(n))
+	if !changed && w.published {
+		return
+	}
+	keys := slices.Sorted(maps.Keys(w.conv))
+	services := make([]model.Service, 0, len(keys))
+	var rejected []model.Rejection
+	for _, key := range keys {
+		c := w.conv[key]
+		if c.ok {
+			services = append(services, c.svc)
+		}
+		rejected = append(rejected, c.rejected...)
+	}
+	// Converted services are shared with w.conv, which never modifies
+	// them: a new conversion builds new values.
+	w.sink.Replace(w.shard, services, rejected)
+	if changed {
+		w.r.m.ingest.Observe(time.Since(at).Seconds())
+	}
+	if w.degraded {
+		w.r.log.Info("eureka reachable again, state resynced", "services", len(services))
+	}
+	w.published, w.everPublished, w.degraded, w.lastErr = true, true, false, ""
+}
+
+func (w *watch) degrade(err error) {
+	w.published = false
+	msg := err.Error()
+	if w.degraded && msg == w.lastErr {
+		return
+	}
+	if !w.degraded {
+		w.r.log.Warn("eureka unreachable, keeping the last state", "err", msg)
+	}
+	w.degraded, w.lastErr = true, msg
+	w.sink.Report(w.shard, registries.Status{State: registries.Degraded, Err: msg})
+}
+
+// statusError is an answer with a non-2xx status.
+type statusError struct {
+	url     string // redacted
+	code    int
+	auth    bool // 401 or 403 on /apps: credentials refused
+	noDelta bool // 403, 404 or 501 on /apps/delta: deltas refused
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d %s", e.url, e.code, http.StatusText(e.code))
+}
+
+// fetch GETs path from the current endpoint, moving on to the next ones on
+// errors, and decodes the answer. It returns when the answer arrived.
+func (w *watch) fetch(ctx context.Context, path string) (*payload, time.Time, error) {
+	n := len(w.r.endpoints)
+	var errs []error
+	for attempt := range n {
+		i := (w.current + attempt) % n
+		if attempt > 0 {
+			w.r.m.failovers.Inc()
+		}
+		p, at, err := w.get(ctx, w.r.endpoints[i], path)
+		if err == nil {
+			if i != w.current {
+				w.r.log.Info("eureka: switched to another server", "url", w.r.endpoints[i].redacted)
+			}
+			w.current = i
+			return p, at, nil
+		}
+		if ctx.Err() != nil {
+			return nil, time.Time{}, ctx.Err()
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 1 {
+		return nil, time.Time{}, errs[0]
+	}
+	// Report the auth and no-delta cases only when every server agrees.
+	var first *statusError
+	if errors.As(errs[0], &first) {
+		for _, e := range errs[1:] {
+			var se *statusError
+			if !errors.As(e, &se) || se.auth != first.auth || se.noDelta != first.noDelta {
+				first = nil
+				break
+			}
+		}
+	}
+	joined := fmt.Errorf("all %d urls failed: %w", n, errors.Join(errs...))
+	if first != nil {
+		return nil, time.Time{}, &wrapped{msg: joined.Error(), err: first}
+	}
+	return nil, time.Time{}, joined
+}
+
+// wrapped carries a message and a cause errors.As finds.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (e *wrapped) Error() string { return e.msg }
+func (e *wrapped) Unwrap() error { return e.err }
+
+func (w *watch) get(ctx context.Context, ep endpoint, path string) (*payload, time.Time, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.raw+path, nil)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%s: %w", ep.redacted, err)
+	}
+	accept := "application/json"
+	if w.r.cfg.Format == FormatXML {
+		accept = "application/xml"
+	}
+	req.Header.Set("Accept", accept)
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%s%s: %s", ep.redacted, path, netReason(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	at := time.Now()
+	if err != nil {
+		return nil, at, fmt.Errorf("%s%s: reading the answer: %s", ep.redacted, path, netReason(err))
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		c := resp.StatusCode
+		return nil, at, &statusError{
+			url:     ep.redacted + path,
+			code:    c,
+			auth:    path == "/apps" && (c == http.StatusUnauthorized || c == http.StatusForbidden),
+			noDelta: path == "/apps/delta" && (c == http.StatusForbidden || c == http.StatusNotFound || c == http.StatusNotImplemented),
+		}
+	}
+	if len(body) > maxAnswer {
+		return nil, at, fmt.Errorf("%s%s: answer larger than %d MiB", ep.redacted, path, maxAnswer>>20)
+	}
+	p, err := decodePayload(body)
+	if err != nil {
+		return nil, at, fmt.Errorf("%s%s: %w", ep.redacted, path, err)
+	}
+	return p, at, nil
+}
+
+// netReason describes a transport error without the URL (which may hold
+// credentials; net/http redacts them, this keeps messages short).
+func netReason(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	return err.Error()
+}

@@ -1,0 +1,276 @@
+package servers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hudl/fargo"
+	logging "github.com/op/go-logging"
+)
+
+// PolarisVersion is the Polaris that tools/testservers builds. Polaris
+// serves the Eureka REST API; Netflix's own Eureka server (Java) cannot be
+// installed here.
+const PolarisVersion = "1.18.1"
+
+func init() {
+	// fargo talks through a package-level client and logs every request at
+	// INFO: no idle connections (for goleak) and warnings only.
+	fargo.HttpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	logging.SetLevel(logging.WARNING, "fargo")
+}
+
+// PolarisBinary returns the path of the Polaris server built by
+// `tools/testservers/build.sh polaris`, and whether it exists.
+func PolarisBinary() (string, bool) {
+	p := filepath.Join(CacheDir(), "bin", "polaris-"+PolarisVersion, "polaris-server")
+	st, err := os.Stat(p)
+	return p, err == nil && !st.IsDir()
+}
+
+// Polaris is a running Polaris server, standalone with a bolt store in a
+// temp dir and only its Eureka API on a loopback port, owned by one test.
+// Its state survives Stop and Start.
+type Polaris struct {
+	// URL is the Eureka service URL, http://127.0.0.1:port/eureka.
+	URL string
+
+	bin, dir string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+// polarisConfig is a minimal standalone polaris-server.yaml: the Eureka
+// apiserver only (refreshed every second, so registrations show within
+// ~1-2s), a bolt store, in-memory heartbeats, no self-registration.
+const polarisConfig = `bootstrap:
+  logger:
+    default: {rotateOutputPath: log/default.log, errorRotateOutputPath: log/default-error.log, outputLevel: warn}
+    eureka: {rotateOutputPath: log/eureka.log, errorRotateOutputPath: log/eureka-error.log, outputLevel: info}
+  startInOrder: {open: true, key: sz}
+  polaris_service: {enable_register: false}
+apiservers:
+  - name: service-eureka
+    option:
+      listenIP: 127.0.0.1
+      listenPort: %d
+      namespace: default
+      refreshInterval: 1
+      deltaExpireInterval: 60
+      enableSelfPreservation: false
+namespace: {autoCreate: true}
+naming:
+  autoCreate: true
+  batch:
+    register: {open: true, queueSize: 1024, waitTime: 32ms, maxBatchCount: 128, concurrency: 4, dropExpireTask: true, taskLife: 30s}
+    deregister: {open: true, queueSize: 1024, waitTime: 32ms, maxBatchCount: 128, concurrency: 4}
+healthcheck:
+  open: true
+  service: polaris.checker
+  slotNum: 30
+  minCheckInterval: 1s
+  maxCheckInterval: 30s
+  batch:
+    heartbeat: {open: true, queueSize: 1024, waitTime: 32ms, maxBatchCount: 32, concurrency: 4}
+  checkers:
+    - name: heartbeatMemory
+config: {open: false}
+cache: {diffTime: 5s}
+store:
+  name: boltdbStore
+  option: {path: %s}
+auth:
+  user: {name: defaultUser, option: {salt: polarismesh@2021}}
+  strategy: {name: defaultStrategy, option: {consoleOpen: false, clientOpen: false}}
+plugin:
+  history:
+    entries: [{name: HistoryLogger}]
+  statis:
+    entries: [{name: local, option: {interval: 60}}]
+`
+
+// StartPolaris starts Polaris on a free loopback port, waits until its
+// Eureka API answers, and stops it in t.Cleanup. It skips (or fails, see
+// Missing) if the binary is not built.
+func StartPolaris(t testing.TB) *Polaris {
+	t.Helper()
+	bin, ok := PolarisBinary()
+	if !ok {
+		Missing(t, "polaris "+PolarisVersion, "tools/testservers/build.sh polaris")
+	}
+	dir := t.TempDir()
+	port := FreePort(t)
+	conf := fmt.Sprintf(polarisConfig, port, filepath.Join(dir, "polaris.bolt"))
+	if err := os.WriteFile(filepath.Join(dir, "polaris-server.yaml"), []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &Polaris{URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/eureka", bin: bin, dir: dir}
+	t.Cleanup(func() { p.stop() })
+	p.Start(t)
+	return p
+}
+
+// Start (re)starts the server with the same port and store and waits until
+// its Eureka API answers.
+func (p *Polaris) Start(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	if p.cmd != nil {
+		p.mu.Unlock()
+		t.Fatal("polaris: Start while running")
+	}
+	logf, err := os.OpenFile(filepath.Join(p.dir, "polaris.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		p.mu.Unlock()
+		t.Fatal(err)
+	}
+	cmd := exec.Command(p.bin, "start", "-c", "polaris-server.yaml")
+	cmd.Dir = p.dir // Polaris writes its logs under ./log
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		p.mu.Unlock()
+		t.Fatalf("polaris: start: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for !p.ready() {
+		select {
+		case <-done:
+			t.Fatalf("polaris exited during start; output:\n%s", p.Log())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("polaris not ready within 60s; output:\n%s", p.Log())
+		}
+	}
+}
+
+func (p *Polaris) ready() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/apps", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := noKeepAlive.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL after 10s) and waits for it;
+// its store is kept for the next Start.
+func (p *Polaris) Stop(t testing.TB) {
+	t.Helper()
+	if !p.stop() {
+		t.Fatal("polaris: Stop while stopped")
+	}
+}
+
+func (p *Polaris) stop() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+	p.cmd, p.done = nil, nil
+	return true
+}
+
+// Log returns the server's output and its Eureka log so far.
+func (p *Polaris) Log() string {
+	out, _ := os.ReadFile(filepath.Join(p.dir, "polaris.out"))
+	eu, _ := os.ReadFile(filepath.Join(p.dir, "log", "eureka.log"))
+	return string(out) + "\n--- log/eureka.log ---\n" + string(eu)
+}
+
+// Conn returns a fargo connection to the server in XML mode, the format
+// Eureka clients register with.
+func (p *Polaris) Conn() *fargo.EurekaConnection {
+	c := fargo.NewConn(p.URL)
+	return &c
+}
+
+// EurekaInstance describes an instance to register.
+type EurekaInstance struct {
+	App, ID, IP, HostName string
+	Port, SecurePort      int // 0: disabled
+	Metadata              map[string]string
+	Status                fargo.StatusType // default UP
+}
+
+// Fargo returns the instance as fargo registers it: MyOwn data center and
+// a one-hour lease, so no heartbeats are needed during a test.
+func (e EurekaInstance) Fargo() *fargo.Instance {
+	in := &fargo.Instance{
+		InstanceId: e.ID, App: e.App, IPAddr: e.IP, HostName: e.HostName,
+		VipAddress: e.App, Status: e.Status,
+		Port: e.Port, PortEnabled: e.Port != 0,
+		SecurePort: e.SecurePort, SecurePortEnabled: e.SecurePort != 0,
+		DataCenterInfo: fargo.DataCenterInfo{Name: fargo.MyOwn},
+		LeaseInfo:      fargo.LeaseInfo{RenewalIntervalInSecs: 30, DurationInSecs: 3600},
+	}
+	if in.Status == "" {
+		in.Status = fargo.UP
+	}
+	if in.HostName == "" {
+		in.HostName = e.IP
+	}
+	for k, v := range e.Metadata {
+		in.SetMetadataString(k, v)
+	}
+	return in
+}
+
+// Register registers (or re-registers) the instance through the Eureka
+// REST API and returns it for later status changes and deregistration.
+func (p *Polaris) Register(t testing.TB, e EurekaInstance) *fargo.Instance {
+	t.Helper()
+	in := e.Fargo()
+	if err := p.Conn().ReregisterInstance(in); err != nil {
+		t.Fatalf("eureka register %s/%s: %v", e.App, e.ID, err)
+	}
+	return in
+}
+
+// SetStatus changes an instance's status (PUT .../status?value=S), as
+// Eureka's admin tooling does for OUT_OF_SERVICE.
+func (p *Polaris) SetStatus(t testing.TB, in *fargo.Instance, s fargo.StatusType) {
+	t.Helper()
+	if err := p.Conn().UpdateInstanceStatus(in, s); err != nil {
+		t.Fatalf("eureka status %s/%s=%s: %v", in.App, in.Id(), s, err)
+	}
+}
+
+// Deregister removes an instance (DELETE).
+func (p *Polaris) Deregister(t testing.TB, in *fargo.Instance) {
+	t.Helper()
+	if err := p.Conn().DeregisterInstance(in); err != nil {
+		t.Fatalf("eureka deregister %s/%s: %v", in.App, in.Id(), err)
+	}
+}
