@@ -109,7 +109,7 @@ func TestMulticlusterMergeAndPortMismatch(t *testing.T) {
 	if !slices.Equal(s.Sources, []string{"east", "west"}) || s.Ports[0].Number != 80 {
 		t.Errorf("merged service sources %v ports %v; want east,west and east's port 80", s.Sources, s.Ports)
 	}
-	if p := s.Endpoints[1].PortFor(s.Ports[0]); p != 8080 || s.Endpoints[1].Source.Registry != "west" {
+	if p, _ := s.Endpoints[1].PortFor(s.Ports[0]); p != 8080 || s.Endpoints[1].Source.Registry != "west" {
 		t.Errorf("west endpoint serves port %d from %q; want 8080 from west", p, s.Endpoints[1].Source.Registry)
 	}
 	if cs := a.Conflicts(); len(cs) != 1 || cs[0].Category != CategoryPortMismatch || cs[0].Registry != "west" {

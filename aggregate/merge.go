@@ -110,9 +110,10 @@ func remapPorts(e model.Endpoint, own, served []model.Port) model.Endpoint {
 	for _, p := range served {
 		op, ok := portNamed(own, p.Name)
 		if !ok {
+			ports[p.Name] = model.NotServed // its cluster has no such port
 			continue
 		}
-		if n := e.PortFor(op); n != p.Number {
+		if n, _ := e.PortFor(op); n != p.Number {
 			ports[p.Name] = n
 		}
 	}

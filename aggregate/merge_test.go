@@ -40,13 +40,13 @@ func TestMergeHost(t *testing.T) {
 		want: &model.Service{Hostname: "a.svc", Ports: []model.Port{http(80)}, Sources: []string{"east", "west"},
 			Endpoints: []model.Endpoint{ep("west", "10.0.0.1", nil), ep("east", "10.0.0.2", nil), ep("west", "10.0.0.2", nil)}},
 	}, {
-		name: "port mismatch is reported; endpoints keep their real port under the first registry's ports",
+		name: "port mismatch is reported; endpoints keep their real port under the first registry's ports and do not serve ports their cluster lacks",
 		cs: []contribution{
 			kube("east", mk("east", []model.Port{http(80), grpc}, model.ResolutionEDS, "10.0.0.1")),
 			kube("west", mk("west", []model.Port{http(8080)}, model.ResolutionEDS, "10.1.0.1")),
 		},
 		want: &model.Service{Hostname: "a.svc", Ports: []model.Port{http(80), grpc}, Sources: []string{"east", "west"},
-			Endpoints: []model.Endpoint{ep("east", "10.0.0.1", nil), ep("west", "10.1.0.1", map[string]uint32{"http": 8080})}},
+			Endpoints: []model.Endpoint{ep("east", "10.0.0.1", nil), ep("west", "10.1.0.1", map[string]uint32{"http": 8080, "grpc": model.NotServed})}},
 		wantConflicts: []string{"port-mismatch west"},
 	}, {
 		name: "no port name in common: reported, endpoints not served",

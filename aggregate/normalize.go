@@ -179,10 +179,7 @@ func normalizeEndpoint(o RegistryOptions, svc *model.Service, e model.Endpoint, 
 			if n > 65535 {
 				return e, fmt.Sprintf("port override %s=%d is outside 1..65535", name, n)
 			}
-			if n == 0 {
-				continue // 0 means the service port
-			}
-			ports[name] = n
+			ports[name] = n // 0: the endpoint does not serve this port
 		}
 		e.Ports = nil
 		if len(ports) > 0 {
@@ -269,7 +266,8 @@ func endpointKey(e *model.Endpoint, ports []model.Port) string {
 	b.WriteString(e.Address)
 	for _, p := range ports {
 		b.WriteByte('|')
-		b.WriteString(strconv.FormatUint(uint64(e.PortFor(p)), 10))
+		n, _ := e.PortFor(p)
+		b.WriteString(strconv.FormatUint(uint64(n), 10))
 	}
 	return b.String()
 }
@@ -282,7 +280,9 @@ func sortEndpoints(eps []model.Endpoint, ports []model.Port) {
 			return c
 		}
 		for _, p := range ports {
-			if c := cmp.Compare(a.PortFor(p), b.PortFor(p)); c != 0 {
+			an, _ := a.PortFor(p)
+			bn, _ := b.PortFor(p)
+			if c := cmp.Compare(an, bn); c != 0 {
 				return c
 			}
 		}

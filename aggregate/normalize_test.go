@@ -200,7 +200,7 @@ func TestNormalizeFillsDefaults(t *testing.T) {
 		Ports:    []model.Port{{Name: "http", Number: 80, Protocol: "HTTP"}, {Name: "tcp-9000", Number: 9000, Protocol: "TCP"}},
 		Endpoints: []model.Endpoint{
 			{Address: "10.0.0.1", Weight: 5, Locality: model.Locality{Region: "us"}, Source: model.Source{Registry: "dc1", Cluster: "c", Network: "n"}},
-			{Address: "10.0.0.2", Ports: map[string]uint32{"tcp-9000": 19000}, Weight: 1, Locality: loc, Source: model.Source{Registry: "dc1", Cluster: "dc1"}},
+			{Address: "10.0.0.2", Ports: map[string]uint32{"tcp-9000": 19000, "http": model.NotServed}, Weight: 1, Locality: loc, Source: model.Source{Registry: "dc1", Cluster: "dc1"}},
 		},
 		Sources: []string{"dc1"},
 	}

@@ -187,7 +187,9 @@ func (g *Gateway) endpointz(w http.ResponseWriter, r *http.Request) {
 		e := &svc.Endpoints[i]
 		ports := make(map[string]uint32, len(svc.Ports))
 		for _, p := range svc.Ports {
-			ports[p.Name] = e.PortFor(p)
+			if n, ok := e.PortFor(p); ok {
+				ports[p.Name] = n
+			}
 		}
 		out = append(out, EndpointInfo{
 			Address:  e.Address,

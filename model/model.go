@@ -152,7 +152,10 @@ type Endpoint struct {
 	// Address is an IP address, or a hostname for ResolutionDNS services.
 	Address string
 	// Ports maps a service port name to the port this endpoint listens on.
-	// A port name missing here means the endpoint uses the service port.
+	// A port name missing here means the endpoint uses the service port; a
+	// name mapped to 0 (NotServed) means the endpoint does not serve that
+	// port at all (a Curator instance without sslPort, a Dubbo provider of
+	// one protocol) and is left out of that port's endpoints.
 	Ports    map[string]uint32
 	Labels   map[string]string
 	Locality Locality
@@ -165,12 +168,17 @@ type Endpoint struct {
 	Origin string
 }
 
-// PortFor returns the endpoint's port for the service port p.
-func (e *Endpoint) PortFor(p Port) uint32 {
-	if n, ok := e.Ports[p.Name]; ok && n != 0 {
-		return n
+// NotServed as an Endpoint.Ports value says the endpoint does not serve
+// that service port.
+const NotServed uint32 = 0
+
+// PortFor returns the port the endpoint listens on for the service port p,
+// and false if it does not serve p.
+func (e *Endpoint) PortFor(p Port) (uint32, bool) {
+	if n, ok := e.Ports[p.Name]; ok {
+		return n, n != NotServed
 	}
-	return p.Number
+	return p.Number, true
 }
 
 // Service is one hostname with its ports and endpoints.

@@ -111,7 +111,10 @@ func buildCLA(name string, svc *model.Service, p model.Port) (*endpoint.ClusterL
 	byLoc := map[model.Locality][]lbEndpoint{}
 	for i := range svc.Endpoints {
 		e := &svc.Endpoints[i]
-		port := e.PortFor(p)
+		port, ok := e.PortFor(p)
+		if !ok {
+			continue
+		}
 		key := net.JoinHostPort(e.Address, strconv.FormatUint(uint64(port), 10))
 		if seen[key] {
 			continue

@@ -157,7 +157,7 @@ func TestAgentRegistrationsHealthAndQuarantine(t *testing.T) {
 	}
 	// orders-2 listens on another port than the service's.
 	for _, e := range svc.Endpoints {
-		if got := e.PortFor(svc.Ports[0]); e.Origin == agent.Node+"/orders-2" && got != 9090 {
+		if got, _ := e.PortFor(svc.Ports[0]); e.Origin == agent.Node+"/orders-2" && got != 9090 {
 			t.Errorf("orders-2 port = %d, want 9090", got)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -457,6 +458,17 @@ func buildService(c registries.Common, host string, sn *serviceNode) (model.Serv
 				continue
 			}
 			ep.Ports = ports
+		}
+		// A port the instance does not listen on (no sslPort, another Dubbo
+		// protocol) is marked so that it is left out of that port's endpoints.
+		for _, p := range svc.Ports {
+			if _, ok := ep.Ports[p.Name]; !ok {
+				ep.Ports = maps.Clone(ep.Ports)
+				if ep.Ports == nil {
+					ep.Ports = map[string]uint32{}
+				}
+				ep.Ports[p.Name] = model.NotServed
+			}
 		}
 		svc.Endpoints = append(svc.Endpoints, ep)
 	}

@@ -218,7 +218,9 @@ func endpointsByHost(services []model.Service) map[string][]string {
 		for _, e := range s.Endpoints {
 			desc := e.Address
 			for _, p := range s.Ports {
-				desc += fmt.Sprintf(" %s=%d", p.Name, e.PortFor(p))
+				if n, ok := e.PortFor(p); ok {
+					desc += fmt.Sprintf(" %s=%d", p.Name, n)
+				}
 			}
 			if v, ok := e.Labels["version"]; ok {
 				desc += " version=" + v
