@@ -235,16 +235,22 @@ func (c *adsClient) until(cond func(state map[string]map[string]proto.Message) b
 	c.t.Helper()
 	var seen []message
 	for !cond(c.state) {
-		m := c.next()
-		seen = append(seen, m)
-		if msg := nack[m.typeURL]; msg != "" {
-			c.answer(m, msg)
-			continue
-		}
-		c.apply(m)
-		c.answer(m, "")
+		seen = append(seen, c.step(nack))
 	}
 	return seen
+}
+
+// step reads the next response and answers it (NACKing the types in nack).
+func (c *adsClient) step(nack map[string]string) message {
+	c.t.Helper()
+	m := c.next()
+	if msg := nack[m.typeURL]; msg != "" {
+		c.answer(m, msg)
+		return m
+	}
+	c.apply(m)
+	c.answer(m, "")
+	return m
 }
 
 // holds is a condition: the client holds exactly names of typeURL.

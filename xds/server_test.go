@@ -200,6 +200,11 @@ func TestNackIsRecordedAndDoesNotStopUpdates(t *testing.T) {
 			seen := bad.until(all(holds(ClusterType, clusters...), func(st map[string]map[string]proto.Message) bool {
 				return len(st[ListenerType]) == 4 && len(st[RouteType]) == 3
 			}), nack)
+			// The EDS response may come after the others: read until it
+			// was received (and NACKed).
+			for !slices.ContainsFunc(seen, func(m message) bool { return m.typeURL == EndpointType }) {
+				seen = append(seen, bad.step(nack))
+			}
 			eventually(t, "the NACK in Proxies()", func() bool {
 				p := proxy(srv, badID)
 				return p != nil && typeStatus(p, EndpointType).LastNack != nil
@@ -228,8 +233,9 @@ func TestNackIsRecordedAndDoesNotStopUpdates(t *testing.T) {
 				if p == nil {
 					return false
 				}
-				eds := typeStatus(p, EndpointType)
-				return eds.LastNack != nil && eds.LastNack.Nonce == eds.SentNonce && synced(srv, goodID)
+				eds, cds := typeStatus(p, EndpointType), typeStatus(p, ClusterType)
+				return eds.LastNack != nil && eds.LastNack.Nonce == eds.SentNonce &&
+					cds.AckedNonce == cds.SentNonce && synced(srv, goodID)
 			})
 			p := proxy(srv, badID)
 			eds := typeStatus(p, EndpointType)
