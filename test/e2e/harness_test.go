@@ -56,12 +56,21 @@ func run(m *testing.M) int {
 // names itself in the "x-backend" response header.
 type backend struct {
 	name string
+	host string
 	port int
 }
 
 func startBackend(t *testing.T, name string) *backend {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	return startBackendOn(t, name, "127.0.0.1", 0)
+}
+
+// startBackendOn listens on host:port (port 0: any). Registries that derive
+// a service port from their instances want two backends on one port: use
+// 127.0.0.1 and 127.0.0.2.
+func startBackendOn(t *testing.T, name, host string, port int) *backend {
+	t.Helper()
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +81,7 @@ func startBackend(t *testing.T, name string) *backend {
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
-	return &backend{name: name, port: lis.Addr().(*net.TCPAddr).Port}
+	return &backend{name: name, host: host, port: lis.Addr().(*net.TCPAddr).Port}
 }
 
 // meshfed is the built binary running as a child process.
