@@ -5,6 +5,7 @@ import (
 
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/consul"
+	"github.com/meshfed/meshfed/registries/eureka"
 	"github.com/meshfed/meshfed/registries/file"
 	"github.com/meshfed/meshfed/registries/zookeeper"
 )
@@ -17,6 +18,7 @@ import (
 // Adding a kind is one line here.
 var kinds = map[string]func() registries.Config{
 	"consul":    func() registries.Config { return new(consul.Config) },
+	"eureka":    func() registries.Config { return new(eureka.Config) },
 	"file":      func() registries.Config { return new(file.Config) },
 	"zookeeper": func() registries.Config { return new(zookeeper.Config) },
 }

@@ -294,12 +294,10 @@ func parseMetadata(raw []byte) (map[string]string, error) {
 				continue
 			}
 			v = bytes.TrimSpace(v)
-			if len(v) > 0 && (v[0] == '{' || v[0] == '[') {
+			if len(v) == 0 || v[0] == '{' || v[0] == '[' || bytes.Equal(v, []byte("null")) {
 				continue // not a metadata value Eureka clients write
 			}
-			if s := jsonScalar(v); s != "null" {
-				out[k] = s
-			}
+			out[k] = jsonScalar(v)
 		}
 		return out, nil
 	}

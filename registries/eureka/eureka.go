@@ -158,31 +158,7 @@ func (w *watch) full(ctx context.Context) error {
 		return fmt.Errorf("eureka full fetch: %w", err)
 	}
 	w.r.m.fullOK.Inc()
-	apps := make(map[string]map[string]*instance, len(p.apps))
-	for _, a := range p.apps {
-		key := strings.ToUpper(a.name)
-		m := apps[key]
-		if m == nil {
-			m = make(map[string]*instance, len(a.instances))
-			apps[key] = m
-		}
-		for _, in := range a.instances {
-			m[in.id()] = in
-		}
-	}
-	changed := false
-	for key := range w.conv {
-		if _, ok := apps[key]; !ok {
-			delete(w.conv, key)
-			changed = true
-		}
-	}
-	w.apps = apps
-	for key := range apps {
-		if w.reconvert(key) {
-			changed = true
-		}
-	}
+	changed := w.applyFull(p)
 	if hc := hashcode(w.apps); p.hashcode != "" && hc != p.hashcode {
 		// Servers compute the hashcode over what they send; a difference
 		// here is the server's (e.g. it was writing while answering).
@@ -208,6 +184,57 @@ func (w *watch) delta(ctx context.Context) error {
 		return fmt.Errorf("eureka delta fetch: %w", err)
 	}
 	w.r.m.deltaOK.Inc()
+	touched := w.applyDelta(p)
+	if hc := hashcode(w.apps); hc != p.hashcode {
+		w.r.m.mismatches.Inc()
+		w.r.log.Info("eureka delta left a state whose hashcode differs from the server's, fetching in full",
+			"local", hc, "server", p.hashcode)
+		return w.full(ctx)
+	}
+	changed := false
+	for key := range touched {
+		if w.reconvert(key) {
+			changed = true
+		}
+	}
+	w.publish(changed, at)
+	return nil
+}
+
+// applyFull replaces the state with a full fetch's and reports whether any
+// app's converted form changed.
+func (w *watch) applyFull(p *payload) bool {
+	apps := make(map[string]map[string]*instance, len(p.apps))
+	for _, a := range p.apps {
+		key := strings.ToUpper(a.name)
+		m := apps[key]
+		if m == nil {
+			m = make(map[string]*instance, len(a.instances))
+			apps[key] = m
+		}
+		for _, in := range a.instances {
+			m[in.id()] = in
+		}
+	}
+	changed := false
+	for key := range w.conv {
+		if _, ok := apps[key]; !ok {
+			delete(w.conv, key)
+			changed = true
+		}
+	}
+	w.apps = apps
+	for key := range apps {
+		if w.reconvert(key) {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// applyDelta merges a delta into the state and returns the apps it
+// touched; they are converted again only once the hashcode matched.
+func (w *watch) applyDelta(p *payload) map[string]bool {
 	touched := map[string]bool{}
 	for _, a := range p.apps {
 		key := strings.ToUpper(a.name)
@@ -231,20 +258,7 @@ func (w *watch) delta(ctx context.Context) error {
 			touched[key] = true
 		}
 	}
-	if hc := hashcode(w.apps); hc != p.hashcode {
-		w.r.m.mismatches.Inc()
-		w.r.log.Info("eureka delta left a state whose hashcode differs from the server's, fetching in full",
-			"local", hc, "server", p.hashcode)
-		return w.full(ctx)
-	}
-	changed := false
-	for key := range touched {
-		if w.reconvert(key) {
-			changed = true
-		}
-	}
-	w.publish(changed, at)
-	return nil
+	return touched
 }
 
 // reconvert converts one app again and reports whether its converted form

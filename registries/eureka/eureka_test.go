@@ -229,8 +229,10 @@ func TestConformance(t *testing.T) {
 		once.Do(func() { reg = newRegistry(t, "conformance", Config{URLs: []string{p.URL}}) })
 		return reg
 	}, registrytest.Mutation{
-		Name:  "register a second app",
-		Apply: func(t *testing.T) { p.Register(t, servers.EurekaInstance{App: "CONF2", ID: "conf2-1", IP: "10.0.4.2", Port: 8080}) },
+		Name: "register a second app",
+		Apply: func(t *testing.T) {
+			p.Register(t, servers.EurekaInstance{App: "CONF2", ID: "conf2-1", IP: "10.0.4.2", Port: 8080})
+		},
 		Want: func(s []model.Service) bool {
 			_, ok := registrytest.Find(s, "conf2.eureka")
 			return ok
