@@ -129,20 +129,22 @@ func checkRemoteKubeconfig(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("not a kubeconfig: %w", err)
 	}
-	if err := clientcmd.Validate(*kc); err != nil {
-		return fmt.Errorf("invalid kubeconfig: %w", err)
+	// Checked before clientcmd.Validate, which reads the files it names.
+	for _, c := range kc.Clusters {
+		if c.CertificateAuthority != "" {
+			return errors.New("kubeconfig refers to a CA file; only inline certificate-authority-data is accepted")
+		}
 	}
-	ctx, ok := kc.Contexts[kc.CurrentContext]
-	if !ok {
-		return errors.New("kubeconfig has no current context")
-	}
-	if c := kc.Clusters[ctx.Cluster]; c != nil && c.CertificateAuthority != "" {
-		return errors.New("kubeconfig refers to a CA file; only inline certificate-authority-data is accepted")
-	}
-	if a := kc.AuthInfos[ctx.AuthInfo]; a != nil {
+	for _, a := range kc.AuthInfos {
 		if bad := unsafeAuth(a); bad != "" {
 			return fmt.Errorf("kubeconfig uses %s; only inline credentials are accepted from Secrets", bad)
 		}
+	}
+	if _, ok := kc.Contexts[kc.CurrentContext]; !ok {
+		return errors.New("kubeconfig has no current context")
+	}
+	if err := clientcmd.Validate(*kc); err != nil {
+		return fmt.Errorf("invalid kubeconfig: %w", err)
 	}
 	return nil
 }
@@ -220,6 +222,7 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 		wg.Wait()
 	}()
 	wg.Go(func() { inf.RunWithContext(ctx) })
+	wg.Go(func() { <-ctx.Done(); queue.ShutDown() })
 	wg.Go(func() {
 		var last string
 		for {

@@ -1,0 +1,397 @@
+package servers
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/connrotation"
+)
+
+// Versions that tools/testservers builds.
+const (
+	KubeVersion = "1.37.1"
+	EtcdVersion = "3.6.9"
+)
+
+// KubeStartTimeout bounds how long a server start waits until it serves.
+var KubeStartTimeout = 90 * time.Second
+
+// Tokens of the static token file every API server gets. AdminToken is in
+// system:masters; ReaderToken is user "meshfed" with no rights until a
+// test binds a role to it (the API servers authorize with RBAC).
+const (
+	AdminToken  = "meshfed-test-admin-token"
+	ReaderToken = "meshfed-test-reader-token"
+	ReaderUser  = "meshfed"
+)
+
+// KubeBinaries returns the paths of kube-apiserver and etcd as
+// `tools/testservers/build.sh kube-apiserver etcd` build them, and whether
+// both exist.
+func KubeBinaries() (apiserver, etcd string, ok bool) {
+	apiserver = filepath.Join(CacheDir(), "bin", "kube-apiserver-"+KubeVersion, "kube-apiserver")
+	etcd = filepath.Join(CacheDir(), "bin", "etcd-"+EtcdVersion, "etcd")
+	return apiserver, etcd, isFile(apiserver) && isFile(etcd)
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// proc is a child process in its own process group, with its output in a
+// log file.
+type proc struct {
+	name    string
+	bin     string
+	args    []string
+	logPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return fmt.Errorf("%s: already running", p.name)
+	}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: start: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	return nil
+}
+
+// stop sends SIGTERM, then SIGKILL after 15s, and waits. It reports
+// whether the process was running.
+func (p *proc) stop() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+	p.cmd, p.done = nil, nil
+	return true
+}
+
+func (p *proc) exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return p.done
+}
+
+func (p *proc) log() string {
+	b, _ := os.ReadFile(p.logPath)
+	if len(b) > 8000 {
+		b = b[len(b)-8000:]
+	}
+	return string(b)
+}
+
+// waitReady polls ready until it returns nil, the process exits or
+// KubeStartTimeout passes.
+func (p *proc) waitReady(ready func() error) error {
+	deadline := time.Now().Add(KubeStartTimeout)
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.exited():
+			return fmt.Errorf("%s exited during start; log:\n%s", p.name, p.log())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within %v: %v; log:\n%s", p.name, KubeStartTimeout, err, p.log())
+		}
+	}
+}
+
+// Etcd is an etcd server on loopback owned by one test.
+type Etcd struct {
+	// URL is the client URL, http://127.0.0.1:port.
+	URL string
+	p   *proc
+}
+
+// StartEtcd starts etcd 3.6 on free loopback ports with a temporary data
+// directory, waits until it is healthy and stops it in t.Cleanup (after
+// every API server started on it: cleanups run last-in first-out). It
+// calls Missing if the binaries are not built.
+func StartEtcd(t testing.TB) *Etcd {
+	t.Helper()
+	_, bin, ok := KubeBinaries()
+	if !ok {
+		Missing(t, "kube-apiserver "+KubeVersion+" and etcd "+EtcdVersion, "tools/testservers/build.sh kube-apiserver; tools/testservers/build.sh etcd")
+	}
+	dir := t.TempDir()
+	client, peer := FreePort(t), FreePort(t)
+	e := &Etcd{URL: "http://127.0.0.1:" + strconv.Itoa(client)}
+	e.p = &proc{name: "etcd", bin: bin, logPath: filepath.Join(dir, "etcd.log"), args: []string{
+		"--name", "test",
+		"--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", e.URL, "--advertise-client-urls", e.URL,
+		"--listen-peer-urls", "http://127.0.0.1:" + strconv.Itoa(peer),
+		"--initial-advertise-peer-urls", "http://127.0.0.1:" + strconv.Itoa(peer),
+		"--initial-cluster", "test=http://127.0.0.1:" + strconv.Itoa(peer),
+		"--unsafe-no-fsync", "--log-level", "warn",
+	}}
+	if err := e.p.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.p.stop() })
+	if err := e.p.waitReady(func() error { return httpOK(noKeepAlive, e.URL+"/health") }); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func httpOK(c *http.Client, url string) error {
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// KubeAPIServer is a kube-apiserver on loopback owned by one test: one
+// Kubernetes "cluster" whose objects live in etcd under its own prefix.
+// There is no controller manager: tests create EndpointSlices themselves.
+type KubeAPIServer struct {
+	// URL is https://127.0.0.1:port.
+	URL string
+	// Prefix is the etcd prefix; two servers with one prefix serve one
+	// cluster (as an HA control plane does).
+	Prefix string
+	// CA is the PEM of the server's self-signed certificate.
+	CA []byte
+
+	dir  string
+	port int
+	p    *proc
+}
+
+// StartKubeAPIServer starts a kube-apiserver on a free loopback port that
+// stores its objects in e under prefix (e.g. "/cluster-a"), authenticates
+// AdminToken and ReaderToken, authorizes with RBAC, waits until /readyz
+// answers and stops it in t.Cleanup.
+func StartKubeAPIServer(t testing.TB, e *Etcd, prefix string) *KubeAPIServer {
+	t.Helper()
+	bin, _, ok := KubeBinaries()
+	if !ok {
+		Missing(t, "kube-apiserver "+KubeVersion, "tools/testservers/build.sh kube-apiserver")
+	}
+	dir := t.TempDir()
+	k := &KubeAPIServer{Prefix: prefix, dir: dir, port: FreePort(t)}
+	k.URL = "https://127.0.0.1:" + strconv.Itoa(k.port)
+	if err := writeServiceAccountKey(dir); err != nil {
+		t.Fatal(err)
+	}
+	tokens := fmt.Sprintf("%s,admin,admin-uid,\"system:masters\"\n%s,%s,%s-uid\n", AdminToken, ReaderToken, ReaderUser, ReaderUser)
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k.p = &proc{name: "kube-apiserver " + prefix, bin: bin, logPath: filepath.Join(dir, "apiserver.log"), args: []string{
+		"--etcd-servers", e.URL,
+		"--etcd-prefix", prefix,
+		"--bind-address", "127.0.0.1",
+		"--advertise-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(k.port),
+		"--cert-dir", filepath.Join(dir, "certs"),
+		"--token-auth-file", filepath.Join(dir, "tokens.csv"),
+		"--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", filepath.Join(dir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
+		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--endpoint-reconciler-type", "none",
+		// No controller manager creates service accounts.
+		"--disable-admission-plugins", "ServiceAccount",
+		"--profiling=false",
+		"--v", "0",
+	}}
+	t.Cleanup(func() { k.p.stop() })
+	k.Start(t)
+	return k
+}
+
+// Start (re)starts the server on the same port and waits until it serves.
+func (k *KubeAPIServer) Start(t testing.TB) {
+	t.Helper()
+	if err := k.p.start(); err != nil {
+		t.Fatal(err)
+	}
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // only to find out when the test server is up
+	}}
+	err := k.p.waitReady(func() error {
+		req, err := http.NewRequest(http.MethodGet, k.URL+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+AdminToken)
+		resp, err := insecure.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(k.dir, "certs", "apiserver.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.CA = ca
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL after 15s).
+func (k *KubeAPIServer) Stop(t testing.TB) {
+	t.Helper()
+	if !k.p.stop() {
+		t.Fatal("kube-apiserver: Stop while stopped")
+	}
+}
+
+// Log returns the end of the server's output.
+func (k *KubeAPIServer) Log() string { return k.p.log() }
+
+// Kubeconfig returns a kubeconfig for token with the CA inline and one
+// context named context (also its current context).
+func (k *KubeAPIServer) Kubeconfig(t testing.TB, context, token string) []byte {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[context] = &clientcmdapi.Cluster{Server: k.URL, CertificateAuthorityData: k.CA}
+	cfg.AuthInfos[context] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[context] = &clientcmdapi.Context{Cluster: context, AuthInfo: context}
+	cfg.CurrentContext = context
+	b, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// WriteKubeconfig writes Kubeconfig(context, token) to a file in a
+// temporary directory and returns its path.
+func (k *KubeAPIServer) WriteKubeconfig(t testing.TB, context, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), context+".kubeconfig")
+	if err := os.WriteFile(p, k.Kubeconfig(t, context, token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Client returns a clientset authenticated with token whose connections
+// are closed in t.Cleanup.
+func (k *KubeAPIServer) Client(t testing.TB, token string) kubernetes.Interface {
+	t.Helper()
+	d := connrotation.NewDialer((&net.Dialer{Timeout: 10 * time.Second}).DialContext)
+	cs, err := kubernetes.NewForConfig(&rest.Config{
+		Host:            k.URL,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: k.CA},
+		Dial:            d.DialContext,
+		QPS:             100,
+		Burst:           200,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.CloseAll)
+	return cs
+}
+
+// writeServiceAccountKey writes sa.key (EC private key) and sa.pub.
+func writeServiceAccountKey(dir string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
+}
+
+// KubeClusters are one etcd and N API servers, each its own cluster.
+type KubeClusters struct {
+	Etcd    *Etcd
+	Servers []*KubeAPIServer
+}
+
+// StartKubeClusters starts one etcd and n API servers with the prefixes
+// /cluster-0, /cluster-1, ... (started one after the other; each takes a
+// few seconds).
+func StartKubeClusters(t testing.TB, n int) *KubeClusters {
+	t.Helper()
+	kc := &KubeClusters{Etcd: StartEtcd(t)}
+	for i := range n {
+		kc.Servers = append(kc.Servers, StartKubeAPIServer(t, kc.Etcd, "/cluster-"+strconv.Itoa(i)))
+	}
+	return kc
+}
