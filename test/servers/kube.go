@@ -1,13 +1,17 @@
 package servers
 
 import (
+	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,11 +23,20 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/connrotation"
+	"k8s.io/utils/ptr"
 )
 
 // Versions that tools/testservers builds.
@@ -394,4 +407,77 @@ func StartKubeClusters(t testing.TB, n int) *KubeClusters {
 		kc.Servers = append(kc.Servers, StartKubeAPIServer(t, kc.Etcd, "/cluster-"+strconv.Itoa(i)))
 	}
 	return kc
+}
+
+// Apply creates every object of a multi-document YAML manifest (as
+// kubectl create -f would) with the admin token. It knows the kinds
+// meshfed's manifests use: Namespace, ServiceAccount, Secret, ClusterRole,
+// ClusterRoleBinding, Role and RoleBinding; namespaces the objects name
+// must exist or come first.
+func (k *KubeAPIServer) Apply(t testing.TB, manifest []byte) {
+	t.Helper()
+	cs := k.Client(t, AdminToken)
+	ctx := context.Background()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	for {
+		var raw runtime.RawExtension
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			t.Fatalf("manifest: %v", err)
+		}
+		if len(bytes.TrimSpace(raw.Raw)) == 0 || string(raw.Raw) == "null" {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(raw.Raw, nil, nil)
+		if err != nil {
+			t.Fatalf("manifest: %v", err)
+		}
+		opts := metav1.CreateOptions{}
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			_, err = cs.CoreV1().Namespaces().Create(ctx, o, opts)
+		case *corev1.ServiceAccount:
+			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, opts)
+		case *corev1.Secret:
+			_, err = cs.CoreV1().Secrets(o.Namespace).Create(ctx, o, opts)
+		case *rbacv1.ClusterRole:
+			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, opts)
+		case *rbacv1.ClusterRoleBinding:
+			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, opts)
+		case *rbacv1.Role:
+			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, opts)
+		case *rbacv1.RoleBinding:
+			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, opts)
+		default:
+			t.Fatalf("manifest: Apply does not know %T", obj)
+		}
+		if err != nil {
+			t.Fatalf("manifest: create %T: %v", obj, err)
+		}
+	}
+}
+
+// EnsureNamespace creates namespace ns unless it exists.
+func (k *KubeAPIServer) EnsureNamespace(t testing.TB, ns string) {
+	t.Helper()
+	_, err := k.Client(t, AdminToken).CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// ServiceAccountToken returns a token (valid for an hour) of the
+// ServiceAccount ns/name, issued by the API server's TokenRequest API.
+func (k *KubeAPIServer) ServiceAccountToken(t testing.TB, ns, name string) string {
+	t.Helper()
+	tr, err := k.Client(t, AdminToken).CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for %s/%s: %v", ns, name, err)
+	}
+	return tr.Status.Token
 }
