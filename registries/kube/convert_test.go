@@ -23,7 +23,7 @@ type fakeLookups struct {
 }
 
 func (f fakeLookups) podLabels(ns, name string) map[string]string { return f.pods[ns+"/"+name] }
-func (f fakeLookups) nodeLocality(name string) model.Locality    { return f.nodes[name] }
+func (f fakeLookups) nodeLocality(name string) model.Locality     { return f.nodes[name] }
 
 func svcObj(ns, name string, mut func(*corev1.Service), ports ...corev1.ServicePort) *corev1.Service {
 	s := &corev1.Service{

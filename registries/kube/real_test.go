@@ -252,10 +252,14 @@ func TestRealConformance(t *testing.T) {
 	}, registrytest.Mutation{
 		Name:  "scale the slice to two endpoints",
 		Apply: func(t *testing.T) { setSlice(t, admin, "orders-1", "192.0.2.1", "192.0.2.9") },
-		Want:  func(s []model.Service) bool { return hasAddrs("orders.shop.svc.cluster.local", healthy("192.0.2.1", "192.0.2.9")...)(registrytest.State{Services: s}) },
+		Want: func(s []model.Service) bool {
+			return hasAddrs("orders.shop.svc.cluster.local", healthy("192.0.2.1", "192.0.2.9")...)(registrytest.State{Services: s})
+		},
 	}, registrytest.Mutation{
 		Name:  "scale it to zero",
 		Apply: func(t *testing.T) { setSlice(t, admin, "orders-1") },
-		Want:  func(s []model.Service) bool { return hasAddrs("orders.shop.svc.cluster.local")(registrytest.State{Services: s}) },
+		Want: func(s []model.Service) bool {
+			return hasAddrs("orders.shop.svc.cluster.local")(registrytest.State{Services: s})
+		},
 	})
 }

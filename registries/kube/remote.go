@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"log/slog"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -300,7 +300,7 @@ func (r *Registry) reconcile(key string, store cache.Store, log *slog.Logger) {
 			continue // an unusable update: keep what runs
 		}
 		delete(r.disc.remotes, name)
-		stops = append(stops, rc.stop)
+		stops = append(stops, func() { rc.stop(); rc.reg.m.forget() })
 		stopped = append(stopped, name)
 	}
 	names := make([]string, 0, len(want))
@@ -378,7 +378,6 @@ type attempt struct {
 	gate       *gate
 	cancel     context.CancelFunc
 	done       chan error // receives Run's result once
-	err        error      // set after done delivered
 }
 
 func (a *attempt) stop() {
