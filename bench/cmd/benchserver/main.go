@@ -1,0 +1,97 @@
+// Command benchserver is the control plane under test in meshfed's
+// benchmarks: meshfed's real aggregate + xds packages (-impl meshfed) or a
+// go-control-plane SnapshotCache baseline (-impl baseline), fed by an
+// in-process bench registry whose churn driver stamps every write. It
+// prints "READY <unix ns>" on stdout once xDS serves, and serves the
+// control API (bench.Controller.Handler) on -ctl.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/meshfed/meshfed/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchserver:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	impl := flag.String("impl", "meshfed", "meshfed or baseline")
+	xdsAddr := flag.String("xds", "127.0.0.1:0", "ADS listen address")
+	ctlAddr := flag.String("ctl", "127.0.0.1:0", "control API listen address")
+	services := flag.Int("services", 1000, "services in the registry")
+	eps := flag.Int("endpoints", 10, "endpoints per service")
+	quiet := flag.Duration("quiet", 20*time.Millisecond, "debounce quiet (meshfed)")
+	maxWait := flag.Duration("max", 500*time.Millisecond, "debounce max (meshfed)")
+	empty := flag.Bool("empty", false, "start with no services; POST /load publishes them")
+	countMarshals := flag.Bool("count-marshals", false, "record every allocation to account marshalled bytes (slow)")
+	flag.Parse()
+	if *countMarshals {
+		runtime.MemProfileRate = 1
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	var srv bench.Impl
+	switch *impl {
+	case "meshfed":
+		srv = bench.NewMeshfed(*quiet, *maxWait, log)
+	case "baseline":
+		srv = bench.NewBaseline(log)
+	default:
+		return fmt.Errorf("unknown -impl %q", *impl)
+	}
+	defer srv.Close()
+	st := bench.NewState(*services, *eps)
+	ctl := bench.NewController(srv, st, !*empty)
+	var marshal func() any
+	if *countMarshals {
+		distinct := bench.DistinctResources(st.Services())
+		marshal = func() any {
+			n, b := bench.MarshalAllocs()
+			return bench.MarshalStats{Calls: n, Bytes: b, Distinct: distinct}
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := ctl.WaitReady(ctx); err != nil {
+		return err
+	}
+	cl, err := bench.Listen(*ctlAddr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: ctl.Handler(marshal), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(cl) }()
+	defer hs.Close()
+
+	// Like the gateway, xDS serves only once the first state is built.
+	xl, err := bench.Listen(*xdsAddr)
+	if err != nil {
+		return err
+	}
+	g := bench.GRPCServer()
+	srv.Register(g)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(xl) }()
+	fmt.Printf("READY %d xds=%s ctl=%s\n", time.Now().UnixNano(), xl.Addr(), cl.Addr())
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	g.Stop()
+	return err
+}

@@ -1,0 +1,62 @@
+// Package s6 holds the rows of benchmark S6 (registry ingest latency), one
+// per registry kind, each a bench.S6Row registered from its own
+// <kind>_test.go file. `make bench` runs them through benchreport
+// (go test -run '^TestS6$' ./bench/s6 -args -s6.out=FILE); a plain
+// `go test ./bench/...` runs only the smoke rows with a few writes.
+package s6
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/meshfed/meshfed/bench"
+)
+
+var (
+	out = flag.String("s6.out", "", "write the S6 results (JSON) here and run every row in full")
+	n   = flag.Int("s6.n", 200, "writes per row (with -s6.out)")
+)
+
+// rows are registered by the <kind>_test.go files.
+var rows []bench.S6Row
+
+func TestS6(t *testing.T) {
+	full := *out != ""
+	var results []bench.S6Result
+	for _, row := range rows {
+		if !full && !row.Smoke {
+			continue
+		}
+		writes := *n
+		if !full {
+			writes = 5
+		}
+		var res bench.S6Result
+		ran := t.Run(row.Name, func(t *testing.T) {
+			res = bench.RunS6(t, row, writes, 50*time.Millisecond)
+			if res.Latency.N+res.Lost != writes {
+				t.Errorf("%s: %d latencies + %d lost, want %d writes", row.Name, res.Latency.N, res.Lost, writes)
+			}
+			if res.Lost > 0 {
+				t.Errorf("%s: %d writes never reached the sink", row.Name, res.Lost)
+			}
+			t.Logf("%s: %+v", row.Name, res.Latency)
+		})
+		if !ran && res.Name == "" {
+			res = bench.S6Result{Name: row.Name, Goal: int64(row.Goal), Skipped: "failed or skipped (backend not installed?)"}
+		}
+		results = append(results, res)
+	}
+	if full {
+		b, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*out, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
