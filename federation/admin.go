@@ -88,7 +88,7 @@ func (g *Gateway) RegistryHealth() []RegistryHealth {
 	out := make([]RegistryHealth, 0, len(sts))
 	for _, st := range sts {
 		h := RegistryHealth{RegistryStatus: st}
-		if r, ok := g.runners[st.Name]; ok {
+		if r, ok := g.runner(st.Name); ok {
 			h.Restarts = r.Restarts()
 		}
 		out = append(out, h)

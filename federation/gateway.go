@@ -46,7 +46,8 @@ type Gateway struct {
 	xds      *xds.Server
 	metrics  *prometheus.Registry
 	runners  map[string]*registries.Runner
-	serving  atomic.Bool // xDS listener accepting
+	dyn      runtimeRegistries // registries started at runtime (launch.go)
+	serving  atomic.Bool       // xDS listener accepting
 	draining atomic.Bool
 }
 
@@ -87,6 +88,9 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 			rlog.Error("registry cannot start", "err", err)
 			g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
 			continue
+		}
+		if lu, ok := reg.(launcherUser); ok {
+			lu.SetLauncher(g)
 		}
 		g.runners[r.Name] = registries.NewRunner(c, reg, g.agg, rlog)
 	}
@@ -170,6 +174,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		child.Add(r)
 		sup.Add(child)
 	}
+	g.setSupervisor(sup)
+	defer g.setSupervisor(nil)
 	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
 	supDone := sup.ServeBackground(supCtx)
 

@@ -7,6 +7,7 @@ import (
 	"github.com/meshfed/meshfed/registries/consul"
 	"github.com/meshfed/meshfed/registries/eureka"
 	"github.com/meshfed/meshfed/registries/file"
+	"github.com/meshfed/meshfed/registries/kube"
 	"github.com/meshfed/meshfed/registries/zookeeper"
 )
 
@@ -17,10 +18,11 @@ import (
 //
 // Adding a kind is one line here.
 var kinds = map[string]func() registries.Config{
-	"consul":    func() registries.Config { return new(consul.Config) },
-	"eureka":    func() registries.Config { return new(eureka.Config) },
-	"file":      func() registries.Config { return new(file.Config) },
-	"zookeeper": func() registries.Config { return new(zookeeper.Config) },
+	"consul":     func() registries.Config { return new(consul.Config) },
+	"eureka":     func() registries.Config { return new(eureka.Config) },
+	"file":       func() registries.Config { return new(file.Config) },
+	"kubernetes": func() registries.Config { return new(kube.Config) },
+	"zookeeper":  func() registries.Config { return new(zookeeper.Config) },
 }
 
 // schemaKinds are the kinds clusters.yaml v1 knows, whether or not this
