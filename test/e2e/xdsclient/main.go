@@ -10,11 +10,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	_ "google.golang.org/grpc/xds" // registers the xds resolver and balancers
@@ -31,7 +34,15 @@ func main() {
 	interval := flag.Duration("interval", 100*time.Millisecond, "pause between calls")
 	duration := flag.Duration("duration", 2*time.Minute, "stop after this long")
 	rpcTimeout := flag.Duration("rpc-timeout", 2*time.Second, "deadline of each call")
+	serve := flag.String("serve", "", "addr=name,...: also serve gRPC health on these addresses, naming themselves name "+
+		"(backends in the client's own network namespace, for endpoints that live only there)")
 	flag.Parse()
+	if *serve != "" {
+		if err := startBackends(*serve); err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			os.Exit(1)
+		}
+	}
 	if *target == "" || os.Getenv("GRPC_XDS_BOOTSTRAP") == "" {
 		fmt.Fprintln(os.Stderr, "usage: GRPC_XDS_BOOTSTRAP=FILE xdsclient -target xds:///host:port")
 		os.Exit(2)
@@ -61,4 +72,26 @@ func main() {
 		}
 		time.Sleep(*interval)
 	}
+}
+
+// startBackends serves grpc.health.v1 on each addr of "addr=name,...",
+// setting the "x-backend: name" response header, until the process exits.
+func startBackends(spec string) error {
+	for _, item := range strings.Split(spec, ",") {
+		addr, name, ok := strings.Cut(item, "=")
+		if !ok {
+			return fmt.Errorf("%q is not addr=name", item)
+		}
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			_ = grpc.SetHeader(ctx, metadata.Pairs("x-backend", name))
+			return h(ctx, req)
+		}))
+		healthpb.RegisterHealthServer(s, health.NewServer())
+		go func() { _ = s.Serve(lis) }()
+	}
+	return nil
 }
