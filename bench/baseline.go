@@ -28,8 +28,11 @@ func commonOf() registries.Common {
 // Baseline is a plain go-control-plane control plane: on every change it
 // translates the whole model again (a fresh xds.Translator, so every
 // resource is a new object, as in a server without incremental
-// translation) and SetSnapshot()s a new full snapshot for every known node
-// of a SnapshotCache. Writes that arrive while a rebuild runs are
+// translation), builds one full snapshot per client class and
+// SetSnapshot()s it for every known node of a SnapshotCache. (Building a
+// snapshot per node, as some servers do, makes go-control-plane hash every
+// resource once per node for delta versions: at 1,000 nodes the first
+// sync alone took minutes and 3 GB here, so the baseline shares one.) Writes that arrive while a rebuild runs are
 // coalesced into the next rebuild (no debounce timer). Resource shapes are
 // meshfed's own (same builders), so bytes compare like for like.
 type Baseline struct {
@@ -44,7 +47,7 @@ type Baseline struct {
 	pending []model.Service
 	dirty   bool
 	wake    chan struct{}
-	cur     map[xds.Class]map[string][]types.Resource // built resources by class, type
+	cur     map[xds.Class]*cache.Snapshot
 	ver     uint64
 	nodes   map[string]xds.Class
 	version atomic.Uint64
@@ -91,17 +94,13 @@ func (b *Baseline) seen(n *core.Node) {
 	cl := xds.ClassifyNode(n)
 	b.nodes[id] = cl
 	if b.cur != nil {
-		b.set(id, cl, b.cur, b.ver)
+		b.set(id, b.cur[cl])
 	}
 }
 
-// set builds node id's snapshot. Callers hold mu.
-func (b *Baseline) set(id string, cl xds.Class, res map[xds.Class]map[string][]types.Resource, ver uint64) {
-	snap, err := cache.NewSnapshot(strconv.FormatUint(ver, 10), res[cl])
-	if err == nil {
-		err = b.cache.SetSnapshot(b.ctx, id, snap)
-	}
-	if err != nil {
+// set gives node id a snapshot. Callers hold mu.
+func (b *Baseline) set(id string, snap *cache.Snapshot) {
+	if err := b.cache.SetSnapshot(b.ctx, id, snap); err != nil {
 		b.log.Error("baseline snapshot", "node", id, "error", err)
 	}
 }
@@ -146,19 +145,27 @@ func (b *Baseline) rebuild(services []model.Service) {
 	}
 	tr := xds.NewTranslator()
 	tr.Translate(model.NewSnapshot(1, ptrs))
-	res := map[xds.Class]map[string][]types.Resource{}
-	for _, cl := range []xds.Class{xds.ClassEnvoy, xds.ClassGRPC} {
-		res[cl] = map[string][]types.Resource{}
-		for _, url := range xds.TypeURLs {
-			for _, r := range tr.Resources(xds.KindOf(cl, url)) {
-				res[cl][url] = append(res[cl][url], r)
-			}
-		}
-	}
 	b.mu.Lock()
 	b.ver++
-	b.cur = res
 	ver := b.ver
+	b.mu.Unlock()
+	snaps := map[xds.Class]*cache.Snapshot{}
+	for _, cl := range []xds.Class{xds.ClassEnvoy, xds.ClassGRPC} {
+		res := map[string][]types.Resource{}
+		for _, url := range xds.TypeURLs {
+			for _, r := range tr.Resources(xds.KindOf(cl, url)) {
+				res[url] = append(res[url], r)
+			}
+		}
+		snap, err := cache.NewSnapshot(strconv.FormatUint(ver, 10), res)
+		if err != nil {
+			b.log.Error("baseline snapshot", "error", err)
+			return
+		}
+		snaps[cl] = snap
+	}
+	b.mu.Lock()
+	b.cur = snaps
 	nodes := make(map[string]xds.Class, len(b.nodes))
 	for id, cl := range b.nodes {
 		nodes[id] = cl
@@ -168,9 +175,7 @@ func (b *Baseline) rebuild(services []model.Service) {
 	// gets the current snapshot from seen.
 	for id, cl := range nodes {
 		b.mu.Lock()
-		if b.ver == ver {
-			b.set(id, cl, res, ver)
-		}
+		b.set(id, snaps[cl])
 		b.mu.Unlock()
 		runtime.Gosched()
 	}

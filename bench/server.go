@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
@@ -152,8 +153,11 @@ func (c *Controller) write(svc int, seq int64) Event {
 //	GET  /events        every Event so far
 //	GET  /mem           Go heap after a GC (runtime/metrics)
 //	GET  /marshal       marshal accounting (needs -count-marshals)
+//	GET  /debug/pprof/… net/http/pprof
 func (c *Controller) Handler(marshal func() any) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("POST /event", func(w http.ResponseWriter, r *http.Request) {
 		svc, err := strconv.Atoi(r.URL.Query().Get("svc"))
 		c.mu.Lock()
