@@ -63,6 +63,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -81,7 +82,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/connrotation"
-	"k8s.io/client-go/util/watchlist"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/meshfed/meshfed/model"
@@ -126,7 +126,7 @@ func newRegistry(common registries.Common, cfg Config, creds func() (*rest.Confi
 	r := &Registry{
 		common: common,
 		cfg:    cfg,
-		log:    log.With("registry", common.Name, "kind", common.Kind),
+		log:    log, // the caller's child logger carries the registry key
 		m:      newMetrics(common.Name),
 		creds:  creds,
 	}
@@ -275,7 +275,7 @@ func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *cluster
 
 // informer builds one informer whose list and watch calls are tracked.
 func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) cache.SharedIndexInformer {
-	t := &trackedLW{lw: lw, name: name, health: w.health, noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(w.client),
+	t := &trackedLW{lw: lw, name: name, health: w.health,
 		onError: func() { w.r.m.watchError(resource) }}
 	inf := cache.NewSharedIndexInformerWithOptions(t, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name})
 	must(inf.SetTransform(slim))
@@ -769,7 +769,11 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 		msg := w.health.err()
 		switch {
 		case msg != "" && msg != lastErr:
-			w.log.Warn("kubernetes API unreachable or failing; keeping the last state", "err", msg)
+			if lastErr == "" || lastErr == "-" {
+				w.log.Warn("kubernetes API unreachable or failing; keeping the last state", "err", msg)
+			} else {
+				w.log.Debug("kubernetes API still failing", "err", msg)
+			}
 			w.r.m.synced.Set(0)
 			sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg})
 		case msg == "" && lastErr != "" && synced:
@@ -880,16 +884,29 @@ func (h *health) err() string {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	return fmt.Sprintf("%s: %v", strings.Join(names, ", "), h.errs[names[0]])
+	return fmt.Sprintf("%s: %s", strings.Join(names, ", "), stableError(h.errs[names[0]]))
+}
+
+// stableError formats err without the query of a failed request's URL
+// (client-go's carries a random watch timeout), so that one outage gives
+// one message.
+func stableError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			u.RawQuery = ""
+			return fmt.Sprintf("%s %s: %v", ue.Op, u.Redacted(), ue.Err)
+		}
+	}
+	return err.Error()
 }
 
 // trackedLW is a ListerWatcher that records the outcome of every call.
 type trackedLW struct {
-	lw          *cache.ListWatch
-	name        string
-	health      *health
-	noWatchList bool
-	onError     func()
+	lw      *cache.ListWatch
+	name    string
+	health  *health
+	onError func()
 }
 
 var _ cache.ListerWatcherWithContext = (*trackedLW)(nil)
@@ -924,8 +941,11 @@ func (t *trackedLW) Watch(o metav1.ListOptions) (watch.Interface, error) {
 	return t.WatchWithContext(context.Background(), o)
 }
 
-// IsWatchListSemanticsUnSupported tells the reflector whether the client
-// (a fake clientset) cannot stream lists.
-func (t *trackedLW) IsWatchListSemanticsUnSupported() bool { return t.noWatchList }
+// IsWatchListSemanticsUnSupported makes the reflector list and then watch
+// instead of streaming the list (WatchListClient): client-go's streaming
+// path waits out its retry backoff (up to 30s) without watching the
+// context, which would stall stopping a registry whose API server is
+// down.
+func (t *trackedLW) IsWatchListSemanticsUnSupported() bool { return true }
 
 var errNoLauncher = errors.New("secretDiscovery needs a launcher (the gateway); remote clusters are not started")

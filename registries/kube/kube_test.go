@@ -2,8 +2,13 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -297,4 +302,48 @@ func TestConformance(t *testing.T) {
 		},
 		Want: func(s []model.Service) bool { _, ok := find(s, "new.shop.svc.cluster.local"); return !ok },
 	})
+}
+
+// TestUnreachableAPIServer: before the first sync an unreachable API
+// server makes the registry Degraded (publishing nothing), with a stable
+// message; Run still returns promptly when cancelled.
+func TestUnreachableAPIServer(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfigFor(t, "https://"+addr, nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{Kubeconfig: path}
+	c.ApplyDefaults()
+	reg, err := c.New(common("east"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := registrytest.NewSink()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx, sink) }()
+	st := sink.WaitFor(t, waitTimeout, func(st registrytest.State) bool { return st.Status.State == registries.Degraded })
+	if st.Replaces != 0 {
+		t.Errorf("published before the first sync: %s", st)
+	}
+	if msg := st.Status.Err; !strings.Contains(msg, addr) || !strings.Contains(msg, "connection refused") || strings.Contains(msg, "?") {
+		t.Errorf("Degraded reason %q, want the API server's address and the cause, without the query", msg)
+	}
+	time.Sleep(time.Second) // let the reflectors enter their retry backoff
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return within 2s of cancel while the API server is unreachable")
+	}
 }

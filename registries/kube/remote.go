@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/client-go/util/watchlist"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/meshfed/meshfed/model"
@@ -193,8 +192,7 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 		},
 	}
 	t := &trackedLW{lw: lw, name: "secrets/" + sd.Namespace, health: h,
-		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(client),
-		onError:     func() { r.m.watchError(resSecret) }}
+		onError: func() { r.m.watchError(resSecret) }}
 	inf := cache.NewSharedIndexInformerWithOptions(t, &corev1.Secret{}, cache.SharedIndexInformerOptions{ObjectDescription: "remote secrets"})
 	must(inf.SetTransform(slim))
 	queue := workqueue.NewTyped[string]()
@@ -364,8 +362,7 @@ func (r *Registry) newRemote(name string, spec clusterSpec) *Registry {
 	cfg.Kubeconfig, cfg.Context, cfg.SecretDiscovery = "", "", nil
 	cfg.Network = spec.network
 	common := registries.Common{Name: name, Kind: r.common.Kind, Domain: r.common.Domain, Locality: r.common.Locality}
-	reg := newRegistry(common, cfg, nil, r.log.With("parent", r.common.Name))
-	reg.log = r.log.With("registry", name, "parent", r.common.Name)
+	reg := newRegistry(common, cfg, nil, r.log.With("cluster", name))
 	reg.clientFor = r.clientFor
 	reg.remote = &remoteSource{kubeconfig: spec.kubeconfig, network: spec.network, changed: make(chan struct{}, 1)}
 	return reg
