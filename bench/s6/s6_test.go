@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/meshfed/meshfed/bench"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
 	out = flag.String("s6.out", "", "write the S6 results (JSON) here and run every row in full")

@@ -173,6 +173,9 @@ func (r *report) markdown() string {
 			p("| %s |\n", strings.Join(l, " | "))
 		}
 	}
+	if a, err := os.ReadFile("bench/analysis.md"); err == nil {
+		p("%s", a)
+	}
 	p("%s", method)
 	return b.String()
 }
