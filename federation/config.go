@@ -133,37 +133,9 @@ const (
 	OutageExpire OutagePolicy = "expire"
 )
 
-// Duration is a time.Duration written in YAML as "20ms", "10m".
-type Duration time.Duration
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
-
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalText writes d like "20ms".
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
-
-// UnmarshalText reads a positive duration like "20ms" or "10m".
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := parseDuration(string(b))
-	if err != nil {
-		return err
-	}
-	*d = v
-	return nil
-}
-
-func parseDuration(s string) (Duration, error) {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("bad duration %q: want a number with a unit, like 20ms, 30s or 10m", s)
-	}
-	if v <= 0 {
-		return 0, fmt.Errorf("bad duration %q: must be positive", s)
-	}
-	return Duration(v), nil
-}
+// Duration is a time.Duration written in YAML as "20ms", "10m": positive
+// only. It is the type every registry block uses too.
+type Duration = registries.Duration
 
 // applyDefaults fills every unset field of c with its default:
 //
@@ -628,7 +600,7 @@ func (l *loader) duration(path string, v ast.Node) (Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	d, err := parseDuration(s)
+	d, err := registries.ParseDuration(s)
 	if err != nil {
 		l.addAtKey(path, "%v", err)
 		return 0, false

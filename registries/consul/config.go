@@ -15,7 +15,7 @@ import (
 const (
 	DefaultAddress              = "127.0.0.1:8500"
 	DefaultScheme               = "http"
-	DefaultWaitTime             = Duration(5 * time.Minute)
+	DefaultWaitTime             = registries.Duration(5 * time.Minute)
 	DefaultMaxConcurrentWatches = 128
 	// maxWaitTime is Consul's own cap on a blocking query's wait.
 	maxWaitTime = 10 * time.Minute
@@ -44,7 +44,7 @@ type Config struct {
 	Tags []string `yaml:"tags"`
 	// WaitTime is the longest a blocking query waits (Consul caps it at
 	// 10m). Default 5m.
-	WaitTime Duration `yaml:"waitTime"`
+	WaitTime registries.Duration `yaml:"waitTime"`
 	// AllowStale lets any Consul server answer, not only the leader:
 	// cheaper, may lag the leader slightly. Default false.
 	AllowStale bool `yaml:"allowStale"`
@@ -71,29 +71,8 @@ func (t TLS) isSet() bool { return t != TLS{} }
 
 // BackoffConfig bounds reconnect delays.
 type BackoffConfig struct {
-	Initial Duration `yaml:"initial"`
-	Max     Duration `yaml:"max"`
-}
-
-// Duration is a time.Duration written as "5m", "200ms".
-type Duration time.Duration
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
-
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalText writes d like "5m0s".
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
-
-// UnmarshalText reads a Go duration string.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("bad duration %q (want e.g. 30s, 5m)", b)
-	}
-	*d = Duration(v)
-	return nil
+	Initial registries.Duration `yaml:"initial"`
+	Max     registries.Duration `yaml:"max"`
 }
 
 var (
@@ -119,10 +98,10 @@ func (c *Config) ApplyDefaults() {
 		c.MaxConcurrentWatches = DefaultMaxConcurrentWatches
 	}
 	if c.Backoff.Initial == 0 {
-		c.Backoff.Initial = Duration(200 * time.Millisecond)
+		c.Backoff.Initial = registries.Duration(200 * time.Millisecond)
 	}
 	if c.Backoff.Max == 0 {
-		c.Backoff.Max = Duration(30 * time.Second)
+		c.Backoff.Max = registries.Duration(30 * time.Second)
 	}
 }
 

@@ -42,9 +42,9 @@ func TestConfigGood(t *testing.T) {
 		TokenFile: "/etc/meshfed/secrets/consul.token",
 		TLS: TLS{CAFile: "/etc/meshfed/ca.pem", CertFile: "/etc/meshfed/client.pem",
 			KeyFile: "/etc/meshfed/client-key.pem", ServerName: "consul.internal"},
-		PassingOnly: true, Tags: []string{"mesh"}, WaitTime: Duration(2 * time.Minute), AllowStale: true,
+		PassingOnly: true, Tags: []string{"mesh"}, WaitTime: registries.Duration(2 * time.Minute), AllowStale: true,
 		MaxConcurrentWatches: 64,
-		Backoff:              BackoffConfig{Initial: Duration(100 * time.Millisecond), Max: Duration(10 * time.Second)},
+		Backoff:              BackoffConfig{Initial: registries.Duration(100 * time.Millisecond), Max: registries.Duration(10 * time.Second)},
 	}
 	if got := *c; !reflect.DeepEqual(got, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", got, want)

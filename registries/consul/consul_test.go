@@ -44,7 +44,7 @@ func agentClient(t *testing.T, c *servers.Consul) *api.Client {
 // config before defaults.
 func newRegistry(t *testing.T, c *servers.Consul, name string, edit func(*Config)) *Registry {
 	t.Helper()
-	cfg := &Config{Address: c.HTTPAddr, WaitTime: Duration(time.Minute)}
+	cfg := &Config{Address: c.HTTPAddr, WaitTime: registries.Duration(time.Minute)}
 	if edit != nil {
 		edit(cfg)
 	}
@@ -225,7 +225,7 @@ func TestOutageKeepsStateAndResyncs(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := newRegistry(t, agent, "outage", func(c *Config) {
-		c.Backoff = BackoffConfig{Initial: Duration(50 * time.Millisecond), Max: Duration(500 * time.Millisecond)}
+		c.Backoff = BackoffConfig{Initial: registries.Duration(50 * time.Millisecond), Max: registries.Duration(500 * time.Millisecond)}
 	})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, reg, sink)
@@ -361,7 +361,7 @@ func TestMoreServicesThanWatches(t *testing.T) {
 	cl := agentClient(t, agent)
 	registerBulk(t, cl, 12, 2, 4)
 	reg := newRegistry(t, agent, "roundrobin", func(c *Config) {
-		c.MaxConcurrentWatches, c.WaitTime = 3, Duration(2*time.Second)
+		c.MaxConcurrentWatches, c.WaitTime = 3, registries.Duration(2*time.Second)
 	})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, reg, sink)

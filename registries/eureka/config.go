@@ -17,8 +17,8 @@ const (
 	// DefaultPollInterval is what Eureka's own clients use
 	// (registryFetchIntervalSeconds), so meshfed adds no staleness on top
 	// of what Eureka clients already accept.
-	DefaultPollInterval = Duration(30 * time.Second)
-	DefaultTimeout      = Duration(10 * time.Second)
+	DefaultPollInterval = registries.Duration(30 * time.Second)
+	DefaultTimeout      = registries.Duration(10 * time.Second)
 	DefaultFormat       = FormatJSON
 	DefaultProtocol     = model.ProtocolHTTP
 )
@@ -42,9 +42,9 @@ type Config struct {
 	URLs []string `yaml:"urls"`
 	// PollInterval between fetches of /apps/delta. Default 30s, as Eureka
 	// clients do.
-	PollInterval Duration `yaml:"pollInterval"`
+	PollInterval registries.Duration `yaml:"pollInterval"`
 	// Timeout bounds one HTTP request. Default 10s.
-	Timeout Duration `yaml:"timeout"`
+	Timeout registries.Duration `yaml:"timeout"`
 	// Format is json or xml: what the Accept header asks for. Answers in
 	// either format are parsed whatever this says. Default json.
 	Format string `yaml:"format"`
@@ -56,27 +56,6 @@ type Config struct {
 	// HTTP2, GRPC or TCP. An instance's metadata key meshfed.protocol
 	// overrides it for its app. Default HTTP.
 	Protocol model.Protocol `yaml:"protocol"`
-}
-
-// Duration is a time.Duration written as "30s", "1m".
-type Duration time.Duration
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
-
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalText writes d like "30s".
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
-
-// UnmarshalText reads a Go duration string.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("bad duration %q (want e.g. 30s, 1m)", b)
-	}
-	*d = Duration(v)
-	return nil
 }
 
 var _ registries.Config = (*Config)(nil)

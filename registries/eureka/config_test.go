@@ -39,7 +39,7 @@ func TestConfigGood(t *testing.T) {
 	}
 	want := Config{
 		URLs:         []string{"http://eureka-1:8761/eureka/", "http://user:secret@eureka-2:8761/eureka"},
-		PollInterval: Duration(15 * time.Second), Timeout: Duration(5 * time.Second),
+		PollInterval: registries.Duration(15 * time.Second), Timeout: registries.Duration(5 * time.Second),
 		Format: FormatXML, UseHostName: true, Protocol: model.ProtocolGRPC,
 	}
 	if !reflect.DeepEqual(*c, want) {
@@ -79,7 +79,7 @@ func TestConfigBad(t *testing.T) {
 		{file: "bad-url-host.yaml", wantKey: "urls[0]", wantErr: "has no host"},
 		{file: "bad-url-twice.yaml", wantKey: "urls[1]", wantErr: "listed twice"},
 		{file: "bad-poll.yaml", wantKey: "pollInterval", wantErr: "out of range"},
-		{file: "bad-timeout.yaml", wantKey: "timeout", wantErr: "positive"},
+		{file: "bad-timeout.yaml", wantErr: `bad duration "-1s": must be positive`}, // durations are positive when read
 		{file: "bad-format.yaml", wantKey: "format", wantErr: "not json or xml"},
 		{file: "bad-protocol.yaml", wantKey: "protocol", wantErr: "unknown protocol"},
 		{file: "bad-duration.yaml", wantErr: "bad duration"},

@@ -39,7 +39,7 @@ func testLogger(t *testing.T) *slog.Logger {
 // test so that its metrics are its own.
 func newRegistry(t *testing.T, name string, cfg Config) *Registry {
 	t.Helper()
-	cfg.PollInterval = Duration(time.Second)
+	cfg.PollInterval = registries.Duration(time.Second)
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

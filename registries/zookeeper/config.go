@@ -35,7 +35,7 @@ const (
 	DefaultLayout         = LayoutCurator
 	DefaultCuratorRoot    = "/services"
 	DefaultDubboRoot      = "/dubbo"
-	DefaultSessionTimeout = Duration(10 * time.Second)
+	DefaultSessionTimeout = registries.Duration(10 * time.Second)
 )
 
 // Config is the `zookeeper:` block of a clusters.yaml entry.
@@ -49,7 +49,7 @@ type Config struct {
 	Root string `yaml:"root"`
 	// SessionTimeout is the ZooKeeper session timeout (default 10s; the
 	// server clamps it to its min/maxSessionTimeout).
-	SessionTimeout Duration `yaml:"sessionTimeout"`
+	SessionTimeout registries.Duration `yaml:"sessionTimeout"`
 	// AuthFile names a file holding "user:password" for ZooKeeper digest
 	// authentication; "" for none. Relative paths are resolved against the
 	// directory of clusters.yaml. Its content is never logged.
@@ -191,30 +191,5 @@ func (s *Servers) UnmarshalYAML(unmarshal func(any) error) error {
 		}
 	}
 	*s = out
-	return nil
-}
-
-// Duration is a time.Duration written in YAML as "10s" or "1m". (Same
-// syntax as federation.Duration, which this package cannot import.)
-type Duration time.Duration
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
-
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalText writes d like "10s".
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
-
-// UnmarshalText reads a positive duration like "10s".
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("bad duration %q: want a number with a unit, like 500ms, 10s or 1m", string(b))
-	}
-	if v <= 0 {
-		return fmt.Errorf("bad duration %q: must be positive", string(b))
-	}
-	*d = Duration(v)
 	return nil
 }

@@ -37,15 +37,15 @@ func TestConfigGood(t *testing.T) {
 	}{
 		{file: "good-minimal.yaml", want: Config{
 			Servers: []string{"127.0.0.1:2181"}, Layout: LayoutCurator, Root: "/services",
-			SessionTimeout: Duration(10 * time.Second),
+			SessionTimeout: registries.Duration(10 * time.Second),
 		}},
 		{file: "good-flow.yaml", want: Config{
 			Servers: []string{"127.0.0.1:2181", "zk-2.internal:2181"}, Layout: LayoutCurator, Root: "/services",
-			SessionTimeout: Duration(10 * time.Second),
+			SessionTimeout: registries.Duration(10 * time.Second),
 		}},
 		{file: "good-full.yaml", want: Config{
 			Servers: []string{"zk-1.internal:2181", "zk-2.internal:2181", "[::1]:2181"}, Layout: LayoutDubbo,
-			Root: "/dubbo-prod", SessionTimeout: Duration(30 * time.Second), AuthFile: "secrets/zk-auth",
+			Root: "/dubbo-prod", SessionTimeout: registries.Duration(30 * time.Second), AuthFile: "secrets/zk-auth",
 		}},
 	}
 	for _, tt := range tests {

@@ -32,7 +32,7 @@ var registryCount atomic.Int64
 // ending in .example.test resolve through hosts; others fail.
 func testRegistry(t *testing.T, addr string, layout Layout, root string, hosts map[string]string, edit ...func(*Config)) *Registry {
 	t.Helper()
-	cfg := Config{Servers: []string{addr}, Layout: layout, Root: root, SessionTimeout: Duration(4 * time.Second)}
+	cfg := Config{Servers: []string{addr}, Layout: layout, Root: root, SessionTimeout: registries.Duration(4 * time.Second)}
 	for _, e := range edit {
 		e(&cfg)
 	}
@@ -626,7 +626,7 @@ func TestOutage(t *testing.T) {
 	}
 	setup.Close()
 
-	reg := testRegistry(t, z.Addr(), LayoutCurator, root, nil, func(c *Config) { c.SessionTimeout = Duration(session) })
+	reg := testRegistry(t, z.Addr(), LayoutCurator, root, nil, func(c *Config) { c.SessionTimeout = registries.Duration(session) })
 	sink := start(t, reg)
 	before := map[string][]string{
 		"orders.zk":   {"192.0.2.1 http=8080", "192.0.2.2 http=8080"},
