@@ -3,9 +3,6 @@ package xds
 import (
 	"cmp"
 	"fmt"
-	"net"
-	"slices"
-	"strconv"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -58,13 +55,6 @@ func mustAny(m proto.Message) *anypb.Any {
 	return a
 }
 
-var healthStatus = map[model.Health]core.HealthStatus{
-	model.Healthy:   core.HealthStatus_HEALTHY,
-	model.Unhealthy: core.HealthStatus_UNHEALTHY,
-	model.Draining:  core.HealthStatus_DRAINING,
-	model.Degraded:  core.HealthStatus_DEGRADED,
-}
-
 func compareLocality(a, b model.Locality) int {
 	return cmp.Or(cmp.Compare(a.Region, b.Region), cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.SubZone, b.SubZone))
 }
@@ -92,76 +82,6 @@ func endpointMetadata(e *model.Endpoint) (*core.Metadata, error) {
 		return nil, fmt.Errorf("endpoint %s metadata: %w", e.Address, err)
 	}
 	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: s}}, nil
-}
-
-type lbEndpoint struct {
-	addr   string
-	port   uint32
-	weight uint32
-	ep     *model.Endpoint
-}
-
-// buildCLA builds the ClusterLoadAssignment of one service port: endpoints
-// grouped by locality (sorted), each locality weighted by the sum of its
-// endpoints' weights (at least 1; grpc-go ignores localities without a
-// weight). An address:port listed twice is served once (grpc-go rejects
-// duplicates); the first occurrence wins.
-func buildCLA(name string, svc *model.Service, p model.Port) (*endpoint.ClusterLoadAssignment, error) {
-	seen := make(map[string]bool, len(svc.Endpoints))
-	byLoc := map[model.Locality][]lbEndpoint{}
-	for i := range svc.Endpoints {
-		e := &svc.Endpoints[i]
-		port, ok := e.PortFor(p)
-		if !ok {
-			continue
-		}
-		key := net.JoinHostPort(e.Address, strconv.FormatUint(uint64(port), 10))
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		w := e.Weight
-		if w == 0 {
-			w = 1
-		}
-		byLoc[e.Locality] = append(byLoc[e.Locality], lbEndpoint{addr: e.Address, port: port, weight: w, ep: e})
-	}
-	locs := make([]model.Locality, 0, len(byLoc))
-	for l := range byLoc {
-		locs = append(locs, l)
-	}
-	slices.SortFunc(locs, compareLocality)
-
-	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
-	for _, l := range locs {
-		eps := byLoc[l]
-		slices.SortFunc(eps, func(a, b lbEndpoint) int {
-			return cmp.Or(cmp.Compare(a.addr, b.addr), cmp.Compare(a.port, b.port))
-		})
-		var sum uint64
-		lle := &endpoint.LocalityLbEndpoints{
-			Locality:    &core.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.SubZone},
-			LbEndpoints: make([]*endpoint.LbEndpoint, 0, len(eps)),
-		}
-		for _, e := range eps {
-			md, err := endpointMetadata(e.ep)
-			if err != nil {
-				return nil, err
-			}
-			sum += uint64(e.weight)
-			lle.LbEndpoints = append(lle.LbEndpoints, &endpoint.LbEndpoint{
-				HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-					Address: socketAddress(e.addr, e.port),
-				}},
-				HealthStatus:        healthStatus[e.ep.Health],
-				LoadBalancingWeight: wrapperspb.UInt32(e.weight),
-				Metadata:            md,
-			})
-		}
-		lle.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(1, min(sum, maxLocalityWeight))))
-		cla.Endpoints = append(cla.Endpoints, lle)
-	}
-	return cla, nil
 }
 
 func socketAddress(addr string, port uint32) *core.Address {
@@ -333,6 +253,8 @@ func resourceName(r types.Resource) string {
 	case *cluster.Cluster:
 		return r.GetName()
 	case *endpoint.ClusterLoadAssignment:
+		return r.GetClusterName()
+	case *claResource:
 		return r.GetClusterName()
 	case *listener.Listener:
 		return r.GetName()

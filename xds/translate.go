@@ -99,6 +99,7 @@ type svcState struct {
 	svc   *model.Service
 	res   map[Kind]map[string]types.Resource
 	ports map[uint32]model.Protocol // for the Envoy per-port listeners
+	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
 }
 
 // Translator turns snapshots into xDS resources, incrementally. It keeps,
@@ -106,8 +107,11 @@ type svcState struct {
 // built: a service whose pointer did not change is skipped entirely, so its
 // resource objects (and their cached marshalled bytes downstream) are
 // reused. A changed service is rebuilt and each of its resources that is
-// proto.Equal to the previous one keeps the previous object and is not
-// reported as changed.
+// equal to the previous one keeps the previous object and is not reported
+// as changed. ClusterLoadAssignments are rebuilt incrementally: only the
+// endpoints whose model content changed are built, validated and encoded
+// again (see claState), and "changed" is decided from the model, not by
+// comparing protos.
 //
 // Envoy listeners and route configurations, which span all services on a
 // port number, are rebuilt only for ports whose set of services or
@@ -120,6 +124,7 @@ type Translator struct {
 	ports    map[uint32]map[string]model.Protocol // port → host → protocol
 	skipped  map[uint32][]Skipped
 	invalid  map[string]string
+	meta     metaCache
 }
 
 // NewTranslator returns a translator with no resources.
@@ -176,12 +181,13 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 			continue
 		}
 		next := &svcState{svc: svc}
-		res, err := buildService(svc)
+		res, clas, err := t.buildService(svc, old)
 		if err != nil {
 			t.invalid[svc.Hostname] = err.Error()
 		} else {
 			delete(t.invalid, svc.Hostname)
 			next.res = res
+			next.clas = clas
 			next.ports = servicePorts(svc)
 		}
 		t.replace(old, next, ch, dirty)
@@ -234,7 +240,7 @@ func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]b
 		nextPorts = next.ports
 		for k, rs := range next.res {
 			for name, r := range rs {
-				if prev, ok := oldRes[k][name]; ok && proto.Equal(prev, r) {
+				if prev, ok := oldRes[k][name]; ok && sameResource(prev, r) {
 					rs[name] = prev // keep the object downstream already holds
 					continue
 				}
@@ -270,8 +276,23 @@ func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]b
 	}
 }
 
-// buildService builds every per-service resource of svc, all validated.
-func buildService(svc *model.Service) (map[Kind]map[string]types.Resource, error) {
+// sameResource reports whether next, built for the same name as prev, is
+// equal to it. A rebuilt ClusterLoadAssignment is the previous object when
+// its content did not change (buildCLA decides from the model).
+func sameResource(prev, next types.Resource) bool {
+	if prev == next {
+		return true
+	}
+	if _, ok := next.(*claResource); ok {
+		return false
+	}
+	return proto.Equal(prev, next)
+}
+
+// buildService builds every per-service resource of svc, all validated;
+// old (may be nil) is the previous state of the hostname, whose CLAs are
+// updated incrementally.
+func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]map[string]types.Resource, map[uint32]*claState, error) {
 	res := map[Kind]map[string]types.Resource{}
 	add := func(k Kind, r types.Resource) {
 		if res[k] == nil {
@@ -283,13 +304,20 @@ func buildService(svc *model.Service) (map[Kind]map[string]types.Resource, error
 	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
 	ports = slices.CompactFunc(ports, func(a, b model.Port) bool { return a.Number == b.Number })
 	var httpPorts []model.Port
+	clas := make(map[uint32]*claState, len(ports))
 	for _, p := range ports {
 		name := ClusterName(svc.Hostname, p.Number)
-		cla, err := buildCLA(name, svc, p)
-		if err != nil {
-			return nil, err
+		var prev *claState
+		if old != nil {
+			prev = old.clas[p.Number]
 		}
-		add(KindOf(ClassEnvoy, ClusterType), envoyCluster(name, svc, p, cla))
+		cs, err := t.meta.buildCLA(name, svc, p, prev)
+		if err != nil {
+			return nil, nil, err
+		}
+		clas[p.Number] = cs
+		cla := cs.res
+		add(KindOf(ClassEnvoy, ClusterType), envoyCluster(name, svc, p, cla.ClusterLoadAssignment))
 		if svc.Resolution != model.ResolutionDNS {
 			add(KindOf(ClassEnvoy, EndpointType), cla)
 		}
@@ -297,7 +325,7 @@ func buildService(svc *model.Service) (map[Kind]map[string]types.Resource, error
 			continue
 		}
 		httpPorts = append(httpPorts, p)
-		gc, useEDS := grpcCluster(name, svc, cla)
+		gc, useEDS := grpcCluster(name, svc, cla.ClusterLoadAssignment)
 		add(KindOf(ClassGRPC, ClusterType), gc)
 		if useEDS {
 			add(KindOf(ClassGRPC, EndpointType), cla)
@@ -316,15 +344,18 @@ func buildService(svc *model.Service) (map[Kind]map[string]types.Resource, error
 	var errs []error
 	for _, rs := range res {
 		for name, r := range rs {
+			if _, ok := r.(*claResource); ok {
+				continue // validated part by part as it was built
+			}
 			if err := validate(r); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			}
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
-	return res, nil
+	return res, clas, nil
 }
 
 // rebuildPort recomputes the Envoy listener (and route configuration) of a

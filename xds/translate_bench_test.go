@@ -1,0 +1,56 @@
+package xds
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// bigService is a service of n endpoints over three zones, shaped like the
+// benchmark fixture (bench.BigService): labels app and version, a source.
+func bigService(n int) *model.Service {
+	s := &model.Service{
+		Hostname: "big.bench.local",
+		Ports:    []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}},
+	}
+	labels := map[string]string{"app": "big", "version": "v1"}
+	for j := range n {
+		s.Endpoints = append(s.Endpoints, model.Endpoint{
+			Address:  fmt.Sprintf("10.%d.%d.%d", 100+j>>16, (j>>8)&255, j&255),
+			Labels:   labels,
+			Locality: model.Locality{Region: "bench", Zone: fmt.Sprintf("z%d", j%3)},
+			Weight:   1,
+			Source:   model.Source{Registry: "bench", Cluster: "bench"},
+		})
+	}
+	return s
+}
+
+// BenchmarkEDSBuild10k is the S3a figure: one endpoint of a 10,000-endpoint
+// service flips its health, the translator rebuilds the service and its
+// ClusterLoadAssignment is marshalled as go-control-plane does.
+func BenchmarkEDSBuild10k(b *testing.B) {
+	const n = 10000
+	big := bigService(n)
+	name := ClusterName(big.Hostname, 8080)
+	tr := NewTranslator()
+	tr.Translate(model.NewSnapshot(1, []*model.Service{big}))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		svc := *big // a new pointer: the translator rebuilds it
+		svc.Endpoints = slices.Clone(big.Endpoints)
+		svc.Endpoints[i%n].Health = model.Health((i + 1) % 2)
+		b.StartTimer()
+		tr.Translate(model.NewSnapshot(uint64(i+2), []*model.Service{&svc}))
+		cla := tr.Resources(KindOf("", EndpointType))[name]
+		if _, err := cache.MarshalResource(cla); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
