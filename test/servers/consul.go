@@ -3,14 +3,12 @@ package servers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -48,11 +46,7 @@ type Consul struct {
 	// Node is the agent's node name.
 	Node string
 
-	bin, dir string
-	args     []string
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
+	proc *Process
 }
 
 // StartConsul starts a Consul agent on loopback ports, waits until it has a
@@ -74,8 +68,6 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		HTTPAddr:   "127.0.0.1:" + strconv.Itoa(httpPort),
 		Datacenter: "dc1",
 		Node:       "meshfed-test",
-		bin:        bin,
-		dir:        dir,
 	}
 	conf := map[string]any{
 		"datacenter":           c.Datacenter,
@@ -91,15 +83,14 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 	if opts.MaxConnsPerClient > 0 {
 		conf["limits"] = map[string]any{"http_max_conns_per_client": opts.MaxConnsPerClient}
 	}
-	if opts.Dev {
-		c.args = []string{"agent", "-dev"}
-	} else {
+	args := []string{"agent", "-dev"}
+	if !opts.Dev {
 		conf["server"] = true
 		conf["bootstrap_expect"] = 1
 		conf["data_dir"] = filepath.Join(dir, "data")
 		// A single server: elect quickly after a restart.
 		conf["performance"] = map[string]any{"raft_multiplier": 1}
-		c.args = []string{"agent"}
+		args = []string{"agent"}
 	}
 	b, err := json.Marshal(conf)
 	if err != nil {
@@ -109,8 +100,8 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 	if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.args = append(c.args, "-config-file", cfgFile)
-	t.Cleanup(func() { c.stop() })
+	c.proc = &Process{Name: "consul", Bin: bin, Args: append(args, "-config-file", cfgFile), LogPath: filepath.Join(dir, "consul.log")}
+	t.Cleanup(func() { c.proc.Stop() })
 	c.Start(t)
 	return c
 }
@@ -119,55 +110,26 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 // it serves its catalog.
 func (c *Consul) Start(t testing.TB) {
 	t.Helper()
-	c.mu.Lock()
-	if c.cmd != nil {
-		c.mu.Unlock()
-		t.Fatal("consul: Start while running")
-	}
-	logf, err := os.OpenFile(filepath.Join(c.dir, "consul.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		c.mu.Unlock()
+	if err := c.proc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(c.bin, c.args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		c.mu.Unlock()
-		t.Fatalf("consul: start: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	c.cmd, c.done = cmd, done
-	c.mu.Unlock()
-
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if c.ready() {
-			return
-		}
-		select {
-		case <-done:
-			t.Fatalf("consul exited during start; log:\n%s", c.Log())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consul not ready within 60s; log:\n%s", c.Log())
-		}
+	if err := c.proc.WaitReady(60*time.Second, c.ready); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // ready: a leader is elected and the agent's node is in the catalog.
-func (c *Consul) ready() bool {
+func (c *Consul) ready() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var services map[string][]string
 	if err := c.get(ctx, "/v1/catalog/services", &services); err != nil {
-		return false
+		return err
 	}
-	_, ok := services["consul"]
-	return ok
+	if _, ok := services["consul"]; !ok {
+		return errors.New("the catalog lacks the consul service")
+	}
+	return nil
 }
 
 func (c *Consul) get(ctx context.Context, path string, out any) error {
@@ -190,30 +152,10 @@ func (c *Consul) get(ctx context.Context, path string, out any) error {
 // A non-dev agent keeps its data for the next Start.
 func (c *Consul) Stop(t testing.TB) {
 	t.Helper()
-	if !c.stop() {
+	if !c.proc.Stop() {
 		t.Fatal("consul: Stop while stopped")
 	}
 }
 
-func (c *Consul) stop() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd == nil {
-		return false
-	}
-	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-		<-c.done
-	}
-	c.cmd, c.done = nil, nil
-	return true
-}
-
 // Log returns the agent's output so far.
-func (c *Consul) Log() string {
-	b, _ := os.ReadFile(filepath.Join(c.dir, "consul.log"))
-	return string(b)
-}
+func (c *Consul) Log() string { return c.proc.Log() }

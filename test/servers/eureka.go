@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,10 +41,7 @@ type Polaris struct {
 	// URL is the Eureka service URL, http://127.0.0.1:port/eureka.
 	URL string
 
-	bin, dir string
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{}
+	proc *Process
 }
 
 // polarisConfig is a minimal standalone polaris-server.yaml: the Eureka
@@ -114,8 +108,10 @@ func StartPolaris(t testing.TB) *Polaris {
 	if err := os.WriteFile(filepath.Join(dir, "polaris-server.yaml"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &Polaris{URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/eureka", bin: bin, dir: dir}
-	t.Cleanup(func() { p.stop() })
+	p := &Polaris{URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/eureka"}
+	p.proc = &Process{Name: "polaris", Bin: bin, Args: []string{"start", "-c", "polaris-server.yaml"},
+		Dir: dir, LogPath: filepath.Join(dir, "polaris.out"), MoreLogs: []string{"log/eureka.log"}} // Polaris writes its logs under ./log
+	t.Cleanup(func() { p.proc.Stop() })
 	p.Start(t)
 	return p
 }
@@ -124,90 +120,43 @@ func StartPolaris(t testing.TB) *Polaris {
 // its Eureka API answers.
 func (p *Polaris) Start(t testing.TB) {
 	t.Helper()
-	p.mu.Lock()
-	if p.cmd != nil {
-		p.mu.Unlock()
-		t.Fatal("polaris: Start while running")
-	}
-	logf, err := os.OpenFile(filepath.Join(p.dir, "polaris.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		p.mu.Unlock()
+	if err := p.proc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(p.bin, "start", "-c", "polaris-server.yaml")
-	cmd.Dir = p.dir // Polaris writes its logs under ./log
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		p.mu.Unlock()
-		t.Fatalf("polaris: start: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-
-	deadline := time.Now().Add(60 * time.Second)
-	for !p.ready() {
-		select {
-		case <-done:
-			t.Fatalf("polaris exited during start; output:\n%s", p.Log())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("polaris not ready within 60s; output:\n%s", p.Log())
-		}
+	if err := p.proc.WaitReady(60*time.Second, p.ready); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func (p *Polaris) ready() bool {
+func (p *Polaris) ready() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/apps", nil)
 	if err != nil {
-		return false
+		return err
 	}
 	resp, err := noKeepAlive.Do(req)
 	if err != nil {
-		return false
+		return err
 	}
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/apps: %s", resp.Status)
+	}
+	return nil
 }
 
 // Stop stops the server (SIGTERM, then SIGKILL after 10s) and waits for it;
 // its store is kept for the next Start.
 func (p *Polaris) Stop(t testing.TB) {
 	t.Helper()
-	if !p.stop() {
+	if !p.proc.Stop() {
 		t.Fatal("polaris: Stop while stopped")
 	}
 }
 
-func (p *Polaris) stop() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return false
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-	p.cmd, p.done = nil, nil
-	return true
-}
-
 // Log returns the server's output and its Eureka log so far.
-func (p *Polaris) Log() string {
-	out, _ := os.ReadFile(filepath.Join(p.dir, "polaris.out"))
-	eu, _ := os.ReadFile(filepath.Join(p.dir, "log", "eureka.log"))
-	return string(out) + "\n--- log/eureka.log ---\n" + string(eu)
-}
+func (p *Polaris) Log() string { return p.proc.Log() }
 
 // Conn returns a fargo connection to the server in XML mode, the format
 // Eureka clients register with.

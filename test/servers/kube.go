@@ -15,11 +15,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,105 +68,11 @@ func isFile(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// proc is a child process in its own process group, with its output in a
-// log file.
-type proc struct {
-	name    string
-	bin     string
-	args    []string
-	logPath string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *proc) start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil {
-		return fmt.Errorf("%s: already running", p.name)
-	}
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("%s: start: %w", p.name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	p.cmd, p.done = cmd, done
-	return nil
-}
-
-// stop sends SIGTERM, then SIGKILL after 15s, and waits. It reports
-// whether the process was running.
-func (p *proc) stop() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return false
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-	p.cmd, p.done = nil, nil
-	return true
-}
-
-func (p *proc) exited() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done == nil {
-		c := make(chan struct{})
-		close(c)
-		return c
-	}
-	return p.done
-}
-
-func (p *proc) log() string {
-	b, _ := os.ReadFile(p.logPath)
-	if len(b) > 8000 {
-		b = b[len(b)-8000:]
-	}
-	return string(b)
-}
-
-// waitReady polls ready until it returns nil, the process exits or
-// KubeStartTimeout passes.
-func (p *proc) waitReady(ready func() error) error {
-	deadline := time.Now().Add(KubeStartTimeout)
-	for {
-		err := ready()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.exited():
-			return fmt.Errorf("%s exited during start; log:\n%s", p.name, p.log())
-		case <-time.After(200 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready within %v: %v; log:\n%s", p.name, KubeStartTimeout, err, p.log())
-		}
-	}
-}
-
 // Etcd is an etcd server on loopback owned by one test.
 type Etcd struct {
 	// URL is the client URL, http://127.0.0.1:port.
 	URL string
-	p   *proc
+	p   *Process
 }
 
 // StartEtcd starts etcd 3.6 on free loopback ports with a temporary data
@@ -185,7 +88,7 @@ func StartEtcd(t testing.TB) *Etcd {
 	dir := t.TempDir()
 	client, peer := FreePort(t), FreePort(t)
 	e := &Etcd{URL: "http://127.0.0.1:" + strconv.Itoa(client)}
-	e.p = &proc{name: "etcd", bin: bin, logPath: filepath.Join(dir, "etcd.log"), args: []string{
+	e.p = &Process{Name: "etcd", Bin: bin, LogPath: filepath.Join(dir, "etcd.log"), StopTimeout: 15 * time.Second, Args: []string{
 		"--name", "test",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", e.URL, "--advertise-client-urls", e.URL,
@@ -194,11 +97,11 @@ func StartEtcd(t testing.TB) *Etcd {
 		"--initial-cluster", "test=http://127.0.0.1:" + strconv.Itoa(peer),
 		"--unsafe-no-fsync", "--log-level", "warn",
 	}}
-	if err := e.p.start(); err != nil {
+	if err := e.p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.p.stop() })
-	if err := e.p.waitReady(func() error { return httpOK(noKeepAlive, e.URL+"/health") }); err != nil {
+	t.Cleanup(func() { e.p.Stop() })
+	if err := e.p.WaitReady(KubeStartTimeout, func() error { return httpOK(noKeepAlive, e.URL+"/health") }); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -230,7 +133,7 @@ type KubeAPIServer struct {
 
 	dir  string
 	port int
-	p    *proc
+	p    *Process
 }
 
 // StartKubeAPIServer starts a kube-apiserver on a free loopback port that
@@ -253,7 +156,7 @@ func StartKubeAPIServer(t testing.TB, e *Etcd, prefix string) *KubeAPIServer {
 	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k.p = &proc{name: "kube-apiserver " + prefix, bin: bin, logPath: filepath.Join(dir, "apiserver.log"), args: []string{
+	k.p = &Process{Name: "kube-apiserver " + prefix, Bin: bin, LogPath: filepath.Join(dir, "apiserver.log"), StopTimeout: 15 * time.Second, Args: []string{
 		"--etcd-servers", e.URL,
 		"--etcd-prefix", prefix,
 		"--bind-address", "127.0.0.1",
@@ -272,7 +175,7 @@ func StartKubeAPIServer(t testing.TB, e *Etcd, prefix string) *KubeAPIServer {
 		"--profiling=false",
 		"--v", "0",
 	}}
-	t.Cleanup(func() { k.p.stop() })
+	t.Cleanup(func() { k.p.Stop() })
 	k.Start(t)
 	return k
 }
@@ -280,14 +183,14 @@ func StartKubeAPIServer(t testing.TB, e *Etcd, prefix string) *KubeAPIServer {
 // Start (re)starts the server on the same port and waits until it serves.
 func (k *KubeAPIServer) Start(t testing.TB) {
 	t.Helper()
-	if err := k.p.start(); err != nil {
+	if err := k.p.Start(); err != nil {
 		t.Fatal(err)
 	}
 	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // only to find out when the test server is up
 	}}
-	err := k.p.waitReady(func() error {
+	err := k.p.WaitReady(KubeStartTimeout, func() error {
 		req, err := http.NewRequest(http.MethodGet, k.URL+"/readyz", nil)
 		if err != nil {
 			return err
@@ -316,13 +219,13 @@ func (k *KubeAPIServer) Start(t testing.TB) {
 // Stop stops the server (SIGTERM, then SIGKILL after 15s).
 func (k *KubeAPIServer) Stop(t testing.TB) {
 	t.Helper()
-	if !k.p.stop() {
+	if !k.p.Stop() {
 		t.Fatal("kube-apiserver: Stop while stopped")
 	}
 }
 
 // Log returns the end of the server's output.
-func (k *KubeAPIServer) Log() string { return k.p.log() }
+func (k *KubeAPIServer) Log() string { return tail(k.p.Log(), 8000) }
 
 // Kubeconfig returns a kubeconfig for token with the CA inline and one
 // context named context (also its current context).

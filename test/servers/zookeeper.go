@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -33,10 +32,8 @@ type ZooKeeper struct {
 	dir  string // holds zoo-<port>.cfg, data/ and the logs
 	port int    // the port Addr names
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when cmd has been waited for
-	logPath string
+	mu   sync.Mutex
+	proc *Process // the running server; nil when stopped
 }
 
 // StartZooKeeper starts a standalone ZooKeeper (Debian package
@@ -91,25 +88,18 @@ func (z *ZooKeeper) StartAside() string {
 // it to exit. Stopping a stopped server does nothing.
 func (z *ZooKeeper) Stop() {
 	z.mu.Lock()
-	cmd, done := z.cmd, z.done
-	z.cmd, z.done = nil, nil
+	p := z.proc
+	z.proc = nil
 	z.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+	if p != nil {
+		p.Stop()
 	}
 }
 
 func (z *ZooKeeper) start(port int) error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.cmd != nil {
+	if z.proc != nil {
 		return errors.New("already running; Stop it first")
 	}
 	data := filepath.Join(z.dir, "data")
@@ -137,46 +127,33 @@ func (z *ZooKeeper) start(port int) error {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	z.logPath = filepath.Join(z.dir, fmt.Sprintf("zookeeper-%d.log", port))
-	logf, err := os.OpenFile(z.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p := &Process{
+		Name: "server on " + addr,
+		Bin:  "java",
+		Args: []string{
+			"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+			"-Dzookeeper.admin.enableServer=false",
+			"-cp", zooKeeperJar,
+			"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath},
+		Dir:     z.dir,
+		LogPath: filepath.Join(z.dir, fmt.Sprintf("zookeeper-%d.log", port)),
+	}
+	if err := p.Start(); err != nil {
 		return err
 	}
-	defer logf.Close()
-	cmd := exec.Command("java",
-		"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-Dzookeeper.admin.enableServer=false",
-		"-cp", zooKeeperJar,
-		"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath)
-	cmd.Dir = z.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start java: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(ZooKeeperStartTimeout)
-	for {
+	err := p.WaitReady(ZooKeeperStartTimeout, func() error {
 		if serving(addr) {
-			z.cmd, z.done = cmd, done
 			return nil
 		}
-		select {
-		case <-done:
-			return fmt.Errorf("server on %s exited before serving; log:\n%s", addr, tail(z.logPath))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-			return fmt.Errorf("server on %s did not serve within %v; log:\n%s", addr, ZooKeeperStartTimeout, tail(z.logPath))
-		}
+		return errors.New("not serving")
+	})
+	if err != nil {
+		p.Stop()
+		return err
 	}
+	z.proc = p
+	return nil
 }
 
 // serving asks the server the `srvr` four-letter word; a server that
@@ -193,15 +170,4 @@ func serving(addr string) bool {
 	}
 	b, _ := io.ReadAll(c)
 	return bytes.Contains(b, []byte("Mode: standalone"))
-}
-
-func tail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
 }
