@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -111,7 +110,7 @@ func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) 
 		return out
 	}
 
-	proto, err := model.ParseProtocol(majority(protoVotes, ""))
+	proto, err := model.ParseProtocol(registries.Majority(protoVotes, ""))
 	if err != nil {
 		proto = model.ProtocolTCP
 	}
@@ -119,7 +118,7 @@ func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) 
 	for _, i := range kept {
 		portVotes[i.port]++
 	}
-	port := model.Port{Name: strings.ToLower(string(proto)), Number: majority(portVotes, 0), Protocol: proto}
+	port := model.Port{Name: strings.ToLower(string(proto)), Number: registries.Majority(portVotes, 0), Protocol: proto}
 
 	svc := model.Service{Hostname: host, Ports: []model.Port{port}, Resolution: model.ResolutionEDS}
 	if !anyIP {
@@ -135,18 +134,6 @@ func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) 
 	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int { return strings.Compare(a.Origin, b.Origin) })
 	out.svc, out.ok = svc, true
 	return out
-}
-
-// majority returns the most frequent key, the smallest on a tie; def if
-// there is none.
-func majority[K cmp.Ordered](votes map[K]int, def K) K {
-	best, n := def, 0
-	for k, v := range votes {
-		if v > n || (v == n && k < best) {
-			best, n = k, v
-		}
-	}
-	return best
 }
 
 // labels maps tags and service meta to labels: a "k=v" tag is label k=v, a

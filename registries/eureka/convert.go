@@ -1,7 +1,6 @@
 package eureka
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -176,7 +175,7 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 			setVotes[i.ports]++
 		}
 	}
-	want := majority(setVotes, 0)
+	want := registries.Majority(setVotes, 0)
 	final := kept[:0]
 	httpVotes, httpsVotes := map[uint32]int{}, map[uint32]int{}
 	for _, i := range kept {
@@ -200,13 +199,13 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 		return out
 	}
 
-	proto := majority(protoVotes, cfg.Protocol)
+	proto := registries.Majority(protoVotes, cfg.Protocol)
 	var ports []model.Port
 	if want&hasHTTP != 0 {
-		ports = append(ports, model.Port{Name: portHTTP, Number: majority(httpVotes, 0), Protocol: proto})
+		ports = append(ports, model.Port{Name: portHTTP, Number: registries.Majority(httpVotes, 0), Protocol: proto})
 	}
 	if want&hasHTTPS != 0 {
-		n := majority(httpsVotes, 0)
+		n := registries.Majority(httpsVotes, 0)
 		// One number cannot be two ports: when port and securePort are
 		// the same, the plain port wins.
 		if want&hasHTTP == 0 || n != ports[0].Number {
@@ -237,18 +236,6 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int { return strings.Compare(a.Origin, b.Origin) })
 	out.svc, out.ok = svc, true
 	return out
-}
-
-// majority returns the most frequent key, the smallest on a tie; def if
-// there is none.
-func majority[K cmp.Ordered](votes map[K]int, def K) K {
-	best, n := def, 0
-	for k, v := range votes {
-		if v > n || (v == n && k < best) {
-			best, n = k, v
-		}
-	}
-	return best
 }
 
 // health maps Eureka's status: UP → HEALTHY; OUT_OF_SERVICE → DRAINING

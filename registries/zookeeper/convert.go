@@ -424,13 +424,7 @@ func buildService(c registries.Common, host string, sn *serviceNode) (model.Serv
 	dropped := map[string]bool{}
 	for _, n := range portNames {
 		st := stats[n]
-		nums := make([]uint32, 0, len(st.counts))
-		for num := range st.counts {
-			nums = append(nums, num)
-		}
-		slices.SortFunc(nums, func(a, b uint32) int {
-			return cmp.Or(cmp.Compare(st.counts[b], st.counts[a]), cmp.Compare(a, b))
-		})
+		nums := registries.Ranked(st.counts)
 		i := slices.IndexFunc(nums, func(num uint32) bool { return !taken[num] })
 		if i < 0 {
 			dropped[n] = true
