@@ -114,6 +114,8 @@ type Options struct {
 	HoldDown time.Duration
 	// SyncTimeout is how long a registry without a first sync keeps Ready
 	// false; 0 is DefaultSyncTimeout. It counts from New (or AddRegistry).
+	// A registry added once the aggregator has been ready never keeps Ready
+	// false (see Ready).
 	SyncTimeout time.Duration
 	Logger      *slog.Logger // nil discards
 	Now         func() time.Time
@@ -155,6 +157,7 @@ type Aggregator struct {
 	subs      []func(*model.Snapshot)
 	conflicts []Conflict
 	unknown   map[model.ShardKey]bool // shards already logged as unknown
+	wasReady  bool                    // Ready has held once; latched
 
 	// Owned by the Serve goroutine.
 	loop           map[string]*loopReg
@@ -169,6 +172,8 @@ type regState struct {
 	opts  RegistryOptions
 	gen   uint64 // bumped when AddRegistry changes opts
 	added time.Time
+	// late: added after the aggregator was ready; it never blocks Ready.
+	late bool
 
 	state       registries.State
 	since       time.Time
@@ -227,7 +232,8 @@ func New(o Options) *Aggregator {
 
 // AddRegistry adds a registry started at runtime (e.g. a Kubernetes remote
 // cluster). Adding a name that exists updates its options (a different
-// kind replaces it: its old state is dropped).
+// kind replaces it: its old state is dropped). A registry added once the
+// aggregator has been ready does not make it unready (see Ready).
 func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	o = o.withDefaults()
 	if o.Outage.Policy != PolicyKeep && o.Outage.Policy != PolicyExpire {
@@ -240,7 +246,7 @@ func (a *Aggregator) AddRegistry(o RegistryOptions) {
 		rs.opts = o
 		rs.gen++
 	} else {
-		a.regs[o.Name] = &regState{opts: o, added: now, since: now}
+		a.regs[o.Name] = &regState{opts: o, added: now, since: now, late: a.wasReady}
 		setStateMetric(o.Name, registries.Starting)
 	}
 	delete(a.unknown, o.Shard())
@@ -437,19 +443,27 @@ func (a *Aggregator) Conflicts() []Conflict {
 
 // Ready reports whether every registry has had its first sync reflected in
 // the published snapshot, is Failed, or has had SyncTimeout pass since it
-// was added. The reason names the registries that are not synced (also
-// when the answer is true because of the timeout or a failure); it is ""
-// when all are synced.
+// was added. Once that has held (latched when Ready is called or a snapshot
+// is built), registries added later (AddRegistry, e.g. remote clusters
+// found at runtime) do not count: a new cluster must not take a serving
+// meshfed out of its Service. The reason names the registries that are not
+// synced (also when the answer is true because of the timeout, a failure
+// or a late addition); it is "" when all are synced.
 func (a *Aggregator) Ready() (bool, string) {
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.readyLocked(now)
+}
+
+// readyLocked is Ready; it latches wasReady. Called with mu held.
+func (a *Aggregator) readyLocked(now time.Time) (bool, string) {
 	names := make([]string, 0, len(a.regs))
 	for n := range a.regs {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	var waiting, late, failed []string
+	var waiting, late, failed, added []string
 	for _, n := range names {
 		rs := a.regs[n]
 		if rs.applied {
@@ -463,6 +477,8 @@ func (a *Aggregator) Ready() (bool, string) {
 		switch {
 		case rs.state == registries.Failed:
 			failed = append(failed, desc)
+		case rs.late:
+			added = append(added, desc)
 		case now.Sub(rs.added) >= a.syncTimeout:
 			late = append(late, desc)
 		default:
@@ -479,7 +495,12 @@ func (a *Aggregator) Ready() (bool, string) {
 	if len(failed) > 0 {
 		parts = append(parts, "failed: "+strings.Join(failed, ", "))
 	}
-	return len(waiting) == 0, strings.Join(parts, "; ")
+	if len(added) > 0 {
+		parts = append(parts, "added while ready, not synced yet: "+strings.Join(added, ", "))
+	}
+	ok := len(waiting) == 0
+	a.wasReady = a.wasReady || ok
+	return ok, strings.Join(parts, "; ")
 }
 
 // errServing is returned by a second concurrent Serve.

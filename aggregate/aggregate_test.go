@@ -348,6 +348,54 @@ func TestAddAndRemoveRegistry(t *testing.T) {
 	eventually(t, "conflicts gone", func() bool { return len(a.Conflicts()) == 0 })
 }
 
+// TestRegistryAddedWhileReadyDoesNotUnready: a registry added at runtime
+// (a remote cluster found by Secret) keeps Ready false only while the
+// aggregator has never been ready; once it has, /readyz stays 200.
+func TestRegistryAddedWhileReadyDoesNotUnready(t *testing.T) {
+	t.Parallel()
+	remote := reg("remote", "kubernetes", "svc.cluster.local")
+	for _, tt := range []struct {
+		name string
+		// askReady: Ready() is called before the remote is added (else the
+		// snapshot build alone latches readiness).
+		askReady  bool
+		syncFirst bool // the configured registry syncs before the remote is added
+		wantReady bool
+		wantWhy   string
+	}{
+		{name: "added after Ready was seen", askReady: true, syncFirst: true, wantReady: true,
+			wantWhy: "added while ready, not synced yet: remote (Starting)"},
+		{name: "added after a snapshot made it ready", syncFirst: true, wantReady: true,
+			wantWhy: "added while ready, not synced yet: remote (Starting)"},
+		{name: "added before ready", wantReady: false,
+			wantWhy: "waiting for the first sync of local (Starting), remote (Starting)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			local := reg("local", "file", "vm")
+			a := newRunning(t, newFakeClock(), local)
+			if tt.syncFirst {
+				a.Replace(shard(local), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
+				eventually(t, "local applied", func() bool { st, _ := a.Registry("local"); return st.Services == 1 })
+			}
+			if tt.askReady {
+				if ok, _ := a.Ready(); !ok {
+					t.Fatal("not ready after the only registry synced")
+				}
+			}
+			a.AddRegistry(remote)
+			ok, why := a.Ready()
+			if ok != tt.wantReady || why != tt.wantWhy {
+				t.Errorf("Ready() = %v, %q; want %v, %q", ok, why, tt.wantReady, tt.wantWhy)
+			}
+			// Once the remote syncs it is reflected like any other registry.
+			a.Replace(shard(local), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
+			a.Replace(shard(remote), []model.Service{svc("b.ns.svc.cluster.local", "10.0.0.2")}, nil)
+			eventually(t, "ready with no reason", func() bool { ok, why := a.Ready(); return ok && why == "" })
+		})
+	}
+}
+
 func TestJSON(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()

@@ -2,7 +2,9 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/meshfed/meshfed/model"
@@ -71,7 +73,7 @@ func mergeHost(host string, cs []contribution, prev *model.Service) (*model.Serv
 				c.svc.Resolution, first.svc.Resolution, first.name)))
 			continue
 		}
-		if reflect.DeepEqual(c.svc.Ports, first.svc.Ports) {
+		if slices.Equal(c.svc.Ports, first.svc.Ports) {
 			out.Endpoints = append(out.Endpoints, c.svc.Endpoints...)
 			continue
 		}
@@ -96,7 +98,7 @@ func mergeHost(host string, cs []contribution, prev *model.Service) (*model.Serv
 		}
 	}
 	sortEndpoints(out.Endpoints, out.Ports)
-	if prev != nil && reflect.DeepEqual(prev, out) {
+	if prev != nil && equalService(prev, out) {
 		return prev, conflicts
 	}
 	return out, conflicts
@@ -147,7 +149,7 @@ func formatPorts(ports []model.Port) string {
 func reuse(old, next map[string]*model.Service) []string {
 	var touched []string
 	for h, s := range next {
-		if o, ok := old[h]; ok && reflect.DeepEqual(o, s) {
+		if o, ok := old[h]; ok && (o == s || equalService(o, s)) {
 			next[h] = o
 			continue
 		}
@@ -159,4 +161,45 @@ func reuse(old, next map[string]*model.Service) []string {
 		}
 	}
 	return touched
+}
+
+// equalService reports whether two services hold the same values (nil and
+// empty slices and maps are equal).
+func equalService(a, b *model.Service) bool {
+	return a.Hostname == b.Hostname && a.Resolution == b.Resolution &&
+		slices.Equal(a.Ports, b.Ports) && slices.Equal(a.Sources, b.Sources) &&
+		sameEndpoints(a.Endpoints, b.Endpoints)
+}
+
+// sameEndpoints reports whether two endpoint lists hold the same values;
+// the same array (and length) is equal without a look.
+func sameEndpoints(a, b []model.Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	for i := range a {
+		if !sameEndpoint(&a[i], &b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameEndpoint(a, b *model.Endpoint) bool {
+	return a.Address == b.Address && a.Locality == b.Locality && a.Weight == b.Weight &&
+		a.Health == b.Health && a.Source == b.Source && a.Origin == b.Origin &&
+		sameMap(a.Ports, b.Ports) && sameMap(a.Labels, b.Labels)
+}
+
+func sameMap[V comparable](a, b map[string]V) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() {
+		return true
+	}
+	return maps.Equal(a, b)
 }

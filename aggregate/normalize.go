@@ -3,6 +3,7 @@ package aggregate
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -39,14 +40,58 @@ type shardState struct {
 //
 // Ports are sorted by number, endpoints by address then ports.
 func normalize(o RegistryOptions, in []model.Service, rejected []model.Rejection) shardState {
+	st, _ := normalizeWith(o, in, rejected, nil)
+	return st
+}
+
+// normMemo remembers, per published hostname, the last input service and
+// what normalizeService made of it (under one RegistryOptions), so that a
+// Replace normalizes again only the services whose input changed:
+// registries publish their full state on every change. An unchanged input
+// gives the very same *model.Service, which also keeps its pointer in the
+// snapshot without a deep comparison.
+type normMemo struct {
+	gen     uint64 // numbers passes; entries not written by the last one are dropped
+	entries map[string]memoEntry
+}
+
+type memoEntry struct {
+	in  model.Service // the published value; its slices are immutable (model contract)
+	out *model.Service
+	cs  []Conflict
+	gen uint64 // pass that last wrote the entry
+}
+
+// normalizeWith is normalize reusing the results of memo (nil: none) for
+// inputs equal to those it holds. It returns the memo of this input (memo
+// itself, updated in place, when it is not nil).
+func normalizeWith(o RegistryOptions, in []model.Service, rejected []model.Rejection, memo *normMemo) (shardState, *normMemo) {
 	st := shardState{services: make(map[string]*model.Service, len(in))}
+	if memo == nil {
+		memo = &normMemo{entries: make(map[string]memoEntry, len(in))}
+	}
+	memo.gen++
+	gen := memo.gen
 	for _, r := range rejected {
 		r.Registry = o.Name
 		st.conflicts = append(st.conflicts, Conflict{Rejection: r, Category: CategoryRegistry})
 	}
 	domain := strings.ToLower(strings.TrimSuffix(o.Domain, "."))
 	for i := range in {
-		svc, cs := normalizeService(o, domain, &in[i])
+		s := &in[i]
+		var svc *model.Service
+		var cs []Conflict
+		switch m, ok := memo.entries[s.Hostname]; {
+		case ok && m.gen == gen: // a hostname published twice: not memoized
+			svc, cs = normalizeService(o, domain, s)
+		case ok && sameInput(&m.in, s):
+			svc, cs = m.out, m.cs
+			m.gen = gen
+			memo.entries[s.Hostname] = m
+		default:
+			svc, cs = normalizeService(o, domain, s)
+			memo.entries[s.Hostname] = memoEntry{in: *s, out: svc, cs: cs, gen: gen}
+		}
 		st.conflicts = append(st.conflicts, cs...)
 		if svc == nil {
 			continue
@@ -59,7 +104,20 @@ func normalize(o RegistryOptions, in []model.Service, rejected []model.Rejection
 		st.services[svc.Hostname] = svc
 		st.endpoints += len(svc.Endpoints)
 	}
-	return st
+	if len(memo.entries) > len(in) {
+		maps.DeleteFunc(memo.entries, func(_ string, m memoEntry) bool { return m.gen != gen })
+	}
+	return st, memo
+}
+
+// sameInput reports whether normalizeService reads the same from a and b.
+// Endpoint slices that are the same array are equal without a look (the
+// model's immutability contract); others are compared element by element.
+func sameInput(a, b *model.Service) bool {
+	if a.Hostname != b.Hostname || a.Resolution != b.Resolution || !slices.Equal(a.Ports, b.Ports) {
+		return false
+	}
+	return sameEndpoints(a.Endpoints, b.Endpoints)
 }
 
 func normalizeService(o RegistryOptions, domain string, s *model.Service) (*model.Service, []Conflict) {

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -226,5 +227,59 @@ func TestNormalizeDuplicateHostname(t *testing.T) {
 	}
 	if len(st.conflicts) != 1 || st.conflicts[0].Category != CategoryDuplicate || !strings.Contains(st.conflicts[0].Reason, "twice") {
 		t.Errorf("conflicts = %v, want one duplicate", st.conflicts)
+	}
+}
+
+// TestNormalizeMemo: a Replace normalizes again only the services whose
+// input changed; the others are the previous *model.Service, with their
+// conflicts reported again; the result equals a normalization from scratch.
+func TestNormalizeMemo(t *testing.T) {
+	t.Parallel()
+	o := reg("vms", "file", "vm")
+	bad := svc("bad.vm", "10.0.0.9", "not-an-ip")
+	first := []model.Service{svc("a.vm", "10.0.0.1"), svc("b.vm", "10.0.0.2"), bad}
+	st1, memo := normalizeWith(o, first, nil, nil)
+
+	for _, tt := range []struct {
+		name string
+		next func() []model.Service
+		same []string // hostnames whose pointer must be kept
+	}{
+		{name: "same slices", next: func() []model.Service { return slices.Clone(first) }, same: []string{"a.vm", "b.vm", "bad.vm"}},
+		{name: "fresh equal slices", next: func() []model.Service {
+			return []model.Service{svc("a.vm", "10.0.0.1"), svc("b.vm", "10.0.0.2"), svc("bad.vm", "10.0.0.9", "not-an-ip")}
+		}, same: []string{"a.vm", "b.vm", "bad.vm"}},
+		{name: "one endpoint changed", next: func() []model.Service {
+			n := slices.Clone(first)
+			n[1].Endpoints = slices.Clone(n[1].Endpoints)
+			n[1].Endpoints[0].Health = model.Draining
+			return n
+		}, same: []string{"a.vm", "bad.vm"}},
+		{name: "a label changed", next: func() []model.Service {
+			n := slices.Clone(first)
+			n[0].Endpoints = slices.Clone(n[0].Endpoints)
+			n[0].Endpoints[0].Labels = map[string]string{"v": "2"}
+			return n
+		}, same: []string{"b.vm", "bad.vm"}},
+		{name: "published twice", next: func() []model.Service {
+			return append(slices.Clone(first), svc("a.vm", "10.0.0.5"))
+		}, same: []string{"a.vm", "b.vm", "bad.vm"}},
+		{name: "service dropped", next: func() []model.Service { return first[1:] }, same: []string{"b.vm", "bad.vm"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Each case starts from a memo of first (the memo is updated in place).
+			memo := &normMemo{gen: memo.gen, entries: maps.Clone(memo.entries)}
+			in := tt.next()
+			got, _ := normalizeWith(o, in, nil, memo)
+			want := normalize(o, in, nil)
+			if d := cmp.Diff(want, got, cmp.AllowUnexported(shardState{})); d != "" {
+				t.Fatalf("memoized normalization differs from a fresh one (-fresh +memo):\n%s", d)
+			}
+			for h, s := range got.services {
+				if kept := s == st1.services[h]; kept != slices.Contains(tt.same, h) {
+					t.Errorf("%s: pointer kept = %v", h, kept)
+				}
+			}
+		})
 	}
 }

@@ -23,6 +23,7 @@ type loopReg struct {
 	applied bool       // cur holds a Replace
 	visible bool       // cur is served (not withdrawn)
 	hold    *hold
+	memo    *normMemo // of the last normalization under opts
 }
 
 // hold is an update held back by MaxDeleteRatio.
@@ -180,11 +181,14 @@ func (a *Aggregator) rebuild(now time.Time) {
 		case j.in != nil:
 			a.offer(lr, j.in, now, touched, log)
 		case j.reopts:
+			lr.memo = nil // its results were made under the old options
 			if lr.hold != nil {
-				lr.hold.st = normalize(lr.opts, lr.hold.in.services, lr.hold.in.rejected)
+				lr.hold.st, lr.memo = normalizeWith(lr.opts, lr.hold.in.services, lr.hold.in.rejected, nil)
 			}
 			if lr.raw != nil {
-				a.apply(lr, normalize(lr.opts, lr.raw.services, lr.raw.rejected), lr.raw, touched)
+				var st shardState
+				st, lr.memo = normalizeWith(lr.opts, lr.raw.services, lr.raw.rejected, lr.memo)
+				a.apply(lr, st, lr.raw, touched)
 			}
 		}
 		if lr.hold != nil && !now.Before(lr.hold.since.Add(a.holdDown)) {
@@ -211,7 +215,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 	}
 	slices.Sort(names)
 
-	changed := false
+	changed := map[string]bool{} // hostnames whose served pointer changed
 	for h := range touched {
 		var cs []contribution
 		for _, n := range names {
@@ -230,22 +234,18 @@ func (a *Aggregator) rebuild(now time.Time) {
 		switch {
 		case svc == nil && prev != nil:
 			delete(a.merged, h)
-			changed = true
+			changed[h] = true
 		case svc != nil && svc != prev:
 			a.merged[h] = svc
-			changed = true
+			changed[h] = true
 		}
 	}
 
 	conflicts := a.collectConflicts(names, now)
 
 	var snap *model.Snapshot
-	if changed {
-		services := make([]*model.Service, 0, len(a.merged))
-		for _, s := range a.merged {
-			services = append(services, s)
-		}
-		snap = model.NewSnapshot(a.snap.Load().Version+1, services)
+	if len(changed) > 0 {
+		snap = model.NewSnapshot(a.snap.Load().Version+1, a.servicesInOrder(changed))
 		a.snap.Store(snap)
 		snapshotsTotal.Inc()
 	}
@@ -267,6 +267,9 @@ func (a *Aggregator) rebuild(now time.Time) {
 		}
 	}
 	a.conflicts = conflicts
+	if !a.wasReady {
+		a.readyLocked(now)
+	}
 	subs := slices.Clone(a.subs)
 	a.mu.Unlock()
 
@@ -285,9 +288,34 @@ func (a *Aggregator) rebuild(now time.Time) {
 	}
 }
 
+// servicesInOrder lists the merged services for the next snapshot, in the
+// previous snapshot's order (by hostname) with the hostnames in changed
+// replaced, dropped or appended, so that sorting it is cheap. The previous
+// snapshot holds exactly the merged services before this rebuild.
+func (a *Aggregator) servicesInOrder(changed map[string]bool) []*model.Service {
+	prev := a.snap.Load()
+	out := make([]*model.Service, 0, len(a.merged))
+	for _, s := range prev.Services() {
+		if !changed[s.Hostname] {
+			out = append(out, s)
+		} else if m := a.merged[s.Hostname]; m != nil {
+			out = append(out, m)
+		}
+	}
+	for h := range changed {
+		if _, was := prev.Service(h); !was {
+			if m := a.merged[h]; m != nil {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
 // offer passes a Replace through normalization and the hold-down.
 func (a *Aggregator) offer(lr *loopReg, in *input, now time.Time, touched map[string]bool, log *slog.Logger) {
-	st := normalize(lr.opts, in.services, in.rejected)
+	st, memo := normalizeWith(lr.opts, in.services, in.rejected, lr.memo)
+	lr.memo = memo
 	r := lr.opts.MaxDeleteRatio
 	confirmed := false
 	if served := lr.cur.endpoints; r > 0 && lr.applied && served > 0 {
