@@ -4,9 +4,12 @@
 // Translation (Translator) is a pure, incremental function of model
 // snapshots: resources of unchanged services are reused, and every
 // resource passes its protobuf ValidateAll. The Server keeps one
-// go-control-plane LinearCache per client class and type URL (endpoints
-// shared by both classes), so each resource is marshalled once for all
-// streams and Delta streams receive only the resources that changed.
+// collection per client class and type URL (endpoints shared by both
+// classes) and serves ADS itself (ads.go, store.go): each resource is
+// marshalled once per version for all streams, every stream's
+// subscriptions are indexed once and persist across responses, so an
+// update costs work only for the subscribers of what changed, and Delta
+// streams receive only the resources that changed.
 //
 // Naming follows DESIGN §6: clusters and ClusterLoadAssignments
 // outbound|<port>||<host>; Envoy listeners 0.0.0.0_<port> with route
@@ -18,7 +21,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -28,13 +30,8 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	gcplog "github.com/envoyproxy/go-control-plane/pkg/log"
-	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/model"
 )
@@ -53,13 +50,13 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu      sync.RWMutex // guards tr and invalid; held while caches update
+	mu      sync.RWMutex // guards tr and invalid; held while the store updates
 	tr      *Translator
 	invalid map[string]string
-	caches  map[Kind]*cache.LinearCache
+	store   *store
 
 	tracker *tracker
-	xds     serverv3.Server
+	ads     *ads
 	version atomic.Uint64
 }
 
@@ -77,22 +74,17 @@ func NewServer(o Options) *Server {
 		cancel:  cancel,
 		tr:      NewTranslator(),
 		invalid: map[string]string{},
-		caches:  map[Kind]*cache.LinearCache{},
+		store:   newStore(),
 		tracker: newTracker(log),
 	}
-	gl := slogAdapter{log}
-	for _, k := range Kinds {
-		s.caches[k] = cache.NewLinearCache(k.TypeURL, cache.WithLogger(gl))
-	}
-	s.xds = serverv3.NewServer(ctx, &watchRouter{caches: s.caches}, s.tracker,
-		sotw.WithLogger(gl))
+	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error}
 	return s
 }
 
 // Register registers the ADS service (SotW and Delta) on g. The caller
 // owns g: it listens, serves and stops it.
 func (s *Server) Register(g *grpc.Server) {
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
 }
 
 // Update translates snap incrementally and pushes the changed resources to
@@ -101,13 +93,10 @@ func (s *Server) Update(snap *model.Snapshot) {
 	start := time.Now()
 	s.mu.Lock()
 	ch := s.tr.Translate(snap)
+	s.store.apply(ch)
 	for _, k := range Kinds {
-		c := ch[k]
-		if c == nil {
+		if ch[k] == nil {
 			continue
-		}
-		if err := s.caches[k].UpdateResources(c.Updated, c.Removed); err != nil {
-			s.log.Error("xds cache update failed", "class", k.Class, "type", k.TypeURL, "error", err)
 		}
 		pushesTotal.WithLabelValues(shortType(k.TypeURL)).Inc()
 		resourcesGauge.WithLabelValues(classLabel(k.Class), shortType(k.TypeURL)).Set(float64(len(s.tr.Resources(k))))
@@ -154,9 +143,7 @@ func (s *Server) Invalid() []Invalid {
 
 // Proxies returns every connected stream's sync status, sorted by node id.
 func (s *Server) Proxies() []ProxyStatus {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.tracker.snapshot(s.tr.Resources)
+	return s.tracker.snapshot(s.store.count)
 }
 
 // ConfigDump returns, as indented JSON, the resources the newest stream
@@ -167,9 +154,7 @@ func (s *Server) Proxies() []ProxyStatus {
 // Resources are the current ones its subscriptions match, in protojson
 // form, sorted by name. It returns false for an unknown proxy.
 func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	class, names, ok := s.tracker.served(proxyID, s.tr.Resources)
+	class, subs, ok := s.tracker.served(proxyID)
 	if !ok {
 		return nil, false
 	}
@@ -178,8 +163,8 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 		Class     Class                        `json:"class"`
 		Resources map[string][]json.RawMessage `json:"resources"`
 	}{ID: proxyID, Class: class, Resources: map[string][]json.RawMessage{}}
-	for url, ns := range names {
-		current := s.tr.Resources(KindOf(class, url))
+	for url, sub := range subs {
+		ns, current := s.store.matching(sub)
 		list := make([]json.RawMessage, 0, len(ns))
 		for _, n := range ns {
 			b, err := protojson.Marshal(current[n])
@@ -211,64 +196,9 @@ func indentJSON(b []byte) []byte {
 	return buf.Bytes()
 }
 
-// watchRouter hands each watch to the cache of the client's class and the type
-// URL. Unlike cache.MuxCache it leaves a stream open when a client asks for
-// a type meshfed does not serve (the watch is never answered).
-type watchRouter struct {
-	caches map[Kind]*cache.LinearCache
-}
-
-var _ cache.Cache = (*watchRouter)(nil)
-
-func (r *watchRouter) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
-	c, ok := r.caches[KindOf(ClassifyNode(req.GetNode()), req.GetTypeUrl())]
-	if !ok {
-		return func() {}, nil
-	}
-	if req.GetErrorDetail() != nil && req.GetVersionInfo() == "" {
-		// A NACK of the first response carries no version; LinearCache would
-		// answer an empty version at once with the same resources, and the
-		// client would reject them again in a tight loop. The client waits
-		// for the next change instead.
-		req = proto.Clone(req).(*cache.Request)
-		req.VersionInfo = "nack"
-	}
-	return c.CreateWatch(req, sub, ch)
-}
-
-func (r *watchRouter) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
-	c, ok := r.caches[KindOf(ClassifyNode(req.GetNode()), req.GetTypeUrl())]
-	if !ok {
-		return func() {}, nil
-	}
-	return c.CreateDeltaWatch(req, sub, ch)
-}
-
-func (r *watchRouter) Fetch(context.Context, *cache.Request) (cache.Response, error) {
-	return nil, fmt.Errorf("REST xDS is not served")
-}
-
-// LevelTrace is below slog.LevelDebug: go-control-plane's per-watch lines
-// are logged there, so `--log-level debug` stays readable with many proxies.
+// LevelTrace is below slog.LevelDebug, for per-stream lines that would
+// make `--log-level debug` unreadable with many proxies.
 const LevelTrace = slog.LevelDebug - 4
-
-// slogAdapter routes go-control-plane's logging to slog. Its Debug and Info
-// lines are per watch, so they go to LevelTrace, formatted only when enabled
-// (they sit on the push path).
-type slogAdapter struct{ l *slog.Logger }
-
-var _ gcplog.Logger = slogAdapter{}
-
-func (a slogAdapter) logf(lv slog.Level, f string, args []any) {
-	if a.l.Enabled(context.Background(), lv) {
-		a.l.Log(context.Background(), lv, fmt.Sprintf(f, args...))
-	}
-}
-
-func (a slogAdapter) Debugf(f string, args ...any) { a.logf(LevelTrace, f, args) }
-func (a slogAdapter) Infof(f string, args ...any)  { a.logf(LevelTrace, f, args) }
-func (a slogAdapter) Warnf(f string, args ...any)  { a.logf(slog.LevelWarn, f, args) }
-func (a slogAdapter) Errorf(f string, args ...any) { a.logf(slog.LevelError, f, args) }
 
 // resourceNames is the sorted key set of a collection (for tests and dumps).
 func resourceNames(m map[string]types.Resource) []string { return slices.Sorted(maps.Keys(m)) }

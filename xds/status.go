@@ -2,7 +2,6 @@ package xds
 
 import (
 	"cmp"
-	"context"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -11,8 +10,6 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 )
 
 // ProxyStatus is one xDS stream as /debug/syncz shows it.
@@ -66,30 +63,30 @@ type streamKey struct {
 
 type typeState struct {
 	TypeStatus
-	sub     stream.Subscription
-	hasSub  bool
+	sub     *typeSub
 	pending map[string]string // delta: nonce → system version, until (N)ACKed
 }
 
 type streamState struct {
 	key       streamKey
-	nodeID    string
-	class     Class
-	nodeType  string
 	connected time.Time
-	counted   bool // in connectedProxies
-	types     map[string]*typeState
+
+	mu       sync.Mutex // guards the fields below
+	nodeID   string
+	class    Class
+	nodeType string
+	counted  bool // in connectedProxies
+	types    map[string]*typeState
 }
 
 // tracker records, per stream and type URL, what was sent, what was acked
-// and the last NACK. It implements go-control-plane's server callbacks;
-// every method only updates memory under a short lock, so a NACK never
-// blocks anything.
+// and the last NACK. Each stream's goroutine updates its own record under
+// a short per-stream lock, so a NACK never blocks anything.
 type tracker struct {
 	log *slog.Logger
 	now func() time.Time
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards streams
 	streams map[streamKey]*streamState
 }
 
@@ -97,48 +94,48 @@ func newTracker(log *slog.Logger) *tracker {
 	return &tracker{log: log, now: time.Now, streams: map[streamKey]*streamState{}}
 }
 
-func (t *tracker) open(k streamKey) {
+func (t *tracker) open(k streamKey) *streamState {
+	s := &streamState{key: k, connected: t.now(), types: map[string]*typeState{}}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.streams[k] = &streamState{key: k, connected: t.now(), types: map[string]*typeState{}}
-}
-
-func (t *tracker) close(k streamKey) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.streams[k]
-	if s == nil {
-		return
-	}
-	if s.counted {
-		connectedProxies.WithLabelValues(string(s.class)).Dec()
-	}
-	delete(t.streams, k)
-	t.log.Debug("xds stream closed", "node", s.nodeID, "stream", streamKind(k), "streamId", k.id)
-}
-
-// stream returns the state of k, learning the node from n. Callers hold t.mu.
-func (t *tracker) stream(k streamKey, n *core.Node) *streamState {
-	s := t.streams[k]
-	if s == nil {
-		s = &streamState{key: k, connected: t.now(), types: map[string]*typeState{}}
-		t.streams[k] = s
-	}
-	if n != nil && !s.counted {
-		s.nodeID = n.GetId()
-		s.class = ClassifyNode(n)
-		s.nodeType = NodeType(s.nodeID)
-		s.counted = true
-		connectedProxies.WithLabelValues(string(s.class)).Inc()
-		t.log.Info("xds proxy connected", "node", s.nodeID, "class", s.class, "stream", streamKind(k), "streamId", k.id)
-	}
+	t.streams[k] = s
+	t.mu.Unlock()
 	return s
 }
 
-func (s *streamState) typ(url string) *typeState {
+func (t *tracker) close(s *streamState) {
+	t.mu.Lock()
+	delete(t.streams, s.key)
+	t.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.counted {
+		connectedProxies.WithLabelValues(string(s.class)).Dec()
+	}
+	t.log.Debug("xds stream closed", "node", s.nodeID, "stream", streamKind(s.key), "streamId", s.key.id)
+}
+
+// learn records the node of the stream's first request that carries one.
+func (t *tracker) learn(s *streamState, n *core.Node, class Class) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n == nil || s.counted {
+		return
+	}
+	s.nodeID = n.GetId()
+	s.class = class
+	s.nodeType = NodeType(s.nodeID)
+	s.counted = true
+	connectedProxies.WithLabelValues(string(s.class)).Inc()
+	t.log.Info("xds proxy connected", "node", s.nodeID, "class", s.class, "stream", streamKind(s.key), "streamId", s.key.id)
+}
+
+// typ returns the record of a type URL, created with its subscription.
+func (t *tracker) typ(s *streamState, url string, sub *typeSub) *typeState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	ts := s.types[url]
 	if ts == nil {
-		ts = &typeState{TypeStatus: TypeStatus{TypeURL: url}, pending: map[string]string{}}
+		ts = &typeState{TypeStatus: TypeStatus{TypeURL: url}, sub: sub}
 		s.types[url] = ts
 	}
 	return ts
@@ -157,24 +154,14 @@ func streamKind(k streamKey) string {
 	return "sotw"
 }
 
-// OnStreamOpen implements sotw.Callbacks.
-func (t *tracker) OnStreamOpen(_ context.Context, id int64, _ string) error {
-	t.open(streamKey{id: id})
-	return nil
-}
-
-// OnStreamClosed implements sotw.Callbacks.
-func (t *tracker) OnStreamClosed(id int64, _ *core.Node) { t.close(streamKey{id: id}) }
-
-// OnStreamRequest implements sotw.Callbacks.
-func (t *tracker) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.stream(streamKey{id: id}, req.GetNode())
-	ts := s.typ(req.GetTypeUrl())
+// sotwRequest records the ACK or NACK a SotW request carries; requests
+// with a stale nonce are ignored, as the server ignores them.
+func (t *tracker) sotwRequest(s *streamState, ts *typeState, req *discovery.DiscoveryRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	nonce := req.GetResponseNonce()
 	if ts.SentNonce != "" && nonce != ts.SentNonce {
-		return nil // stale: the server ignores it too
+		return
 	}
 	if nonce != "" {
 		if d := req.GetErrorDetail(); d != nil {
@@ -183,127 +170,83 @@ func (t *tracker) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) err
 			ts.AckedVersion, ts.AckedNonce = req.GetVersionInfo(), nonce
 		}
 	}
-	if !ts.hasSub {
-		ts.sub = stream.NewSotwSubscription(req.GetResourceNames(), true)
-		ts.hasSub = true
-	} else {
-		ts.sub.SetResourceSubscription(req.GetResourceNames())
+}
+
+// deltaRequest records the ACK or NACK a delta request carries.
+func (t *tracker) deltaRequest(s *streamState, ts *typeState, req *discovery.DeltaDiscoveryRequest) {
+	nonce := req.GetResponseNonce()
+	if nonce == "" {
+		return
 	}
-	return nil
-}
-
-// OnStreamResponse implements sotw.Callbacks.
-func (t *tracker) OnStreamResponse(_ context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ts := t.stream(streamKey{id: id}, nil).typ(req.GetTypeUrl())
-	ts.SentVersion, ts.SentNonce = resp.GetVersionInfo(), resp.GetNonce()
-}
-
-// OnDeltaStreamOpen implements delta.Callbacks.
-func (t *tracker) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
-	t.open(streamKey{delta: true, id: id})
-	return nil
-}
-
-// OnDeltaStreamClosed implements delta.Callbacks.
-func (t *tracker) OnDeltaStreamClosed(id int64, _ *core.Node) {
-	t.close(streamKey{delta: true, id: id})
-}
-
-// OnStreamDeltaRequest implements delta.Callbacks. go-control-plane calls
-// it before filling in the node of follow-up requests; the stream keeps the
-// node of its first request.
-func (t *tracker) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.stream(streamKey{delta: true, id: id}, req.GetNode())
-	ts := s.typ(req.GetTypeUrl())
-	if nonce := req.GetResponseNonce(); nonce != "" {
-		version, known := ts.pending[nonce]
-		if known {
-			// Responses are answered in order; drop this one and older ones.
-			n, _ := strconv.ParseInt(nonce, 10, 64)
-			for p := range ts.pending {
-				if m, err := strconv.ParseInt(p, 10, 64); err == nil && m <= n {
-					delete(ts.pending, p)
-				}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	version, known := ts.pending[nonce]
+	if known {
+		// Responses are answered in order; drop this one and older ones.
+		n, _ := strconv.ParseInt(nonce, 10, 64)
+		for p := range ts.pending {
+			if m, err := strconv.ParseInt(p, 10, 64); err == nil && m <= n {
+				delete(ts.pending, p)
 			}
 		}
-		if d := req.GetErrorDetail(); d != nil {
-			t.nack(s, ts, version, nonce, d.GetMessage())
-		} else if known {
-			ts.AckedVersion, ts.AckedNonce = version, nonce
-		}
 	}
-	if !ts.hasSub {
-		ts.sub = stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), nil, true)
-		ts.hasSub = true
-	} else {
-		ts.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+	if d := req.GetErrorDetail(); d != nil {
+		t.nack(s, ts, version, nonce, d.GetMessage())
+	} else if known {
+		ts.AckedVersion, ts.AckedNonce = version, nonce
 	}
-	return nil
 }
 
-// OnStreamDeltaResponse implements delta.Callbacks.
-func (t *tracker) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ts := t.stream(streamKey{delta: true, id: id}, nil).typ(req.GetTypeUrl())
-	ts.SentVersion, ts.SentNonce = resp.GetSystemVersionInfo(), resp.GetNonce()
+// response records a response about to be sent.
+func (t *tracker) response(s *streamState, ts *typeState, version, nonce string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts.SentVersion, ts.SentNonce = version, nonce
+	if !s.key.delta {
+		return
+	}
 	const maxPending = 64 // a client that never answers cannot grow this
-	if len(ts.pending) >= maxPending {
+	if ts.pending == nil {
+		ts.pending = map[string]string{}
+	} else if len(ts.pending) >= maxPending {
 		clear(ts.pending)
 	}
-	ts.pending[resp.GetNonce()] = resp.GetSystemVersionInfo()
-}
-
-// OnFetchRequest implements rest.Callbacks; REST is not served.
-func (t *tracker) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }
-
-// OnFetchResponse implements rest.Callbacks.
-func (t *tracker) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
-
-// matching returns the names of current that the subscription matches, sorted.
-func matching(sub stream.Subscription, current map[string]types.Resource) []string {
-	var names []string
-	if sub.IsWildcard() {
-		for n := range current {
-			names = append(names, n)
-		}
-	} else {
-		for n := range sub.SubscribedResources() {
-			if _, ok := current[n]; ok {
-				names = append(names, n)
-			}
-		}
-	}
-	slices.Sort(names)
-	return names
+	ts.pending[nonce] = version
 }
 
 // snapshot returns every stream that has sent its node, sorted by id and
-// stream, with resource counts taken from resources.
-func (t *tracker) snapshot(resources func(Kind) map[string]types.Resource) []ProxyStatus {
+// stream, with resource counts from count.
+func (t *tracker) snapshot(count func(*typeSub) int) []ProxyStatus {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]ProxyStatus, 0, len(t.streams))
+	streams := make([]*streamState, 0, len(t.streams))
 	for _, s := range t.streams {
+		streams = append(streams, s)
+	}
+	t.mu.Unlock()
+	out := make([]ProxyStatus, 0, len(streams))
+	for _, s := range streams {
+		s.mu.Lock()
 		if !s.counted {
+			s.mu.Unlock()
 			continue
 		}
 		p := ProxyStatus{ID: s.nodeID, Class: string(s.class), NodeType: s.nodeType,
 			Stream: streamKind(s.key), StreamID: s.key.id, Connected: s.connected}
+		var subs []*typeSub
 		for _, ts := range s.types {
 			st := ts.TypeStatus
 			if ts.LastNack != nil {
 				n := *ts.LastNack
 				st.LastNack = &n
 			}
-			if ts.hasSub {
-				st.Resources = len(matching(ts.sub, resources(KindOf(s.class, ts.TypeURL))))
-			}
 			p.Types = append(p.Types, st)
+			subs = append(subs, ts.sub)
+		}
+		s.mu.Unlock()
+		for i, sub := range subs {
+			if sub != nil {
+				p.Types[i].Resources = count(sub)
+			}
 		}
 		slices.SortFunc(p.Types, func(a, b TypeStatus) int { return cmp.Compare(a.TypeURL, b.TypeURL) })
 		out = append(out, p)
@@ -314,24 +257,32 @@ func (t *tracker) snapshot(resources func(Kind) map[string]types.Resource) []Pro
 	return out
 }
 
-// served returns, for the newest stream of proxyID, the resource names it
-// is served per type URL.
-func (t *tracker) served(proxyID string, resources func(Kind) map[string]types.Resource) (Class, map[string][]string, bool) {
+// served returns the class and the subscriptions per type URL of the
+// newest stream of proxyID.
+func (t *tracker) served(proxyID string) (Class, map[string]*typeSub, bool) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	var best *streamState
+	streams := make([]*streamState, 0, len(t.streams))
 	for _, s := range t.streams {
+		streams = append(streams, s)
+	}
+	t.mu.Unlock()
+	var best *streamState
+	for _, s := range streams {
+		s.mu.Lock()
 		if s.counted && s.nodeID == proxyID && (best == nil || s.connected.After(best.connected)) {
 			best = s
 		}
+		s.mu.Unlock()
 	}
 	if best == nil {
 		return "", nil, false
 	}
-	out := map[string][]string{}
+	best.mu.Lock()
+	defer best.mu.Unlock()
+	out := map[string]*typeSub{}
 	for url, ts := range best.types {
-		if ts.hasSub {
-			out[url] = matching(ts.sub, resources(KindOf(best.class, url)))
+		if ts.sub != nil {
+			out[url] = ts.sub
 		}
 	}
 	return best.class, out, true

@@ -1,0 +1,306 @@
+package xds
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// ads serves the AggregatedDiscoveryService (SotW and Delta) from a store.
+//
+// Each stream runs two goroutines: gRPC's handler, which owns the
+// stream's state and sends every response, and a receiver that hands it
+// requests. Per type URL a stream has one persistent subscription in the
+// store's index. Like go-control-plane's one-shot watches, a type gets a
+// new response only after the client answered the previous one (ACK,
+// NACK or a new subscription); changes in between accumulate as dirty
+// names and go out together. Unlike them, answering costs nothing per
+// subscribed name: only dirty names are compared with the versions the
+// client holds.
+type ads struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+
+	ctx     context.Context
+	store   *store
+	tracker *tracker
+	sotwIDs atomic.Int64
+	deltaID atomic.Int64
+	errorf  func(msg string, args ...any)
+}
+
+// stream is one ADS stream.
+type stream struct {
+	delta  bool
+	status *streamState
+	wake   chan struct{}
+
+	mu      sync.Mutex // guards pending, queue and the dirty state of types
+	pending bool       // woken and not yet processed
+	queue   []*typeSub // types changed by updates, in the order they changed
+
+	// Owned by the handler goroutine.
+	class Class
+	named bool // class known (first request seen)
+	types map[string]*typeSub
+	nonce int64
+}
+
+func (st *stream) wakeUp() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// recv reads requests into a channel until the stream ends.
+func recv[R any](ctx context.Context, next func() (R, error)) <-chan R {
+	ch := make(chan R)
+	go func() {
+		defer close(ch)
+		for {
+			r, err := next()
+			if err != nil {
+				return
+			}
+			select {
+			case ch <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func (a *ads) open(delta bool) *stream {
+	k := streamKey{delta: delta}
+	if delta {
+		k.id = a.deltaID.Add(1)
+	} else {
+		k.id = a.sotwIDs.Add(1)
+	}
+	return &stream{delta: delta, status: a.tracker.open(k), wake: make(chan struct{}, 1), types: map[string]*typeSub{}}
+}
+
+func (a *ads) close(st *stream) {
+	subs := make([]*typeSub, 0, len(st.types))
+	for _, ts := range st.types {
+		subs = append(subs, ts)
+	}
+	a.store.drop(subs)
+	a.tracker.close(st.status)
+}
+
+// sub returns the stream's subscription to typeURL and whether it is new;
+// the first request fixes the stream's class.
+func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool) {
+	if !st.named {
+		st.named = true
+		st.class = ClassifyNode(node)
+	}
+	a.tracker.learn(st.status, node, st.class)
+	if ts := st.types[typeURL]; ts != nil {
+		return ts, false
+	}
+	ts := &typeSub{st: st, typeURL: typeURL, coll: a.store.colls[KindOf(st.class, typeURL)], names: map[string]struct{}{}}
+	ts.status = a.tracker.typ(st.status, typeURL, ts)
+	st.types[typeURL] = ts
+	return ts, true
+}
+
+// StreamAggregatedResources serves a SotW ADS stream.
+func (a *ads) StreamAggregatedResources(str discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	st := a.open(false)
+	defer a.close(st)
+	reqs := recv(str.Context(), str.Recv)
+	var node *core.Node
+	for {
+		select {
+		case <-a.ctx.Done():
+			return nil
+		case <-st.wake:
+			if err := a.pushAll(st, str.Send, nil); err != nil {
+				return err
+			}
+		case req, ok := <-reqs:
+			if !ok {
+				return nil
+			}
+			if req.GetNode() != nil && node == nil {
+				node = req.GetNode()
+			}
+			url := req.GetTypeUrl()
+			if url == "" {
+				return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+			}
+			ts, first := a.sub(st, node, url)
+			a.tracker.sotwRequest(st.status, ts.status, req)
+			if !first && ts.nonce != "" && req.GetResponseNonce() != ts.nonce {
+				continue // stale: an answer to an older response
+			}
+			a.store.subscribeSotw(ts, first, req.GetResourceNames())
+			ts.inflight = false
+			// A request without a version asks for the current state even
+			// if empty. A NACK of the first response carries no version
+			// either; answering it at once would resend what the client
+			// just rejected, so it waits for the next change.
+			reply := req.GetVersionInfo() == "" && req.GetErrorDetail() == nil
+			if err := a.push(st, ts, reply, str.Send, nil); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// DeltaAggregatedResources serves a delta (incremental) ADS stream.
+func (a *ads) DeltaAggregatedResources(str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	st := a.open(true)
+	defer a.close(st)
+	reqs := recv(str.Context(), str.Recv)
+	var node *core.Node
+	for {
+		select {
+		case <-a.ctx.Done():
+			return nil
+		case <-st.wake:
+			if err := a.pushAll(st, nil, str.Send); err != nil {
+				return err
+			}
+		case req, ok := <-reqs:
+			if !ok {
+				return nil
+			}
+			if req.GetNode() != nil && node == nil {
+				node = req.GetNode()
+			}
+			url := req.GetTypeUrl()
+			if url == "" {
+				return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+			}
+			ts, first := a.sub(st, node, url)
+			a.tracker.deltaRequest(st.status, ts.status, req)
+			a.store.subscribeDelta(ts, first, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions())
+			ts.inflight = false
+			// A wildcard subscription's first request is answered even
+			// when empty: Envoy waits for it to finish initialization.
+			a.store.mu.RLock()
+			reply := ts.wildcard && req.GetResponseNonce() == ""
+			a.store.mu.RUnlock()
+			if err := a.push(st, ts, reply, nil, str.Send); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+type (
+	sotwSend  func(*discovery.DiscoveryResponse) error
+	deltaSend func(*discovery.DeltaDiscoveryResponse) error
+)
+
+// pushAll sends what changed on the types of a woken stream, in the order
+// updates changed them.
+func (a *ads) pushAll(st *stream, sotw sotwSend, delta deltaSend) error {
+	st.mu.Lock()
+	st.pending = false
+	queue := st.queue
+	st.queue = nil
+	for _, ts := range queue {
+		ts.queued = false
+	}
+	st.mu.Unlock()
+	for _, ts := range queue {
+		if err := a.push(st, ts, false, sotw, delta); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// push compares ts's dirty names with what the client holds and sends a
+// response if the protocol calls for one: delta, when a resource changed
+// or went away; SotW, the full matching state for LDS/CDS when anything
+// changed, only the changed resources for EDS/RDS. reply sends a response
+// even if nothing changed. Nothing is sent while a response is unanswered.
+func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta deltaSend) error {
+	if ts.coll == nil || ts.inflight {
+		return nil
+	}
+	dirty, all := ts.takeDirty()
+	if len(dirty) == 0 && !all && !reply {
+		return nil
+	}
+	full := !st.delta && cache.ResourceRequiresFullStateInSotw(ts.typeURL)
+	cands, matching, version := a.store.snapshot(ts, dirty, all, full)
+	var changed []*cachedRes
+	var changedWire []*wire
+	var removed []string
+	for _, c := range cands {
+		if c.r == nil {
+			if _, ok := ts.known[c.name]; ok {
+				removed = append(removed, c.name)
+			}
+			continue
+		}
+		w, err := c.r.wire()
+		if err != nil {
+			a.errorf("xds cachedRes not sent: marshal failed", "type", ts.typeURL, "name", c.name, "error", err)
+			continue
+		}
+		if v, ok := ts.known[c.name]; !ok || v != w.version {
+			changed = append(changed, c.r)
+			changedWire = append(changedWire, w)
+		}
+	}
+	for _, n := range removed {
+		delete(ts.known, n)
+	}
+	if len(changed) == 0 && len(removed) == 0 && !reply {
+		return nil
+	}
+	st.nonce++
+	nonce := strconv.FormatInt(st.nonce, 10)
+	if st.delta {
+		rs := make([]*discovery.Resource, len(changedWire))
+		for i, w := range changedWire {
+			rs[i] = w.delta
+			ts.known[changed[i].name] = w.version
+		}
+		a.sent(ts, version, nonce)
+		return delta(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: ts.typeURL,
+			Nonce: nonce, Resources: rs, RemovedResources: removed})
+	}
+	if !full {
+		if len(changed) == 0 && !reply {
+			st.nonce-- // SotW cannot carry removals of EDS/RDS: nothing to send
+			return nil
+		}
+		matching = changed
+	}
+	anys := make([]*anypb.Any, 0, len(matching))
+	for _, r := range matching {
+		w, err := r.wire()
+		if err != nil {
+			a.errorf("xds cachedRes not sent: marshal failed", "type", ts.typeURL, "name", r.name, "error", err)
+			continue
+		}
+		anys = append(anys, w.any)
+		ts.known[r.name] = w.version
+	}
+	a.sent(ts, version, nonce)
+	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, Resources: anys})
+}
+
+func (a *ads) sent(ts *typeSub, version, nonce string) {
+	ts.inflight = true
+	ts.nonce = nonce
+	a.tracker.response(ts.st.status, ts.status, version, nonce)
+}
