@@ -89,7 +89,7 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 			g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
 			continue
 		}
-		if lu, ok := reg.(launcherUser); ok {
+		if lu, ok := reg.(registries.LauncherUser); ok {
 			lu.SetLauncher(g)
 		}
 		g.runners[r.Name] = registries.NewRunner(c, reg, g.agg, rlog)
@@ -113,13 +113,7 @@ func (g *Gateway) registerMetrics() error {
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
 	cs = append(cs, kindCollectors()...)
-	for name, r := range g.runners {
-		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "meshfed_registry_restarts_total",
-			Help:        "Times the supervisor restarted the registry after a failure.",
-			ConstLabels: prometheus.Labels{"registry": name},
-		}, func() float64 { return float64(r.Restarts()) }))
-	}
+	cs = append(cs, restartsCollector{g})
 	for _, c := range cs {
 		if err := g.metrics.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)

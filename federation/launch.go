@@ -8,7 +8,6 @@ import (
 
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/kube"
 )
 
 // runtimeRegistries are the registries started while the gateway runs
@@ -20,12 +19,9 @@ type runtimeRegistries struct {
 	runners map[string]*registries.Runner
 }
 
-// launcherUser is a registry that starts registries at runtime.
-type launcherUser interface{ SetLauncher(kube.Launcher) }
+var _ registries.Launcher = (*Gateway)(nil)
 
-var _ kube.Launcher = (*Gateway)(nil)
-
-// Launch implements kube.Launcher: it runs reg like a clusters.yaml entry
+// Launch implements registries.Launcher: it runs reg like a clusters.yaml entry
 // named c.Name (own child supervisor, on /healthz/registries, counted for
 // /readyz), with the outage and maxDeleteRatio of the entry named parent.
 // It fails if the name is taken or the gateway is not running. stop

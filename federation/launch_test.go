@@ -104,7 +104,16 @@ registries:
 		return nil
 	})
 
+	for _, name := range []string{"east", "west"} {
+		if m, want := metrics(t, g), `meshfed_registry_restarts_total{registry="`+name+`"} 0`; !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
 	stop()
+	if m := metrics(t, g); strings.Contains(m, `registry="west"`) || !strings.Contains(m, `meshfed_registry_restarts_total{registry="east"}`) {
+		t.Errorf("after stop, /metrics still counts west or lost east:\n%s", grepLines(m, "meshfed_registry_restarts_total"))
+	}
 	select {
 	case <-reg.done:
 	default:
@@ -120,6 +129,23 @@ registries:
 		return nil
 	})
 	stop() // a second call is harmless
+}
+
+func metrics(t *testing.T, g *Gateway) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	g.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func freeAddr(t *testing.T) string {

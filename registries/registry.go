@@ -149,3 +149,22 @@ func IsPermanent(err error) bool {
 type PathResolver interface {
 	ResolvePaths(dir string)
 }
+
+// Launcher runs registries that a registry discovers at runtime (remote
+// Kubernetes clusters found by secretDiscovery). The gateway implements it.
+type Launcher interface {
+	// Launch adds a registry named c.Name to the aggregator, with the outage
+	// and maxDeleteRatio settings of the registry named parent, and runs
+	// reg under its own supervisor like a clusters.yaml entry (it appears
+	// on /healthz/registries). It fails if c.Name is already a registry.
+	// stop stops reg, waits for its Run to return and removes its shard:
+	// its services and endpoints leave the model.
+	Launch(parent string, c Common, reg Registry) (stop func(), err error)
+}
+
+// LauncherUser is a registry that starts registries at runtime. The
+// gateway gives it a Launcher before the first Run; without one it starts
+// nothing (it may log what it would start).
+type LauncherUser interface {
+	SetLauncher(Launcher)
+}

@@ -25,22 +25,11 @@ import (
 	"github.com/meshfed/meshfed/registries"
 )
 
-// Launcher runs registries that a registry discovers at runtime (remote
-// clusters). The gateway implements it; without one, secretDiscovery only
-// logs what it would start.
-type Launcher interface {
-	// Launch adds a registry named c.Name to the aggregator, with the outage
-	// and maxDeleteRatio settings of the registry named parent, and runs
-	// reg under its own supervisor like a clusters.yaml entry (it appears
-	// on /healthz/registries). It fails if c.Name is already a registry.
-	// stop stops reg, waits for its Run to return and removes its shard:
-	// its services and endpoints leave the model.
-	Launch(parent string, c registries.Common, reg registries.Registry) (stop func(), err error)
-}
+var _ registries.LauncherUser = (*Registry)(nil)
 
 // SetLauncher gives the registry what starts remote cluster registries.
 // Call it before the first Run.
-func (r *Registry) SetLauncher(l Launcher) {
+func (r *Registry) SetLauncher(l registries.Launcher) {
 	r.disc.mu.Lock()
 	defer r.disc.mu.Unlock()
 	r.disc.launcher = l
@@ -50,7 +39,7 @@ func (r *Registry) SetLauncher(l Launcher) {
 // clusters keep running while their parent restarts.
 type discovery struct {
 	mu       sync.Mutex
-	launcher Launcher
+	launcher registries.Launcher
 	remotes  map[string]*remoteCluster // by cluster (registry) name
 	warned   bool                      // logged the missing launcher
 }
