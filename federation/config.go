@@ -35,10 +35,13 @@ const (
 	DefaultXDSAddress    = "127.0.0.1:15010"
 	DefaultAdminAddress  = "127.0.0.1:15014"
 	DefaultDebounceQuiet = Duration(20 * time.Millisecond)
-	DefaultDebounceMax   = Duration(500 * time.Millisecond)
-	DefaultSyncTimeout   = Duration(30 * time.Second)
-	DefaultOutagePolicy  = OutageKeep
-	DefaultExpireAfter   = Duration(10 * time.Minute)
+	// DefaultDebounceMax bounds how long continuous churn (no quiet period)
+	// delays a push: at most what Istio adds to every push
+	// (PILOT_DEBOUNCE_AFTER, 100ms); see bench/analysis.md (S2).
+	DefaultDebounceMax  = Duration(100 * time.Millisecond)
+	DefaultSyncTimeout  = Duration(30 * time.Second)
+	DefaultOutagePolicy = OutageKeep
+	DefaultExpireAfter  = Duration(10 * time.Minute)
 )
 
 // Config is a loaded, defaulted and validated clusters.yaml.
@@ -141,7 +144,7 @@ type Duration = registries.Duration
 //	xds.address             127.0.0.1:15010
 //	admin.address           127.0.0.1:15014
 //	debounce.quiet          20ms
-//	debounce.max            500ms
+//	debounce.max            100ms
 //	syncTimeout             30s
 //	registries[].outage.policy       keep
 //	registries[].outage.expireAfter  10m

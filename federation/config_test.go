@@ -87,7 +87,7 @@ func TestLoadBad(t *testing.T) {
 			`bad/bad-duration.yaml:10:20: registries[0].outage.expireAfter: bad duration "0s": must be positive`,
 		}},
 		{file: "bad/debounce-order.yaml", problems: 1, want: []string{
-			`bad/debounce-order.yaml:2:10: debounce.quiet: debounce.max (500ms) must not be less than debounce.quiet (1s)`,
+			`bad/debounce-order.yaml:2:10: debounce.quiet: debounce.max (100ms) must not be less than debounce.quiet (1s)`,
 		}},
 		{file: "bad/bad-address.yaml", problems: 2, want: []string{
 			`bad/bad-address.yaml:2:12: xds.address: bad address "127.0.0.1": want host:port`,
@@ -222,7 +222,7 @@ func TestLoadGood(t *testing.T) {
 				return &Config{
 					XDS:         XDS{Address: "127.0.0.1:15010"},
 					Admin:       Admin{Address: "127.0.0.1:15014"},
-					Debounce:    Debounce{Quiet: Duration(20 * time.Millisecond), Max: Duration(500 * time.Millisecond)},
+					Debounce:    Debounce{Quiet: Duration(20 * time.Millisecond), Max: Duration(100 * time.Millisecond)},
 					SyncTimeout: Duration(30 * time.Second),
 					Registries: []Registry{{
 						Name:   "vms",
@@ -234,7 +234,7 @@ func TestLoadGood(t *testing.T) {
 					Path: "testdata/good/minimal.yaml",
 				}
 			},
-			summary: "testdata/good/minimal.yaml: 1 registry (vms: file vm.internal); xds 127.0.0.1:15010; admin 127.0.0.1:15014; debounce 20ms/500ms; syncTimeout 30s",
+			summary: "testdata/good/minimal.yaml: 1 registry (vms: file vm.internal); xds 127.0.0.1:15010; admin 127.0.0.1:15014; debounce 20ms/100ms; syncTimeout 30s",
 		},
 		{
 			file: "good/full.yaml",
