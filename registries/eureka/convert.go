@@ -53,18 +53,6 @@ const (
 	hasHTTPS
 )
 
-func (s portSet) String() string {
-	switch s {
-	case hasHTTP:
-		return "port"
-	case hasHTTPS:
-		return "securePort"
-	case hasHTTP | hasHTTPS:
-		return "port and securePort"
-	}
-	return "no port"
-}
-
 // convertApp turns the instances of one Eureka app into a service named
 // <app-lowercased>.<domain>. Malformed instances are rejected one by one;
 // the rest are kept. It does not modify insts.
@@ -166,31 +154,23 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 	// An EDS service needs IPs, a DNS one hostnames: when both appear, keep
 	// the IPs and reject the hostnames.
 	anyIP := slices.ContainsFunc(kept, func(i inst) bool { return i.ip })
-	// The app serves the ports most of its instances enable; an instance
-	// lacking one of them is rejected (an endpoint must serve every port of
-	// its service), one with more keeps the app's.
-	setVotes := map[portSet]int{}
-	for _, i := range kept {
-		if !anyIP || i.ip {
-			setVotes[i.ports]++
-		}
-	}
-	want := registries.Majority(setVotes, 0)
+	// The app serves every port one of its instances enables, each on the
+	// number most of those instances give; an instance that does not
+	// enable one of them is marked NotServed on it (left out of that
+	// port's endpoints), not rejected.
 	final := kept[:0]
+	var union portSet
 	httpVotes, httpsVotes := map[uint32]int{}, map[uint32]int{}
 	for _, i := range kept {
-		switch {
-		case anyIP && !i.ip:
+		if anyIP && !i.ip {
 			reject(i.ep.Origin, "hostName %q is not an IP address while other instances use IPs", i.ep.Address)
 			continue
-		case i.ports&want != want:
-			reject(i.ep.Origin, "instance enables %v while most instances of the app enable %v", i.ports, want)
-			continue
 		}
-		if want&hasHTTP != 0 {
+		union |= i.ports
+		if i.ports&hasHTTP != 0 {
 			httpVotes[i.http]++
 		}
-		if want&hasHTTPS != 0 {
+		if i.ports&hasHTTPS != 0 {
 			httpsVotes[i.https]++
 		}
 		final = append(final, i)
@@ -201,15 +181,18 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 
 	proto := registries.Majority(protoVotes, cfg.Protocol)
 	var ports []model.Port
-	if want&hasHTTP != 0 {
+	if union&hasHTTP != 0 {
 		ports = append(ports, model.Port{Name: portHTTP, Number: registries.Majority(httpVotes, 0), Protocol: proto})
 	}
-	if want&hasHTTPS != 0 {
-		n := registries.Majority(httpsVotes, 0)
-		// One number cannot be two ports: when port and securePort are
-		// the same, the plain port wins.
-		if want&hasHTTP == 0 || n != ports[0].Number {
-			ports = append(ports, model.Port{Name: portHTTPS, Number: n, Protocol: model.ProtocolTCP})
+	if union&hasHTTPS != 0 {
+		// One number cannot be two ports: the secure port takes the most
+		// given number that is not the plain port's, and is left out if
+		// there is none.
+		for _, n := range registries.Ranked(httpsVotes) {
+			if union&hasHTTP == 0 || n != ports[0].Number {
+				ports = append(ports, model.Port{Name: portHTTPS, Number: n, Protocol: model.ProtocolTCP})
+				break
+			}
 		}
 	}
 
@@ -219,10 +202,16 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 	}
 	svc.Endpoints = make([]model.Endpoint, 0, len(final))
 	for _, i := range final {
+		served := 0
 		for _, p := range ports {
-			n := i.http
+			n, has := i.http, i.ports&hasHTTP != 0
 			if p.Name == portHTTPS {
-				n = i.https
+				n, has = i.https, i.ports&hasHTTPS != 0
+			}
+			if !has {
+				n = model.NotServed
+			} else {
+				served++
 			}
 			if n != p.Number {
 				if i.ep.Ports == nil {
@@ -231,7 +220,14 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 				i.ep.Ports[p.Name] = n
 			}
 		}
+		if served == 0 {
+			reject(i.ep.Origin, "instance enables only securePort %d, the number of the app's port", i.https)
+			continue
+		}
 		svc.Endpoints = append(svc.Endpoints, i.ep)
+	}
+	if len(svc.Endpoints) == 0 {
+		return out
 	}
 	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int { return strings.Compare(a.Origin, b.Origin) })
 	out.svc, out.ok = svc, true

@@ -1,6 +1,7 @@
 package eureka
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -320,7 +321,7 @@ func TestConvertRules(t *testing.T) {
 			app:       "SVC",
 			insts:     []*instance{mk("a", "10.0.0.1", "", 80, 0, "UP", ""), mk("b", "10.0.0.2", "", 80, 0, "STARTING", ""), mk("c", "10.0.0.3", "", 81, 0, "UNKNOWN", ""), mk("d", "10.0.0.4", "", 80, 0, "OUT_OF_SERVICE", "")},
 			wantPorts: "http:80:HTTP",
-			wantEps:   "10.0.0.1/HEALTHY 10.0.0.2/UNHEALTHY 10.0.0.3:81/UNHEALTHY 10.0.0.4/DRAINING",
+			wantEps:   "10.0.0.1/HEALTHY 10.0.0.2/UNHEALTHY 10.0.0.3:http=81/UNHEALTHY 10.0.0.4/DRAINING",
 		},
 		{
 			name:      "config protocol, metadata protocol wins by majority",
@@ -339,13 +340,28 @@ func TestConvertRules(t *testing.T) {
 			wantEps:   "10.0.0.1/HEALTHY",
 		},
 		{
-			name:         "secure only majority rejects plain-only instance",
-			app:          "SVC",
-			insts:        []*instance{mk("a", "10.0.0.1", "", 0, 443, "UP", ""), mk("b", "10.0.0.2", "", 0, 443, "UP", ""), mk("c", "10.0.0.3", "", 80, 0, "UP", "")},
-			wantPorts:    "https:443:TCP",
-			wantEps:      "10.0.0.1/HEALTHY 10.0.0.2/HEALTHY",
-			wantRejected: "c: instance enables port while most instances of the app enable securePort",
+			name:      "each port is served by the instances that enable it",
+			app:       "SVC",
+			insts:     []*instance{mk("a", "10.0.0.1", "", 0, 443, "UP", ""), mk("b", "10.0.0.2", "", 0, 443, "UP", ""), mk("c", "10.0.0.3", "", 80, 0, "UP", "")},
+			wantPorts: "http:80:HTTP https:443:TCP",
+			wantEps:   "10.0.0.1:http=0/HEALTHY 10.0.0.2:http=0/HEALTHY 10.0.0.3:https=0/HEALTHY",
 		},
+		{
+			name:      "securePort on the app's port number: the next most given number",
+			app:       "SVC",
+			insts:     []*instance{mk("a", "10.0.0.1", "", 80, 80, "UP", ""), mk("b", "10.0.0.2", "", 80, 8443, "UP", "")},
+			wantPorts: "http:80:HTTP https:8443:TCP",
+			wantEps:   "10.0.0.1:https=80/HEALTHY 10.0.0.2/HEALTHY",
+		},
+		{
+			name:         "only a securePort, on the app's port number: rejected",
+			app:          "SVC",
+			insts:        []*instance{mk("a", "10.0.0.1", "", 80, 0, "UP", ""), mk("c", "10.0.0.3", "", 0, 80, "UP", "")},
+			wantPorts:    "http:80:HTTP",
+			wantEps:      "10.0.0.1/HEALTHY",
+			wantRejected: "c: instance enables only securePort 80, the number of the app's port",
+		},
+
 		{
 			name:      "same number for port and securePort keeps one port",
 			app:       "SVC",
@@ -397,8 +413,8 @@ func TestConvertRules(t *testing.T) {
 			}
 			for _, e := range c.svc.Endpoints {
 				s := e.Address
-				for _, n := range e.Ports {
-					s += ":" + itoa(n)
+				for _, k := range slices.Sorted(maps.Keys(e.Ports)) {
+					s += ":" + k + "=" + itoa(e.Ports[k])
 				}
 				eps = append(eps, s+"/"+e.Health.String())
 			}

@@ -94,20 +94,32 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 			reject("EndpointSlice "+s.Namespace+"/"+s.Name, fmt.Sprintf("address type %s is not supported; use an ExternalName service for DNS names", s.AddressType))
 			continue
 		}
-		slicePorts := map[string]uint32{}
+		// A service port the slice does not list is one its endpoints do
+		// not serve: the EndpointSlice controller leaves out a port whose
+		// targetPort a pod lacks, and puts such pods in slices of their
+		// own. A listed port without a number means the service port.
+		slicePorts := map[string]*int32{}
 		for _, p := range s.Ports {
-			if p.Port != nil {
-				slicePorts[derefString(p.Name)] = uint32(*p.Port)
-			}
+			slicePorts[derefString(p.Name)] = p.Port
 		}
 		var override map[string]uint32
+		served := 0
 		for _, p := range ports {
-			if n, found := slicePorts[p.Name]; found && n != p.Number {
-				if override == nil {
-					override = map[string]uint32{}
-				}
-				override[p.Name] = n
+			n, found := slicePorts[p.Name]
+			switch {
+			case !found:
+				override = setPort(override, p.Name, model.NotServed)
+				continue
+			case n != nil && uint32(*n) != p.Number:
+				override = setPort(override, p.Name, uint32(*n))
 			}
+			served++
+		}
+		if served == 0 {
+			if len(s.Endpoints) > 0 {
+				reject("EndpointSlice "+s.Namespace+"/"+s.Name, "the slice lists none of the service's ports, so its endpoints serve nothing")
+			}
+			continue
 		}
 		pk := formatOverride(override)
 		for _, e := range s.Endpoints {
@@ -147,6 +159,15 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(formatOverride(a.Ports), formatOverride(b.Ports)))
 	})
 	return out, rejected, true
+}
+
+// setPort sets m[name] = n, making m if it is nil.
+func setPort(m map[string]uint32, name string, n uint32) map[string]uint32 {
+	if m == nil {
+		m = map[string]uint32{}
+	}
+	m[name] = n
+	return m
 }
 
 // sortedSlices orders slices by name so that conversion is deterministic.

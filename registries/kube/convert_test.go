@@ -196,6 +196,31 @@ func TestConvertService(t *testing.T) {
 			wantRejected: []string{"protocol UDP is not supported", "address type FQDN is not supported"},
 		},
 		{
+			name: "a port the slice does not list is not served by its endpoints",
+			svc:  svcObj("shop", "web", nil, svcPort("http", 80), svcPort("grpc", 9090)),
+			slices: []*discoveryv1.EndpointSlice{
+				sliceObj("shop", "web-a", "web", discoveryv1.AddressTypeIPv4, map[string]int32{"http": 8080}, epSpec{addr: "192.0.2.1", ready: T}),
+				sliceObj("shop", "web-b", "web", discoveryv1.AddressTypeIPv4, map[string]int32{"http": 80, "grpc": 9090}, epSpec{addr: "192.0.2.2", ready: T}),
+				sliceObj("shop", "web-c", "web", discoveryv1.AddressTypeIPv4, nil, epSpec{addr: "192.0.2.3", ready: T}),
+				func() *discoveryv1.EndpointSlice { // a listed port without a number is the service port
+					s := sliceObj("shop", "web-d", "web", discoveryv1.AddressTypeIPv4, nil, epSpec{addr: "192.0.2.4", ready: T})
+					s.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("http")}}
+					return s
+				}(),
+			},
+			wantOK: true,
+			want: model.Service{
+				Hostname: "web.shop.svc.cluster.local",
+				Ports:    []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}, {Name: "grpc", Number: 9090, Protocol: model.ProtocolGRPC}},
+				Endpoints: []model.Endpoint{
+					{Address: "192.0.2.1", Ports: map[string]uint32{"http": 8080, "grpc": model.NotServed}, Health: model.Healthy, Source: src(), Origin: "EndpointSlice shop/web-a"},
+					{Address: "192.0.2.2", Health: model.Healthy, Source: src(), Origin: "EndpointSlice shop/web-b"},
+					{Address: "192.0.2.4", Ports: map[string]uint32{"grpc": model.NotServed}, Health: model.Healthy, Source: src(), Origin: "EndpointSlice shop/web-d"},
+				},
+			},
+			wantRejected: []string{"the slice lists none of the service's ports"},
+		},
+		{
 			name:         "only UDP ports: not published",
 			svc:          svcObj("x", "udp", nil, corev1.ServicePort{Name: "u", Port: 9999, Protocol: corev1.ProtocolUDP}),
 			wantRejected: []string{"protocol UDP"},
