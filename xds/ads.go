@@ -16,10 +16,11 @@ import (
 
 // ads serves the AggregatedDiscoveryService (SotW and Delta) from a store.
 //
-// Each stream runs two goroutines: gRPC's handler, which owns the
-// stream's state and sends every response, and a receiver that hands it
-// requests. Per type URL a stream has one persistent subscription in the
-// store's index. Like go-control-plane's one-shot watches, a type gets a
+// Each stream runs two goroutines: gRPC's handler, which sends what
+// updates changed when the store wakes it, and a receiver, which applies
+// each request and sends what it calls for at once (no hand-off between
+// goroutines on the ACK path). They take turns under stream.serve. Per
+// type URL a stream has one persistent subscription in the store's index. Like go-control-plane's one-shot watches, a type gets a
 // new response only after the client answered the previous one (ACK,
 // NACK or a new subscription); changes in between accumulate as dirty
 // names and go out together. Unlike them, answering costs nothing per
@@ -46,11 +47,15 @@ type stream struct {
 	pending bool       // woken and not yet processed
 	queue   []*typeSub // types changed by updates, in the order they changed
 
-	// Owned by the handler goroutine.
-	class Class
-	named bool // class known (first request seen)
-	types map[string]*typeSub
-	nonce int64
+	// serve guards the fields below, the known/inflight/nonce state of the
+	// stream's types, and sending. Lock order: serve, store.mu, mu.
+	serve   sync.Mutex
+	closed  bool
+	class   Class
+	named   bool // class known (first request seen)
+	learned bool // node handed to the tracker
+	types   map[string]*typeSub
+	nonce   int64
 }
 
 func (st *stream) wakeUp() {
@@ -58,26 +63,6 @@ func (st *stream) wakeUp() {
 	case st.wake <- struct{}{}:
 	default:
 	}
-}
-
-// recv reads requests into a channel until the stream ends.
-func recv[R any](ctx context.Context, next func() (R, error)) <-chan R {
-	ch := make(chan R)
-	go func() {
-		defer close(ch)
-		for {
-			r, err := next()
-			if err != nil {
-				return
-			}
-			select {
-			case ch <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch
 }
 
 func (a *ads) open(delta bool) *stream {
@@ -91,6 +76,9 @@ func (a *ads) open(delta bool) *stream {
 }
 
 func (a *ads) close(st *stream) {
+	st.serve.Lock()
+	defer st.serve.Unlock()
+	st.closed = true
 	subs := make([]*typeSub, 0, len(st.types))
 	for _, ts := range st.types {
 		subs = append(subs, ts)
@@ -99,14 +87,18 @@ func (a *ads) close(st *stream) {
 	a.tracker.close(st.status)
 }
 
-// sub returns the stream's subscription to typeURL and whether it is new;
-// the first request fixes the stream's class.
+// sub returns the stream's subscription to typeURL and whether it is new.
+// The stream's first request fixes its class; the first node seen is its
+// node (later requests may omit it).
 func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool) {
 	if !st.named {
 		st.named = true
 		st.class = ClassifyNode(node)
 	}
-	a.tracker.learn(st.status, node, st.class)
+	if node != nil && !st.learned {
+		st.learned = true
+		a.tracker.learn(st.status, node, st.class)
+	}
 	if ts := st.types[typeURL]; ts != nil {
 		return ts, false
 	}
@@ -119,86 +111,99 @@ func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool) 
 // StreamAggregatedResources serves a SotW ADS stream.
 func (a *ads) StreamAggregatedResources(str discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	st := a.open(false)
+	return serveStream(a, st, str.Recv, func(st *stream, req *discovery.DiscoveryRequest) error {
+		return a.sotwRequest(st, req, str.Send)
+	}, func(st *stream) error { return a.pushAll(st, str.Send, nil) })
+}
+
+// DeltaAggregatedResources serves a delta (incremental) ADS stream.
+func (a *ads) DeltaAggregatedResources(str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	st := a.open(true)
+	return serveStream(a, st, str.Recv, func(st *stream, req *discovery.DeltaDiscoveryRequest) error {
+		return a.deltaRequest(st, req, str.Send)
+	}, func(st *stream) error { return a.pushAll(st, nil, str.Send) })
+}
+
+// serveStream runs a stream until the client ends it, a send fails or the
+// server closes: requests are applied on a receiving goroutine, wake-ups
+// on the handler's.
+func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func(*stream, R) error, push func(*stream) error) error {
 	defer a.close(st)
-	reqs := recv(str.Context(), str.Recv)
-	var node *core.Node
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			req, err := recv()
+			if err != nil {
+				errc <- nil // the client ended the stream, or the handler returned
+				return
+			}
+			st.serve.Lock()
+			if st.closed {
+				st.serve.Unlock()
+				return
+			}
+			err = request(st, req)
+			st.serve.Unlock()
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
 	for {
 		select {
 		case <-a.ctx.Done():
 			return nil
+		case err := <-errc:
+			return err
 		case <-st.wake:
-			if err := a.pushAll(st, str.Send, nil); err != nil {
-				return err
-			}
-		case req, ok := <-reqs:
-			if !ok {
-				return nil
-			}
-			if req.GetNode() != nil && node == nil {
-				node = req.GetNode()
-			}
-			url := req.GetTypeUrl()
-			if url == "" {
-				return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
-			}
-			ts, first := a.sub(st, node, url)
-			a.tracker.sotwRequest(st.status, ts.status, req)
-			if !first && ts.nonce != "" && req.GetResponseNonce() != ts.nonce {
-				continue // stale: an answer to an older response
-			}
-			a.store.subscribeSotw(ts, first, req.GetResourceNames())
-			ts.inflight = false
-			// A request without a version asks for the current state even
-			// if empty. A NACK of the first response carries no version
-			// either; answering it at once would resend what the client
-			// just rejected, so it waits for the next change.
-			reply := req.GetVersionInfo() == "" && req.GetErrorDetail() == nil
-			if err := a.push(st, ts, reply, str.Send, nil); err != nil {
+			st.serve.Lock()
+			err := push(st)
+			st.serve.Unlock()
+			if err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// DeltaAggregatedResources serves a delta (incremental) ADS stream.
-func (a *ads) DeltaAggregatedResources(str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	st := a.open(true)
-	defer a.close(st)
-	reqs := recv(str.Context(), str.Recv)
-	var node *core.Node
-	for {
-		select {
-		case <-a.ctx.Done():
-			return nil
-		case <-st.wake:
-			if err := a.pushAll(st, nil, str.Send); err != nil {
-				return err
-			}
-		case req, ok := <-reqs:
-			if !ok {
-				return nil
-			}
-			if req.GetNode() != nil && node == nil {
-				node = req.GetNode()
-			}
-			url := req.GetTypeUrl()
-			if url == "" {
-				return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
-			}
-			ts, first := a.sub(st, node, url)
-			a.tracker.deltaRequest(st.status, ts.status, req)
-			a.store.subscribeDelta(ts, first, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions())
-			ts.inflight = false
-			// A wildcard subscription's first request is answered even
-			// when empty: Envoy waits for it to finish initialization.
-			a.store.mu.RLock()
-			reply := ts.wildcard && req.GetResponseNonce() == ""
-			a.store.mu.RUnlock()
-			if err := a.push(st, ts, reply, nil, str.Send); err != nil {
-				return err
-			}
-		}
+// sotwRequest applies a SotW request and sends what it calls for.
+func (a *ads) sotwRequest(st *stream, req *discovery.DiscoveryRequest, send sotwSend) error {
+	url := req.GetTypeUrl()
+	if url == "" {
+		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
 	}
+	ts, first := a.sub(st, req.GetNode(), url)
+	a.tracker.sotwRequest(st.status, ts.status, req)
+	if !first && ts.nonce != "" && req.GetResponseNonce() != ts.nonce {
+		return nil // stale: an answer to an older response
+	}
+	a.store.subscribeSotw(ts, first, req.GetResourceNames())
+	ts.inflight = false
+	// A request without a version asks for the current state even if
+	// empty. A NACK of the first response carries no version either;
+	// answering it at once would resend what the client just rejected, so
+	// it waits for the next change.
+	reply := req.GetVersionInfo() == "" && req.GetErrorDetail() == nil
+	return a.push(st, ts, reply, send, nil)
+}
+
+// deltaRequest applies a delta request and sends what it calls for.
+func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, send deltaSend) error {
+	url := req.GetTypeUrl()
+	if url == "" {
+		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+	}
+	ts, first := a.sub(st, req.GetNode(), url)
+	a.tracker.deltaRequest(st.status, ts.status, req)
+	a.store.subscribeDelta(ts, first, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions())
+	ts.inflight = false
+	// A wildcard subscription's first request is answered even when
+	// empty: Envoy waits for it to finish initialization.
+	a.store.mu.RLock()
+	reply := ts.wildcard && req.GetResponseNonce() == ""
+	a.store.mu.RUnlock()
+	return a.push(st, ts, reply, nil, send)
 }
 
 type (

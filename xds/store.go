@@ -149,7 +149,7 @@ type typeSub struct {
 	all    bool
 	queued bool
 
-	// Owned by the stream's goroutine.
+	// Guarded by st.serve.
 	known    map[string]string // name → version the client holds
 	inflight bool              // a response awaits the client's next request
 	nonce    string            // of the last response
@@ -374,7 +374,7 @@ type candidate struct {
 // snapshot returns, for dirty names (every matching or known name with
 // all), the current resource each subscription matches, the collection
 // version and, when full is set, every resource the subscription matches.
-// known is read only for all; it belongs to the caller's goroutine.
+// known is read only for all; callers hold st.serve.
 func (s *store) snapshot(ts *typeSub, dirty map[string]struct{}, all, full bool) (cands []candidate, matching []*cachedRes, version string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
