@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -25,18 +26,22 @@ import (
 // A ClusterLoadAssignment of a large service is rebuilt when one of its
 // endpoints changes. To keep that proportional to what changed, the
 // translator keeps per service port a claState: the model endpoints the
-// CLA was built from and, per endpoint, its built LbEndpoint (an lbEntry:
-// the proto message, validated, and its deterministic encoding). A rebuild
-// compares the new model endpoints with the previous ones as Go values and
-// builds (and validates) only the LbEndpoints whose content changed; the
-// others, and whole unchanged localities, are shared with the previous
-// version. A CLA whose entries are all reused is the previous object.
+// CLA was built from and, per endpoint, an lbEntry: the deterministic
+// encoding of its LbEndpoint, which was built and validated once. A
+// rebuild compares the new model endpoints with the previous ones as Go
+// values and builds (and validates) only the LbEndpoints whose content
+// changed; the others, and whole unchanged localities, are shared with the
+// previous version. A CLA whose entries are all reused is the previous
+// object.
 //
-// The CLA is served as a claResource: the *endpoint.ClusterLoadAssignment
-// (for ValidateAll, protojson and reflection) whose protobuf marshalling is
-// the concatenation of the encodings of its parts, byte for byte what
-// proto.MarshalOptions{Deterministic: true} writes for the message (tested).
-// Every built part is immutable once a CLA holding it is returned.
+// The CLA is served as a claResource, a proto.Message whose marshalling
+// concatenates the encodings of its parts: byte for byte what
+// proto.MarshalOptions{Deterministic: true} writes for the message
+// (tested). Only encodings are kept (no LbEndpoint messages: little memory
+// and nothing for the garbage collector to scan); the message itself is
+// decoded from them on first use by reflection (protojson, proto.Equal,
+// ValidateAll) and kept with the resource. Every built part is immutable
+// once a CLA holding it is returned.
 
 var (
 	lbEndpointMetadataNum  = fieldNum(&endpoint.LbEndpoint{}, "metadata")
@@ -148,13 +153,16 @@ func metaKey(e *model.Endpoint) string {
 }
 
 // lbEntry is one built LbEndpoint, shared by every CLA version that serves
-// the same endpoint content.
+// the same endpoint content; entries are compared by their field's array.
 type lbEntry struct {
 	addr   string
 	port   uint32
 	weight uint32
-	pb     *endpoint.LbEndpoint
 	field  []byte // the LocalityLbEndpoints lb_endpoints field: tag, length, encoding
+}
+
+func (e lbEntry) same(o lbEntry) bool {
+	return len(e.field) == len(o.field) && &e.field[0] == &o.field[0]
 }
 
 var healthStatuses = [...]core.HealthStatus{
@@ -172,10 +180,10 @@ func weightOf(e *model.Endpoint) uint32 {
 }
 
 // newEntry builds, validates and encodes the LbEndpoint of e on port.
-func (mc *metaCache) newEntry(e *model.Endpoint, port uint32) (*lbEntry, error) {
+func (mc *metaCache) newEntry(e *model.Endpoint, port uint32) (lbEntry, error) {
 	md, err := mc.get(e)
 	if err != nil {
-		return nil, err
+		return lbEntry{}, err
 	}
 	var hs core.HealthStatus
 	if h := int(e.Health); h >= 0 && h < len(healthStatuses) {
@@ -191,20 +199,19 @@ func (mc *metaCache) newEntry(e *model.Endpoint, port uint32) (*lbEntry, error) 
 		Metadata:            md.pb,
 	}
 	if err := pb.ValidateAll(); err != nil {
-		return nil, fmt.Errorf("endpoint %s: %w", net.JoinHostPort(e.Address, strconv.FormatUint(uint64(port), 10)), err)
+		return lbEntry{}, fmt.Errorf("endpoint %s: %w", net.JoinHostPort(e.Address, strconv.FormatUint(uint64(port), 10)), err)
 	}
 	// The metadata is encoded once per content: encode the rest and splice.
 	pb.Metadata = nil
 	shell, err := deterministic.Marshal(pb)
-	pb.Metadata = md.pb
 	if err != nil {
-		return nil, fmt.Errorf("endpoint %s: %w", e.Address, err)
+		return lbEntry{}, fmt.Errorf("endpoint %s: %w", e.Address, err)
 	}
 	pre, post := splitFields(shell, lbEndpointMetadataNum)
 	size := len(pre) + len(md.field) + len(post)
 	field := make([]byte, 0, fieldSize(localityLbEndpointsNum, size))
 	field = appendField(field, localityLbEndpointsNum, size, pre, md.field, post)
-	return &lbEntry{addr: e.Address, port: port, weight: w, pb: pb, field: field}, nil
+	return lbEntry{addr: e.Address, port: port, weight: w, field: field}, nil
 }
 
 // sameContent reports whether two endpoints at the same address, port and
@@ -223,31 +230,30 @@ func sameLabels(a, b map[string]string) bool {
 	return maps.Equal(a, b)
 }
 
-// locState is one locality of a CLA. Immutable once sealed.
+// locState is one locality of a CLA (a LocalityLbEndpoints). Immutable
+// once sealed.
 type locState struct {
 	loc       model.Locality
-	entries   []*lbEntry // sorted by address, port
-	pb        *endpoint.LocalityLbEndpoints
+	entries   []lbEntry // sorted by address, port
 	weightSum uint64
 	epsSize   int    // Σ len(entries[i].field)
-	pre, post []byte // encoded fields of pb before and after lb_endpoints
-	size      int    // encoded size of pb
+	pre, post []byte // encoded fields before and after lb_endpoints
+	size      int    // encoded size of the LocalityLbEndpoints
 }
 
 // seal sets the locality weight (the sum of its endpoints' weights, at
-// least 1; grpc-go ignores localities without one), validates and encodes
-// everything of pb but its lb_endpoints (validated one by one when built).
+// least 1; grpc-go ignores localities without one), and validates and
+// encodes every field but lb_endpoints (validated one by one when built).
 func (l *locState) seal() error {
-	l.pb.Locality = &core.Locality{Region: l.loc.Region, Zone: l.loc.Zone, SubZone: l.loc.SubZone}
-	l.pb.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(1, min(l.weightSum, maxLocalityWeight))))
-	lbs := l.pb.LbEndpoints
-	l.pb.LbEndpoints = nil
-	err := l.pb.ValidateAll()
+	pb := &endpoint.LocalityLbEndpoints{
+		Locality:            &core.Locality{Region: l.loc.Region, Zone: l.loc.Zone, SubZone: l.loc.SubZone},
+		LoadBalancingWeight: wrapperspb.UInt32(uint32(max(1, min(l.weightSum, maxLocalityWeight)))),
+	}
+	err := pb.ValidateAll()
 	var shell []byte
 	if err == nil {
-		shell, err = deterministic.Marshal(l.pb)
+		shell, err = deterministic.Marshal(pb)
 	}
-	l.pb.LbEndpoints = lbs
 	if err != nil {
 		return fmt.Errorf("locality %s: %w", l.loc, err)
 	}
@@ -260,7 +266,6 @@ func (l *locState) seal() error {
 func (l *locState) clone() *locState {
 	c := *l
 	c.entries = slices.Clone(l.entries)
-	c.pb = &endpoint.LocalityLbEndpoints{LbEndpoints: slices.Clone(l.pb.LbEndpoints)}
 	return &c
 }
 
@@ -277,33 +282,92 @@ type claState struct {
 	res   *claResource
 }
 
-// claResource is a ClusterLoadAssignment served as a resource. It is the
-// embedded message for every purpose (validation, protojson, reflection,
-// proto.Equal) except that its protobuf marshalling assembles the cached
-// encodings of its localities and endpoints instead of encoding the
-// message again. Immutable.
+// claResource is a ClusterLoadAssignment served as a resource: a
+// proto.Message whose marshalling assembles the cached encodings of its
+// localities and endpoints. Everything else (reflection, so protojson and
+// proto.Equal; ValidateAll; GetEndpoints) reads the message decoded from
+// that encoding once. Immutable: reflection that would modify it panics.
 type claResource struct {
-	*endpoint.ClusterLoadAssignment
+	name       string
 	head, tail []byte // fields before and after endpoints
 	locs       []*locState
 	size       int
+
+	once sync.Once
+	msg  *endpoint.ClusterLoadAssignment
+}
+
+// message returns the ClusterLoadAssignment, decoded on first use. Do not
+// modify it.
+func (c *claResource) message() *endpoint.ClusterLoadAssignment {
+	c.once.Do(func() {
+		m := new(endpoint.ClusterLoadAssignment)
+		if err := proto.Unmarshal(c.appendTo(make([]byte, 0, c.size)), m); err != nil {
+			panic(fmt.Sprintf("xds: decode ClusterLoadAssignment %s: %v", c.name, err)) // encoded here: cannot fail
+		}
+		c.msg = m
+	})
+	return c.msg
 }
 
 // GetName is the resource name (go-control-plane's types.ResourceWithName).
-func (c *claResource) GetName() string { return c.GetClusterName() }
+func (c *claResource) GetName() string { return c.name }
 
-// ProtoReflect returns the embedded message's reflection with the fast
-// marshalling methods.
-func (c *claResource) ProtoReflect() protoreflect.Message {
-	return claReflect{Message: c.ClusterLoadAssignment.ProtoReflect(), c: c}
+// GetClusterName is the resource name.
+func (c *claResource) GetClusterName() string { return c.name }
+
+// GetEndpoints returns the localities of the message.
+func (c *claResource) GetEndpoints() []*endpoint.LocalityLbEndpoints {
+	return c.message().GetEndpoints()
 }
 
-type claReflect struct {
-	protoreflect.Message
-	c *claResource
-}
+// ValidateAll runs the message's protoc-gen-validate rules (the parts were
+// validated when built; this checks the whole again).
+func (c *claResource) ValidateAll() error { return c.message().ValidateAll() }
 
+// ProtoReflect returns the message's reflection with the fast marshalling
+// methods.
+func (c *claResource) ProtoReflect() protoreflect.Message { return claReflect{c} }
+
+// claReflect is the reflection of a claResource: the decoded message's,
+// read-only, with marshalling from the cached encodings.
+type claReflect struct{ c *claResource }
+
+var claDescriptor = (*endpoint.ClusterLoadAssignment)(nil).ProtoReflect().Descriptor()
+
+func (m claReflect) inner() protoreflect.Message { return m.c.message().ProtoReflect() }
+
+func (m claReflect) Descriptor() protoreflect.MessageDescriptor { return claDescriptor }
+func (m claReflect) Type() protoreflect.MessageType             { return m.inner().Type() }
+func (m claReflect) New() protoreflect.Message                  { return m.inner().New() }
+func (m claReflect) Interface() protoreflect.ProtoMessage       { return m.c }
+func (m claReflect) Range(f func(protoreflect.FieldDescriptor, protoreflect.Value) bool) {
+	m.inner().Range(f)
+}
+func (m claReflect) Has(fd protoreflect.FieldDescriptor) bool { return m.inner().Has(fd) }
+func (m claReflect) Get(fd protoreflect.FieldDescriptor) protoreflect.Value {
+	return m.inner().Get(fd)
+}
+func (m claReflect) NewField(fd protoreflect.FieldDescriptor) protoreflect.Value {
+	return m.inner().NewField(fd)
+}
+func (m claReflect) WhichOneof(od protoreflect.OneofDescriptor) protoreflect.FieldDescriptor {
+	return m.inner().WhichOneof(od)
+}
+func (m claReflect) GetUnknown() protoreflect.RawFields { return m.inner().GetUnknown() }
+func (m claReflect) IsValid() bool                      { return m.c != nil }
+func (m claReflect) Clear(protoreflect.FieldDescriptor) { immutable() }
+func (m claReflect) Set(protoreflect.FieldDescriptor, protoreflect.Value) {
+	immutable()
+}
+func (m claReflect) Mutable(protoreflect.FieldDescriptor) protoreflect.Value {
+	immutable()
+	return protoreflect.Value{}
+}
+func (m claReflect) SetUnknown(protoreflect.RawFields) { immutable() }
 func (m claReflect) ProtoMethods() *protoiface.Methods { return claMethods }
+
+func immutable() { panic("xds: a served ClusterLoadAssignment is immutable") }
 
 var claMethods = &protoiface.Methods{
 	Flags: protoiface.SupportMarshalDeterministic,
@@ -313,8 +377,9 @@ var claMethods = &protoiface.Methods{
 	Marshal: func(in protoiface.MarshalInput) (protoiface.MarshalOutput, error) {
 		return protoiface.MarshalOutput{Buf: in.Message.(claReflect).c.appendTo(in.Buf)}, nil
 	},
-	CheckInitialized: func(in protoiface.CheckInitializedInput) (protoiface.CheckInitializedOutput, error) {
-		return protoiface.CheckInitializedOutput{}, proto.CheckInitialized(in.Message.(claReflect).c.ClusterLoadAssignment)
+	// proto3 with no required fields anywhere below: always initialized.
+	CheckInitialized: func(protoiface.CheckInitializedInput) (protoiface.CheckInitializedOutput, error) {
+		return protoiface.CheckInitializedOutput{}, nil
 	},
 }
 
@@ -325,33 +390,35 @@ func (c *claResource) appendTo(b []byte) []byte {
 		b = protowire.AppendTag(b, claEndpointsNum, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(l.size))
 		b = append(b, l.pre...)
-		for _, e := range l.entries {
-			b = append(b, e.field...)
+		for i := range l.entries {
+			b = append(b, l.entries[i].field...)
 		}
 		b = append(b, l.post...)
 	}
 	return append(b, c.tail...)
 }
 
-// newCLAResource assembles the CLA name of sealed localities.
-func newCLAResource(name string, locs []*locState) (*claResource, error) {
-	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
-	err := cla.ValidateAll()
-	var shell []byte
-	if err == nil {
-		shell, err = deterministic.Marshal(cla)
+// newCLAResource assembles the CLA name of sealed localities; prev (may be
+// nil) is a CLA of the same name whose encoded fields are reused.
+func newCLAResource(name string, locs []*locState, prev *claResource) (*claResource, error) {
+	c := &claResource{name: name, locs: locs}
+	if prev != nil && prev.name == name {
+		c.head, c.tail = prev.head, prev.tail
+	} else {
+		// Every field but endpoints (validated part by part).
+		cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
+		err := cla.ValidateAll()
+		var shell []byte
+		if err == nil {
+			shell, err = deterministic.Marshal(cla)
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.head, c.tail = splitFields(shell, claEndpointsNum)
 	}
-	if err != nil {
-		return nil, err
-	}
-	c := &claResource{ClusterLoadAssignment: cla, locs: locs}
-	c.head, c.tail = splitFields(shell, claEndpointsNum)
 	c.size = len(c.head) + len(c.tail)
-	if len(locs) > 0 {
-		cla.Endpoints = make([]*endpoint.LocalityLbEndpoints, len(locs))
-	}
-	for i, l := range locs {
-		cla.Endpoints[i] = l.pb
+	for _, l := range locs {
 		c.size += fieldSize(claEndpointsNum, l.size)
 	}
 	return c, nil
@@ -366,7 +433,7 @@ func newCLAResource(name string, locs []*locState) (*claResource, error) {
 // cluster: its unchanged parts are reused, and if nothing changed the
 // returned state holds prev's CLA.
 func (mc *metaCache) buildCLA(name string, svc *model.Service, p model.Port, prev *claState) (*claState, error) {
-	if prev != nil && prev.res.GetClusterName() != name {
+	if prev != nil && prev.res.name != name {
 		prev = nil
 	}
 	if prev != nil && prev.port == p {
@@ -423,7 +490,6 @@ func (mc *metaCache) updateCLA(prev *claState, eps []model.Endpoint) (*claState,
 			return nil, true, err
 		}
 		l.entries[s.idx] = e
-		l.pb.LbEndpoints[s.idx] = e.pb
 		l.weightSum += uint64(e.weight)
 		l.weightSum -= uint64(old.weight)
 		l.epsSize += len(e.field) - len(old.field)
@@ -435,7 +501,7 @@ func (mc *metaCache) updateCLA(prev *claState, eps []model.Endpoint) (*claState,
 			}
 		}
 	}
-	res, err := newCLAResource(prev.res.GetClusterName(), locs)
+	res, err := newCLAResource(prev.res.name, locs, prev.res)
 	if err != nil {
 		return nil, true, err
 	}
@@ -452,7 +518,7 @@ type epKey struct {
 func (mc *metaCache) rebuildCLA(name string, eps []model.Endpoint, p model.Port, prev *claState) (*claState, error) {
 	type prevAt struct {
 		i int // index in prev.eps
-		e *lbEntry
+		e lbEntry
 	}
 	var old map[epKey]prevAt
 	if prev != nil {
@@ -482,7 +548,7 @@ func (mc *metaCache) rebuildCLA(name string, eps []model.Endpoint, p model.Port,
 			continue
 		}
 		seen[k] = true
-		var ent *lbEntry
+		var ent lbEntry
 		if o, ok := old[k]; ok && sameContent(&prev.eps[o.i], e) {
 			ent = o.e
 		} else {
@@ -526,14 +592,9 @@ func (mc *metaCache) rebuildCLA(name string, eps []model.Endpoint, p model.Port,
 			continue
 		}
 		unchanged = false
-		l := &locState{
-			loc:     g.loc,
-			entries: make([]*lbEntry, len(g.items)),
-			pb:      &endpoint.LocalityLbEndpoints{LbEndpoints: make([]*endpoint.LbEndpoint, len(g.items))},
-		}
+		l := &locState{loc: g.loc, entries: make([]lbEntry, len(g.items))}
 		for j, it := range g.items {
 			l.entries[j] = it.e
-			l.pb.LbEndpoints[j] = it.e.pb
 			l.weightSum += uint64(it.e.weight)
 			l.epsSize += len(it.e.field)
 		}
@@ -545,7 +606,11 @@ func (mc *metaCache) rebuildCLA(name string, eps []model.Endpoint, p model.Port,
 	if unchanged {
 		return &claState{port: p, eps: eps, slots: slots, res: prev.res}, nil
 	}
-	res, err := newCLAResource(name, locs)
+	var prevRes *claResource
+	if prev != nil {
+		prevRes = prev.res
+	}
+	res, err := newCLAResource(name, locs, prevRes)
 	if err != nil {
 		return nil, err
 	}
@@ -555,7 +620,7 @@ func (mc *metaCache) rebuildCLA(name string, eps []model.Endpoint, p model.Port,
 // claItem is a served endpoint while a CLA is rebuilt.
 type claItem struct {
 	i int // index in the service's endpoints
-	e *lbEntry
+	e lbEntry
 }
 
 // sameEntries reports whether locality l holds exactly the entries of
@@ -565,7 +630,7 @@ func sameEntries(l *locState, loc model.Locality, items []claItem) bool {
 		return false
 	}
 	for j, it := range items {
-		if l.entries[j] != it.e {
+		if !l.entries[j].same(it.e) {
 			return false
 		}
 	}

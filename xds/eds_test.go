@@ -3,17 +3,20 @@ package xds
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/model"
 )
@@ -30,7 +33,7 @@ func checkCLA(t *testing.T, r any) {
 	if err := validate(c); err != nil {
 		t.Errorf("%s: ValidateAll: %v", c.GetClusterName(), err)
 	}
-	plain := c.ClusterLoadAssignment
+	plain := c.message()
 	want, err := deterministic.Marshal(plain)
 	if err != nil {
 		t.Fatal(err)
@@ -93,13 +96,65 @@ func mutate(r *rand.Rand, eps []model.Endpoint) []model.Endpoint {
 	return eps
 }
 
-// lbKey is an LbEndpoint's content.
-func lbKey(t *testing.T, e *endpoint.LbEndpoint) string {
-	b, err := deterministic.Marshal(e)
-	if err != nil {
-		t.Fatal(err)
+// referenceCLA builds the CLA of cluster name the straightforward way (as
+// meshfed did before incremental EDS): every endpoint of the port, first
+// of each address:port, grouped by sorted locality, sorted by address and
+// port, with its metadata; localities weighted by the sum of weights.
+func referenceCLA(t *testing.T, name string, svc *model.Service) *endpoint.ClusterLoadAssignment {
+	t.Helper()
+	var p model.Port
+	for _, q := range svc.Ports {
+		if ClusterName(svc.Hostname, q.Number) == name {
+			p = q
+			break
+		}
 	}
-	return string(b)
+	type ep struct {
+		e    *model.Endpoint
+		port uint32
+	}
+	seen := map[string]bool{}
+	byLoc := map[model.Locality][]ep{}
+	for i := range svc.Endpoints {
+		e := &svc.Endpoints[i]
+		port, ok := e.PortFor(p)
+		key := fmt.Sprintf("%s:%d", e.Address, port)
+		if !ok || seen[key] {
+			continue
+		}
+		seen[key] = true
+		byLoc[e.Locality] = append(byLoc[e.Locality], ep{e, port})
+	}
+	locs := slices.SortedFunc(maps.Keys(byLoc), compareLocality)
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
+	for _, l := range locs {
+		eps := byLoc[l]
+		slices.SortFunc(eps, func(a, b ep) int {
+			if c := strings.Compare(a.e.Address, b.e.Address); c != 0 {
+				return c
+			}
+			return int(a.port) - int(b.port)
+		})
+		lle := &endpoint.LocalityLbEndpoints{Locality: &core.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.SubZone}}
+		var sum uint64
+		for _, x := range eps {
+			md, err := endpointMetadata(x.e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := max(x.e.Weight, 1)
+			sum += uint64(w)
+			lle.LbEndpoints = append(lle.LbEndpoints, &endpoint.LbEndpoint{
+				HostIdentifier:      &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(x.e.Address, x.port)}},
+				HealthStatus:        healthStatuses[x.e.Health],
+				LoadBalancingWeight: wrapperspb.UInt32(w),
+				Metadata:            md,
+			})
+		}
+		lle.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(1, min(sum, maxLocalityWeight))))
+		cla.Endpoints = append(cla.Endpoints, lle)
+	}
+	return cla
 }
 
 // TestCLAIncrementalEqualsFullBuild drives one translator through random
@@ -127,11 +182,11 @@ func TestCLAIncrementalEqualsFullBuild(t *testing.T) {
 	tr := NewTranslator()
 	tr.Translate(model.NewSnapshot(1, []*model.Service{svc}))
 	for step := range 250 {
-		prev := map[string]*endpoint.LbEndpoint{}
+		prev := map[string]lbEntry{} // by encoding
 		for _, res := range tr.Resources(KindOf("", EndpointType)) {
-			for _, l := range res.(*claResource).GetEndpoints() {
-				for _, e := range l.GetLbEndpoints() {
-					prev[lbKey(t, e)] = e
+			for _, l := range res.(*claResource).locs {
+				for _, e := range l.entries {
+					prev[string(e.field)] = e
 				}
 			}
 		}
@@ -156,12 +211,16 @@ func TestCLAIncrementalEqualsFullBuild(t *testing.T) {
 		for name, w := range want {
 			g := got[name]
 			checkCLA(t, g)
-			if wp, gp := w.(*claResource).ClusterLoadAssignment, g.(*claResource).ClusterLoadAssignment; !proto.Equal(wp, gp) {
+			if wp, gp := w.(*claResource).message(), g.(*claResource).message(); !proto.Equal(wp, gp) {
 				t.Fatalf("step %d: %s (-fresh +incremental):\n%s", step, name, cmp.Diff(wp, gp, protocmp.Transform()))
 			}
-			for _, l := range g.(*claResource).GetEndpoints() {
-				for _, e := range l.GetLbEndpoints() {
-					if p, ok := prev[lbKey(t, e)]; ok && p != e && step%50 != 49 {
+			ref := referenceCLA(t, name, svc)
+			if !proto.Equal(ref, g) {
+				t.Fatalf("step %d: %s differs from the reference build:\n%s", step, name, cmp.Diff(ref, g.(*claResource).message(), protocmp.Transform()))
+			}
+			for _, l := range g.(*claResource).locs {
+				for _, e := range l.entries {
+					if p, ok := prev[string(e.field)]; ok && !p.same(e) && step%50 != 49 {
 						t.Errorf("step %d: %s: an unchanged endpoint was rebuilt", step, name)
 					}
 				}
@@ -191,14 +250,17 @@ func TestCLAFlipReusesAndValidates(t *testing.T) {
 	}
 	after := tr.Resources(KindOf("", EndpointType))[name].(*claResource)
 	checkCLA(t, after)
-	for i, l := range after.GetEndpoints() {
-		if same := l == before.GetEndpoints()[i]; same != (l.GetLocality().GetZone() != "z1") {
-			t.Errorf("locality %s reused = %v", l.GetLocality().GetZone(), same)
+	if !proto.Equal(referenceCLA(t, name, &flip), after) {
+		t.Errorf("CLA differs from the reference build")
+	}
+	for i, l := range after.locs {
+		if same := l == before.locs[i]; same != (l.loc.Zone != "z1") {
+			t.Errorf("locality %s reused = %v", l.loc.Zone, same)
 		}
 	}
 	newEPs := 0
-	for i, e := range after.GetEndpoints()[1].GetLbEndpoints() {
-		if e != before.GetEndpoints()[1].GetLbEndpoints()[i] {
+	for i, e := range after.locs[1].entries {
+		if !e.same(before.locs[1].entries[i]) {
 			newEPs++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/proto"
@@ -173,9 +174,7 @@ func (t *Translator) Invalid() []Invalid {
 func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	ch := Changes{}
 	dirty := map[uint32]bool{}
-	seen := make(map[string]bool, snap.Len())
 	for _, svc := range snap.Services() {
-		seen[svc.Hostname] = true
 		old := t.services[svc.Hostname]
 		if old != nil && old.svc == svc {
 			continue
@@ -194,7 +193,7 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		t.services[svc.Hostname] = next
 	}
 	for host, old := range t.services {
-		if !seen[host] {
+		if _, ok := snap.Service(host); !ok {
 			t.replace(old, nil, ch, dirty)
 			delete(t.services, host)
 			delete(t.invalid, host)
@@ -317,7 +316,12 @@ func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]m
 		}
 		clas[p.Number] = cs
 		cla := cs.res
-		add(KindOf(ClassEnvoy, ClusterType), envoyCluster(name, svc, p, cla.ClusterLoadAssignment))
+		// DNS clusters carry their endpoints inline; EDS clusters do not read them.
+		var inline *endpoint.ClusterLoadAssignment
+		if svc.Resolution == model.ResolutionDNS {
+			inline = cla.message()
+		}
+		add(KindOf(ClassEnvoy, ClusterType), envoyCluster(name, svc, p, inline))
 		if svc.Resolution != model.ResolutionDNS {
 			add(KindOf(ClassEnvoy, EndpointType), cla)
 		}
@@ -325,7 +329,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]m
 			continue
 		}
 		httpPorts = append(httpPorts, p)
-		gc, useEDS := grpcCluster(name, svc, cla.ClusterLoadAssignment)
+		gc, useEDS := grpcCluster(name, svc, inline)
 		add(KindOf(ClassGRPC, ClusterType), gc)
 		if useEDS {
 			add(KindOf(ClassGRPC, EndpointType), cla)

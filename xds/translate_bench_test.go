@@ -54,3 +54,32 @@ func BenchmarkEDSBuild10k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTranslateFlip is S1's translation work: one endpoint flips in
+// one of 1,000 services of 10 endpoints; the other 999 are the same
+// pointers.
+func BenchmarkTranslateFlip(b *testing.B) {
+	svcs := make([]*model.Service, 1000)
+	for i := range svcs {
+		s := bigService(10)
+		s.Hostname = fmt.Sprintf("s%04d.bench.local", i)
+		svcs[i] = s
+	}
+	tr := NewTranslator()
+	tr.Translate(model.NewSnapshot(1, slices.Clone(svcs)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		k := i % 10
+		next := *svcs[k]
+		next.Endpoints = slices.Clone(next.Endpoints)
+		next.Endpoints[i%10].Health = model.Health(1 - int(next.Endpoints[i%10].Health))
+		svcs[k] = &next
+		snap := model.NewSnapshot(uint64(i+2), slices.Clone(svcs))
+		b.StartTimer()
+		if ch := tr.Translate(snap); len(ch) != 1 {
+			b.Fatalf("%d kinds changed, want EDS only", len(ch))
+		}
+	}
+}
