@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"sync"
@@ -83,13 +84,14 @@ func (m *Meshfed) Close() {
 }
 
 // GRPCServer returns a gRPC server with the options federation.Gateway
-// uses (no TLS).
-func GRPCServer() *grpc.Server {
-	return grpc.NewServer(
+// uses (no TLS), plus opts (the meshfed bench server passes
+// xds.ServerOptions, as the gateway does).
+func GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(100000),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}, opts...)...)
 }
 
 // Event is one churn write: its sequence number, the service it changed
@@ -247,7 +249,10 @@ func (c *Controller) churn(ctx context.Context, rate float64, ramp, hold time.Du
 
 // MemStats is the Go heap of the bench server.
 type MemStats struct {
-	// HeapLive is the live heap after a forced GC (/gc/heap/live:bytes).
+	// HeapLive is the live heap after two forced GCs (/gc/heap/live:bytes).
+	// One GC is not enough: sync.Pool keeps its contents (gRPC's pooled
+	// message buffers, up to 1 MiB each) as a victim cache until the next
+	// GC, and the mark counts them live.
 	HeapLive uint64 `json:"heapLive"`
 	// HeapObjects is heap memory occupied by objects, live or not yet
 	// swept (/memory/classes/heap/objects:bytes), read after the GC.
@@ -257,9 +262,12 @@ type MemStats struct {
 	Goroutines uint64 `json:"goroutines"`
 }
 
-// ReadMem forces a GC and reads runtime/metrics.
+// ReadMem forces two GCs, returns the freed memory to the OS (so that
+// the process's RSS, read next, is what it keeps resident rather than
+// garbage of the last burst not yet scavenged) and reads runtime/metrics.
 func ReadMem() MemStats {
 	runtime.GC()
+	debug.FreeOSMemory() // a second GC, then scavenge
 	s := []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/memory/classes/heap/objects:bytes"},

@@ -27,7 +27,7 @@ func startServer(t *testing.T, srv *Server) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(ServerOptions()...)
 	srv.Register(g)
 	done := make(chan struct{})
 	go func() {

@@ -50,8 +50,15 @@ type collection struct {
 	kind    Kind
 	version uint64
 	res     map[string]*cachedRes
-	subs    map[string]map[*typeSub]struct{} // name → explicit subscribers
-	wild    map[*typeSub]struct{}            // wildcard subscribers
+	subs    map[string]*subscribers // name → explicit subscribers
+	wild    map[*typeSub]struct{}   // wildcard subscribers
+}
+
+// subscribers of one name. Every subscription refers to the one copy of
+// the name held here, so requests' strings are not kept per stream.
+type subscribers struct {
+	name string
+	set  map[*typeSub]struct{}
 }
 
 func (c *collection) versionString() string { return strconv.FormatUint(c.version, 10) }
@@ -72,7 +79,7 @@ func newStore() *store {
 	s := &store{colls: map[Kind]*collection{}}
 	for _, k := range Kinds {
 		s.colls[k] = &collection{kind: k, res: map[string]*cachedRes{},
-			subs: map[string]map[*typeSub]struct{}{}, wild: map[*typeSub]struct{}{}}
+			subs: map[string]*subscribers{}, wild: map[*typeSub]struct{}{}}
 	}
 	return s
 }
@@ -121,8 +128,10 @@ func (s *store) apply(ch Changes) {
 // mark records name as dirty on its subscribers and appends the streams
 // newly woken. Callers hold store.mu.
 func (c *collection) mark(name string, woken []*stream) []*stream {
-	for ts := range c.subs[name] {
-		woken = ts.markDirty(name, woken)
+	if e := c.subs[name]; e != nil {
+		for ts := range e.set {
+			woken = ts.markDirty(name, woken)
+		}
 	}
 	for ts := range c.wild {
 		woken = ts.markDirty(name, woken)
@@ -210,17 +219,21 @@ func (s *store) addName(ts *typeSub, name string) {
 	if _, ok := ts.names[name]; ok {
 		return
 	}
-	ts.names[name] = struct{}{}
 	if ts.coll == nil {
+		ts.names[name] = struct{}{}
 		return
 	}
-	set := ts.coll.subs[name]
-	if set == nil {
-		set = map[*typeSub]struct{}{}
-		ts.coll.subs[name] = set
+	e := ts.coll.subs[name]
+	if e == nil {
+		e = &subscribers{name: name, set: map[*typeSub]struct{}{}}
+		if r := ts.coll.res[name]; r != nil {
+			e.name = r.name
+		}
+		ts.coll.subs[name] = e
 	}
-	set[ts] = struct{}{}
-	ts.addDirty(name)
+	ts.names[e.name] = struct{}{}
+	e.set[ts] = struct{}{}
+	ts.addDirty(e.name)
 }
 
 // removeName unsubscribes ts from name. Callers hold store.mu.
@@ -232,9 +245,9 @@ func (s *store) removeName(ts *typeSub, name string) {
 	if ts.coll == nil {
 		return
 	}
-	if set := ts.coll.subs[name]; set != nil {
-		delete(set, ts)
-		if len(set) == 0 {
+	if e := ts.coll.subs[name]; e != nil {
+		delete(e.set, ts)
+		if len(e.set) == 0 {
 			delete(ts.coll.subs, name)
 		}
 	}

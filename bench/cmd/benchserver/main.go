@@ -18,7 +18,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/meshfed/meshfed/bench"
+	"github.com/meshfed/meshfed/xds"
 )
 
 func main() {
@@ -45,9 +48,11 @@ func run() error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	var srv bench.Impl
+	var grpcOpts []grpc.ServerOption
 	switch *impl {
 	case "meshfed":
 		srv = bench.NewMeshfed(*quiet, *maxWait, log)
+		grpcOpts = xds.ServerOptions() // as federation.Gateway passes them
 	case "baseline":
 		srv = bench.NewBaseline(log)
 	default:
@@ -83,7 +88,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	g := bench.GRPCServer()
+	g := bench.GRPCServer(grpcOpts...)
 	srv.Register(g)
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(xl) }()
