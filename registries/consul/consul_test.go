@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -257,47 +256,6 @@ func TestOutageKeepsStateAndResyncs(t *testing.T) {
 	})
 }
 
-// registerBulk registers services×instances through the catalog API, each
-// instance on its own node, with `workers` requests in flight.
-func registerBulk(t *testing.T, cl *api.Client, services, instances, workers int) {
-	t.Helper()
-	type job struct{ s, i int }
-	jobs := make(chan job)
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for range workers {
-		wg.Go(func() {
-			for j := range jobs {
-				_, err := cl.Catalog().Register(&api.CatalogRegistration{
-					Node:    fmt.Sprintf("node-%d", j.i),
-					Address: fmt.Sprintf("198.51.100.%d", j.i+1),
-					Service: &api.AgentService{
-						ID: fmt.Sprintf("svc-%d-%d", j.s, j.i), Service: fmt.Sprintf("svc-%d", j.s), Port: 1000 + j.s,
-					},
-					Check: &api.AgentCheck{
-						CheckID: fmt.Sprintf("check-%d-%d", j.s, j.i), Name: "up", Status: api.HealthPassing,
-						ServiceID: fmt.Sprintf("svc-%d-%d", j.s, j.i),
-					},
-					SkipNodeUpdate: true,
-				}, nil)
-				if err != nil {
-					failed.Store(err)
-				}
-			}
-		})
-	}
-	for s := range services {
-		for i := range instances {
-			jobs <- job{s, i}
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err, ok := failed.Load().(error); ok {
-		t.Fatalf("register: %v", err)
-	}
-}
-
 func TestThousandServicesIngestAndOneChange(t *testing.T) {
 	if testing.Short() {
 		t.Skip("registers 10,000 instances")
@@ -307,7 +265,7 @@ func TestThousandServicesIngestAndOneChange(t *testing.T) {
 	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, MaxConnsPerClient: 4096})
 	cl := agentClient(t, agent)
 	start := time.Now()
-	registerBulk(t, cl, services, instances, 32)
+	agent.RegisterBulk(t, services, instances, 32)
 	t.Logf("registered %d instances in %v", services*instances, time.Since(start).Round(time.Millisecond))
 
 	reg := newRegistry(t, agent, "thousand", func(c *Config) { c.MaxConcurrentWatches = services + 100 })
@@ -359,7 +317,7 @@ func TestMoreServicesThanWatches(t *testing.T) {
 	t.Parallel()
 	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true})
 	cl := agentClient(t, agent)
-	registerBulk(t, cl, 12, 2, 4)
+	agent.RegisterBulk(t, 12, 2, 4)
 	reg := newRegistry(t, agent, "roundrobin", func(c *Config) {
 		c.MaxConcurrentWatches, c.WaitTime = 3, registries.Duration(2*time.Second)
 	})

@@ -1,14 +1,18 @@
 package servers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -110,10 +114,7 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 // it serves its catalog.
 func (c *Consul) Start(t testing.TB) {
 	t.Helper()
-	if err := c.proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.proc.WaitReady(60*time.Second, c.ready); err != nil {
+	if err := c.proc.StartReady(60*time.Second, c.ready); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -159,3 +160,63 @@ func (c *Consul) Stop(t testing.TB) {
 
 // Log returns the agent's output so far.
 func (c *Consul) Log() string { return c.proc.Log() }
+
+// RegisterBulk registers services×instances through the catalog API
+// (PUT /v1/catalog/register): instance i of service s is svc-<s>-<i> of
+// service svc-<s> on port 1000+s, on node node-<i> at 198.51.100.<i+1>,
+// with a passing check; workers requests are in flight at once (the agent
+// needs MaxConnsPerClient above that).
+func (c *Consul) RegisterBulk(t testing.TB, services, instances, workers int) {
+	t.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: workers}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	type job struct{ s, i int }
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range workers {
+		wg.Go(func() {
+			for j := range jobs {
+				id := fmt.Sprintf("svc-%d-%d", j.s, j.i)
+				body, _ := json.Marshal(map[string]any{
+					"Node":           fmt.Sprintf("node-%d", j.i),
+					"Address":        fmt.Sprintf("198.51.100.%d", j.i+1),
+					"Service":        map[string]any{"ID": id, "Service": fmt.Sprintf("svc-%d", j.s), "Port": 1000 + j.s},
+					"Check":          map[string]any{"CheckID": fmt.Sprintf("check-%d-%d", j.s, j.i), "Name": "up", "Status": "passing", "ServiceID": id},
+					"SkipNodeUpdate": true,
+				})
+				if err := put(cl, "http://"+c.HTTPAddr+"/v1/catalog/register", body); err != nil {
+					failed.Store(err)
+				}
+			}
+		})
+	}
+	for s := range services {
+		for i := range instances {
+			jobs <- job{s, i}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		t.Fatalf("consul: register: %v", err)
+	}
+}
+
+func put(cl *http.Client, url string, body []byte) error {
+	req, err := http.NewRequest(http.MethodPut, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("PUT %s: %s", url, resp.Status)
+	}
+	return nil
+}

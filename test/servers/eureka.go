@@ -120,10 +120,7 @@ func StartPolaris(t testing.TB) *Polaris {
 // its Eureka API answers.
 func (p *Polaris) Start(t testing.TB) {
 	t.Helper()
-	if err := p.proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.proc.WaitReady(60*time.Second, p.ready); err != nil {
+	if err := p.proc.StartReady(60*time.Second, p.ready); err != nil {
 		t.Fatal(err)
 	}
 }

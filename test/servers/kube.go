@@ -97,11 +97,8 @@ func StartEtcd(t testing.TB) *Etcd {
 		"--initial-cluster", "test=http://127.0.0.1:" + strconv.Itoa(peer),
 		"--unsafe-no-fsync", "--log-level", "warn",
 	}}
-	if err := e.p.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { e.p.Stop() })
-	if err := e.p.WaitReady(KubeStartTimeout, func() error { return httpOK(noKeepAlive, e.URL+"/health") }); err != nil {
+	if err := e.p.StartReady(KubeStartTimeout, func() error { return httpOK(noKeepAlive, e.URL+"/health") }); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -183,14 +180,11 @@ func StartKubeAPIServer(t testing.TB, e *Etcd, prefix string) *KubeAPIServer {
 // Start (re)starts the server on the same port and waits until it serves.
 func (k *KubeAPIServer) Start(t testing.TB) {
 	t.Helper()
-	if err := k.p.Start(); err != nil {
-		t.Fatal(err)
-	}
 	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // only to find out when the test server is up
 	}}
-	err := k.p.WaitReady(KubeStartTimeout, func() error {
+	err := k.p.StartReady(KubeStartTimeout, func() error {
 		req, err := http.NewRequest(http.MethodGet, k.URL+"/readyz", nil)
 		if err != nil {
 			return err

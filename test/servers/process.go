@@ -122,6 +122,14 @@ func (p *Process) WaitReady(timeout time.Duration, ready func() error) error {
 	}
 }
 
+// StartReady starts the process and waits as WaitReady does.
+func (p *Process) StartReady(timeout time.Duration, ready func() error) error {
+	if err := p.Start(); err != nil {
+		return err
+	}
+	return p.WaitReady(timeout, ready)
+}
+
 // Log returns the process's output so far, followed by MoreLogs.
 func (p *Process) Log() string {
 	b, _ := os.ReadFile(p.LogPath)

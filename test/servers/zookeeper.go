@@ -139,10 +139,7 @@ func (z *ZooKeeper) start(port int) error {
 		Dir:     z.dir,
 		LogPath: filepath.Join(z.dir, fmt.Sprintf("zookeeper-%d.log", port)),
 	}
-	if err := p.Start(); err != nil {
-		return err
-	}
-	err := p.WaitReady(ZooKeeperStartTimeout, func() error {
+	err := p.StartReady(ZooKeeperStartTimeout, func() error {
 		if serving(addr) {
 			return nil
 		}
