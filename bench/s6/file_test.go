@@ -43,7 +43,7 @@ func fileSetup(t testing.TB) bench.S6Target {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bench.S6Target{Registry: reg, Common: c,
+	return bench.S6Target{Registry: reg, Common: c, Host: "s6.vm.internal",
 		Write: func(_ context.Context, n int) (bench.S6Change, error) {
 			return bench.S6Change{Host: "s6.vm.internal", Address: fmt.Sprintf("10.77.%d.%d", n/250, n%250+1)}, write(n)
 		}}

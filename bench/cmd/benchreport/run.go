@@ -475,7 +475,7 @@ func (r *runner) runS5() error {
 func mbf(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/1e6) }
 
 func (r *runner) runS6() error {
-	r.logf("S6: registry ingest rows (go test ./bench/s6)")
+	r.logf("S6: registry rows, write → client ACK (go test ./bench/s6)")
 	f, err := os.CreateTemp(r.dir, "s6-*.json")
 	if err != nil {
 		return err
@@ -495,7 +495,11 @@ func (r *runner) runS6() error {
 		}
 	}
 	for _, x := range rows {
-		rw := row{id: "S6", figure: "ingest: registry write → Sink.Replace holding it, " + x.Name, unit: "ms", mf: &x.Latency, note: x.Note}
+		note := x.Note
+		if x.Ingest.N > 0 {
+			note += fmt.Sprintf("; of which registry ingest (write → Sink.Replace) p50 %.1f / p99 %.1f ms", x.Ingest.P50, x.Ingest.P99)
+		}
+		rw := row{id: "S6", figure: fmt.Sprintf("%s write → last of %d ADS clients ACKs it", x.Name, x.Clients), unit: "ms", mf: &x.Latency, note: note}
 		if x.Skipped != "" {
 			rw.mf = nil
 			rw.note = "not run: " + x.Skipped
