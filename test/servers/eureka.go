@@ -1,7 +1,6 @@
 package servers
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -125,23 +124,7 @@ func (p *Polaris) Start(t testing.TB) {
 	}
 }
 
-func (p *Polaris) ready() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/apps", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := noKeepAlive.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/apps: %s", resp.Status)
-	}
-	return nil
-}
+func (p *Polaris) ready() error { return httpOK(noKeepAlive, p.URL+"/apps", "") }
 
 // Stop stops the server (SIGTERM, then SIGKILL after 10s) and waits for it;
 // its store is kept for the next Start.

@@ -98,22 +98,10 @@ func StartEtcd(t testing.TB) *Etcd {
 		"--unsafe-no-fsync", "--log-level", "warn",
 	}}
 	t.Cleanup(func() { e.p.Stop() })
-	if err := e.p.StartReady(KubeStartTimeout, func() error { return httpOK(noKeepAlive, e.URL+"/health") }); err != nil {
+	if err := e.p.StartReady(KubeStartTimeout, func() error { return httpOK(noKeepAlive, e.URL+"/health", "") }); err != nil {
 		t.Fatal(err)
 	}
 	return e
-}
-
-func httpOK(c *http.Client, url string) error {
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 // KubeAPIServer is a kube-apiserver on loopback owned by one test: one
@@ -184,22 +172,7 @@ func (k *KubeAPIServer) Start(t testing.TB) {
 		DisableKeepAlives: true,
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // only to find out when the test server is up
 	}}
-	err := k.p.StartReady(KubeStartTimeout, func() error {
-		req, err := http.NewRequest(http.MethodGet, k.URL+"/readyz", nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+AdminToken)
-		resp, err := insecure.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
-	})
+	err := k.p.StartReady(KubeStartTimeout, func() error { return httpOK(insecure, k.URL+"/readyz", AdminToken) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,14 @@
 package servers
 
 import (
+	"context"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // Missing skips or fails t because what is not installed; see the package
@@ -49,4 +53,27 @@ func CacheDir() string {
 		return filepath.Join(os.TempDir(), "meshfed-cache")
 	}
 	return filepath.Join(home, ".cache", "meshfed")
+}
+
+// httpOK GETs url, with token as a bearer token unless it is "", and wants
+// 200 within 5s.
+func httpOK(c *http.Client, url, token string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
 }
