@@ -273,6 +273,9 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 	}
 	st.nonce++
 	nonce := strconv.FormatInt(st.nonce, 10)
+	if len(ts.known) == 0 && len(changed) > 8 {
+		ts.known = make(map[string]string, len(changed)) // grow once on a first sync
+	}
 	if st.delta {
 		rs := make([]*discovery.Resource, len(changedWire))
 		for i, w := range changedWire {

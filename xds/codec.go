@@ -75,11 +75,27 @@ const (
 )
 
 // framer builds a message as small header segments in one arena,
-// interleaved with shared value slices.
+// interleaved with shared value slices. The segments live in one slice
+// too and out points into it, so a message costs three allocations
+// whatever its number of resources.
 type framer struct {
 	arena []byte
 	start int // start of the current segment in arena
+	segs  []mem.SliceBuffer
 	out   mem.BufferSlice
+}
+
+func newFramer(arena, segs int) *framer {
+	return &framer{arena: make([]byte, 0, arena), segs: make([]mem.SliceBuffer, 0, segs), out: make(mem.BufferSlice, 0, segs)}
+}
+
+func (f *framer) seg(b []byte) {
+	if len(f.segs) == cap(f.segs) { // not expected: sized by the caller
+		f.out = append(f.out, mem.SliceBuffer(b))
+		return
+	}
+	f.segs = append(f.segs, b)
+	f.out = append(f.out, &f.segs[len(f.segs)-1])
 }
 
 func (f *framer) str(num protowire.Number, s string) {
@@ -98,13 +114,13 @@ func (f *framer) value(num protowire.Number, b []byte) {
 		return
 	}
 	f.cut()
-	f.out = append(f.out, mem.SliceBuffer(b))
+	f.seg(b)
 }
 
 // cut ends the current arena segment.
 func (f *framer) cut() {
 	if len(f.arena) > f.start {
-		f.out = append(f.out, mem.SliceBuffer(f.arena[f.start:len(f.arena):len(f.arena)]))
+		f.seg(f.arena[f.start:len(f.arena):len(f.arena)])
 	}
 	f.start = len(f.arena)
 }
@@ -151,7 +167,7 @@ func marshalDelta(m *discovery.DeltaDiscoveryResponse) (mem.BufferSlice, bool) {
 		arena += 33 + sizeStr(fResVersion, r.GetVersion()) + sizeStr(fResName, r.GetName()) +
 			sizeStr(fAnyTypeURL, r.GetResource().GetTypeUrl())
 	}
-	f := framer{arena: make([]byte, 0, arena), out: make(mem.BufferSlice, 0, 2*len(m.GetResources())+1)}
+	f := newFramer(arena, 2*len(m.GetResources())+1)
 	f.str(fDeltaSystemVersion, m.GetSystemVersionInfo())
 	for _, r := range m.GetResources() {
 		a := r.GetResource()
@@ -189,7 +205,7 @@ func marshalSotw(m *discovery.DiscoveryResponse) (mem.BufferSlice, bool) {
 		}
 		arena += 22 + sizeStr(fAnyTypeURL, a.GetTypeUrl())
 	}
-	f := framer{arena: make([]byte, 0, arena), out: make(mem.BufferSlice, 0, 2*len(m.GetResources())+1)}
+	f := newFramer(arena, 2*len(m.GetResources())+1)
 	f.str(fSotwVersion, m.GetVersionInfo())
 	for _, a := range m.GetResources() {
 		f.arena = protowire.AppendTag(f.arena, fSotwResources, protowire.BytesType)
