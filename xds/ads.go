@@ -20,8 +20,9 @@ import (
 // updates changed when the store wakes it, and a receiver, which applies
 // each request and sends what it calls for at once (no hand-off between
 // goroutines on the ACK path). They take turns under stream.serve. Per
-// type URL a stream has one persistent subscription in the store's index. Like go-control-plane's one-shot watches, a type gets a
-// new response only after the client answered the previous one (ACK,
+// type URL a stream has one persistent subscription in the store's
+// index. Like go-control-plane's one-shot watches, a type gets a new
+// response only after the client answered the previous one (ACK,
 // NACK or a new subscription); changes in between accumulate as dirty
 // names and go out together. Unlike them, answering costs nothing per
 // subscribed name: only dirty names are compared with the versions the
@@ -126,11 +127,13 @@ func (a *ads) DeltaAggregatedResources(str discovery.AggregatedDiscoveryService_
 
 // serveStream runs a stream until the client ends it, a send fails or the
 // server closes: requests are applied on a receiving goroutine, wake-ups
-// on the handler's.
+// on the handler's. The receiving goroutine is the last to use the
+// stream (its Recv fails once the handler returned), so it cleans up; the
+// handler never waits for a send blocked by a client that stopped reading.
 func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func(*stream, R) error, push func(*stream) error) error {
-	defer a.close(st)
 	errc := make(chan error, 1)
 	go func() {
+		defer a.close(st)
 		for {
 			req, err := recv()
 			if err != nil {
@@ -138,10 +141,6 @@ func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func
 				return
 			}
 			st.serve.Lock()
-			if st.closed {
-				st.serve.Unlock()
-				return
-			}
 			err = request(st, req)
 			st.serve.Unlock()
 			if err != nil {
@@ -158,7 +157,10 @@ func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func
 			return err
 		case <-st.wake:
 			st.serve.Lock()
-			err := push(st)
+			var err error
+			if !st.closed {
+				err = push(st)
+			}
 			st.serve.Unlock()
 			if err != nil {
 				return err
