@@ -202,9 +202,12 @@ func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, sen
 	ts.inflight = false
 	// A wildcard subscription's first request is answered even when
 	// empty: Envoy waits for it to finish initialization.
-	a.store.mu.RLock()
-	reply := ts.wildcard && req.GetResponseNonce() == ""
-	a.store.mu.RUnlock()
+	reply := false
+	if req.GetResponseNonce() == "" {
+		a.store.mu.RLock()
+		reply = ts.wildcard
+		a.store.mu.RUnlock()
+	}
 	return a.push(st, ts, reply, nil, send)
 }
 

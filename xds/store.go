@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strconv"
@@ -159,9 +160,10 @@ type typeSub struct {
 	queued bool
 
 	// Guarded by st.serve.
-	known    map[string]string // name → version the client holds
-	inflight bool              // a response awaits the client's next request
-	nonce    string            // of the last response
+	known     map[string]string // name → version the client holds
+	namesHash uint64            // SotW: hash of the last resource_names applied
+	inflight  bool              // a response awaits the client's next request
+	nonce     string            // of the last response
 }
 
 // markDirty records name and appends st to woken if it was not pending.
@@ -279,6 +281,9 @@ const wildcardName = "*"
 // stream's first request for the type, whose initial_resource_versions
 // are what the client already holds.
 func (s *store) subscribeDelta(ts *typeSub, first bool, sub, unsub []string, initial map[string]string) {
+	if !first && len(sub) == 0 && len(unsub) == 0 {
+		return // an ACK or NACK: nothing to index
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if first {
@@ -322,6 +327,13 @@ func (s *store) subscribeDelta(ts *typeSub, first bool, sub, unsub []string, ini
 // with the semantics of go-control-plane's stream.Subscription: names no
 // longer requested are forgotten, so subscribing again resends them.
 func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) {
+	// Clients repeat their list on every ACK: applying the same list
+	// again changes nothing, so a hash of the last one spares the work.
+	h := hashNames(names)
+	if !first && h == ts.namesHash {
+		return
+	}
+	ts.namesHash = h
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if first {
@@ -361,6 +373,20 @@ func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) {
 	for n := range want {
 		s.addName(ts, n)
 	}
+}
+
+// namesSeed keys the hash of SotW resource_names lists.
+var namesSeed = maphash.MakeSeed()
+
+// hashNames hashes a SotW request's resource_names, in order.
+func hashNames(names []string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(namesSeed)
+	for _, n := range names {
+		h.WriteString(n)
+		h.WriteByte(0)
+	}
+	return h.Sum64()
 }
 
 // drop removes every subscription of a closing stream from the index.

@@ -456,3 +456,54 @@ func TestStoreConcurrentUpdates(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreSotwSubscriptionChanges(t *testing.T) {
+	t.Parallel()
+	s := newStore()
+	applyTo(s, edsKind, map[string]types.Resource{"a": cla("a", 1), "b": cla("b", 1)})
+	x := newTestADS(t, s, false)
+	sent := func() []string {
+		t.Helper()
+		x.woken()
+		var names []string
+		for _, r := range x.sotw {
+			for _, a := range r.GetResources() {
+				n, _ := decode(t, a)
+				names = append(names, n)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	nonce := ""
+	req := func(version string, names ...string) {
+		if len(x.sotw) > 0 {
+			nonce = x.sotw[len(x.sotw)-1].GetNonce()
+		}
+		x.sotw = nil
+		x.sotwReq(&discovery.DiscoveryRequest{Node: grpcNode("g"), TypeUrl: EndpointType, VersionInfo: version,
+			ResponseNonce: nonce, ResourceNames: names})
+	}
+	req("", "a", "b")
+	if got := sent(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("first response %v, want [a b]", got)
+	}
+	req("1", "a", "b") // ACK repeating the list
+	if got := sent(); len(got) != 0 {
+		t.Errorf("ACK answered with %v", got)
+	}
+	// A list with a duplicate drops a (same length, different set).
+	req("1", "b", "b")
+	applyTo(s, edsKind, map[string]types.Resource{"a": cla("a", 2)})
+	if got := sent(); len(got) != 0 {
+		t.Errorf("unsubscribed a sent: %v", got)
+	}
+	if names, _ := s.matching(x.st.types[EndpointType]); !slices.Equal(names, []string{"b"}) {
+		t.Errorf("subscription matches %v, want [b]", names)
+	}
+	// Subscribing a again sends it (the client was told to forget it).
+	req("1", "a", "b")
+	if got := sent(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("resubscribe sent %v, want [a]", got)
+	}
+}
