@@ -34,7 +34,7 @@ import (
 const (
 	DefaultXDSAddress    = "127.0.0.1:15010"
 	DefaultAdminAddress  = "127.0.0.1:15014"
-	DefaultDebounceQuiet = Duration(20 * time.Millisecond)
+	DefaultDebounceQuiet = Duration(5 * time.Millisecond)
 	// DefaultDebounceMax bounds how long continuous churn (no quiet period)
 	// delays a push: at most what Istio adds to every push
 	// (PILOT_DEBOUNCE_AFTER, 100ms); see bench/analysis.md (S2).
@@ -143,7 +143,7 @@ type Duration = registries.Duration
 //
 //	xds.address             127.0.0.1:15010
 //	admin.address           127.0.0.1:15014
-//	debounce.quiet          20ms
+//	debounce.quiet          5ms
 //	debounce.max            100ms
 //	syncTimeout             30s
 //	registries[].outage.policy       keep

@@ -222,7 +222,7 @@ func TestLoadGood(t *testing.T) {
 				return &Config{
 					XDS:         XDS{Address: "127.0.0.1:15010"},
 					Admin:       Admin{Address: "127.0.0.1:15014"},
-					Debounce:    Debounce{Quiet: Duration(20 * time.Millisecond), Max: Duration(100 * time.Millisecond)},
+					Debounce:    Debounce{Quiet: Duration(5 * time.Millisecond), Max: Duration(100 * time.Millisecond)},
 					SyncTimeout: Duration(30 * time.Second),
 					Registries: []Registry{{
 						Name:   "vms",
@@ -234,7 +234,7 @@ func TestLoadGood(t *testing.T) {
 					Path: "testdata/good/minimal.yaml",
 				}
 			},
-			summary: "testdata/good/minimal.yaml: 1 registry (vms: file vm.internal); xds 127.0.0.1:15010; admin 127.0.0.1:15014; debounce 20ms/100ms; syncTimeout 30s",
+			summary: "testdata/good/minimal.yaml: 1 registry (vms: file vm.internal); xds 127.0.0.1:15010; admin 127.0.0.1:15014; debounce 5ms/100ms; syncTimeout 30s",
 		},
 		{
 			file: "good/full.yaml",
