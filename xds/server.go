@@ -82,7 +82,9 @@ func NewServer(o Options) *Server {
 }
 
 // Register registers the ADS service (SotW and Delta) on g. The caller
-// owns g: it listens, serves and stops it.
+// owns g: it listens, serves and stops it. Build g with ServerOptions:
+// without them it works, but every response is copied into gRPC's pooled
+// buffers and every ACK costs a BDP ping.
 func (s *Server) Register(g *grpc.Server) {
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
 }
