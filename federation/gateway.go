@@ -237,7 +237,7 @@ func (g *Gateway) grpcServer() (*grpc.Server, error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	return grpc.NewServer(opts...), nil
+	return grpc.NewServer(append(xds.ServerOptions(), opts...)...), nil
 }
 
 func serverTLS(t *TLS) (*tls.Config, error) {
