@@ -2,31 +2,20 @@ package kube
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
-// load decodes a testdata block strictly, as the clusters.yaml loader does,
-// then applies defaults and validates.
+// load reads a testdata block as the clusters.yaml loader does.
 func load(t *testing.T, name string) (*Config, error) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var c Config
-	if err := yaml.UnmarshalWithOptions(b, &c, yaml.DisallowUnknownField()); err != nil {
-		return nil, err
-	}
-	c.ApplyDefaults()
-	return &c, c.Validate()
+	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", name), &c)
 }
 
 func TestConfigGood(t *testing.T) {

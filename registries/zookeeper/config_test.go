@@ -8,25 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
-// loadBlock decodes a `zookeeper:` block the way the loader does (unknown
-// keys are errors), applies defaults and validates it.
+// loadBlock reads a testdata block as the clusters.yaml loader does.
 func loadBlock(t *testing.T, file string) (*Config, error) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "config", file))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var c Config
-	if err := yaml.UnmarshalWithOptions(b, &c, yaml.DisallowUnknownField()); err != nil {
-		return nil, err
-	}
-	c.ApplyDefaults()
-	return &c, c.Validate()
+	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", "config", file), &c)
 }
 
 func TestConfigGood(t *testing.T) {

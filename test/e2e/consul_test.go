@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -57,11 +56,7 @@ func TestConsulToGRPCClient(t *testing.T) {
 	}
 	c.waitFor(t, "b2", 20, 20*time.Second)
 	eventually(t, 10*time.Second, "config_dump shows b1 UNHEALTHY", func() error {
-		_, body, err := m.get("/debug/config_dump?proxy=consul-client")
-		if err != nil {
-			return err
-		}
-		return edsHealth(string(body), "127.0.0.1", "UNHEALTHY")
+		return edsHealth(m, "consul-client", "echo.dc1.consul", b1.port, "127.0.0.1", "UNHEALTHY")
 	})
 
 	// Passing again: HEALTHY, and the client uses b1 again.
@@ -70,11 +65,7 @@ func TestConsulToGRPCClient(t *testing.T) {
 	}
 	c.waitFor(t, "b1", 1, 20*time.Second)
 	eventually(t, 10*time.Second, "config_dump shows b1 HEALTHY", func() error {
-		_, body, err := m.get("/debug/config_dump?proxy=consul-client")
-		if err != nil {
-			return err
-		}
-		return edsHealth(string(body), "127.0.0.1", "HEALTHY")
+		return edsHealth(m, "consul-client", "echo.dc1.consul", b1.port, "127.0.0.1", "HEALTHY")
 	})
 
 	// Deregistered: gone.
@@ -84,44 +75,20 @@ func TestConsulToGRPCClient(t *testing.T) {
 	c.waitFor(t, "b2", 20, 20*time.Second)
 }
 
-// edsHealth checks, in a /debug/config_dump answer, the health status of
-// every EDS endpoint with the given address.
-func edsHealth(dump, address, want string) error {
-	var d struct {
-		Resources map[string][]struct {
-			Endpoints []struct {
-				LbEndpoints []struct {
-					Endpoint struct {
-						Address struct {
-							SocketAddress struct {
-								Address string `json:"address"`
-							} `json:"socketAddress"`
-						} `json:"address"`
-					} `json:"endpoint"`
-					HealthStatus string `json:"healthStatus"`
-				} `json:"lbEndpoints"`
-			} `json:"endpoints"`
-		} `json:"resources"`
+// edsHealth checks the health status that proxy was served (and ACKed)
+// for the endpoint at address in cluster outbound|<port>||<host>.
+func edsHealth(m *meshfed, proxy, host string, port int, address, want string) error {
+	eps, err := servedCLA(m, proxy, host, port)
+	if err != nil {
+		return err
 	}
-	if err := json.Unmarshal([]byte(dump), &d); err != nil {
-		return fmt.Errorf("config_dump: %v", err)
-	}
-	found := 0
-	for _, cla := range d.Resources["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"] {
-		for _, loc := range cla.Endpoints {
-			for _, e := range loc.LbEndpoints {
-				if e.Endpoint.Address.SocketAddress.Address != address {
-					continue
-				}
-				found++
-				if e.HealthStatus != want {
-					return fmt.Errorf("endpoint %s is %q, want %s", address, e.HealthStatus, want)
-				}
+	for _, e := range eps {
+		if e.addr == address {
+			if e.health != want {
+				return fmt.Errorf("endpoint %s is %s, want %s", address, e.health, want)
 			}
+			return nil
 		}
 	}
-	if found == 0 {
-		return fmt.Errorf("no EDS endpoint %s in config_dump", address)
-	}
-	return nil
+	return fmt.Errorf("endpoint %s not served: %+v", address, eps)
 }

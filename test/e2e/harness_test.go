@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -344,4 +346,84 @@ func contains(s string, subs ...string) error {
 		}
 	}
 	return nil
+}
+
+// claEndpoint is one endpoint of a ClusterLoadAssignment in config_dump.
+type claEndpoint struct {
+	addr, health, region, zone string
+}
+
+// servedCLA returns the endpoints of cluster outbound|<port>||host that
+// proxy was served, once the proxy ACKed the latest EDS response.
+func servedCLA(m *meshfed, proxy, host string, port int) ([]claEndpoint, error) {
+	// ACKed: the client accepted what it was last sent.
+	var proxies []federation.ProxySync
+	_, body, err := m.get("/debug/syncz")
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body, &proxies); err != nil {
+		return nil, err
+	}
+	acked := false
+	for _, p := range proxies {
+		if p.ID != proxy {
+			continue
+		}
+		for _, ts := range p.Types {
+			if strings.HasSuffix(ts.TypeURL, "ClusterLoadAssignment") && ts.SentNonce != "" && ts.AckedNonce == ts.SentNonce {
+				acked = true
+			}
+		}
+	}
+	if !acked {
+		return nil, fmt.Errorf("proxy %s has not ACKed its last EDS response: %s", proxy, body)
+	}
+	_, body, err = m.get("/debug/config_dump?proxy=" + proxy)
+	if err != nil {
+		return nil, err
+	}
+	var d struct {
+		Resources map[string][]struct {
+			ClusterName string `json:"clusterName"`
+			Endpoints   []struct {
+				Locality struct {
+					Region string `json:"region"`
+					Zone   string `json:"zone"`
+				} `json:"locality"`
+				LbEndpoints []struct {
+					Endpoint struct {
+						Address struct {
+							SocketAddress struct {
+								Address string `json:"address"`
+							} `json:"socketAddress"`
+						} `json:"address"`
+					} `json:"endpoint"`
+					HealthStatus string `json:"healthStatus"`
+				} `json:"lbEndpoints"`
+			} `json:"endpoints"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal(body, &d); err != nil {
+		return nil, fmt.Errorf("config_dump: %v: %s", err, body)
+	}
+	name := fmt.Sprintf("outbound|%d||%s", port, host)
+	for _, cla := range d.Resources["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"] {
+		if cla.ClusterName != name {
+			continue
+		}
+		var out []claEndpoint
+		for _, loc := range cla.Endpoints {
+			for _, e := range loc.LbEndpoints {
+				h := e.HealthStatus
+				if h == "" {
+					h = "UNKNOWN"
+				}
+				out = append(out, claEndpoint{e.Endpoint.Address.SocketAddress.Address, h, loc.Locality.Region, loc.Locality.Zone})
+			}
+		}
+		slices.SortFunc(out, func(a, b claEndpoint) int { return strings.Compare(a.addr, b.addr) })
+		return out, nil
+	}
+	return nil, fmt.Errorf("no CLA %s served to %s", name, proxy)
 }
