@@ -52,7 +52,7 @@ func newRegistry(cfg Config, c registries.Common, log *slog.Logger) *Registry {
 		shard:         c.Shard(),
 		log:           log,
 		m:             newMetrics(c.Name),
-		quiet:         5 * time.Millisecond,
+		quiet:         time.Millisecond,
 		maxWait:       100 * time.Millisecond,
 		lookup:        net.DefaultResolver.LookupHost,
 		lookupTimeout: 2 * time.Second,
