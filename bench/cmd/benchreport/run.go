@@ -17,7 +17,7 @@ import (
 var (
 	// defDebounce is clusters.yaml's default.
 	defDebounce = debounce{name: "default", quiet: time.Duration(federation.DefaultDebounceQuiet), max: time.Duration(federation.DefaultDebounceMax)}
-	lowDebounce = debounce{name: "low", quiet: 5 * time.Millisecond, max: 100 * time.Millisecond}
+	lowDebounce = debounce{name: "low", quiet: time.Millisecond, max: 50 * time.Millisecond}
 	mfT         = target{label: "meshfed", impl: "meshfed", args: defDebounce.args()}
 	mfLowT      = target{label: "meshfed low", impl: "meshfed", args: lowDebounce.args()}
 	blT         = target{label: "baseline", impl: "baseline"}

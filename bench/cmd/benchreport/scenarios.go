@@ -27,7 +27,7 @@ func (d debounce) String() string { return fmt.Sprintf("quiet %s / max %s", d.qu
 
 // target is one server configuration under test.
 type target struct {
-	label string // "meshfed", "meshfed (quiet 5ms/max 100ms)", "baseline"
+	label string // "meshfed", "meshfed low" (lowDebounce), "baseline"
 	impl  string
 	args  []string
 }
