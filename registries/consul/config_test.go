@@ -1,10 +1,8 @@
 package consul
 
 import (
-	"errors"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -54,35 +52,16 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		file    string
-		wantKey string // FieldError key; "" for a decode error
-		wantErr string
-	}{
-		{file: "bad-address.yaml", wantKey: "address", wantErr: "not host:port"},
-		{file: "bad-scheme.yaml", wantKey: "scheme", wantErr: "not http or https"},
-		{file: "bad-waittime.yaml", wantKey: "waitTime", wantErr: "out of range"},
-		{file: "bad-watches.yaml", wantKey: "maxConcurrentWatches", wantErr: "below 1"},
-		{file: "bad-tls-pair.yaml", wantKey: "tls.keyFile", wantErr: "go together"},
-		{file: "bad-tls-scheme.yaml", wantKey: "tls", wantErr: "scheme is http"},
-		{file: "bad-backoff.yaml", wantKey: "backoff.max", wantErr: "below backoff.initial"},
-		{file: "bad-tag.yaml", wantKey: "tags[0]", wantErr: "empty"},
-		{file: "bad-unknown-key.yaml", wantErr: "unknown field"},
-		{file: "bad-duration.yaml", wantErr: "bad duration"},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			t.Parallel()
-			_, err := load(t, tc.file)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("error %q does not contain %q", err, tc.wantErr)
-			}
-			var fe *registries.FieldError
-			if tc.wantKey != "" && (!errors.As(err, &fe) || fe.Key != tc.wantKey) {
-				t.Errorf("error %v is not a FieldError for key %q", err, tc.wantKey)
-			}
-		})
-	}
+	registrytest.CheckBadConfigs(t, "testdata", func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+		{File: "bad-address.yaml", Key: "address", Err: "not host:port"},
+		{File: "bad-scheme.yaml", Key: "scheme", Err: "not http or https"},
+		{File: "bad-waittime.yaml", Key: "waitTime", Err: "out of range"},
+		{File: "bad-watches.yaml", Key: "maxConcurrentWatches", Err: "below 1"},
+		{File: "bad-tls-pair.yaml", Key: "tls.keyFile", Err: "go together"},
+		{File: "bad-tls-scheme.yaml", Key: "tls", Err: "scheme is http"},
+		{File: "bad-backoff.yaml", Key: "backoff.max", Err: "below backoff.initial"},
+		{File: "bad-tag.yaml", Key: "tags[0]", Err: "empty"},
+		{File: "bad-unknown-key.yaml", Err: "unknown field"},
+		{File: "bad-duration.yaml", Err: "bad duration"},
+	})
 }

@@ -1,7 +1,6 @@
 package eureka
 
 import (
-	"errors"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -59,40 +58,15 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		file    string
-		wantKey string // FieldError key; "" for a decode error
-		wantErr string
-	}{
-		{file: "bad-url-scheme.yaml", wantKey: "urls[0]", wantErr: "not an http or https URL"},
-		{file: "bad-url-host.yaml", wantKey: "urls[0]", wantErr: "has no host"},
-		{file: "bad-url-twice.yaml", wantKey: "urls[1]", wantErr: "listed twice"},
-		{file: "bad-poll.yaml", wantKey: "pollInterval", wantErr: "out of range"},
-		{file: "bad-timeout.yaml", wantErr: `bad duration "-1s": must be positive`}, // durations are positive when read
-		{file: "bad-format.yaml", wantKey: "format", wantErr: "not json or xml"},
-		{file: "bad-protocol.yaml", wantKey: "protocol", wantErr: "unknown protocol"},
-		{file: "bad-duration.yaml", wantErr: "bad duration"},
-		{file: "bad-unknown-key.yaml", wantErr: "unknown field"},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			t.Parallel()
-			_, err := load(t, tc.file)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("error %q does not contain %q", err, tc.wantErr)
-			}
-			if strings.Contains(err.Error(), "secret") {
-				t.Errorf("error %q shows the password", err)
-			}
-			var fe *registries.FieldError
-			if tc.wantKey == "" {
-				return
-			}
-			if !errors.As(err, &fe) || fe.Key != tc.wantKey {
-				t.Errorf("error %v: want a FieldError for key %q", err, tc.wantKey)
-			}
-		})
-	}
+	registrytest.CheckBadConfigs(t, filepath.Join("testdata", "config"), func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+		{File: "bad-url-scheme.yaml", Key: "urls[0]", Err: "not an http or https URL"},
+		{File: "bad-url-host.yaml", Key: "urls[0]", Err: "has no host"},
+		{File: "bad-url-twice.yaml", Key: "urls[1]", Err: "listed twice"},
+		{File: "bad-poll.yaml", Key: "pollInterval", Err: "out of range"},
+		{File: "bad-timeout.yaml", Err: `bad duration "-1s": must be positive`}, // durations are positive when read
+		{File: "bad-format.yaml", Key: "format", Err: "not json or xml"},
+		{File: "bad-protocol.yaml", Key: "protocol", Err: "unknown protocol"},
+		{File: "bad-duration.yaml", Err: "bad duration"},
+		{File: "bad-unknown-key.yaml", Err: "unknown field"},
+	}, "secret")
 }

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"errors"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -71,36 +70,17 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		file    string
-		wantKey string // FieldError key; "" for a decode error
-		wantErr string
-	}{
-		{file: "bad-context-without-kubeconfig.yaml", wantKey: "context", wantErr: "kubeconfig is not"},
-		{file: "bad-namespace.yaml", wantKey: "namespaces[1]", wantErr: "not a namespace name"},
-		{file: "bad-namespace-twice.yaml", wantKey: "namespaces[1]", wantErr: "listed twice"},
-		{file: "bad-both-selections.yaml", wantKey: "namespaceSelector", wantErr: "exclude each other"},
-		{file: "bad-selector.yaml", wantKey: "namespaceSelector", wantErr: "bad label selector"},
-		{file: "bad-secret-selector.yaml", wantKey: "secretDiscovery.selector", wantErr: "bad label selector"},
-		{file: "bad-secret-namespace.yaml", wantKey: "secretDiscovery.namespace", wantErr: "not a namespace name"},
-		{file: "bad-qps.yaml", wantKey: "qps", wantErr: "negative"},
-		{file: "bad-unknown-key.yaml", wantErr: "unknown field"},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			t.Parallel()
-			_, err := load(t, tc.file)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("error %q does not contain %q", err, tc.wantErr)
-			}
-			var fe *registries.FieldError
-			if tc.wantKey != "" && (!errors.As(err, &fe) || fe.Key != tc.wantKey) {
-				t.Errorf("error %v is not a FieldError for key %q", err, tc.wantKey)
-			}
-		})
-	}
+	registrytest.CheckBadConfigs(t, "testdata", func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+		{File: "bad-context-without-kubeconfig.yaml", Key: "context", Err: "kubeconfig is not"},
+		{File: "bad-namespace.yaml", Key: "namespaces[1]", Err: "not a namespace name"},
+		{File: "bad-namespace-twice.yaml", Key: "namespaces[1]", Err: "listed twice"},
+		{File: "bad-both-selections.yaml", Key: "namespaceSelector", Err: "exclude each other"},
+		{File: "bad-selector.yaml", Key: "namespaceSelector", Err: "bad label selector"},
+		{File: "bad-secret-selector.yaml", Key: "secretDiscovery.selector", Err: "bad label selector"},
+		{File: "bad-secret-namespace.yaml", Key: "secretDiscovery.namespace", Err: "not a namespace name"},
+		{File: "bad-qps.yaml", Key: "qps", Err: "negative"},
+		{File: "bad-unknown-key.yaml", Err: "unknown field"},
+	})
 }
 
 func TestNewDoesNoIO(t *testing.T) {

@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,39 +58,17 @@ func equalConfig(a, b Config) bool {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		file    string
-		wantKey string // the FieldError key; "" for a decoding error
-		wantMsg string
-	}{
-		{file: "bad-no-servers.yaml", wantKey: "servers", wantMsg: "is required"},
-		{file: "bad-server-port.yaml", wantKey: "servers[1]", wantMsg: "want host:port"},
-		{file: "bad-server-chroot.yaml", wantKey: "servers[0]", wantMsg: "a chroot goes in root"},
-		{file: "bad-layout.yaml", wantKey: "layout", wantMsg: `unknown layout "eureka"`},
-		{file: "bad-root.yaml", wantKey: "root", wantMsg: "must start with /"},
-		{file: "bad-root-trailing.yaml", wantKey: "root", wantMsg: "must not end with /"},
-		{file: "bad-session-timeout.yaml", wantKey: "sessionTimeout", wantMsg: "out of range"},
-		{file: "bad-duration.yaml", wantMsg: `bad duration "ten seconds"`},
-		{file: "bad-unknown-key.yaml", wantMsg: "chroot"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.file, func(t *testing.T) {
-			t.Parallel()
-			_, err := loadBlock(t, tt.file)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			var fe *registries.FieldError
-			if tt.wantKey != "" {
-				if !errors.As(err, &fe) || fe.Key != tt.wantKey {
-					t.Errorf("error %v: want a FieldError for key %q", err, tt.wantKey)
-				}
-			}
-			if !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("error %q does not contain %q", err, tt.wantMsg)
-			}
-		})
-	}
+	registrytest.CheckBadConfigs(t, filepath.Join("testdata", "config"), func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+		{File: "bad-no-servers.yaml", Key: "servers", Err: "is required"},
+		{File: "bad-server-port.yaml", Key: "servers[1]", Err: "want host:port"},
+		{File: "bad-server-chroot.yaml", Key: "servers[0]", Err: "a chroot goes in root"},
+		{File: "bad-layout.yaml", Key: "layout", Err: `unknown layout "eureka"`},
+		{File: "bad-root.yaml", Key: "root", Err: "must start with /"},
+		{File: "bad-root-trailing.yaml", Key: "root", Err: "must not end with /"},
+		{File: "bad-session-timeout.yaml", Key: "sessionTimeout", Err: "out of range"},
+		{File: "bad-duration.yaml", Err: `bad duration "ten seconds"`},
+		{File: "bad-unknown-key.yaml", Err: "chroot"},
+	})
 }
 
 func TestConfigDefaultsPerLayout(t *testing.T) {
