@@ -24,6 +24,24 @@ func localEndpoint(b *backend, version string) string {
 	return fmt.Sprintf("{address: 127.0.0.1, ports: {grpc: %d}, labels: {version: %s}, locality: test/zone-a}", b.port, version)
 }
 
+// fileSetup is a file registry "vms" (domain vm.internal) whose services
+// file serves echo.vm.internal:8080 from backend b1; b2 is ready for edits.
+type fileSetup struct {
+	b1, b2             *backend
+	svcFile, config    string
+	xdsAddr, adminAddr string
+}
+
+func newFileSetup(t *testing.T) fileSetup {
+	t.Helper()
+	dir := t.TempDir()
+	f := fileSetup{b1: startBackend(t, "b1"), b2: startBackend(t, "b2"), svcFile: filepath.Join(dir, "services.yaml")}
+	writeFile(t, f.svcFile, servicesYAML(localEndpoint(f.b1, "v1")))
+	f.config, f.xdsAddr, f.adminAddr = writeClusters(t, dir,
+		"  - name: vms\n    kind: file\n    domain: vm.internal\n    file: {path: services.yaml}\n")
+	return f
+}
+
 // TestFileRegistryToGRPCClient drives the whole pipeline with the built
 // binary: a services file → meshfed → a grpc-go xDS client calling real
 // gRPC backends, through edits, a broken edit and a SIGTERM.
@@ -31,20 +49,15 @@ func TestFileRegistryToGRPCClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	dir := t.TempDir()
-	b1 := startBackend(t, "b1")
-	b2 := startBackend(t, "b2")
-	svcFile := filepath.Join(dir, "services.yaml")
-	writeFile(t, svcFile, servicesYAML(localEndpoint(b1, "v1")))
-	config, xdsAddr, adminAddr := writeClusters(t, dir,
-		"  - name: vms\n    kind: file\n    domain: vm.internal\n    file: {path: services.yaml}\n")
+	f := newFileSetup(t)
+	b1, b2, svcFile, config := f.b1, f.b2, f.svcFile, f.config
 
 	out, stderr, code := meshfedCmd(t, "validate", config)
 	if code != 0 || !strings.Contains(out, "vms") {
 		t.Fatalf("validate: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 
-	m := startMeshfed(t, config, xdsAddr, adminAddr)
+	m := startMeshfed(t, config, f.xdsAddr, f.adminAddr)
 	eventually(t, 20*time.Second, "/readyz is 200", func() error {
 		code, body, err := m.get("/readyz")
 		if err != nil || code != 200 {
@@ -57,7 +70,7 @@ func TestFileRegistryToGRPCClient(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
 	}
-	if err := contains(bootstrap, xdsAddr, `"GENERATOR"`, `"grpc"`, "e2e-client"); err != nil {
+	if err := contains(bootstrap, f.xdsAddr, `"GENERATOR"`, `"grpc"`, "e2e-client"); err != nil {
 		t.Fatalf("bootstrap: %v", err)
 	}
 
@@ -157,22 +170,16 @@ func TestFileRegistryToGRPCJSClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	dir := t.TempDir()
-	b1 := startBackend(t, "b1")
-	b2 := startBackend(t, "b2")
-	svcFile := filepath.Join(dir, "services.yaml")
-	writeFile(t, svcFile, servicesYAML(localEndpoint(b1, "v1")))
-	config, xdsAddr, adminAddr := writeClusters(t, dir,
-		"  - name: vms\n    kind: file\n    domain: vm.internal\n    file: {path: services.yaml}\n")
-	m := startMeshfed(t, config, xdsAddr, adminAddr)
+	f := newFileSetup(t)
+	m := startMeshfed(t, f.config, f.xdsAddr, f.adminAddr)
 
-	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-js", "--locality", "test/zone-a")
+	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", f.config, "--node-id", "e2e-js", "--locality", "test/zone-a")
 	if code != 0 {
 		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
 	}
 	c := startJSClient(t, bootstrap, "xds:///echo.vm.internal:8080")
 	c.waitFor(t, "b1", 5, 30*time.Second)
-	writeFile(t, svcFile, servicesYAML(localEndpoint(b2, "v2")))
+	writeFile(t, f.svcFile, servicesYAML(localEndpoint(f.b2, "v2")))
 	c.waitFor(t, "b2", 10, 15*time.Second)
 	proxyConnected(t, m, "e2e-js")
 }
