@@ -128,8 +128,12 @@ func (a *ads) DeltaAggregatedResources(str discovery.AggregatedDiscoveryService_
 // serveStream runs a stream until the client ends it, a send fails or the
 // server closes: requests are applied on a receiving goroutine, wake-ups
 // on the handler's. The receiving goroutine is the last to use the
-// stream (its Recv fails once the handler returned), so it cleans up; the
-// handler never waits for a send blocked by a client that stopped reading.
+// stream (its Recv fails once the handler returned), so it cleans up.
+// While the receiving goroutine is blocked sending to a client that
+// stopped reading, the handler still returns when the server closes. A
+// send of the handler's own that blocks the same way ends only when the
+// gRPC server stops the connection (the gateway does after its drain
+// timeout), as with go-control-plane's server.
 func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func(*stream, R) error, push func(*stream) error) error {
 	errc := make(chan error, 1)
 	go func() {
@@ -156,7 +160,9 @@ func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func
 		case err := <-errc:
 			return err
 		case <-st.wake:
-			st.serve.Lock()
+			if !lockOrDone(&st.serve, a.ctx) {
+				return nil
+			}
 			var err error
 			if !st.closed {
 				err = push(st)
@@ -316,4 +322,21 @@ func (a *ads) sent(ts *typeSub, version, nonce string) {
 	ts.inflight = true
 	ts.nonce = nonce
 	a.tracker.response(ts.st.status, ts.status, version, nonce)
+}
+
+// lockOrDone locks mu, or gives up when ctx ends first and reports false;
+// a lock taken after giving up is released at once.
+func lockOrDone(mu *sync.Mutex, ctx context.Context) bool {
+	if mu.TryLock() {
+		return true
+	}
+	got := make(chan struct{})
+	go func() { mu.Lock(); close(got) }()
+	select {
+	case <-got:
+		return true
+	case <-ctx.Done():
+		go func() { <-got; mu.Unlock() }()
+		return false
+	}
 }

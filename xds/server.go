@@ -184,7 +184,8 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 	return indentJSON(b), true
 }
 
-// Close ends every stream; the gRPC server stays the caller's.
+// Close ends every stream, except one blocked sending to a client that
+// stopped reading, which ends when the caller's gRPC server stops.
 func (s *Server) Close() { s.cancel() }
 
 // indentJSON normalizes JSON (protojson varies its spacing) to two-space

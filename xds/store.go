@@ -287,7 +287,7 @@ func (s *store) subscribeDelta(ts *typeSub, first bool, sub, unsub []string, ini
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if first {
-		ts.known = initial
+		ts.known = maps.Clone(initial) // the request's map is not ours to write
 		if ts.known == nil {
 			ts.known = map[string]string{}
 		}
