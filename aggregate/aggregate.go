@@ -210,9 +210,9 @@ type regState struct {
 	since       time.Time
 	lastSync    time.Time
 	lastError   string
-	outageSince time.Time // zero when not in an outage
-	synced      bool      // a Replace was received
-	pending     *input    // latest Replace not yet taken by the loop
+	outageSince time.Time     // zero when not in an outage
+	synced      bool          // a Replace was received
+	pending     *input        // latest Replace not yet taken by the loop
 	release     chan struct{} // Release waits; closed once the loop applied it
 
 	// Written back by the Serve loop.

@@ -65,10 +65,10 @@ func NewRunner(c Common, reg Registry, sink Sink, log *slog.Logger) *Runner {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Runner{
-		common:  c,
-		reg:     reg,
-		sink:    sink,
-		log:     log,
+		common:      c,
+		reg:         reg,
+		sink:        sink,
+		log:         log,
 		backoff:     Backoff{Initial: RestartInitial, Max: RestartMax},
 		failedRetry: FailedRetry,
 	}
