@@ -231,7 +231,7 @@ func TestLoadGood(t *testing.T) {
 						Domain:         "vm.internal", // lowercased, trailing dot dropped
 						Outage:         Outage{Policy: OutageKeep, ExpireAfter: Duration(10 * time.Minute)},
 						MaxDeleteRatio: ptr(0.5),
-						Block:          &file.Config{Path: abs(t, "testdata/good/services.yaml")},
+						Block:          &file.Config{Path: abs(t, "testdata/good/services.yaml"), Settle: registries.Duration(time.Second)},
 					}},
 					Path: "testdata/good/minimal.yaml",
 				}
@@ -259,7 +259,7 @@ func TestLoadGood(t *testing.T) {
 							Locality:       "us-east/us-east-1a/rack-1",
 							Outage:         Outage{Policy: OutageExpire, ExpireAfter: Duration(90 * time.Second)},
 							MaxDeleteRatio: ptr(0.25),
-							Block:          &file.Config{Path: "/srv/services.yaml"},
+							Block:          &file.Config{Path: "/srv/services.yaml", Settle: registries.Duration(time.Second)},
 						},
 						{
 							Name:           "vms-2",
@@ -267,7 +267,7 @@ func TestLoadGood(t *testing.T) {
 							Domain:         "vm2.internal",
 							Outage:         Outage{Policy: OutageKeep, ExpireAfter: Duration(10 * time.Minute)},
 							MaxDeleteRatio: ptr(1.0),
-							Block:          &file.Config{Path: abs(t, "testdata/services.yaml")},
+							Block:          &file.Config{Path: abs(t, "testdata/services.yaml"), Settle: registries.Duration(time.Second)},
 						},
 					},
 					Path: "testdata/good/full.yaml",
