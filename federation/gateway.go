@@ -132,13 +132,16 @@ func (g *Gateway) registerMetrics() error {
 	return nil
 }
 
-// waitReady polls the aggregator until it is ready and reports whether it
+// waitReady polls the aggregator until it is ready and the xDS server has
+// applied the snapshot it was ready with (the aggregator turns ready just
+// before it hands that snapshot to its subscribers: a client served in
+// between would be told that everything is gone), and reports whether it
 // is (false: ctx ended first).
 func (g *Gateway) waitReady(ctx context.Context) bool {
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
 	for {
-		if ok, _ := g.agg.Ready(); ok {
+		if ok, _ := g.agg.Ready(); ok && g.xds.Version() >= g.agg.Snapshot().Version {
 			return true
 		}
 		select {
