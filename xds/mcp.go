@@ -244,14 +244,18 @@ func serviceEntryResource(svc *model.Service) *mcp.Resource {
 		names[i] = n
 		se.Ports = append(se.Ports, &networking.ServicePort{Number: p.Number, Protocol: string(cmp.Or(p.Protocol, model.ProtocolTCP)), Name: n})
 	}
-	seen := map[[2]string]bool{} // address, network: a duplicate is served once, as in EDS
+	// A duplicate (same address, network and ports) is served once, as in EDS.
+	seen := map[string]bool{}
 	for i := range svc.Endpoints {
-		e := &svc.Endpoints[i]
-		key := [2]string{e.Address, e.Source.Network}
-		if seen[key] {
+		we := workloadEntry(&svc.Endpoints[i], ports, names)
+		if we == nil {
 			continue
 		}
-		if we := workloadEntry(e, ports, names); we != nil {
+		key := we.GetAddress() + "|" + we.GetNetwork()
+		for _, n := range names {
+			key += "|" + strconv.FormatUint(uint64(we.GetPorts()[n]), 10)
+		}
+		if !seen[key] {
 			seen[key] = true
 			se.Endpoints = append(se.Endpoints, we)
 		}

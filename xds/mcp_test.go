@@ -31,7 +31,7 @@ func TestServiceEntryMapping(t *testing.T) {
 	svc.Endpoints[0].Labels = map[string]string{"version": "v1", "bad key!": "x"}
 	svc.Endpoints = append(svc.Endpoints,
 		model.Endpoint{Address: "10.0.0.8", Ports: map[string]uint32{"grpc": model.NotServed}}, // serves only one port
-		model.Endpoint{Address: "10.0.0.5"})                                                    // duplicate address: served once
+		svc.Endpoints[0]) // duplicate: served once
 	md, se := seOf(t, serviceEntryResource(svc))
 	if md.GetName() != "meshfed/orders.vm.internal" {
 		t.Errorf("name = %q", md.GetName())
