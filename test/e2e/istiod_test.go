@@ -112,6 +112,7 @@ func TestIstiodServesTheFederation(t *testing.T) {
 
 	// istiod holds the ServiceEntries with their source labels.
 	se := istiodHasEndpoints(t, d, "echo.vm.internal", "127.0.0.1")
+	t.Logf("istiod holds ServiceEntry %s/%s labels %v endpoints %+v", se.Metadata.Namespace, se.Metadata.Name, se.Metadata.Labels, se.Spec.Endpoints)
 	if se.Metadata.Namespace != "meshfed" || se.Metadata.Labels["meshfed.io/registries"] != "vms" ||
 		se.Spec.Endpoints[0].Ports["grpc"] != uint32(b1.port) {
 		t.Errorf("istiod's echo.vm.internal: %+v", se)
