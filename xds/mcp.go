@@ -16,7 +16,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 )
 
-// MCP-over-xDS (docs/architecture.md, "istiod"): istiod's configSources
+// MCP-over-xDS (docs/architecture.md, §4 "istiod"): istiod's configSources
 // client (Istio's pkg/adsc) opens one SotW ADS stream and asks, by
 // <group>/<version>/<Kind> type URL, for MeshConfig and every config
 // collection it knows; it becomes ready only after each of them was
