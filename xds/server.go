@@ -143,6 +143,14 @@ func (s *Server) Invalid() []Invalid {
 	return s.tr.Invalid()
 }
 
+// Resources returns a copy of the current resources of a collection; the
+// resources themselves must not be modified.
+func (s *Server) Resources(k Kind) map[string]types.Resource {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.tr.Resources(k))
+}
+
 // Proxies returns every connected stream's sync status, sorted by node id.
 func (s *Server) Proxies() []ProxyStatus {
 	return s.tracker.snapshot(s.store.count)
