@@ -41,6 +41,8 @@ type Options struct {
 	// Logger receives connection, NACK and translation events; nil
 	// discards them.
 	Logger *slog.Logger
+	// Limits bound each stream; zero fields take the defaults.
+	Limits Limits
 }
 
 // Server translates snapshots and serves them over ADS. Update is called
@@ -77,7 +79,7 @@ func NewServer(o Options) *Server {
 		store:   newStore(),
 		tracker: newTracker(log),
 	}
-	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error}
+	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error, limits: o.Limits.withDefaults()}
 	return s
 }
 
