@@ -162,3 +162,18 @@ func scaledConflict(registry, host string, sum uint64) Conflict {
 		"endpoint weights sum to %d, over the %d xDS clients accept; scaled down proportionally",
 		sum, uint64(maxWeightSum)))
 }
+
+// Gate runs the normalization gate alone on one registry's full state, as
+// Replace does (docs/architecture.md, "one rule at the gate"): it returns
+// the services that would be served, sorted by hostname, and every item
+// kept out or altered. It is pure; fuzz tests and tools use it to check a
+// registry's output without running an Aggregator.
+func Gate(o RegistryOptions, in []model.Service, rejected []model.Rejection) ([]*model.Service, []Conflict) {
+	st := normalize(o.withDefaults(), in, rejected)
+	out := make([]*model.Service, 0, len(st.services))
+	for _, h := range slices.Sorted(maps.Keys(st.services)) {
+		out = append(out, st.services[h])
+	}
+	sortConflicts(st.conflicts)
+	return out, st.conflicts
+}
