@@ -41,7 +41,7 @@ var (
 var allStates = []registries.State{registries.Starting, registries.Synced, registries.Degraded, registries.Stale, registries.Failed}
 
 var allCategories = []string{CategoryInvalid, CategoryDuplicate, CategoryDomain, CategoryPortMismatch,
-	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry}
+	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry, CategoryScaled}
 
 // Collectors returns the package's metrics, for the wiring to register once.
 func Collectors() []prometheus.Collector {
