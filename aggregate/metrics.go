@@ -39,7 +39,7 @@ var (
 )
 
 var allCategories = []string{CategoryInvalid, CategoryDuplicate, CategoryDomain, CategoryPortMismatch,
-	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry}
+	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry, CategoryScaled}
 
 // Collectors returns the package's metrics, for the wiring to register once.
 func Collectors() []prometheus.Collector {

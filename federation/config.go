@@ -27,6 +27,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/xds"
 )
 
 // Defaults of clusters.yaml. applyDefaults is the only place that applies
@@ -75,6 +76,18 @@ type XDS struct {
 	Address string `yaml:"address"`
 	// TLS, when set, makes the listener serve TLS.
 	TLS *TLS `yaml:"tls,omitempty"`
+	// Limits bound each ADS stream.
+	Limits XDSLimits `yaml:"limits"`
+}
+
+// XDSLimits bound what one ADS stream may subscribe to; a request beyond
+// them ends the stream with RESOURCE_EXHAUSTED (see xds.Limits).
+type XDSLimits struct {
+	// MaxTypeURLs is how many type URLs one stream may subscribe to.
+	MaxTypeURLs int `yaml:"maxTypeURLs"`
+	// MaxNames is how many resource names one stream may subscribe to,
+	// over all its type URLs.
+	MaxNames int `yaml:"maxNames"`
 }
 
 // TLS holds PEM file paths, made absolute against the directory of
@@ -165,6 +178,8 @@ type Duration = registries.Duration
 // applyDefaults fills every unset field of c with its default:
 //
 //	xds.address             127.0.0.1:15010
+//	xds.limits.maxTypeURLs  64 (xds.DefaultMaxTypeURLs)
+//	xds.limits.maxNames     100000 (xds.DefaultMaxNames)
 //	admin.address           127.0.0.1:15014
 //	debounce.quiet          5ms
 //	debounce.max            100ms
@@ -178,6 +193,12 @@ type Duration = registries.Duration
 func applyDefaults(c *Config) {
 	if c.XDS.Address == "" {
 		c.XDS.Address = DefaultXDSAddress
+	}
+	if c.XDS.Limits.MaxTypeURLs == 0 {
+		c.XDS.Limits.MaxTypeURLs = xds.DefaultMaxTypeURLs
+	}
+	if c.XDS.Limits.MaxNames == 0 {
+		c.XDS.Limits.MaxNames = xds.DefaultMaxNames
 	}
 	if c.Admin.Address == "" {
 		c.Admin.Address = DefaultAdminAddress
@@ -453,7 +474,32 @@ func (l *loader) xds(path string, v ast.Node, x *XDS) {
 				{key: "clientCA", set: func(p string, v ast.Node) { t.ClientCA = l.filePath(p, v) }},
 			})
 		}},
+		{key: "limits", set: func(p string, v ast.Node) {
+			l.mapping(p, v, v, []field{
+				{key: "maxTypeURLs", set: func(p string, v ast.Node) { x.Limits.MaxTypeURLs = l.positiveInt(p, v) }},
+				{key: "maxNames", set: func(p string, v ast.Node) { x.Limits.MaxNames = l.positiveInt(p, v) }},
+			})
+		}},
 	})
+}
+
+// positiveInt reads an integer of at least 1; 0 after a problem.
+func (l *loader) positiveInt(path string, v ast.Node) int {
+	n := l.resolve(v)
+	if n == nil {
+		l.addAtKey(path, "missing value")
+		return 0
+	}
+	if _, ok := n.(*ast.IntegerNode); !ok {
+		l.addf(n, path, "want a whole number of at least 1, got %s", describe(n))
+		return 0
+	}
+	i, err := strconv.Atoi(n.GetToken().Value)
+	if err != nil || i < 1 {
+		l.addf(n, path, "want a whole number of at least 1, got %s", n.GetToken().Value)
+		return 0
+	}
+	return i
 }
 
 func (l *loader) registries(path string, v ast.Node) []Registry {

@@ -108,6 +108,11 @@ func TestLoadBad(t *testing.T) {
 			`bad/bad-ratio.yaml:10:21: registries[1].maxDeleteRatio: want a number between 0 (off) and 1, got "half"`,
 			`bad/bad-ratio.yaml:15:21: registries[2].maxDeleteRatio: want a number between 0 (off) and 1, got -0.1`,
 		}},
+		{file: "bad/bad-limits.yaml", problems: 3, want: []string{
+			`bad/bad-limits.yaml:3:18: xds.limits.maxTypeURLs: want a whole number of at least 1, got 0`,
+			`bad/bad-limits.yaml:4:15: xds.limits.maxNames: want a whole number of at least 1, got "lots"`,
+			`bad/bad-limits.yaml:5:5: xds.limits.maxname: unknown key (did you mean "maxNames"?)`,
+		}},
 		{file: "bad/bad-locality.yaml", problems: 1, want: []string{
 			`bad/bad-locality.yaml:5:15: registries[0].locality: locality "us/east/1a/rack" has more than 3 parts`,
 		}},
@@ -220,7 +225,7 @@ func TestLoadGood(t *testing.T) {
 			file: "good/minimal.yaml",
 			want: func(t *testing.T) *Config {
 				return &Config{
-					XDS:         XDS{Address: "127.0.0.1:15010"},
+					XDS:         XDS{Address: "127.0.0.1:15010", Limits: XDSLimits{MaxTypeURLs: 64, MaxNames: 100000}},
 					Admin:       Admin{Address: "127.0.0.1:15014"},
 					Debounce:    Debounce{Quiet: Duration(5 * time.Millisecond), Max: Duration(100 * time.Millisecond)},
 					SyncTimeout: Duration(30 * time.Second),
@@ -246,7 +251,7 @@ func TestLoadGood(t *testing.T) {
 						Cert:     abs(t, "testdata/good/tls/server.crt"),
 						Key:      "/etc/meshfed/server.key",
 						ClientCA: abs(t, "testdata/good/tls/ca.crt"),
-					}},
+					}, Limits: XDSLimits{MaxTypeURLs: 8, MaxNames: 5000}},
 					Admin:       Admin{Address: "localhost:16014"},
 					Debounce:    Debounce{Quiet: Duration(50 * time.Millisecond), Max: Duration(2 * time.Second)},
 					SyncTimeout: Duration(time.Minute),

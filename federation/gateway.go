@@ -95,7 +95,9 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		OnAccepted:  onAccepted,
 		Logger:      log.With("component", "aggregate"),
 	})
-	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds")})
+	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds"), Limits: xds.Limits{
+		MaxTypeURLs: cfg.XDS.Limits.MaxTypeURLs, MaxNames: cfg.XDS.Limits.MaxNames,
+	}})
 	g.agg.Subscribe(g.xds.Update)
 
 	for _, r := range cfg.Registries {

@@ -126,7 +126,12 @@ func oneLine(s string) string {
 	return s
 }
 
+// shortType shortens a type URL: Envoy's to the message name (Cluster),
+// Istio's MCP collections to <version>/<Kind> (v1/ServiceEntry).
 func shortType(u string) string {
+	if g, rest, ok := strings.Cut(u, "/"); ok && !strings.Contains(g, "googleapis") {
+		return rest
+	}
 	if i := strings.LastIndex(u, "."); i >= 0 {
 		return u[i+1:]
 	}
