@@ -32,8 +32,11 @@ const readyPoll = 20 * time.Millisecond
 
 // GatewayOptions are the process-level settings of a Gateway.
 type GatewayOptions struct {
-	Logger  *slog.Logger
-	Version string
+	Logger *slog.Logger
+	// Version and Revision name the build on meshfed_build_info and in
+	// the start-up log line.
+	Version  string
+	Revision string
 }
 
 // Gateway wires one clusters.yaml into running parts: a supervised
@@ -42,6 +45,7 @@ type Gateway struct {
 	cfg      *Config
 	log      *slog.Logger
 	version  string
+	revision string
 	agg      *aggregate.Aggregator
 	xds      *xds.Server
 	metrics  *prometheus.Registry
@@ -49,6 +53,7 @@ type Gateway struct {
 	dyn      runtimeRegistries // registries started at runtime (launch.go)
 	serving  atomic.Bool       // xDS listener accepting
 	draining atomic.Bool
+	digests  digestCache // content digest of the served snapshot (digest.go)
 }
 
 // NewGateway builds every part from cfg without starting anything or doing
@@ -60,11 +65,12 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		cfg:     cfg,
-		log:     log,
-		version: o.Version,
-		metrics: prometheus.NewRegistry(),
-		runners: make(map[string]*registries.Runner),
+		cfg:      cfg,
+		log:      log,
+		version:  o.Version,
+		revision: o.Revision,
+		metrics:  prometheus.NewRegistry(),
+		runners:  make(map[string]*registries.Runner),
 	}
 	var opts []aggregate.RegistryOptions
 	for _, r := range cfg.Registries {
@@ -104,11 +110,8 @@ func (g *Gateway) registerMetrics() error {
 	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "meshfed_build_info",
-			Help:        "Always 1; the version label says which build runs.",
-			ConstLabels: prometheus.Labels{"version": g.version},
-		}, func() float64 { return 1 }),
+		buildInfoGauge(g.version, g.revision),
+		digestCollector{g},
 	}
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
@@ -175,7 +178,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- admin.Serve(adminLis) }()
-	g.log.Info("meshfed started; xDS waits for the first sync of every registry", "version", g.version,
+	g.log.Info("meshfed started; xDS waits for the first sync of every registry", "version", g.version, "revision", g.revision,
 		"xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "registries", len(g.cfg.Registries))
 
 	// xDS serves only once the model is complete (every registry synced,
