@@ -37,7 +37,8 @@ func (c *digestCache) of(s *model.Snapshot) model.Digest {
 }
 
 // Digest returns the digest of the snapshot served now, with an entry for
-// every registry (runtime ones included).
+// every registry running (runtime ones included; one just removed is gone
+// at once even while the snapshot still holds its services).
 func (g *Gateway) Digest() DigestInfo {
 	snap := g.agg.Snapshot()
 	d := g.digests.of(snap)
@@ -46,10 +47,11 @@ func (g *Gateway) Digest() DigestInfo {
 		out.Version = snap.Version
 	}
 	for _, st := range g.agg.Registries() {
-		out.Registries[st.Name] = model.EmptyDigest
-	}
-	for name, h := range d.Registries {
-		out.Registries[name] = h
+		h, ok := d.Registries[st.Name]
+		if !ok {
+			h = model.EmptyDigest
+		}
+		out.Registries[st.Name] = h
 	}
 	return out
 }
