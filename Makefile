@@ -41,7 +41,7 @@ test-deps:
 
 test: test-deps lint
 	MESHFED_REQUIRE_SERVERS=1 $(GO) test -timeout 40m -count=1 $(PKGS)
-	$(GO) -C tools/dist test -count=1 ./...
+	MESHFED_REQUIRE_SERVERS=1 $(GO) -C tools/dist test -count=1 ./...
 
 # unit runs the fast tests only; tests that need real servers skip.
 unit:
