@@ -166,3 +166,18 @@ func validRoot(p string) error {
 // as a string, also inside a flow mapping:
 // `zookeeper: {servers: [127.0.0.1:2181]}`.
 type Servers []string
+
+// Files implements registries.FileReferrer: the auth file, one line
+// user:password.
+func (c *Config) Files() []registries.FileRef {
+	if c.AuthFile == "" {
+		return nil
+	}
+	return []registries.FileRef{{Key: "authFile", Path: c.AuthFile, Check: func(b []byte) error {
+		user, _, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
+		if !ok || user == "" {
+			return fmt.Errorf("want one line user:password")
+		}
+		return nil
+	}}}
+}
