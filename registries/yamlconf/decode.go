@@ -52,9 +52,11 @@ func (d *Decoder) value(path string, owner, n *yaml.Node, v reflect.Value) {
 		n = nil
 	}
 	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
-		if n != nil {
-			v.Addr().Interface().(Unmarshaler).UnmarshalYAMLNode(d, path, n)
+		if n == nil {
+			d.Addf(owner, path, "missing value")
+			return
 		}
+		v.Addr().Interface().(Unmarshaler).UnmarshalYAMLNode(d, path, n)
 		return
 	}
 	if v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct && !v.Type().Implements(textUnmarshalerType) {

@@ -95,7 +95,8 @@ func (e *Error) Error() string {
 
 // Unmarshaler is implemented by types that decode themselves from a node,
 // such as a registry entry whose kind block depends on its kind. n is
-// never an alias and never null; path is the key path of n.
+// never an alias and never null (a null value of such a type is the
+// problem "missing value"); path is the key path of n.
 type Unmarshaler interface {
 	UnmarshalYAMLNode(d *Decoder, path string, n *yaml.Node)
 }
