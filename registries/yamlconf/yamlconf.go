@@ -45,6 +45,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v4"
 
@@ -115,7 +116,7 @@ func Parse(file string, data []byte) (*yaml.Node, []Problem) {
 			break
 		}
 		if err != nil {
-			return nil, []Problem{syntaxProblem(file, err)}
+			return nil, []Problem{syntaxProblem(file, data, err)}
 		}
 		if len(docs) == 1 {
 			at := &n
@@ -142,16 +143,47 @@ func Parse(file string, data []byte) (*yaml.Node, []Problem) {
 	return root, nil
 }
 
-func syntaxProblem(file string, err error) Problem {
+func syntaxProblem(file string, data []byte, err error) Problem {
 	var le *yaml.LoadError
 	if errors.As(err, &le) {
 		msg := le.Message
 		if le.ContextMsg != "" {
 			msg = le.ContextMsg + ": " + msg
 		}
-		return Problem{File: file, Line: le.Mark.Line, Column: le.Mark.Column, Msg: "YAML syntax error: " + msg}
+		line, col := le.Mark.Line, le.Mark.Column
+		if line < 1 {
+			// Reader errors (bad encoding) may carry no line: point at the
+			// first byte that is not UTF-8, else at the start.
+			line, col = positionOf(data, firstInvalidUTF8(data))
+		}
+		return Problem{File: file, Line: line, Column: max(col, 1), Msg: "YAML syntax error: " + msg}
 	}
-	return Problem{File: file, Msg: "YAML syntax error: " + err.Error()}
+	return Problem{File: file, Line: 1, Column: 1, Msg: "YAML syntax error: " + err.Error()}
+}
+
+// firstInvalidUTF8 returns the offset of the first byte of data that is
+// not valid UTF-8, 0 if all is.
+func firstInvalidUTF8(data []byte) int {
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return i
+		}
+		i += size
+	}
+	return 0
+}
+
+// positionOf returns the 1-based line and column (in characters) of byte
+// offset off in data.
+func positionOf(data []byte, off int) (line, col int) {
+	off = min(off, len(data))
+	before := data[:off]
+	line = 1 + bytes.Count(before, []byte("\n"))
+	if i := bytes.LastIndexByte(before, '\n'); i >= 0 {
+		before = before[i+1:]
+	}
+	return line, 1 + utf8.RuneCount(before)
 }
 
 // Decoder decodes the nodes of one file and collects its problems.
