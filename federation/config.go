@@ -28,6 +28,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/yamlconf"
+	"github.com/meshfed/meshfed/xds"
 )
 
 // Defaults of clusters.yaml. The ApplyDefaults methods are the only place
@@ -43,6 +44,15 @@ const (
 	DefaultSyncTimeout  = Duration(30 * time.Second)
 	DefaultOutagePolicy = registries.DefaultOutagePolicy
 	DefaultExpireAfter  = registries.DefaultExpireAfter
+	// DefaultMaxDeleteRatio holds back an update that would drop more than
+	// half of a registry's endpoints (a truncated services file,
+	// `services: []`, a registry answering with an empty catalog) until it
+	// is seen again, released or a minute passed; maxDeleteRatio: 0 turns
+	// it off.
+	DefaultMaxDeleteRatio = 0.5
+	// DefaultStateMaxAge: a saved registry state older than this is not
+	// restored at start.
+	DefaultStateMaxAge = Duration(24 * time.Hour)
 )
 
 // Config is a loaded, defaulted and validated clusters.yaml.
@@ -52,8 +62,11 @@ type Config struct {
 	Debounce Debounce `yaml:"debounce"`
 	// SyncTimeout bounds how long a registry that has not finished its
 	// first sync keeps /readyz at 503.
-	SyncTimeout Duration   `yaml:"syncTimeout"`
-	Registries  []Registry `yaml:"registries" yamlconf:"required"`
+	SyncTimeout Duration `yaml:"syncTimeout"`
+	// State is where each registry's last accepted state is kept for a
+	// warm start; off without a dir.
+	State      State      `yaml:"state"`
+	Registries []Registry `yaml:"registries" yamlconf:"required"`
 	// Path is the file the config was loaded from.
 	Path string `yaml:"-"`
 	// root is the file's node tree, for positions of later problems
@@ -67,6 +80,53 @@ type XDS struct {
 	Address string `yaml:"address"`
 	// TLS, when set, makes the listener serve TLS.
 	TLS *TLS `yaml:"tls,omitempty"`
+	// Limits bound each ADS stream.
+	Limits XDSLimits `yaml:"limits"`
+}
+
+// XDSLimits bound what one ADS stream may subscribe to; a request beyond
+// them ends the stream with RESOURCE_EXHAUSTED (see xds.Limits).
+type XDSLimits struct {
+	// MaxTypeURLs is how many type URLs one stream may subscribe to.
+	MaxTypeURLs int `yaml:"maxTypeURLs" yamlconf:"positive"`
+	// MaxNames is how many resource names one stream may subscribe to,
+	// over all its type URLs.
+	MaxNames int `yaml:"maxNames" yamlconf:"positive"`
+}
+
+// ApplyDefaults sets 64 type URLs and 100,000 names.
+func (l *XDSLimits) ApplyDefaults() {
+	if l.MaxTypeURLs == 0 {
+		l.MaxTypeURLs = xds.DefaultMaxTypeURLs
+	}
+	if l.MaxNames == 0 {
+		l.MaxNames = xds.DefaultMaxNames
+	}
+}
+
+// State is the warm-start state directory (`state:`).
+type State struct {
+	// Dir, when set, holds one file per registry with its last accepted
+	// state, restored at start. Made absolute against the directory of
+	// clusters.yaml.
+	Dir string `yaml:"dir,omitempty"`
+	// MaxAge: saved states older than this are not restored.
+	MaxAge Duration `yaml:"maxAge"`
+}
+
+// ApplyDefaults sets maxAge 24h; dir has no default (unset is off).
+func (s *State) ApplyDefaults() {
+	if s.MaxAge == 0 {
+		s.MaxAge = DefaultStateMaxAge
+	}
+}
+
+// ResolvePaths makes Dir absolute against dir, the directory of
+// clusters.yaml.
+func (s *State) ResolvePaths(dir string) {
+	if s.Dir != "" && !filepath.IsAbs(s.Dir) {
+		s.Dir = filepath.Join(dir, s.Dir)
+	}
 }
 
 // TLS holds PEM file paths, made absolute against the directory of
@@ -109,8 +169,9 @@ type Registry struct {
 	// is unreachable.
 	Outage Outage `yaml:"outage"`
 	// MaxDeleteRatio, when in (0, 1], refuses to drop more than this share
-	// of the registry's endpoints in one update; 0 is off.
-	MaxDeleteRatio float64 `yaml:"maxDeleteRatio,omitempty"`
+	// of the registry's endpoints in one update (hold-down); 0 is off; nil
+	// (unset) is DefaultMaxDeleteRatio after defaults.
+	MaxDeleteRatio *float64 `yaml:"maxDeleteRatio,omitempty"`
 	// Block is the kind-specific block (`file:`, `consul:`...), decoded,
 	// defaulted, path-resolved and validated.
 	Block registries.Config `yaml:"-"`
@@ -146,7 +207,10 @@ type Duration = registries.Duration
 //	debounce.quiet          5ms
 //	debounce.max            100ms
 //	syncTimeout             30s
+//	xds.limits              maxTypeURLs 64, maxNames 100000 (XDSLimits)
+//	state.maxAge            24h (state.dir has no default: unset is off)
 //	registries[].outage     keep, expireAfter 10m (registries.Outage)
+//	registries[].maxDeleteRatio  0.5
 //
 // Kind blocks default themselves (registries.Config.ApplyDefaults).
 func (c *Config) ApplyDefaults() {
@@ -225,8 +289,13 @@ func (d *Debounce) Validate() error {
 }
 
 // ApplyDefaults normalizes the domain: ASCII letters lowercased (others
-// are left for Validate to refuse, never folded), no trailing dot.
+// are left for Validate to refuse, never folded), no trailing dot; and
+// sets maxDeleteRatio 0.5 when unset.
 func (r *Registry) ApplyDefaults() {
+	if r.MaxDeleteRatio == nil {
+		d := DefaultMaxDeleteRatio
+		r.MaxDeleteRatio = &d
+	}
 	r.Domain = strings.TrimSuffix(strings.Map(func(c rune) rune {
 		if c >= 'A' && c <= 'Z' {
 			return c + 'a' - 'A'
@@ -256,8 +325,8 @@ func (r *Registry) Validate() error {
 			errs = append(errs, registries.FieldErr("locality", "%v", err))
 		}
 	}
-	if r.MaxDeleteRatio < 0 || r.MaxDeleteRatio > 1 {
-		errs = append(errs, registries.FieldErr("maxDeleteRatio", "want a number between 0 (off) and 1, got %v", r.MaxDeleteRatio))
+	if m := r.MaxDeleteRatio; m != nil && (*m < 0 || *m > 1) {
+		errs = append(errs, registries.FieldErr("maxDeleteRatio", "want a number between 0 (off) and 1, got %v", *m))
 	}
 	return errors.Join(errs...)
 }
@@ -321,6 +390,9 @@ func (c *Config) Summary() string {
 	}
 	fmt.Fprintf(&b, "; admin %s; debounce %s/%s; syncTimeout %s",
 		c.Admin.Address, c.Debounce.Quiet, c.Debounce.Max, c.SyncTimeout)
+	if c.State.Dir != "" {
+		fmt.Fprintf(&b, "; state %s (maxAge %s)", c.State.Dir, c.State.MaxAge)
+	}
 	return b.String()
 }
 

@@ -24,6 +24,14 @@ func (r Registry) aggregateOptions() aggregate.RegistryOptions {
 	return aggregate.RegistryOptions{
 		Common:         r.Common(),
 		Outage:         r.Outage,
-		MaxDeleteRatio: r.MaxDeleteRatio,
+		MaxDeleteRatio: r.maxDeleteRatio(),
 	}
+}
+
+// maxDeleteRatio is the entry's ratio, defaulted.
+func (r Registry) maxDeleteRatio() float64 {
+	if r.MaxDeleteRatio == nil {
+		return DefaultMaxDeleteRatio
+	}
+	return *r.MaxDeleteRatio
 }

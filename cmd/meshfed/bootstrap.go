@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -13,17 +14,17 @@ import (
 
 func bootstrapCmd() *cobra.Command {
 	var (
-		grpcClient, envoy bool
-		config, addr      string
-		nodeID, locality  string
-		cluster           string
-		tlsOn             bool
-		caFile            string
-		certFile, keyFile string
+		grpcClient, envoy, istio bool
+		config, addr             string
+		nodeID, locality         string
+		cluster                  string
+		caFile, sni              string
+		tlsFlag                  bool
+		certFile, keyFile        string
 	)
 	c := &cobra.Command{
-		Use:   "bootstrap --grpc|--envoy [--config FILE | --xds ADDR [--tls]] [--ca FILE] [--cert FILE --key FILE] [--node-id ID]",
-		Short: "Print the bootstrap JSON an xDS client needs to reach this server",
+		Use:   "bootstrap --grpc|--envoy|--istio [--config FILE | --xds ADDR [--tls]] [--ca FILE] [--cert FILE --key FILE] [--node-id ID]",
+		Short: "Print the bootstrap JSON an xDS client needs to reach this server (--istio: istiod's meshConfig configSources)",
 		Long: `Print the bootstrap JSON an xDS client needs to reach this server.
 
 With --config, the address and whether the server serves TLS (xds.tls) and
@@ -36,47 +37,35 @@ With --xds ADDR instead of --config, --tls (or any of --ca, --cert, --key)
 turns TLS on.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if grpcClient == envoy {
-				return fmt.Errorf("give exactly one of --grpc or --envoy")
+			n := 0
+			for _, b := range []bool{grpcClient, envoy, istio} {
+				if b {
+					n++
+				}
 			}
-			mTLS := false
-			if addr == "" {
+			if n != 1 {
+				return fmt.Errorf("give exactly one of --grpc, --envoy or --istio")
+			}
+			var tlsOn, mtls bool
+			if addr == "" || (istio && !cmd.Flags().Changed("ca")) {
 				cfg, err := federation.Load(config)
-				if err != nil {
+				switch {
+				case err == nil:
+					if addr == "" {
+						addr = cfg.XDS.Address
+					}
+					tlsOn, mtls = cfg.XDS.TLS != nil, cfg.XDS.TLS != nil && cfg.XDS.TLS.ClientCA != ""
+				case addr == "":
 					fmt.Fprintln(cmd.ErrOrStderr(), err)
 					return exitError{1}
 				}
-				addr = cfg.XDS.Address
-				if t := cfg.XDS.TLS; t != nil {
-					tlsOn, mTLS = true, t.ClientCA != ""
-				}
 			}
-			var clientTLS *xds.ClientTLS
-			if tlsOn || caFile != "" || certFile != "" || keyFile != "" {
-				clientTLS = &xds.ClientTLS{}
-				for _, f := range []struct {
-					flag string
-					in   string
-					out  *string
-				}{{"--ca", caFile, &clientTLS.CAFile}, {"--cert", certFile, &clientTLS.CertFile}, {"--key", keyFile, &clientTLS.KeyFile}} {
-					if f.in == "" {
-						continue
-					}
-					abs, err := filepath.Abs(f.in)
-					if err != nil {
-						return fmt.Errorf("%s: %w", f.flag, err)
-					}
-					*f.out = abs
-				}
-				if (certFile == "") != (keyFile == "") {
-					return fmt.Errorf("--cert and --key go together")
-				}
-				if mTLS && certFile == "" {
-					return fmt.Errorf("%s: xds.tls.clientCA is set, so the server requires a client certificate: give --cert and --key", config)
-				}
-				if envoy && caFile == "" {
-					fmt.Fprintln(cmd.ErrOrStderr(), "meshfed bootstrap: warning: no --ca: Envoy will not verify meshfed's certificate")
-				}
+			if istio {
+				return printIstio(cmd, addr, tlsOn, mtls, caFile, sni)
+			}
+			clientTLS, err := bootstrapTLS(cmd, tlsOn || tlsFlag, mtls, envoy, config, caFile, certFile, keyFile)
+			if err != nil {
+				return err
 			}
 			loc, err := model.ParseLocality(locality)
 			if err != nil {
@@ -109,9 +98,69 @@ turns TLS on.`,
 	f.StringVar(&nodeID, "node-id", "", "node id (default grpc-client, or sidecar~127.0.0.1~envoy~default.svc.cluster.local)")
 	f.StringVar(&locality, "locality", "local/local", "node locality region/zone/subzone (grpc-js-xds requires one)")
 	f.StringVar(&cluster, "cluster", "meshfed", "Envoy node cluster")
-	f.BoolVar(&tlsOn, "tls", false, "the server serves TLS (implied by xds.tls in --config, and by --ca, --cert, --key)")
-	f.StringVar(&caFile, "ca", "", "PEM CA certificates the client verifies the server's certificate with (gRPC default: system roots)")
-	f.StringVar(&certFile, "cert", "", "PEM client certificate, for a server that requires one (xds.tls.clientCA)")
-	f.StringVar(&keyFile, "key", "", "PEM private key of --cert")
+	f.BoolVar(&istio, "istio", false, "print istiod's meshConfig snippet (configSources) that reads meshfed over MCP-over-xDS")
+	f.StringVar(&caFile, "ca", "", "PEM CA that signed meshfed's xDS certificate (turns TLS on); gRPC default: the system roots")
+	f.BoolVar(&tlsFlag, "tls", false, "the server serves TLS (implied by xds.tls in --config, and by --ca, --cert, --key)")
+	f.StringVar(&certFile, "cert", "", "--grpc, --envoy: PEM client certificate, for a server that requires one (xds.tls.clientCA)")
+	f.StringVar(&keyFile, "key", "", "--grpc, --envoy: PEM private key of --cert")
+	f.StringVar(&sni, "sni", "", "--istio: server name istiod verifies (default: the host of the address)")
 	return c
+}
+
+// printIstio prints the meshConfig snippet. TLS is on when the config
+// serves TLS or --ca is given; it needs the CA (istiod embeds it).
+func printIstio(cmd *cobra.Command, addr string, tlsOn, mtls bool, caFile, sni string) error {
+	if mtls {
+		return fmt.Errorf("xds.tls.clientCA is set: istiod's configSources client presents no client certificate " +
+			"(Istio implements SIMPLE TLS only), so it cannot connect; serve istiod from a listener without clientCA")
+	}
+	var t *xds.IstioTLS
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return fmt.Errorf("--ca: %w", err)
+		}
+		t = &xds.IstioTLS{CAPEM: string(pem), SNI: sni}
+	} else if tlsOn {
+		return fmt.Errorf("xds.tls is set: give --ca FILE, the CA that signed meshfed's certificate, for istiod to verify it")
+	}
+	out, err := xds.IstioMeshConfig(addr, t)
+	if err != nil {
+		return err
+	}
+	_, err = cmd.OutOrStdout().Write(out)
+	return err
+}
+
+// bootstrapTLS returns the client TLS settings of a gRPC or Envoy
+// bootstrap: nil for plaintext; TLS when the config serves it or a TLS
+// flag is given. File paths are made absolute.
+func bootstrapTLS(cmd *cobra.Command, tlsOn, mtls, envoy bool, config, caFile, certFile, keyFile string) (*xds.ClientTLS, error) {
+	if !tlsOn && caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	t := &xds.ClientTLS{}
+	for _, f := range []struct {
+		flag, in string
+		out      *string
+	}{{"--ca", caFile, &t.CAFile}, {"--cert", certFile, &t.CertFile}, {"--key", keyFile, &t.KeyFile}} {
+		if f.in == "" {
+			continue
+		}
+		abs, err := filepath.Abs(f.in)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.flag, err)
+		}
+		*f.out = abs
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("--cert and --key go together")
+	}
+	if mtls && certFile == "" {
+		return nil, fmt.Errorf("%s: xds.tls.clientCA is set, so the server requires a client certificate: give --cert and --key", config)
+	}
+	if envoy && caFile == "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "meshfed bootstrap: warning: no --ca: Envoy will not verify meshfed's certificate")
+	}
+	return t, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,6 +289,7 @@ type field struct {
 	key      string
 	index    []int
 	required bool
+	positive bool
 }
 
 type structInfo struct {
@@ -315,7 +317,9 @@ func infoOf(t reflect.Type) *structInfo {
 		if name == "" {
 			name = strings.ToLower(f.Name)
 		}
-		si.fields = append(si.fields, field{key: name, index: f.Index, required: f.Tag.Get("yamlconf") == "required"})
+		opts := strings.Split(f.Tag.Get("yamlconf"), ",")
+		si.fields = append(si.fields, field{key: name, index: f.Index,
+			required: slices.Contains(opts, "required"), positive: slices.Contains(opts, "positive")})
 		si.keys = append(si.keys, name)
 	}
 	structInfos.Store(t, si)
@@ -357,6 +361,10 @@ func (d *Decoder) structFields(path string, owner, n *yaml.Node, v reflect.Value
 					d.Addf(k, p, "missing value")
 					return
 				}
+				if f.positive {
+					d.positive(p, val, v.FieldByIndex(f.index))
+					return
+				}
 				d.value(p, k, val, v.FieldByIndex(f.index))
 				return
 			}
@@ -394,6 +402,41 @@ func (d *Decoder) structFields(path string, owner, n *yaml.Node, v reflect.Value
 	if vd, ok := p.(Validator); ok {
 		d.Report(path, owner, n, vd.Validate())
 	}
+}
+
+// positive decodes a number field tagged `yamlconf:"positive"`: a value
+// that is given must be at least 1 (an integer) or above 0.
+func (d *Decoder) positive(path string, n *yaml.Node, v reflect.Value) {
+	n = Resolve(n)
+	if n == nil {
+		return
+	}
+	isInt := v.Kind() >= reflect.Int && v.Kind() <= reflect.Uint64
+	bad := func() {
+		if isInt {
+			d.Addf(n, path, "want a whole number of at least 1, got %s", describePlain(n))
+		} else {
+			d.Addf(n, path, "want a number above 0, got %s", describePlain(n))
+		}
+	}
+	if n.Kind != yaml.ScalarNode {
+		bad()
+		return
+	}
+	f, err := parseFloat(n.Tag, n.Value)
+	if err != nil || f <= 0 || isInt && (n.Tag != "!!int" || f < 1) {
+		bad()
+		return
+	}
+	d.value(path, n, n, v)
+}
+
+// describePlain is Describe with numbers unquoted.
+func describePlain(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
+		return n.Value
+	}
+	return Describe(n)
 }
 
 // absent gives a struct-valued field whose key is absent its defaults and

@@ -19,7 +19,9 @@
 // # Types
 //
 // A struct field is decoded from the key named by its `yaml` tag ("-"
-// skips it). A field tagged `yamlconf:"required"` must be present. Unknown
+// skips it). A field tagged `yamlconf:"required"` must be present; a
+// number field tagged `yamlconf:"positive"` must, when given, be at least
+// 1 (integers) or above 0, so that 0 cannot pass for "unset". Unknown
 // keys are problems with a "did you mean" hint. Supported field types:
 // string, bool, integers, floats, time.Duration and registries.Duration
 // (positive, "20ms"), encoding.TextUnmarshaler, pointers, slices,
