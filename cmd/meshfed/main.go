@@ -71,6 +71,20 @@ func runCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
+			// Files the xDS listener needs stop the start, with their line;
+			// registries re-read theirs on every start: a warning.
+			fatal := false
+			for _, p := range federation.CheckFiles(cfg) {
+				if strings.HasPrefix(p.Key, "xds.") {
+					fmt.Fprintln(cmd.ErrOrStderr(), p)
+					fatal = true
+					continue
+				}
+				log.Warn("a file named in the config has a problem", "problem", p.String())
+			}
+			if fatal {
+				return exitError{1}
+			}
 			bi := readBuildInfo()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -128,12 +142,21 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 func validateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE",
-		Short: "Check a clusters.yaml; print every problem with its line and exit 1, or a summary and exit 0",
-		Args:  cobra.ExactArgs(1),
+		Short: "Check a clusters.yaml and the files it names; print every problem with its line and exit 1, or a summary and exit 0",
+		Long: `Check a clusters.yaml: its keys and values, conflicts between entries
+(names, domains, listeners on the same port), and every file it names (TLS
+certificate, key and CA, token and auth files, kubeconfigs, services files):
+missing, unreadable or not parsing. Every problem is printed as
+FILE:LINE:COL: KEY: MESSAGE; the exit code is then 1.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := federation.Load(args[0])
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return exitError{1}
+			}
+			if probs := federation.CheckFiles(cfg); len(probs) > 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), &federation.LoadError{Problems: probs})
 				return exitError{1}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())

@@ -153,3 +153,56 @@ func TestWriteStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateOpensFiles: validate opens every file the config names and
+// reports each problem at the clusters.yaml key naming the file; run
+// refuses to start on the xDS TLS files, with the same line and column.
+func TestValidateOpensFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("server.key", "not a key\n")
+	write("empty.token", "  \n")
+	write("bad.kubeconfig", "apiVersion: v1\nkind: Config\ncontexts: [{name: a, context: {cluster: c}}]\ncurrent-context: b\n")
+	write("services.yaml", "services:\n  - name: echo\n    ports: [{name: grpc, port: 8080, protocol: SOAP}]\n")
+	write("zk.auth", "no-colon\n")
+	config := filepath.Join(dir, "clusters.yaml")
+	write("clusters.yaml", `xds:
+  address: 127.0.0.1:15010
+  tls: {cert: server.crt, key: server.key}
+registries:
+  - {name: vms, kind: file, domain: vm.internal, file: {path: services.yaml}}
+  - {name: gone, kind: file, domain: gone.internal, file: {path: missing.yaml}}
+  - {name: dc1, kind: consul, domain: consul, consul: {tokenFile: empty.token}}
+  - {name: east, kind: kubernetes, domain: svc.cluster.local, kubernetes: {kubeconfig: bad.kubeconfig}}
+  - {name: zk, kind: zookeeper, domain: zk, zookeeper: {servers: [127.0.0.1:2181], authFile: zk.auth}}
+`)
+	_, errOut, err := execute(t, "validate", config)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate = %v, want exit 1; stderr:\n%s", err, errOut)
+	}
+	for _, want := range []string{
+		config + ":3:15: xds.tls.cert: cannot read " + filepath.Join(dir, "server.crt") + ": no such file or directory",
+		config + ":3:32: xds.tls.key: " + filepath.Join(dir, "server.key") + ": holds no PEM private key",
+		config + ":5:63: registries[0].file.path: " + filepath.Join(dir, "services.yaml") + `: services.yaml:3:48: services[0].ports[0].protocol: unknown protocol "SOAP"`,
+		config + ":6:66: registries[1].file.path: cannot read " + filepath.Join(dir, "missing.yaml"),
+		config + ":7:67: registries[2].consul.tokenFile: " + filepath.Join(dir, "empty.token") + ": is empty",
+		config + ":8:88: registries[3].kubernetes.kubeconfig: " + filepath.Join(dir, "bad.kubeconfig") + `: has no context "b"`,
+		config + ":9:94: registries[4].zookeeper.authFile: " + filepath.Join(dir, "zk.auth") + ": want one line user:password",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+
+	_, errOut, err = execute(t, "run", "--config", config)
+	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(errOut, config+":3:15: xds.tls.cert: cannot read") {
+		t.Errorf("run = %v, stderr:\n%s\nwant exit 1 naming xds.tls.cert at 3:15", err, errOut)
+	}
+}

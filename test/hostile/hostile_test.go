@@ -289,7 +289,7 @@ func checkGRPCClientAccepts(t *testing.T, srv *xds.Server, want map[string]int, 
 	go func() { defer close(served); _ = g.Serve(lis) }()
 	defer func() { srv.Close(); g.Stop(); <-served }()
 
-	boot, err := xds.GRPCBootstrap(lis.Addr().String(), "hostile-client", model.Locality{})
+	boot, err := xds.GRPCBootstrap(lis.Addr().String(), "hostile-client", model.Locality{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
