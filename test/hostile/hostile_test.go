@@ -159,7 +159,7 @@ func (g gen) service(domain string, i int) model.Service {
 }
 
 // TestHostileModelsServeOnlyWhatClientsAccept is the gate's contract
-// (docs/architecture.md, "one rule at the gate").
+// (docs/architecture.md §3.4, normalization gate).
 func TestHostileModelsServeOnlyWhatClientsAccept(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a grpc-go xDS client")
