@@ -43,6 +43,15 @@ const (
 	DefaultSyncTimeout  = Duration(30 * time.Second)
 	DefaultOutagePolicy = OutageKeep
 	DefaultExpireAfter  = Duration(10 * time.Minute)
+	// DefaultMaxDeleteRatio holds back an update that would drop more than
+	// half of a registry's endpoints (a truncated services file,
+	// `services: []`, a registry answering with an empty catalog) until it
+	// is seen again, released or a minute passed; maxDeleteRatio: 0 turns
+	// it off.
+	DefaultMaxDeleteRatio = 0.5
+	// DefaultStateMaxAge: a saved registry state older than this is not
+	// restored at start.
+	DefaultStateMaxAge = Duration(24 * time.Hour)
 )
 
 // Config is a loaded, defaulted and validated clusters.yaml.
@@ -52,8 +61,11 @@ type Config struct {
 	Debounce Debounce `yaml:"debounce"`
 	// SyncTimeout bounds how long a registry that has not finished its
 	// first sync keeps /readyz at 503.
-	SyncTimeout Duration   `yaml:"syncTimeout"`
-	Registries  []Registry `yaml:"registries"`
+	SyncTimeout Duration `yaml:"syncTimeout"`
+	// State is where each registry's last accepted state is kept for a
+	// warm start; off without a dir.
+	State      State      `yaml:"state"`
+	Registries []Registry `yaml:"registries"`
 	// Path is the file the config was loaded from.
 	Path string `yaml:"-"`
 }
@@ -88,6 +100,16 @@ type TLS struct {
 	ClientCA string `yaml:"clientCA,omitempty"`
 }
 
+// State is the warm-start state directory (`state:`).
+type State struct {
+	// Dir, when set, holds one file per registry with its last accepted
+	// state, restored at start. Made absolute against the directory of
+	// clusters.yaml.
+	Dir string `yaml:"dir,omitempty"`
+	// MaxAge: saved states older than this are not restored.
+	MaxAge Duration `yaml:"maxAge"`
+}
+
 // Admin is the admin HTTP listener (health, debug, metrics).
 type Admin struct {
 	Address string `yaml:"address"`
@@ -117,8 +139,9 @@ type Registry struct {
 	// is unreachable.
 	Outage Outage `yaml:"outage"`
 	// MaxDeleteRatio, when in (0, 1], refuses to drop more than this share
-	// of the registry's endpoints in one update; 0 is off.
-	MaxDeleteRatio float64 `yaml:"maxDeleteRatio,omitempty"`
+	// of the registry's endpoints in one update (hold-down); 0 is off; nil
+	// (unset) is DefaultMaxDeleteRatio after defaults.
+	MaxDeleteRatio *float64 `yaml:"maxDeleteRatio,omitempty"`
 	// Block is the kind-specific block (`file:`, `consul:`...), decoded,
 	// defaulted, path-resolved and validated.
 	Block registries.Config `yaml:"-"`
@@ -161,8 +184,10 @@ type Duration = registries.Duration
 //	debounce.quiet          5ms
 //	debounce.max            100ms
 //	syncTimeout             30s
+//	state.maxAge            24h (state.dir has no default: unset is off)
 //	registries[].outage.policy       keep
 //	registries[].outage.expireAfter  10m
+//	registries[].maxDeleteRatio      0.5
 //
 // Kind blocks default themselves (registries.Config.ApplyDefaults).
 func applyDefaults(c *Config) {
@@ -187,7 +212,14 @@ func applyDefaults(c *Config) {
 	if c.SyncTimeout == 0 {
 		c.SyncTimeout = DefaultSyncTimeout
 	}
+	if c.State.MaxAge == 0 {
+		c.State.MaxAge = DefaultStateMaxAge
+	}
 	for i := range c.Registries {
+		if c.Registries[i].MaxDeleteRatio == nil {
+			r := DefaultMaxDeleteRatio
+			c.Registries[i].MaxDeleteRatio = &r
+		}
 		o := &c.Registries[i].Outage
 		if o.Policy == "" {
 			o.Policy = DefaultOutagePolicy
@@ -226,6 +258,9 @@ func (c *Config) Summary() string {
 	}
 	fmt.Fprintf(&b, "; admin %s; debounce %s/%s; syncTimeout %s",
 		c.Admin.Address, c.Debounce.Quiet, c.Debounce.Max, c.SyncTimeout)
+	if c.State.Dir != "" {
+		fmt.Fprintf(&b, "; state %s (maxAge %s)", c.State.Dir, c.State.MaxAge)
+	}
 	return b.String()
 }
 
@@ -372,6 +407,12 @@ func (l *loader) parse(data []byte) *Config {
 			})
 		}},
 		{key: "syncTimeout", set: func(p string, v ast.Node) { cfg.SyncTimeout, _ = l.duration(p, v) }},
+		{key: "state", set: func(p string, v ast.Node) {
+			l.mapping(p, v, v, []field{
+				{key: "dir", set: func(p string, v ast.Node) { cfg.State.Dir = l.filePath(p, v) }},
+				{key: "maxAge", set: func(p string, v ast.Node) { cfg.State.MaxAge, _ = l.duration(p, v) }},
+			})
+		}},
 		{key: "registries", required: true, set: func(p string, v ast.Node) { cfg.Registries = l.registries(p, v) }},
 	})
 
@@ -580,7 +621,7 @@ func (l *loader) registry(path string, v ast.Node) Registry {
 				l.addf(n, p, "want a number between 0 (off) and 1, got %s", n.GetToken().Value)
 				return
 			}
-			r.MaxDeleteRatio = f
+			r.MaxDeleteRatio = &f
 		}},
 	}
 	for _, k := range blockKeys() {

@@ -10,6 +10,7 @@ dpkg -s zookeeper >/dev/null 2>&1 || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v patch >/dev/null 2>&1 || need+=(patch) # tools/testservers/build.sh istiod
 if ((${#need[@]})); then
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo="sudo"
