@@ -261,6 +261,9 @@ func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, sen
 	if err := a.checkNameCount(st, ts, len(sub), false); err != nil {
 		return err
 	}
+	if n := len(req.GetInitialResourceVersions()); n > a.limits.MaxNames {
+		return limitErr("names", "%d initial resource versions, over %d per stream", n, a.limits.MaxNames)
+	}
 	a.store.subscribeDelta(ts, first, sub, unsub, req.GetInitialResourceVersions())
 	ts.inflight = false
 	if ts.coll == nil {
