@@ -76,8 +76,26 @@ type TLS struct {
 }
 
 // Admin is the admin HTTP listener (health, debug, metrics).
+//
+// /healthz, /readyz, /healthz/registries[/{name}] and /metrics are always
+// open. Everything else (the status page, /debug/*, pprof) requires what
+// is configured: the bearer token of TokenFile, a client certificate
+// signed by TLS.ClientCA, or both; with neither it is open, which suits a
+// loopback address only. Mutating endpoints require the token whenever
+// TokenFile is set. See docs/architecture.md (admin API).
 type Admin struct {
 	Address string `yaml:"address"`
+	// TokenFile, when set, holds the bearer token (surrounding whitespace
+	// ignored) that protected endpoints require in
+	// "Authorization: Bearer <token>". It is read at start; the token is
+	// never logged or echoed.
+	TokenFile string `yaml:"tokenFile,omitempty"`
+	// TLS, when set, makes the admin listener serve HTTPS; with ClientCA it
+	// asks for client certificates, and protected endpoints require one
+	// signed by ClientCA (the open endpoints do not, so probes work).
+	TLS *TLS `yaml:"tls,omitempty"`
+	// Pprof serves /debug/pprof/ (protected like /debug/*); off by default.
+	Pprof bool `yaml:"pprof,omitempty"`
 }
 
 // Debounce sets how snapshot rebuilds are coalesced: a rebuild happens
@@ -143,6 +161,7 @@ type Duration = registries.Duration
 //
 //	xds.address             127.0.0.1:15010
 //	admin.address           127.0.0.1:15014
+//	admin.pprof             false
 //	debounce.quiet          5ms
 //	debounce.max            100ms
 //	syncTimeout             30s
@@ -342,6 +361,9 @@ func (l *loader) parse(data []byte) *Config {
 		{key: "admin", set: func(p string, v ast.Node) {
 			l.mapping(p, v, v, []field{
 				{key: "address", set: func(p string, v ast.Node) { cfg.Admin.Address, _ = l.address(p, v) }},
+				{key: "tokenFile", set: func(p string, v ast.Node) { cfg.Admin.TokenFile = l.filePath(p, v) }},
+				{key: "tls", set: func(p string, v ast.Node) { cfg.Admin.TLS = l.tls(p, v) }},
+				{key: "pprof", set: func(p string, v ast.Node) { cfg.Admin.Pprof, _ = l.boolean(p, v) }},
 			})
 		}},
 		{key: "debounce", set: func(p string, v ast.Node) {
@@ -403,16 +425,33 @@ func (l *loader) filePath(path string, v ast.Node) string {
 func (l *loader) xds(path string, v ast.Node, x *XDS) {
 	l.mapping(path, v, v, []field{
 		{key: "address", set: func(p string, v ast.Node) { x.Address, _ = l.address(p, v) }},
-		{key: "tls", set: func(p string, v ast.Node) {
-			t := &TLS{}
-			x.TLS = t
-			l.mapping(p, v, v, []field{
-				{key: "cert", required: true, set: func(p string, v ast.Node) { t.Cert = l.filePath(p, v) }},
-				{key: "key", required: true, set: func(p string, v ast.Node) { t.Key = l.filePath(p, v) }},
-				{key: "clientCA", set: func(p string, v ast.Node) { t.ClientCA = l.filePath(p, v) }},
-			})
-		}},
+		{key: "tls", set: func(p string, v ast.Node) { x.TLS = l.tls(p, v) }},
 	})
+}
+
+// tls reads a {cert, key, clientCA} block.
+func (l *loader) tls(path string, v ast.Node) *TLS {
+	t := &TLS{}
+	l.mapping(path, v, v, []field{
+		{key: "cert", required: true, set: func(p string, v ast.Node) { t.Cert = l.filePath(p, v) }},
+		{key: "key", required: true, set: func(p string, v ast.Node) { t.Key = l.filePath(p, v) }},
+		{key: "clientCA", set: func(p string, v ast.Node) { t.ClientCA = l.filePath(p, v) }},
+	})
+	return t
+}
+
+// boolean reads true or false.
+func (l *loader) boolean(path string, v ast.Node) (bool, bool) {
+	s, ok := l.scalar(path, v)
+	if !ok {
+		return false, false
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil || (s != "true" && s != "false") {
+		l.addAtKey(path, "%q is not true or false", s)
+		return false, false
+	}
+	return b, true
 }
 
 func (l *loader) registries(path string, v ast.Node) []Registry {
@@ -637,6 +676,11 @@ func (l *loader) crossChecks(c *Config) {
 			key = "xds.address"
 		}
 		l.addAtKey(key, "xds and admin both listen on %s", c.XDS.Address)
+	}
+	if f := c.Admin.TokenFile; f != "" && !l.hasProblem("admin.tokenFile") {
+		if _, err := ReadToken(f); err != nil {
+			l.addAtKey("admin.tokenFile", "%v", err)
+		}
 	}
 	first := map[string]int{}
 	for i, r := range c.Registries {

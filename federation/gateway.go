@@ -34,6 +34,10 @@ const readyPoll = 20 * time.Millisecond
 type GatewayOptions struct {
 	Logger  *slog.Logger
 	Version string
+	// Level, when set, is the level of Logger's handler: PUT
+	// /debug/loglevel changes it at run time. Nil: a level variable of
+	// its own that changes nothing.
+	Level *slog.LevelVar
 }
 
 // Gateway wires one clusters.yaml into running parts: a supervised
@@ -47,7 +51,9 @@ type Gateway struct {
 	metrics  *prometheus.Registry
 	runners  map[string]*registries.Runner
 	dyn      runtimeRegistries // registries started at runtime (launch.go)
-	serving  atomic.Bool       // xDS listener accepting
+	guard    *adminGuard
+	level    *slog.LevelVar
+	serving  atomic.Bool // xDS listener accepting
 	draining atomic.Bool
 }
 
@@ -65,7 +71,16 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		version: o.Version,
 		metrics: prometheus.NewRegistry(),
 		runners: make(map[string]*registries.Runner),
+		level:   o.Level,
 	}
+	if g.level == nil {
+		g.level = new(slog.LevelVar)
+	}
+	guard, err := newAdminGuard(cfg.Admin)
+	if err != nil {
+		return nil, err
+	}
+	g.guard = guard
 	var opts []aggregate.RegistryOptions
 	for _, r := range cfg.Registries {
 		opts = append(opts, r.aggregateOptions())
@@ -85,7 +100,7 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		rlog := log.With("registry", r.Name, "kind", r.Kind)
 		reg, err := r.Block.New(c, rlog)
 		if err != nil {
-			rlog.Error("registry cannot start", "err", err)
+			rlog.Error("registry cannot start", "error", err)
 			g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
 			continue
 		}
@@ -152,6 +167,20 @@ func (g *Gateway) Run(ctx context.Context) error {
 		xdsLis.Close()
 		return fmt.Errorf("admin.address: %w", err)
 	}
+	if t := g.cfg.Admin.TLS; t != nil {
+		tc, err := serverTLS(t)
+		if err != nil {
+			xdsLis.Close()
+			adminLis.Close()
+			return fmt.Errorf("admin.tls: %w", err)
+		}
+		if tc.ClientAuth == tls.RequireAndVerifyClientCert {
+			// Probes reach /healthz and /readyz without a certificate;
+			// adminGuard requires one for everything else.
+			tc.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+		adminLis = tls.NewListener(adminLis, tc)
+	}
 	gs, err := g.grpcServer()
 	if err != nil {
 		xdsLis.Close()
@@ -164,7 +193,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	sup := registries.NewSupervisor("meshfed", g.log)
 	sup.Add(g.agg)
 	for name, r := range g.runners {
-		child := registries.NewSupervisor("registry "+name, g.log.With("registry", name))
+		child := registries.NewSupervisor("registry "+name, g.log) // its events add the registry key
 		child.Add(r)
 		sup.Add(child)
 	}
@@ -214,7 +243,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	stopSup()
 	if err := <-supDone; err != nil && !errors.Is(err, context.Canceled) {
-		g.log.Warn("supervisor stopped", "err", err)
+		g.log.Warn("supervisor stopped", "error", err)
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()

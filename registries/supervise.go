@@ -104,7 +104,7 @@ func (r *Runner) Serve(ctx context.Context) error {
 	}
 	shard := r.common.Shard()
 	if IsPermanent(err) {
-		r.log.Error("registry failed and will not be restarted", "err", err)
+		r.log.Error("registry failed and will not be restarted", "error", err)
 		r.sink.Report(shard, Status{State: Failed, Err: err.Error()})
 		return fmt.Errorf("%w: %w", suture.ErrDoNotRestart, err)
 	}
@@ -175,7 +175,7 @@ func eventHook(log *slog.Logger) suture.EventHook {
 		case suture.EventServiceTerminate:
 			with(e.ServiceName, e.SupervisorName).Warn("service failed",
 				"supervisor", e.SupervisorName, "service", e.ServiceName,
-				"err", fmt.Sprint(e.Err), "failures", e.CurrentFailures,
+				"error", fmt.Sprint(e.Err), "failures", e.CurrentFailures,
 				"threshold", e.FailureThreshold, "restarting", e.Restarting)
 		case suture.EventServicePanic:
 			with(e.ServiceName, e.SupervisorName).Error("service panicked",

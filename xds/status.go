@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -286,4 +287,40 @@ func (t *tracker) served(proxyID string) (Class, map[string]*typeSub, bool) {
 		}
 	}
 	return best.class, out, true
+}
+
+// Sync states of one type on one stream, as `meshfed status` and the
+// status page show them.
+const (
+	StateSynced  = "SYNCED"   // the proxy ACKed the last response
+	StateNotSent = "NOT SENT" // subscribed, nothing sent yet
+	StateNacked  = "NACKED"   // the proxy rejected the last response
+	StateStale   = "STALE"    // the last response is not answered yet
+)
+
+// SyncState classifies t: NACKED when the last response sent was
+// rejected, STALE while it is unanswered, NOT SENT before the first,
+// SYNCED once ACKed.
+func SyncState(t TypeStatus) string {
+	switch {
+	case t.SentNonce == "":
+		return StateNotSent
+	case t.LastNack != nil && t.LastNack.Nonce == t.SentNonce:
+		return StateNacked
+	case t.AckedNonce != t.SentNonce:
+		return StateStale
+	}
+	return StateSynced
+}
+
+// ShortType is CDS, EDS, LDS or RDS for the four served type URLs, the
+// type URL's last element otherwise.
+func ShortType(typeURL string) string {
+	if s := shortType(typeURL); s != "other" {
+		return s
+	}
+	if i := strings.LastIndex(typeURL, "."); i >= 0 {
+		return typeURL[i+1:]
+	}
+	return typeURL
 }

@@ -29,7 +29,7 @@ func bootstrapCmd() *cobra.Command {
 				cfg, err := federation.Load(config)
 				if err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), err)
-					return exitError{1}
+					return exitCode{1}
 				}
 				addr = cfg.XDS.Address
 			}

@@ -15,21 +15,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/federation"
-	"github.com/meshfed/meshfed/xds"
 )
 
 // version is set by the Makefile (-ldflags -X main.version=...).
 var version = "dev"
 
-// exitError carries a process exit code through cobra without printing.
-type exitError struct{ code int }
+// exitCode carries a process exit code through cobra without printing.
+type exitCode struct{ code int }
 
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 func main() {
 	cmd := newRootCmd(os.Stdout, os.Stderr)
 	if err := cmd.Execute(); err != nil {
-		var ee exitError
+		var ee exitCode
 		if errors.As(err, &ee) {
 			os.Exit(ee.code)
 		}
@@ -47,7 +46,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(runCmd(), validateCmd(), statusCmd(), bootstrapCmd(), versionCmd())
+	root.AddCommand(runCmd(), validateCmd(), statusCmd(), proxyConfigCmd(), describeCmd(), bootstrapCmd(), versionCmd())
 	return root
 }
 
@@ -62,18 +61,19 @@ func runCmd() *cobra.Command {
 		Short: "Watch the registries in clusters.yaml and serve them over xDS",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			level := new(slog.LevelVar)
+			log, err := newLogger(cmd.ErrOrStderr(), level, logLevel, logFormat)
 			if err != nil {
 				return err
 			}
 			cfg, err := federation.Load(config)
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
-				return exitError{1}
+				return exitCode{1}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Version: version})
+			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Level: level, Version: version})
 			if err != nil {
 				return err
 			}
@@ -86,13 +86,14 @@ func runCmd() *cobra.Command {
 	return c
 }
 
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if strings.EqualFold(level, "trace") {
-		lv = xds.LevelTrace
-	} else if err := lv.UnmarshalText([]byte(level)); err != nil {
+// newLogger builds the process logger; lv holds its level, which PUT
+// /debug/loglevel changes at run time.
+func newLogger(w io.Writer, lv *slog.LevelVar, level, format string) (*slog.Logger, error) {
+	l, err := federation.ParseLevel(level)
+	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	lv.Set(l)
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text":
@@ -112,7 +113,7 @@ func validateCmd() *cobra.Command {
 			cfg, err := federation.Load(args[0])
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
-				return exitError{1}
+				return exitCode{1}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())
 			return nil

@@ -114,7 +114,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 				return errors.New("file watcher closed")
 			}
 			// Typically an event queue overflow: events were lost, so read.
-			r.log.Warn("file watcher error; re-reading the file", "err", err)
+			r.log.Warn("file watcher error; re-reading the file", "error", err)
 			s.reload()
 		case <-pending:
 			pending = nil
@@ -143,7 +143,7 @@ func (s *runState) reload() {
 		reloads.WithLabelValues(s.common.Name, "error").Inc()
 		if msg := err.Error(); msg != s.lastErr {
 			s.lastErr = msg
-			s.log.Warn("services file rejected; keeping the last good state", "err", msg)
+			s.log.Warn("services file rejected; keeping the last good state", "error", msg)
 			s.sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg})
 		}
 		return
@@ -203,7 +203,7 @@ func (ws *watchSet) refresh() {
 		}
 		if err := ws.w.Add(d); err != nil {
 			if !ws.failed[d] {
-				ws.log.Warn("cannot watch directory; relying on periodic re-reads until it can", "dir", d, "err", err)
+				ws.log.Warn("cannot watch directory; relying on periodic re-reads until it can", "dir", d, "error", err)
 				ws.failed[d] = true
 			}
 			continue
