@@ -192,6 +192,7 @@ type regState struct {
 type input struct {
 	services []model.Service
 	rejected []model.Rejection
+	seen     time.Time // when the oldest Replace this input stands for arrived
 }
 
 // New returns an aggregator whose Snapshot is the empty version 0.
@@ -280,7 +281,11 @@ func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rej
 		a.mu.Unlock()
 		return
 	}
-	rs.pending = &input{services: services, rejected: rejected}
+	seen := now
+	if rs.pending != nil && !rs.pending.seen.IsZero() {
+		seen = rs.pending.seen // replaces an update not yet built: keep its age
+	}
+	rs.pending = &input{services: services, rejected: rejected, seen: seen}
 	rs.synced = true
 	rs.lastSync = now
 	rs.lastError = ""

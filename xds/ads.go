@@ -293,7 +293,7 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 			rs[i] = w.delta
 			ts.known[changed[i].name] = w.version
 		}
-		a.sent(ts, version, nonce)
+		a.sent(ts, version, nonce, !reply)
 		return delta(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: ts.typeURL,
 			Nonce: nonce, Resources: rs, RemovedResources: removed})
 	}
@@ -314,14 +314,14 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 		anys = append(anys, w.any)
 		ts.known[r.name] = w.version
 	}
-	a.sent(ts, version, nonce)
+	a.sent(ts, version, nonce, !reply)
 	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, Resources: anys})
 }
 
-func (a *ads) sent(ts *typeSub, version, nonce string) {
+func (a *ads) sent(ts *typeSub, version, nonce string, update bool) {
 	ts.inflight = true
 	ts.nonce = nonce
-	a.tracker.response(ts.st.status, ts.status, version, nonce)
+	a.tracker.response(ts.st.status, ts.status, version, nonce, update)
 }
 
 // lockOrDone locks mu, or gives up when ctx ends first and reports false;

@@ -20,6 +20,15 @@ var (
 		Name: "meshfed_xds_nacks_total",
 		Help: "Responses rejected by proxies, per xDS type.",
 	}, []string{"type"})
+	responsesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_xds_responses_total",
+		Help: "Responses sent to proxies, per xDS type (CDS, EDS, LDS, RDS).",
+	}, []string{"type"})
+	convergenceSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "meshfed_xds_convergence_seconds",
+		Help:    "Time from the aggregator receiving a registry update to a connected proxy ACKing the first response that carries it, per xDS type; one observation per proxy and type.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms .. ~33s
+	}, []string{"type"})
 	resourcesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshfed_xds_resources",
 		Help: "Resources served, per client class and xDS type (endpoints are shared: class \"all\").",
@@ -29,7 +38,8 @@ var (
 // Collectors returns the package's Prometheus collectors; the wiring
 // registers them once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{pushesTotal, pushSeconds, connectedProxies, nacksTotal, resourcesGauge}
+	return []prometheus.Collector{pushesTotal, pushSeconds, connectedProxies, nacksTotal, resourcesGauge,
+		responsesTotal, convergenceSeconds}
 }
 
 func classLabel(c Class) string {

@@ -66,6 +66,9 @@ type typeState struct {
 	TypeStatus
 	sub     *typeSub
 	pending map[string]string // delta: nonce → system version, until (N)ACKed
+	// since is Snapshot.Changed of the oldest update sent on this type
+	// and not yet ACKed; zero when none.
+	since time.Time
 }
 
 type streamState struct {
@@ -86,13 +89,25 @@ type streamState struct {
 type tracker struct {
 	log *slog.Logger
 	now func() time.Time
+	// changed returns Snapshot.Changed of the snapshot the store holds.
+	changed func() time.Time
 
 	mu      sync.Mutex // guards streams
 	streams map[streamKey]*streamState
 }
 
-func newTracker(log *slog.Logger) *tracker {
-	return &tracker{log: log, now: time.Now, streams: map[streamKey]*streamState{}}
+func newTracker(log *slog.Logger, changed func() time.Time) *tracker {
+	return &tracker{log: log, now: time.Now, changed: changed, streams: map[streamKey]*streamState{}}
+}
+
+// acked records an ACK of ts: the convergence of the update it carried.
+// Called with s.mu held.
+func (t *tracker) acked(ts *typeState) {
+	if ts.since.IsZero() {
+		return
+	}
+	convergenceSeconds.WithLabelValues(shortType(ts.TypeURL)).Observe(t.now().Sub(ts.since).Seconds())
+	ts.since = time.Time{}
 }
 
 func (t *tracker) open(k streamKey) *streamState {
@@ -169,6 +184,7 @@ func (t *tracker) sotwRequest(s *streamState, ts *typeState, req *discovery.Disc
 			t.nack(s, ts, ts.SentVersion, nonce, d.GetMessage())
 		} else {
 			ts.AckedVersion, ts.AckedNonce = req.GetVersionInfo(), nonce
+			t.acked(ts)
 		}
 	}
 }
@@ -195,14 +211,24 @@ func (t *tracker) deltaRequest(s *streamState, ts *typeState, req *discovery.Del
 		t.nack(s, ts, version, nonce, d.GetMessage())
 	} else if known {
 		ts.AckedVersion, ts.AckedNonce = version, nonce
+		t.acked(ts)
 	}
 }
 
-// response records a response about to be sent.
-func (t *tracker) response(s *streamState, ts *typeState, version, nonce string) {
+// response records a response about to be sent; update says that a
+// model change caused it (not a request), so its ACK ends a convergence.
+// Changes seen before the stream connected do not count: the proxy's
+// first sync is not a convergence.
+func (t *tracker) response(s *streamState, ts *typeState, version, nonce string, update bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ts.SentVersion, ts.SentNonce = version, nonce
+	responsesTotal.WithLabelValues(shortType(ts.TypeURL)).Inc()
+	if update && ts.since.IsZero() && t.changed != nil {
+		if c := t.changed(); !c.IsZero() && c.After(s.connected) {
+			ts.since = c
+		}
+	}
 	if !s.key.delta {
 		return
 	}

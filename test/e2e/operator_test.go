@@ -50,6 +50,14 @@ func newOperatorSetup(t *testing.T) *operatorSetup {
 		"{address: 127.0.0.1, ports: {grpc: 18080}, locality: us-east/zone-a}",
 		"{address: 127.0.0.2, ports: {grpc: 18080}, locality: us-east/zone-b, health: UNHEALTHY}"))
 	writeFile(t, o.tokenFile, adminToken+"\n")
+	// A second registry, Synced, with one endpoint quarantined.
+	writeFile(t, filepath.Join(dir, "edge.yaml"), `services:
+  - name: api
+    ports: [{name: http, port: 8080, protocol: HTTP}]
+    endpoints:
+      - {address: 127.0.0.3, locality: eu-west/zone-a}
+      - {address: not-an-ip}
+`)
 	xdsAddr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
 	adminAddr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
 	o.config = filepath.Join(dir, "clusters.yaml")
@@ -61,6 +69,10 @@ registries:
     kind: file
     domain: vm.internal
     file: {path: services.yaml}
+  - name: edge
+    kind: file
+    domain: edge.internal
+    file: {path: edge.yaml}
 `, xdsAddr, adminAddr))
 	o.m = startMeshfed(t, o.config, xdsAddr, adminAddr)
 	eventually(t, 20*time.Second, "/readyz is 200", func() error {
@@ -251,6 +263,9 @@ func checkStatusPage(t *testing.T, o *operatorSetup) {
 	if err := contains(text(`tr[data-proxy="`+nackerID+`"]`), "NACKED", nackMsg, "CDS"); err != nil {
 		t.Errorf("proxy row: %v", err)
 	}
+	if err := contains(text(`#conflicts`), "edge", "api.edge.internal", "not-an-ip"); err != nil {
+		t.Errorf("conflicts: %v", err)
+	}
 	if ready := text(`#ready`); ready != "ready" {
 		t.Errorf("readiness badge %q, want ready", ready)
 	}
@@ -320,7 +335,7 @@ func checkCLI(t *testing.T, o *operatorSetup) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("status -o json: %v\n%s", err, out)
 	}
-	if len(doc.Proxies) != 1 || doc.Proxies[0].ID != nackerID || len(doc.Registries) != 1 || doc.Registries[0].State != "Degraded" {
+	if len(doc.Proxies) != 1 || doc.Proxies[0].ID != nackerID || len(doc.Registries) != 2 || doc.Registries[1].State != "Degraded" {
 		t.Errorf("status -o json --proxy nacker = %+v", doc)
 	}
 	out, _, _ = meshfedCmd(t, "status", "--config", o.config, "-o", "json", "--proxy", "nobody")
