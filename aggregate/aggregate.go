@@ -249,6 +249,10 @@ func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	} else {
 		a.regs[o.Name] = &regState{opts: o, added: now, since: now, late: a.wasReady}
 		setStateMetric(o.Name, registries.Starting)
+		// Series exist at 0 from the start, for rate() and alerts.
+		holddownsTotal.WithLabelValues(o.Name)
+		registryServices.WithLabelValues(o.Name)
+		registryEndpoints.WithLabelValues(o.Name)
 	}
 	delete(a.unknown, o.Shard())
 	a.mu.Unlock()

@@ -43,6 +43,8 @@ var allStates = []registries.State{registries.Starting, registries.Synced, regis
 var allCategories = []string{CategoryInvalid, CategoryDuplicate, CategoryDomain, CategoryPortMismatch,
 	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry}
 
+func init() { setConflictMetrics(nil) } // every category at 0 from the start
+
 // Collectors returns the package's metrics, for the wiring to register once.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{registryState, registryServices, registryEndpoints, conflictsGauge,

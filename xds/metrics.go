@@ -35,6 +35,21 @@ var (
 	}, []string{"class", "type"})
 )
 
+// Series of every served type exist from the start (at zero), so rate()
+// and alerts see a counter's first increase.
+func init() {
+	for _, u := range TypeURLs {
+		t := shortType(u)
+		pushesTotal.WithLabelValues(t)
+		nacksTotal.WithLabelValues(t)
+		responsesTotal.WithLabelValues(t)
+		convergenceSeconds.WithLabelValues(t)
+	}
+	for _, c := range []Class{ClassEnvoy, ClassGRPC} {
+		connectedProxies.WithLabelValues(string(c))
+	}
+}
+
 // Collectors returns the package's Prometheus collectors; the wiring
 // registers them once.
 func Collectors() []prometheus.Collector {
