@@ -91,7 +91,8 @@ func (g *adminGuard) wrap(next http.Handler) http.Handler {
 			return
 		}
 		if g.requireCert && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-			deny(w, r, http.StatusUnauthorized, "a client certificate signed by admin.tls.clientCA is required")
+			// No sign-in form: a token would not help.
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a client certificate signed by admin.tls.clientCA is required"})
 			return
 		}
 		byHeader, byCookie := g.credentials(r)
@@ -154,7 +155,8 @@ func (g *adminGuard) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// deny answers JSON to API clients and sends browsers to the sign-in form.
+// deny answers JSON to API clients and sends browsers that lack the token
+// to the sign-in form.
 func deny(w http.ResponseWriter, r *http.Request, code int, msg string) {
 	if code == http.StatusUnauthorized && safeMethod(r.Method) && strings.Contains(r.Header.Get("Accept"), "text/html") {
 		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)

@@ -24,6 +24,9 @@ if [ -x tools/testservers/build.sh ]; then
 	tools/testservers/build.sh all
 fi
 
+# Prometheus's PromQL parser for TestObservabilityPack (a module of its own).
+(cd tools/promcheck && go mod download)
+
 # grpc-js-xds for the proxyless Node.js client in the end-to-end tests.
 js=test/e2e/jsclient
 if [ ! -d "$js/node_modules/@grpc/grpc-js-xds" ] || [ "$js/package-lock.json" -nt "$js/node_modules/.package-lock.json" ]; then
