@@ -38,10 +38,8 @@ var (
 	}, []string{"registry"})
 )
 
-var allStates = []registries.State{registries.Starting, registries.Synced, registries.Degraded, registries.Stale, registries.Failed}
-
 var allCategories = []string{CategoryInvalid, CategoryDuplicate, CategoryDomain, CategoryPortMismatch,
-	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry}
+	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry, CategoryScaled}
 
 func init() { setConflictMetrics(nil) } // every category at 0 from the start
 
@@ -52,7 +50,7 @@ func Collectors() []prometheus.Collector {
 }
 
 func setStateMetric(registry string, s registries.State) {
-	for _, st := range allStates {
+	for _, st := range registries.AllStates {
 		v := 0.0
 		if st == s {
 			v = 1

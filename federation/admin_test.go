@@ -99,6 +99,9 @@ func TestAdminAccessWithToken(t *testing.T) {
 		{"log level read", adminReq{method: "GET", path: "/debug/loglevel", token: testToken}, 200},
 		{"log level change needs the token", adminReq{method: "PUT", path: "/debug/loglevel?level=debug"}, 401},
 		{"log level change, bad level", adminReq{method: "PUT", path: "/debug/loglevel?level=loud", token: testToken}, 400},
+		{"release needs the token", adminReq{method: "POST", path: "/debug/registries/vms/release"}, 401},
+		{"release with the token (nothing held)", adminReq{method: "POST", path: "/debug/registries/vms/release", token: testToken}, 409},
+		{"release refuses GET", adminReq{method: "GET", path: "/debug/registries/vms/release", token: testToken}, 405},
 		{"unknown path needs the token first", adminReq{method: "GET", path: "/nothing"}, 401},
 		{"static assets open (the sign-in form uses them)", adminReq{method: "GET", path: "/static/style.css"}, 200},
 	}

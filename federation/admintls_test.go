@@ -179,7 +179,7 @@ func (s *syncWriter) String() string {
 
 // TestLogKeys runs registries that fail (a missing services file, an
 // unreachable Consul and Eureka) and checks every log line: errors under
-// "error", never "err", and registry= and kind= at most once.
+// "error", never "error", and registry= and kind= at most once.
 func TestLogKeys(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

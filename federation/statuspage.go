@@ -174,7 +174,7 @@ func (g *Gateway) registryPage(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Registries = []RegistryReport{*d.Registry}
 	d.Registry = &d.Registries[0]
-	for _, s := range serviceInfos(g.agg.Snapshot()) {
+	for _, s := range g.ServiceInfos() {
 		if slices.Contains(s.Sources, name) {
 			d.Services = append(d.Services, s)
 		}

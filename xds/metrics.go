@@ -29,6 +29,18 @@ var (
 		Help:    "Time from the aggregator receiving a registry update to a connected proxy ACKing the first response that carries it, per xDS type; one observation per proxy and type.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms .. ~33s
 	}, []string{"type"})
+	limitExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_xds_stream_limit_exceeded_total",
+		Help: "ADS streams ended with ResourceExhausted, per limit (typeURLs, names, nameBytes).",
+	}, []string{"limit"})
+	unknownTypes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "meshfed_xds_unknown_type_requests_total",
+		Help: "ADS subscriptions to type URLs meshfed does not serve (answered with an empty response).",
+	})
+	subscribedNames = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "meshfed_xds_subscribed_names",
+		Help: "Resource names subscribed by name, summed over every stream and type URL.",
+	})
 	resourcesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshfed_xds_resources",
 		Help: "Resources served, per client class and xDS type (endpoints are shared: class \"all\").",
@@ -54,7 +66,7 @@ func init() {
 // registers them once.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{pushesTotal, pushSeconds, connectedProxies, nacksTotal, resourcesGauge,
-		responsesTotal, convergenceSeconds}
+		responsesTotal, convergenceSeconds, limitExceeded, unknownTypes, subscribedNames}
 }
 
 func classLabel(c Class) string {

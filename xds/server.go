@@ -41,6 +41,8 @@ type Options struct {
 	// Logger receives connection, NACK and translation events; nil
 	// discards them.
 	Logger *slog.Logger
+	// Limits bound each stream; zero fields take the defaults.
+	Limits Limits
 }
 
 // Server translates snapshots and serves them over ADS. Update is called
@@ -83,7 +85,7 @@ func NewServer(o Options) *Server {
 		}
 		return time.Time{}
 	})
-	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error}
+	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error, limits: o.Limits.withDefaults()}
 	return s
 }
 
@@ -150,6 +152,14 @@ func (s *Server) Invalid() []Invalid {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.tr.Invalid()
+}
+
+// Resources returns a copy of the current resources of a collection; the
+// resources themselves must not be modified.
+func (s *Server) Resources(k Kind) map[string]types.Resource {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.tr.Resources(k))
 }
 
 // Proxies returns every connected stream's sync status, sorted by node id.

@@ -129,13 +129,27 @@ func (f *adminFlags) one(cmd *cobra.Command) (*adminClient, error) {
 	return cs[0], nil
 }
 
+// apiError is the message of an admin API error answer ({"error": ...}).
+type apiError string
+
+func (e apiError) Error() string { return string(e) }
+
 // errNotFound is a 404 from the admin API.
 var errNotFound = errors.New("not found")
 
 // get fetches path and decodes its JSON into v. A non-2xx answer is an
 // error carrying the API's own message (errNotFound for 404).
 func (c *adminClient) get(path string, v any) error {
-	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+	return c.do(http.MethodGet, path, v)
+}
+
+// post POSTs to path (no body) and decodes the JSON answer into v.
+func (c *adminClient) post(path string, v any) error {
+	return c.do(http.MethodPost, path, v)
+}
+
+func (c *adminClient) do(method, path string, v any) error {
+	req, err := http.NewRequest(method, c.base+path, nil)
 	if err != nil {
 		return err
 	}
@@ -150,7 +164,7 @@ func (c *adminClient) get(path string, v any) error {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e struct {
@@ -165,14 +179,14 @@ func (c *adminClient) get(path string, v any) error {
 		}
 		switch resp.StatusCode {
 		case http.StatusNotFound:
-			return fmt.Errorf("%w: %s", errNotFound, msg)
+			return fmt.Errorf("%w: %w", errNotFound, apiError(msg))
 		case http.StatusUnauthorized:
-			return fmt.Errorf("GET %s: %s: %s (give --token-file, or --config with admin.tokenFile)", path, resp.Status, msg)
+			return fmt.Errorf("%s %s: %s: %s (give --token-file, or --config with admin.tokenFile)", method, path, resp.Status, msg)
 		}
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, msg)
+		return fmt.Errorf("%s %s: %s: %w", method, path, resp.Status, apiError(msg))
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	return nil
 }

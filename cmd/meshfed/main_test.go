@@ -98,7 +98,7 @@ func TestWriteStatus(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"dc1", "consul", "Degraded", "1m30s ago", "connection refused",
-		"HELD vms: update held since 1m0s ago, serving 10 endpoints, 2 pending: would drop 80% of endpoints",
+		"HELD vms: update held since 1m0s ago, serving 10 endpoints, 2 pending: would drop 80% of endpoints", "release it: meshfed release vms",
 		"PROXY", "CDS", "EDS", "LDS", "RDS",
 		"sidecar~10.0.0.1~a~ns", "SYNCED", "NACKED (8)", "EDS 5s ago: bad endpoint",
 	} {

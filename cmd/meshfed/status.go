@@ -177,7 +177,7 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 			if r.Hold.Reason != "" {
 				reason = ": " + oneLine(r.Hold.Reason)
 			}
-			fmt.Fprintf(w, "%s %s: update held since %s, serving %d endpoints, %d pending%s (release: POST /debug/registries/%s/release)\n",
+			fmt.Fprintf(w, "%s %s: update held since %s, serving %d endpoints, %d pending%s\n  release it: meshfed release %s\n",
 				p.paint(yellow, "HELD"), r.Name, ago(now, r.Hold.Since), r.Hold.Served, r.Hold.Pending, reason, r.Name)
 		case r.HeldDown:
 			fmt.Fprintf(w, "%s %s: an update is held back by maxDeleteRatio (see /debug/conflictz)\n", p.paint(yellow, "HELD"), r.Name)
