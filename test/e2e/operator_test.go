@@ -289,6 +289,38 @@ func checkStatusPage(t *testing.T, o *operatorSetup) {
 	if png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
 		writeArtifact(t, "registrypage.png", png)
 	}
+
+	// A held update shows with a Release button; clicking it (the page's
+	// session, same origin) releases it.
+	writeFile(t, filepath.Join(o.dir, "edge.yaml"), "services: []\n")
+	eventually(t, 10*time.Second, "edge Held", func() error {
+		_, body, err := o.m.get("/healthz/registries/edge")
+		if err != nil {
+			return err
+		}
+		return contains(string(body), `"Held"`, `"hold"`)
+	})
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-hold="edge"] button`)),
+	); err != nil {
+		t.Fatalf("page with a held update: %v", err)
+	}
+	if err := contains(text(`tr[data-hold="edge"]`), "held", "serving 1 endpoints, 0 pending", "Release held update"); err != nil {
+		t.Errorf("hold row: %v", err)
+	}
+	if png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
+		writeArtifact(t, "statuspage-held.png", png)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`tr[data-hold="edge"] button`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`tr[data-hold="edge"]`)),
+	); err != nil {
+		t.Fatalf("release from the page: %v (console: %s)", err, problems.String())
+	}
+	if err := contains(text(`tr[data-registry="edge"]`), "Synced", "0"); err != nil {
+		t.Errorf("edge after release: %v", err)
+	}
 	if p := problems.String(); p != "" {
 		t.Errorf("browser console reported problems:\n%s", p)
 	}
