@@ -12,6 +12,7 @@ command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # The status page is tested in a real headless Chromium (test/e2e, chromedp).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v patch >/dev/null 2>&1 || need+=(patch) # tools/testservers/build.sh istiod
 if ((${#need[@]})); then
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo="sudo"

@@ -354,11 +354,15 @@ func SyncState(t TypeStatus) string {
 	return StateSynced
 }
 
-// ShortType is CDS, EDS, LDS or RDS for the four served type URLs, the
-// type URL's last element otherwise.
+// ShortType is CDS, EDS, LDS or RDS for the four Envoy type URLs,
+// <version>/<Kind> for Istio's MCP collections (v1/ServiceEntry), the type
+// URL's last element otherwise.
 func ShortType(typeURL string) string {
 	if s := shortType(typeURL); s != "other" {
 		return s
+	}
+	if g, rest, ok := strings.Cut(typeURL, "/"); ok && !strings.Contains(g, "googleapis") {
+		return rest
 	}
 	if i := strings.LastIndex(typeURL, "."); i >= 0 {
 		return typeURL[i+1:]

@@ -78,6 +78,54 @@ func TestBootstrapNeedsOneKind(t *testing.T) {
 	}
 }
 
+func TestBootstrapIstio(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("s.yaml", "services: []\n")
+	for _, f := range []string{"c.pem", "k.pem", "ca.pem"} {
+		write(f, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+	}
+	reg := "registries:\n  - {name: vms, kind: file, domain: vm.internal, file: {path: s.yaml}}\n"
+	plain := write("plain.yaml", "xds: {address: 127.0.0.1:15010}\n"+reg)
+	tls := write("tls.yaml", "xds: {address: 10.0.0.9:15010, tls: {cert: c.pem, key: k.pem}}\n"+reg)
+	mtls := write("mtls.yaml", "xds: {address: 10.0.0.9:15010, tls: {cert: c.pem, key: k.pem, clientCA: ca.pem}}\n"+reg)
+	tests := []struct {
+		name string
+		args []string
+		want string // in stdout, or in the error when wantErr
+		bad  bool
+	}{
+		{name: "plain from the config", args: []string{"--config", plain}, want: "- address: xds://127.0.0.1:15010\n"},
+		{name: "TLS config needs the CA", args: []string{"--config", tls}, want: "--ca", bad: true},
+		{name: "TLS with the CA inline", args: []string{"--config", tls, "--ca", filepath.Join(dir, "ca.pem"), "--sni", "meshfed.example"},
+			want: "mode: SIMPLE\n    sni: \"meshfed.example\"\n    caCertificates: |\n      -----BEGIN CERTIFICATE-----"},
+		{name: "mTLS refused", args: []string{"--config", mtls}, want: "client certificate", bad: true},
+		{name: "listen address refused", args: []string{"--xds", "0.0.0.0:15010"}, want: "--xds HOST:PORT", bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, _, err := execute(t, append([]string{"bootstrap", "--istio"}, tt.args...)...)
+			if tt.bad {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("err = %v, want one mentioning %q (stdout %q)", err, tt.want, out)
+				}
+				return
+			}
+			if err != nil || !strings.Contains(out, tt.want) {
+				t.Fatalf("err %v, stdout %q, want %q", err, out, tt.want)
+			}
+		})
+	}
+}
+
 func TestWriteStatus(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -110,6 +158,17 @@ func TestWriteStatus(t *testing.T) {
 		t.Errorf("uncoloured output has escape codes:\n%q", out)
 	}
 
+	// istiod reading MCP shows its collections in their own column.
+	mcp := rep
+	mcp.Proxies = append(mcp.Proxies, proxyReport{ID: "istiod-1", Class: "envoy", Stream: "delta", Types: []typeReport{
+		{Type: "v1/ServiceEntry", State: xds.StateSynced, SentVersion: "3", AckedVersion: "3"},
+	}})
+	b.Reset()
+	writeStatus(&b, painter{}, mcp, now)
+	if err := containsAll(b.String(), "OTHER TYPES", "v1/ServiceEntry SYNCED"); err != "" {
+		t.Errorf("status with an MCP client lacks %s:\n%s", err, b.String())
+	}
+
 	// Coloured: states are painted and the columns stay aligned.
 	b.Reset()
 	writeStatus(&b, painter{on: true}, rep, now)
@@ -127,6 +186,17 @@ func TestWriteStatus(t *testing.T) {
 		}
 	}
 }
+
+func containsAll(s string, subs ...string) string {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return strconvQuote(sub)
+		}
+	}
+	return ""
+}
+
+func strconvQuote(s string) string { return "\"" + s + "\"" }
 
 func stripANSI(s string) string {
 	var b strings.Builder

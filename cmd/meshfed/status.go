@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -185,7 +186,17 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 	}
 	fmt.Fprintln(w)
 	var pt table
-	pt.row(append(append([]string{"PROXY", "CLASS", "STREAM"}, statusTypes...), "LAST NACK")...)
+	other := false // a type beyond the four columns (Istio's MCP collections)
+	for _, pr := range rep.Proxies {
+		for _, t := range pr.Types {
+			other = other || !slices.Contains(statusTypes, t.Type)
+		}
+	}
+	head := append([]string{"PROXY", "CLASS", "STREAM"}, statusTypes...)
+	if other {
+		head = append(head, "OTHER TYPES")
+	}
+	pt.row(append(head, "LAST NACK")...)
 	if len(rep.Proxies) == 0 {
 		pt.row("(none connected)")
 	}
@@ -195,7 +206,11 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 			cells[i] = "-"
 		}
 		nack, nackAt := "", time.Time{}
+		var others []string
 		for _, t := range pr.Types {
+			if !slices.Contains(statusTypes, t.Type) {
+				others = append(others, t.Type+" "+t.State)
+			}
 			for i, name := range statusTypes {
 				if t.Type == name {
 					cells[i] = t.State
@@ -208,7 +223,11 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 				nack, nackAt = t.Type+" "+ago(now, n.At)+": "+oneLine(n.Error), n.At
 			}
 		}
-		i := pt.row(append(append([]string{pr.ID, pr.Class, pr.Stream}, cells...), nack)...)
+		row := append([]string{pr.ID, pr.Class, pr.Stream}, cells...)
+		if other {
+			row = append(row, strings.Join(others, ", "))
+		}
+		i := pt.row(append(row, nack)...)
 		for c := range cells {
 			pt.color(i, 3+c, p.state)
 		}
