@@ -219,7 +219,8 @@ type regState struct {
 type input struct {
 	services []model.Service
 	rejected []model.Rejection
-	restored bool // from Restore, not from the registry
+	seen     time.Time // when the oldest Replace this input stands for arrived
+	restored bool      // from Restore, not from the registry
 }
 
 // New returns an aggregator whose Snapshot is the empty version 0.
@@ -277,6 +278,10 @@ func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	} else {
 		a.regs[o.Name] = &regState{opts: o, added: now, since: now, late: a.wasReady}
 		setStateMetric(o.Name, registries.Starting)
+		// Series exist at 0 from the start, for rate() and alerts.
+		holddownsTotal.WithLabelValues(o.Name)
+		registryServices.WithLabelValues(o.Name)
+		registryEndpoints.WithLabelValues(o.Name)
 	}
 	delete(a.unknown, o.Shard())
 	a.mu.Unlock()
@@ -339,7 +344,11 @@ func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rej
 		a.mu.Unlock()
 		return
 	}
-	rs.pending = &input{services: services, rejected: rejected}
+	seen := now
+	if rs.pending != nil && !rs.pending.seen.IsZero() {
+		seen = rs.pending.seen // replaces an update not yet built: keep its age
+	}
+	rs.pending = &input{services: services, rejected: rejected, seen: seen}
 	rs.synced = true
 	rs.lastSync = now
 	rs.lastError = ""

@@ -140,8 +140,26 @@ type TLS struct {
 }
 
 // Admin is the admin HTTP listener (health, debug, metrics).
+//
+// /healthz, /readyz, /healthz/registries[/{name}] and /metrics are always
+// open. Everything else (the status page, /debug/*, pprof) requires what
+// is configured: the bearer token of TokenFile, a client certificate
+// signed by TLS.ClientCA, or both; with neither it is open, which suits a
+// loopback address only. Mutating endpoints require the token whenever
+// TokenFile is set. See docs/architecture.md (admin API).
 type Admin struct {
 	Address string `yaml:"address"`
+	// TokenFile, when set, holds the bearer token (surrounding whitespace
+	// ignored) that protected endpoints require in
+	// "Authorization: Bearer <token>". It is read at start; the token is
+	// never logged or echoed.
+	TokenFile string `yaml:"tokenFile,omitempty"`
+	// TLS, when set, makes the admin listener serve HTTPS; with ClientCA it
+	// asks for client certificates, and protected endpoints require one
+	// signed by ClientCA (the open endpoints do not, so probes work).
+	TLS *TLS `yaml:"tls,omitempty"`
+	// Pprof serves /debug/pprof/ (protected like /debug/*); off by default.
+	Pprof bool `yaml:"pprof,omitempty"`
 }
 
 // Debounce sets how snapshot rebuilds are coalesced: a rebuild happens
@@ -204,6 +222,7 @@ type Duration = registries.Duration
 //
 //	xds.address             127.0.0.1:15010
 //	admin.address           127.0.0.1:15014
+//	admin.pprof             false
 //	debounce.quiet          5ms
 //	debounce.max            100ms
 //	syncTimeout             30s
@@ -241,12 +260,26 @@ func (a *Admin) ApplyDefaults() {
 	}
 }
 
-// Validate checks the address.
-func (a *Admin) Validate() error {
-	if err := checkAddress(a.Address); err != nil {
-		return registries.FieldErr("address", "%v", err)
+// ResolvePaths makes TokenFile absolute against dir, the directory of
+// clusters.yaml (the TLS block resolves its own).
+func (a *Admin) ResolvePaths(dir string) {
+	if a.TokenFile != "" && !filepath.IsAbs(a.TokenFile) {
+		a.TokenFile = filepath.Join(dir, a.TokenFile)
 	}
-	return nil
+}
+
+// Validate checks the address and that the token file holds a token.
+func (a *Admin) Validate() error {
+	var errs []error
+	if err := checkAddress(a.Address); err != nil {
+		errs = append(errs, registries.FieldErr("address", "%v", err))
+	}
+	if a.TokenFile != "" {
+		if _, err := ReadToken(a.TokenFile); err != nil {
+			errs = append(errs, registries.FieldErr("tokenFile", "%v", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Validate checks that no path is empty.

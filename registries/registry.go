@@ -116,7 +116,8 @@ type Config interface {
 	// *FieldError so that the loader can point at the line.
 	Validate() error
 	// New builds the registry. An error means it cannot start (Failed);
-	// New does no network I/O.
+	// New does no network I/O. log already carries the registry and
+	// kind keys: New must not add them again.
 	New(c Common, log *slog.Logger) (Registry, error)
 }
 

@@ -187,7 +187,7 @@ func TestNackDetailIsTruncated(t *testing.T) {
 	var logs bytes.Buffer
 	s := newStore()
 	x := newTestADS(t, s, true)
-	x.a.tracker = newTracker(slog.New(slog.NewTextHandler(&logs, nil)))
+	x.a.tracker = newTracker(slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	x.st = x.a.open(true)
 	applyTo(s, edsKind, map[string]types.Resource{"a": cla("a", 1)})
 	x.deltaReq(&discovery.DeltaDiscoveryRequest{Node: envoyNode("n1"), ResourceNamesSubscribe: []string{"a"}})

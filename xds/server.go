@@ -60,6 +60,7 @@ type Server struct {
 	tracker *tracker
 	ads     *ads
 	version atomic.Uint64
+	changed atomic.Int64 // Snapshot.Changed (unix ns) of the snapshot in the store
 }
 
 // NewServer returns a server with no resources; Register it on a gRPC
@@ -77,8 +78,13 @@ func NewServer(o Options) *Server {
 		tr:      NewTranslator(),
 		invalid: map[string]string{},
 		store:   newStore(),
-		tracker: newTracker(log),
 	}
+	s.tracker = newTracker(log, func() time.Time {
+		if n := s.changed.Load(); n != 0 {
+			return time.Unix(0, n)
+		}
+		return time.Time{}
+	})
 	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error, limits: o.Limits.withDefaults()}
 	return s
 }
@@ -97,6 +103,9 @@ func (s *Server) Update(snap *model.Snapshot) {
 	start := time.Now()
 	s.mu.Lock()
 	ch := s.tr.Translate(snap)
+	if snap != nil && !snap.Changed.IsZero() {
+		s.changed.Store(snap.Changed.UnixNano()) // before streams wake
+	}
 	s.store.apply(ch)
 	for _, k := range Kinds {
 		if ch[k] == nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/federation"
-	"github.com/meshfed/meshfed/xds"
 )
 
 // exitError carries a process exit code through cobra without printing.
@@ -47,7 +46,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetVersionTemplate(bi.String() + "\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(runCmd(), validateCmd(), statusCmd(), releaseCmd(), bootstrapCmd(), versionCmd())
+	root.AddCommand(runCmd(), validateCmd(), statusCmd(), proxyConfigCmd(), describeCmd(), releaseCmd(), bootstrapCmd(), versionCmd())
 	return root
 }
 
@@ -62,7 +61,8 @@ func runCmd() *cobra.Command {
 		Short: "Watch the registries in clusters.yaml and serve them over xDS",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			level := new(slog.LevelVar)
+			log, err := newLogger(cmd.ErrOrStderr(), level, logLevel, logFormat)
 			if err != nil {
 				return err
 			}
@@ -88,7 +88,7 @@ func runCmd() *cobra.Command {
 			bi := readBuildInfo()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Version: bi.Version, Revision: bi.Revision})
+			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Level: level, Version: bi.Version, Revision: bi.Revision})
 			if err != nil {
 				return err
 			}
@@ -122,13 +122,14 @@ func runCmd() *cobra.Command {
 	return c
 }
 
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if strings.EqualFold(level, "trace") {
-		lv = xds.LevelTrace
-	} else if err := lv.UnmarshalText([]byte(level)); err != nil {
+// newLogger builds the process logger; lv holds its level, which PUT
+// /debug/loglevel changes at run time.
+func newLogger(w io.Writer, lv *slog.LevelVar, level, format string) (*slog.Logger, error) {
+	l, err := federation.ParseLevel(level)
+	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	lv.Set(l)
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text":

@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/federation"
-	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
 )
 
@@ -131,27 +129,87 @@ func TestBootstrapIstio(t *testing.T) {
 func TestWriteStatus(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	regs := []federation.RegistryHealth{{
-		RegistryStatus: aggregate.RegistryStatus{Name: "dc1", Kind: "consul", State: registries.Degraded,
-			LastSync: now.Add(-90 * time.Second), LastError: "dial tcp 127.0.0.1:8500: connection refused", Services: 3, Endpoints: 12},
+	rep := statusReport{Registries: []federation.RegistryReport{{
+		Name: "dc1", Kind: "consul", State: "Degraded",
+		LastSync: now.Add(-90 * time.Second), LastError: "dial tcp 127.0.0.1:8500: connection refused", Services: 3, Endpoints: 12,
 		Restarts: 2,
-	}}
-	proxies := []federation.ProxySync{{ID: "sidecar~10.0.0.1~a~ns", Class: "envoy", Stream: "delta", Types: []xds.TypeStatus{
-		{TypeURL: xds.ClusterType, SentVersion: "7", SentNonce: "9", AckedVersion: "7", AckedNonce: "9"},
-		{TypeURL: xds.EndpointType, SentVersion: "8", SentNonce: "10", AckedVersion: "7", AckedNonce: "8",
-			LastNack: &xds.Nack{Version: "8", Nonce: "10", Error: "bad endpoint"}},
-	}}}
+	}, {
+		Name: "vms", Kind: "file", State: "Held", Services: 1, Endpoints: 10,
+		Hold: &federation.HoldReport{Since: now.Add(-time.Minute), Served: 10, Pending: 2, Reason: "would drop 80% of endpoints"},
+	}}, Proxies: []proxyReport{{ID: "sidecar~10.0.0.1~a~ns", Class: "envoy", Stream: "delta", Types: []typeReport{
+		{Type: "CDS", State: xds.StateSynced, SentVersion: "7", AckedVersion: "7"},
+		{Type: "EDS", State: xds.StateNacked, SentVersion: "8", AckedVersion: "7",
+			LastNack: &xds.Nack{Version: "8", Nonce: "10", Error: "bad endpoint", At: now.Add(-5 * time.Second)}},
+	}}}}
 	var b bytes.Buffer
-	writeStatus(&b, regs, proxies, now)
+	writeStatus(&b, painter{}, rep, now)
 	out := b.String()
 	for _, want := range []string{
 		"dc1", "consul", "Degraded", "1m30s ago", "connection refused",
-		"sidecar~10.0.0.1~a~ns", "Cluster", "SYNCED", "ClusterLoadAssignment", "NACKED", "bad endpoint",
+		"HELD vms: update held since 1m0s ago, serving 10 endpoints, 2 pending: would drop 80% of endpoints", "release it: meshfed release vms",
+		"PROXY", "CDS", "EDS", "LDS", "RDS",
+		"sidecar~10.0.0.1~a~ns", "SYNCED", "NACKED (8)", "EDS 5s ago: bad endpoint",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("uncoloured output has escape codes:\n%q", out)
+	}
+
+	// istiod reading MCP shows its collections in their own column.
+	mcp := rep
+	mcp.Proxies = append(mcp.Proxies, proxyReport{ID: "istiod-1", Class: "envoy", Stream: "delta", Types: []typeReport{
+		{Type: "v1/ServiceEntry", State: xds.StateSynced, SentVersion: "3", AckedVersion: "3"},
+	}})
+	b.Reset()
+	writeStatus(&b, painter{}, mcp, now)
+	if err := containsAll(b.String(), "OTHER TYPES", "v1/ServiceEntry SYNCED"); err != "" {
+		t.Errorf("status with an MCP client lacks %s:\n%s", err, b.String())
+	}
+
+	// Coloured: states are painted and the columns stay aligned.
+	b.Reset()
+	writeStatus(&b, painter{on: true}, rep, now)
+	col := b.String()
+	if !strings.Contains(col, "\x1b[31mNACKED (8)\x1b[0m") || !strings.Contains(col, "\x1b[32mSYNCED\x1b[0m") {
+		t.Errorf("coloured output lacks painted states:\n%q", col)
+	}
+	plainLines, colLines := strings.Split(out, "\n"), strings.Split(stripANSI(col), "\n")
+	if len(plainLines) != len(colLines) {
+		t.Fatalf("coloured output has %d lines, plain %d", len(colLines), len(plainLines))
+	}
+	for i := range plainLines {
+		if plainLines[i] != colLines[i] {
+			t.Errorf("line %d differs once colours are removed:\n%q\n%q", i, plainLines[i], colLines[i])
+		}
+	}
+}
+
+func containsAll(s string, subs ...string) string {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return strconvQuote(sub)
+		}
+	}
+	return ""
+}
+
+func strconvQuote(s string) string { return "\"" + s + "\"" }
+
+func stripANSI(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b {
+			for i < len(s) && s[i] != 'm' {
+				i++
+			}
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // TestValidateOpensFiles: validate opens every file the config names and

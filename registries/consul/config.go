@@ -160,7 +160,7 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 	return &Registry{
 		cfg:    cfg,
 		common: common,
-		log:    log.With("registry", common.Name, "kind", common.Kind),
+		log:    log, // carries registry and kind (registries.Config.New)
 		m:      newMetrics(common.Name),
 	}, nil
 }
