@@ -8,6 +8,7 @@ import (
 	"github.com/meshfed/meshfed/registries/eureka"
 	"github.com/meshfed/meshfed/registries/file"
 	"github.com/meshfed/meshfed/registries/kube"
+	"github.com/meshfed/meshfed/registries/nacos"
 	"github.com/meshfed/meshfed/registries/zookeeper"
 )
 
@@ -22,13 +23,14 @@ var kinds = map[string]func() registries.Config{
 	"eureka":     func() registries.Config { return new(eureka.Config) },
 	"file":       func() registries.Config { return new(file.Config) },
 	"kubernetes": func() registries.Config { return new(kube.Config) },
+	"nacos":      func() registries.Config { return new(nacos.Config) },
 	"zookeeper":  func() registries.Config { return new(zookeeper.Config) },
 }
 
 // schemaKinds are the kinds clusters.yaml v1 knows, whether or not this
 // build supports them. Their block keys are recognized so that a registry
 // of a kind missing from this build gets one clear error, not one per key.
-var schemaKinds = []string{"consul", "eureka", "file", "kubernetes", "zookeeper"}
+var schemaKinds = []string{"consul", "eureka", "file", "kubernetes", "nacos", "zookeeper"}
 
 // Kinds returns the registry kinds this build supports, sorted.
 func Kinds() []string {

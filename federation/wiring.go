@@ -10,12 +10,13 @@ import (
 	"github.com/meshfed/meshfed/registries/eureka"
 	"github.com/meshfed/meshfed/registries/file"
 	"github.com/meshfed/meshfed/registries/kube"
+	"github.com/meshfed/meshfed/registries/nacos"
 	"github.com/meshfed/meshfed/registries/zookeeper"
 )
 
 // kindCollectors returns the metrics of every registry kind in this build.
 func kindCollectors() []prometheus.Collector {
-	return slices.Concat(file.Collectors(), consul.Collectors(), zookeeper.Collectors(), eureka.Collectors(), kube.Collectors())
+	return slices.Concat(file.Collectors(), consul.Collectors(), zookeeper.Collectors(), eureka.Collectors(), kube.Collectors(), nacos.Collectors())
 }
 
 // aggregateOptions turns an entry into what the aggregator needs to know
