@@ -103,7 +103,9 @@ type serviceKey struct{ group, name string }
 
 func (k serviceKey) String() string { return k.group + "@@" + k.name }
 
-func compareKeys(a, b serviceKey) int { return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.name, b.name)) }
+func compareKeys(a, b serviceKey) int {
+	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.name, b.name))
+}
 
 // converted is one Nacos service turned into model terms.
 type converted struct {

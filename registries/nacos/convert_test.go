@@ -149,8 +149,8 @@ func TestConvertService(t *testing.T) {
 				Ports: map[string]uint32{"grpc": 0}},
 		}},
 	}, {
-		name: "hostnames only: DNS resolution",
-		key:  serviceKey{group: "DEFAULT_GROUP", name: "legacy"},
+		name:  "hostnames only: DNS resolution",
+		key:   serviceKey{group: "DEFAULT_GROUP", name: "legacy"},
 		insts: []instance{up("h1", "legacy-1.dc1.internal", 80, nil)},
 		want: &model.Service{Hostname: "legacy.nacos.local", Resolution: model.ResolutionDNS,
 			Ports:     []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
