@@ -23,8 +23,8 @@ type instance struct {
 	IP          string            `json:"ip"`
 	Port        int64             `json:"port"`
 	Weight      float64           `json:"weight"`
-	Healthy     bool              `json:"healthy"`
-	Enabled     bool              `json:"enabled"`
+	Healthy     *bool             `json:"healthy"` // absent: true
+	Enabled     *bool             `json:"enabled"` // absent: true
 	Ephemeral   bool              `json:"ephemeral"`
 	ClusterName string            `json:"clusterName"`
 	ServiceName string            `json:"serviceName"`
@@ -397,9 +397,9 @@ func declaredProtocol(name string) model.Protocol {
 func health(in *instance) (model.Health, uint32) {
 	w := uint32(max(1, min(math.Round(in.Weight*weightScale), 10000*weightScale)))
 	switch {
-	case !in.Enabled:
+	case in.Enabled != nil && !*in.Enabled:
 		return model.Draining, w
-	case !in.Healthy:
+	case in.Healthy != nil && !*in.Healthy:
 		return model.Unhealthy, w
 	case in.Weight == 0:
 		return model.Draining, w

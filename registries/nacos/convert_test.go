@@ -18,6 +18,10 @@ func testConfig() *Config {
 	return c
 }
 
+var yes, no = ptr(true), ptr(false)
+
+func ptr[T any](v T) *T { return &v }
+
 func src() model.Source { return model.Source{Registry: "nc", Cluster: "nc"} }
 
 func TestHostname(t *testing.T) {
@@ -50,7 +54,7 @@ func TestHostname(t *testing.T) {
 func TestConvertService(t *testing.T) {
 	t.Parallel()
 	up := func(id, ip string, port int64, meta map[string]string) instance {
-		return instance{InstanceID: id, IP: ip, Port: port, Weight: 1, Healthy: true, Enabled: true, Ephemeral: true, ClusterName: "DEFAULT", Metadata: meta}
+		return instance{InstanceID: id, IP: ip, Port: port, Weight: 1, Healthy: yes, Enabled: yes, Ephemeral: true, ClusterName: "DEFAULT", Metadata: meta}
 	}
 	labels := func(kv ...string) map[string]string {
 		m := map[string]string{labelCluster: "DEFAULT", labelEphemeral: "true"}
@@ -69,11 +73,11 @@ func TestConvertService(t *testing.T) {
 		name: "health, weight, labels, locality",
 		key:  serviceKey{group: "DEFAULT_GROUP", name: "orders"},
 		insts: []instance{
-			{InstanceID: "a", IP: "10.0.0.1", Port: 8080, Weight: 2.5, Healthy: true, Enabled: true, Ephemeral: true, ClusterName: "SH",
+			{InstanceID: "a", IP: "10.0.0.1", Port: 8080, Weight: 2.5, Healthy: yes, Enabled: yes, Ephemeral: true, ClusterName: "SH",
 				Metadata: map[string]string{"version": "v1", "zone": "z1", "internal-nacos-cluster": "SH"}},
-			{InstanceID: "b", IP: "10.0.0.2", Port: 8080, Weight: 1, Healthy: false, Enabled: true, Ephemeral: false},
-			{InstanceID: "c", IP: "10.0.0.3", Port: 8080, Weight: 1, Healthy: true, Enabled: false, Ephemeral: true},
-			{InstanceID: "d", IP: "10.0.0.4", Port: 8080, Weight: 0, Healthy: true, Enabled: true, Ephemeral: true},
+			{InstanceID: "b", IP: "10.0.0.2", Port: 8080, Weight: 1, Healthy: no, Enabled: yes, Ephemeral: false},
+			{InstanceID: "c", IP: "10.0.0.3", Port: 8080, Weight: 1, Healthy: yes, Enabled: no, Ephemeral: true},
+			{InstanceID: "d", IP: "10.0.0.4", Port: 8080, Weight: 0, Healthy: yes, Enabled: yes, Ephemeral: true},
 		},
 		want: &model.Service{Hostname: "orders.nacos.local", Ports: []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}},
 			Endpoints: []model.Endpoint{
@@ -94,7 +98,7 @@ func TestConvertService(t *testing.T) {
 			up("ok", "10.0.1.1", 9090, nil),
 			up("noport", "10.0.1.2", 0, nil),
 			up("badip", "10.0.1.3:80", 9090, nil),
-			{InstanceID: "negw", IP: "10.0.1.4", Port: 9090, Weight: -1, Healthy: true, Enabled: true},
+			{InstanceID: "negw", IP: "10.0.1.4", Port: 9090, Weight: -1, Healthy: yes, Enabled: yes},
 			up("badgrpc", "10.0.1.5", 9090, map[string]string{"gRPC_port": "http"}),
 			up("badproto", "10.0.1.6", 9090, map[string]string{"meshfed.protocol": "smtp"}),
 			up("host", "billing-7.internal", 9090, nil),
@@ -193,7 +197,7 @@ func TestConvertService(t *testing.T) {
 // share a hostname; both are rejected, others are served.
 func TestAssembleCollisions(t *testing.T) {
 	t.Parallel()
-	in := []instance{{IP: "10.0.5.1", Port: 80, Weight: 1, Healthy: true, Enabled: true}}
+	in := []instance{{IP: "10.0.5.1", Port: 80, Weight: 1, Healthy: yes, Enabled: yes}}
 	conv := map[serviceKey]converted{}
 	for _, k := range []serviceKey{{"DEFAULT_GROUP", "Orders"}, {"DEFAULT_GROUP", "orders"}, {"DEFAULT_GROUP", "cart"}, {"blue", "orders"}} {
 		conv[k] = convertService(testCommon, testConfig(), k, in)

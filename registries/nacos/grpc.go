@@ -178,6 +178,9 @@ func (r *Registry) session(ctx context.Context, cl *client, st *state, i int) er
 	defer s.conn.Close()
 	defer cancel()
 	r.m.connOK.Inc()
+	// lastRefTime orders the answers of one server; another server's
+	// clock may be behind.
+	clear(st.seen)
 	if cl.current != i {
 		r.log.Info("nacos: connected to another server", "server", r.cfg.Servers[i])
 	}
