@@ -9,6 +9,7 @@ import (
 	"github.com/nacos-group/nacos-sdk-go/v2/clients"
 	"github.com/nacos-group/nacos-sdk-go/v2/clients/naming_client"
 	"github.com/nacos-group/nacos-sdk-go/v2/common/constant"
+	"github.com/nacos-group/nacos-sdk-go/v2/common/logger"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
 )
 
@@ -22,10 +23,28 @@ type NacosClient struct {
 	c naming_client.INamingClient
 }
 
+func init() {
+	// The SDK's logger is process-wide and, unless set, writes files to
+	// the first client's LogDir for every later client: discard instead.
+	logger.SetLogger(discardLogger{})
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Info(...any)           {}
+func (discardLogger) Warn(...any)           {}
+func (discardLogger) Error(...any)          {}
+func (discardLogger) Debug(...any)          {}
+func (discardLogger) Infof(string, ...any)  {}
+func (discardLogger) Warnf(string, ...any)  {}
+func (discardLogger) Errorf(string, ...any) {}
+func (discardLogger) Debugf(string, ...any) {}
+func (discardLogger) Close() error          { return nil }
+
 // NacosClient connects the Nacos SDK to the server's Nacos API in
 // namespace ("" is public) and closes it in t.Cleanup. Its ephemeral
 // instances live as long as the client's connection, as in Nacos. The SDK
-// logs and caches under t's temp dir.
+// caches under t's temp dir; its log is discarded.
 func (p *Polaris) NacosClient(t testing.TB, namespace string) *NacosClient {
 	t.Helper()
 	if p.NacosAddr == "" {
@@ -41,8 +60,6 @@ func (p *Polaris) NacosClient(t testing.TB, namespace string) *NacosClient {
 			NotLoadCacheAtStart:  true,
 			UpdateCacheWhenEmpty: true,
 			CacheDir:             dir + "/cache",
-			LogDir:               dir + "/log",
-			LogLevel:             "warn",
 		},
 		ServerConfigs: []constant.ServerConfig{{IpAddr: host, Port: uint64(n), ContextPath: "/nacos", Scheme: "http"}},
 	})
