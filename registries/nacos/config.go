@@ -28,6 +28,9 @@ const (
 	// Spring Cloud's gateway every 30s; meshfed picks up new services
 	// sooner).
 	DefaultListInterval = registries.Duration(10 * time.Second)
+	// DefaultResyncInterval: every subscribed service is read again this
+	// often, repairing a push that was lost.
+	DefaultResyncInterval = registries.Duration(2 * time.Minute)
 	// DefaultPollInterval is how often the http transport fetches every
 	// service's instances (Nacos 1.x clients' cacheMillis is 10s).
 	DefaultPollInterval = registries.Duration(10 * time.Second)
@@ -74,6 +77,11 @@ type Config struct {
 	// ListInterval is how often the list of services is read again (Nacos
 	// pushes instances, not service lists). Default 10s.
 	ListInterval registries.Duration `yaml:"listInterval"`
+	// ResyncInterval is how often the grpc transport reads every subscribed
+	// service again, as a safety net: Nacos pushes are sent once and not
+	// repeated, and Polaris 1.18 never pushes changes of services outside
+	// DEFAULT_GROUP. Default 2m.
+	ResyncInterval registries.Duration `yaml:"resyncInterval"`
 	// PollInterval is how often the http transport fetches the instances
 	// of every service. Default 10s; unused by grpc.
 	PollInterval registries.Duration `yaml:"pollInterval"`
@@ -138,6 +146,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = DefaultResyncInterval
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
@@ -206,6 +217,9 @@ func (c *Config) Validate() error {
 	}
 	if d := c.PollInterval.Std(); d < 100*time.Millisecond || d > time.Hour {
 		return registries.FieldErr("pollInterval", "%v is out of range [100ms, 1h]", d)
+	}
+	if d := c.ResyncInterval.Std(); d < 100*time.Millisecond || d > 24*time.Hour {
+		return registries.FieldErr("resyncInterval", "%v is out of range [100ms, 24h]", d)
 	}
 	if c.Timeout <= 0 {
 		return registries.FieldErr("timeout", "must be positive")

@@ -31,7 +31,7 @@ func TestConfigGood(t *testing.T) {
 		Servers: []string{"nacos-1:8848", "nacos-2:8848"}, ContextPath: "/nacos/", Transport: TransportHTTP,
 		GRPCPortOffset: 1001, Namespace: "prod", Groups: []string{"DEFAULT_GROUP", "payments"},
 		Services: []string{"order*", "billing"}, ListInterval: registries.Duration(5 * time.Second),
-		PollInterval: registries.Duration(3 * time.Second), Timeout: registries.Duration(2 * time.Second),
+		PollInterval: registries.Duration(3 * time.Second), ResyncInterval: DefaultResyncInterval, Timeout: registries.Duration(2 * time.Second),
 		UsernameFile: "/etc/meshfed/secrets/user", PasswordFile: "/etc/meshfed/secrets/password",
 		TLS:      TLS{Enabled: true, CAFile: "/etc/meshfed/ca.pem", ServerName: "nacos.internal"},
 		Protocol: model.ProtocolGRPC,
@@ -56,7 +56,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{
 		Servers: []string{DefaultServer}, ContextPath: "/nacos", Transport: TransportGRPC, GRPCPortOffset: 1000,
 		Namespace: "public", Groups: []string{"DEFAULT_GROUP"}, ListInterval: DefaultListInterval,
-		PollInterval: DefaultPollInterval, Timeout: DefaultTimeout, Protocol: model.ProtocolHTTP,
+		PollInterval: DefaultPollInterval, ResyncInterval: DefaultResyncInterval, Timeout: DefaultTimeout, Protocol: model.ProtocolHTTP,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -31,13 +32,14 @@ type instance struct {
 	Metadata    map[string]string `json:"metadata"`
 }
 
-// id names an instance in rejections: its instanceId, else ip#port#cluster
-// as Nacos builds ids.
+// id names an instance in rejections and endpoint origins: ip:port, and
+// the server's instanceId when it gives one.
 func (in *instance) id() string {
+	s := net.JoinHostPort(in.IP, strconv.FormatInt(in.Port, 10))
 	if in.InstanceID != "" {
-		return in.InstanceID
+		s += " (" + in.InstanceID + ")"
 	}
-	return fmt.Sprintf("%s#%d#%s", in.IP, in.Port, in.ClusterName)
+	return s
 }
 
 // Metadata keys read from instances, and the labels meshfed adds.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
@@ -51,6 +52,16 @@ func TestHostname(t *testing.T) {
 	}
 }
 
+func TestInstanceID(t *testing.T) {
+	t.Parallel()
+	if got := (&instance{IP: "10.0.0.1", Port: 80, InstanceID: "x#1"}).id(); got != "10.0.0.1:80 (x#1)" {
+		t.Errorf("id = %q", got)
+	}
+	if got := (&instance{IP: "fd00::1", Port: 80}).id(); got != "[fd00::1]:80" {
+		t.Errorf("id = %q", got)
+	}
+}
+
 func TestConvertService(t *testing.T) {
 	t.Parallel()
 	up := func(id, ip string, port int64, meta map[string]string) instance {
@@ -81,14 +92,14 @@ func TestConvertService(t *testing.T) {
 		},
 		want: &model.Service{Hostname: "orders.nacos.local", Ports: []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}},
 			Endpoints: []model.Endpoint{
-				{Address: "10.0.0.1", Weight: 250, Health: model.Healthy, Origin: "a", Source: src(),
+				{Address: "10.0.0.1", Weight: 250, Health: model.Healthy, Source: src(),
 					Labels:   map[string]string{"version": "v1", "zone": "z1", labelCluster: "SH", labelEphemeral: "true"},
 					Locality: model.Locality{Region: "r1", Zone: "z1"}},
-				{Address: "10.0.0.2", Weight: 100, Health: model.Unhealthy, Origin: "b", Source: src(), Locality: model.Locality{Region: "r1"},
+				{Address: "10.0.0.2", Weight: 100, Health: model.Unhealthy, Source: src(), Locality: model.Locality{Region: "r1"},
 					Labels: map[string]string{labelEphemeral: "false"}},
-				{Address: "10.0.0.3", Weight: 100, Health: model.Draining, Origin: "c", Source: src(), Locality: model.Locality{Region: "r1"},
+				{Address: "10.0.0.3", Weight: 100, Health: model.Draining, Source: src(), Locality: model.Locality{Region: "r1"},
 					Labels: map[string]string{labelEphemeral: "true"}},
-				{Address: "10.0.0.4", Weight: 1, Health: model.Draining, Origin: "d", Source: src(), Locality: model.Locality{Region: "r1"},
+				{Address: "10.0.0.4", Weight: 1, Health: model.Draining, Source: src(), Locality: model.Locality{Region: "r1"},
 					Labels: map[string]string{labelEphemeral: "true"}},
 			}},
 	}, {
@@ -104,10 +115,10 @@ func TestConvertService(t *testing.T) {
 			up("host", "billing-7.internal", 9090, nil),
 		},
 		want: &model.Service{Hostname: "billing.pay.nacos.local", Ports: []model.Port{{Name: "http", Number: 9090, Protocol: model.ProtocolHTTP}},
-			Endpoints: []model.Endpoint{{Address: "10.0.1.1", Weight: 100, Origin: "ok", Source: src(), Labels: labels(), Locality: model.Locality{Region: "r1"}}}},
+			Endpoints: []model.Endpoint{{Address: "10.0.1.1", Weight: 100, Source: src(), Labels: labels(), Locality: model.Locality{Region: "r1"}}}},
 		rejected: []string{
-			"noport: port 0 is out of range", `badip: ip "10.0.1.3:80" is neither an IP address nor a DNS name`, "negw: weight -1 is negative",
-			"badgrpc: metadata gRPC_port", "badproto: metadata meshfed.protocol: unknown protocol", `host: ip "billing-7.internal" is a hostname while other instances use IP addresses`,
+			"(noport): port 0 is out of range", `(badip): ip "10.0.1.3:80" is neither an IP address nor a DNS name`, "(negw): weight -1 is negative",
+			"(badgrpc): metadata gRPC_port", "(badproto): metadata meshfed.protocol: unknown protocol", `(host): ip "billing-7.internal" is a hostname while other instances use IP addresses`,
 		},
 	}, {
 		name: "dubbo, grpc-spring-boot and dubbo 3 ports",
@@ -123,11 +134,11 @@ func TestConvertService(t *testing.T) {
 			{Name: "dubbo", Number: 20880, Protocol: model.ProtocolTCP},
 			{Name: "tri", Number: 50051, Protocol: model.ProtocolGRPC},
 		}, Endpoints: []model.Endpoint{
-			{Address: "10.0.2.1", Weight: 100, Origin: "d1", Source: src(), Labels: labels("protocol", "dubbo"), Locality: model.Locality{Region: "r1"},
+			{Address: "10.0.2.1", Weight: 100, Source: src(), Labels: labels("protocol", "dubbo"), Locality: model.Locality{Region: "r1"},
 				Ports: map[string]uint32{"http": 0, "grpc": 0}},
-			{Address: "10.0.2.2", Weight: 100, Origin: "d2", Source: src(), Labels: labels("protocol", "dubbo"), Locality: model.Locality{Region: "r1"},
+			{Address: "10.0.2.2", Weight: 100, Source: src(), Labels: labels("protocol", "dubbo"), Locality: model.Locality{Region: "r1"},
 				Ports: map[string]uint32{"http": 0, "grpc": 0, "tri": 0}},
-			{Address: "10.0.2.3", Weight: 100, Origin: "s1", Source: src(), Labels: labels("preserved.register.source", "SPRING_CLOUD"), Locality: model.Locality{Region: "r1"},
+			{Address: "10.0.2.3", Weight: 100, Source: src(), Labels: labels("preserved.register.source", "SPRING_CLOUD"), Locality: model.Locality{Region: "r1"},
 				Ports: map[string]uint32{"dubbo": 0, "tri": 0}},
 		}},
 	}, {
@@ -143,13 +154,13 @@ func TestConvertService(t *testing.T) {
 			{Name: "grpc", Number: 7070, Protocol: model.ProtocolGRPC},
 			{Name: "https", Number: 8443, Protocol: model.ProtocolTCP},
 		}, Endpoints: []model.Endpoint{
-			{Address: "10.0.3.1", Weight: 100, Origin: "g1", Source: src(), Labels: labels("protocol", "http"), Locality: model.Locality{Region: "r1"},
+			{Address: "10.0.3.1", Weight: 100, Source: src(), Labels: labels("protocol", "http"), Locality: model.Locality{Region: "r1"},
 				Ports: map[string]uint32{"https": 0}},
-			{Address: "10.0.3.2", Weight: 100, Origin: "g2", Source: src(), Labels: labels(), Locality: model.Locality{Region: "r1"},
+			{Address: "10.0.3.2", Weight: 100, Source: src(), Labels: labels(), Locality: model.Locality{Region: "r1"},
 				Ports: map[string]uint32{"grpc": 7071, "https": 0}},
-			{Address: "10.0.3.3", Weight: 100, Origin: "g3", Source: src(), Labels: labels(), Locality: model.Locality{Region: "r1"},
+			{Address: "10.0.3.3", Weight: 100, Source: src(), Labels: labels(), Locality: model.Locality{Region: "r1"},
 				Ports: map[string]uint32{"https": 0}},
-			{Address: "10.0.3.4", Weight: 100, Origin: "tls", Source: src(), Labels: labels("secure", "true"), Locality: model.Locality{Region: "r1"},
+			{Address: "10.0.3.4", Weight: 100, Source: src(), Labels: labels("secure", "true"), Locality: model.Locality{Region: "r1"},
 				Ports: map[string]uint32{"grpc": 0}},
 		}},
 	}, {
@@ -158,7 +169,7 @@ func TestConvertService(t *testing.T) {
 		insts: []instance{up("h1", "legacy-1.dc1.internal", 80, nil)},
 		want: &model.Service{Hostname: "legacy.nacos.local", Resolution: model.ResolutionDNS,
 			Ports:     []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
-			Endpoints: []model.Endpoint{{Address: "legacy-1.dc1.internal", Weight: 100, Origin: "h1", Source: src(), Labels: labels(), Locality: model.Locality{Region: "r1"}}}},
+			Endpoints: []model.Endpoint{{Address: "legacy-1.dc1.internal", Weight: 100, Source: src(), Labels: labels(), Locality: model.Locality{Region: "r1"}}}},
 	}, {
 		name:     "service name that is no hostname",
 		key:      serviceKey{group: "DEFAULT_GROUP", name: "providers:com.acme.Orders::"},
@@ -174,7 +185,7 @@ func TestConvertService(t *testing.T) {
 				}
 			} else if !got.ok {
 				t.Errorf("no service; rejected %v", got.rejected)
-			} else if d := cmp.Diff(*tc.want, got.svc); d != "" {
+			} else if d := cmp.Diff(*tc.want, got.svc, cmpopts.IgnoreFields(model.Endpoint{}, "Origin")); d != "" {
 				t.Errorf("service (-want +got):\n%s", d)
 			}
 			var rej []string

@@ -196,6 +196,8 @@ func (r *Registry) session(ctx context.Context, cl *client, st *state, i int) er
 	defer listT.Stop()
 	healthT := time.NewTicker(healthInterval)
 	defer healthT.Stop()
+	resyncT := time.NewTicker(r.cfg.ResyncInterval.Std())
+	defer resyncT.Stop()
 	fail := func(err error) error { return &sessionError{err: err, synced: true} }
 	for {
 		select {
@@ -207,6 +209,10 @@ func (r *Registry) session(ctx context.Context, cl *client, st *state, i int) er
 			s.applyPending()
 		case <-listT.C:
 			if err := s.sync(ctx); err != nil {
+				return fail(err)
+			}
+		case <-resyncT.C:
+			if err := s.resync(ctx); err != nil {
 				return fail(err)
 			}
 		case <-healthT.C:
@@ -411,6 +417,29 @@ func (s *session) sync(ctx context.Context) error {
 	}
 	// Pushes that arrived while subscribing are at least as new as the
 	// answers (older ones are ignored by their lastRefTime).
+	s.applyPendingInto(&changed)
+	s.st.publish(changed, at)
+	return nil
+}
+
+// resync reads every subscribed service again (subscribing again is
+// idempotent) and publishes what changed: the repair for lost pushes.
+func (s *session) resync(ctx context.Context) error {
+	changed := false
+	at := time.Now()
+	for key := range s.subscribed {
+		info, err := s.subscribe(ctx, key, true)
+		if err != nil {
+			s.r.m.subErr.Inc()
+			return err
+		}
+		s.r.m.subOK.Inc()
+		if s.st.set(key, info.Hosts, info.LastRefTime) {
+			changed = true
+			s.r.m.repairs.Inc()
+			s.r.log.Info("nacos resync found a change no push had brought", "service", key.String())
+		}
+	}
 	s.applyPendingInto(&changed)
 	s.st.publish(changed, at)
 	return nil

@@ -23,6 +23,10 @@ var (
 		Name: "meshfed_nacos_reconnects_total",
 		Help: "Times the registry lost its connection to Nacos and connected again (to the same or the next server).",
 	}, []string{"registry"})
+	repairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_nacos_resync_repairs_total",
+		Help: "Services whose instances the periodic resync (resyncInterval) found changed although no push had said so.",
+	}, []string{"registry"})
 	ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "meshfed_nacos_ingest_latency_seconds",
 		Help:    "Time from Nacos' answer or push carrying a change to the full state being handed to the sink.",
@@ -41,13 +45,13 @@ var (
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{requests, pushes, reconnects, ingestLatency, watched, instancesGauge}
+	return []prometheus.Collector{requests, pushes, reconnects, repairs, ingestLatency, watched, instancesGauge}
 }
 
 // metrics are the collectors curried with one registry's name.
 type metrics struct {
 	listOK, listErr, subOK, subErr, instOK, instErr, connOK, connErr prometheus.Counter
-	pushes, reconnects                                               prometheus.Counter
+	pushes, reconnects, repairs                                      prometheus.Counter
 	ingest                                                           prometheus.Observer
 	watched, instances                                               prometheus.Gauge
 }
@@ -64,6 +68,7 @@ func newMetrics(registry string) metrics {
 		connErr:    requests.WithLabelValues(registry, reqConnect, "error"),
 		pushes:     pushes.WithLabelValues(registry),
 		reconnects: reconnects.WithLabelValues(registry),
+		repairs:    repairs.WithLabelValues(registry),
 		ingest:     ingestLatency.WithLabelValues(registry),
 		watched:    watched.WithLabelValues(registry),
 		instances:  instancesGauge.WithLabelValues(registry),

@@ -99,7 +99,7 @@ healthcheck:
     heartbeat: {open: true, queueSize: 1024, waitTime: 32ms, maxBatchCount: 32, concurrency: 4}
   checkers:
     - name: heartbeatMemory
-config: {open: false}
+config: {open: %t}
 cache: {diffTime: 5s}
 store:
   name: boltdbStore
@@ -138,7 +138,8 @@ func StartPolaris(t testing.TB, opts ...PolarisOption) *Polaris {
 		p.NacosAddr = "127.0.0.1:" + strconv.Itoa(np)
 		logs = append(logs, "log/nacos.log")
 	}
-	conf := fmt.Sprintf(polarisConfig, port, extra, filepath.Join(dir, "polaris.bolt"))
+	// The Nacos apiserver needs the config module running.
+	conf := fmt.Sprintf(polarisConfig, port, extra, o.nacos, filepath.Join(dir, "polaris.bolt"))
 	if err := os.WriteFile(filepath.Join(dir, "polaris-server.yaml"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}

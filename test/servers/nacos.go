@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nacos-group/nacos-sdk-go/v2/clients"
 	"github.com/nacos-group/nacos-sdk-go/v2/clients/naming_client"
@@ -98,15 +99,25 @@ func (c *NacosClient) Put(in NacosInstance) error {
 	if w == 0 {
 		w = 1
 	}
-	ok, err := c.c.RegisterInstance(vo.RegisterInstanceParam{
+	param := vo.RegisterInstanceParam{
 		Ip: in.IP, Port: uint64(in.Port), Weight: w, Enable: !in.Disabled, Healthy: !in.Unhealthy,
 		Metadata: in.Metadata, ClusterName: in.Cluster, ServiceName: in.Service, GroupName: in.Group,
 		Ephemeral: !in.Persistent,
-	})
-	if err != nil || !ok {
-		return fmt.Errorf("nacos register %s %s:%d: %v", in.Service, in.IP, in.Port, err)
 	}
-	return nil
+	// A just-started server may refuse the first registrations (Polaris
+	// answers "not ok" until its caches are loaded); clients retry.
+	var err error
+	for attempt := range 50 {
+		var ok bool
+		ok, err = c.c.RegisterInstance(param)
+		if err == nil && ok {
+			return nil
+		}
+		if attempt < 49 {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return fmt.Errorf("nacos register %s %s:%d: refused for 10s: %v", in.Service, in.IP, in.Port, err)
 }
 
 // Deregister removes the instance.
