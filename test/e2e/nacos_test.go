@@ -11,7 +11,7 @@ import (
 
 // TestNacosRegistryToGRPCClient: instances registered through the Nacos
 // SDK (gRPC, ephemeral, as applications register) in a real Nacos-protocol
-// server (Polaris), then disabled, marked unhealthy and deregistered,
+// server (Polaris), then marked unhealthy and deregistered,
 // reach a grpc-go xDS client calling real gRPC backends; a stopped server
 // leaves the registry Degraded with its endpoints served, and a restarted
 // one brings it back to Synced.
@@ -50,12 +50,14 @@ func TestNacosRegistryToGRPCClient(t *testing.T) {
 	eventually(t, 30*time.Second, "b2 in endpointz", func() error { return endpointCount(m, "echo.nacos", 2) })
 	c.waitFor(t, b2.name, 1, 30*time.Second)
 
-	// b1 disabled (enabled=false: Nacos serves it to no one): only b2.
-	i1.Disabled = true
+	// b1 unhealthy → UNHEALTHY: only b2 answers. (Not disabled: Nacos
+	// would drop it from its answers, and with it the port the client
+	// dials.)
+	i1.Unhealthy = true
 	nc.Register(t, i1)
 	c.waitFor(t, b2.name, 20, 30*time.Second)
-	// b1 back, b2 unhealthy → UNHEALTHY: only b1 answers.
-	i1.Disabled = false
+	// b1 healthy again, b2 unhealthy: only b1 answers.
+	i1.Unhealthy = false
 	nc.Register(t, i1)
 	i2.Unhealthy = true
 	nc.Register(t, i2)
