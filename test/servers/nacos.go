@@ -12,6 +12,7 @@ import (
 	"github.com/nacos-group/nacos-sdk-go/v2/common/constant"
 	"github.com/nacos-group/nacos-sdk-go/v2/common/logger"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
+	"go.uber.org/goleak"
 )
 
 // NacosGRPCOffset is the distance of a Nacos server's gRPC port from its
@@ -69,6 +70,13 @@ func (p *Polaris) NacosClient(t testing.TB, namespace string) *NacosClient {
 	}
 	t.Cleanup(c.CloseClient)
 	return &NacosClient{c: c}
+}
+
+// IgnoreNacosSDK is the goleak option for what the Nacos SDK leaves behind
+// after CloseClient (its UDP push receiver), for the TestMain of packages
+// that use NacosClient.
+func IgnoreNacosSDK() goleak.Option {
+	return goleak.IgnoreAnyFunction("github.com/nacos-group/nacos-sdk-go/v2/clients/naming_client/naming_http.(*PushReceiver).handleClient")
 }
 
 // NacosInstance describes an instance to register.
