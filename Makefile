@@ -12,7 +12,7 @@ export MESHFED_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/meshfed
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: all build run test test-deps unit lint fmt bench testservers clean
+.PHONY: all build run test test-deps unit lint fmt bench fuzz testservers clean
 
 all: build
 
@@ -41,6 +41,12 @@ lint:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# fuzz runs every Fuzz* target (found with go test -list) for FUZZTIME each;
+# their seed corpora (testdata/fuzz/FuzzXxx) already run in `make test`.
+FUZZTIME ?= 30s
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) ./tools/fuzz.sh
 
 bench: build test-deps
 	$(GO) run ./bench/cmd/benchreport -out BENCHMARKS.md

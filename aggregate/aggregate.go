@@ -13,17 +13,26 @@
 // registry is Stale: with PolicyExpire its services are withdrawn from the
 // snapshot, with PolicyKeep they stay (RegistryStatus.State shows Stale). A
 // Replace or a Report(Synced) ends the outage and, with PolicyExpire, brings
-// the services back.
+// the services back. Only an unreachable backend is an outage: a Degraded
+// report with Status.Invalid (the backend answered with data that does not
+// parse) keeps the last good state served but never makes it Stale or
+// withdraws it, and ends an outage in progress.
 //
 // Hold-down: with RegistryOptions.MaxDeleteRatio r > 0, a Replace that
 // would drop more than r of the registry's served endpoints (counting
 // endpoints: served minus new, over served) is not applied at once: the old
 // state stays served, a Conflict of category "hold-down" is listed and the
-// registry stays Synced. The held update is applied when the next Replace
-// again drops more than r of the served endpoints (confirmation: it was
-// seen again; the newer update is applied) or when Options.HoldDown has
-// passed (the held update is applied). A Replace within the ratio clears the
-// hold and is applied.
+// registry is Held (RegistryStatus.Hold says since when, what is served and
+// what is pending). The held update is applied when the next Replace again
+// drops more than r of the served endpoints (confirmation: it was seen
+// again; the newer update is applied), when Options.HoldDown has passed, or
+// when an operator calls Release (the held update is applied). A Replace
+// within the ratio clears the hold and is applied.
+//
+// Warm start: Restore hands a registry the state persisted by a previous
+// process (see Options.OnAccepted) before its first sync. It is served at
+// once, marked Restored, and counts as the registry's first sync for Ready,
+// until the registry publishes its own.
 //
 // Snapshots are immutable. Between two snapshots, a service that did not
 // change is the same *model.Service pointer (xds relies on this to reuse the
@@ -106,7 +115,7 @@ func (o RegistryOptions) withDefaults() RegistryOptions {
 type Options struct {
 	// Registries lists every registry in clusters.yaml, known up front.
 	Registries []RegistryOptions
-	// Quiet and MaxWait drive the debounce (see Debouncer): a zero Quiet
+	// Quiet and MaxWait drive the debounce (see registries.Debouncer): a zero Quiet
 	// builds a snapshot as soon as the Serve loop sees a change.
 	Quiet, MaxWait time.Duration
 	// HoldDown is how long a held-down update waits before it is applied
@@ -117,8 +126,14 @@ type Options struct {
 	// A registry added once the aggregator has been ready never keeps Ready
 	// false (see Ready).
 	SyncTimeout time.Duration
-	Logger      *slog.Logger // nil discards
-	Now         func() time.Time
+	// OnAccepted, when set, is called from Serve's goroutine with a
+	// registry's full input (as given to Replace) each time a different
+	// one becomes its accepted state (applied, not held; restored states
+	// excluded). It must return promptly and not modify the slices; the
+	// warm-start store persists them.
+	OnAccepted func(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
+	Logger     *slog.Logger // nil discards
+	Now        func() time.Time
 }
 
 // RegistryStatus is one registry's state as shown on /healthz/registries.
@@ -137,8 +152,23 @@ type RegistryStatus struct {
 	// Withdrawn: the registry is Stale (or Failed) past ExpireAfter with
 	// PolicyExpire, and its services are not served.
 	Withdrawn bool `json:"withdrawn,omitempty"`
-	// HeldDown: an update is held back by MaxDeleteRatio.
+	// HeldDown: an update is held back by MaxDeleteRatio (State is Held
+	// unless the registry is also Degraded, Stale or Failed).
 	HeldDown bool `json:"heldDown,omitempty"`
+	// Hold describes the held update; nil when nothing is held.
+	Hold *HoldStatus `json:"hold,omitempty"`
+	// Restored: what is served from this registry was restored from the
+	// state directory at start; the registry has not synced since.
+	Restored bool `json:"restored,omitempty"`
+}
+
+// HoldStatus is an update held back by MaxDeleteRatio, as shown in a
+// registry's JSON ("hold"). The admin page and `meshfed status` read it.
+type HoldStatus struct {
+	Since   time.Time `json:"since"`   // when the update was first held
+	Served  int       `json:"served"`  // endpoints served now
+	Pending int       `json:"pending"` // endpoints in the held update
+	Reason  string    `json:"reason"`
 }
 
 // Aggregator is the per-shard store and merge; see the package doc. Create
@@ -147,6 +177,7 @@ type Aggregator struct {
 	log                                   *slog.Logger
 	now                                   func() time.Time
 	quiet, maxWait, holdDown, syncTimeout time.Duration
+	onAccepted                            func(model.ShardKey, []model.Service, []model.Rejection)
 
 	signal  chan struct{} // capacity 1: "something changed"
 	serving atomic.Bool
@@ -179,19 +210,23 @@ type regState struct {
 	since       time.Time
 	lastSync    time.Time
 	lastError   string
-	outageSince time.Time // zero when not in an outage
-	synced      bool      // a Replace was received
-	pending     *input    // latest Replace not yet taken by the loop
+	outageSince time.Time     // zero when not in an outage
+	synced      bool          // a Replace was received
+	pending     *input        // latest Replace not yet taken by the loop
+	release     chan struct{} // Release waits; closed once the loop applied it
 
 	// Written back by the Serve loop.
 	applied             bool // first Replace is in the published snapshot
-	withdrawn, held     bool
+	withdrawn, restored bool
+	hold                *HoldStatus
+	shown               registries.State // in the state metric
 	services, endpoints int
 }
 
 type input struct {
 	services []model.Service
 	rejected []model.Rejection
+	restored bool // from Restore, not from the registry
 }
 
 // New returns an aggregator whose Snapshot is the empty version 0.
@@ -203,6 +238,7 @@ func New(o Options) *Aggregator {
 		maxWait:        o.MaxWait,
 		holdDown:       o.HoldDown,
 		syncTimeout:    o.SyncTimeout,
+		onAccepted:     o.OnAccepted,
 		signal:         make(chan struct{}, 1),
 		regs:           make(map[string]*regState),
 		unknown:        make(map[model.ShardKey]bool),
@@ -248,6 +284,36 @@ func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	} else {
 		a.regs[o.Name] = &regState{opts: o, added: now, since: now, late: a.wasReady}
 		setStateMetric(o.Name, registries.Starting)
+	}
+	delete(a.unknown, o.Shard())
+	a.mu.Unlock()
+	a.wake()
+}
+
+// Swap replaces a registry's options and its state in one step, for a
+// registry reconfigured make-before-break: services and rejected (the
+// first full state of the new instance) are the registry's next input, as
+// if given to Replace, and no snapshot is built between the two. A
+// different kind drops the old state as AddRegistry does.
+func (a *Aggregator) Swap(o RegistryOptions, services []model.Service, rejected []model.Rejection) {
+	o = o.withDefaults()
+	now := a.now()
+	a.mu.Lock()
+	rs, ok := a.regs[o.Name]
+	if ok && rs.opts.Kind == o.Kind {
+		rs.opts = o
+		rs.gen++
+	} else {
+		rs = &regState{opts: o, added: now, since: now, late: a.wasReady}
+		a.regs[o.Name] = rs
+	}
+	rs.pending = &input{services: services, rejected: rejected}
+	rs.synced = true
+	rs.lastSync = now
+	rs.lastError = ""
+	rs.outageSince = time.Time{}
+	if _, changed := a.setState(rs, registries.Synced, now); !changed {
+		setStateMetric(o.Name, rs.effective())
 	}
 	delete(a.unknown, o.Shard())
 	a.mu.Unlock()
@@ -325,10 +391,15 @@ func (a *Aggregator) Report(shard model.ShardKey, st registries.Status) {
 		next = registries.Failed
 	default: // Degraded; Stale is derived here, a registry reporting it means Degraded
 		rs.lastError = st.Err
+		next = registries.Degraded
+		if st.Invalid {
+			// The backend answered: not an outage (never Stale, never withdrawn).
+			rs.outageSince = time.Time{}
+			break
+		}
 		if rs.outageSince.IsZero() {
 			rs.outageSince = now
 		}
-		next = registries.Degraded
 		if !now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter)) {
 			next = registries.Stale
 		}
@@ -368,8 +439,75 @@ func (a *Aggregator) setState(rs *regState, s registries.State, at time.Time) (o
 	}
 	rs.state = s
 	rs.since = at
-	setStateMetric(rs.opts.Name, s)
+	rs.shown = rs.effective()
+	setStateMetric(rs.opts.Name, rs.shown)
 	return old, true
+}
+
+// effective is the state shown: Held while an update is held and the
+// registry is otherwise Synced. Called with mu held.
+func (rs *regState) effective() registries.State {
+	if rs.hold != nil && rs.state == registries.Synced {
+		return registries.Held
+	}
+	return rs.state
+}
+
+// Errors of Release.
+var (
+	ErrUnknownRegistry = errors.New("no such registry")
+	ErrNothingHeld     = errors.New("no update is held")
+)
+
+// Release applies the update held back by MaxDeleteRatio of the registry
+// name now, as if its hold-down time had passed, and returns the
+// registry's status once the Serve loop has applied it. It returns
+// ErrUnknownRegistry or ErrNothingHeld (wrapped) without waiting, and
+// ctx.Err() if ctx ends first (the release still happens).
+func (a *Aggregator) Release(ctx context.Context, name string) (RegistryStatus, error) {
+	a.mu.Lock()
+	rs, ok := a.regs[name]
+	switch {
+	case !ok:
+		a.mu.Unlock()
+		return RegistryStatus{}, fmt.Errorf("%w: %q", ErrUnknownRegistry, name)
+	case rs.hold == nil:
+		a.mu.Unlock()
+		return RegistryStatus{}, fmt.Errorf("registry %q: %w", name, ErrNothingHeld)
+	}
+	if rs.release == nil {
+		rs.release = make(chan struct{})
+	}
+	done := rs.release
+	a.mu.Unlock()
+	a.wake()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return RegistryStatus{}, ctx.Err()
+	}
+	st, _ := a.Registry(name)
+	return st, nil
+}
+
+// Restore gives a registry that has not published yet the state a
+// previous process accepted from it (persisted through
+// Options.OnAccepted). It is served as soon as Serve builds the next
+// snapshot, marked Restored, and counts as the first sync for Ready; the
+// registry's own first Replace supersedes it (through the hold-down). It
+// reports false, and does nothing, for an unknown registry or one that
+// already published.
+func (a *Aggregator) Restore(shard model.ShardKey, services []model.Service, rejected []model.Rejection) bool {
+	a.mu.Lock()
+	rs := a.lookup(shard)
+	if rs == nil || rs.synced || rs.pending != nil || rs.applied {
+		a.mu.Unlock()
+		return false
+	}
+	rs.pending = &input{services: services, rejected: rejected, restored: true}
+	a.mu.Unlock()
+	a.wake()
+	return true
 }
 
 func (a *Aggregator) wake() {
@@ -418,18 +556,29 @@ func (a *Aggregator) Registry(name string) (RegistryStatus, bool) {
 }
 
 func (rs *regState) status() RegistryStatus {
+	state, since := rs.effective(), rs.since
+	var hold *HoldStatus
+	if rs.hold != nil {
+		h := *rs.hold
+		hold = &h
+		if state == registries.Held {
+			since = h.Since
+		}
+	}
 	return RegistryStatus{
 		Name:      rs.opts.Name,
 		Kind:      rs.opts.Kind,
 		Domain:    rs.opts.Domain,
-		State:     rs.state,
-		Since:     rs.since,
+		State:     state,
+		Since:     since,
 		LastSync:  rs.lastSync,
 		LastError: rs.lastError,
 		Services:  rs.services,
 		Endpoints: rs.endpoints,
 		Withdrawn: rs.withdrawn,
-		HeldDown:  rs.held,
+		HeldDown:  rs.hold != nil,
+		Hold:      hold,
+		Restored:  rs.restored,
 	}
 }
 

@@ -3,6 +3,8 @@ package aggregate
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -257,6 +259,15 @@ func TestHoldDown(t *testing.T) {
 			a.Replace(shard(o), []model.Service{svc("a.consul", ips(9)...)}, nil)
 		},
 		wantAddrs: 9,
+	}, {
+		name: "released by an operator",
+		next: func(a *Aggregator, _ *fakeClock, o RegistryOptions) {
+			st, err := a.Release(context.Background(), o.Name)
+			if err != nil || st.State != registries.Synced || st.Hold != nil || st.Endpoints != 3 {
+				panic(fmt.Sprintf("Release = %+v, %v; want Synced with the 3 held endpoints served", st, err))
+			}
+		},
+		wantAddrs: 3,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -279,8 +290,15 @@ func TestHoldDown(t *testing.T) {
 			if n := len(addrs(a.Snapshot(), "a.consul")); n != 10 {
 				t.Errorf("served %d endpoints during the hold, want the old 10", n)
 			}
-			if st, _ := a.Registry(o.Name); st.State != registries.Synced || !st.HeldDown || st.Endpoints != 10 {
-				t.Errorf("status %+v, want Synced, HeldDown, 10 endpoints", st)
+			st, _ := a.Registry(o.Name)
+			if st.State != registries.Held || !st.HeldDown || st.Endpoints != 10 || st.Hold == nil {
+				t.Fatalf("status %+v, want Held, HeldDown, 10 endpoints", st)
+			}
+			if h := *st.Hold; h.Served != 10 || h.Pending != 3 || h.Reason != c.Reason || !h.Since.Equal(clock.Now()) {
+				t.Errorf("hold %+v, want served 10, pending 3, since now, the conflict's reason", h)
+			}
+			if code := testutil.ToFloat64(registryState.WithLabelValues(o.Name, "Held")); code != 1 {
+				t.Errorf("meshfed_registry_state{state=Held} = %v, want 1", code)
 			}
 			if n := testutil.ToFloat64(holddownsTotal.WithLabelValues(o.Name)) - holds0; n != 1 {
 				t.Errorf("meshfed_holddowns_total grew by %v, want 1", n)
@@ -289,11 +307,52 @@ func TestHoldDown(t *testing.T) {
 			tt.next(a, clock, o)
 			eventually(t, "update applied", func() bool { return len(addrs(a.Snapshot(), "a.consul")) == tt.wantAddrs })
 			eventually(t, "hold-down cleared", func() bool { return len(a.Conflicts()) == 0 })
-			if st, _ := a.Registry(o.Name); st.HeldDown || st.Endpoints != tt.wantAddrs {
-				t.Errorf("status %+v, want no hold and %d endpoints", st, tt.wantAddrs)
+			if st, _ := a.Registry(o.Name); st.HeldDown || st.Hold != nil || st.State != registries.Synced || st.Endpoints != tt.wantAddrs {
+				t.Errorf("status %+v, want Synced, no hold and %d endpoints", st, tt.wantAddrs)
+			}
+			if _, err := a.Release(context.Background(), o.Name); !errors.Is(err, ErrNothingHeld) {
+				t.Errorf("Release with nothing held = %v, want ErrNothingHeld", err)
 			}
 		})
 	}
+}
+
+func TestReleaseUnknown(t *testing.T) {
+	t.Parallel()
+	a := newRunning(t, newFakeClock())
+	if _, err := a.Release(context.Background(), "nope"); !errors.Is(err, ErrUnknownRegistry) {
+		t.Errorf("Release(unknown) = %v, want ErrUnknownRegistry", err)
+	}
+}
+
+// TestInvalidDataIsNotAnOutage: with outage.policy expire, a registry whose
+// backend answers with invalid data (a services file with a typo) stays
+// Degraded and served past expireAfter; an unreachable one is withdrawn.
+func TestInvalidDataIsNotAnOutage(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("vms", "file", "vm")
+	o.Outage = Outage{Policy: PolicyExpire, ExpireAfter: time.Minute}
+	a := newRunning(t, clock, o)
+	a.Replace(shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil)
+	waitVersion(t, a, 1)
+
+	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "services.yaml:3:5: bad key", Invalid: true})
+	advance(a, clock, 2*time.Minute)
+	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "services.yaml:3:5: bad key", Invalid: true})
+	advance(a, clock, 2*time.Minute)
+	if st, _ := a.Registry("vms"); st.State != registries.Degraded || st.Withdrawn || st.Endpoints != 2 {
+		t.Errorf("invalid data past expireAfter: %+v, want Degraded and still served", st)
+	}
+	if n := len(addrs(a.Snapshot(), "a.vm")); n != 2 {
+		t.Errorf("served %d endpoints, want 2", n)
+	}
+
+	// The file disappears: that is an outage, and expire withdraws.
+	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "open services.yaml: no such file"})
+	advance(a, clock, 2*time.Minute)
+	waitState(t, a, "vms", registries.Stale)
+	eventually(t, "withdrawn", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 0 })
 }
 
 func TestHoldDownDisabledAndWithinRatio(t *testing.T) {
@@ -469,5 +528,43 @@ func TestRestartedServeRedelivers(t *testing.T) {
 	eventually(t, "redelivery", func() bool { return len(delivered()) == 2 })
 	if diff := cmp.Diff([]uint64{1, 1}, delivered()); diff != "" {
 		t.Errorf("delivered versions (-want +got):\n%s", diff)
+	}
+}
+
+// TestRestore: a restored state is served at once, marked Restored, makes
+// the aggregator Ready and is not handed back to OnAccepted; the
+// registry's own first Replace supersedes it (and is handed over).
+func TestRestore(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("dc1", "consul", "consul")
+	accepted := make(chan []model.Service, 10)
+	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now,
+		OnAccepted: func(_ model.ShardKey, s []model.Service, _ []model.Rejection) { accepted <- s }})
+	if !a.Restore(shard(o), []model.Service{svc("a.consul", ips(4)...)}, nil) {
+		t.Fatal("Restore before the first sync = false")
+	}
+	start(t, a)
+	waitVersion(t, a, 1)
+	st, _ := a.Registry("dc1")
+	if !st.Restored || st.State != registries.Starting || st.Endpoints != 4 {
+		t.Errorf("restored: %+v, want Starting, Restored, 4 endpoints", st)
+	}
+	if ok, _ := a.Ready(); !ok {
+		t.Error("Ready() = false with a restored state")
+	}
+	a.Replace(shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
+	eventually(t, "own state served", func() bool { return len(addrs(a.Snapshot(), "a.consul")) == 3 })
+	if st, _ := a.Registry("dc1"); st.Restored || st.State != registries.Synced {
+		t.Errorf("after the first sync: %+v, want Synced, not Restored", st)
+	}
+	if got := <-accepted; len(got) != 1 || len(got[0].Endpoints) != 3 {
+		t.Errorf("OnAccepted got %v, want the registry's own state", got)
+	}
+	if len(accepted) != 0 {
+		t.Errorf("OnAccepted called %d more times; the restored state must not be saved again", len(accepted))
+	}
+	if a.Restore(shard(o), nil, nil) {
+		t.Error("Restore after the first sync = true")
 	}
 }

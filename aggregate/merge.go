@@ -25,7 +25,8 @@ type contribution struct {
 // multicluster set): their endpoints are concatenated, the ports and
 // resolution are those of the alphabetically first registry, and a registry
 // whose ports differ is reported (port-mismatch) while its endpoints still
-// serve the ports whose name matches. Any other registry publishing the
+// serve the ports whose name matches; weights are scaled as in normalize
+// when the merged endpoints' sum exceeds what clients accept. Any other registry publishing the
 // same hostname is reported (duplicate) and not served; the first serves it.
 func mergeHost(host string, cs []contribution, prev *model.Service) (*model.Service, []Conflict) {
 	if len(cs) == 0 {
@@ -98,6 +99,10 @@ func mergeHost(host string, cs []contribution, prev *model.Service) (*model.Serv
 		}
 	}
 	sortEndpoints(out.Endpoints, out.Ports)
+	// Each registry's weights fit (normalize); their concatenation may not.
+	if sum, scaled := scaleWeights(out.Endpoints); scaled {
+		conflicts = append(conflicts, scaledConflict(first.name, host, sum))
+	}
 	if prev != nil && equalService(prev, out) {
 		return prev, conflicts
 	}

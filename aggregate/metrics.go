@@ -38,10 +38,8 @@ var (
 	}, []string{"registry"})
 )
 
-var allStates = []registries.State{registries.Starting, registries.Synced, registries.Degraded, registries.Stale, registries.Failed}
-
 var allCategories = []string{CategoryInvalid, CategoryDuplicate, CategoryDomain, CategoryPortMismatch,
-	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry}
+	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry, CategoryScaled}
 
 // Collectors returns the package's metrics, for the wiring to register once.
 func Collectors() []prometheus.Collector {
@@ -50,7 +48,7 @@ func Collectors() []prometheus.Collector {
 }
 
 func setStateMetric(registry string, s registries.State) {
-	for _, st := range allStates {
+	for _, st := range registries.AllStates {
 		v := 0.0
 		if st == s {
 			v = 1

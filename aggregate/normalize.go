@@ -34,6 +34,10 @@ type shardState struct {
 //     or hostname for DNS ones), an unknown health, or a port override that
 //     names no port or is above 65535 is dropped, as is a second endpoint
 //     with the same address and ports.
+//   - The rules xDS clients apply (gate.go): addresses no proxy can use
+//     drop their endpoint, as do a locality, cluster or network that is not
+//     valid UTF-8; a label that is not valid UTF-8 or too large is dropped
+//     alone; weights summing over 2^32-1 are scaled down proportionally.
 //   - Defaults: weight 0 becomes 1, Source.Registry is the registry,
 //     Source.Cluster defaults to the registry name, Locality to the
 //     registry's locality.
@@ -196,6 +200,17 @@ func normalizeService(o RegistryOptions, domain string, s *model.Service) (*mode
 	for _, e := range s.Endpoints {
 		ne, reason := normalizeEndpoint(o, out, e, dropped, renamed)
 		subject := endpointSubject(e)
+		if reason == "" {
+			var bad map[string]string
+			if ne.Labels, bad = checkLabels(ne.Labels); len(ne.Labels) == 0 {
+				ne.Labels = nil
+			}
+			if len(bad) > 0 {
+				for _, k := range slices.Sorted(maps.Keys(bad)) {
+					cs = append(cs, newConflict(CategoryInvalid, o.Name, host, labelSubject(subject, k), "label dropped: "+bad[k]))
+				}
+			}
+		}
 		if reason != "" {
 			cs = append(cs, newConflict(CategoryInvalid, o.Name, host, subject, "endpoint dropped: "+reason))
 			continue
@@ -210,6 +225,9 @@ func normalizeService(o RegistryOptions, domain string, s *model.Service) (*mode
 		out.Endpoints = append(out.Endpoints, ne)
 	}
 	sortEndpoints(out.Endpoints, ports)
+	if sum, scaled := scaleWeights(out.Endpoints); scaled {
+		cs = append(cs, scaledConflict(o.Name, host, sum))
+	}
 	return out, cs
 }
 
@@ -257,6 +275,9 @@ func normalizeEndpoint(o RegistryOptions, svc *model.Service, e model.Endpoint, 
 	if e.Locality.IsZero() {
 		e.Locality = o.Locality
 	}
+	if reason := checkStrings(&e); reason != "" {
+		return e, reason
+	}
 	return e, ""
 }
 
@@ -295,16 +316,13 @@ func normalizeHostname(h string) (string, error) {
 }
 
 // normalizeAddress checks an endpoint address and returns its canonical
-// form: an IP address (not unspecified, no zone) for EDS, or an IP address
-// or hostname for DNS.
+// form: an IP address a proxy can connect to (checkIP) for EDS, or such an
+// IP address or a hostname for DNS.
 func normalizeAddress(a string, res model.Resolution) (string, error) {
 	ip, err := netip.ParseAddr(a)
 	if err == nil {
-		switch {
-		case ip.Zone() != "":
-			return "", fmt.Errorf("address %q has an IPv6 zone", a)
-		case ip.IsUnspecified():
-			return "", fmt.Errorf("address %q is unspecified", a)
+		if reason := checkIP(ip); reason != "" {
+			return "", fmt.Errorf("address %q %s", a, reason)
 		}
 		return ip.Unmap().String(), nil
 	}

@@ -20,8 +20,9 @@ type loopReg struct {
 	gen     uint64
 	cur     shardState // accepted state
 	raw     *input     // input cur was built from
-	applied bool       // cur holds a Replace
+	applied bool       // cur holds a Replace (or a restored state)
 	visible bool       // cur is served (not withdrawn)
+	saved   *input     // last input handed to OnAccepted
 	hold    *hold
 	memo    *normMemo // of the last normalization under opts
 }
@@ -43,7 +44,7 @@ func (a *Aggregator) Serve(ctx context.Context) error {
 	}
 	defer a.serving.Store(false)
 
-	deb := Debouncer{Quiet: a.quiet, MaxWait: a.maxWait}
+	deb := registries.Debouncer{Quiet: a.quiet, MaxWait: a.maxWait}
 	deb.Add(a.now()) // pick up whatever arrived before Serve
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -142,6 +143,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 		in      *input
 		reopts  bool
 		visible bool
+		release chan struct{}
 	}
 	var jobs []job
 	touched := map[string]bool{}
@@ -164,8 +166,8 @@ func (a *Aggregator) rebuild(now time.Time) {
 			lr = &loopReg{shared: rs, opts: rs.opts, domain: normDomain(rs.opts.Domain), gen: rs.gen, visible: true}
 			a.loop[name] = lr
 		}
-		j := job{lr: lr, in: rs.pending, visible: visible(rs, now)}
-		rs.pending = nil
+		j := job{lr: lr, in: rs.pending, visible: visible(rs, now), release: rs.release}
+		rs.pending, rs.release = nil, nil
 		if rs.gen != lr.gen {
 			lr.opts, lr.domain, lr.gen = rs.opts, normDomain(rs.opts.Domain), rs.gen
 			j.reopts = true
@@ -191,11 +193,21 @@ func (a *Aggregator) rebuild(now time.Time) {
 				a.apply(lr, st, lr.raw, touched)
 			}
 		}
-		if lr.hold != nil && !now.Before(lr.hold.since.Add(a.holdDown)) {
+		switch {
+		case lr.hold != nil && j.release != nil:
+			log.Warn("applying held-down update: released by an operator",
+				"endpoints", lr.hold.st.endpoints, "was", lr.cur.endpoints)
+			a.apply(lr, lr.hold.st, lr.hold.in, touched)
+			lr.hold = nil
+		case lr.hold != nil && !now.Before(lr.hold.since.Add(a.holdDown)):
 			log.Warn("applying held-down update: hold-down time passed", "holdDown", a.holdDown,
 				"endpoints", lr.hold.st.endpoints, "was", lr.cur.endpoints)
 			a.apply(lr, lr.hold.st, lr.hold.in, touched)
 			lr.hold = nil
+		}
+		if a.onAccepted != nil && lr.raw != lr.saved && lr.raw != nil && !lr.raw.restored {
+			lr.saved = lr.raw
+			a.onAccepted(lr.opts.Shard(), lr.raw.services, lr.raw.rejected)
 		}
 		if j.visible != lr.visible {
 			lr.visible = j.visible
@@ -255,13 +267,21 @@ func (a *Aggregator) rebuild(now time.Time) {
 		lr := a.loop[n]
 		rs := lr.shared
 		rs.applied = rs.applied || lr.applied
-		rs.held = lr.hold != nil
+		rs.hold = nil
+		if h := lr.hold; h != nil {
+			rs.hold = &HoldStatus{Since: h.since, Served: lr.cur.endpoints, Pending: h.st.endpoints, Reason: h.conflict.Reason}
+		}
+		rs.restored = lr.raw != nil && lr.raw.restored
 		rs.withdrawn = !lr.visible
 		rs.services, rs.endpoints = 0, 0
 		if lr.visible {
 			rs.services, rs.endpoints = len(lr.cur.services), lr.cur.endpoints
 		}
 		if a.regs[n] == rs {
+			if st := rs.effective(); st != rs.shown {
+				rs.shown = st
+				setStateMetric(n, st)
+			}
 			registryServices.WithLabelValues(n).Set(float64(rs.services))
 			registryEndpoints.WithLabelValues(n).Set(float64(rs.endpoints))
 		}
@@ -273,6 +293,11 @@ func (a *Aggregator) rebuild(now time.Time) {
 	subs := slices.Clone(a.subs)
 	a.mu.Unlock()
 
+	for _, j := range jobs {
+		if j.release != nil {
+			close(j.release)
+		}
+	}
 	setConflictMetrics(conflicts)
 	snapshotBuildSeconds.Observe(time.Since(start).Seconds())
 	if snap != nil {

@@ -1,10 +1,14 @@
 package federation
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -30,6 +34,9 @@ type ServiceInfo struct {
 	Ports      []PortInfo `json:"ports"`
 	Sources    []string   `json:"sources"`
 	Endpoints  int        `json:"endpoints"`
+	// Restored: some of its sources serve a state restored from state.dir
+	// at start and have not synced since.
+	Restored bool `json:"restored,omitempty"`
 }
 
 // PortInfo is a service port on /debug/registryz.
@@ -64,8 +71,13 @@ func (g *Gateway) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /healthz/registries/{name}", g.registryHealth)
 	mux.HandleFunc("GET /debug/registryz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, serviceInfos(g.agg.Snapshot()))
+		restored := map[string]bool{}
+		for _, st := range g.agg.Registries() {
+			restored[st.Name] = st.Restored
+		}
+		writeJSON(w, http.StatusOK, serviceInfos(g.agg.Snapshot(), restored))
 	})
+	mux.HandleFunc("POST /debug/registries/{name}/release", g.release)
 	mux.HandleFunc("GET /debug/endpointz", g.endpointz)
 	mux.HandleFunc("GET /debug/conflictz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.Conflicts())
@@ -96,6 +108,11 @@ func (g *Gateway) RegistryHealth() []RegistryHealth {
 	return out
 }
 
+// readyz answers 503 while the process cannot serve a complete model, 200
+// otherwise. A failed reload of clusters.yaml does not make it unready
+// (the running configuration keeps serving; taking the pod out of its
+// Service for a typo would hurt more than it tells): the answer stays 200
+// and carries the reload's error in "reason" and "reload".
 func (g *Gateway) readyz(w http.ResponseWriter, _ *http.Request) {
 	reason := ""
 	switch ok, why := g.agg.Ready(); {
@@ -106,12 +123,58 @@ func (g *Gateway) readyz(w http.ResponseWriter, _ *http.Request) {
 	case !ok:
 		reason = why
 	}
+	body := map[string]any{"ready": reason == ""}
+	code := http.StatusOK
 	if reason != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
+		code = http.StatusServiceUnavailable
+	}
+	if rl := g.LastReload(); rl != nil {
+		body["reload"] = rl
+		if !rl.OK {
+			msg := "clusters.yaml reload failed; running the previous configuration: " + rl.Error
+			if reason != "" {
+				reason += "; " + msg
+			} else {
+				reason = msg
+			}
+		}
+	}
+	if reason != "" {
+		body["reason"] = reason
+	}
+	writeJSON(w, code, body)
+}
+
+// release applies a registry's held-down update now (POST
+// /debug/registries/{name}/release): 200 with the registry's JSON, 404 for
+// an unknown name, 409 when nothing is held.
+func (g *Gateway) release(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	ctx, cancel := context.WithTimeout(r.Context(), releaseTimeout)
+	defer cancel()
+	st, err := g.agg.Release(ctx, name)
+	switch {
+	case errors.Is(err, aggregate.ErrUnknownRegistry):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no registry named " + strconv.Quote(name)})
+		return
+	case errors.Is(err, aggregate.ErrNothingHeld):
+		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		return
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "release not applied yet: " + err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+	g.log.Warn("held-down update released by an operator", "registry", name, "remote", r.RemoteAddr)
+	h := RegistryHealth{RegistryStatus: st}
+	if rr, ok := g.runner(name); ok {
+		h.Restarts = rr.Restarts()
+	}
+	writeJSON(w, http.StatusOK, h)
 }
+
+// releaseTimeout bounds how long a release waits for the aggregator to
+// apply it.
+const releaseTimeout = 10 * time.Second
 
 func (g *Gateway) registryHealth(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
@@ -154,7 +217,7 @@ const (
 	CategoryXDSInvalid = "xds-invalid" // resources that failed validation; the service is not served
 )
 
-func serviceInfos(snap *model.Snapshot) []ServiceInfo {
+func serviceInfos(snap *model.Snapshot, restored map[string]bool) []ServiceInfo {
 	out := make([]ServiceInfo, 0, snap.Len())
 	for _, s := range snap.Services() {
 		info := ServiceInfo{
@@ -162,6 +225,7 @@ func serviceInfos(snap *model.Snapshot) []ServiceInfo {
 			Resolution: s.Resolution.String(),
 			Sources:    nonNil(s.Sources),
 			Endpoints:  len(s.Endpoints),
+			Restored:   slices.ContainsFunc(s.Sources, func(n string) bool { return restored[n] }),
 		}
 		for _, p := range s.Ports {
 			info.Ports = append(info.Ports, PortInfo{Name: p.Name, Port: p.Number, Protocol: string(p.Protocol)})

@@ -108,6 +108,11 @@ func TestLoadBad(t *testing.T) {
 			`bad/bad-ratio.yaml:10:21: registries[1].maxDeleteRatio: want a number between 0 (off) and 1, got "half"`,
 			`bad/bad-ratio.yaml:15:21: registries[2].maxDeleteRatio: want a number between 0 (off) and 1, got -0.1`,
 		}},
+		{file: "bad/bad-limits.yaml", problems: 3, want: []string{
+			`bad/bad-limits.yaml:3:18: xds.limits.maxTypeURLs: want a whole number of at least 1, got 0`,
+			`bad/bad-limits.yaml:4:15: xds.limits.maxNames: want a whole number of at least 1, got "lots"`,
+			`bad/bad-limits.yaml:5:5: xds.limits.maxname: unknown key (did you mean "maxNames"?)`,
+		}},
 		{file: "bad/bad-locality.yaml", problems: 1, want: []string{
 			`bad/bad-locality.yaml:5:15: registries[0].locality: locality "us/east/1a/rack" has more than 3 parts`,
 		}},
@@ -220,16 +225,18 @@ func TestLoadGood(t *testing.T) {
 			file: "good/minimal.yaml",
 			want: func(t *testing.T) *Config {
 				return &Config{
-					XDS:         XDS{Address: "127.0.0.1:15010"},
+					XDS:         XDS{Address: "127.0.0.1:15010", Limits: XDSLimits{MaxTypeURLs: 64, MaxNames: 100000}},
 					Admin:       Admin{Address: "127.0.0.1:15014"},
 					Debounce:    Debounce{Quiet: Duration(5 * time.Millisecond), Max: Duration(100 * time.Millisecond)},
 					SyncTimeout: Duration(30 * time.Second),
+					State:       State{MaxAge: Duration(24 * time.Hour)},
 					Registries: []Registry{{
-						Name:   "vms",
-						Kind:   "file",
-						Domain: "vm.internal", // lowercased, trailing dot dropped
-						Outage: Outage{Policy: OutageKeep, ExpireAfter: Duration(10 * time.Minute)},
-						Block:  &file.Config{Path: abs(t, "testdata/good/services.yaml")},
+						Name:           "vms",
+						Kind:           "file",
+						Domain:         "vm.internal", // lowercased, trailing dot dropped
+						Outage:         Outage{Policy: OutageKeep, ExpireAfter: Duration(10 * time.Minute)},
+						MaxDeleteRatio: ptr(0.5),
+						Block:          &file.Config{Path: abs(t, "testdata/good/services.yaml"), Settle: registries.Duration(time.Second)},
 					}},
 					Path: "testdata/good/minimal.yaml",
 				}
@@ -244,10 +251,11 @@ func TestLoadGood(t *testing.T) {
 						Cert:     abs(t, "testdata/good/tls/server.crt"),
 						Key:      "/etc/meshfed/server.key",
 						ClientCA: abs(t, "testdata/good/tls/ca.crt"),
-					}},
+					}, Limits: XDSLimits{MaxTypeURLs: 8, MaxNames: 5000}},
 					Admin:       Admin{Address: "localhost:16014"},
 					Debounce:    Debounce{Quiet: Duration(50 * time.Millisecond), Max: Duration(2 * time.Second)},
 					SyncTimeout: Duration(time.Minute),
+					State:       State{Dir: abs(t, "testdata/good/state"), MaxAge: Duration(time.Hour)},
 					Registries: []Registry{
 						{
 							Name:           "vms",
@@ -255,22 +263,22 @@ func TestLoadGood(t *testing.T) {
 							Domain:         "vm.internal",
 							Locality:       "us-east/us-east-1a/rack-1",
 							Outage:         Outage{Policy: OutageExpire, ExpireAfter: Duration(90 * time.Second)},
-							MaxDeleteRatio: 0.25,
-							Block:          &file.Config{Path: "/srv/services.yaml"},
+							MaxDeleteRatio: ptr(0.25),
+							Block:          &file.Config{Path: "/srv/services.yaml", Settle: registries.Duration(time.Second)},
 						},
 						{
 							Name:           "vms-2",
 							Kind:           "file",
 							Domain:         "vm2.internal",
 							Outage:         Outage{Policy: OutageKeep, ExpireAfter: Duration(10 * time.Minute)},
-							MaxDeleteRatio: 1,
-							Block:          &file.Config{Path: abs(t, "testdata/services.yaml")},
+							MaxDeleteRatio: ptr(1.0),
+							Block:          &file.Config{Path: abs(t, "testdata/services.yaml"), Settle: registries.Duration(time.Second)},
 						},
 					},
 					Path: "testdata/good/full.yaml",
 				}
 			},
-			summary: "testdata/good/full.yaml: 2 registries (vms: file vm.internal, vms-2: file vm2.internal); xds 0.0.0.0:16010 (mTLS); admin localhost:16014; debounce 50ms/2s; syncTimeout 1m0s",
+			summary: "testdata/good/full.yaml: 2 registries (vms: file vm.internal, vms-2: file vm2.internal); xds 0.0.0.0:16010 (mTLS); admin localhost:16014; debounce 50ms/2s; syncTimeout 1m0s; state " + abs(t, "testdata/good/state") + " (maxAge 1h0m0s)",
 		},
 	}
 	files, err := filepath.Glob("testdata/good/*.yaml")
@@ -624,6 +632,27 @@ func TestKindsTable(t *testing.T) {
 	for kind, newConfig := range kinds {
 		if newConfig() == nil {
 			t.Errorf("kinds[%q]() returned nil", kind)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestMaxDeleteRatioZeroIsOff: the hold-down is on by default (0.5) and an
+// explicit 0 turns it off.
+func TestMaxDeleteRatioZeroIsOff(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		line string
+		want float64
+	}{{"", DefaultMaxDeleteRatio}, {"    maxDeleteRatio: 0\n", 0}, {"    maxDeleteRatio: 0.9\n", 0.9}} {
+		src := "registries:\n  - name: vms\n    kind: file\n    domain: vm\n" + tc.line + "    file: {path: s.yaml}\n"
+		cfg, err := Parse("c.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Registries[0].aggregateOptions().MaxDeleteRatio; got != tc.want {
+			t.Errorf("%q: maxDeleteRatio %v, want %v", tc.line, got, tc.want)
 		}
 	}
 }

@@ -10,17 +10,21 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/thejerf/suture/v4"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/statestore"
 	"github.com/meshfed/meshfed/xds"
 )
 
@@ -38,17 +42,26 @@ type GatewayOptions struct {
 
 // Gateway wires one clusters.yaml into running parts: a supervised
 // registry per entry, the aggregator, the xDS server and the admin API.
+// Reload applies a new clusters.yaml to the running parts.
 type Gateway struct {
-	cfg      *Config
 	log      *slog.Logger
 	version  string
 	agg      *aggregate.Aggregator
 	xds      *xds.Server
+	store    *statestore.Store // nil without state.dir
 	metrics  *prometheus.Registry
-	runners  map[string]*registries.Runner
-	dyn      runtimeRegistries // registries started at runtime (launch.go)
+	dyn      runtimeRegistries // guards cfg and entries too; registries started at runtime (launch.go)
 	serving  atomic.Bool       // xDS listener accepting
 	draining atomic.Bool
+	reloadMu sync.Mutex // one Reload at a time
+}
+
+// entry is a running clusters.yaml registry.
+type entry struct {
+	cfg    Registry
+	runner *registries.Runner // nil: its block could not build a registry (Failed)
+	token  suture.ServiceToken
+	added  bool // token is valid: added to the root supervisor
 }
 
 // NewGateway builds every part from cfg without starting anything or doing
@@ -60,39 +73,37 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		cfg:     cfg,
 		log:     log,
 		version: o.Version,
 		metrics: prometheus.NewRegistry(),
-		runners: make(map[string]*registries.Runner),
 	}
-	var opts []aggregate.RegistryOptions
-	for _, r := range cfg.Registries {
-		opts = append(opts, r.aggregateOptions())
+	g.dyn.cfg = cfg
+	g.dyn.entries = make(map[string]*entry)
+	var onAccepted func(model.ShardKey, []model.Service, []model.Rejection)
+	if cfg.State.Dir != "" {
+		st, err := statestore.Open(cfg.State.Dir, log.With("component", "state"))
+		if err != nil {
+			return nil, err
+		}
+		g.store = st
+		onAccepted = st.Save
 	}
 	g.agg = aggregate.New(aggregate.Options{
-		Registries:  opts,
 		Quiet:       time.Duration(cfg.Debounce.Quiet),
 		MaxWait:     time.Duration(cfg.Debounce.Max),
 		SyncTimeout: time.Duration(cfg.SyncTimeout),
+		OnAccepted:  onAccepted,
 		Logger:      log.With("component", "aggregate"),
 	})
-	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds")})
+	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds"), Limits: xds.Limits{
+		MaxTypeURLs: cfg.XDS.Limits.MaxTypeURLs, MaxNames: cfg.XDS.Limits.MaxNames,
+	}})
 	g.agg.Subscribe(g.xds.Update)
 
 	for _, r := range cfg.Registries {
-		c := r.Common()
-		rlog := log.With("registry", r.Name, "kind", r.Kind)
-		reg, err := r.Block.New(c, rlog)
-		if err != nil {
-			rlog.Error("registry cannot start", "err", err)
-			g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
-			continue
-		}
-		if lu, ok := reg.(registries.LauncherUser); ok {
-			lu.SetLauncher(g)
-		}
-		g.runners[r.Name] = registries.NewRunner(c, reg, g.agg, rlog)
+		g.agg.AddRegistry(r.aggregateOptions())
+		g.restore(r)
+		g.dyn.entries[r.Name] = &entry{cfg: r, runner: g.newRunner(r, g.agg)}
 	}
 	if err := g.registerMetrics(); err != nil {
 		return nil, err
@@ -113,6 +124,7 @@ func (g *Gateway) registerMetrics() error {
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
 	cs = append(cs, kindCollectors()...)
+	cs = append(cs, statestore.Collectors()...)
 	cs = append(cs, restartsCollector{g})
 	for _, c := range cs {
 		if err := g.metrics.Register(c); err != nil {
@@ -122,13 +134,16 @@ func (g *Gateway) registerMetrics() error {
 	return nil
 }
 
-// waitReady polls the aggregator until it is ready and reports whether it
+// waitReady polls the aggregator until it is ready and the xDS server has
+// applied the snapshot it was ready with (the aggregator turns ready just
+// before it hands that snapshot to its subscribers: a client served in
+// between would be told that everything is gone), and reports whether it
 // is (false: ctx ended first).
 func (g *Gateway) waitReady(ctx context.Context) bool {
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
 	for {
-		if ok, _ := g.agg.Ready(); ok {
+		if ok, _ := g.agg.Ready(); ok && g.xds.Version() >= g.agg.Snapshot().Version {
 			return true
 		}
 		select {
@@ -143,11 +158,12 @@ func (g *Gateway) waitReady(ctx context.Context) bool {
 // closes the open ones, stops the registries and returns nil. It returns an
 // error if it cannot listen or a server fails.
 func (g *Gateway) Run(ctx context.Context) error {
-	xdsLis, err := net.Listen("tcp", g.cfg.XDS.Address)
+	cfg := g.config()
+	xdsLis, err := net.Listen("tcp", cfg.XDS.Address)
 	if err != nil {
 		return fmt.Errorf("xds.address: %w", err)
 	}
-	adminLis, err := net.Listen("tcp", g.cfg.Admin.Address)
+	adminLis, err := net.Listen("tcp", cfg.Admin.Address)
 	if err != nil {
 		xdsLis.Close()
 		return fmt.Errorf("admin.address: %w", err)
@@ -163,20 +179,23 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	sup := registries.NewSupervisor("meshfed", g.log)
 	sup.Add(g.agg)
-	for name, r := range g.runners {
-		child := registries.NewSupervisor("registry "+name, g.log.With("registry", name))
-		child.Add(r)
-		sup.Add(child)
+	if g.store != nil {
+		sup.Add(g.store)
 	}
 	g.setSupervisor(sup)
 	defer g.setSupervisor(nil)
+	g.dyn.mu.Lock()
+	for _, e := range g.dyn.entries {
+		g.startLocked(e)
+	}
+	g.dyn.mu.Unlock()
 	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
 	supDone := sup.ServeBackground(supCtx)
 
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- admin.Serve(adminLis) }()
 	g.log.Info("meshfed started; xDS waits for the first sync of every registry", "version", g.version,
-		"xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "registries", len(g.cfg.Registries))
+		"xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "registries", len(cfg.Registries), "stateDir", cfg.State.Dir)
 
 	// xDS serves only once the model is complete (every registry synced,
 	// failed or past syncTimeout): a proxy that reconnects to a restarted
@@ -225,12 +244,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 func (g *Gateway) grpcServer() (*grpc.Server, error) {
+	cfg := g.config()
 	opts := []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(100000),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
-	if t := g.cfg.XDS.TLS; t != nil {
+	if t := cfg.XDS.TLS; t != nil {
 		tc, err := serverTLS(t)
 		if err != nil {
 			return nil, fmt.Errorf("xds.tls: %w", err)
@@ -259,4 +279,72 @@ func serverTLS(t *TLS) (*tls.Config, error) {
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return tc, nil
+}
+
+// config returns the running configuration.
+func (g *Gateway) config() *Config {
+	g.dyn.mu.Lock()
+	defer g.dyn.mu.Unlock()
+	return g.dyn.cfg
+}
+
+// newRunner builds the registry of entry r publishing to sink, or reports
+// it Failed (nil) when its block cannot build one.
+func (g *Gateway) newRunner(r Registry, sink registries.Sink) *registries.Runner {
+	c := r.Common()
+	rlog := g.log.With("registry", r.Name, "kind", r.Kind)
+	reg, err := r.Block.New(c, rlog)
+	if err != nil {
+		rlog.Error("registry cannot start", "err", err)
+		g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
+		return nil
+	}
+	if lu, ok := reg.(registries.LauncherUser); ok {
+		lu.SetLauncher(g)
+	}
+	return registries.NewRunner(c, reg, sink, rlog)
+}
+
+// restore hands the aggregator the state saved for r, if state.dir is set
+// and holds one younger than state.maxAge.
+func (g *Gateway) restore(r Registry) {
+	if g.store == nil {
+		return
+	}
+	cfg := g.config()
+	log := g.log.With("registry", r.Name, "component", "state")
+	e, ok, err := g.store.Load(r.Name, r.Kind, cfg.State.MaxAge.Std())
+	switch {
+	case err != nil:
+		log.Warn("saved state not restored", "err", err)
+	case ok && g.agg.Restore(r.Common().Shard(), e.Services, e.Rejected):
+		log.Info("restored saved state; served until the registry syncs", "services", len(e.Services),
+			"savedAt", e.SavedAt.Format(time.RFC3339))
+	}
+}
+
+// startLocked adds e's registry to the root supervisor under its own child
+// supervisor, if the gateway runs. Called with dyn.mu held.
+func (g *Gateway) startLocked(e *entry) {
+	if g.dyn.sup == nil || e.runner == nil || e.added {
+		return
+	}
+	child := registries.NewSupervisor("registry "+e.cfg.Name, g.log.With("registry", e.cfg.Name))
+	child.Add(e.runner)
+	e.token = g.dyn.sup.Add(child)
+	e.added = true
+}
+
+// stop stops e's registry and waits for its Run to return.
+func (g *Gateway) stop(e *entry) {
+	g.dyn.mu.Lock()
+	sup, added := g.dyn.sup, e.added
+	e.added = false
+	g.dyn.mu.Unlock()
+	if sup == nil || !added {
+		return
+	}
+	if err := sup.RemoveAndWait(e.token, registries.SupervisorTimeout); err != nil {
+		g.log.Warn("registry did not stop cleanly", "registry", e.cfg.Name, "err", err)
+	}
 }

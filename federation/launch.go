@@ -17,6 +17,11 @@ type runtimeRegistries struct {
 	mu      sync.Mutex
 	sup     *suture.Supervisor // the root supervisor while Run runs, else nil
 	runners map[string]*registries.Runner
+	// The clusters.yaml registries and the configuration they come from;
+	// Reload replaces both.
+	cfg     *Config
+	entries map[string]*entry
+	reload  *ReloadStatus // last reload; nil before the first
 }
 
 var _ registries.Launcher = (*Gateway)(nil)
@@ -34,7 +39,7 @@ func (g *Gateway) Launch(parent string, c registries.Common, reg registries.Regi
 		return nil, fmt.Errorf("registry %q: the gateway is not running", c.Name)
 	}
 	opts := aggregate.RegistryOptions{Common: c}
-	for _, r := range g.cfg.Registries {
+	for _, r := range g.dyn.cfg.Registries {
 		if r.Name == c.Name {
 			return nil, fmt.Errorf("registry %q already exists in the configuration", c.Name)
 		}
@@ -73,11 +78,11 @@ func (g *Gateway) Launch(parent string, c registries.Common, reg registries.Regi
 
 // runner returns the Runner of a configured or runtime registry.
 func (g *Gateway) runner(name string) (*registries.Runner, bool) {
-	if r, ok := g.runners[name]; ok {
-		return r, true
-	}
 	g.dyn.mu.Lock()
 	defer g.dyn.mu.Unlock()
+	if e, ok := g.dyn.entries[name]; ok && e.runner != nil {
+		return e.runner, true
+	}
 	r, ok := g.dyn.runners[name]
 	return r, ok
 }

@@ -16,11 +16,13 @@ type restartsCollector struct{ g *Gateway }
 func (c restartsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- restartsDesc }
 
 func (c restartsCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, r := range c.g.runners {
-		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(r.Restarts()), name)
-	}
 	c.g.dyn.mu.Lock()
 	defer c.g.dyn.mu.Unlock()
+	for name, e := range c.g.dyn.entries {
+		if e.runner != nil {
+			ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(e.runner.Restarts()), name)
+		}
+	}
 	for name, r := range c.g.dyn.runners {
 		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(r.Restarts()), name)
 	}

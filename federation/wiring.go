@@ -28,6 +28,14 @@ func (r Registry) aggregateOptions() aggregate.RegistryOptions {
 			Policy:      aggregate.Policy(r.Outage.Policy),
 			ExpireAfter: r.Outage.ExpireAfter.Std(),
 		},
-		MaxDeleteRatio: r.MaxDeleteRatio,
+		MaxDeleteRatio: r.maxDeleteRatio(),
 	}
+}
+
+// maxDeleteRatio is the entry's ratio, defaulted.
+func (r Registry) maxDeleteRatio() float64 {
+	if r.MaxDeleteRatio == nil {
+		return DefaultMaxDeleteRatio
+	}
+	return *r.MaxDeleteRatio
 }

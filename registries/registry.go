@@ -43,17 +43,23 @@ type Sink interface {
 type State int
 
 // States. Registries report Synced, Degraded and Failed; the aggregator
-// derives Starting (no first sync yet) and Stale (Degraded longer than the
-// outage window).
+// derives Starting (no first sync yet), Stale (Degraded longer than the
+// outage window) and Held (Synced, but its latest update would drop more
+// than maxDeleteRatio of its endpoints and is held back; the previous
+// state is served until it is confirmed, times out or is released).
 const (
 	Starting State = iota
 	Synced
 	Degraded
 	Stale
 	Failed
+	Held
 )
 
-var stateNames = [...]string{"Starting", "Synced", "Degraded", "Stale", "Failed"}
+var stateNames = [...]string{"Starting", "Synced", "Degraded", "Stale", "Failed", "Held"}
+
+// AllStates lists every State, for one-hot metrics.
+var AllStates = []State{Starting, Synced, Degraded, Stale, Failed, Held}
 
 func (s State) String() string {
 	if s >= 0 && int(s) < len(stateNames) {
@@ -82,6 +88,12 @@ type Status struct {
 	// Err says why the state is not Synced. It may be shown to users, so it
 	// never holds credentials.
 	Err string
+	// Invalid, with Degraded, says the backend answered but what it holds
+	// is invalid (a services file that does not parse): the registry is
+	// Degraded, its last good state stays served, and it is not an outage,
+	// so outage.policy expire never withdraws it. Without Invalid, Degraded
+	// means the backend is unreachable.
+	Invalid bool
 }
 
 // Common holds the settings every clusters.yaml registry entry has.
@@ -128,9 +140,11 @@ type permanentError struct{ err error }
 func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
-// Permanent marks err as one that restarting will not cure (bad
+// Permanent marks err as one that restarting soon will not cure (bad
 // credentials, a config the backend rejects): the registry becomes Failed
-// and is not restarted.
+// and is restarted only on the slow FailedRetry schedule (each Run re-reads
+// its credential files, so a rotated token is picked up without a restart
+// of meshfed).
 func Permanent(err error) error {
 	if err == nil {
 		return nil

@@ -32,6 +32,11 @@ const (
 	// SupervisorTimeout is how long a supervisor waits for a stopping
 	// service before it logs that the service failed to stop.
 	SupervisorTimeout = 10 * time.Second
+	// FailedRetry is how long a Failed registry (its Run returned an error
+	// marked by Permanent: bad credentials, a config the backend rejects)
+	// waits before it is run again. Each run re-reads the registry's
+	// credential files, so fixing a token file needs no restart.
+	FailedRetry = 30 * time.Second
 )
 
 // Runner is the suture.Service that runs one Registry, reports its failures
@@ -45,9 +50,11 @@ type Runner struct {
 
 	restarts atomic.Int64
 
-	mu      sync.Mutex // guards the fields below; Serve runs one at a time
-	backoff Backoff
-	failed  bool // the previous run failed: wait before the next one
+	mu          sync.Mutex // guards the fields below; Serve runs one at a time
+	backoff     Backoff
+	failedRetry time.Duration
+	failed      bool // the previous run failed: wait before the next one
+	permanent   bool // ...with a Permanent error: wait failedRetry
 }
 
 // NewRunner returns the service that runs reg under c's name and reports to
@@ -58,12 +65,20 @@ func NewRunner(c Common, reg Registry, sink Sink, log *slog.Logger) *Runner {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Runner{
-		common:  c,
-		reg:     reg,
-		sink:    sink,
-		log:     log,
-		backoff: Backoff{Initial: RestartInitial, Max: RestartMax},
+		common:      c,
+		reg:         reg,
+		sink:        sink,
+		log:         log,
+		backoff:     Backoff{Initial: RestartInitial, Max: RestartMax},
+		failedRetry: FailedRetry,
 	}
+}
+
+// WithFailedRetry replaces FailedRetry, for tests that cannot wait 30s.
+// Call it before the Runner is served.
+func (r *Runner) WithFailedRetry(d time.Duration) *Runner {
+	r.failedRetry = d
+	return r
 }
 
 // WithBackoff replaces the restart delays (RestartInitial, RestartMax), for
@@ -78,13 +93,17 @@ func (r *Runner) WithBackoff(initial, maxDelay time.Duration) *Runner {
 // return before ctx ended) is reported to the sink as Degraded, counted as a
 // restart and returned, so that the supervisor runs Serve again; Serve first
 // waits the restart delay. An error marked by Permanent is reported as
-// Failed and ends in suture.ErrDoNotRestart.
+// Failed and retried after FailedRetry (the registry stays Failed until a
+// run publishes or reports otherwise).
 func (r *Runner) Serve(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failed {
 		d := r.backoff.Next()
-		r.log.Debug("waiting before restarting registry", "delay", d)
+		if r.permanent {
+			d = r.failedRetry
+		}
+		r.log.Debug("waiting before restarting registry", "delay", d, "failed", r.permanent)
 		if err := Sleep(ctx, d); err != nil {
 			return err
 		}
@@ -103,13 +122,13 @@ func (r *Runner) Serve(ctx context.Context) error {
 		err = errors.New("registry stopped without an error before it was asked to")
 	}
 	shard := r.common.Shard()
-	if IsPermanent(err) {
-		r.log.Error("registry failed and will not be restarted", "err", err)
-		r.sink.Report(shard, Status{State: Failed, Err: err.Error()})
-		return fmt.Errorf("%w: %w", suture.ErrDoNotRestart, err)
-	}
 	r.failed = true
 	r.restarts.Add(1)
+	if r.permanent = IsPermanent(err); r.permanent {
+		r.log.Error("registry failed; retrying on the slow schedule (credential files are re-read)", "err", err, "retry", r.failedRetry)
+		r.sink.Report(shard, Status{State: Failed, Err: err.Error()})
+		return err
+	}
 	r.sink.Report(shard, Status{State: Degraded, Err: err.Error()})
 	return err
 }

@@ -71,10 +71,11 @@ func TestRunnerServe(t *testing.T) {
 			wantRestarts: 1,
 		},
 		{
-			name:       "permanent error is reported Failed and not restarted",
-			run:        func(context.Context, func()) error { return registries.Permanent(boom) },
-			wantErr:    suture.ErrDoNotRestart,
-			wantReport: &registries.Status{State: registries.Failed, Err: "boom"},
+			name:         "permanent error is reported Failed and returned for a slow retry",
+			run:          func(context.Context, func()) error { return registries.Permanent(boom) },
+			wantErr:      boom,
+			wantReport:   &registries.Status{State: registries.Failed, Err: "boom"},
+			wantRestarts: 1,
 		},
 		{
 			name:         "panic is recovered and reported like an error",
@@ -109,8 +110,8 @@ func TestRunnerServe(t *testing.T) {
 			if err == nil || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
 				t.Errorf("Serve = %v, want %v", err, tt.wantErr)
 			}
-			if errors.Is(err, suture.ErrDoNotRestart) != (tt.wantReport != nil && tt.wantReport.State == registries.Failed) {
-				t.Errorf("Serve = %v: ErrDoNotRestart only for permanent errors", err)
+			if errors.Is(err, suture.ErrDoNotRestart) {
+				t.Errorf("Serve = %v: a registry is never dropped from its supervisor", err)
 			}
 			st := sink.State(common("vms").Shard())
 			switch {
@@ -205,14 +206,23 @@ func TestSupervisorRestartsFailingRegistry(t *testing.T) {
 	}
 }
 
-func TestSupervisorPermanentFailureStops(t *testing.T) {
+// TestSupervisorRetriesFailedSlowly: a registry that fails with a
+// Permanent error (bad credentials) is Failed, and is run again on the
+// FailedRetry schedule, not the restart backoff (an hour here), until a run
+// succeeds (the operator fixed the token file).
+func TestSupervisorRetriesFailedSlowly(t *testing.T) {
 	t.Parallel()
 	c := common("vms")
-	reg := &fakeRegistry{script: func(context.Context, int, registries.Sink) error {
-		return registries.Permanent(errors.New("401 unauthorized"))
+	reg := &fakeRegistry{script: func(ctx context.Context, call int, sink registries.Sink) error {
+		if call < 2 {
+			return registries.Permanent(errors.New("401 unauthorized"))
+		}
+		sink.Replace(c.Shard(), nil, nil)
+		<-ctx.Done()
+		return ctx.Err()
 	}}
 	sink := registrytest.NewSink()
-	r := registries.NewRunner(c, reg, sink, nil).WithBackoff(time.Millisecond, time.Millisecond)
+	r := registries.NewRunner(c, reg, sink, nil).WithBackoff(time.Hour, time.Hour).WithFailedRetry(20 * time.Millisecond)
 	child := registries.NewSupervisor(r.String(), nil)
 	child.Add(r)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -223,16 +233,9 @@ func TestSupervisorPermanentFailureStops(t *testing.T) {
 	if st.Status.Err != "401 unauthorized" {
 		t.Errorf("Failed status error = %q", st.Status.Err)
 	}
-	// Once the supervisor dropped the service, no further Run can happen.
-	deadline := time.Now().Add(wait)
-	for len(child.Services()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("supervisor still holds the permanently failed runner")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if n := reg.calls.Load(); n != 1 || r.Restarts() != 0 {
-		t.Errorf("Run calls = %d, restarts = %d; want 1 and 0", n, r.Restarts())
+	sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Replaces > 0 })
+	if n := reg.calls.Load(); n != 3 || r.Restarts() != 2 {
+		t.Errorf("Run calls = %d, restarts = %d; want 3 and 2", n, r.Restarts())
 	}
 }
 

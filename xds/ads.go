@@ -36,6 +36,7 @@ type ads struct {
 	sotwIDs atomic.Int64
 	deltaID atomic.Int64
 	errorf  func(msg string, args ...any)
+	limits  Limits // with defaults applied
 }
 
 // stream is one ADS stream.
@@ -54,9 +55,12 @@ type stream struct {
 	closed  bool
 	class   Class
 	named   bool // class known (first request seen)
-	learned bool // node handed to the tracker
+	learned bool // node (or a generated id) handed to the tracker
+	anon    bool // learned without a node
 	types   map[string]*typeSub
 	nonce   int64
+
+	names int // names subscribed over all types; guarded by store.mu
 }
 
 func (st *stream) wakeUp() {
@@ -90,23 +94,51 @@ func (a *ads) close(st *stream) {
 
 // sub returns the stream's subscription to typeURL and whether it is new.
 // The stream's first request fixes its class; the first node seen is its
-// node (later requests may omit it).
-func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool) {
+// node (later requests may omit it). A stream whose first request has no
+// node is counted and listed under a generated id until one comes.
+//
+// A type URL is served when the store holds a collection for it (Kinds);
+// a subscription to any other has no collection and is answered empty
+// (answerUnknown), so a client waiting for every type it asked for does
+// not hang. A new type URL beyond Limits.MaxTypeURLs ends the stream.
+func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, error) {
 	if !st.named {
 		st.named = true
 		st.class = ClassifyNode(node)
 	}
-	if node != nil && !st.learned {
-		st.learned = true
+	if !st.learned || (st.anon && node != nil) {
+		st.learned, st.anon = true, node == nil
 		a.tracker.learn(st.status, node, st.class)
 	}
 	if ts := st.types[typeURL]; ts != nil {
-		return ts, false
+		return ts, false, nil
+	}
+	if len(st.types) >= a.limits.MaxTypeURLs {
+		return nil, false, limitErr("typeURLs", "the stream already subscribes to %d type URLs", len(st.types))
 	}
 	ts := &typeSub{st: st, typeURL: typeURL, coll: a.store.colls[KindOf(st.class, typeURL)], names: map[string]struct{}{}}
+	if ts.coll == nil {
+		unknownTypes.Inc()
+	}
 	ts.status = a.tracker.typ(st.status, typeURL, ts)
 	st.types[typeURL] = ts
-	return ts, true
+	return ts, true, nil
+}
+
+// checkNameCount returns an error if a stream would subscribe to more than
+// Limits.MaxNames names, holding now others plus add (an upper bound:
+// names already subscribed count again).
+func (a *ads) checkNameCount(st *stream, ts *typeSub, add int, replace bool) error {
+	a.store.mu.RLock()
+	n := st.names
+	if replace {
+		n -= len(ts.names)
+	}
+	a.store.mu.RUnlock()
+	if n+add > a.limits.MaxNames {
+		return limitErr("names", "%d resource names requested, over %d per stream", n+add, a.limits.MaxNames)
+	}
+	return nil
 }
 
 // StreamAggregatedResources serves a SotW ADS stream.
@@ -181,13 +213,29 @@ func (a *ads) sotwRequest(st *stream, req *discovery.DiscoveryRequest, send sotw
 	if url == "" {
 		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
 	}
-	ts, first := a.sub(st, req.GetNode(), url)
+	ts, first, err := a.sub(st, req.GetNode(), url)
+	if err != nil {
+		return err
+	}
 	a.tracker.sotwRequest(st.status, ts.status, req)
 	if !first && ts.nonce != "" && req.GetResponseNonce() != ts.nonce {
 		return nil // stale: an answer to an older response
 	}
-	a.store.subscribeSotw(ts, first, req.GetResourceNames())
+	names := req.GetResourceNames()
+	if err := checkNames(names); err != nil {
+		return err
+	}
+	if err := a.checkNameCount(st, ts, len(names), true); err != nil {
+		return err
+	}
+	changed := a.store.subscribeSotw(ts, first, names)
 	ts.inflight = false
+	if ts.coll == nil {
+		if !changed {
+			return nil
+		}
+		return a.answerUnknown(st, ts, nil, send, nil)
+	}
 	// A request without a version asks for the current state even if
 	// empty. A NACK of the first response carries no version either;
 	// answering it at once would resend what the client just rejected, so
@@ -202,10 +250,26 @@ func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, sen
 	if url == "" {
 		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
 	}
-	ts, first := a.sub(st, req.GetNode(), url)
+	ts, first, err := a.sub(st, req.GetNode(), url)
+	if err != nil {
+		return err
+	}
 	a.tracker.deltaRequest(st.status, ts.status, req)
-	a.store.subscribeDelta(ts, first, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions())
+	sub, unsub := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
+	if err := checkNames(sub); err != nil {
+		return err
+	}
+	if err := a.checkNameCount(st, ts, len(sub), false); err != nil {
+		return err
+	}
+	a.store.subscribeDelta(ts, first, sub, unsub, req.GetInitialResourceVersions())
 	ts.inflight = false
+	if ts.coll == nil {
+		if !first && len(sub) == 0 && len(unsub) == 0 {
+			return nil // an ACK or NACK
+		}
+		return a.answerUnknown(st, ts, sub, nil, send)
+	}
 	// A wildcard subscription's first request is answered even when
 	// empty: Envoy waits for it to finish initialization.
 	reply := false
@@ -316,6 +380,26 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 	}
 	a.sent(ts, version, nonce)
 	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, Resources: anys})
+}
+
+// answerUnknown answers a subscription to a type URL meshfed does not
+// serve with an empty response: no resources, and for delta every name
+// just subscribed listed as removed (it does not exist).
+func (a *ads) answerUnknown(st *stream, ts *typeSub, sub []string, sotw sotwSend, delta deltaSend) error {
+	st.nonce++
+	nonce := strconv.FormatInt(st.nonce, 10)
+	const version = "0"
+	a.sent(ts, version, nonce)
+	if st.delta {
+		var removed []string
+		for _, n := range sub {
+			if n != wildcardName {
+				removed = append(removed, n)
+			}
+		}
+		return delta(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, RemovedResources: removed})
+	}
+	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce})
 }
 
 func (a *ads) sent(ts *typeSub, version, nonce string) {

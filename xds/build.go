@@ -3,6 +3,7 @@ package xds
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -29,9 +30,12 @@ import (
 // its labels and source (registry, cluster, network).
 const MetadataKey = "meshfed"
 
-// maxLocalityWeight bounds a locality's weight so that the sum over all
-// localities of a priority stays below what grpc-go accepts (MaxUint32).
-const maxLocalityWeight = 1 << 24
+// maxWeightSum is the largest sum of endpoint weights in one locality, and
+// of locality weights at one priority, that xDS clients accept (grpc-go
+// rejects the CLA above it; Envoy documents the same bound). The
+// aggregator's gate scales weights to fit; translation refuses a CLA that
+// does not (docs/architecture.md, "one rule at the gate").
+const maxWeightSum = math.MaxUint32
 
 const envoyConnectTimeout = 10 * time.Second
 

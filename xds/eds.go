@@ -244,10 +244,14 @@ type locState struct {
 // seal sets the locality weight (the sum of its endpoints' weights, at
 // least 1; grpc-go ignores localities without one), and validates and
 // encodes every field but lb_endpoints (validated one by one when built).
+// A sum over maxWeightSum is an error: clients would reject the CLA.
 func (l *locState) seal() error {
+	if l.weightSum > maxWeightSum {
+		return fmt.Errorf("locality %s: endpoint weights sum to %d, over %d", l.loc, l.weightSum, uint64(maxWeightSum))
+	}
 	pb := &endpoint.LocalityLbEndpoints{
 		Locality:            &core.Locality{Region: l.loc.Region, Zone: l.loc.Zone, SubZone: l.loc.SubZone},
-		LoadBalancingWeight: wrapperspb.UInt32(uint32(max(1, min(l.weightSum, maxLocalityWeight)))),
+		LoadBalancingWeight: wrapperspb.UInt32(l.weight()),
 	}
 	err := pb.ValidateAll()
 	var shell []byte
@@ -261,6 +265,9 @@ func (l *locState) seal() error {
 	l.size = len(l.pre) + l.epsSize + len(l.post)
 	return nil
 }
+
+// weight is the locality's load-balancing weight.
+func (l *locState) weight() uint32 { return uint32(max(1, l.weightSum)) }
 
 // clone returns an unsealed copy of l whose entries may be replaced.
 func (l *locState) clone() *locState {
@@ -418,8 +425,13 @@ func newCLAResource(name string, locs []*locState, prev *claResource) (*claResou
 		c.head, c.tail = splitFields(shell, claEndpointsNum)
 	}
 	c.size = len(c.head) + len(c.tail)
+	var sum uint64
 	for _, l := range locs {
 		c.size += fieldSize(claEndpointsNum, l.size)
+		sum += uint64(l.weight())
+	}
+	if sum > maxWeightSum {
+		return nil, fmt.Errorf("locality weights sum to %d, over %d", sum, uint64(maxWeightSum))
 	}
 	return c, nil
 }

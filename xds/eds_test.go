@@ -151,7 +151,7 @@ func referenceCLA(t *testing.T, name string, svc *model.Service) *endpoint.Clust
 				Metadata:            md,
 			})
 		}
-		lle.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(1, min(sum, maxLocalityWeight))))
+		lle.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(1, sum)))
 		cla.Endpoints = append(cla.Endpoints, lle)
 	}
 	return cla

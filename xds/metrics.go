@@ -20,6 +20,18 @@ var (
 		Name: "meshfed_xds_nacks_total",
 		Help: "Responses rejected by proxies, per xDS type.",
 	}, []string{"type"})
+	limitExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_xds_stream_limit_exceeded_total",
+		Help: "ADS streams ended with ResourceExhausted, per limit (typeURLs, names, nameBytes).",
+	}, []string{"limit"})
+	unknownTypes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "meshfed_xds_unknown_type_requests_total",
+		Help: "ADS subscriptions to type URLs meshfed does not serve (answered with an empty response).",
+	})
+	subscribedNames = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "meshfed_xds_subscribed_names",
+		Help: "Resource names subscribed by name, summed over every stream and type URL.",
+	})
 	resourcesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshfed_xds_resources",
 		Help: "Resources served, per client class and xDS type (endpoints are shared: class \"all\").",
@@ -29,7 +41,8 @@ var (
 // Collectors returns the package's Prometheus collectors; the wiring
 // registers them once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{pushesTotal, pushSeconds, connectedProxies, nacksTotal, resourcesGauge}
+	return []prometheus.Collector{pushesTotal, pushSeconds, connectedProxies, nacksTotal, resourcesGauge,
+		limitExceeded, unknownTypes, subscribedNames}
 }
 
 func classLabel(c Class) string {

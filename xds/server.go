@@ -41,6 +41,8 @@ type Options struct {
 	// Logger receives connection, NACK and translation events; nil
 	// discards them.
 	Logger *slog.Logger
+	// Limits bound each stream; zero fields take the defaults.
+	Limits Limits
 }
 
 // Server translates snapshots and serves them over ADS. Update is called
@@ -77,7 +79,7 @@ func NewServer(o Options) *Server {
 		store:   newStore(),
 		tracker: newTracker(log),
 	}
-	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error}
+	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error, limits: o.Limits.withDefaults()}
 	return s
 }
 
@@ -141,6 +143,14 @@ func (s *Server) Invalid() []Invalid {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.tr.Invalid()
+}
+
+// Resources returns a copy of the current resources of a collection; the
+// resources themselves must not be modified.
+func (s *Server) Resources(k Kind) map[string]types.Resource {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.tr.Resources(k))
 }
 
 // Proxies returns every connected stream's sync status, sorted by node id.

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -114,14 +115,25 @@ func (t *tracker) close(s *streamState) {
 	t.log.Debug("xds stream closed", "node", s.nodeID, "stream", streamKind(s.key), "streamId", s.key.id)
 }
 
-// learn records the node of the stream's first request that carries one.
+// learn records the node of the stream's first request; a stream whose
+// first request has none is counted and listed under a generated id
+// ("anonymous-<stream>-<streamId>") until a request carries one.
 func (t *tracker) learn(s *streamState, n *core.Node, class Class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n == nil || s.counted {
+	if s.counted {
+		if n != nil {
+			s.nodeID = n.GetId()
+			s.nodeType = NodeType(s.nodeID)
+			t.log.Info("xds proxy named itself", "node", s.nodeID, "stream", streamKind(s.key), "streamId", s.key.id)
+		}
 		return
 	}
-	s.nodeID = n.GetId()
+	if n != nil {
+		s.nodeID = n.GetId()
+	} else {
+		s.nodeID = fmt.Sprintf("anonymous-%s-%d", streamKind(s.key), s.key.id)
+	}
 	s.class = class
 	s.nodeType = NodeType(s.nodeID)
 	s.counted = true
@@ -141,7 +153,10 @@ func (t *tracker) typ(s *streamState, url string, sub *typeSub) *typeState {
 	return ts
 }
 
+// nack records a rejection; the detail is truncated to MaxNackDetail bytes
+// (a client's error_detail is unbounded).
 func (t *tracker) nack(s *streamState, ts *typeState, version, nonce string, detail string) {
+	detail = truncate(detail, MaxNackDetail)
 	ts.LastNack = &Nack{Version: version, Nonce: nonce, Error: detail, At: t.now()}
 	nacksTotal.WithLabelValues(shortType(ts.TypeURL)).Inc()
 	t.log.Warn("xds response rejected", "node", s.nodeID, "type", ts.TypeURL, "version", version, "nonce", nonce, "error", detail)

@@ -53,6 +53,26 @@ type collection struct {
 	res     map[string]*cachedRes
 	subs    map[string]*subscribers // name → explicit subscribers
 	wild    map[*typeSub]struct{}   // wildcard subscribers
+	peak    int                     // most entries subs held since it was last rebuilt
+}
+
+// shrinkMin is the size below which the subscription index is not rebuilt.
+const shrinkMin = 1024
+
+// shrink rebuilds the subscription index once it holds under a quarter of
+// its peak: a Go map keeps its peak's memory after deletions, so without
+// this one stream that subscribed to many names would leave that memory
+// held after it ended. Callers hold store.mu.
+func (c *collection) shrink() {
+	if c.peak < shrinkMin || len(c.subs) > c.peak/4 {
+		return
+	}
+	m := make(map[string]*subscribers, len(c.subs))
+	for k, v := range c.subs {
+		m[k] = v
+	}
+	c.subs = m
+	c.peak = len(m)
 }
 
 // subscribers of one name. Every subscription refers to the one copy of
@@ -221,6 +241,8 @@ func (s *store) addName(ts *typeSub, name string) {
 	if _, ok := ts.names[name]; ok {
 		return
 	}
+	ts.st.names++
+	subscribedNames.Inc()
 	if ts.coll == nil {
 		ts.names[name] = struct{}{}
 		return
@@ -232,6 +254,7 @@ func (s *store) addName(ts *typeSub, name string) {
 			e.name = r.name
 		}
 		ts.coll.subs[name] = e
+		ts.coll.peak = max(ts.coll.peak, len(ts.coll.subs))
 	}
 	ts.names[e.name] = struct{}{}
 	e.set[ts] = struct{}{}
@@ -244,6 +267,8 @@ func (s *store) removeName(ts *typeSub, name string) {
 		return
 	}
 	delete(ts.names, name)
+	ts.st.names--
+	subscribedNames.Dec()
 	if ts.coll == nil {
 		return
 	}
@@ -321,17 +346,21 @@ func (s *store) subscribeDelta(ts *typeSub, first bool, sub, unsub []string, ini
 		}
 		s.removeName(ts, n)
 	}
+	if len(unsub) > 0 && ts.coll != nil {
+		ts.coll.shrink()
+	}
 }
 
 // subscribeSotw applies a SotW request's resource_names (the full set),
 // with the semantics of go-control-plane's stream.Subscription: names no
-// longer requested are forgotten, so subscribing again resends them.
-func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) {
+// longer requested are forgotten, so subscribing again resends them. It
+// reports whether the subscription may have changed.
+func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) bool {
 	// Clients repeat their list on every ACK: applying the same list
 	// again changes nothing, so a hash of the last one spares the work.
 	h := hashNames(names)
 	if !first && h == ts.namesHash {
-		return
+		return false
 	}
 	ts.namesHash = h
 	s.mu.Lock()
@@ -344,7 +373,7 @@ func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) {
 	}
 	if ts.legacy {
 		if len(names) == 0 {
-			return
+			return true
 		}
 		ts.legacy = false
 	}
@@ -373,6 +402,10 @@ func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) {
 	for n := range want {
 		s.addName(ts, n)
 	}
+	if ts.coll != nil {
+		ts.coll.shrink()
+	}
+	return true
 }
 
 // namesSeed keys the hash of SotW resource_names lists.
@@ -399,6 +432,7 @@ func (s *store) drop(subs []*typeSub) {
 		}
 		if ts.coll != nil {
 			delete(ts.coll.wild, ts)
+			ts.coll.shrink()
 		}
 	}
 }

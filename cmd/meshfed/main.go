@@ -47,7 +47,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(runCmd(), validateCmd(), statusCmd(), bootstrapCmd(), versionCmd())
+	root.AddCommand(runCmd(), validateCmd(), statusCmd(), releaseCmd(), bootstrapCmd(), versionCmd())
 	return root
 }
 
@@ -77,7 +77,28 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return gw.Run(ctx)
+			// SIGHUP reloads clusters.yaml (one reload at a time; a SIGHUP
+			// during a reload queues one more).
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			reloads := make(chan struct{})
+			go func() {
+				defer close(reloads)
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+						log.Info("SIGHUP: reloading clusters.yaml", "path", config)
+						_ = gw.Reload(ctx, config) // logged and shown on /readyz
+					}
+				}
+			}()
+			err = gw.Run(ctx)
+			stop()
+			<-reloads
+			return err
 		},
 	}
 	c.Flags().StringVar(&config, "config", "clusters.yaml", "cluster registry file")

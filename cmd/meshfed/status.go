@@ -70,11 +70,19 @@ func getJSON(c *http.Client, url string, v any) error {
 func writeStatus(w io.Writer, regs []federation.RegistryHealth, proxies []federation.ProxySync, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REGISTRY\tKIND\tSTATE\tSERVICES\tENDPOINTS\tRESTARTS\tLAST SYNC\tLAST ERROR")
+	var held []federation.RegistryHealth
 	for _, r := range regs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Name, r.Kind, r.State, r.Services, r.Endpoints,
 			r.Restarts, ago(now, r.LastSync), oneLine(r.LastError))
+		if r.Hold != nil {
+			held = append(held, r)
+		}
 	}
 	tw.Flush()
+	for _, r := range held {
+		fmt.Fprintf(w, "\nHELD %s since %s: serving %d endpoints, holding an update with %d: %s\n  release it: meshfed release %s\n",
+			r.Name, ago(now, r.Hold.Since), r.Hold.Served, r.Hold.Pending, oneLine(r.Hold.Reason), r.Name)
+	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROXY\tCLASS\tSTREAM\tTYPE\tSENT\tACKED\tSTATE\tLAST NACK")

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -32,7 +33,7 @@ func agentClient(t *testing.T, c *servers.Consul) *api.Client {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
-	cl, err := api.NewClient(&api.Config{Address: c.HTTPAddr, HttpClient: &http.Client{Transport: tr}})
+	cl, err := api.NewClient(&api.Config{Address: c.HTTPAddr, Token: c.Token, HttpClient: &http.Client{Transport: tr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,3 +444,43 @@ func listen(t *testing.T) net.Listener {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestRotatedTokenRecoversFromFailed runs a real Consul with ACLs (default
+// deny): a registry whose tokenFile holds an unknown token gets 403 before
+// its first sync and is Failed; once the operator writes a valid token to
+// the file, the slow Failed retry re-reads it and the registry syncs,
+// without a restart.
+func TestRotatedTokenRecoversFromFailed(t *testing.T) {
+	t.Parallel()
+	const mgmt = "5b0e8d0b-8a4a-4f0e-9d51-2c9e1c5a7d31"
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, ACLToken: mgmt})
+	cl := agentClient(t, agent)
+	if err := cl.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "acl-1", Name: "acl", Port: 8080, Address: "127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("00000000-0000-4000-8000-000000000000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := newRegistry(t, agent, "acl-rotate", func(c *Config) { c.TokenFile = tokenFile })
+	c := registries.Common{Name: "acl-rotate", Kind: "consul", Domain: "consul"}
+	sink := registrytest.NewSink()
+	r := registries.NewRunner(c, reg, sink, nil).WithFailedRetry(200 * time.Millisecond)
+	sup := registries.NewSupervisor(r.String(), nil)
+	sup.Add(r)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := sup.ServeBackground(ctx)
+	defer func() { cancel(); <-done }()
+
+	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Status.State == registries.Failed })
+	if !contains(st.Status.Err, "403") {
+		t.Errorf("Failed with %q, want the agent's 403", st.Status.Err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(mgmt+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitFor(t, wait, func(s registrytest.State) bool {
+		_, ok := find(s.Services, "acl.consul")
+		return s.Synced() && ok
+	})
+}

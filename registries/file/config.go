@@ -11,10 +11,18 @@ type Config struct {
 	// Path of the services file. Relative paths are resolved against the
 	// directory of clusters.yaml.
 	Path string `yaml:"path"`
+	// Settle: a file written in place is read only once it has not changed
+	// for this long (default 1s); a file replaced by a rename is read at
+	// once. See Registry.
+	Settle registries.Duration `yaml:"settle,omitempty"`
 }
 
-// ApplyDefaults implements registries.Config; the block has no defaults.
-func (c *Config) ApplyDefaults() {}
+// ApplyDefaults implements registries.Config: settle 1s.
+func (c *Config) ApplyDefaults() {
+	if c.Settle == 0 {
+		c.Settle = registries.Duration(DefaultSettle)
+	}
+}
 
 // Validate implements registries.Config.
 func (c *Config) Validate() error {

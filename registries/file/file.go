@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,11 +23,21 @@ import (
 
 // Timing of the watch loop.
 const (
-	// debounceQuiet collapses a burst of file events into one read: the
-	// file is read once no event came for this long...
+	// debounceQuiet collapses a burst of file events that only replace the
+	// file (a rename over it, a ConfigMap symlink swap: the new content is
+	// complete at once) into one read: the file is read once no event came
+	// for this long...
 	debounceQuiet = 50 * time.Millisecond
 	// ...or once the burst has lasted this long.
 	debounceMax = 500 * time.Millisecond
+	// DefaultSettle: a file written in place (write events on the file
+	// itself) is read only once it has not changed for this long, so that
+	// a writer that pauses between chunks (0.4 s seen in the wild) is not
+	// read half-way. A read whose size or modification time changed while
+	// reading waits for another settle period.
+	DefaultSettle = time.Second
+	// settleMax bounds how long a file that never stops changing waits.
+	settleMax = 10 * time.Second
 	// resyncInterval re-reads the file even without events, in case the
 	// platform missed some (network file systems, a watched directory that
 	// was itself replaced).
@@ -42,12 +53,17 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	settle := c.Settle.Std()
+	if settle <= 0 {
+		settle = DefaultSettle
+	}
 	return &Registry{
 		common:   common,
 		path:     filepath.Clean(c.Path),
 		log:      log.With("path", c.Path),
 		quiet:    debounceQuiet,
 		maxWait:  debounceMax,
+		settle:   settle,
 		interval: resyncInterval,
 	}, nil
 }
@@ -56,18 +72,25 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 //
 // Run reads the file at start, then again after changes (it watches the
 // file's directory, so editors that replace the file, `mv` and Kubernetes
-// ConfigMap symlink swaps are seen) and every 30s. Each successful read
-// whose services differ from the last published ones is published with
-// Replace. A file that is missing, unreadable or invalid is reported as
-// Degraded with the error (file, line, key) and the last good state stays
-// published; Run keeps watching and recovers when the file is fixed. A
-// Registry holds no state between Run calls.
+// ConfigMap symlink swaps are seen) and every 30s. A file replaced by a
+// rename is read 50 ms after the last event; a file written in place is
+// read only once it stopped changing for the settle time (file.settle,
+// default 1s), and a read during which its size or modification time
+// changed is retried after another settle period: a half-written file is
+// never published. Each successful read whose services differ from the
+// last published ones is published with Replace. A file that is missing or
+// unreadable is reported as Degraded (an outage); one that does not parse
+// as Degraded with Status.Invalid (not an outage: outage.policy expire
+// never withdraws it), with the error (file, line, key); either way the
+// last good state stays published, Run keeps watching and recovers when
+// the file is fixed. A Registry holds no state between Run calls.
 type Registry struct {
 	common   registries.Common
 	path     string
 	log      *slog.Logger
 	quiet    time.Duration
 	maxWait  time.Duration
+	settle   time.Duration
 	interval time.Duration
 }
 
@@ -85,11 +108,28 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 
 	resync := time.NewTicker(r.interval)
 	defer resync.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop() // armed by the first relevant event
-	defer debounce.Stop()
-	var pending <-chan time.Time // debounce.C while events wait for a read
-	var firstEvent time.Time
+	timer := time.NewTimer(time.Hour)
+	timer.Stop() // armed while events wait for a read
+	defer timer.Stop()
+	// deb is the shared debounce helper: quiet/maxWait for a burst of
+	// replacements, settle/settleMax once the file was written in place.
+	deb := registries.Debouncer{Quiet: r.quiet, MaxWait: r.maxWait}
+	arm := func(inPlace bool) {
+		if inPlace && deb.Quiet < r.settle {
+			deb.Quiet, deb.MaxWait = r.settle, max(settleMax, r.settle)
+		}
+		deb.Add(time.Now())
+		_, d := deb.Next(time.Now())
+		timer.Reset(d)
+	}
+	read := func() {
+		deb.Done()
+		deb.Quiet, deb.MaxWait = r.quiet, r.maxWait
+		timer.Stop()
+		if !s.reload() {
+			arm(true) // changed while being read: wait for it to settle
+		}
+	}
 
 	for {
 		select {
@@ -102,25 +142,25 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 			if !s.watch.relevant(ev) {
 				continue
 			}
-			if pending == nil {
-				firstEvent = time.Now()
-				pending = debounce.C
-			} else if time.Since(firstEvent) >= r.maxWait {
-				continue // let the running timer fire
-			}
-			debounce.Reset(r.quiet)
+			arm(ev.Has(fsnotify.Write))
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("file watcher closed")
 			}
-			// Typically an event queue overflow: events were lost, so read.
+			// Typically an event queue overflow: events were lost, so read
+			// once the file settled.
 			r.log.Warn("file watcher error; re-reading the file", "err", err)
-			s.reload()
-		case <-pending:
-			pending = nil
-			s.reload()
+			arm(true)
+		case <-timer.C:
+			if due, d := deb.Next(time.Now()); !due {
+				timer.Reset(d)
+				continue
+			}
+			read()
 		case <-resync.C:
-			s.reload()
+			if !deb.Pending() {
+				read()
+			}
 		}
 	}
 }
@@ -135,32 +175,59 @@ type runState struct {
 	lastErr   string // error of the last read; "" after a good read
 }
 
-func (s *runState) reload() {
+// reload reads the file and publishes it if it changed. It reports false
+// when the file changed while it was read (nothing is published or
+// reported: read it again once it settled).
+func (s *runState) reload() bool {
 	defer s.watch.refresh()
 	services, err := s.load()
 	shard := s.common.Shard()
+	if errors.Is(err, errChanging) {
+		s.log.Debug("services file changed while being read; waiting for it to settle")
+		return false
+	}
 	if err != nil {
 		reloads.WithLabelValues(s.common.Name, "error").Inc()
 		if msg := err.Error(); msg != s.lastErr {
 			s.lastErr = msg
-			s.log.Warn("services file rejected; keeping the last good state", "err", msg)
-			s.sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg})
+			// A file that exists but does not parse is invalid data, not an
+			// outage; a missing or unreadable one is an outage.
+			var pathErr *fs.PathError
+			invalid := !errors.As(err, &pathErr)
+			s.log.Warn("services file rejected; keeping the last good state", "err", msg, "invalid", invalid)
+			s.sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg, Invalid: invalid})
 		}
-		return
+		return true
 	}
 	reloads.WithLabelValues(s.common.Name, "ok").Inc()
 	if s.published && s.lastErr == "" && reflect.DeepEqual(services, s.last) {
-		return
+		return true
 	}
 	s.log.Info("services file loaded", "services", len(services))
 	s.last, s.published, s.lastErr = services, true, ""
 	s.sink.Replace(shard, services, nil)
+	return true
 }
 
+// errChanging: the file's size or modification time changed while it was
+// read.
+var errChanging = errors.New("services file changed while being read")
+
 func (r *Registry) load() ([]model.Service, error) {
+	before, err := os.Stat(r.path)
+	if err != nil {
+		return nil, err
+	}
 	data, err := os.ReadFile(r.path)
 	if err != nil {
 		return nil, err
+	}
+	after, err := os.Stat(r.path)
+	if err != nil {
+		return nil, err
+	}
+	if before.Size() != after.Size() || !before.ModTime().Equal(after.ModTime()) || int64(len(data)) != after.Size() {
+		return nil, errChanging
 	}
 	return Parse(filepath.Base(r.path), data, r.common)
 }

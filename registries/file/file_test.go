@@ -337,3 +337,64 @@ func TestSymlinkToAnotherDirectory(t *testing.T) {
 	write(t, target, servicesYAML("10.0.0.2"))
 	sink.WaitFor(t, wait, hasAddresses("10.0.0.2"))
 }
+
+// TestInPlaceWriteInTwoChunks: a writer that writes the file in place in
+// two chunks 0.4 s apart, the first ending at a line boundary (valid YAML
+// on its own, with fewer endpoints), is never read half-way: the only
+// update published after the initial one is the complete file.
+func TestInPlaceWriteInTwoChunks(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, servicesYAML("10.0.0.1"))
+	r, _ := newRegistry(t, path, time.Hour)
+	r.settle = DefaultSettle
+	sink := registrytest.NewSink()
+	registrytest.Start(t, r, sink)
+	sink.WaitFor(t, wait, hasAddresses("10.0.0.1"))
+
+	full := servicesYAML("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4")
+	cut := strings.Index(full, "      - address: 10.0.0.3")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(full[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if _, err := f.WriteString(full[cut:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := sink.WaitFor(t, wait, hasAddresses("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"))
+	if st.Replaces != 2 {
+		t.Errorf("%d Replaces, want 2 (the initial file, then the complete one): the half-written file was published", st.Replaces)
+	}
+}
+
+// TestInvalidVersusMissing: a file that does not parse is reported
+// Degraded with Invalid (not an outage); a missing file is an outage.
+func TestInvalidVersusMissing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, servicesYAML("10.0.0.1"))
+	r, _ := newRegistry(t, path, time.Hour)
+	sink := registrytest.NewSink()
+	registrytest.Start(t, r, sink)
+	sink.WaitFor(t, wait, hasAddresses("10.0.0.1"))
+
+	replace(t, path, broken)
+	st := sink.WaitFor(t, wait, degradedWith(brokenErr))
+	if !st.Status.Invalid {
+		t.Errorf("broken file reported %+v, want Invalid", st.Status)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	st = sink.WaitFor(t, wait, degradedWith("no such file"))
+	if st.Status.Invalid {
+		t.Errorf("missing file reported %+v, want an outage (not Invalid)", st.Status)
+	}
+}

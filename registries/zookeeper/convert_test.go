@@ -32,7 +32,7 @@ func fakeAddress(hosts map[string]string) addressFunc {
 	}
 }
 
-func readTestdata(t *testing.T, name string) []byte {
+func readTestdata(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {

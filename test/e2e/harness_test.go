@@ -141,8 +141,16 @@ func writeFile(t *testing.T, path, content string) {
 
 func startMeshfed(t *testing.T, config, xdsAddr, adminAddr string) *meshfed {
 	t.Helper()
+	return startMeshfedEnv(t, config, xdsAddr, adminAddr)
+}
+
+// startMeshfedEnv is startMeshfed with extra environment variables
+// (NAME=value).
+func startMeshfedEnv(t *testing.T, config, xdsAddr, adminAddr string, env ...string) *meshfed {
+	t.Helper()
 	m := &meshfed{t: t, config: config, admin: adminAddr, xds: xdsAddr, logs: &syncBuffer{}, done: make(chan struct{})}
 	m.cmd = exec.Command(meshfedBin, "run", "--config", config, "--log-level", "debug")
+	m.cmd.Env = append(os.Environ(), env...)
 	m.cmd.Stdout = m.logs
 	m.cmd.Stderr = m.logs
 	if err := m.cmd.Start(); err != nil {

@@ -40,6 +40,9 @@ type ConsulOptions struct {
 	// MaxConnsPerClient sets limits.http_max_conns_per_client (Consul's
 	// default is 200); 0 keeps the default.
 	MaxConnsPerClient int
+	// ACLToken, when set, enables ACLs with default policy deny and makes
+	// this the initial management token (a UUID); the helpers send it.
+	ACLToken string
 }
 
 // Consul is a running Consul agent owned by one test.
@@ -49,6 +52,8 @@ type Consul struct {
 	Datacenter string
 	// Node is the agent's node name.
 	Node string
+	// Token is the management token when ACLs are enabled, else "".
+	Token string
 
 	proc *Process
 }
@@ -72,6 +77,7 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		HTTPAddr:   "127.0.0.1:" + strconv.Itoa(httpPort),
 		Datacenter: "dc1",
 		Node:       "meshfed-test",
+		Token:      opts.ACLToken,
 	}
 	conf := map[string]any{
 		"datacenter":           c.Datacenter,
@@ -83,6 +89,12 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		"log_level":            "warn",
 		"disable_update_check": true,
 		"enable_script_checks": false,
+	}
+	if opts.ACLToken != "" {
+		conf["acl"] = map[string]any{
+			"enabled": true, "default_policy": "deny", "enable_token_persistence": false,
+			"tokens": map[string]any{"initial_management": opts.ACLToken},
+		}
 	}
 	if opts.MaxConnsPerClient > 0 {
 		conf["limits"] = map[string]any{"http_max_conns_per_client": opts.MaxConnsPerClient}
@@ -137,6 +149,9 @@ func (c *Consul) get(ctx context.Context, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.HTTPAddr+path, nil)
 	if err != nil {
 		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("X-Consul-Token", c.Token)
 	}
 	resp, err := noKeepAlive.Do(req)
 	if err != nil {

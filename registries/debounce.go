@@ -1,4 +1,4 @@
-package aggregate
+package registries
 
 import "time"
 
@@ -6,8 +6,9 @@ import "time"
 // change it waits until Quiet has passed with no further change, but never
 // longer than MaxWait after the first change still pending (as Istio's
 // debounce and consul-k8s's coalesce do). It is meshfed's one debounce
-// helper; the aggregator's Serve loop drives it with clusters.yaml's
-// `debounce: {quiet, max}`.
+// helper: the aggregator's Serve loop drives it with clusters.yaml's
+// `debounce: {quiet, max}`, and the file registry with its settle time
+// (read a services file only once it stopped changing).
 //
 // Debouncer is a pure state machine: callers pass the current time, so it
 // holds no goroutines or timers and tests drive it with any clock. A zero

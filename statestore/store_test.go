@@ -1,0 +1,96 @@
+package statestore
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func services() []model.Service {
+	return []model.Service{{
+		Hostname: "orders.vm.internal",
+		Ports:    []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
+		Endpoints: []model.Endpoint{{
+			Address: "10.0.0.5", Ports: map[string]uint32{"grpc": 18080}, Labels: map[string]string{"v": "1"},
+			Locality: model.Locality{Region: "r", Zone: "z"}, Weight: 3, Health: model.Draining,
+			Source: model.Source{Registry: "vms", Cluster: "vms"}, Origin: "services.yaml:4",
+		}},
+	}}
+}
+
+// run serves s until the test ends (which flushes).
+func run(t *testing.T, s *Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func waitFile(t *testing.T, p string, present bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(p); (err == nil) == present {
+			return
+		}
+	}
+	t.Fatalf("%s present=%v never happened", p, !present)
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, s)
+	shard := model.ShardKey{Kind: "file", Name: "vms"}
+	rej := []model.Rejection{{Registry: "vms", Host: "x.vm.internal", Subject: "1.2.3.4", Reason: "bad"}}
+	s.Save(shard, services(), rej)
+	waitFile(t, filepath.Join(dir, "vms.json"), true)
+
+	e, ok, err := s.Load("vms", "file", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("Load = %v, %v", ok, err)
+	}
+	if !reflect.DeepEqual(e.Services, services()) || !reflect.DeepEqual(e.Rejected, rej) {
+		t.Errorf("loaded %+v, want what was saved", e)
+	}
+	if _, ok, err := s.Load("vms", "consul", time.Hour); ok || err == nil {
+		t.Errorf("Load of another kind = %v, %v; want an error", ok, err)
+	}
+	if _, ok, err := s.Load("other", "file", time.Hour); ok || err != nil {
+		t.Errorf("Load of nothing saved = %v, %v; want false, nil", ok, err)
+	}
+	s.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	if _, ok, err := s.Load("vms", "file", time.Hour); ok || err == nil {
+		t.Errorf("Load older than maxAge = %v, %v; want an error", ok, err)
+	}
+
+	s.Delete("vms")
+	waitFile(t, filepath.Join(dir, "vms.json"), false)
+}
+
+func TestOpenRemovesUnfinishedWrites(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tmp := filepath.Join(dir, "vms.123"+tmpSuffix)
+	if err := os.WriteFile(tmp, []byte(`{"version":1,"regi`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tmp); err == nil {
+		t.Error("unfinished temporary file still there after Open")
+	}
+}
