@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,6 +56,10 @@ func (p *Polaris) NacosClient(t testing.TB, namespace string) *NacosClient {
 	host, port, _ := net.SplitHostPort(p.NacosAddr)
 	n, _ := strconv.Atoi(port)
 	dir := t.TempDir()
+	// The SDK keeps its connections in a process-wide map without a lock:
+	// creating and closing clients from parallel tests races.
+	sdkMu.Lock()
+	defer sdkMu.Unlock()
 	c, err := clients.NewNamingClient(vo.NacosClientParam{
 		ClientConfig: &constant.ClientConfig{
 			NamespaceId:          namespace,
@@ -68,8 +73,9 @@ func (p *Polaris) NacosClient(t testing.TB, namespace string) *NacosClient {
 	if err != nil {
 		t.Fatalf("nacos client: %v", err)
 	}
-	t.Cleanup(c.CloseClient)
-	return &NacosClient{c: c}
+	nc := &NacosClient{c: c}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // IgnoreNacosSDK is the goleak option for what the Nacos SDK leaves behind
@@ -142,4 +148,10 @@ func (c *NacosClient) Deregister(t testing.TB, in NacosInstance) {
 
 // Close closes the client's connection: the server drops its ephemeral
 // instances.
-func (c *NacosClient) Close() { c.c.CloseClient() }
+func (c *NacosClient) Close() {
+	sdkMu.Lock()
+	defer sdkMu.Unlock()
+	c.c.CloseClient()
+}
+
+var sdkMu sync.Mutex
