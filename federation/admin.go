@@ -86,6 +86,7 @@ func (g *Gateway) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, nonNil(g.xds.Proxies()))
 	})
 	mux.HandleFunc("GET /debug/config_dump", g.configDump)
+	mux.HandleFunc("GET /debug/digestz", g.digestz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -36,8 +36,11 @@ const readyPoll = 20 * time.Millisecond
 
 // GatewayOptions are the process-level settings of a Gateway.
 type GatewayOptions struct {
-	Logger  *slog.Logger
-	Version string
+	Logger *slog.Logger
+	// Version and Revision name the build on meshfed_build_info and in
+	// the start-up log line.
+	Version  string
+	Revision string
 }
 
 // Gateway wires one clusters.yaml into running parts: a supervised
@@ -46,6 +49,7 @@ type GatewayOptions struct {
 type Gateway struct {
 	log      *slog.Logger
 	version  string
+	revision string
 	agg      *aggregate.Aggregator
 	xds      *xds.Server
 	store    *statestore.Store // nil without state.dir
@@ -53,7 +57,8 @@ type Gateway struct {
 	dyn      runtimeRegistries // guards cfg and entries too; registries started at runtime (launch.go)
 	serving  atomic.Bool       // xDS listener accepting
 	draining atomic.Bool
-	reloadMu sync.Mutex // one Reload at a time
+	reloadMu sync.Mutex  // one Reload at a time
+	digests  digestCache // content digest of the served snapshot (digest.go)
 }
 
 // entry is a running clusters.yaml registry.
@@ -73,9 +78,10 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		log:     log,
-		version: o.Version,
-		metrics: prometheus.NewRegistry(),
+		log:      log,
+		version:  o.Version,
+		revision: o.Revision,
+		metrics:  prometheus.NewRegistry(),
 	}
 	g.dyn.cfg = cfg
 	g.dyn.entries = make(map[string]*entry)
@@ -115,11 +121,8 @@ func (g *Gateway) registerMetrics() error {
 	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "meshfed_build_info",
-			Help:        "Always 1; the version label says which build runs.",
-			ConstLabels: prometheus.Labels{"version": g.version},
-		}, func() float64 { return 1 }),
+		buildInfoGauge(g.version, g.revision),
+		digestCollector{g},
 	}
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
@@ -194,7 +197,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- admin.Serve(adminLis) }()
-	g.log.Info("meshfed started; xDS waits for the first sync of every registry", "version", g.version,
+	g.log.Info("meshfed started; xDS waits for the first sync of every registry", "version", g.version, "revision", g.revision,
 		"xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "registries", len(cfg.Registries), "stateDir", cfg.State.Dir)
 
 	// xDS serves only once the model is complete (every registry synced,

@@ -10,6 +10,11 @@ dpkg -s zookeeper >/dev/null 2>&1 || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v patch >/dev/null 2>&1 || need+=(patch) # tools/testservers/build.sh istiod
+# systemd-analyze verify and dpkg-deb for the systemd unit and Debian package
+# tests (tools/dist); systemd need not run as PID 1.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
 if ((${#need[@]})); then
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo="sudo"

@@ -8,7 +8,6 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -318,7 +317,7 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 	if len(dirty) == 0 && !all && !reply {
 		return nil
 	}
-	full := !st.delta && cache.ResourceRequiresFullStateInSotw(ts.typeURL)
+	full := !st.delta && requiresFullState(ts.typeURL)
 	cands, matching, version := a.store.snapshot(ts, dirty, all, full)
 	var changed []*cachedRes
 	var changedWire []*wire

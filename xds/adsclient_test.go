@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+	mcp "istio.io/api/mcp/v1alpha1"
 )
 
 const waitFor = 15 * time.Second
@@ -130,6 +131,9 @@ func decode(t *testing.T, a *anypb.Any) (string, proto.Message) {
 		t.Errorf("decode %s: %v", a.GetTypeUrl(), err)
 		return "", nil
 	}
+	if r, ok := m.(*mcp.Resource); ok {
+		return r.GetMetadata().GetName(), m
+	}
 	return cache.GetResourceName(m), m
 }
 
@@ -202,7 +206,7 @@ func (c *adsClient) answer(m message, nackMsg string) {
 // apply records what the client holds after an accepted response.
 func (c *adsClient) apply(m message) {
 	st := c.state[m.typeURL]
-	if st == nil || (!c.delta && cache.ResourceRequiresFullStateInSotw(m.typeURL)) {
+	if st == nil || (!c.delta && requiresFullState(m.typeURL)) {
 		st = map[string]proto.Message{}
 		c.state[m.typeURL] = st
 	}

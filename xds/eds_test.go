@@ -245,8 +245,9 @@ func TestCLAFlipReusesAndValidates(t *testing.T) {
 	flip.Endpoints = slices.Clone(big.Endpoints)
 	flip.Endpoints[4].Health = model.Draining // zone z1
 	ch := tr.Translate(model.NewSnapshot(2, []*model.Service{&flip}))
-	if got := changed(ch); !slices.Equal(got, []string{" EDS +" + name}) {
-		t.Errorf("changes = %v, want only the CLA", got)
+	// A draining endpoint leaves the ServiceEntry too.
+	if got := changed(ch); !slices.Equal(got, append([]string{" EDS +" + name}, seChange("+", "big.bench.local")...)) {
+		t.Errorf("changes = %v, want only the CLA and the ServiceEntry", got)
 	}
 	after := tr.Resources(KindOf("", EndpointType))[name].(*claResource)
 	checkCLA(t, after)

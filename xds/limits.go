@@ -15,7 +15,9 @@ import (
 // client reconnects and may ask again within the limits.
 type Limits struct {
 	// MaxTypeURLs is how many type URLs one stream may subscribe to
-	// (meshfed serves 4; unknown ones are answered empty, and count).
+	// (meshfed serves 4 Envoy types and istiod's MCP collections, 16 of
+	// which a current istiod asks for; unknown ones are answered empty, and
+	// count).
 	MaxTypeURLs int
 	// MaxNames is how many resource names one stream may subscribe to,
 	// over all its type URLs (wildcard subscriptions count none).

@@ -44,6 +44,9 @@ func shortType(typeURL string) string {
 	case RouteType:
 		return "RDS"
 	}
+	if k := mcpShortType(typeURL); k != "" {
+		return k
+	}
 	return "other"
 }
 

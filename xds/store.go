@@ -40,7 +40,7 @@ func newResource(typeURL, name string, msg types.Resource) *cachedRes {
 			return nil, err
 		}
 		v := cache.HashResource(b)
-		a := &anypb.Any{TypeUrl: typeURL, Value: b}
+		a := &anypb.Any{TypeUrl: anyTypeURL(typeURL), Value: b}
 		return &wire{version: v, any: a, delta: &discovery.Resource{Name: name, Version: v, Resource: a}}, nil
 	})}
 }
@@ -106,10 +106,11 @@ func newStore() *store {
 }
 
 // applyOrder is Kinds in the order Envoy applies types (CDS, EDS, LDS,
-// RDS): a stream sends the types an update changed in that order.
+// RDS), then the MCP collections: a stream sends the types an update
+// changed in that order.
 var applyOrder = func() []Kind {
 	var out []Kind
-	for _, u := range TypeURLs {
+	for _, u := range slices.Concat(TypeURLs, MCPTypeURLs()) {
 		for _, k := range Kinds {
 			if k.TypeURL == u {
 				out = append(out, k)

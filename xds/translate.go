@@ -23,20 +23,21 @@ type Kind struct {
 	TypeURL string
 }
 
-// KindOf returns the collection a class reads for a type URL.
+// KindOf returns the collection a class reads for a type URL. Endpoints
+// and Istio config over MCP are the same for every class.
 func KindOf(c Class, typeURL string) Kind {
-	if typeURL == EndpointType {
-		return Kind{TypeURL: EndpointType}
+	if typeURL == EndpointType || IsMCPType(typeURL) {
+		return Kind{TypeURL: typeURL}
 	}
 	return Kind{Class: c, TypeURL: typeURL}
 }
 
 // Kinds lists every collection the translator fills.
-var Kinds = []Kind{
+var Kinds = append([]Kind{
 	{ClassEnvoy, ClusterType}, {ClassEnvoy, ListenerType}, {ClassEnvoy, RouteType},
 	{ClassGRPC, ClusterType}, {ClassGRPC, ListenerType}, {ClassGRPC, RouteType},
 	{"", EndpointType},
-}
+}, mcpKinds()...)
 
 // Change lists what changed in one collection: resources to add or
 // replace, and names to delete.
@@ -345,6 +346,12 @@ func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]m
 	if len(httpPorts) == 1 {
 		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, GRPCListenerName(svc.Hostname, httpPorts[0].Number)))
 	}
+	addMCP(svc, func(k Kind, name string, r types.Resource) {
+		if res[k] == nil {
+			res[k] = map[string]types.Resource{}
+		}
+		res[k][name] = r
+	})
 	var errs []error
 	for _, rs := range res {
 		for name, r := range rs {

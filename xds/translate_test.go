@@ -199,31 +199,31 @@ func TestTranslateIncremental(t *testing.T) {
 				o.Endpoints[1].Health = model.Healthy
 				return replace(s, "orders.vm.internal", o)
 			},
-			want:    []string{" EDS +" + orders},
-			rebuilt: []string{orders},
+			want:    append([]string{" EDS +" + orders}, seChange("+", "orders.vm.internal")...),
+			rebuilt: []string{orders, "meshfed/orders.vm.internal"},
 		},
 		{
 			name: "orders removed",
 			next: func(s []*model.Service) []*model.Service { return replace(s, "orders.vm.internal", nil) },
-			want: []string{
+			want: append([]string{
 				" EDS -" + orders,
-				"envoy CDS -" + orders,
+			}, append(seChange("-", "orders.vm.internal"),
+				"envoy CDS -"+orders,
 				"envoy RDS +8080",
-				"grpc CDS -" + orders,
+				"grpc CDS -"+orders,
 				"grpc LDS -orders.vm.internal",
 				"grpc LDS -orders.vm.internal:8080",
 				"grpc RDS -orders.vm.internal:8080",
-			},
+			)...),
 			rebuilt: []string{"8080"},
 		},
 		{
 			name: "TCP owner of a port removed: the skipped service takes over",
 			next: func(s []*model.Service) []*model.Service { return replace(s, "cache.vm.internal", nil) },
-			want: []string{
-				" EDS -outbound|5432||cache.vm.internal",
+			want: append(append([]string{" EDS -outbound|5432||cache.vm.internal"}, seChange("-", "cache.vm.internal")...),
 				"envoy CDS -outbound|5432||cache.vm.internal",
 				"envoy LDS +0.0.0.0_5432",
-			},
+			),
 			rebuilt: []string{"0.0.0.0_5432"},
 		},
 		{
@@ -232,8 +232,7 @@ func TestTranslateIncremental(t *testing.T) {
 				return append(slices.Clone(s), &model.Service{Hostname: "new.vm.internal",
 					Ports: []model.Port{{Name: "http", Number: 7000, Protocol: model.ProtocolHTTP}}})
 			},
-			want: []string{
-				" EDS +outbound|7000||new.vm.internal",
+			want: append(append([]string{" EDS +outbound|7000||new.vm.internal"}, seChange("+", "new.vm.internal")...),
 				"envoy CDS +outbound|7000||new.vm.internal",
 				"envoy LDS +0.0.0.0_7000",
 				"envoy RDS +7000",
@@ -241,8 +240,8 @@ func TestTranslateIncremental(t *testing.T) {
 				"grpc LDS +new.vm.internal",
 				"grpc LDS +new.vm.internal:7000",
 				"grpc RDS +new.vm.internal:7000",
-			},
-			rebuilt: []string{"outbound|7000||new.vm.internal", "0.0.0.0_7000", "7000", "new.vm.internal", "new.vm.internal:7000"},
+			),
+			rebuilt: []string{"outbound|7000||new.vm.internal", "0.0.0.0_7000", "7000", "new.vm.internal", "new.vm.internal:7000", "meshfed/new.vm.internal"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

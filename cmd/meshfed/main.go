@@ -18,9 +18,6 @@ import (
 	"github.com/meshfed/meshfed/xds"
 )
 
-// version is set by the Makefile (-ldflags -X main.version=...).
-var version = "dev"
-
 // exitError carries a process exit code through cobra without printing.
 type exitError struct{ code int }
 
@@ -45,6 +42,9 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	bi := readBuildInfo()
+	root.Version = bi.Version
+	root.SetVersionTemplate(bi.String() + "\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(runCmd(), validateCmd(), statusCmd(), releaseCmd(), bootstrapCmd(), versionCmd())
@@ -71,9 +71,10 @@ func runCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
+			bi := readBuildInfo()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Version: version})
+			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Version: bi.Version, Revision: bi.Revision})
 			if err != nil {
 				return err
 			}
@@ -137,17 +138,6 @@ func validateCmd() *cobra.Command {
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())
 			return nil
-		},
-	}
-}
-
-func versionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "meshfed", version)
 		},
 	}
 }

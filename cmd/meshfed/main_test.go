@@ -80,6 +80,54 @@ func TestBootstrapNeedsOneKind(t *testing.T) {
 	}
 }
 
+func TestBootstrapIstio(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("s.yaml", "services: []\n")
+	for _, f := range []string{"c.pem", "k.pem", "ca.pem"} {
+		write(f, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+	}
+	reg := "registries:\n  - {name: vms, kind: file, domain: vm.internal, file: {path: s.yaml}}\n"
+	plain := write("plain.yaml", "xds: {address: 127.0.0.1:15010}\n"+reg)
+	tls := write("tls.yaml", "xds: {address: 10.0.0.9:15010, tls: {cert: c.pem, key: k.pem}}\n"+reg)
+	mtls := write("mtls.yaml", "xds: {address: 10.0.0.9:15010, tls: {cert: c.pem, key: k.pem, clientCA: ca.pem}}\n"+reg)
+	tests := []struct {
+		name string
+		args []string
+		want string // in stdout, or in the error when wantErr
+		bad  bool
+	}{
+		{name: "plain from the config", args: []string{"--config", plain}, want: "- address: xds://127.0.0.1:15010\n"},
+		{name: "TLS config needs the CA", args: []string{"--config", tls}, want: "--ca", bad: true},
+		{name: "TLS with the CA inline", args: []string{"--config", tls, "--ca", filepath.Join(dir, "ca.pem"), "--sni", "meshfed.example"},
+			want: "mode: SIMPLE\n    sni: \"meshfed.example\"\n    caCertificates: |\n      -----BEGIN CERTIFICATE-----"},
+		{name: "mTLS refused", args: []string{"--config", mtls}, want: "client certificate", bad: true},
+		{name: "listen address refused", args: []string{"--xds", "0.0.0.0:15010"}, want: "--xds HOST:PORT", bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, _, err := execute(t, append([]string{"bootstrap", "--istio"}, tt.args...)...)
+			if tt.bad {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("err = %v, want one mentioning %q (stdout %q)", err, tt.want, out)
+				}
+				return
+			}
+			if err != nil || !strings.Contains(out, tt.want) {
+				t.Fatalf("err %v, stdout %q, want %q", err, out, tt.want)
+			}
+		})
+	}
+}
+
 func TestWriteStatus(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)

@@ -24,7 +24,7 @@ func releaseCmd() *cobra.Command {
 			"/debug/registries/NAME/release on a running meshfed's admin address.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			base, err := adminBase(cmd, config, admin)
+			base, err := adminURL(cmd, config, admin)
 			if err != nil {
 				return err
 			}
@@ -58,9 +58,9 @@ func releaseCmd() *cobra.Command {
 	return c
 }
 
-// adminBase returns the admin API's base URL: --admin, else admin.address
+// adminURL returns the admin API's base URL: --admin, else admin.address
 // of --config.
-func adminBase(cmd *cobra.Command, config, admin string) (string, error) {
+func adminURL(cmd *cobra.Command, config, admin string) (string, error) {
 	if admin == "" {
 		cfg, err := federation.Load(config)
 		if err != nil {
@@ -69,8 +69,5 @@ func adminBase(cmd *cobra.Command, config, admin string) (string, error) {
 		}
 		admin = cfg.Admin.Address
 	}
-	if !strings.Contains(admin, "://") {
-		admin = "http://" + admin
-	}
-	return admin, nil
+	return adminBase(admin), nil
 }

@@ -15,12 +15,20 @@ import (
 )
 
 func statusCmd() *cobra.Command {
-	var config, admin string
+	var config string
+	var admins []string
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Show every registry and connected proxy with its sync state, read from a running meshfed's admin API",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(admins) > 1 {
+				return runDrift(cmd.OutOrStdout(), admins) // drift.go
+			}
+			admin := ""
+			if len(admins) == 1 {
+				admin = admins[0]
+			}
 			if admin == "" {
 				cfg, err := federation.Load(config)
 				if err != nil {
@@ -47,7 +55,7 @@ func statusCmd() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&config, "config", "clusters.yaml", "cluster registry file (for the admin address)")
-	c.Flags().StringVar(&admin, "admin", "", "admin address (overrides --config)")
+	c.Flags().StringArrayVar(&admins, "admin", nil, "admin address (overrides --config); repeat it to compare replicas' snapshot digests (exit 2 on drift)")
 	return c
 }
 
@@ -126,7 +134,12 @@ func oneLine(s string) string {
 	return s
 }
 
+// shortType shortens a type URL: Envoy's to the message name (Cluster),
+// Istio's MCP collections to <version>/<Kind> (v1/ServiceEntry).
 func shortType(u string) string {
+	if g, rest, ok := strings.Cut(u, "/"); ok && !strings.Contains(g, "googleapis") {
+		return rest
+	}
 	if i := strings.LastIndex(u, "."); i >= 0 {
 		return u[i+1:]
 	}

@@ -21,6 +21,8 @@ type Process struct {
 	Args []string
 	// Dir is the working directory; "" is the test's.
 	Dir string
+	// Env is added to the test's environment.
+	Env []string
 	// LogPath receives stdout and stderr, appended across restarts.
 	LogPath string
 	// MoreLogs are files the server writes itself (relative to Dir), shown
@@ -52,6 +54,9 @@ func (p *Process) Start() error {
 	}
 	cmd := exec.Command(p.Bin, p.Args...)
 	cmd.Dir = p.Dir
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

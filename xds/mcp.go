@@ -1,0 +1,324 @@
+package xds
+
+import (
+	"cmp"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	mcp "istio.io/api/mcp/v1alpha1"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// MCP-over-xDS (docs/architecture.md, §4 "istiod"): istiod's configSources
+// client (Istio's pkg/adsc) opens one SotW ADS stream and asks, by
+// <group>/<version>/<Kind> type URL, for MeshConfig and every config
+// collection it knows; it becomes ready only after each of them was
+// answered once, and each SotW response replaces the whole collection. The
+// resources are istio.mcp.v1alpha1.Resource messages: metadata (name
+// "<namespace>/<name>", labels, version) and the config as an Any body.
+//
+// meshfed serves every merged service as a ServiceEntry, translated from
+// the same snapshot as the proxies' resources (so quarantine, domain
+// ownership, hold-down and fail-static apply alike), and answers every
+// other collection in mcpTypes empty.
+
+// mcpResourceType is the Any type URL of each MCP resource.
+const mcpResourceType = "type.googleapis.com/istio.mcp.v1alpha1.Resource"
+
+// serviceEntryAnyType is the Any type URL of a ServiceEntry body: one
+// proto (v1alpha3) for every version of the collection.
+const serviceEntryAnyType = "type.googleapis.com/istio.networking.v1alpha3.ServiceEntry"
+
+// MCPNamespace is the namespace of every ServiceEntry meshfed serves.
+// Exported to every namespace ("*"), the ServiceEntries are visible to
+// all proxies; DestinationRules for them may live in any namespace that
+// imports them, as for Istio's own ServiceEntries.
+const MCPNamespace = "meshfed"
+
+// Labels meshfed sets on the ServiceEntries it serves.
+const (
+	// LabelManagedBy is app.kubernetes.io/managed-by=meshfed on every one.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelRegistries lists the source registries, sorted, joined by "_"
+	// (registry names are DNS labels, so "_" cannot occur in them).
+	LabelRegistries = "meshfed.io/registries"
+	// LabelRegistryPrefix + <registry> = "true" marks each source registry
+	// (select with registry.meshfed.io/<name>=true); endpoints carry
+	// LabelRegistry=<registry>.
+	LabelRegistryPrefix = "registry.meshfed.io/"
+	// LabelRegistry on a ServiceEntry endpoint is the registry it came from.
+	LabelRegistry = "meshfed.io/registry"
+)
+
+// mcpType is one Istio config collection meshfed answers over MCP. build
+// returns the resource of a service for that collection, or nil when the
+// collection holds nothing per service. Adding a collection (e.g.
+// VirtualService from a config source) is one entry here plus its
+// builder; the store, subscription index and protocol handling are
+// shared with every other type.
+type mcpType struct {
+	kind     string   // short name, used as the metrics label
+	typeURLs []string // <group>/<version>/<Kind>, every version istiod may ask for
+	build    func(*model.Service) *mcp.Resource
+}
+
+// mcpTypes are the collections of Istio's pilot schema set
+// (collections.Pilot) and MeshConfig. istiod waits for an answer to each
+// collection it asked for, so every one is answered, empty until meshfed
+// holds that type.
+var mcpTypes = []mcpType{
+	{kind: "ServiceEntry", build: serviceEntryResource, typeURLs: gvks("networking.istio.io", "ServiceEntry", "v1", "v1beta1", "v1alpha3")},
+	{kind: "WorkloadEntry", typeURLs: gvks("networking.istio.io", "WorkloadEntry", "v1", "v1beta1", "v1alpha3")},
+	{kind: "WorkloadGroup", typeURLs: gvks("networking.istio.io", "WorkloadGroup", "v1", "v1beta1", "v1alpha3")},
+	{kind: "VirtualService", typeURLs: gvks("networking.istio.io", "VirtualService", "v1", "v1beta1", "v1alpha3")},
+	{kind: "DestinationRule", typeURLs: gvks("networking.istio.io", "DestinationRule", "v1", "v1beta1", "v1alpha3")},
+	{kind: "Gateway", typeURLs: gvks("networking.istio.io", "Gateway", "v1", "v1beta1", "v1alpha3")},
+	{kind: "Sidecar", typeURLs: gvks("networking.istio.io", "Sidecar", "v1", "v1beta1", "v1alpha3")},
+	{kind: "EnvoyFilter", typeURLs: gvks("networking.istio.io", "EnvoyFilter", "v1alpha3")},
+	{kind: "ProxyConfig", typeURLs: gvks("networking.istio.io", "ProxyConfig", "v1beta1")},
+	{kind: "AuthorizationPolicy", typeURLs: gvks("security.istio.io", "AuthorizationPolicy", "v1", "v1beta1")},
+	{kind: "PeerAuthentication", typeURLs: gvks("security.istio.io", "PeerAuthentication", "v1", "v1beta1")},
+	{kind: "RequestAuthentication", typeURLs: gvks("security.istio.io", "RequestAuthentication", "v1", "v1beta1")},
+	{kind: "Telemetry", typeURLs: gvks("telemetry.istio.io", "Telemetry", "v1", "v1alpha1")},
+	{kind: "WasmPlugin", typeURLs: gvks("extensions.istio.io", "WasmPlugin", "v1alpha1")},
+	{kind: "TrafficExtension", typeURLs: gvks("extensions.istio.io", "TrafficExtension", "v1alpha1")},
+	{kind: "MeshConfig", typeURLs: []string{"core/v1alpha1/MeshConfig"}},
+}
+
+func gvks(group, kind string, versions ...string) []string {
+	out := make([]string, len(versions))
+	for i, v := range versions {
+		out[i] = group + "/" + v + "/" + kind
+	}
+	return out
+}
+
+// mcpByURL maps each MCP type URL to its type.
+var mcpByURL = func() map[string]*mcpType {
+	m := map[string]*mcpType{}
+	for i := range mcpTypes {
+		for _, u := range mcpTypes[i].typeURLs {
+			m[u] = &mcpTypes[i]
+		}
+	}
+	return m
+}()
+
+// MCPTypeURLs lists every MCP type URL meshfed answers, in table order.
+func MCPTypeURLs() []string {
+	var out []string
+	for _, t := range mcpTypes {
+		out = append(out, t.typeURLs...)
+	}
+	return out
+}
+
+// IsMCPType reports whether typeURL is an Istio config collection served
+// over MCP.
+func IsMCPType(typeURL string) bool { return mcpByURL[typeURL] != nil }
+
+// ServiceEntryTypeURL is the collection a current istiod asks for.
+const ServiceEntryTypeURL = "networking.istio.io/v1/ServiceEntry"
+
+// mcpKinds are the store collections of the MCP types: one per type URL,
+// shared by every client class.
+func mcpKinds() []Kind {
+	var out []Kind
+	for _, u := range MCPTypeURLs() {
+		out = append(out, Kind{TypeURL: u})
+	}
+	return out
+}
+
+// requiresFullState reports whether a SotW response of typeURL must carry
+// every resource the client subscribes to (absence means removal): Envoy's
+// LDS and CDS, and every MCP collection.
+func requiresFullState(typeURL string) bool {
+	return cache.ResourceRequiresFullStateInSotw(typeURL) || IsMCPType(typeURL)
+}
+
+// anyTypeURL is the Any type URL of resources served under typeURL: the
+// type URL itself for Envoy's types, the MCP Resource for MCP collections.
+func anyTypeURL(typeURL string) string {
+	if IsMCPType(typeURL) {
+		return mcpResourceType
+	}
+	return typeURL
+}
+
+// mcpShortType is the metrics label of an MCP type URL ("" if none).
+func mcpShortType(typeURL string) string {
+	if t := mcpByURL[typeURL]; t != nil {
+		return t.kind
+	}
+	return ""
+}
+
+// addMCP adds the MCP resources of svc to res.
+func addMCP(svc *model.Service, add func(Kind, string, types.Resource)) {
+	for i := range mcpTypes {
+		t := &mcpTypes[i]
+		if t.build == nil {
+			continue
+		}
+		r := t.build(svc)
+		if r == nil {
+			continue
+		}
+		for _, u := range t.typeURLs {
+			add(Kind{TypeURL: u}, r.GetMetadata().GetName(), r)
+		}
+	}
+}
+
+// Istio's validation of names and labels (pkg/config/labels): port names
+// are DNS-1123 labels; label keys are Kubernetes qualified names with an
+// optional DNS prefix; values are qualified names or empty.
+var (
+	dns1123Label = regexp.MustCompile(`^[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?$`)
+	labelKey     = regexp.MustCompile(`^([a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?)*/)?((?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$`)
+	labelValue   = regexp.MustCompile(`^((?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
+)
+
+func validPortName(n string) bool { return len(n) <= 63 && dns1123Label.MatchString(n) }
+
+func validLabel(k, v string) bool {
+	m := labelKey.FindStringSubmatch(k)
+	if m == nil || len(m[2]) > 63 || (len(m[1]) > 0 && len(m[1])-1 > 253) {
+		return false
+	}
+	return len(v) <= 63 && labelValue.MatchString(v)
+}
+
+// serviceEntryResource translates a service into the ServiceEntry istiod
+// receives, wrapped as an MCP Resource named <MCPNamespace>/<hostname>.
+//
+// Mapping (documented in the README, "Running beside istiod"):
+//   - hosts: the hostname; location MESH_INTERNAL (endpoints without an
+//     Istio sidecar get plain text: Istio's auto mTLS only applies to
+//     endpoints labelled security.istio.io/tlsMode=istio); exportTo "*".
+//   - resolution STATIC with IP endpoints, DNS for DNS services.
+//   - ports: protocol as in meshfed; a port name that Istio would refuse
+//     (not a DNS-1123 label, or repeated) becomes <protocol>-<number>.
+//   - endpoints: address, the port per service port name, labels (plus
+//     meshfed.io/registry; labels Istio would refuse are left out),
+//     locality, network, weight. Istio sends every ServiceEntry endpoint
+//     to proxies as healthy, so only HEALTHY and DEGRADED endpoints are
+//     listed: UNHEALTHY and DRAINING ones, which proxies of meshfed never
+//     pick for new requests, are left out. An endpoint that does not
+//     serve every port of the service is left out too (a ServiceEntry
+//     endpoint serves all its ports).
+//
+// Its metadata version is a hash of the ServiceEntry, so it changes
+// exactly when the content does. Everything built here passes Istio's
+// ServiceEntry validation, which refuses an entry whole on one bad field.
+func serviceEntryResource(svc *model.Service) *mcp.Resource {
+	se := &networking.ServiceEntry{
+		Hosts:    []string{svc.Hostname},
+		Location: networking.ServiceEntry_MESH_INTERNAL,
+		ExportTo: []string{"*"},
+	}
+	if svc.Resolution == model.ResolutionDNS {
+		se.Resolution = networking.ServiceEntry_DNS
+	} else {
+		se.Resolution = networking.ServiceEntry_STATIC
+	}
+	ports := slices.Clone(svc.Ports)
+	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
+	ports = slices.CompactFunc(ports, func(a, b model.Port) bool { return a.Number == b.Number })
+	names := make([]string, len(ports)) // SE port name of ports[i]
+	used := map[string]bool{}
+	for i, p := range ports {
+		n := p.Name
+		if !validPortName(n) || used[n] {
+			n = strings.ToLower(string(cmp.Or(p.Protocol, model.ProtocolTCP))) + "-" + strconv.FormatUint(uint64(p.Number), 10)
+		}
+		used[n] = true
+		names[i] = n
+		se.Ports = append(se.Ports, &networking.ServicePort{Number: p.Number, Protocol: string(cmp.Or(p.Protocol, model.ProtocolTCP)), Name: n})
+	}
+	// A duplicate (same address, network and ports) is served once, as in EDS.
+	seen := map[string]bool{}
+	for i := range svc.Endpoints {
+		we := workloadEntry(&svc.Endpoints[i], ports, names)
+		if we == nil {
+			continue
+		}
+		key := we.GetAddress() + "|" + we.GetNetwork()
+		for _, n := range names {
+			key += "|" + strconv.FormatUint(uint64(we.GetPorts()[n]), 10)
+		}
+		if !seen[key] {
+			seen[key] = true
+			se.Endpoints = append(se.Endpoints, we)
+		}
+	}
+	b, err := deterministic.Marshal(se)
+	if err != nil {
+		return nil // not expected: a ServiceEntry always marshals
+	}
+	labels := map[string]string{LabelManagedBy: "meshfed", LabelRegistries: strings.Join(svc.Sources, "_")}
+	for _, s := range svc.Sources {
+		if validLabel(LabelRegistryPrefix+s, "true") {
+			labels[LabelRegistryPrefix+s] = "true"
+		}
+	}
+	if !validLabel(LabelRegistries, labels[LabelRegistries]) {
+		delete(labels, LabelRegistries)
+	}
+	return &mcp.Resource{
+		Metadata: &mcp.Metadata{
+			Name:    MCPNamespace + "/" + svc.Hostname,
+			Version: cache.HashResource(b),
+			Labels:  labels,
+		},
+		// Deterministic bytes: an unchanged service rebuilds an equal resource.
+		Body: &anypb.Any{TypeUrl: serviceEntryAnyType, Value: b},
+	}
+}
+
+// workloadEntry is the ServiceEntry endpoint of e, or nil when it is left
+// out (see serviceEntryResource).
+func workloadEntry(e *model.Endpoint, ports []model.Port, names []string) *networking.WorkloadEntry {
+	if e.Health == model.Unhealthy || e.Health == model.Draining {
+		return nil
+	}
+	we := &networking.WorkloadEntry{Address: e.Address, Network: e.Source.Network, Locality: e.Locality.String()}
+	if e.Weight > 1 {
+		we.Weight = e.Weight
+	}
+	for i, p := range ports {
+		n, ok := e.PortFor(p)
+		if !ok {
+			return nil
+		}
+		if n != p.Number {
+			if we.Ports == nil {
+				we.Ports = map[string]uint32{}
+			}
+			we.Ports[names[i]] = n
+		}
+	}
+	for k, v := range e.Labels {
+		if validLabel(k, v) {
+			if we.Labels == nil {
+				we.Labels = map[string]string{}
+			}
+			we.Labels[k] = v
+		}
+	}
+	if e.Source.Registry != "" && validLabel(LabelRegistry, e.Source.Registry) {
+		if we.Labels == nil {
+			we.Labels = map[string]string{}
+		}
+		we.Labels[LabelRegistry] = e.Source.Registry
+	}
+	return we
+}

@@ -1,0 +1,148 @@
+package xds
+
+import (
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	mcp "istio.io/api/mcp/v1alpha1"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+func seOf(t *testing.T, r proto.Message) (*mcp.Metadata, *networking.ServiceEntry) {
+	t.Helper()
+	res, ok := r.(*mcp.Resource)
+	if !ok {
+		t.Fatalf("resource is %T, want an MCP Resource", r)
+	}
+	se := &networking.ServiceEntry{}
+	if err := res.GetBody().UnmarshalTo(se); err != nil {
+		t.Fatalf("body of %s: %v", res.GetMetadata().GetName(), err)
+	}
+	return res.GetMetadata(), se
+}
+
+func TestServiceEntryMapping(t *testing.T) {
+	t.Parallel()
+	svc := ordersSvc()
+	svc.Ports = append(svc.Ports, model.Port{Name: "Bad_Name", Number: 9000, Protocol: model.ProtocolHTTP})
+	svc.Endpoints[0].Labels = map[string]string{"version": "v1", "bad key!": "x"}
+	svc.Endpoints = append(svc.Endpoints,
+		model.Endpoint{Address: "10.0.0.8", Ports: map[string]uint32{"grpc": model.NotServed}}, // serves only one port
+		svc.Endpoints[0]) // duplicate: served once
+	md, se := seOf(t, serviceEntryResource(svc))
+	if md.GetName() != "meshfed/orders.vm.internal" {
+		t.Errorf("name = %q", md.GetName())
+	}
+	if got := md.GetLabels(); got[LabelRegistries] != "vms" || got[LabelRegistryPrefix+"vms"] != "true" || got[LabelManagedBy] != "meshfed" {
+		t.Errorf("labels = %v", got)
+	}
+	if !slices.Equal(se.GetHosts(), []string{"orders.vm.internal"}) || se.GetResolution() != networking.ServiceEntry_STATIC ||
+		se.GetLocation() != networking.ServiceEntry_MESH_INTERNAL || !slices.Equal(se.GetExportTo(), []string{"*"}) {
+		t.Errorf("entry = %v", se)
+	}
+	var ports []string
+	for _, p := range se.GetPorts() {
+		ports = append(ports, p.GetName()+"/"+p.GetProtocol())
+	}
+	if want := []string{"grpc/GRPC", "http-9000/HTTP"}; !slices.Equal(ports, want) {
+		t.Errorf("ports = %v, want %v", ports, want)
+	}
+	// Only 10.0.0.5 is healthy, serves every port and is not a duplicate.
+	if n := len(se.GetEndpoints()); n != 1 {
+		t.Fatalf("endpoints = %v, want only 10.0.0.5", se.GetEndpoints())
+	}
+	ep := se.GetEndpoints()[0]
+	if ep.GetAddress() != "10.0.0.5" || ep.GetPorts()["grpc"] != 18080 || ep.GetWeight() != 2 ||
+		ep.GetLocality() != "us-east/us-east-1a" || ep.GetLabels()["version"] != "v1" ||
+		ep.GetLabels()[LabelRegistry] != "vms" || len(ep.GetLabels()) != 2 {
+		t.Errorf("endpoint = %v", ep)
+	}
+
+	// The version changes exactly when the content does.
+	again, _ := seOf(t, serviceEntryResource(svc))
+	if again.GetVersion() != md.GetVersion() {
+		t.Errorf("version changed on rebuild: %s → %s", md.GetVersion(), again.GetVersion())
+	}
+	svc.Endpoints[0].Weight = 3
+	changed, _ := seOf(t, serviceEntryResource(svc))
+	if changed.GetVersion() == md.GetVersion() {
+		t.Error("version did not change with the content")
+	}
+
+	dns := &model.Service{Hostname: "api.ext.example", Resolution: model.ResolutionDNS,
+		Ports: []model.Port{{Name: "https", Number: 443, Protocol: model.ProtocolHTTP2}}, Endpoints: []model.Endpoint{{Address: "api.example.com"}}}
+	if _, se := seOf(t, serviceEntryResource(dns)); se.GetResolution() != networking.ServiceEntry_DNS || se.GetEndpoints()[0].GetAddress() != "api.example.com" {
+		t.Errorf("DNS entry = %v", se)
+	}
+}
+
+// TestMCPOverADS: a SotW client (as istiod) gets every collection it asks
+// for answered, empty or full; a delta client gets only the ServiceEntries
+// that changed.
+func TestMCPOverADS(t *testing.T) {
+	t.Parallel()
+	srv := NewServer(Options{})
+	first, changed, _ := fixtureSnapshots()
+	srv.Update(first)
+	addr := startServer(t, srv)
+	all := resourceNames(srv.tr.Resources(KindOf(ClassEnvoy, ServiceEntryTypeURL)))
+	if len(all) != first.Len() {
+		t.Fatalf("ServiceEntries %v, want one per service (%d)", all, first.Len())
+	}
+
+	sotw := dialADS(t, addr, envoyNode("istiod"), false)
+	for _, u := range []string{ServiceEntryTypeURL, "networking.istio.io/v1/VirtualService", "core/v1alpha1/MeshConfig"} {
+		sotw.subscribe(u)
+	}
+	got := map[string]int{}
+	for len(got) < 3 {
+		m := sotw.step(nil)
+		got[m.typeURL] = len(m.resources)
+	}
+	if got[ServiceEntryTypeURL] != len(all) || got["networking.istio.io/v1/VirtualService"] != 0 || got["core/v1alpha1/MeshConfig"] != 0 {
+		t.Errorf("first responses: %v", got)
+	}
+
+	delta := dialADS(t, addr, envoyNode("delta"), true)
+	delta.subscribe("networking.istio.io/v1alpha3/ServiceEntry")
+	m := delta.step(nil)
+	if !slices.Equal(m.names(), all) {
+		t.Fatalf("delta first response %v, want %v", m.names(), all)
+	}
+
+	srv.Update(changed) // one orders endpoint changed
+	m = delta.step(nil)
+	if want := []string{"meshfed/orders.vm.internal"}; !slices.Equal(m.names(), want) || len(m.removed) != 0 {
+		t.Errorf("delta update %v removed %v, want only %v", m.names(), m.removed, want)
+	}
+	// SotW carries the full set again (absence would mean removal).
+	m = sotw.step(nil)
+	if m.typeURL != ServiceEntryTypeURL || !slices.Equal(m.names(), all) {
+		t.Errorf("SotW update %s %v, want the full set", m.typeURL, m.names())
+	}
+	_, se := seOf(t, m.resources["meshfed/orders.vm.internal"])
+	if n := len(se.GetEndpoints()); n != 2 {
+		t.Errorf("orders endpoints %v, want the two healthy ones", se.GetEndpoints())
+	}
+
+	srv.Update(model.NewSnapshot(9, slices.DeleteFunc(slices.Clone(changed.Services()), func(s *model.Service) bool {
+		return s.Hostname == "orders.vm.internal"
+	})))
+	m = delta.step(nil)
+	if len(m.resources) != 0 || !slices.Equal(m.removed, []string{"meshfed/orders.vm.internal"}) {
+		t.Errorf("delta removal: resources %v removed %v", m.names(), m.removed)
+	}
+}
+
+// seChange is how changed() lists a ServiceEntry added (op "+") or
+// removed ("-"): once per collection version istiod may ask for.
+func seChange(op, host string) []string {
+	var out []string
+	for range mcpByURL[ServiceEntryTypeURL].typeURLs {
+		out = append(out, " ServiceEntry "+op+MCPNamespace+"/"+host)
+	}
+	return out
+}
