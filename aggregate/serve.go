@@ -176,6 +176,12 @@ func (a *Aggregator) rebuild(now time.Time) {
 	}
 	a.mu.Unlock()
 
+	changedAt := now // timers: when they fired
+	for _, j := range jobs {
+		if j.in != nil && !j.in.seen.IsZero() && j.in.seen.Before(changedAt) {
+			changedAt = j.in.seen
+		}
+	}
 	for _, j := range jobs {
 		lr := j.lr
 		log := a.log.With("registry", lr.opts.Name)
@@ -258,6 +264,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 	var snap *model.Snapshot
 	if len(changed) > 0 {
 		snap = model.NewSnapshot(a.snap.Load().Version+1, a.servicesInOrder(changed))
+		snap.Changed = changedAt
 		a.snap.Store(snap)
 		snapshotsTotal.Inc()
 	}

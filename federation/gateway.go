@@ -41,6 +41,10 @@ type GatewayOptions struct {
 	// the start-up log line.
 	Version  string
 	Revision string
+	// Level, when set, is the level of Logger's handler: PUT
+	// /debug/loglevel changes it at run time. Nil: a level variable of
+	// its own that changes nothing.
+	Level *slog.LevelVar
 }
 
 // Gateway wires one clusters.yaml into running parts: a supervised
@@ -55,7 +59,9 @@ type Gateway struct {
 	store    *statestore.Store // nil without state.dir
 	metrics  *prometheus.Registry
 	dyn      runtimeRegistries // guards cfg and entries too; registries started at runtime (launch.go)
-	serving  atomic.Bool       // xDS listener accepting
+	guard    *adminGuard
+	level    *slog.LevelVar
+	serving  atomic.Bool // xDS listener accepting
 	draining atomic.Bool
 	reloadMu sync.Mutex  // one Reload at a time
 	digests  digestCache // content digest of the served snapshot (digest.go)
@@ -82,7 +88,16 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		version:  o.Version,
 		revision: o.Revision,
 		metrics:  prometheus.NewRegistry(),
+		level:    o.Level,
 	}
+	if g.level == nil {
+		g.level = new(slog.LevelVar)
+	}
+	guard, err := newAdminGuard(cfg.Admin)
+	if err != nil {
+		return nil, err
+	}
+	g.guard = guard
 	g.dyn.cfg = cfg
 	g.dyn.entries = make(map[string]*entry)
 	var onAccepted func(model.ShardKey, []model.Service, []model.Rejection)
@@ -171,6 +186,20 @@ func (g *Gateway) Run(ctx context.Context) error {
 		xdsLis.Close()
 		return fmt.Errorf("admin.address: %w", err)
 	}
+	if t := g.config().Admin.TLS; t != nil {
+		tc, err := serverTLS(t)
+		if err != nil {
+			xdsLis.Close()
+			adminLis.Close()
+			return fmt.Errorf("admin.tls: %w", err)
+		}
+		if tc.ClientAuth == tls.RequireAndVerifyClientCert {
+			// Probes reach /healthz and /readyz without a certificate;
+			// adminGuard requires one for everything else.
+			tc.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+		adminLis = tls.NewListener(adminLis, tc)
+	}
 	gs, err := g.grpcServer()
 	if err != nil {
 		xdsLis.Close()
@@ -236,7 +265,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	stopSup()
 	if err := <-supDone; err != nil && !errors.Is(err, context.Canceled) {
-		g.log.Warn("supervisor stopped", "err", err)
+		g.log.Warn("supervisor stopped", "error", err)
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
@@ -298,7 +327,7 @@ func (g *Gateway) newRunner(r Registry, sink registries.Sink) *registries.Runner
 	rlog := g.log.With("registry", r.Name, "kind", r.Kind)
 	reg, err := r.Block.New(c, rlog)
 	if err != nil {
-		rlog.Error("registry cannot start", "err", err)
+		rlog.Error("registry cannot start", "error", err)
 		g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
 		return nil
 	}
@@ -319,7 +348,7 @@ func (g *Gateway) restore(r Registry) {
 	e, ok, err := g.store.Load(r.Name, r.Kind, cfg.State.MaxAge.Std())
 	switch {
 	case err != nil:
-		log.Warn("saved state not restored", "err", err)
+		log.Warn("saved state not restored", "error", err)
 	case ok && g.agg.Restore(r.Common().Shard(), e.Services, e.Rejected):
 		log.Info("restored saved state; served until the registry syncs", "services", len(e.Services),
 			"savedAt", e.SavedAt.Format(time.RFC3339))
@@ -332,7 +361,7 @@ func (g *Gateway) startLocked(e *entry) {
 	if g.dyn.sup == nil || e.runner == nil || e.added {
 		return
 	}
-	child := registries.NewSupervisor("registry "+e.cfg.Name, g.log.With("registry", e.cfg.Name))
+	child := registries.NewSupervisor("registry "+e.cfg.Name, g.log) // its events add the registry key
 	child.Add(e.runner)
 	e.token = g.dyn.sup.Add(child)
 	e.added = true
@@ -348,6 +377,6 @@ func (g *Gateway) stop(e *entry) {
 		return
 	}
 	if err := sup.RemoveAndWait(e.token, registries.SupervisorTimeout); err != nil {
-		g.log.Warn("registry did not stop cleanly", "registry", e.cfg.Name, "err", err)
+		g.log.Warn("registry did not stop cleanly", "registry", e.cfg.Name, "error", err)
 	}
 }

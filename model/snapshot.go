@@ -1,6 +1,9 @@
 package model
 
-import "sort"
+import (
+	"sort"
+	"time"
+)
 
 // Snapshot is an immutable, versioned view of every merged service.
 //
@@ -9,7 +12,12 @@ import "sort"
 // resources it already built.
 type Snapshot struct {
 	// Version increases with every snapshot an aggregator publishes.
-	Version  uint64
+	Version uint64
+	// Changed is when the aggregator received the oldest registry update
+	// this snapshot is the first to include (for a snapshot that a timer
+	// caused, such as a hold-down or outage expiry, when that fired). The
+	// xDS server measures convergence from it. Zero when unknown.
+	Changed  time.Time
 	services []*Service // sorted by hostname
 	byHost   map[string]*Service
 }

@@ -3,11 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/meshfed/meshfed/federation"
 )
@@ -24,12 +22,13 @@ const overallRow = "(overall)"
 // registry, each replica's digest (12 hex digits) and DRIFT where they
 // differ. It returns exitError{exitDrift} when any registry differs, and an
 // error when a replica cannot be read.
-func runDrift(w io.Writer, admins []string) error {
-	client := &http.Client{Timeout: 5 * time.Second}
-	digests := make([]federation.DigestInfo, len(admins))
-	for i, a := range admins {
-		if err := getJSON(client, adminBase(a)+"/debug/digestz", &digests[i]); err != nil {
-			return fmt.Errorf("--admin %s: %w", a, err)
+func runDrift(w io.Writer, clients []*adminClient) error {
+	admins := make([]string, len(clients))
+	digests := make([]federation.DigestInfo, len(clients))
+	for i, c := range clients {
+		admins[i] = c.base
+		if err := c.get("/debug/digestz", &digests[i]); err != nil {
+			return fmt.Errorf("--admin %s: %w", c.base, err)
 		}
 	}
 	drifted := writeDrift(w, admins, digests)
@@ -83,12 +82,4 @@ func writeDrift(w io.Writer, admins []string, digests []federation.DigestInfo) [
 	}
 	tw.Flush()
 	return drifted
-}
-
-// adminBase turns an admin address (host:port or URL) into a base URL.
-func adminBase(admin string) string {
-	if strings.Contains(admin, "://") {
-		return strings.TrimSuffix(admin, "/")
-	}
-	return "http://" + admin
 }

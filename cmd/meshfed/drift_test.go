@@ -11,15 +11,19 @@ import (
 	"github.com/meshfed/meshfed/federation"
 )
 
-// digestServer answers /debug/digestz with d, as a replica's admin API does.
+// digestServer answers /debug/digestz with d, as a replica's admin API
+// does, and reports no registries and no proxies (a healthy status).
 func digestServer(t *testing.T, d federation.DigestInfo) string {
 	t.Helper()
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/debug/digestz" {
+		switch r.URL.Path {
+		case "/debug/digestz":
+			_ = json.NewEncoder(w).Encode(d)
+		case "/healthz/registries", "/debug/syncz":
+			_, _ = w.Write([]byte("[]"))
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		_ = json.NewEncoder(w).Encode(d)
 	}))
 	t.Cleanup(s.Close)
 	return strings.TrimPrefix(s.URL, "http://")
@@ -83,10 +87,11 @@ func TestStatusDrift(t *testing.T) {
 		})
 	}
 
-	// An unreachable replica is an error naming it, not "no drift".
-	_, _, err := execute(t, "status", "--admin", a, "--admin", "127.0.0.1:1")
-	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Errorf("unreachable replica: err = %v", err)
+	// An unreachable replica is an error naming it (exit 1), not "no drift".
+	out, errOut, err := execute(t, "status", "--admin", a, "--admin", "127.0.0.1:1")
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != exitFailed || !strings.Contains(errOut, "127.0.0.1:1") || strings.Contains(out, "no drift") {
+		t.Errorf("unreachable replica: err = %v, stderr %q, stdout %q", err, errOut, out)
 	}
 }
 

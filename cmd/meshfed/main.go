@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/federation"
-	"github.com/meshfed/meshfed/xds"
 )
 
 // exitError carries a process exit code through cobra without printing.
@@ -47,7 +46,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetVersionTemplate(bi.String() + "\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(runCmd(), validateCmd(), statusCmd(), releaseCmd(), bootstrapCmd(), versionCmd())
+	root.AddCommand(runCmd(), validateCmd(), statusCmd(), proxyConfigCmd(), describeCmd(), releaseCmd(), bootstrapCmd(), versionCmd())
 	return root
 }
 
@@ -62,7 +61,8 @@ func runCmd() *cobra.Command {
 		Short: "Watch the registries in clusters.yaml and serve them over xDS",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			level := new(slog.LevelVar)
+			log, err := newLogger(cmd.ErrOrStderr(), level, logLevel, logFormat)
 			if err != nil {
 				return err
 			}
@@ -71,10 +71,24 @@ func runCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
+			// Files the xDS listener needs stop the start, with their line;
+			// registries re-read theirs on every start: a warning.
+			fatal := false
+			for _, p := range federation.CheckFiles(cfg) {
+				if strings.HasPrefix(p.Key, "xds.") {
+					fmt.Fprintln(cmd.ErrOrStderr(), p)
+					fatal = true
+					continue
+				}
+				log.Warn("a file named in the config has a problem", "problem", p.String())
+			}
+			if fatal {
+				return exitError{1}
+			}
 			bi := readBuildInfo()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Version: bi.Version, Revision: bi.Revision})
+			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Level: level, Version: bi.Version, Revision: bi.Revision})
 			if err != nil {
 				return err
 			}
@@ -108,13 +122,14 @@ func runCmd() *cobra.Command {
 	return c
 }
 
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if strings.EqualFold(level, "trace") {
-		lv = xds.LevelTrace
-	} else if err := lv.UnmarshalText([]byte(level)); err != nil {
+// newLogger builds the process logger; lv holds its level, which PUT
+// /debug/loglevel changes at run time.
+func newLogger(w io.Writer, lv *slog.LevelVar, level, format string) (*slog.Logger, error) {
+	l, err := federation.ParseLevel(level)
+	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	lv.Set(l)
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text":
@@ -128,12 +143,21 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 func validateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE",
-		Short: "Check a clusters.yaml; print every problem with its line and exit 1, or a summary and exit 0",
-		Args:  cobra.ExactArgs(1),
+		Short: "Check a clusters.yaml and the files it names; print every problem with its line and exit 1, or a summary and exit 0",
+		Long: `Check a clusters.yaml: its keys and values, conflicts between entries
+(names, domains, listeners on the same port), and every file it names (TLS
+certificate, key and CA, token and auth files, kubeconfigs, services files):
+missing, unreadable or not parsing. Every problem is printed as
+FILE:LINE:COL: KEY: MESSAGE; the exit code is then 1.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := federation.Load(args[0])
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return exitError{1}
+			}
+			if probs := federation.CheckFiles(cfg); len(probs) > 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), &federation.LoadError{Problems: probs})
 				return exitError{1}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())

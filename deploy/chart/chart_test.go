@@ -84,6 +84,7 @@ var nonDefault = chart.Options{
 		"state.volume.ephemeral.volumeClaimTemplate.spec.accessModes={ReadWriteOnce}",
 		"state.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage=1Gi",
 		"podDisruptionBudget.minAvailable=2",
+		"admin.tokenSecret=",
 	},
 	ValuesFiles: []string{"testdata/registries.yaml"},
 }
@@ -99,6 +100,13 @@ func clustersYAML(t *testing.T, objs []*unstructured.Unstructured) *federation.C
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The chart mounts the admin token Secret at /etc/meshfed/admin.
+	if err := os.MkdirAll(filepath.Join(dir, "admin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "admin", "token"), []byte("chart-test-token\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	// The chart mounts the ConfigMap at /etc/meshfed: point the paths at dir.
 	cfg := strings.ReplaceAll(data["clusters.yaml"], "/etc/meshfed/", dir+"/")
@@ -130,15 +138,20 @@ func TestRenderedConfigIsValid(t *testing.T) {
 			if !strings.Contains(cfg, "state:\n  dir: /var/lib/meshfed/state\n") {
 				t.Errorf("clusters.yaml lacks the state dir:\n%s", cfg)
 			}
-			if c := clustersYAML(t, objs); c.State.Dir != "/var/lib/meshfed/state" {
+			c := clustersYAML(t, objs)
+			if c.State.Dir != "/var/lib/meshfed/state" {
 				t.Errorf("state.dir = %q", c.State.Dir)
+			}
+			// The debug API is protected by default; non-default turns it off.
+			if wantToken := name == "default"; (c.Admin.TokenFile != "") != wantToken {
+				t.Errorf("admin.tokenFile = %q, want set: %v", c.Admin.TokenFile, wantToken)
 			}
 			o.Set = append(slices.Clone(o.Set), "state.enabled=false")
 			b, err = chart.Render(o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := clustersYAML(t, objects(t, b))
+			c = clustersYAML(t, objects(t, b))
 			if c.State.Dir != "" {
 				t.Errorf("state.enabled=false: state.dir = %q", c.State.Dir)
 			}

@@ -119,6 +119,7 @@ func (t TLS) isSet() bool { return t != TLS{} }
 var (
 	_ registries.Config       = (*Config)(nil)
 	_ registries.PathResolver = (*Config)(nil)
+	_ registries.FileReferrer = (*Config)(nil)
 )
 
 // ApplyDefaults implements registries.Config.
@@ -249,6 +250,30 @@ func (c *Config) ResolvePaths(dir string) {
 			*p = filepath.Join(dir, *p)
 		}
 	}
+}
+
+// Files implements registries.FileReferrer: the credential and TLS files,
+// for `meshfed validate`.
+func (c *Config) Files() []registries.FileRef {
+	var out []registries.FileRef
+	for _, f := range []struct{ key, path string }{
+		{"usernameFile", c.UsernameFile}, {"passwordFile", c.PasswordFile},
+		{"accessKeyFile", c.AccessKeyFile}, {"secretKeyFile", c.SecretKeyFile},
+	} {
+		if f.path != "" {
+			out = append(out, registries.FileRef{Key: f.key, Path: f.path, Check: registries.CheckNotEmpty})
+		}
+	}
+	if c.TLS.CAFile != "" {
+		out = append(out, registries.FileRef{Key: "tls.caFile", Path: c.TLS.CAFile, Check: registries.CheckPEMCertificates})
+	}
+	if c.TLS.CertFile != "" {
+		out = append(out, registries.FileRef{Key: "tls.certFile", Path: c.TLS.CertFile, Check: registries.CheckPEMCertificates})
+	}
+	if c.TLS.KeyFile != "" {
+		out = append(out, registries.FileRef{Key: "tls.keyFile", Path: c.TLS.KeyFile, Check: registries.CheckKeyPair(c.TLS.CertFile)})
+	}
+	return out
 }
 
 // New implements registries.Config. It does no network I/O; credential

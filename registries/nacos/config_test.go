@@ -26,18 +26,28 @@ func TestConfigGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ResolvePaths("/etc/meshfed")
+	dir, err := filepath.Abs(filepath.Join("testdata", "config")) // relative paths resolve against the file's directory
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := Config{
 		Servers: []string{"nacos-1:8848", "nacos-2:8848"}, ContextPath: "/nacos/", Transport: TransportHTTP,
 		GRPCPortOffset: 1001, Namespace: "prod", Groups: []string{"DEFAULT_GROUP", "payments"},
 		Services: []string{"order*", "billing"}, ListInterval: registries.Duration(5 * time.Second),
 		PollInterval: registries.Duration(3 * time.Second), ResyncInterval: DefaultResyncInterval, Timeout: registries.Duration(2 * time.Second),
-		UsernameFile: "/etc/meshfed/secrets/user", PasswordFile: "/etc/meshfed/secrets/password",
-		TLS:      TLS{Enabled: true, CAFile: "/etc/meshfed/ca.pem", ServerName: "nacos.internal"},
+		UsernameFile: dir + "/secrets/user", PasswordFile: dir + "/secrets/password",
+		TLS:      TLS{Enabled: true, CAFile: dir + "/ca.pem", ServerName: "nacos.internal"},
 		Protocol: model.ProtocolGRPC,
 	}
 	if !reflect.DeepEqual(*c, want) {
 		t.Errorf("config:\n got %+v\nwant %+v", *c, want)
+	}
+	var keys []string
+	for _, f := range c.Files() {
+		keys = append(keys, f.Key+"="+f.Path)
+	}
+	if got, want := strings.Join(keys, " "), "usernameFile="+dir+"/secrets/user passwordFile="+dir+"/secrets/password tls.caFile="+dir+"/ca.pem"; got != want {
+		t.Errorf("Files = %s, want %s", got, want)
 	}
 	for name, ok := range map[string]bool{"orders": true, "order": true, "billing": true, "billing2": false, "cart": false} {
 		if c.wanted(name) != ok {
@@ -79,7 +89,7 @@ func TestConfigBad(t *testing.T) {
 		{File: "bad-tls-pair.yaml", Key: "tls.keyFile", Err: "go together"},
 		{File: "bad-protocol.yaml", Key: "protocol", Err: "unknown protocol"},
 		{File: "bad-context-path.yaml", Key: "contextPath", Err: "does not start with /"},
-		{File: "bad-unknown-key.yaml", Err: "unknown field"},
+		{File: "bad-unknown-key.yaml", Err: "unknown key"},
 		{File: "bad-duration.yaml", Err: "bad duration"},
 	}) // the block holds file paths only, never a credential
 }

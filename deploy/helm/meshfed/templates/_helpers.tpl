@@ -38,6 +38,9 @@ xds:
   address: 0.0.0.0:{{ .Values.ports.xds }}
 admin:
   address: 0.0.0.0:{{ .Values.ports.admin }}
+{{- if .Values.admin.tokenSecret }}
+  tokenFile: /etc/meshfed/admin/token
+{{- end }}
 syncTimeout: {{ $c.syncTimeoutSeconds }}s
 debounce:{{ toYaml $c.debounce | nindent 2 }}
 {{- if .Values.state.enabled }}
