@@ -8,5 +8,6 @@ import (
 	_ "github.com/meshfed/meshfed/registries/eureka"
 	_ "github.com/meshfed/meshfed/registries/file"
 	_ "github.com/meshfed/meshfed/registries/kube"
+	_ "github.com/meshfed/meshfed/registries/nacos"
 	_ "github.com/meshfed/meshfed/registries/zookeeper"
 )
