@@ -186,6 +186,7 @@ type Aggregator struct {
 	mu        sync.Mutex
 	regs      map[string]*regState
 	subs      []func(*model.Snapshot)
+	config    *model.ConfigSnapshot // latest from SetConfig
 	conflicts []Conflict
 	unknown   map[model.ShardKey]bool // shards already logged as unknown
 	wasReady  bool                    // Ready has held once; latched
@@ -515,6 +516,17 @@ func (a *Aggregator) wake() {
 	case a.signal <- struct{}{}:
 	default:
 	}
+}
+
+// SetConfig hands the aggregator the user traffic configuration in force
+// (istioconfig). It is debounced with registry changes: the next snapshot
+// published carries it as Snapshot.Config, with the services unchanged if
+// only the configuration changed. c must not be modified afterwards.
+func (a *Aggregator) SetConfig(c *model.ConfigSnapshot) {
+	a.mu.Lock()
+	a.config = c
+	a.mu.Unlock()
+	a.wake()
 }
 
 // Subscribe registers fn to receive every snapshot published after Serve

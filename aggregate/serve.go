@@ -255,9 +255,13 @@ func (a *Aggregator) rebuild(now time.Time) {
 
 	conflicts := a.collectConflicts(names, now)
 
+	a.mu.Lock()
+	cfg := a.config
+	a.mu.Unlock()
 	var snap *model.Snapshot
-	if len(changed) > 0 {
-		snap = model.NewSnapshot(a.snap.Load().Version+1, a.servicesInOrder(changed))
+	if prev := a.snap.Load(); len(changed) > 0 || cfg != prev.Config {
+		snap = model.NewSnapshot(prev.Version+1, a.servicesInOrder(changed))
+		snap.Config = cfg
 		a.snap.Store(snap)
 		snapshotsTotal.Inc()
 	}

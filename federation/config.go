@@ -66,6 +66,9 @@ type Config struct {
 	// warm start; off without a dir.
 	State      State      `yaml:"state"`
 	Registries []Registry `yaml:"registries"`
+	// ConfigSources are directories of Istio networking YAML
+	// (VirtualService, DestinationRule): the user traffic API.
+	ConfigSources []ConfigSource `yaml:"configSources,omitempty"`
 	// Path is the file the config was loaded from.
 	Path string `yaml:"-"`
 }
@@ -145,6 +148,16 @@ type Registry struct {
 	// Block is the kind-specific block (`file:`, `consul:`...), decoded,
 	// defaulted, path-resolved and validated.
 	Block registries.Config `yaml:"-"`
+}
+
+// ConfigSource is one entry of `configSources:`: a watched directory of
+// multi-document Istio YAML (see package istioconfig).
+type ConfigSource struct {
+	// Name is unique across configSources and a DNS label.
+	Name string `yaml:"name"`
+	// Dir is the directory, made absolute against the directory of
+	// clusters.yaml.
+	Dir string `yaml:"dir"`
 }
 
 // Common returns the settings every registry gets from its entry.
@@ -414,6 +427,7 @@ func (l *loader) parse(data []byte) *Config {
 			})
 		}},
 		{key: "registries", required: true, set: func(p string, v ast.Node) { cfg.Registries = l.registries(p, v) }},
+		{key: "configSources", set: func(p string, v ast.Node) { cfg.ConfigSources = l.configSources(p, v) }},
 	})
 
 	applyDefaults(cfg)
@@ -526,6 +540,38 @@ func (l *loader) registries(path string, v ast.Node) []Registry {
 			l.nodes[p] = e
 		}
 		out[i] = l.registry(p, e)
+	}
+	return out
+}
+
+func (l *loader) configSources(path string, v ast.Node) []ConfigSource {
+	seq, ok := l.resolve(v).(*ast.SequenceNode)
+	if !ok {
+		l.addAtKey(path, "want a list of {name, dir}")
+		return nil
+	}
+	out := make([]ConfigSource, len(seq.Values))
+	seen := map[string]bool{}
+	for i, e := range seq.Values {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		l.nodes[p] = e
+		cs := &out[i]
+		l.mapping(p, e, e, []field{
+			{key: "name", required: true, set: func(p string, v ast.Node) {
+				s, ok := l.scalar(p, v)
+				switch {
+				case !ok:
+				case checkName(s) != nil:
+					l.addAtKey(p, "%v", checkName(s))
+				case seen[s]:
+					l.addAtKey(p, "duplicate config source name %q", s)
+				default:
+					seen[s] = true
+					cs.Name = s
+				}
+			}},
+			{key: "dir", required: true, set: func(p string, v ast.Node) { cs.Dir = l.filePath(p, v) }},
+		})
 	}
 	return out
 }

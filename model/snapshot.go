@@ -9,7 +9,10 @@ import "sort"
 // resources it already built.
 type Snapshot struct {
 	// Version increases with every snapshot an aggregator publishes.
-	Version  uint64
+	Version uint64
+	// Config is the user traffic configuration in force (nil: none). It
+	// flows beside the services through the aggregator's debounce.
+	Config   *ConfigSnapshot
 	services []*Service // sorted by hostname
 	byHost   map[string]*Service
 }
