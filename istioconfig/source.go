@@ -328,3 +328,26 @@ func Validate(dirs ...Dir) Status {
 	s.Reload()
 	return s.Status()
 }
+
+// ParseObjects decodes and validates the documents of one YAML file read
+// from data (named file in sources), without conflict checks: the valid
+// objects and the rejections. For tests and tools.
+func ParseObjects(file string, data []byte) ([]*model.ConfigObject, []Rejection) {
+	ps, err := decodeFile(file, data)
+	if err != nil {
+		return nil, []Rejection{{Source: file, Reason: err.Error()}}
+	}
+	var objs []*model.ConfigObject
+	var rej []Rejection
+	for _, p := range ps {
+		if p.err == nil {
+			p.err = validate(p)
+		}
+		if p.err != nil {
+			rej = append(rej, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Reason: p.err.Error()})
+			continue
+		}
+		objs = append(objs, &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash, Spec: p.spec})
+	}
+	return objs, rej
+}

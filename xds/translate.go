@@ -127,6 +127,7 @@ type Translator struct {
 	skipped  map[uint32][]Skipped
 	invalid  map[string]string
 	meta     metaCache
+	config   map[string]*model.ConfigObject // by Key: objects served over MCP
 }
 
 // NewTranslator returns a translator with no resources.
@@ -137,6 +138,7 @@ func NewTranslator() *Translator {
 		ports:    map[uint32]map[string]model.Protocol{},
 		skipped:  map[uint32][]Skipped{},
 		invalid:  map[string]string{},
+		config:   map[string]*model.ConfigObject{},
 	}
 	for _, k := range Kinds {
 		t.current[k] = map[string]types.Resource{}
@@ -203,6 +205,11 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	for _, port := range slices.Sorted(maps.Keys(dirty)) {
 		t.rebuildPort(port, ch)
 	}
+	var cfg *model.ConfigSnapshot
+	if snap != nil {
+		cfg = snap.Config
+	}
+	t.translateConfig(cfg, ch)
 	for _, c := range ch {
 		slices.Sort(c.Removed)
 		c.Removed = slices.Compact(c.Removed)
