@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
 )
@@ -126,7 +128,8 @@ func validateHTTPRoute(r *networking.HTTPRoute) error {
 					return fmt.Errorf(".fault.abort.httpStatus %d: want 200-599", e.HttpStatus)
 				}
 			case *networking.HTTPFaultInjection_Abort_GrpcStatus:
-				if _, ok := GRPCCodes[e.GrpcStatus]; !ok {
+				var c codes.Code
+				if err := c.UnmarshalJSON([]byte(strconv.Quote(e.GrpcStatus))); err != nil {
 					return fmt.Errorf(".fault.abort.grpcStatus %q: not a gRPC status name", e.GrpcStatus)
 				}
 			default:
@@ -222,15 +225,6 @@ var GRPCRetryOn = map[string]uint32{
 	"internal":           13,
 	"resource-exhausted": 8,
 	"unavailable":        14,
-}
-
-// GRPCCodes maps gRPC status names (as Istio's fault.abort.grpcStatus
-// takes them) to codes.
-var GRPCCodes = map[string]uint32{
-	"OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
-	"ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9,
-	"ABORTED": 10, "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14,
-	"DATA_LOSS": 15, "UNAUTHENTICATED": 16,
 }
 
 // validateDestinationRule checks dr.
