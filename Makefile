@@ -10,9 +10,21 @@ PKGS      := ./...
 # so a second `make test` (and CI on the same machine) does not rebuild them.
 export MESHFED_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/meshfed
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X main.version=$(VERSION)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -X main.version=$(VERSION) -X main.revision=$(REVISION)
+# Release builds: static, stripped, no local paths, commit time as mtime.
+DIST      := dist
+RELEASE_LDFLAGS := -s -w $(LDFLAGS)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+# Versions without the leading v (goreleaser's {{.Version}}; Debian needs a digit first).
+vless       := $(patsubst v%,%,$(VERSION))
+PKG_VERSION := $(if $(filter 0% 1% 2% 3% 4% 5% 6% 7% 8% 9%,$(vless)),$(vless),0.0.0~$(vless))
+IMAGE     ?= ghcr.io/meshfed/meshfed:$(VERSION)
+# tools/dist is its own module (go-containerregistry, nfpm).
+DISTTOOL  := $(GO) -C tools/dist run ./cmd/meshfed-dist
+ARCHES    := amd64 arm64
 
-.PHONY: all build run test test-deps unit lint fmt bench fuzz testservers clean
+.PHONY: all build run test test-deps unit lint fmt bench fuzz testservers clean manifests image deb release
 
 all: build
 
@@ -29,6 +41,7 @@ test-deps:
 
 test: test-deps lint
 	MESHFED_REQUIRE_SERVERS=1 $(GO) test -timeout 40m -count=1 $(PKGS)
+	MESHFED_REQUIRE_SERVERS=1 $(GO) -C tools/dist test -count=1 ./...
 
 # unit runs the fast tests only; tests that need real servers skip.
 unit:
@@ -36,8 +49,48 @@ unit:
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	$(GO) -C tools/dist vet ./...
+	@tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; $(GO) run ./deploy/chart/cmd/render -o $$tmp && \
+	  diff -u deploy/kubernetes/meshfed.yaml $$tmp || { echo "deploy/kubernetes/meshfed.yaml differs from deploy/helm/meshfed: run make manifests"; exit 1; }
+
+# manifests renders the Helm chart with its default values into the plain
+# manifest (make lint fails when they differ).
+manifests:
+	$(GO) run ./deploy/chart/cmd/render -o deploy/kubernetes/meshfed.yaml
+
+$(DIST)/build/linux_%/meshfed: FORCE
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o $@ ./cmd/meshfed
+
+# image builds the OCI image without a daemon: $(DIST)/meshfed-image_<v>_linux_amd64.tar
+# (docker/podman load) and the OCI layout $(DIST)/oci (skopeo, crane).
+image: $(DIST)/build/linux_amd64/meshfed
+	$(DISTTOOL) image -binary $(CURDIR)/$< -arch amd64 -version $(VERSION) -revision $(REVISION) \
+	  -created $(SOURCE_DATE_EPOCH) -ref $(IMAGE) \
+	  -tar $(CURDIR)/$(DIST)/meshfed-image_$(PKG_VERSION)_linux_amd64.tar -layout $(CURDIR)/$(DIST)/oci
+
+# deb builds $(DIST)/meshfed_<v>_<arch>.deb (binary, systemd unit, /etc/meshfed) with nfpm.
+deb: $(addprefix $(DIST)/build/linux_,$(addsuffix /meshfed,$(ARCHES)))
+	@for a in $(ARCHES); do \
+	  $(DISTTOOL) deb -root $(CURDIR) -binary $(CURDIR)/$(DIST)/build/linux_$$a/meshfed -arch $$a \
+	    -version $(PKG_VERSION) -o $(CURDIR)/$(DIST)/meshfed_$(PKG_VERSION)_$$a.deb || exit 1; done
+
+# release cross-builds linux/amd64 and linux/arm64 archives (goreleaser's
+# layout: meshfed_<version>_linux_<arch>.tar.gz) and Debian packages, with
+# SHA-256 checksums, into $(DIST). Nothing is published.
+release: deb
+	@set -e; for a in $(ARCHES); do \
+	  d=$(DIST)/build/meshfed_$(PKG_VERSION)_linux_$$a; rm -rf $$d; mkdir -p $$d; \
+	  cp $(DIST)/build/linux_$$a/meshfed README.md CHANGELOG.md $$d/; cp -r deploy/systemd $$d/systemd; \
+	  tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
+	    -C $(DIST)/build -cf - meshfed_$(PKG_VERSION)_linux_$$a | gzip -n > $(DIST)/meshfed_$(PKG_VERSION)_linux_$$a.tar.gz; \
+	done
+	cd $(DIST) && sha256sum meshfed_$(PKG_VERSION)_*.tar.gz meshfed_$(PKG_VERSION)_*.deb > meshfed_$(PKG_VERSION)_checksums.txt
+	@cat $(DIST)/meshfed_$(PKG_VERSION)_checksums.txt
+
+FORCE:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -55,4 +108,4 @@ testservers:
 	@./tools/testservers/build.sh all
 
 clean:
-	rm -rf bin
+	rm -rf bin $(DIST)

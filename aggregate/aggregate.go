@@ -70,26 +70,24 @@ const kindKubernetes = "kubernetes"
 const (
 	DefaultHoldDown    = time.Minute
 	DefaultSyncTimeout = 30 * time.Second
-	DefaultExpireAfter = 10 * time.Minute
+	DefaultExpireAfter = registries.DefaultExpireAfter
 )
 
 // Policy says what happens to a registry's services when its outage lasts
 // longer than Outage.ExpireAfter.
-type Policy string
+type Policy = registries.OutagePolicy
 
 // Outage policies.
 const (
 	// PolicyKeep keeps serving the last good state (the default).
-	PolicyKeep Policy = "keep"
+	PolicyKeep = registries.OutageKeep
 	// PolicyExpire withdraws the registry's services until it syncs again.
-	PolicyExpire Policy = "expire"
+	PolicyExpire = registries.OutageExpire
 )
 
-// Outage is a registry's `outage:` block.
-type Outage struct {
-	Policy      Policy        // "" is PolicyKeep
-	ExpireAfter time.Duration // 0 is DefaultExpireAfter
-}
+// Outage is a registry's `outage:` block; its zero fields mean the
+// defaults (keep, 10m).
+type Outage = registries.Outage
 
 // RegistryOptions are the aggregate-relevant settings of one clusters.yaml
 // registry entry.
@@ -102,12 +100,7 @@ type RegistryOptions struct {
 }
 
 func (o RegistryOptions) withDefaults() RegistryOptions {
-	if o.Outage.Policy == "" {
-		o.Outage.Policy = PolicyKeep
-	}
-	if o.Outage.ExpireAfter <= 0 {
-		o.Outage.ExpireAfter = DefaultExpireAfter
-	}
+	o.Outage.ApplyDefaults()
 	return o
 }
 
@@ -183,13 +176,14 @@ type Aggregator struct {
 	serving atomic.Bool
 	snap    atomic.Pointer[model.Snapshot]
 
-	mu        sync.Mutex
-	regs      map[string]*regState
-	subs      []func(*model.Snapshot)
-	config    *model.ConfigSnapshot // latest from SetConfig
-	conflicts []Conflict
-	unknown   map[model.ShardKey]bool // shards already logged as unknown
-	wasReady  bool                    // Ready has held once; latched
+	mu         sync.Mutex
+	regs       map[string]*regState
+	subs       []func(*model.Snapshot)
+	config     *model.ConfigSnapshot // latest from SetConfig
+	configSeen time.Time             // when SetConfig last changed it
+	conflicts  []Conflict
+	unknown    map[model.ShardKey]bool // shards already logged as unknown
+	wasReady   bool                    // Ready has held once; latched
 
 	// Owned by the Serve goroutine.
 	loop           map[string]*loopReg
@@ -227,7 +221,8 @@ type regState struct {
 type input struct {
 	services []model.Service
 	rejected []model.Rejection
-	restored bool // from Restore, not from the registry
+	seen     time.Time // when the oldest Replace this input stands for arrived
+	restored bool      // from Restore, not from the registry
 }
 
 // New returns an aggregator whose Snapshot is the empty version 0.
@@ -273,8 +268,8 @@ func New(o Options) *Aggregator {
 // aggregator has been ready does not make it unready (see Ready).
 func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	o = o.withDefaults()
-	if o.Outage.Policy != PolicyKeep && o.Outage.Policy != PolicyExpire {
-		a.log.Warn("unknown outage policy, using keep", "registry", o.Name, "policy", o.Outage.Policy)
+	if err := o.Outage.Validate(); err != nil {
+		a.log.Warn("bad outage block, using keep", "registry", o.Name, "err", err)
 		o.Outage.Policy = PolicyKeep
 	}
 	now := a.now()
@@ -285,6 +280,10 @@ func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	} else {
 		a.regs[o.Name] = &regState{opts: o, added: now, since: now, late: a.wasReady}
 		setStateMetric(o.Name, registries.Starting)
+		// Series exist at 0 from the start, for rate() and alerts.
+		holddownsTotal.WithLabelValues(o.Name)
+		registryServices.WithLabelValues(o.Name)
+		registryEndpoints.WithLabelValues(o.Name)
 	}
 	delete(a.unknown, o.Shard())
 	a.mu.Unlock()
@@ -347,7 +346,11 @@ func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rej
 		a.mu.Unlock()
 		return
 	}
-	rs.pending = &input{services: services, rejected: rejected}
+	seen := now
+	if rs.pending != nil && !rs.pending.seen.IsZero() {
+		seen = rs.pending.seen // replaces an update not yet built: keep its age
+	}
+	rs.pending = &input{services: services, rejected: rejected, seen: seen}
 	rs.synced = true
 	rs.lastSync = now
 	rs.lastError = ""
@@ -524,7 +527,9 @@ func (a *Aggregator) wake() {
 // only the configuration changed. c must not be modified afterwards.
 func (a *Aggregator) SetConfig(c *model.ConfigSnapshot) {
 	a.mu.Lock()
-	a.config = c
+	if c != a.config {
+		a.config, a.configSeen = c, a.now()
+	}
 	a.mu.Unlock()
 	a.wake()
 }

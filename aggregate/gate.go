@@ -14,7 +14,7 @@ import (
 )
 
 // The rules below are those conforming xDS clients apply to what meshfed
-// serves (docs/architecture.md, "one rule at the gate"). They live in the
+// serves (docs/architecture.md §3.4, normalization gate). They live in the
 // gate so that no registry can reopen them: an item that would make Envoy
 // or grpc-go reject a whole resource (NACK) is quarantined alone, and its
 // siblings are served.
@@ -164,7 +164,7 @@ func scaledConflict(registry, host string, sum uint64) Conflict {
 }
 
 // Gate runs the normalization gate alone on one registry's full state, as
-// Replace does (docs/architecture.md, "one rule at the gate"): it returns
+// Replace does (docs/architecture.md §3.4, normalization gate): it returns
 // the services that would be served, sorted by hostname, and every item
 // kept out or altered. It is pure; fuzz tests and tools use it to check a
 // registry's output without running an Aggregator.

@@ -41,6 +41,8 @@ var (
 var allCategories = []string{CategoryInvalid, CategoryDuplicate, CategoryDomain, CategoryPortMismatch,
 	CategoryResolutionMismatch, CategoryHoldDown, CategoryRegistry, CategoryScaled}
 
+func init() { setConflictMetrics(nil) } // every category at 0 from the start
+
 // Collectors returns the package's metrics, for the wiring to register once.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{registryState, registryServices, registryEndpoints, conflictsGauge,

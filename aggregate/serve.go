@@ -176,6 +176,12 @@ func (a *Aggregator) rebuild(now time.Time) {
 	}
 	a.mu.Unlock()
 
+	changedAt := now // timers: when they fired
+	for _, j := range jobs {
+		if j.in != nil && !j.in.seen.IsZero() && j.in.seen.Before(changedAt) {
+			changedAt = j.in.seen
+		}
+	}
 	for _, j := range jobs {
 		lr := j.lr
 		log := a.log.With("registry", lr.opts.Name)
@@ -256,12 +262,16 @@ func (a *Aggregator) rebuild(now time.Time) {
 	conflicts := a.collectConflicts(names, now)
 
 	a.mu.Lock()
-	cfg := a.config
+	cfg, cfgSeen := a.config, a.configSeen
 	a.mu.Unlock()
 	var snap *model.Snapshot
 	if prev := a.snap.Load(); len(changed) > 0 || cfg != prev.Config {
+		if cfg != prev.Config && !cfgSeen.IsZero() && cfgSeen.Before(changedAt) {
+			changedAt = cfgSeen
+		}
 		snap = model.NewSnapshot(prev.Version+1, a.servicesInOrder(changed))
 		snap.Config = cfg
+		snap.Changed = changedAt
 		a.snap.Store(snap)
 		snapshotsTotal.Inc()
 	}

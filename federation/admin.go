@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -59,7 +63,9 @@ type EndpointInfo struct {
 	Network  string            `json:"network,omitempty"`
 }
 
-// Handler serves the admin API (DESIGN §5).
+// Handler serves the admin API and the status page (docs/architecture.md,
+// admin API) behind the access policy of admin: (adminGuard). Every route
+// names its method; the mux answers 405 to others.
 func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -70,12 +76,16 @@ func (g *Gateway) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, g.RegistryHealth())
 	})
 	mux.HandleFunc("GET /healthz/registries/{name}", g.registryHealth)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics, promhttp.HandlerOpts{}))
+
+	mux.HandleFunc("GET /{$}", g.statusPage)
+	mux.HandleFunc("GET /registries/{name}", g.registryPage)
+	mux.Handle("GET /static/", staticHandler())
+	mux.HandleFunc("GET /login", g.guard.loginForm)
+	mux.HandleFunc("POST /login", g.guard.login)
+
 	mux.HandleFunc("GET /debug/registryz", func(w http.ResponseWriter, _ *http.Request) {
-		restored := map[string]bool{}
-		for _, st := range g.agg.Registries() {
-			restored[st.Name] = st.Restored
-		}
-		writeJSON(w, http.StatusOK, serviceInfos(g.agg.Snapshot(), restored))
+		writeJSON(w, http.StatusOK, g.ServiceInfos())
 	})
 	mux.HandleFunc("POST /debug/registries/{name}/release", g.release)
 	mux.HandleFunc("GET /debug/endpointz", g.endpointz)
@@ -89,12 +99,67 @@ func (g *Gateway) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, nonNil(g.xds.Proxies()))
 	})
 	mux.HandleFunc("GET /debug/config_dump", g.configDump)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
+	mux.HandleFunc("GET /debug/digestz", g.digestz)
+	mux.HandleFunc("GET /debug/loglevel", g.getLogLevel)
+	mux.HandleFunc("PUT /debug/loglevel", g.setLogLevel)
+	if g.config().Admin.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	return g.guard.wrap(mux)
+}
+
+// getLogLevel answers {"level": "INFO"}.
+func (g *Gateway) getLogLevel(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"level": levelName(g.level.Level())})
+}
+
+// setLogLevel sets the level of every logger of the process from
+// ?level= or a JSON body {"level": "debug"}: trace, debug, info, warn or
+// error. It answers the new level.
+func (g *Gateway) setLogLevel(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("level")
+	if name == "" {
+		var body struct {
+			Level string `json:"level"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1024)).Decode(&body); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want ?level= or a JSON body {\"level\": \"debug\"}"})
+			return
+		}
+		name = body.Level
+	}
+	lv, err := ParseLevel(name)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	old := g.level.Level()
+	g.level.Set(lv)
+	g.log.Info("log level changed", "level", levelName(lv), "was", levelName(old))
+	writeJSON(w, http.StatusOK, map[string]string{"level": levelName(lv)})
+}
+
+// ParseLevel reads trace, debug, info, warn or error (any case).
+func ParseLevel(s string) (slog.Level, error) {
+	if strings.EqualFold(s, "trace") {
+		return xds.LevelTrace, nil
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log level %q: want trace, debug, info, warn or error", s)
+	}
+	return lv, nil
+}
+
+func levelName(l slog.Level) string {
+	if l == xds.LevelTrace {
+		return "TRACE"
+	}
+	return l.String()
 }
 
 // RegistryHealth returns every registry's status with its restart count.
@@ -219,6 +284,16 @@ const (
 	CategoryXDSSkipped = "xds-skipped" // a TCP port another service owns on Envoy listeners
 	CategoryXDSInvalid = "xds-invalid" // resources that failed validation; the service is not served
 )
+
+// ServiceInfos is /debug/registryz: the merged services of the current
+// snapshot.
+func (g *Gateway) ServiceInfos() []ServiceInfo {
+	restored := map[string]bool{}
+	for _, st := range g.agg.Registries() {
+		restored[st.Name] = st.Restored
+	}
+	return serviceInfos(g.agg.Snapshot(), restored)
+}
 
 func serviceInfos(snap *model.Snapshot, restored map[string]bool) []ServiceInfo {
 	out := make([]ServiceInfo, 0, snap.Len())

@@ -1,19 +1,20 @@
 // Package federation loads clusters.yaml, wires the registries, the
 // aggregator and the xDS server together, and supervises them.
 //
-// This file holds the clusters.yaml (schema v1) types, their defaults and
-// their validation. Load and Parse are strict: unknown keys, missing
-// required keys, bad values and cross-entry conflicts are all reported,
-// each with the file, line and key it is about.
+// This file holds the clusters.yaml (schema v1) types with their defaults
+// and validation, each type in its own ApplyDefaults and Validate methods.
+// load.go reads the file through registries/yamlconf, the one decoding
+// path (YAML 1.2): unknown keys, missing required keys, bad values and
+// cross-entry conflicts are all reported in one pass, each with the file,
+// line, column and key it is about. Adding a key is adding a field with a
+// yaml tag, its default in ApplyDefaults and its checks in Validate.
 package federation
 
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,17 +22,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+	"go.yaml.in/yaml/v4"
+	"golang.org/x/net/idna"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/yamlconf"
 	"github.com/meshfed/meshfed/xds"
 )
 
-// Defaults of clusters.yaml. applyDefaults is the only place that applies
-// them.
+// Defaults of clusters.yaml. The ApplyDefaults methods are the only place
+// that applies them.
 const (
 	DefaultXDSAddress    = "127.0.0.1:15010"
 	DefaultAdminAddress  = "127.0.0.1:15014"
@@ -41,8 +42,8 @@ const (
 	// (PILOT_DEBOUNCE_AFTER, 100ms); see bench/analysis.md (S2).
 	DefaultDebounceMax  = Duration(100 * time.Millisecond)
 	DefaultSyncTimeout  = Duration(30 * time.Second)
-	DefaultOutagePolicy = OutageKeep
-	DefaultExpireAfter  = Duration(10 * time.Minute)
+	DefaultOutagePolicy = registries.DefaultOutagePolicy
+	DefaultExpireAfter  = registries.DefaultExpireAfter
 	// DefaultMaxDeleteRatio holds back an update that would drop more than
 	// half of a registry's endpoints (a truncated services file,
 	// `services: []`, a registry answering with an empty catalog) until it
@@ -65,12 +66,15 @@ type Config struct {
 	// State is where each registry's last accepted state is kept for a
 	// warm start; off without a dir.
 	State      State      `yaml:"state"`
-	Registries []Registry `yaml:"registries"`
+	Registries []Registry `yaml:"registries" yamlconf:"required"`
 	// ConfigSources are directories of Istio networking YAML
 	// (VirtualService, DestinationRule): the user traffic API.
 	ConfigSources []ConfigSource `yaml:"configSources,omitempty"`
 	// Path is the file the config was loaded from.
 	Path string `yaml:"-"`
+	// root is the file's node tree, for positions of later problems
+	// (CheckFiles).
+	root *yaml.Node
 }
 
 // XDS is the ADS gRPC listener.
@@ -87,20 +91,20 @@ type XDS struct {
 // them ends the stream with RESOURCE_EXHAUSTED (see xds.Limits).
 type XDSLimits struct {
 	// MaxTypeURLs is how many type URLs one stream may subscribe to.
-	MaxTypeURLs int `yaml:"maxTypeURLs"`
+	MaxTypeURLs int `yaml:"maxTypeURLs" yamlconf:"positive"`
 	// MaxNames is how many resource names one stream may subscribe to,
 	// over all its type URLs.
-	MaxNames int `yaml:"maxNames"`
+	MaxNames int `yaml:"maxNames" yamlconf:"positive"`
 }
 
-// TLS holds PEM file paths, made absolute against the directory of
-// clusters.yaml.
-type TLS struct {
-	Cert string `yaml:"cert"`
-	Key  string `yaml:"key"`
-	// ClientCA, when set, makes the server require client certificates
-	// signed by it (mTLS).
-	ClientCA string `yaml:"clientCA,omitempty"`
+// ApplyDefaults sets 64 type URLs and 100,000 names.
+func (l *XDSLimits) ApplyDefaults() {
+	if l.MaxTypeURLs == 0 {
+		l.MaxTypeURLs = xds.DefaultMaxTypeURLs
+	}
+	if l.MaxNames == 0 {
+		l.MaxNames = xds.DefaultMaxNames
+	}
 }
 
 // State is the warm-start state directory (`state:`).
@@ -113,9 +117,82 @@ type State struct {
 	MaxAge Duration `yaml:"maxAge"`
 }
 
+// ApplyDefaults sets maxAge 24h; dir has no default (unset is off).
+func (s *State) ApplyDefaults() {
+	if s.MaxAge == 0 {
+		s.MaxAge = DefaultStateMaxAge
+	}
+}
+
+// ResolvePaths makes Dir absolute against dir, the directory of
+// clusters.yaml.
+func (s *State) ResolvePaths(dir string) {
+	if s.Dir != "" && !filepath.IsAbs(s.Dir) {
+		s.Dir = filepath.Join(dir, s.Dir)
+	}
+}
+
+// ConfigSource is one entry of `configSources:`: a watched directory of
+// multi-document Istio YAML (see package istioconfig).
+type ConfigSource struct {
+	// Name is unique across configSources and a DNS label.
+	Name string `yaml:"name" yamlconf:"required"`
+	// Dir is the directory, made absolute against the directory of
+	// clusters.yaml.
+	Dir string `yaml:"dir" yamlconf:"required"`
+}
+
+// ResolvePaths makes Dir absolute against dir, the directory of
+// clusters.yaml.
+func (c *ConfigSource) ResolvePaths(dir string) {
+	if c.Dir != "" && !filepath.IsAbs(c.Dir) {
+		c.Dir = filepath.Join(dir, c.Dir)
+	}
+}
+
+// Validate checks the name and that dir is set.
+func (c *ConfigSource) Validate() error {
+	var errs []error
+	if err := checkName(c.Name); err != nil {
+		errs = append(errs, registries.FieldErr("name", "%v", err))
+	}
+	if c.Dir == "" {
+		errs = append(errs, registries.FieldErr("dir", "must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// TLS holds PEM file paths, made absolute against the directory of
+// clusters.yaml.
+type TLS struct {
+	Cert string `yaml:"cert" yamlconf:"required"`
+	Key  string `yaml:"key" yamlconf:"required"`
+	// ClientCA, when set, makes the server require client certificates
+	// signed by it (mTLS).
+	ClientCA string `yaml:"clientCA,omitempty"`
+}
+
 // Admin is the admin HTTP listener (health, debug, metrics).
+//
+// /healthz, /readyz, /healthz/registries[/{name}] and /metrics are always
+// open. Everything else (the status page, /debug/*, pprof) requires what
+// is configured: the bearer token of TokenFile, a client certificate
+// signed by TLS.ClientCA, or both; with neither it is open, which suits a
+// loopback address only. Mutating endpoints require the token whenever
+// TokenFile is set. See docs/architecture.md (admin API).
 type Admin struct {
 	Address string `yaml:"address"`
+	// TokenFile, when set, holds the bearer token (surrounding whitespace
+	// ignored) that protected endpoints require in
+	// "Authorization: Bearer <token>". It is read at start; the token is
+	// never logged or echoed.
+	TokenFile string `yaml:"tokenFile,omitempty"`
+	// TLS, when set, makes the admin listener serve HTTPS; with ClientCA it
+	// asks for client certificates, and protected endpoints require one
+	// signed by ClientCA (the open endpoints do not, so probes work).
+	TLS *TLS `yaml:"tls,omitempty"`
+	// Pprof serves /debug/pprof/ (protected like /debug/*); off by default.
+	Pprof bool `yaml:"pprof,omitempty"`
 }
 
 // Debounce sets how snapshot rebuilds are coalesced: a rebuild happens
@@ -129,12 +206,13 @@ type Debounce struct {
 // Registry is one entry of `registries:`.
 type Registry struct {
 	// Name is unique across the file and a DNS label.
-	Name string `yaml:"name"`
+	Name string `yaml:"name" yamlconf:"required"`
 	// Kind is one of Kinds().
-	Kind string `yaml:"kind"`
-	// Domain is a lowercase DNS name without trailing dot; the registry's
-	// hostnames are <service>.<domain>.
-	Domain string `yaml:"domain"`
+	Kind string `yaml:"kind" yamlconf:"required"`
+	// Domain is a lowercase ASCII DNS name without trailing dot (IDNA
+	// names in their punycode form); the registry's hostnames are
+	// <service>.<domain>.
+	Domain string `yaml:"domain" yamlconf:"required"`
 	// Locality is the default region/zone/subzone of endpoints that carry
 	// none; "" for none. It is valid for model.ParseLocality.
 	Locality string `yaml:"locality,omitempty"`
@@ -150,97 +228,212 @@ type Registry struct {
 	Block registries.Config `yaml:"-"`
 }
 
-// ConfigSource is one entry of `configSources:`: a watched directory of
-// multi-document Istio YAML (see package istioconfig).
-type ConfigSource struct {
-	// Name is unique across configSources and a DNS label.
-	Name string `yaml:"name"`
-	// Dir is the directory, made absolute against the directory of
-	// clusters.yaml.
-	Dir string `yaml:"dir"`
-}
-
 // Common returns the settings every registry gets from its entry.
 func (r Registry) Common() registries.Common {
 	loc, _ := model.ParseLocality(r.Locality) // validated by the loader
 	return registries.Common{Name: r.Name, Kind: r.Kind, Domain: r.Domain, Locality: loc}
 }
 
-// Outage is the freshness policy of a registry.
-type Outage struct {
-	Policy OutagePolicy `yaml:"policy"`
-	// ExpireAfter is how long a registry may be Degraded before it is Stale.
-	ExpireAfter Duration `yaml:"expireAfter"`
-}
+// Outage is the freshness policy of a registry (the one type, shared with
+// the aggregator).
+type Outage = registries.Outage
 
 // OutagePolicy says what happens to a Stale registry's endpoints.
-type OutagePolicy string
+type OutagePolicy = registries.OutagePolicy
 
 // Outage policies.
 const (
-	// OutageKeep keeps serving a Stale registry's last endpoints, flagged.
-	OutageKeep OutagePolicy = "keep"
-	// OutageExpire withdraws a Stale registry's endpoints.
-	OutageExpire OutagePolicy = "expire"
+	OutageKeep   = registries.OutageKeep
+	OutageExpire = registries.OutageExpire
 )
 
 // Duration is a time.Duration written in YAML as "20ms", "10m": positive
 // only. It is the type every registry block uses too.
 type Duration = registries.Duration
 
-// applyDefaults fills every unset field of c with its default:
+// ApplyDefaults fills every unset top-level field with its default:
 //
 //	xds.address             127.0.0.1:15010
-//	xds.limits.maxTypeURLs  64 (xds.DefaultMaxTypeURLs)
-//	xds.limits.maxNames     100000 (xds.DefaultMaxNames)
 //	admin.address           127.0.0.1:15014
+//	admin.pprof             false
 //	debounce.quiet          5ms
 //	debounce.max            100ms
 //	syncTimeout             30s
+//	xds.limits              maxTypeURLs 64, maxNames 100000 (XDSLimits)
 //	state.maxAge            24h (state.dir has no default: unset is off)
-//	registries[].outage.policy       keep
-//	registries[].outage.expireAfter  10m
-//	registries[].maxDeleteRatio      0.5
+//	registries[].outage     keep, expireAfter 10m (registries.Outage)
+//	registries[].maxDeleteRatio  0.5
 //
 // Kind blocks default themselves (registries.Config.ApplyDefaults).
-func applyDefaults(c *Config) {
-	if c.XDS.Address == "" {
-		c.XDS.Address = DefaultXDSAddress
-	}
-	if c.XDS.Limits.MaxTypeURLs == 0 {
-		c.XDS.Limits.MaxTypeURLs = xds.DefaultMaxTypeURLs
-	}
-	if c.XDS.Limits.MaxNames == 0 {
-		c.XDS.Limits.MaxNames = xds.DefaultMaxNames
-	}
-	if c.Admin.Address == "" {
-		c.Admin.Address = DefaultAdminAddress
-	}
-	if c.Debounce.Quiet == 0 {
-		c.Debounce.Quiet = DefaultDebounceQuiet
-	}
-	if c.Debounce.Max == 0 {
-		c.Debounce.Max = DefaultDebounceMax
-	}
+func (c *Config) ApplyDefaults() {
 	if c.SyncTimeout == 0 {
 		c.SyncTimeout = DefaultSyncTimeout
 	}
-	if c.State.MaxAge == 0 {
-		c.State.MaxAge = DefaultStateMaxAge
+}
+
+// ApplyDefaults sets the default listen address.
+func (x *XDS) ApplyDefaults() {
+	if x.Address == "" {
+		x.Address = DefaultXDSAddress
 	}
-	for i := range c.Registries {
-		if c.Registries[i].MaxDeleteRatio == nil {
-			r := DefaultMaxDeleteRatio
-			c.Registries[i].MaxDeleteRatio = &r
-		}
-		o := &c.Registries[i].Outage
-		if o.Policy == "" {
-			o.Policy = DefaultOutagePolicy
-		}
-		if o.ExpireAfter == 0 {
-			o.ExpireAfter = DefaultExpireAfter
+}
+
+// Validate checks the address.
+func (x *XDS) Validate() error {
+	if err := checkAddress(x.Address); err != nil {
+		return registries.FieldErr("address", "%v", err)
+	}
+	return nil
+}
+
+// ApplyDefaults sets the default listen address.
+func (a *Admin) ApplyDefaults() {
+	if a.Address == "" {
+		a.Address = DefaultAdminAddress
+	}
+}
+
+// ResolvePaths makes TokenFile absolute against dir, the directory of
+// clusters.yaml (the TLS block resolves its own).
+func (a *Admin) ResolvePaths(dir string) {
+	if a.TokenFile != "" && !filepath.IsAbs(a.TokenFile) {
+		a.TokenFile = filepath.Join(dir, a.TokenFile)
+	}
+}
+
+// Validate checks the address and that the token file holds a token.
+func (a *Admin) Validate() error {
+	var errs []error
+	if err := checkAddress(a.Address); err != nil {
+		errs = append(errs, registries.FieldErr("address", "%v", err))
+	}
+	if a.TokenFile != "" {
+		if _, err := ReadToken(a.TokenFile); err != nil {
+			errs = append(errs, registries.FieldErr("tokenFile", "%v", err))
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// Validate checks that no path is empty.
+func (t *TLS) Validate() error {
+	var errs []error
+	for key, p := range map[string]string{"cert": t.Cert, "key": t.Key} {
+		if p == "" {
+			errs = append(errs, registries.FieldErr(key, "must not be empty"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ResolvePaths makes the paths absolute against dir, the directory of
+// clusters.yaml.
+func (t *TLS) ResolvePaths(dir string) {
+	for _, p := range []*string{&t.Cert, &t.Key, &t.ClientCA} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+}
+
+// ApplyDefaults sets 5ms and 100ms.
+func (d *Debounce) ApplyDefaults() {
+	if d.Quiet == 0 {
+		d.Quiet = DefaultDebounceQuiet
+	}
+	if d.Max == 0 {
+		d.Max = DefaultDebounceMax
+	}
+}
+
+// Validate checks max >= quiet.
+func (d *Debounce) Validate() error {
+	if d.Max < d.Quiet {
+		return registries.FieldErrAlso("max", "quiet", "debounce.max (%s) must not be less than debounce.quiet (%s)", d.Max, d.Quiet)
+	}
+	return nil
+}
+
+// ApplyDefaults normalizes the domain: ASCII letters lowercased (others
+// are left for Validate to refuse, never folded), no trailing dot; and
+// sets maxDeleteRatio 0.5 when unset.
+func (r *Registry) ApplyDefaults() {
+	if r.MaxDeleteRatio == nil {
+		d := DefaultMaxDeleteRatio
+		r.MaxDeleteRatio = &d
+	}
+	r.Domain = strings.TrimSuffix(strings.Map(func(c rune) rune {
+		if c >= 'A' && c <= 'Z' {
+			return c + 'a' - 'A'
+		}
+		return c
+	}, r.Domain), ".")
+}
+
+// Validate checks the entry's own keys; the kind block validates itself.
+func (r *Registry) Validate() error {
+	var errs []error
+	if err := checkName(r.Name); err != nil {
+		errs = append(errs, registries.FieldErr("name", "%v", err))
+	}
+	if _, ok := kinds[r.Kind]; !ok {
+		if slices.Contains(schemaKinds, r.Kind) {
+			errs = append(errs, registries.FieldErr("kind", "kind %q is not supported by this build (supported: %s)", r.Kind, strings.Join(Kinds(), ", ")))
+		} else {
+			errs = append(errs, registries.FieldErr("kind", "unknown kind %q (supported by this build: %s)", r.Kind, strings.Join(Kinds(), ", ")))
+		}
+	}
+	if err := checkDomain(r.Domain); err != nil {
+		errs = append(errs, registries.FieldErr("domain", "%v", err))
+	}
+	if r.Locality != "" {
+		if _, err := model.ParseLocality(r.Locality); err != nil {
+			errs = append(errs, registries.FieldErr("locality", "%v", err))
+		}
+	}
+	if m := r.MaxDeleteRatio; m != nil && (*m < 0 || *m > 1) {
+		errs = append(errs, registries.FieldErr("maxDeleteRatio", "want a number between 0 (off) and 1, got %v", *m))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks what involves more than one key: at least one registry,
+// unique names, domains that do not overlap, distinct listeners.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Registries) == 0 {
+		errs = append(errs, registries.FieldErr("registries", "want at least one registry"))
+	}
+	if listenersCollide(c.XDS.Address, c.Admin.Address) {
+		errs = append(errs, registries.FieldErrAlso("admin.address", "xds.address", "xds (%s) and admin (%s) listen on the same port", c.XDS.Address, c.Admin.Address))
+	}
+	first := make(map[string]int, len(c.Registries))
+	for i, r := range c.Registries {
+		if r.Name == "" {
+			continue
+		}
+		if j, dup := first[r.Name]; dup {
+			errs = append(errs, registries.FieldErrAlso(fmt.Sprintf("registries[%d].name", i), fmt.Sprintf("registries[%d].name", j), "duplicate name %q", r.Name))
+			continue
+		}
+		first[r.Name] = i
+	}
+	firstSource := make(map[string]int, len(c.ConfigSources))
+	for i, cs := range c.ConfigSources {
+		if j, dup := firstSource[cs.Name]; dup && cs.Name != "" {
+			errs = append(errs, registries.FieldErrAlso(fmt.Sprintf("configSources[%d].name", i), fmt.Sprintf("configSources[%d].name", j), "duplicate config source name %q", cs.Name))
+			continue
+		}
+		firstSource[cs.Name] = i
+	}
+	for _, pair := range domainConflicts(c.Registries) {
+		i, j := pair[0], pair[1]
+		a, b := c.Registries[i], c.Registries[j]
+		errs = append(errs, registries.FieldErrAlso(fmt.Sprintf("registries[%d].domain", j), fmt.Sprintf("registries[%d].domain", i),
+			"domain %q of registry %q overlaps domain %q of registry %q: domains must not be equal or nested, except kubernetes registries sharing one",
+			b.Domain, b.Name, a.Domain, a.Name))
+	}
+	return errors.Join(errs...)
 }
 
 // Summary describes c in one line, for `meshfed validate`.
@@ -277,554 +470,97 @@ func (c *Config) Summary() string {
 	return b.String()
 }
 
-// Problem is one thing wrong with a clusters.yaml.
-type Problem struct {
-	File   string
-	Line   int    // 1-based; 0 when the problem has no position
-	Column int    // 1-based; 0 when unknown
-	Key    string // path of the key, like registries[1].consul.address; "" for syntax errors
-	Msg    string
-}
-
-// String formats p as "FILE:LINE:COL: KEY: MSG", leaving out what is unknown.
-func (p Problem) String() string {
-	var b strings.Builder
-	b.WriteString(p.File)
-	if p.Line > 0 {
-		fmt.Fprintf(&b, ":%d", p.Line)
-		if p.Column > 0 {
-			fmt.Fprintf(&b, ":%d", p.Column)
-		}
+// UnmarshalYAMLNode decodes a registry entry: its own keys, then the kind
+// block named after its kind into a new registries.Config of that kind
+// (decoded, defaulted, path-resolved and validated by yamlconf).
+func (r *Registry) UnmarshalYAMLNode(d *yamlconf.Decoder, path string, n *yaml.Node) {
+	type block struct {
+		key    string
+		k, val *yaml.Node
 	}
-	b.WriteString(": ")
-	if p.Key != "" {
-		b.WriteString(p.Key)
-		b.WriteString(": ")
-	}
-	b.WriteString(p.Msg)
-	return b.String()
-}
-
-// LoadError lists every problem found in a clusters.yaml, in file order.
-type LoadError struct {
-	Problems []Problem
-}
-
-// Error joins the problems one per line.
-func (e *LoadError) Error() string {
-	lines := make([]string, len(e.Problems))
-	for i, p := range e.Problems {
-		lines[i] = p.String()
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Load reads, defaults and validates the clusters.yaml at path. On any
-// problem it returns a nil Config and a *LoadError.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		msg := err.Error()
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			msg = "cannot read: " + pe.Err.Error()
-		}
-		return nil, &LoadError{Problems: []Problem{{File: path, Msg: msg}}}
-	}
-	return Parse(path, data)
-}
-
-// Parse is Load on data already read from path. path names the file in
-// problems, and relative paths inside the file (file registry paths, TLS
-// files) are resolved against its directory.
-//
-// For each registry the kind block is decoded strictly into the kind's
-// registries.Config, then ApplyDefaults, ResolvePaths (if it is a
-// registries.PathResolver) and Validate are called, in that order.
-func Parse(path string, data []byte) (*Config, error) {
-	dir, err := filepath.Abs(filepath.Dir(path))
-	if err != nil {
-		dir = filepath.Dir(path)
-	}
-	l := &loader{file: path, dir: dir, nodes: map[string]ast.Node{}}
-	cfg := l.parse(data)
-	if len(l.problems) > 0 {
-		slices.SortStableFunc(l.problems, func(a, b Problem) int {
-			if a.Line != b.Line {
-				return a.Line - b.Line
-			}
-			return a.Column - b.Column
-		})
-		return nil, &LoadError{Problems: l.problems}
-	}
-	cfg.Path = path
-	return cfg, nil
-}
-
-// loader walks the YAML tree of one file and collects problems.
-type loader struct {
-	file     string
-	dir      string
-	anchors  map[string]ast.Node
-	nodes    map[string]ast.Node // key path → node to point at for it
-	problems []Problem
-}
-
-func (l *loader) parse(data []byte) *Config {
-	f, err := parser.ParseBytes(data, 0)
-	if err != nil {
-		var ye yaml.Error
-		if errors.As(err, &ye) {
-			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
-				l.problems = append(l.problems, Problem{File: l.file, Line: tk.Position.Line, Column: tk.Position.Column, Msg: "YAML syntax error: " + ye.GetMessage()})
-				return nil
-			}
-		}
-		l.addf(nil, "", "YAML syntax error: %v", err)
-		return nil
-	}
-	var docs []*ast.DocumentNode
-	for _, d := range f.Docs {
-		if d != nil && d.Body != nil {
-			docs = append(docs, d)
-		}
-	}
-	if len(docs) == 0 {
-		l.addf(nil, "", "the file is empty; want at least a registries: list")
-		return nil
-	}
-	if len(docs) > 1 {
-		l.addf(docs[1].Body, "", "the file holds %d YAML documents; want one", len(docs))
-		return nil
-	}
-	l.anchors = map[string]ast.Node{}
-	for _, n := range ast.FilterFile(ast.AnchorType, f) {
-		if a, ok := n.(*ast.AnchorNode); ok && a.Name != nil {
-			l.anchors[a.Name.String()] = a.Value
-		}
-	}
-
-	cfg := &Config{}
-	root := docs[0].Body
-	l.mapping("", root, root, []field{
-		{key: "xds", set: func(p string, v ast.Node) { l.xds(p, v, &cfg.XDS) }},
-		{key: "admin", set: func(p string, v ast.Node) {
-			l.mapping(p, v, v, []field{
-				{key: "address", set: func(p string, v ast.Node) { cfg.Admin.Address, _ = l.address(p, v) }},
-			})
-		}},
-		{key: "debounce", set: func(p string, v ast.Node) {
-			l.mapping(p, v, v, []field{
-				{key: "quiet", set: func(p string, v ast.Node) { cfg.Debounce.Quiet, _ = l.duration(p, v) }},
-				{key: "max", set: func(p string, v ast.Node) { cfg.Debounce.Max, _ = l.duration(p, v) }},
-			})
-		}},
-		{key: "syncTimeout", set: func(p string, v ast.Node) { cfg.SyncTimeout, _ = l.duration(p, v) }},
-		{key: "state", set: func(p string, v ast.Node) {
-			l.mapping(p, v, v, []field{
-				{key: "dir", set: func(p string, v ast.Node) { cfg.State.Dir = l.filePath(p, v) }},
-				{key: "maxAge", set: func(p string, v ast.Node) { cfg.State.MaxAge, _ = l.duration(p, v) }},
-			})
-		}},
-		{key: "registries", required: true, set: func(p string, v ast.Node) { cfg.Registries = l.registries(p, v) }},
-		{key: "configSources", set: func(p string, v ast.Node) { cfg.ConfigSources = l.configSources(p, v) }},
-	})
-
-	applyDefaults(cfg)
-	l.crossChecks(cfg)
-	return cfg
-}
-
-func (l *loader) duration(path string, v ast.Node) (Duration, bool) {
-	s, ok := l.scalar(path, v)
-	if !ok {
-		return 0, false
-	}
-	d, err := registries.ParseDuration(s)
-	if err != nil {
-		l.addAtKey(path, "%v", err)
-		return 0, false
-	}
-	return d, true
-}
-
-func (l *loader) address(path string, v ast.Node) (string, bool) {
-	s, ok := l.scalar(path, v)
-	if !ok {
-		return "", false
-	}
-	if err := checkAddress(s); err != nil {
-		l.addAtKey(path, "%v", err)
-		return "", false
-	}
-	return s, true
-}
-
-// filePath reads a path and makes it absolute against the config's dir.
-func (l *loader) filePath(path string, v ast.Node) string {
-	s, ok := l.scalar(path, v)
-	if !ok {
-		return ""
-	}
-	if s == "" {
-		l.addAtKey(path, "must not be empty")
-		return ""
-	}
-	if !filepath.IsAbs(s) {
-		s = filepath.Join(l.dir, s)
-	}
-	return s
-}
-
-func (l *loader) xds(path string, v ast.Node, x *XDS) {
-	l.mapping(path, v, v, []field{
-		{key: "address", set: func(p string, v ast.Node) { x.Address, _ = l.address(p, v) }},
-		{key: "tls", set: func(p string, v ast.Node) {
-			t := &TLS{}
-			x.TLS = t
-			l.mapping(p, v, v, []field{
-				{key: "cert", required: true, set: func(p string, v ast.Node) { t.Cert = l.filePath(p, v) }},
-				{key: "key", required: true, set: func(p string, v ast.Node) { t.Key = l.filePath(p, v) }},
-				{key: "clientCA", set: func(p string, v ast.Node) { t.ClientCA = l.filePath(p, v) }},
-			})
-		}},
-		{key: "limits", set: func(p string, v ast.Node) {
-			l.mapping(p, v, v, []field{
-				{key: "maxTypeURLs", set: func(p string, v ast.Node) { x.Limits.MaxTypeURLs = l.positiveInt(p, v) }},
-				{key: "maxNames", set: func(p string, v ast.Node) { x.Limits.MaxNames = l.positiveInt(p, v) }},
-			})
-		}},
-	})
-}
-
-// positiveInt reads an integer of at least 1; 0 after a problem.
-func (l *loader) positiveInt(path string, v ast.Node) int {
-	n := l.resolve(v)
-	if n == nil {
-		l.addAtKey(path, "missing value")
-		return 0
-	}
-	if _, ok := n.(*ast.IntegerNode); !ok {
-		l.addf(n, path, "want a whole number of at least 1, got %s", describe(n))
-		return 0
-	}
-	i, err := strconv.Atoi(n.GetToken().Value)
-	if err != nil || i < 1 {
-		l.addf(n, path, "want a whole number of at least 1, got %s", n.GetToken().Value)
-		return 0
-	}
-	return i
-}
-
-func (l *loader) registries(path string, v ast.Node) []Registry {
-	n := l.resolve(v)
-	seq, ok := n.(*ast.SequenceNode)
-	if !ok {
-		if n == nil {
-			l.addAtKey(path, "want a list of registries, got nothing")
-		} else {
-			l.addf(n, path, "want a list of registries, got %s", describe(n))
-		}
-		return nil
-	}
-	if len(seq.Values) == 0 {
-		l.addf(seq, path, "want at least one registry")
-		return nil
-	}
-	out := make([]Registry, len(seq.Values))
-	for i, e := range seq.Values {
-		p := fmt.Sprintf("%s[%d]", path, i)
-		if r := l.resolve(e); r != nil {
-			l.nodes[p] = r
-		} else {
-			l.nodes[p] = e
-		}
-		out[i] = l.registry(p, e)
-	}
-	return out
-}
-
-func (l *loader) configSources(path string, v ast.Node) []ConfigSource {
-	seq, ok := l.resolve(v).(*ast.SequenceNode)
-	if !ok {
-		l.addAtKey(path, "want a list of {name, dir}")
-		return nil
-	}
-	out := make([]ConfigSource, len(seq.Values))
-	seen := map[string]bool{}
-	for i, e := range seq.Values {
-		p := fmt.Sprintf("%s[%d]", path, i)
-		l.nodes[p] = e
-		cs := &out[i]
-		l.mapping(p, e, e, []field{
-			{key: "name", required: true, set: func(p string, v ast.Node) {
-				s, ok := l.scalar(p, v)
-				switch {
-				case !ok:
-				case checkName(s) != nil:
-					l.addAtKey(p, "%v", checkName(s))
-				case seen[s]:
-					l.addAtKey(p, "duplicate config source name %q", s)
-				default:
-					seen[s] = true
-					cs.Name = s
-				}
-			}},
-			{key: "dir", required: true, set: func(p string, v ast.Node) { cs.Dir = l.filePath(p, v) }},
-		})
-	}
-	return out
-}
-
-// block is a kind block found in a registry entry.
-type block struct {
-	key  string
-	path string
-	node ast.Node // the value; nil for null
-}
-
-func (l *loader) registry(path string, v ast.Node) Registry {
-	var r Registry
 	var blocks []block
-	var kindOK bool
-	fields := []field{
-		{key: "name", required: true, set: func(p string, v ast.Node) {
-			s, ok := l.scalar(p, v)
-			if ok {
-				if err := checkName(s); err != nil {
-					l.addAtKey(p, "%v", err)
-				} else {
-					r.Name = s
-				}
-			}
-		}},
-		{key: "kind", required: true, set: func(p string, v ast.Node) {
-			s, ok := l.scalar(p, v)
-			if !ok {
-				return
-			}
-			if _, ok := kinds[s]; ok {
-				r.Kind, kindOK = s, true
-			} else if slices.Contains(schemaKinds, s) {
-				l.addAtKey(p, "kind %q is not supported by this build (supported: %s)", s, strings.Join(Kinds(), ", "))
-			} else {
-				l.addAtKey(p, "unknown kind %q (supported by this build: %s)", s, strings.Join(Kinds(), ", "))
-			}
-		}},
-		{key: "domain", required: true, set: func(p string, v ast.Node) {
-			s, ok := l.scalar(p, v)
-			if !ok {
-				return
-			}
-			d, err := normalizeDomain(s)
-			if err != nil {
-				l.addAtKey(p, "%v", err)
-				return
-			}
-			r.Domain = d
-		}},
-		{key: "locality", set: func(p string, v ast.Node) {
-			s, ok := l.scalar(p, v)
-			if !ok {
-				return
-			}
-			if _, err := model.ParseLocality(s); err != nil {
-				l.addAtKey(p, "%v", err)
-				return
-			}
-			r.Locality = s
-		}},
-		{key: "outage", set: func(p string, v ast.Node) {
-			l.mapping(p, v, v, []field{
-				{key: "policy", set: func(p string, v ast.Node) {
-					s, ok := l.scalar(p, v)
-					if !ok {
-						return
-					}
-					switch pol := OutagePolicy(s); pol {
-					case OutageKeep, OutageExpire:
-						r.Outage.Policy = pol
-					default:
-						l.addAtKey(p, "unknown outage policy %q (want keep or expire)", s)
-					}
-				}},
-				{key: "expireAfter", set: func(p string, v ast.Node) { r.Outage.ExpireAfter, _ = l.duration(p, v) }},
-			})
-		}},
-		{key: "maxDeleteRatio", set: func(p string, v ast.Node) {
-			n := l.resolve(v)
-			switch n.(type) {
-			case *ast.IntegerNode, *ast.FloatNode:
-			case nil:
-				l.addAtKey(p, "missing value")
-				return
-			default:
-				l.addf(n, p, "want a number between 0 (off) and 1, got %s", describe(n))
-				return
-			}
-			f, err := strconv.ParseFloat(n.GetToken().Value, 64)
-			if err != nil || f < 0 || f > 1 {
-				l.addf(n, p, "want a number between 0 (off) and 1, got %s", n.GetToken().Value)
-				return
-			}
-			r.MaxDeleteRatio = &f
-		}},
-	}
-	for _, k := range blockKeys() {
-		fields = append(fields, field{key: k, set: func(p string, v ast.Node) {
-			blocks = append(blocks, block{key: k, path: p, node: l.resolve(v)})
-		}})
-	}
-	l.mapping(path, v, v, fields)
-
-	if !kindOK {
-		return r // the kind is missing or unsupported: that is the error
+	keys := blockKeys()
+	d.Struct(path, n, n, r, func(key string, k, v *yaml.Node) bool {
+		if !slices.Contains(keys, key) {
+			return false
+		}
+		blocks = append(blocks, block{key: key, k: k, val: v})
+		return true
+	}, keys)
+	newConfig, ok := kinds[r.Kind]
+	if !ok || d.HasProblem(path+".kind") {
+		return // the kind is missing or unsupported: that is the error
 	}
 	var match *block
 	for i := range blocks {
 		b := &blocks[i]
 		if b.key != r.Kind {
-			l.addAtKey(b.path, "a %s block does not belong in a registry of kind %q", b.key, r.Kind)
+			d.Addf(b.k, path+"."+b.key, "a %s block does not belong in a registry of kind %q", b.key, r.Kind)
 			continue
 		}
 		match = b
 	}
 	if match == nil {
-		l.addAtKey(joinPath(path, r.Kind), "missing required key: kind %q needs a %s: block", r.Kind, r.Kind)
-		return r
+		d.Addf(n, path+"."+r.Kind, "missing required key: kind %q needs a %s: block", r.Kind, r.Kind)
+		return
 	}
-	r.Block = l.decodeBlock(kinds[r.Kind], match)
-	return r
-}
-
-// decodeBlock decodes a kind block strictly into a new Config, then
-// defaults, resolves paths and validates it. It returns nil if any of
-// that failed.
-func (l *loader) decodeBlock(newConfig func() registries.Config, b *block) registries.Config {
+	p := path + "." + r.Kind
 	cfg := newConfig()
-	if b.node != nil {
-		if _, ok := mappingValues(b.node); !ok {
-			l.addf(b.node, b.path, "want a mapping, got %s", describe(b.node))
-			return nil
-		}
-		if err := yaml.NodeToValue(b.node, cfg, yaml.DisallowUnknownField()); err != nil {
-			l.blockDecodeErr(b, err)
-			return nil
-		}
+	d.Decode(p, match.k, match.val, cfg)
+	if !d.HasProblem(p) {
+		r.Block = cfg
 	}
-	cfg.ApplyDefaults()
-	if pr, ok := cfg.(registries.PathResolver); ok {
-		pr.ResolvePaths(l.dir)
-	}
-	ok := true
-	for _, err := range leafErrors(cfg.Validate()) {
-		ok = false
-		var fe *registries.FieldError
-		if errors.As(err, &fe) {
-			// Point at the key, or at its nearest parent when it is absent.
-			n, _ := lookup(b.node, fe.Key)
-			if n == nil {
-				n = l.nodes[b.path]
-			}
-			l.addf(n, b.path+"."+fe.Key, "%v", fe.Err)
-			continue
-		}
-		l.addAtKey(b.path, "%v", err)
-	}
-	if !ok {
-		return nil
-	}
-	return cfg
-}
-
-// leafErrors flattens errors.Join trees.
-func leafErrors(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, leafErrors(e)...)
-		}
-		return out
-	}
-	return []error{err}
-}
-
-// crossChecks finds problems that involve more than one key, after
-// defaults.
-// Checks whose inputs already have a problem are skipped: a bad value was
-// replaced by its default and would only give a misleading second error.
-func (l *loader) crossChecks(c *Config) {
-	if c.Debounce.Max < c.Debounce.Quiet && !l.hasProblem("debounce") {
-		key := "debounce.max"
-		if _, ok := l.nodes[key]; !ok {
-			key = "debounce.quiet"
-		}
-		l.addAtKey(key, "debounce.max (%s) must not be less than debounce.quiet (%s)", c.Debounce.Max, c.Debounce.Quiet)
-	}
-	if c.XDS.Address == c.Admin.Address && !l.hasProblem("xds.address") && !l.hasProblem("admin.address") {
-		key := "admin.address"
-		if _, ok := l.nodes[key]; !ok {
-			key = "xds.address"
-		}
-		l.addAtKey(key, "xds and admin both listen on %s", c.XDS.Address)
-	}
-	first := map[string]int{}
-	for i, r := range c.Registries {
-		if r.Name == "" {
-			continue
-		}
-		if j, dup := first[r.Name]; dup {
-			l.addAtKey(fmt.Sprintf("registries[%d].name", i), "duplicate name %q (also registries[%d].name, line %d)",
-				r.Name, j, l.lineOf(fmt.Sprintf("registries[%d].name", j)))
-			continue
-		}
-		first[r.Name] = i
-	}
-	for _, pair := range domainConflicts(c.Registries) {
-		i, j := pair[0], pair[1]
-		a, b := c.Registries[i], c.Registries[j]
-		l.addAtKey(fmt.Sprintf("registries[%d].domain", j),
-			"domain %q of registry %q overlaps domain %q of registry %q (registries[%d].domain, line %d): domains must not be equal or nested, except kubernetes registries sharing one",
-			b.Domain, b.Name, a.Domain, a.Name, i, l.lineOf(fmt.Sprintf("registries[%d].domain", i)))
-	}
-}
-
-// hasProblem reports whether a problem about key or below it was found.
-func (l *loader) hasProblem(key string) bool {
-	return slices.ContainsFunc(l.problems, func(p Problem) bool {
-		return p.Key == key || strings.HasPrefix(p.Key, key+".") || strings.HasPrefix(p.Key, key+"[")
-	})
 }
 
 // domainConflicts returns the index pairs (i < j) of registries whose
-// domains overlap where DESIGN §4 forbids it: equal, or one a suffix of
-// the other at a label boundary — except two kubernetes registries with an
-// equal domain, which form one multicluster set. Registries without a
-// domain are skipped.
+// domains overlap where docs/architecture.md forbids it: equal, or one a
+// suffix of the other at a label boundary — except two kubernetes
+// registries with an equal domain, which form one multicluster set.
+// Registries without a domain are skipped. It looks up each domain's
+// suffixes in a map, so its time grows with the number of registries
+// times their labels, plus the pairs it returns.
 func domainConflicts(regs []Registry) [][2]int {
+	byDomain := map[string][]int{}
+	for i, r := range regs {
+		if r.Domain != "" {
+			byDomain[r.Domain] = append(byDomain[r.Domain], i)
+		}
+	}
 	var out [][2]int
-	for j := range regs {
-		for i := range j {
-			a, b := regs[i], regs[j]
-			if a.Domain == "" || b.Domain == "" || !domainsOverlap(a.Domain, b.Domain) {
-				continue
+	for j, b := range regs {
+		if b.Domain == "" {
+			continue
+		}
+		// Equal domains declared earlier.
+		for _, i := range byDomain[b.Domain] {
+			if i >= j {
+				break
 			}
-			if a.Kind == "kubernetes" && b.Kind == "kubernetes" && a.Domain == b.Domain {
+			if regs[i].Kind == "kubernetes" && b.Kind == "kubernetes" {
 				continue
 			}
 			out = append(out, [2]int{i, j})
 		}
+		// Earlier registries whose domain is a proper suffix of b's, or
+		// which b's domain is a proper suffix of.
+		for d := b.Domain; ; {
+			k := strings.IndexByte(d, '.')
+			if k < 0 {
+				break
+			}
+			d = d[k+1:]
+			for _, i := range byDomain[d] {
+				out = append(out, [2]int{min(i, j), max(i, j)})
+			}
+		}
 	}
-	return out
-}
-
-// domainsOverlap reports whether a and b (lowercase, no trailing dot) are
-// equal or one is a suffix of the other at a label boundary.
-func domainsOverlap(a, b string) bool {
-	return a == b || strings.HasSuffix(a, "."+b) || strings.HasSuffix(b, "."+a)
+	slices.SortFunc(out, func(a, b [2]int) int {
+		if a[1] != b[1] {
+			return a[1] - b[1]
+		}
+		return a[0] - b[0]
+	})
+	return slices.Compact(out)
 }
 
 var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -846,7 +582,7 @@ func isDNSName(s string) bool {
 	if s == "" || len(s) > 253 {
 		return false
 	}
-	for _, lab := range strings.Split(s, ".") {
+	for lab := range strings.SplitSeq(s, ".") {
 		if len(lab) > 63 || !labelRE.MatchString(lab) {
 			return false
 		}
@@ -854,17 +590,22 @@ func isDNSName(s string) bool {
 	return true
 }
 
-// normalizeDomain lowercases a domain, drops one trailing dot and checks
-// it is a DNS name.
-func normalizeDomain(s string) (string, error) {
-	d := strings.TrimSuffix(strings.ToLower(s), ".")
+// checkDomain checks a normalized domain: ASCII (an internationalized
+// name is written in punycode, and the error gives it), a DNS name.
+func checkDomain(d string) error {
 	if d == "" {
-		return "", errors.New("must not be empty")
+		return errors.New("must not be empty")
+	}
+	if strings.ContainsFunc(d, func(r rune) bool { return r > 0x7f }) {
+		if ascii, err := idna.Lookup.ToASCII(d); err == nil && isDNSName(ascii) {
+			return fmt.Errorf("bad domain %q: domains must be ASCII; write the IDNA form %q", d, ascii)
+		}
+		return fmt.Errorf("bad domain %q: domains must be ASCII (an internationalized name in its IDNA punycode form, xn--...)", d)
 	}
 	if !isDNSName(d) {
-		return "", fmt.Errorf("bad domain %q: want a DNS name like vm.internal", s)
+		return fmt.Errorf("bad domain %q: want a DNS name like vm.internal", d)
 	}
-	return d, nil
+	return nil
 }
 
 // checkAddress checks host:port with a port 1..65535 and a host that is an
@@ -888,4 +629,45 @@ func checkAddress(s string) error {
 		return fmt.Errorf("bad address %q: host %q is neither an IP address nor a hostname", s, host)
 	}
 	return nil
+}
+
+// listenersCollide reports whether two listen addresses (valid for
+// checkAddress) would take the same port: equal port numbers (026110 is
+// 26110) and hosts that are equal, the same IP written differently
+// (::ffff:127.0.0.1), both loopback names (localhost, 127.0.0.1, ::1) or
+// either one every interface (0.0.0.0, ::).
+func listenersCollide(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	na, err1 := strconv.Atoi(pa)
+	nb, err2 := strconv.Atoi(pb)
+	if err1 != nil || err2 != nil || na != nb {
+		return false
+	}
+	type host struct {
+		ip       netip.Addr
+		name     string
+		loopback bool
+	}
+	parse := func(h string) host {
+		if ip, err := netip.ParseAddr(h); err == nil {
+			ip = ip.Unmap().WithZone("")
+			return host{ip: ip, loopback: ip == netip.AddrFrom4([4]byte{127, 0, 0, 1}) || ip == netip.IPv6Loopback()}
+		}
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
+		return host{name: h, loopback: h == "localhost"}
+	}
+	x, y := parse(ha), parse(hb)
+	switch {
+	case x.ip.IsUnspecified() || y.ip.IsUnspecified():
+		return true
+	case x.ip.IsValid() && y.ip.IsValid():
+		return x.ip == y.ip
+	case x.loopback && y.loopback: // localhost and 127.0.0.1 or ::1
+		return true
+	}
+	return x.name != "" && x.name == y.name
 }

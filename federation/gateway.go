@@ -37,8 +37,15 @@ const readyPoll = 20 * time.Millisecond
 
 // GatewayOptions are the process-level settings of a Gateway.
 type GatewayOptions struct {
-	Logger  *slog.Logger
-	Version string
+	Logger *slog.Logger
+	// Version and Revision name the build on meshfed_build_info and in
+	// the start-up log line.
+	Version  string
+	Revision string
+	// Level, when set, is the level of Logger's handler: PUT
+	// /debug/loglevel changes it at run time. Nil: a level variable of
+	// its own that changes nothing.
+	Level *slog.LevelVar
 }
 
 // Gateway wires one clusters.yaml into running parts: a supervised
@@ -47,15 +54,19 @@ type GatewayOptions struct {
 type Gateway struct {
 	log      *slog.Logger
 	version  string
+	revision string
 	agg      *aggregate.Aggregator
 	xds      *xds.Server
 	store    *statestore.Store   // nil without state.dir
 	traffic  *istioconfig.Source // nil without configSources
 	metrics  *prometheus.Registry
 	dyn      runtimeRegistries // guards cfg and entries too; registries started at runtime (launch.go)
-	serving  atomic.Bool       // xDS listener accepting
+	guard    *adminGuard
+	level    *slog.LevelVar
+	serving  atomic.Bool // xDS listener accepting
 	draining atomic.Bool
-	reloadMu sync.Mutex // one Reload at a time
+	reloadMu sync.Mutex  // one Reload at a time
+	digests  digestCache // content digest of the served snapshot (digest.go)
 }
 
 // entry is a running clusters.yaml registry.
@@ -75,10 +86,20 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		log:     log,
-		version: o.Version,
-		metrics: prometheus.NewRegistry(),
+		log:      log,
+		version:  o.Version,
+		revision: o.Revision,
+		metrics:  prometheus.NewRegistry(),
+		level:    o.Level,
 	}
+	if g.level == nil {
+		g.level = new(slog.LevelVar)
+	}
+	guard, err := newAdminGuard(cfg.Admin)
+	if err != nil {
+		return nil, err
+	}
+	g.guard = guard
 	g.dyn.cfg = cfg
 	g.dyn.entries = make(map[string]*entry)
 	var onAccepted func(model.ShardKey, []model.Service, []model.Rejection)
@@ -124,11 +145,8 @@ func (g *Gateway) registerMetrics() error {
 	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "meshfed_build_info",
-			Help:        "Always 1; the version label says which build runs.",
-			ConstLabels: prometheus.Labels{"version": g.version},
-		}, func() float64 { return 1 }),
+		buildInfoGauge(g.version, g.revision),
+		digestCollector{g},
 	}
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
@@ -177,6 +195,20 @@ func (g *Gateway) Run(ctx context.Context) error {
 		xdsLis.Close()
 		return fmt.Errorf("admin.address: %w", err)
 	}
+	if t := g.config().Admin.TLS; t != nil {
+		tc, err := serverTLS(t)
+		if err != nil {
+			xdsLis.Close()
+			adminLis.Close()
+			return fmt.Errorf("admin.tls: %w", err)
+		}
+		if tc.ClientAuth == tls.RequireAndVerifyClientCert {
+			// Probes reach /healthz and /readyz without a certificate;
+			// adminGuard requires one for everything else.
+			tc.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+		adminLis = tls.NewListener(adminLis, tc)
+	}
 	gs, err := g.grpcServer()
 	if err != nil {
 		xdsLis.Close()
@@ -212,7 +244,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- admin.Serve(adminLis) }()
-	g.log.Info("meshfed started; xDS waits for the first sync of every registry", "version", g.version,
+	g.log.Info("meshfed started; xDS waits for the first sync of every registry", "version", g.version, "revision", g.revision,
 		"xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "registries", len(cfg.Registries), "stateDir", cfg.State.Dir)
 
 	// xDS serves only once the model is complete (every registry synced,
@@ -251,7 +283,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	stopSup()
 	if err := <-supDone; err != nil && !errors.Is(err, context.Canceled) {
-		g.log.Warn("supervisor stopped", "err", err)
+		g.log.Warn("supervisor stopped", "error", err)
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
@@ -313,7 +345,7 @@ func (g *Gateway) newRunner(r Registry, sink registries.Sink) *registries.Runner
 	rlog := g.log.With("registry", r.Name, "kind", r.Kind)
 	reg, err := r.Block.New(c, rlog)
 	if err != nil {
-		rlog.Error("registry cannot start", "err", err)
+		rlog.Error("registry cannot start", "error", err)
 		g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
 		return nil
 	}
@@ -334,7 +366,7 @@ func (g *Gateway) restore(r Registry) {
 	e, ok, err := g.store.Load(r.Name, r.Kind, cfg.State.MaxAge.Std())
 	switch {
 	case err != nil:
-		log.Warn("saved state not restored", "err", err)
+		log.Warn("saved state not restored", "error", err)
 	case ok && g.agg.Restore(r.Common().Shard(), e.Services, e.Rejected):
 		log.Info("restored saved state; served until the registry syncs", "services", len(e.Services),
 			"savedAt", e.SavedAt.Format(time.RFC3339))
@@ -347,7 +379,7 @@ func (g *Gateway) startLocked(e *entry) {
 	if g.dyn.sup == nil || e.runner == nil || e.added {
 		return
 	}
-	child := registries.NewSupervisor("registry "+e.cfg.Name, g.log.With("registry", e.cfg.Name))
+	child := registries.NewSupervisor("registry "+e.cfg.Name, g.log) // its events add the registry key
 	child.Add(e.runner)
 	e.token = g.dyn.sup.Add(child)
 	e.added = true
@@ -363,7 +395,7 @@ func (g *Gateway) stop(e *entry) {
 		return
 	}
 	if err := sup.RemoveAndWait(e.token, registries.SupervisorTimeout); err != nil {
-		g.log.Warn("registry did not stop cleanly", "registry", e.cfg.Name, "err", err)
+		g.log.Warn("registry did not stop cleanly", "registry", e.cfg.Name, "error", err)
 	}
 }
 

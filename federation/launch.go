@@ -54,7 +54,7 @@ func (g *Gateway) Launch(parent string, c registries.Common, reg registries.Regi
 	g.agg.AddRegistry(opts)
 	rlog := g.log.With("registry", c.Name, "kind", c.Kind, "parent", parent)
 	runner := registries.NewRunner(c, reg, g.agg, rlog)
-	child := registries.NewSupervisor("registry "+c.Name, rlog)
+	child := registries.NewSupervisor("registry "+c.Name, g.log) // its events add the registry key
 	child.Add(runner)
 	sup := g.dyn.sup
 	token := sup.Add(child)
@@ -65,7 +65,7 @@ func (g *Gateway) Launch(parent string, c registries.Common, reg registries.Regi
 	return func() {
 		once.Do(func() {
 			if err := sup.RemoveAndWait(token, registries.SupervisorTimeout); err != nil {
-				rlog.Warn("registry did not stop cleanly", "err", err)
+				rlog.Warn("registry did not stop cleanly", "error", err)
 			}
 			g.dyn.mu.Lock()
 			delete(g.dyn.runners, c.Name)

@@ -35,7 +35,7 @@ type ReloadStatus struct {
 func (g *Gateway) Reload(ctx context.Context, path string) error {
 	cfg, err := Load(path)
 	if err != nil {
-		g.log.Error("clusters.yaml reload failed; the running configuration stays", "path", path, "err", err)
+		g.log.Error("clusters.yaml reload failed; the running configuration stays", "path", path, "error", err)
 		g.setReload(ReloadStatus{At: time.Now(), Path: path, Error: err.Error()})
 		return err
 	}
@@ -182,7 +182,7 @@ func (g *Gateway) newRunnerQuiet(r Registry, sink registries.Sink) (*registries.
 	rlog := g.log.With("registry", r.Name, "kind", r.Kind)
 	reg, err := r.Block.New(c, rlog)
 	if err != nil {
-		rlog.Error("registry cannot start", "err", err)
+		rlog.Error("registry cannot start", "error", err)
 		return nil, err
 	}
 	if lu, ok := reg.(registries.LauncherUser); ok {

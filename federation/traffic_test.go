@@ -86,3 +86,17 @@ configSources:
 		t.Errorf("the last good DestinationRule is no longer in force: %+v", st.InForce)
 	}
 }
+
+func TestCheckFilesConfigSourceDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeAtomic(t, filepath.Join(dir, "s.yaml"), svcFile("10.0.0.1"))
+	cfg, err := Parse(filepath.Join(dir, "clusters.yaml"), []byte("registries:\n  - {name: vms, kind: file, domain: vm.internal, file: {path: s.yaml}}\nconfigSources:\n  - {name: local, dir: nope}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs := CheckFiles(cfg)
+	if len(probs) != 1 || probs[0].Key != "configSources[0].dir" || probs[0].Line != 4 || !strings.Contains(probs[0].Msg, "no such file or directory") {
+		t.Errorf("problems = %+v, want configSources[0].dir at line 4: no such directory", probs)
+	}
+}

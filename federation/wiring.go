@@ -22,11 +22,8 @@ func kindCollectors() []prometheus.Collector {
 // about its registry.
 func (r Registry) aggregateOptions() aggregate.RegistryOptions {
 	return aggregate.RegistryOptions{
-		Common: r.Common(),
-		Outage: aggregate.Outage{
-			Policy:      aggregate.Policy(r.Outage.Policy),
-			ExpireAfter: r.Outage.ExpireAfter.Std(),
-		},
+		Common:         r.Common(),
+		Outage:         r.Outage,
 		MaxDeleteRatio: r.maxDeleteRatio(),
 	}
 }

@@ -1,6 +1,9 @@
 package model
 
-import "sort"
+import (
+	"sort"
+	"time"
+)
 
 // Snapshot is an immutable, versioned view of every merged service.
 //
@@ -12,7 +15,12 @@ type Snapshot struct {
 	Version uint64
 	// Config is the user traffic configuration in force (nil: none). It
 	// flows beside the services through the aggregator's debounce.
-	Config   *ConfigSnapshot
+	Config *ConfigSnapshot
+	// Changed is when the aggregator received the oldest registry update
+	// this snapshot is the first to include (for a snapshot that a timer
+	// caused, such as a hold-down or outage expiry, when that fired). The
+	// xDS server measures convergence from it. Zero when unknown.
+	Changed  time.Time
 	services []*Service // sorted by hostname
 	byHost   map[string]*Service
 }

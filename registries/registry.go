@@ -116,15 +116,20 @@ type Config interface {
 	// *FieldError so that the loader can point at the line.
 	Validate() error
 	// New builds the registry. An error means it cannot start (Failed);
-	// New does no network I/O.
+	// New does no network I/O. log already carries the registry and
+	// kind keys: New must not add them again.
 	New(c Common, log *slog.Logger) (Registry, error)
 }
 
 // FieldError is a validation error about one key of a Config block. Key is
-// the dotted path below the block, e.g. "path" or "tls.caFile".
+// the dotted path below the block, e.g. "path" or "tls.caFile". Also,
+// when set, is another key the problem involves (the first of two
+// duplicates, the other end of a range): the loader names its line, and
+// points at it when Key itself is absent from the file.
 type FieldError struct {
-	Key string
-	Err error
+	Key  string
+	Err  error
+	Also string
 }
 
 func (e *FieldError) Error() string { return e.Key + ": " + e.Err.Error() }
@@ -133,6 +138,12 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // FieldErr returns a *FieldError for key.
 func FieldErr(key, format string, args ...any) error {
 	return &FieldError{Key: key, Err: errorf(format, args...)}
+}
+
+// FieldErrAlso returns a *FieldError for key that also involves the key
+// also (see FieldError.Also).
+func FieldErrAlso(key, also, format string, args ...any) error {
+	return &FieldError{Key: key, Also: also, Err: errorf(format, args...)}
 }
 
 type permanentError struct{ err error }

@@ -125,7 +125,7 @@ func (r *Runner) Serve(ctx context.Context) error {
 	r.failed = true
 	r.restarts.Add(1)
 	if r.permanent = IsPermanent(err); r.permanent {
-		r.log.Error("registry failed; retrying on the slow schedule (credential files are re-read)", "err", err, "retry", r.failedRetry)
+		r.log.Error("registry failed; retrying on the slow schedule (credential files are re-read)", "error", err, "retry", r.failedRetry)
 		r.sink.Report(shard, Status{State: Failed, Err: err.Error()})
 		return err
 	}
@@ -194,7 +194,7 @@ func eventHook(log *slog.Logger) suture.EventHook {
 		case suture.EventServiceTerminate:
 			with(e.ServiceName, e.SupervisorName).Warn("service failed",
 				"supervisor", e.SupervisorName, "service", e.ServiceName,
-				"err", fmt.Sprint(e.Err), "failures", e.CurrentFailures,
+				"error", fmt.Sprint(e.Err), "failures", e.CurrentFailures,
 				"threshold", e.FailureThreshold, "restarting", e.Restarting)
 		case suture.EventServicePanic:
 			with(e.ServiceName, e.SupervisorName).Error("service panicked",

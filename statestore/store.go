@@ -80,7 +80,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 			p := filepath.Join(dir, e.Name())
 			log.Info("removing a state file left unfinished by a previous process", "file", p)
 			if err := os.Remove(p); err != nil {
-				log.Warn("cannot remove unfinished state file", "file", p, "err", err)
+				log.Warn("cannot remove unfinished state file", "file", p, "error", err)
 			}
 		}
 	}
@@ -175,13 +175,13 @@ func (s *Store) flush() {
 	for name, e := range dirty {
 		if e == nil {
 			if err := os.Remove(s.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				s.log.Warn("cannot remove saved state", "registry", name, "err", err)
+				s.log.Warn("cannot remove saved state", "registry", name, "error", err)
 			}
 			continue
 		}
 		if err := s.write(e); err != nil {
 			writes.WithLabelValues("error").Inc()
-			s.log.Warn("cannot save registry state; a restart will restore an older one", "registry", name, "err", err)
+			s.log.Warn("cannot save registry state; a restart will restore an older one", "registry", name, "error", err)
 			continue
 		}
 		writes.WithLabelValues("ok").Inc()

@@ -10,7 +10,13 @@ dpkg -s zookeeper >/dev/null 2>&1 || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# The status page is tested in a real headless Chromium (test/e2e, chromedp).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v patch >/dev/null 2>&1 || need+=(patch) # tools/testservers/build.sh istiod
+# systemd-analyze verify and dpkg-deb for the systemd unit and Debian package
+# tests (tools/dist); systemd need not run as PID 1.
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)
 if ((${#need[@]})); then
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo="sudo"
@@ -22,6 +28,9 @@ fi
 if [ -x tools/testservers/build.sh ]; then
 	tools/testservers/build.sh all
 fi
+
+# Prometheus's PromQL parser for TestObservabilityPack (a module of its own).
+(cd tools/promcheck && go mod download)
 
 # grpc-js-xds for the proxyless Node.js client in the end-to-end tests.
 js=test/e2e/jsclient

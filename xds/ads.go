@@ -261,6 +261,9 @@ func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, sen
 	if err := a.checkNameCount(st, ts, len(sub), false); err != nil {
 		return err
 	}
+	if n := len(req.GetInitialResourceVersions()); n > a.limits.MaxNames {
+		return limitErr("names", "%d initial resource versions, over %d per stream", n, a.limits.MaxNames)
+	}
 	a.store.subscribeDelta(ts, first, sub, unsub, req.GetInitialResourceVersions())
 	ts.inflight = false
 	if ts.coll == nil {
@@ -356,7 +359,7 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 			rs[i] = w.delta
 			ts.known[changed[i].name] = w.version
 		}
-		a.sent(ts, version, nonce)
+		a.sent(ts, version, nonce, !reply)
 		return delta(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: ts.typeURL,
 			Nonce: nonce, Resources: rs, RemovedResources: removed})
 	}
@@ -377,7 +380,7 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 		anys = append(anys, w.any)
 		ts.known[r.name] = w.version
 	}
-	a.sent(ts, version, nonce)
+	a.sent(ts, version, nonce, !reply)
 	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, Resources: anys})
 }
 
@@ -388,7 +391,7 @@ func (a *ads) answerUnknown(st *stream, ts *typeSub, sub []string, sotw sotwSend
 	st.nonce++
 	nonce := strconv.FormatInt(st.nonce, 10)
 	const version = "0"
-	a.sent(ts, version, nonce)
+	a.sent(ts, version, nonce, false)
 	if st.delta {
 		var removed []string
 		for _, n := range sub {
@@ -401,10 +404,10 @@ func (a *ads) answerUnknown(st *stream, ts *typeSub, sub []string, sotw sotwSend
 	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce})
 }
 
-func (a *ads) sent(ts *typeSub, version, nonce string) {
+func (a *ads) sent(ts *typeSub, version, nonce string, update bool) {
 	ts.inflight = true
 	ts.nonce = nonce
-	a.tracker.response(ts.st.status, ts.status, version, nonce)
+	a.tracker.response(ts.st.status, ts.status, version, nonce, update)
 }
 
 // lockOrDone locks mu, or gives up when ctx ends first and reports false;

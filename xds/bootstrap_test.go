@@ -7,6 +7,7 @@ import (
 
 	bootstrap "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -15,7 +16,7 @@ import (
 
 func TestGRPCBootstrap(t *testing.T) {
 	t.Parallel()
-	b, err := GRPCBootstrap("127.0.0.1:15010", "node-1", model.Locality{Region: "us-east", Zone: "us-east-1a"})
+	b, err := GRPCBootstrap("127.0.0.1:15010", "node-1", model.Locality{Region: "us-east", Zone: "us-east-1a"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b, err := EnvoyBootstrap(tc.addr, "sidecar~10.0.0.1~app~ns.svc.cluster.local", "app")
+			b, err := EnvoyBootstrap(tc.addr, "sidecar~10.0.0.1~app~ns.svc.cluster.local", "app", nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -114,5 +115,62 @@ func TestNodeClassification(t *testing.T) {
 				t.Errorf("NodeType = %q, want %q", got, tc.wantType)
 			}
 		})
+	}
+}
+
+func TestBootstrapsCarryTLS(t *testing.T) {
+	t.Parallel()
+	mtls := &ClientTLS{CAFile: "/pki/ca.crt", CertFile: "/pki/client.crt", KeyFile: "/pki/client.key"}
+
+	b, err := GRPCBootstrap("127.0.0.1:15010", "n", model.Locality{}, mtls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		XDSServers []struct {
+			ChannelCreds []map[string]any `json:"channel_creds"`
+		} `json:"xds_servers"`
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	wantCreds := []map[string]any{{"type": "tls", "config": map[string]any{
+		"ca_certificate_file": "/pki/ca.crt", "certificate_file": "/pki/client.crt", "private_key_file": "/pki/client.key",
+	}}}
+	if d := cmp.Diff(wantCreds, g.XDSServers[0].ChannelCreds); d != "" {
+		t.Errorf("channel_creds (-want +got):\n%s", d)
+	}
+
+	for _, tc := range []struct {
+		addr, wantSNI string
+	}{{addr: "127.0.0.1:15010"}, {addr: "meshfed.mesh.svc:15010", wantSNI: "meshfed.mesh.svc"}} {
+		b, err = EnvoyBootstrap(tc.addr, "sidecar~10.0.0.1~app~ns.svc.cluster.local", "app", mtls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bs bootstrap.Bootstrap
+		if err := protojson.Unmarshal(b, &bs); err != nil {
+			t.Fatal(err)
+		}
+		if err := bs.ValidateAll(); err != nil {
+			t.Errorf("ValidateAll: %v", err)
+		}
+		ts := bs.GetStaticResources().GetClusters()[0].GetTransportSocket()
+		var up tlsv3.UpstreamTlsContext
+		if ts.GetName() != "envoy.transport_sockets.tls" || ts.GetTypedConfig().UnmarshalTo(&up) != nil {
+			t.Fatalf("transport socket = %v, want an UpstreamTlsContext", ts)
+		}
+		ctx := up.GetCommonTlsContext()
+		if ctx.GetValidationContext().GetTrustedCa().GetFilename() != "/pki/ca.crt" ||
+			ctx.GetTlsCertificates()[0].GetCertificateChain().GetFilename() != "/pki/client.crt" ||
+			ctx.GetTlsCertificates()[0].GetPrivateKey().GetFilename() != "/pki/client.key" || up.GetSni() != tc.wantSNI {
+			t.Errorf("%s: UpstreamTlsContext = %v", tc.addr, &up)
+		}
+	}
+	if _, err := GRPCBootstrap("127.0.0.1:15010", "n", model.Locality{}, &ClientTLS{CertFile: "c"}); err == nil {
+		t.Error("a certificate without a key was accepted")
+	}
+	if b, err := EnvoyBootstrap("127.0.0.1:15010", "n", "app", nil); err != nil || strings.Contains(string(b), "transport_socket") || strings.Contains(string(b), "transportSocket") {
+		t.Errorf("plaintext Envoy bootstrap has a transport socket (err %v)", err)
 	}
 }

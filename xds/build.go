@@ -34,7 +34,7 @@ const MetadataKey = "meshfed"
 // of locality weights at one priority, that xDS clients accept (grpc-go
 // rejects the CLA above it; Envoy documents the same bound). The
 // aggregator's gate scales weights to fit; translation refuses a CLA that
-// does not (docs/architecture.md, "one rule at the gate").
+// does not (docs/architecture.md §3.4, normalization gate).
 const maxWeightSum = math.MaxUint32
 
 const envoyConnectTimeout = 10 * time.Second

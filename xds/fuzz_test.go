@@ -38,7 +38,7 @@ func FuzzADSRequest(f *testing.F) {
 		srv.Update(first)
 		x := newTestADS(t, srv.store, delta)
 		x.a.limits = srv.ads.limits
-		x.a.tracker = newTracker(slog.New(slog.DiscardHandler))
+		x.a.tracker = newTracker(slog.New(slog.DiscardHandler), nil)
 		x.st = x.a.open(delta)
 		check := func() {
 			for _, r := range x.sotw {

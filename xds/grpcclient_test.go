@@ -88,7 +88,7 @@ func TestGRPCGoClientResolvesThroughXDS(t *testing.T) {
 	addr := startServer(t, srv)
 
 	const nodeID = "grpc-client-1"
-	boot, err := GRPCBootstrap(addr, nodeID, model.Locality{Region: "r1"})
+	boot, err := GRPCBootstrap(addr, nodeID, model.Locality{Region: "r1"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

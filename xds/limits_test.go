@@ -67,6 +67,15 @@ func TestStreamLimitsEndTheStreamWithResourceExhausted(t *testing.T) {
 			c.subscribe(EndpointType, names(6, 10)...)
 			c.subscribe(ClusterType, names(6, 10)...)
 		}},
+		{"delta initial versions", true, "names", func(c *adsClient) {
+			initial := map[string]string{}
+			for _, n := range names(11, 10) {
+				initial[n] = "v"
+			}
+			if err := c.dstr.Send(&discovery.DeltaDiscoveryRequest{Node: c.node, TypeUrl: ClusterType, InitialResourceVersions: initial}); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"sotw name size", false, "nameBytes", func(c *adsClient) { c.subscribe(EndpointType, names(1, MaxNameBytes+1)...) }},
 		{"delta name size", true, "nameBytes", func(c *adsClient) { c.subscribe(EndpointType, names(1, MaxNameBytes+1)...) }},
 	} {
@@ -178,7 +187,7 @@ func TestNackDetailIsTruncated(t *testing.T) {
 	var logs bytes.Buffer
 	s := newStore()
 	x := newTestADS(t, s, true)
-	x.a.tracker = newTracker(slog.New(slog.NewTextHandler(&logs, nil)))
+	x.a.tracker = newTracker(slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	x.st = x.a.open(true)
 	applyTo(s, edsKind, map[string]types.Resource{"a": cla("a", 1)})
 	x.deltaReq(&discovery.DeltaDiscoveryRequest{Node: envoyNode("n1"), ResourceNamesSubscribe: []string{"a"}})

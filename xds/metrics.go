@@ -20,6 +20,15 @@ var (
 		Name: "meshfed_xds_nacks_total",
 		Help: "Responses rejected by proxies, per xDS type.",
 	}, []string{"type"})
+	responsesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_xds_responses_total",
+		Help: "Responses sent to proxies, per xDS type (CDS, EDS, LDS, RDS).",
+	}, []string{"type"})
+	convergenceSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "meshfed_xds_convergence_seconds",
+		Help:    "Time from the aggregator receiving a registry update to a connected proxy ACKing the first response that carries it, per xDS type; one observation per proxy and type.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms .. ~33s
+	}, []string{"type"})
 	limitExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshfed_xds_stream_limit_exceeded_total",
 		Help: "ADS streams ended with ResourceExhausted, per limit (typeURLs, names, nameBytes).",
@@ -38,11 +47,26 @@ var (
 	}, []string{"class", "type"})
 )
 
+// Series of every served type exist from the start (at zero), so rate()
+// and alerts see a counter's first increase.
+func init() {
+	for _, u := range TypeURLs {
+		t := shortType(u)
+		pushesTotal.WithLabelValues(t)
+		nacksTotal.WithLabelValues(t)
+		responsesTotal.WithLabelValues(t)
+		convergenceSeconds.WithLabelValues(t)
+	}
+	for _, c := range []Class{ClassEnvoy, ClassGRPC} {
+		connectedProxies.WithLabelValues(string(c))
+	}
+}
+
 // Collectors returns the package's Prometheus collectors; the wiring
 // registers them once.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{pushesTotal, pushSeconds, connectedProxies, nacksTotal, resourcesGauge,
-		limitExceeded, unknownTypes, subscribedNames}
+		responsesTotal, convergenceSeconds, limitExceeded, unknownTypes, subscribedNames}
 }
 
 func classLabel(c Class) string {

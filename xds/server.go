@@ -1,5 +1,11 @@
-// Package xds serves meshfed's model to Envoy proxies and proxyless gRPC
-// clients over one ADS endpoint (SotW and Delta), on go-control-plane.
+// Package xds serves meshfed's model to Envoy proxies, proxyless gRPC
+// clients and istiod (MCP-over-xDS) over one ADS endpoint (SotW and
+// Delta). Resource types and marshalling come from go-control-plane; the
+// stream loop is meshfed's own, because go-control-plane's one-shot watches
+// re-register and re-diff every subscribed name on each response and ACK:
+// 161 ms of server CPU per one-endpoint event at 1,000 delta streams × 100
+// clusters, against about 45 ms here (BENCHMARKS.md, S1; bench/analysis.md;
+// docs/architecture.md §3.5).
 //
 // Translation (Translator) is a pure, incremental function of model
 // snapshots: resources of unchanged services are reused, and every
@@ -11,7 +17,7 @@
 // update costs work only for the subscribers of what changed, and Delta
 // streams receive only the resources that changed.
 //
-// Naming follows DESIGN §6: clusters and ClusterLoadAssignments
+// Naming follows docs/architecture.md §4: clusters and ClusterLoadAssignments
 // outbound|<port>||<host>; Envoy listeners 0.0.0.0_<port> with route
 // configuration <port>; gRPC listeners and route configurations
 // <host>:<port>.
@@ -60,6 +66,7 @@ type Server struct {
 	tracker *tracker
 	ads     *ads
 	version atomic.Uint64
+	changed atomic.Int64 // Snapshot.Changed (unix ns) of the snapshot in the store
 }
 
 // NewServer returns a server with no resources; Register it on a gRPC
@@ -77,8 +84,13 @@ func NewServer(o Options) *Server {
 		tr:      NewTranslator(),
 		invalid: map[string]string{},
 		store:   newStore(),
-		tracker: newTracker(log),
 	}
+	s.tracker = newTracker(log, func() time.Time {
+		if n := s.changed.Load(); n != 0 {
+			return time.Unix(0, n)
+		}
+		return time.Time{}
+	})
 	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error, limits: o.Limits.withDefaults()}
 	return s
 }
@@ -97,6 +109,9 @@ func (s *Server) Update(snap *model.Snapshot) {
 	start := time.Now()
 	s.mu.Lock()
 	ch := s.tr.Translate(snap)
+	if snap != nil && !snap.Changed.IsZero() {
+		s.changed.Store(snap.Changed.UnixNano()) // before streams wake
+	}
 	s.store.apply(ch)
 	for _, k := range Kinds {
 		if ch[k] == nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,9 @@ type typeState struct {
 	TypeStatus
 	sub     *typeSub
 	pending map[string]string // delta: nonce → system version, until (N)ACKed
+	// since is Snapshot.Changed of the oldest update sent on this type
+	// and not yet ACKed; zero when none.
+	since time.Time
 }
 
 type streamState struct {
@@ -86,13 +90,25 @@ type streamState struct {
 type tracker struct {
 	log *slog.Logger
 	now func() time.Time
+	// changed returns Snapshot.Changed of the snapshot the store holds.
+	changed func() time.Time
 
 	mu      sync.Mutex // guards streams
 	streams map[streamKey]*streamState
 }
 
-func newTracker(log *slog.Logger) *tracker {
-	return &tracker{log: log, now: time.Now, streams: map[streamKey]*streamState{}}
+func newTracker(log *slog.Logger, changed func() time.Time) *tracker {
+	return &tracker{log: log, now: time.Now, changed: changed, streams: map[streamKey]*streamState{}}
+}
+
+// acked records an ACK of ts: the convergence of the update it carried.
+// Called with s.mu held.
+func (t *tracker) acked(ts *typeState) {
+	if ts.since.IsZero() {
+		return
+	}
+	convergenceSeconds.WithLabelValues(shortType(ts.TypeURL)).Observe(t.now().Sub(ts.since).Seconds())
+	ts.since = time.Time{}
 }
 
 func (t *tracker) open(k streamKey) *streamState {
@@ -183,6 +199,7 @@ func (t *tracker) sotwRequest(s *streamState, ts *typeState, req *discovery.Disc
 			t.nack(s, ts, ts.SentVersion, nonce, d.GetMessage())
 		} else {
 			ts.AckedVersion, ts.AckedNonce = req.GetVersionInfo(), nonce
+			t.acked(ts)
 		}
 	}
 }
@@ -209,14 +226,24 @@ func (t *tracker) deltaRequest(s *streamState, ts *typeState, req *discovery.Del
 		t.nack(s, ts, version, nonce, d.GetMessage())
 	} else if known {
 		ts.AckedVersion, ts.AckedNonce = version, nonce
+		t.acked(ts)
 	}
 }
 
-// response records a response about to be sent.
-func (t *tracker) response(s *streamState, ts *typeState, version, nonce string) {
+// response records a response about to be sent; update says that a
+// model change caused it (not a request), so its ACK ends a convergence.
+// Changes seen before the stream connected do not count: the proxy's
+// first sync is not a convergence.
+func (t *tracker) response(s *streamState, ts *typeState, version, nonce string, update bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ts.SentVersion, ts.SentNonce = version, nonce
+	responsesTotal.WithLabelValues(shortType(ts.TypeURL)).Inc()
+	if update && ts.since.IsZero() && t.changed != nil {
+		if c := t.changed(); !c.IsZero() && c.After(s.connected) {
+			ts.since = c
+		}
+	}
 	if !s.key.delta {
 		return
 	}
@@ -301,4 +328,44 @@ func (t *tracker) served(proxyID string) (Class, map[string]*typeSub, bool) {
 		}
 	}
 	return best.class, out, true
+}
+
+// Sync states of one type on one stream, as `meshfed status` and the
+// status page show them.
+const (
+	StateSynced  = "SYNCED"   // the proxy ACKed the last response
+	StateNotSent = "NOT SENT" // subscribed, nothing sent yet
+	StateNacked  = "NACKED"   // the proxy rejected the last response
+	StateStale   = "STALE"    // the last response is not answered yet
+)
+
+// SyncState classifies t: NACKED when the last response sent was
+// rejected, STALE while it is unanswered, NOT SENT before the first,
+// SYNCED once ACKed.
+func SyncState(t TypeStatus) string {
+	switch {
+	case t.SentNonce == "":
+		return StateNotSent
+	case t.LastNack != nil && t.LastNack.Nonce == t.SentNonce:
+		return StateNacked
+	case t.AckedNonce != t.SentNonce:
+		return StateStale
+	}
+	return StateSynced
+}
+
+// ShortType is CDS, EDS, LDS or RDS for the four Envoy type URLs,
+// <version>/<Kind> for Istio's MCP collections (v1/ServiceEntry), the type
+// URL's last element otherwise.
+func ShortType(typeURL string) string {
+	if s := shortType(typeURL); s != "other" {
+		return s
+	}
+	if g, rest, ok := strings.Cut(typeURL, "/"); ok && !strings.Contains(g, "googleapis") {
+		return rest
+	}
+	if i := strings.LastIndex(typeURL, "."); i >= 0 {
+		return typeURL[i+1:]
+	}
+	return typeURL
 }

@@ -34,7 +34,7 @@ type testADS struct {
 }
 
 func newTestADS(t *testing.T, s *store, delta bool) *testADS {
-	a := &ads{ctx: context.Background(), store: s, tracker: newTracker(slog.New(slog.DiscardHandler)), errorf: func(string, ...any) {}, limits: Limits{}.withDefaults()}
+	a := &ads{ctx: context.Background(), store: s, tracker: newTracker(slog.New(slog.DiscardHandler), nil), errorf: func(string, ...any) {}, limits: Limits{}.withDefaults()}
 	return &testADS{t: t, a: a, st: a.open(delta)}
 }
 

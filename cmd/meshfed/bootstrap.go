@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -18,11 +19,23 @@ func bootstrapCmd() *cobra.Command {
 		nodeID, locality         string
 		cluster                  string
 		caFile, sni              string
+		tlsFlag                  bool
+		certFile, keyFile        string
 	)
 	c := &cobra.Command{
-		Use:   "bootstrap --grpc|--envoy|--istio [--config FILE | --xds ADDR] [--node-id ID]",
+		Use:   "bootstrap --grpc|--envoy|--istio [--config FILE | --xds ADDR [--tls]] [--ca FILE] [--cert FILE --key FILE] [--node-id ID]",
 		Short: "Print the bootstrap JSON an xDS client needs to reach this server (--istio: istiod's meshConfig configSources)",
-		Args:  cobra.NoArgs,
+		Long: `Print the bootstrap JSON an xDS client needs to reach this server.
+
+With --config, the address and whether the server serves TLS (xds.tls) and
+requires client certificates (xds.tls.clientCA) come from clusters.yaml.
+The files the client uses live on the client's machine, so they are flags:
+--ca verifies the server's certificate (gRPC: default the system roots;
+Envoy has no default and does not verify without it), --cert and --key are
+the client's certificate and key, required when the server wants them.
+With --xds ADDR instead of --config, --tls (or any of --ca, --cert, --key)
+turns TLS on.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n := 0
 			for _, b := range []bool{grpcClient, envoy, istio} {
@@ -50,6 +63,10 @@ func bootstrapCmd() *cobra.Command {
 			if istio {
 				return printIstio(cmd, addr, tlsOn, mtls, caFile, sni)
 			}
+			clientTLS, err := bootstrapTLS(cmd, tlsOn || tlsFlag, mtls, envoy, config, caFile, certFile, keyFile)
+			if err != nil {
+				return err
+			}
 			loc, err := model.ParseLocality(locality)
 			if err != nil {
 				return fmt.Errorf("--locality: %w", err)
@@ -59,12 +76,12 @@ func bootstrapCmd() *cobra.Command {
 				if nodeID == "" {
 					nodeID = "grpc-client"
 				}
-				out, err = xds.GRPCBootstrap(addr, nodeID, loc)
+				out, err = xds.GRPCBootstrap(addr, nodeID, loc, clientTLS)
 			} else {
 				if nodeID == "" {
 					nodeID = "sidecar~127.0.0.1~envoy~default.svc.cluster.local"
 				}
-				out, err = xds.EnvoyBootstrap(addr, nodeID, cluster)
+				out, err = xds.EnvoyBootstrap(addr, nodeID, cluster, clientTLS)
 			}
 			if err != nil {
 				return err
@@ -82,7 +99,10 @@ func bootstrapCmd() *cobra.Command {
 	f.StringVar(&locality, "locality", "local/local", "node locality region/zone/subzone (grpc-js-xds requires one)")
 	f.StringVar(&cluster, "cluster", "meshfed", "Envoy node cluster")
 	f.BoolVar(&istio, "istio", false, "print istiod's meshConfig snippet (configSources) that reads meshfed over MCP-over-xDS")
-	f.StringVar(&caFile, "ca", "", "--istio: PEM file of the CA that signed meshfed's xDS certificate (turns TLS on)")
+	f.StringVar(&caFile, "ca", "", "PEM CA that signed meshfed's xDS certificate (turns TLS on); gRPC default: the system roots")
+	f.BoolVar(&tlsFlag, "tls", false, "the server serves TLS (implied by xds.tls in --config, and by --ca, --cert, --key)")
+	f.StringVar(&certFile, "cert", "", "--grpc, --envoy: PEM client certificate, for a server that requires one (xds.tls.clientCA)")
+	f.StringVar(&keyFile, "key", "", "--grpc, --envoy: PEM private key of --cert")
 	f.StringVar(&sni, "sni", "", "--istio: server name istiod verifies (default: the host of the address)")
 	return c
 }
@@ -110,4 +130,37 @@ func printIstio(cmd *cobra.Command, addr string, tlsOn, mtls bool, caFile, sni s
 	}
 	_, err = cmd.OutOrStdout().Write(out)
 	return err
+}
+
+// bootstrapTLS returns the client TLS settings of a gRPC or Envoy
+// bootstrap: nil for plaintext; TLS when the config serves it or a TLS
+// flag is given. File paths are made absolute.
+func bootstrapTLS(cmd *cobra.Command, tlsOn, mtls, envoy bool, config, caFile, certFile, keyFile string) (*xds.ClientTLS, error) {
+	if !tlsOn && caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	t := &xds.ClientTLS{}
+	for _, f := range []struct {
+		flag, in string
+		out      *string
+	}{{"--ca", caFile, &t.CAFile}, {"--cert", certFile, &t.CertFile}, {"--key", keyFile, &t.KeyFile}} {
+		if f.in == "" {
+			continue
+		}
+		abs, err := filepath.Abs(f.in)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.flag, err)
+		}
+		*f.out = abs
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("--cert and --key go together")
+	}
+	if mtls && certFile == "" {
+		return nil, fmt.Errorf("%s: xds.tls.clientCA is set, so the server requires a client certificate: give --cert and --key", config)
+	}
+	if envoy && caFile == "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "meshfed bootstrap: warning: no --ca: Envoy will not verify meshfed's certificate")
+	}
+	return t, nil
 }

@@ -16,11 +16,7 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/istioconfig"
-	"github.com/meshfed/meshfed/xds"
 )
-
-// version is set by the Makefile (-ldflags -X main.version=...).
-var version = "dev"
 
 // exitError carries a process exit code through cobra without printing.
 type exitError struct{ code int }
@@ -46,9 +42,12 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	bi := readBuildInfo()
+	root.Version = bi.Version
+	root.SetVersionTemplate(bi.String() + "\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(runCmd(), validateCmd(), statusCmd(), releaseCmd(), bootstrapCmd(), versionCmd())
+	root.AddCommand(runCmd(), validateCmd(), statusCmd(), proxyConfigCmd(), describeCmd(), releaseCmd(), bootstrapCmd(), versionCmd())
 	return root
 }
 
@@ -63,7 +62,8 @@ func runCmd() *cobra.Command {
 		Short: "Watch the registries in clusters.yaml and serve them over xDS",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logLevel, logFormat)
+			level := new(slog.LevelVar)
+			log, err := newLogger(cmd.ErrOrStderr(), level, logLevel, logFormat)
 			if err != nil {
 				return err
 			}
@@ -72,9 +72,24 @@ func runCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
+			// Files the xDS listener needs stop the start, with their line;
+			// registries re-read theirs on every start: a warning.
+			fatal := false
+			for _, p := range federation.CheckFiles(cfg) {
+				if strings.HasPrefix(p.Key, "xds.") {
+					fmt.Fprintln(cmd.ErrOrStderr(), p)
+					fatal = true
+					continue
+				}
+				log.Warn("a file named in the config has a problem", "problem", p.String())
+			}
+			if fatal {
+				return exitError{1}
+			}
+			bi := readBuildInfo()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Version: version})
+			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Level: level, Version: bi.Version, Revision: bi.Revision})
 			if err != nil {
 				return err
 			}
@@ -108,13 +123,14 @@ func runCmd() *cobra.Command {
 	return c
 }
 
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if strings.EqualFold(level, "trace") {
-		lv = xds.LevelTrace
-	} else if err := lv.UnmarshalText([]byte(level)); err != nil {
+// newLogger builds the process logger; lv holds its level, which PUT
+// /debug/loglevel changes at run time.
+func newLogger(w io.Writer, lv *slog.LevelVar, level, format string) (*slog.Logger, error) {
+	l, err := federation.ParseLevel(level)
+	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	lv.Set(l)
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text":
@@ -129,11 +145,17 @@ func validateCmd() *cobra.Command {
 	var configDirs []string
 	cmd := &cobra.Command{
 		Use:   "validate [FILE] [--config-dir DIR]...",
-		Short: "Check a clusters.yaml and/or directories of Istio traffic YAML; print every problem with its line and exit 1, or a summary and exit 0",
-		Long: `Check a clusters.yaml (and the configSources directories it names) and
-any --config-dir directory of Istio VirtualService/DestinationRule YAML,
-offline. Every problem is printed with its file and line; the exit code is
-1 if there is any.`,
+		Short: "Check a clusters.yaml and the files it names, and/or directories of Istio traffic YAML; print every problem with its line and exit 1, or a summary and exit 0",
+		Long: `Check a clusters.yaml: its keys and values, conflicts between entries
+(names, domains, listeners on the same port), and every file it names (TLS
+certificate, key and CA, token and auth files, kubeconfigs, services files):
+missing, unreadable or not parsing. Every problem is printed as
+FILE:LINE:COL: KEY: MESSAGE; the exit code is then 1.
+
+The Istio VirtualServices and DestinationRules of the configSources
+directories it names, and of every --config-dir, are checked too, offline:
+"ok: KIND NS/NAME (FILE:LINE)" on stdout per valid object, "rejected:
+FILE:LINE KIND NS/NAME: REASON" on stderr per refused one (exit code 1).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && len(configDirs) == 0 {
@@ -144,6 +166,10 @@ offline. Every problem is printed with its file and line; the exit code is
 				cfg, err := federation.Load(args[0])
 				if err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), err)
+					return exitError{1}
+				}
+				if probs := federation.CheckFiles(cfg); len(probs) > 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), &federation.LoadError{Problems: probs})
 					return exitError{1}
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())
@@ -172,15 +198,4 @@ offline. Every problem is printed with its file and line; the exit code is
 	}
 	cmd.Flags().StringArrayVar(&configDirs, "config-dir", nil, "a directory of Istio traffic YAML to check (repeatable)")
 	return cmd
-}
-
-func versionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "meshfed", version)
-		},
-	}
 }

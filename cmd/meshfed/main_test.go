@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/federation"
-	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
 )
 
@@ -131,26 +129,139 @@ func TestBootstrapIstio(t *testing.T) {
 func TestWriteStatus(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	regs := []federation.RegistryHealth{{
-		RegistryStatus: aggregate.RegistryStatus{Name: "dc1", Kind: "consul", State: registries.Degraded,
-			LastSync: now.Add(-90 * time.Second), LastError: "dial tcp 127.0.0.1:8500: connection refused", Services: 3, Endpoints: 12},
+	rep := statusReport{Registries: []federation.RegistryReport{{
+		Name: "dc1", Kind: "consul", State: "Degraded",
+		LastSync: now.Add(-90 * time.Second), LastError: "dial tcp 127.0.0.1:8500: connection refused", Services: 3, Endpoints: 12,
 		Restarts: 2,
-	}}
-	proxies := []federation.ProxySync{{ID: "sidecar~10.0.0.1~a~ns", Class: "envoy", Stream: "delta", Types: []xds.TypeStatus{
-		{TypeURL: xds.ClusterType, SentVersion: "7", SentNonce: "9", AckedVersion: "7", AckedNonce: "9"},
-		{TypeURL: xds.EndpointType, SentVersion: "8", SentNonce: "10", AckedVersion: "7", AckedNonce: "8",
-			LastNack: &xds.Nack{Version: "8", Nonce: "10", Error: "bad endpoint"}},
-	}}}
+	}, {
+		Name: "vms", Kind: "file", State: "Held", Services: 1, Endpoints: 10,
+		Hold: &federation.HoldReport{Since: now.Add(-time.Minute), Served: 10, Pending: 2, Reason: "would drop 80% of endpoints"},
+	}}, Proxies: []proxyReport{{ID: "sidecar~10.0.0.1~a~ns", Class: "envoy", Stream: "delta", Types: []typeReport{
+		{Type: "CDS", State: xds.StateSynced, SentVersion: "7", AckedVersion: "7"},
+		{Type: "EDS", State: xds.StateNacked, SentVersion: "8", AckedVersion: "7",
+			LastNack: &xds.Nack{Version: "8", Nonce: "10", Error: "bad endpoint", At: now.Add(-5 * time.Second)}},
+	}}}}
 	var b bytes.Buffer
-	writeStatus(&b, regs, proxies, now)
+	writeStatus(&b, painter{}, rep, now)
 	out := b.String()
 	for _, want := range []string{
 		"dc1", "consul", "Degraded", "1m30s ago", "connection refused",
-		"sidecar~10.0.0.1~a~ns", "Cluster", "SYNCED", "ClusterLoadAssignment", "NACKED", "bad endpoint",
+		"HELD vms: update held since 1m0s ago, serving 10 endpoints, 2 pending: would drop 80% of endpoints", "release it: meshfed release vms",
+		"PROXY", "CDS", "EDS", "LDS", "RDS",
+		"sidecar~10.0.0.1~a~ns", "SYNCED", "NACKED (8)", "EDS 5s ago: bad endpoint",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("uncoloured output has escape codes:\n%q", out)
+	}
+
+	// istiod reading MCP shows its collections in their own column.
+	mcp := rep
+	mcp.Proxies = append(mcp.Proxies, proxyReport{ID: "istiod-1", Class: "envoy", Stream: "delta", Types: []typeReport{
+		{Type: "v1/ServiceEntry", State: xds.StateSynced, SentVersion: "3", AckedVersion: "3"},
+	}})
+	b.Reset()
+	writeStatus(&b, painter{}, mcp, now)
+	if err := containsAll(b.String(), "OTHER TYPES", "v1/ServiceEntry SYNCED"); err != "" {
+		t.Errorf("status with an MCP client lacks %s:\n%s", err, b.String())
+	}
+
+	// Coloured: states are painted and the columns stay aligned.
+	b.Reset()
+	writeStatus(&b, painter{on: true}, rep, now)
+	col := b.String()
+	if !strings.Contains(col, "\x1b[31mNACKED (8)\x1b[0m") || !strings.Contains(col, "\x1b[32mSYNCED\x1b[0m") {
+		t.Errorf("coloured output lacks painted states:\n%q", col)
+	}
+	plainLines, colLines := strings.Split(out, "\n"), strings.Split(stripANSI(col), "\n")
+	if len(plainLines) != len(colLines) {
+		t.Fatalf("coloured output has %d lines, plain %d", len(colLines), len(plainLines))
+	}
+	for i := range plainLines {
+		if plainLines[i] != colLines[i] {
+			t.Errorf("line %d differs once colours are removed:\n%q\n%q", i, plainLines[i], colLines[i])
+		}
+	}
+}
+
+func containsAll(s string, subs ...string) string {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return strconvQuote(sub)
+		}
+	}
+	return ""
+}
+
+func strconvQuote(s string) string { return "\"" + s + "\"" }
+
+func stripANSI(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b {
+			for i < len(s) && s[i] != 'm' {
+				i++
+			}
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// TestValidateOpensFiles: validate opens every file the config names and
+// reports each problem at the clusters.yaml key naming the file; run
+// refuses to start on the xDS TLS files, with the same line and column.
+func TestValidateOpensFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("server.key", "not a key\n")
+	write("empty.token", "  \n")
+	write("bad.kubeconfig", "apiVersion: v1\nkind: Config\ncontexts: [{name: a, context: {cluster: c}}]\ncurrent-context: b\n")
+	write("services.yaml", "services:\n  - name: echo\n    ports: [{name: grpc, port: 8080, protocol: SOAP}]\n")
+	write("zk.auth", "no-colon\n")
+	config := filepath.Join(dir, "clusters.yaml")
+	write("clusters.yaml", `xds:
+  address: 127.0.0.1:15010
+  tls: {cert: server.crt, key: server.key}
+registries:
+  - {name: vms, kind: file, domain: vm.internal, file: {path: services.yaml}}
+  - {name: gone, kind: file, domain: gone.internal, file: {path: missing.yaml}}
+  - {name: dc1, kind: consul, domain: consul, consul: {tokenFile: empty.token}}
+  - {name: east, kind: kubernetes, domain: svc.cluster.local, kubernetes: {kubeconfig: bad.kubeconfig}}
+  - {name: zk, kind: zookeeper, domain: zk, zookeeper: {servers: [127.0.0.1:2181], authFile: zk.auth}}
+`)
+	_, errOut, err := execute(t, "validate", config)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate = %v, want exit 1; stderr:\n%s", err, errOut)
+	}
+	for _, want := range []string{
+		config + ":3:15: xds.tls.cert: cannot read " + filepath.Join(dir, "server.crt") + ": no such file or directory",
+		config + ":3:32: xds.tls.key: " + filepath.Join(dir, "server.key") + ": holds no PEM private key",
+		config + ":5:63: registries[0].file.path: " + filepath.Join(dir, "services.yaml") + `: services.yaml:3:48: services[0].ports[0].protocol: unknown protocol "SOAP"`,
+		config + ":6:66: registries[1].file.path: cannot read " + filepath.Join(dir, "missing.yaml"),
+		config + ":7:67: registries[2].consul.tokenFile: " + filepath.Join(dir, "empty.token") + ": is empty",
+		config + ":8:88: registries[3].kubernetes.kubeconfig: " + filepath.Join(dir, "bad.kubeconfig") + `: has no context "b"`,
+		config + ":9:94: registries[4].zookeeper.authFile: " + filepath.Join(dir, "zk.auth") + ": want one line user:password",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+
+	_, errOut, err = execute(t, "run", "--config", config)
+	if !errors.As(err, &ee) || ee.code != 1 || !strings.Contains(errOut, config+":3:15: xds.tls.cert: cannot read") {
+		t.Errorf("run = %v, stderr:\n%s\nwant exit 1 naming xds.tls.cert at 3:15", err, errOut)
 	}
 }
 

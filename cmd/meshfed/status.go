@@ -1,114 +1,250 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/xds"
 )
 
+// Exit codes of `meshfed status`.
+const (
+	exitOK        = 0
+	exitFailed    = 1 // could not read the status
+	exitUnhealthy = 2 // a registry is not Synced or a proxy NACKs
+)
+
+// statusReport is what `meshfed status -o json|yaml` prints.
+type statusReport struct {
+	Admin      string                      `json:"admin"`
+	Registries []federation.RegistryReport `json:"registries"`
+	Proxies    []proxyReport               `json:"proxies"`
+	// Healthy is false when a registry is not Synced or a proxy NACKs;
+	// the exit code is then 2.
+	Healthy bool `json:"healthy"`
+}
+
+// proxyReport is one xDS stream, with its per-type state.
+type proxyReport struct {
+	ID        string       `json:"id"`
+	Class     string       `json:"class"`
+	Stream    string       `json:"stream"`
+	Connected time.Time    `json:"connected"`
+	Types     []typeReport `json:"types"`
+}
+
+type typeReport struct {
+	Type         string    `json:"type"` // CDS, EDS, LDS, RDS
+	State        string    `json:"state"`
+	SentVersion  string    `json:"sentVersion,omitempty"`
+	AckedVersion string    `json:"ackedVersion,omitempty"`
+	Resources    int       `json:"resources"`
+	LastNack     *xds.Nack `json:"lastNack,omitempty"`
+}
+
 func statusCmd() *cobra.Command {
-	var config, admin string
+	var (
+		af     adminFlags
+		output outputFormat
+		proxy  string
+	)
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Show every registry and connected proxy with its sync state, read from a running meshfed's admin API",
-		Args:  cobra.NoArgs,
+		Long: `Show every registry (state, last sync, counts, held updates) and every
+connected proxy, one row per xDS stream with a column per type (CDS, EDS,
+LDS, RDS), like istioctl proxy-status.
+
+Exit code: 0 when every registry is Synced and no proxy NACKs its current
+configuration, 2 when one is not, 1 when the status cannot be read.`,
+		Example: `  meshfed status
+  meshfed status --proxy sidecar~10.0.0.5 -o json
+  meshfed status --admin 10.0.0.7:15014 --token-file /etc/meshfed/admin.token`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if admin == "" {
-				cfg, err := federation.Load(config)
+			if err := output.check("table", "json", "yaml"); err != nil {
+				return err
+			}
+			clients, err := af.clients(cmd)
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return exitError{exitFailed}
+			}
+			w := cmd.OutOrStdout()
+			code := exitOK
+			var reports []statusReport
+			for i, c := range clients {
+				rep, err := readStatus(c, proxy)
 				if err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), err)
-					return exitError{1}
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", c.base, err)
+					code = exitFailed
+					continue
 				}
-				admin = cfg.Admin.Address
+				if !rep.Healthy && code == exitOK {
+					code = exitUnhealthy
+				}
+				reports = append(reports, rep)
+				if output == "table" {
+					if len(clients) > 1 {
+						if i > 0 {
+							fmt.Fprintln(w)
+						}
+						fmt.Fprintf(w, "== %s ==\n", c.base)
+					}
+					writeStatus(w, newPainter(w), rep, time.Now())
+				}
 			}
-			base := admin
-			if !strings.Contains(base, "://") {
-				base = "http://" + base
+			if output == "table" && len(clients) > 1 {
+				fmt.Fprintln(w)
+				if err := runDrift(w, clients); err != nil { // drift.go
+					var ee exitError
+					if !errors.As(err, &ee) {
+						fmt.Fprintln(cmd.ErrOrStderr(), err)
+						return exitError{exitFailed}
+					}
+					code = max(code, ee.code)
+				}
 			}
-			client := &http.Client{Timeout: 5 * time.Second}
-			var regs []federation.RegistryHealth
-			if err := getJSON(client, base+"/healthz/registries", &regs); err != nil {
-				return err
+			if output != "table" {
+				var v any = reports
+				if len(clients) == 1 && len(reports) == 1 {
+					v = reports[0]
+				}
+				if err := printData(w, output, v); err != nil {
+					return err
+				}
 			}
-			var proxies []federation.ProxySync
-			if err := getJSON(client, base+"/debug/syncz", &proxies); err != nil {
-				return err
+			if code != exitOK {
+				return exitError{code}
 			}
-			writeStatus(cmd.OutOrStdout(), regs, proxies, time.Now())
 			return nil
 		},
 	}
-	c.Flags().StringVar(&config, "config", "clusters.yaml", "cluster registry file (for the admin address)")
-	c.Flags().StringVar(&admin, "admin", "", "admin address (overrides --config)")
+	af.register(c)
+	c.Flags().StringVarP((*string)(&output), "output", "o", "table", "table, json or yaml")
+	c.Flags().StringVar(&proxy, "proxy", "", "show only proxies whose node id contains this")
 	return c
 }
 
-func getJSON(c *http.Client, url string, v any) error {
-	resp, err := c.Get(url)
-	if err != nil {
-		return fmt.Errorf("is meshfed running? %w", err)
+// readStatus reads the registries and the proxies (those whose id
+// contains proxy, when set).
+func readStatus(c *adminClient, proxy string) (statusReport, error) {
+	rep := statusReport{Admin: c.base, Healthy: true}
+	if err := c.get("/healthz/registries", &rep.Registries); err != nil {
+		return rep, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
+	var ps []xds.ProxyStatus
+	if err := c.get("/debug/syncz", &ps); err != nil {
+		return rep, err
 	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
+	for _, r := range rep.Registries {
+		if r.State != "Synced" {
+			rep.Healthy = false
+		}
 	}
-	return nil
+	rep.Proxies = []proxyReport{}
+	for _, p := range ps {
+		if proxy != "" && !strings.Contains(p.ID, proxy) {
+			continue
+		}
+		pr := proxyReport{ID: p.ID, Class: p.Class, Stream: p.Stream, Connected: p.Connected}
+		for _, t := range p.Types {
+			st := xds.SyncState(t)
+			if st == xds.StateNacked {
+				rep.Healthy = false
+			}
+			pr.Types = append(pr.Types, typeReport{Type: xds.ShortType(t.TypeURL), State: st,
+				SentVersion: t.SentVersion, AckedVersion: t.AckedVersion, Resources: t.Resources, LastNack: t.LastNack})
+		}
+		rep.Proxies = append(rep.Proxies, pr)
+	}
+	return rep, nil
 }
 
-func writeStatus(w io.Writer, regs []federation.RegistryHealth, proxies []federation.ProxySync, now time.Time) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REGISTRY\tKIND\tSTATE\tSERVICES\tENDPOINTS\tRESTARTS\tLAST SYNC\tLAST ERROR")
-	var held []federation.RegistryHealth
-	for _, r := range regs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Name, r.Kind, r.State, r.Services, r.Endpoints,
-			r.Restarts, ago(now, r.LastSync), oneLine(r.LastError))
-		if r.Hold != nil {
-			held = append(held, r)
+var statusTypes = []string{"CDS", "EDS", "LDS", "RDS"}
+
+func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
+	var rt table
+	rt.row("REGISTRY", "KIND", "STATE", "SERVICES", "ENDPOINTS", "RESTARTS", "LAST SYNC", "LAST ERROR")
+	for _, r := range rep.Registries {
+		state := r.State
+		if r.Restored {
+			state += " (restored)"
 		}
+		i := rt.row(r.Name, r.Kind, state, fmt.Sprint(r.Services), fmt.Sprint(r.Endpoints),
+			fmt.Sprint(r.Restarts), ago(now, r.LastSync), oneLine(r.LastError))
+		rt.color(i, 2, p.state)
 	}
-	tw.Flush()
-	for _, r := range held {
-		fmt.Fprintf(w, "\nHELD %s since %s: serving %d endpoints, holding an update with %d: %s\n  release it: meshfed release %s\n",
-			r.Name, ago(now, r.Hold.Since), r.Hold.Served, r.Hold.Pending, oneLine(r.Hold.Reason), r.Name)
+	rt.write(w)
+	for _, r := range rep.Registries {
+		switch {
+		case r.Hold != nil:
+			reason := ""
+			if r.Hold.Reason != "" {
+				reason = ": " + oneLine(r.Hold.Reason)
+			}
+			fmt.Fprintf(w, "%s %s: update held since %s, serving %d endpoints, %d pending%s\n  release it: meshfed release %s\n",
+				p.paint(yellow, "HELD"), r.Name, ago(now, r.Hold.Since), r.Hold.Served, r.Hold.Pending, reason, r.Name)
+		case r.HeldDown:
+			fmt.Fprintf(w, "%s %s: an update is held back by maxDeleteRatio (see /debug/conflictz)\n", p.paint(yellow, "HELD"), r.Name)
+		}
 	}
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROXY\tCLASS\tSTREAM\tTYPE\tSENT\tACKED\tSTATE\tLAST NACK")
-	if len(proxies) == 0 {
-		fmt.Fprintln(tw, "(none connected)\t\t\t\t\t\t\t")
-	}
-	for _, p := range proxies {
-		for _, t := range p.Types {
-			state := "SYNCED"
-			switch {
-			case t.SentNonce == "":
-				state = "NOT SENT"
-			case t.LastNack != nil && t.LastNack.Nonce == t.SentNonce:
-				state = "NACKED"
-			case t.AckedNonce != t.SentNonce:
-				state = "STALE"
-			}
-			nack := ""
-			if t.LastNack != nil {
-				nack = oneLine(t.LastNack.Error)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Class, p.Stream, shortType(t.TypeURL),
-				t.SentVersion, t.AckedVersion, state, nack)
+	var pt table
+	other := false // a type beyond the four columns (Istio's MCP collections)
+	for _, pr := range rep.Proxies {
+		for _, t := range pr.Types {
+			other = other || !slices.Contains(statusTypes, t.Type)
 		}
 	}
-	tw.Flush()
+	head := append([]string{"PROXY", "CLASS", "STREAM"}, statusTypes...)
+	if other {
+		head = append(head, "OTHER TYPES")
+	}
+	pt.row(append(head, "LAST NACK")...)
+	if len(rep.Proxies) == 0 {
+		pt.row("(none connected)")
+	}
+	for _, pr := range rep.Proxies {
+		cells := make([]string, len(statusTypes))
+		for i := range cells {
+			cells[i] = "-"
+		}
+		nack, nackAt := "", time.Time{}
+		var others []string
+		for _, t := range pr.Types {
+			if !slices.Contains(statusTypes, t.Type) {
+				others = append(others, t.Type+" "+t.State)
+			}
+			for i, name := range statusTypes {
+				if t.Type == name {
+					cells[i] = t.State
+					if t.State != xds.StateSynced && t.SentVersion != "" {
+						cells[i] += " (" + t.SentVersion + ")"
+					}
+				}
+			}
+			if n := t.LastNack; n != nil && n.At.After(nackAt) {
+				nack, nackAt = t.Type+" "+ago(now, n.At)+": "+oneLine(n.Error), n.At
+			}
+		}
+		row := append([]string{pr.ID, pr.Class, pr.Stream}, cells...)
+		if other {
+			row = append(row, strings.Join(others, ", "))
+		}
+		i := pt.row(append(row, nack)...)
+		for c := range cells {
+			pt.color(i, 3+c, p.state)
+		}
+	}
+	pt.write(w)
 }
 
 func ago(now, t time.Time) string {
@@ -124,16 +260,4 @@ func oneLine(s string) string {
 		s = s[:77] + "..."
 	}
 	return s
-}
-
-// shortType shortens a type URL: Envoy's to the message name (Cluster),
-// Istio's MCP collections to <version>/<Kind> (v1/ServiceEntry).
-func shortType(u string) string {
-	if g, rest, ok := strings.Cut(u, "/"); ok && !strings.Contains(g, "googleapis") {
-		return rest
-	}
-	if i := strings.LastIndex(u, "."); i >= 0 {
-		return u[i+1:]
-	}
-	return u
 }

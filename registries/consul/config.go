@@ -78,6 +78,7 @@ type BackoffConfig struct {
 var (
 	_ registries.Config       = (*Config)(nil)
 	_ registries.PathResolver = (*Config)(nil)
+	_ registries.FileReferrer = (*Config)(nil)
 )
 
 // ApplyDefaults implements registries.Config.
@@ -159,7 +160,26 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 	return &Registry{
 		cfg:    cfg,
 		common: common,
-		log:    log.With("registry", common.Name, "kind", common.Kind),
+		log:    log, // carries registry and kind (registries.Config.New)
 		m:      newMetrics(common.Name),
 	}, nil
+}
+
+// Files implements registries.FileReferrer: the token file and the TLS
+// files.
+func (c *Config) Files() []registries.FileRef {
+	var out []registries.FileRef
+	if c.TokenFile != "" {
+		out = append(out, registries.FileRef{Key: "tokenFile", Path: c.TokenFile, Check: registries.CheckNotEmpty})
+	}
+	if c.TLS.CAFile != "" {
+		out = append(out, registries.FileRef{Key: "tls.caFile", Path: c.TLS.CAFile, Check: registries.CheckPEMCertificates})
+	}
+	if c.TLS.CertFile != "" {
+		out = append(out, registries.FileRef{Key: "tls.certFile", Path: c.TLS.CertFile, Check: registries.CheckPEMCertificates})
+	}
+	if c.TLS.KeyFile != "" {
+		out = append(out, registries.FileRef{Key: "tls.keyFile", Path: c.TLS.KeyFile, Check: registries.CheckKeyPair(c.TLS.CertFile)})
+	}
+	return out
 }

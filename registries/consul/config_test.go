@@ -23,12 +23,15 @@ func TestConfigGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ResolvePaths("/etc/meshfed")
+	dir, err := filepath.Abs("testdata") // relative paths resolve against the file's directory
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := Config{
 		Address: "consul.internal:8501", Scheme: "https", Datacenter: "dc2",
-		TokenFile: "/etc/meshfed/secrets/consul.token",
-		TLS: TLS{CAFile: "/etc/meshfed/ca.pem", CertFile: "/etc/meshfed/client.pem",
-			KeyFile: "/etc/meshfed/client-key.pem", ServerName: "consul.internal"},
+		TokenFile: filepath.Join(dir, "secrets/consul.token"),
+		TLS: TLS{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "client.pem"),
+			KeyFile: filepath.Join(dir, "client-key.pem"), ServerName: "consul.internal"},
 		PassingOnly: true, Tags: []string{"mesh"}, WaitTime: registries.Duration(2 * time.Minute), AllowStale: true,
 		MaxConcurrentWatches: 64,
 		Backoff:              BackoffConfig{Initial: registries.Duration(100 * time.Millisecond), Max: registries.Duration(10 * time.Second)},
@@ -61,7 +64,7 @@ func TestConfigBad(t *testing.T) {
 		{File: "bad-tls-scheme.yaml", Key: "tls", Err: "scheme is http"},
 		{File: "bad-backoff.yaml", Key: "backoff.max", Err: "below backoff.initial"},
 		{File: "bad-tag.yaml", Key: "tags[0]", Err: "empty"},
-		{File: "bad-unknown-key.yaml", Err: "unknown field"},
+		{File: "bad-unknown-key.yaml", Err: "unknown key"},
 		{File: "bad-duration.yaml", Err: "bad duration"},
 	})
 }

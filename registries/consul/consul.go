@@ -462,7 +462,7 @@ func (w *watch) degrade(what string, err error) {
 		return
 	}
 	if !w.degraded {
-		w.r.log.Warn("consul unreachable, keeping the last state", "query", what, "err", err)
+		w.r.log.Warn("consul unreachable, keeping the last state", "query", what, "error", err)
 	}
 	w.degraded, w.lastReportText = true, msg
 	w.sink.Report(w.shard, registries.Status{State: registries.Degraded, Err: msg})

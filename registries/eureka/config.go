@@ -142,7 +142,7 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 		cfg:       cfg,
 		common:    common,
 		endpoints: endpoints,
-		log:       log.With("registry", common.Name, "kind", common.Kind),
+		log:       log, // carries registry and kind (registries.Config.New)
 		m:         newMetrics(common.Name),
 	}, nil
 }

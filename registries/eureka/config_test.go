@@ -67,6 +67,6 @@ func TestConfigBad(t *testing.T) {
 		{File: "bad-format.yaml", Key: "format", Err: "not json or xml"},
 		{File: "bad-protocol.yaml", Key: "protocol", Err: "unknown protocol"},
 		{File: "bad-duration.yaml", Err: "bad duration"},
-		{File: "bad-unknown-key.yaml", Err: "unknown field"},
+		{File: "bad-unknown-key.yaml", Err: "unknown key"},
 	}, "secret")
 }

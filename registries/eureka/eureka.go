@@ -339,7 +339,7 @@ func (w *watch) degrade(err error) {
 		return
 	}
 	if !w.degraded {
-		w.r.log.Warn("eureka unreachable, keeping the last state", "err", msg)
+		w.r.log.Warn("eureka unreachable, keeping the last state", "error", msg)
 	}
 	w.degraded, w.lastErr = true, msg
 	w.sink.Report(w.shard, registries.Status{State: registries.Degraded, Err: msg})

@@ -39,3 +39,16 @@ func (c *Config) ResolvePaths(dir string) {
 		c.Path = filepath.Join(dir, c.Path)
 	}
 }
+
+// Files implements registries.FileReferrer: the services file, which must
+// parse (its problems carry its own file:line:col).
+func (c *Config) Files() []registries.FileRef {
+	if c.Path == "" {
+		return nil
+	}
+	path := c.Path
+	return []registries.FileRef{{Key: "path", Path: path, Check: func(b []byte) error {
+		_, err := Parse(filepath.Base(path), b, registries.Common{Name: "check", Kind: "file"})
+		return err
+	}}}
+}

@@ -1,21 +1,18 @@
 package file
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/yamlconf"
 )
 
 // The services file, as decoded. Numbers are int64 and optional values
@@ -46,27 +43,19 @@ type endpointEntry struct {
 	Health   string            `yaml:"health"`
 }
 
-// Error is one problem in a services file, at a line and key when known:
-// "services.yaml:12: services[0].endpoints[1].health: unknown health ...".
+// Error is one problem in a services file, at a line, column and key when
+// known: "services.yaml:12:9: services[0].endpoints[1].health: unknown
+// health ...".
 type Error struct {
-	File string // base name of the file
-	Line int    // 1-based; 0 if unknown
-	Key  string // e.g. services[0].ports[1].port; "" if unknown
-	Msg  string
+	File   string // base name of the file
+	Line   int    // 1-based; 0 if unknown
+	Column int    // 1-based; 0 if unknown
+	Key    string // e.g. services[0].ports[1].port; "" if unknown
+	Msg    string
 }
 
 func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteString(":" + strconv.Itoa(e.Line))
-	}
-	b.WriteString(": ")
-	if e.Key != "" {
-		b.WriteString(e.Key + ": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
+	return yamlconf.Problem{File: e.File, Line: e.Line, Column: e.Column, Key: e.Key, Msg: e.Msg}.String()
 }
 
 // Errors is every problem found in a services file, in file order. Any of
@@ -84,123 +73,68 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Parse reads a services file's content. name is the file's base name, used
-// in errors and in each endpoint's Origin ("services.yaml:LINE"). It returns
-// the services under c (hostnames <name>.<c.Domain>, sources c.Name), never a
-// nil slice, or an Errors listing every problem (at most 20) when any part
-// of the file is invalid. Endpoint addresses are not checked: the
-// aggregator quarantines bad ones individually.
+// Parse reads a services file's content (YAML 1.2, through
+// registries/yamlconf like clusters.yaml). name is the file's base name,
+// used in errors and in each endpoint's Origin ("services.yaml:LINE"). It
+// returns the services under c (hostnames <name>.<c.Domain>, sources
+// c.Name), never a nil slice, or an Errors listing every problem (at most
+// 20) when any part of the file is invalid. Endpoint addresses are not
+// checked: the aggregator quarantines bad ones individually.
 func Parse(name string, data []byte, c registries.Common) ([]model.Service, error) {
-	p := &parse{file: name}
-	f, err := parser.ParseBytes(data, 0)
-	if err != nil {
-		return nil, p.yamlError(err)
+	root, probs := yamlconf.Parse(name, data)
+	if len(probs) > 0 {
+		return nil, toErrors(probs)
 	}
-	var body ast.Node
-	for i, doc := range f.Docs {
-		if doc.Body == nil {
-			continue
-		}
-		if body != nil {
-			return nil, Errors{{File: name, Line: doc.Body.GetToken().Position.Line, Msg: fmt.Sprintf("holds more than one YAML document (document %d)", i+1)}}
-		}
-		body = doc.Body
-	}
-	p.index = newIndex(body)
-
+	p := &parse{file: name, root: root, d: yamlconf.NewDecoder(name, "", len(data))}
 	var sf servicesFile
-	if body != nil {
-		if err := yaml.NodeToValue(body, &sf, yaml.Strict()); err != nil {
-			return nil, p.yamlError(err)
-		}
-	}
-	if sf.Services == nil {
+	p.d.Decode("", root, root, &sf)
+	if sf.Services == nil && !p.d.HasProblem("services") {
 		p.errorf("services", "is required (write `services: []` for none)")
-		return nil, p.errs
 	}
-	services := p.convert(*sf.Services, c)
-	if len(p.errs) > 0 {
-		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
-		if len(p.errs) > maxErrors {
-			n := len(p.errs) - maxErrors
-			p.errs = append(p.errs[:maxErrors], &Error{File: name, Msg: fmt.Sprintf("and %d more errors", n)})
-		}
-		return nil, p.errs
+	var services []model.Service
+	if sf.Services != nil {
+		services = p.convert(*sf.Services, c)
+	}
+	if probs := p.d.Problems(); len(probs) > 0 {
+		return nil, toErrors(probs)
 	}
 	return services, nil
 }
 
+func toErrors(probs []yamlconf.Problem) Errors {
+	errs := make(Errors, 0, min(len(probs), maxErrors+1))
+	for _, pr := range probs {
+		if len(errs) == maxErrors {
+			errs = append(errs, &Error{File: pr.File, Msg: fmt.Sprintf("and %d more errors", len(probs)-maxErrors)})
+			break
+		}
+		errs = append(errs, &Error{File: pr.File, Line: pr.Line, Column: pr.Column, Key: pr.Key, Msg: pr.Msg})
+	}
+	return errs
+}
+
 type parse struct {
-	file  string
-	index *index
-	errs  Errors
+	file string
+	root *yaml.Node
+	d    *yamlconf.Decoder
 }
 
-// errorf records a problem at key (a path built with at/child).
+// errorf records a problem at key (a path built with at/child), unless
+// decoding already found one there.
 func (p *parse) errorf(key, format string, args ...any) {
-	p.errs = append(p.errs, &Error{File: p.file, Line: p.index.line(key), Key: key, Msg: fmt.Sprintf(format, args...)})
+	if p.d.HasProblem(key) {
+		return
+	}
+	n, _ := yamlconf.Lookup(p.root, key)
+	p.d.Addf(n, key, format, args...)
 }
 
-// yamlError turns a go-yaml error into an Errors with our key names and
-// wording (go-yaml's own messages name Go types).
-func (p *parse) yamlError(err error) error {
-	var ye yaml.Error
-	if !errors.As(err, &ye) {
-		return Errors{{File: p.file, Msg: err.Error()}}
+// line returns the line of key, or of its closest ancestor present.
+func (p *parse) line(key string) int {
+	if n, _ := yamlconf.Lookup(p.root, key); n != nil {
+		return n.Line
 	}
-	e := &Error{File: p.file, Msg: ye.GetMessage()}
-	tk := ye.GetToken()
-	if tk != nil {
-		e.Line = tk.Position.Line
-		if p.index != nil {
-			e.Key = p.index.keyAt(tk.Position.Line, tk.Position.Column)
-		}
-	}
-	var (
-		unknown  *yaml.UnknownFieldError
-		typeErr  *yaml.TypeError
-		overflow *yaml.OverflowError
-		nodeType *yaml.UnexpectedNodeTypeError
-	)
-	switch {
-	case errors.As(err, &unknown):
-		e.Msg = "unknown key"
-		if e.Key == "" {
-			e.Msg = unknown.Message
-		}
-	case errors.As(err, &typeErr):
-		e.Msg = "must be " + kindName(typeErr.DstType)
-	case errors.As(err, &overflow):
-		e.Msg = "number out of range"
-	case errors.As(err, &nodeType):
-		switch nodeType.Expected {
-		case ast.SequenceType:
-			e.Msg = "must be a list"
-		case ast.MappingType:
-			e.Msg = "must be a mapping"
-		}
-	}
-	return Errors{e}
-}
-
-func kindName(t reflect.Type) string {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil {
-		return "of another type"
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Int, reflect.Int64, reflect.Uint32:
-		return "an integer"
-	case reflect.Slice:
-		return "a list"
-	case reflect.Map, reflect.Struct:
-		return "a mapping"
-	}
-	return "a " + t.Kind().String()
+	return 0
 }
 
 // dnsLabel is an RFC 1123 label, as Kubernetes names are.
@@ -217,7 +151,7 @@ func (p *parse) convert(entries []serviceEntry, c registries.Common) []model.Ser
 		case !dnsLabel.MatchString(se.Name):
 			p.errorf(child(key, "name"), "%q is not a DNS label (lowercase letters, digits and '-', at most 63)", se.Name)
 		case names[se.Name] != "":
-			p.errorf(child(key, "name"), "service %q is already declared at line %d", se.Name, p.index.line(names[se.Name]))
+			p.errorf(child(key, "name"), "service %q is already declared at line %d", se.Name, p.line(names[se.Name]))
 		default:
 			names[se.Name] = key
 		}
@@ -293,7 +227,7 @@ func (p *parse) endpoint(key string, ee endpointEntry, declared map[string]bool,
 		Address: ee.Address,
 		Weight:  1,
 		Source:  model.Source{Registry: c.Name, Cluster: c.Name},
-		Origin:  p.file + ":" + strconv.Itoa(p.index.line(key)),
+		Origin:  p.file + ":" + strconv.Itoa(p.line(key)),
 	}
 	if ee.Address == "" {
 		p.errorf(child(key, "address"), "is required")
@@ -351,104 +285,6 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // at and child build keys: services[0].endpoints[1].labels["app.kubernetes.io/name"].
-func at(key string, i int) string { return key + "[" + strconv.Itoa(i) + "]" }
+func at(key string, i int) string { return yamlconf.Index(key, i) }
 
-var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
-func child(key, name string) string {
-	if !plainKey.MatchString(name) {
-		return key + "[" + strconv.Quote(name) + "]"
-	}
-	if key == "" {
-		return name
-	}
-	return key + "." + name
-}
-
-// index maps keys to the YAML nodes they name and token positions back to
-// keys, to give every error a line.
-type index struct {
-	nodes map[string]ast.Node
-	byPos map[[2]int]string
-}
-
-func newIndex(body ast.Node) *index {
-	ix := &index{nodes: map[string]ast.Node{}, byPos: map[[2]int]string{}}
-	if body != nil {
-		ix.walk("", body)
-	}
-	return ix
-}
-
-func pos(n ast.Node) [2]int {
-	tk := n.GetToken()
-	if tk == nil {
-		return [2]int{}
-	}
-	return [2]int{tk.Position.Line, tk.Position.Column}
-}
-
-func (ix *index) remember(key string, n ast.Node) {
-	if _, ok := ix.byPos[pos(n)]; !ok {
-		ix.byPos[pos(n)] = key
-	}
-}
-
-func (ix *index) walk(key string, n ast.Node) {
-	for {
-		switch v := n.(type) {
-		case *ast.AnchorNode:
-			ix.remember(key, n)
-			n = v.Value
-			continue
-		case *ast.TagNode:
-			ix.remember(key, n)
-			n = v.Value
-			continue
-		}
-		break
-	}
-	if n == nil {
-		return
-	}
-	ix.nodes[key] = n
-	ix.remember(key, n)
-	switch v := n.(type) {
-	case *ast.MappingNode:
-		for _, mv := range v.Values {
-			ix.mappingValue(key, mv)
-		}
-	case *ast.MappingValueNode:
-		ix.mappingValue(key, v)
-	case *ast.SequenceNode:
-		for i, item := range v.Values {
-			ix.walk(at(key, i), item)
-		}
-	}
-}
-
-func (ix *index) mappingValue(key string, mv *ast.MappingValueNode) {
-	k := child(key, mv.Key.GetToken().Value)
-	ix.remember(k, mv.Key)
-	if mv.Value != nil {
-		ix.walk(k, mv.Value)
-	}
-}
-
-// line returns the line of key, or of its closest ancestor present in the
-// file (a missing key is reported on the line of its parent).
-func (ix *index) line(key string) int {
-	for {
-		if n, ok := ix.nodes[key]; ok && n.GetToken() != nil {
-			return n.GetToken().Position.Line
-		}
-		i := strings.LastIndexAny(key, ".[")
-		if i <= 0 {
-			return 0
-		}
-		key = key[:i]
-	}
-}
-
-// keyAt returns the key whose node or map key is at line:column.
-func (ix *index) keyAt(line, column int) string { return ix.byPos[[2]int{line, column}] }
+func child(key, name string) string { return yamlconf.Child(key, name) }

@@ -80,50 +80,50 @@ func TestParseBad(t *testing.T) {
 		want []string // one line per error, in file order
 	}{
 		{file: "unknown_key.yaml", want: []string{
-			`unknown_key.yaml:7: services[0].endpoints[0].helth: unknown key`,
+			`unknown_key.yaml:7:9: services[0].endpoints[0].helth: unknown key (did you mean "health"?)`,
 		}},
 		{file: "bad_health.yaml", want: []string{
-			`bad_health.yaml:12: services[0].endpoints[1].health: unknown health "SICK" (want HEALTHY, UNHEALTHY, DRAINING or DEGRADED)`,
+			`bad_health.yaml:12:17: services[0].endpoints[1].health: unknown health "SICK" (want HEALTHY, UNHEALTHY, DRAINING or DEGRADED)`,
 		}},
 		{file: "syntax.yaml", want: []string{
-			`syntax.yaml:3: value is not allowed in this context`,
+			`syntax.yaml:3:4: YAML syntax error: while parsing a block collection: did not find expected '-' indicator`,
 		}},
 		{file: "no_services.yaml", want: []string{
 			"no_services.yaml: services: is required (write `services: []` for none)",
 		}},
 		{file: "bad_names.yaml", want: []string{
-			`bad_names.yaml:2: services[0].name: "Orders_V1" is not a DNS label (lowercase letters, digits and '-', at most 63)`,
-			`bad_names.yaml:8: services[2].name: service "web" is already declared at line 5`,
-			`bad_names.yaml:11: services[3].name: is required`,
+			`bad_names.yaml:2:11: services[0].name: "Orders_V1" is not a DNS label (lowercase letters, digits and '-', at most 63)`,
+			`bad_names.yaml:8:11: services[2].name: service "web" is already declared at line 5`,
+			`bad_names.yaml:11:5: services[3].name: is required`,
 		}},
 		{file: "bad_ports.yaml", want: []string{
-			`bad_ports.yaml:4: services[0].ports[0].port: 0 is not a port number (1-65535)`,
-			`bad_ports.yaml:5: services[0].ports[1].protocol: is required (HTTP, HTTP2, GRPC or TCP)`,
-			`bad_ports.yaml:6: services[0].ports[2].name: port name "http" is declared twice`,
-			`bad_ports.yaml:6: services[0].ports[2].protocol: unknown protocol "SOAP" (want HTTP, HTTP2, GRPC or TCP)`,
-			`bad_ports.yaml:7: services[0].ports[3].port: port 8081 is declared twice`,
-			`bad_ports.yaml:8: services[0].ports[4].port: is required`,
-			`bad_ports.yaml:9: services[1].ports: at least one port is required`,
+			`bad_ports.yaml:4:28: services[0].ports[0].port: 0 is not a port number (1-65535)`,
+			`bad_ports.yaml:5:9: services[0].ports[1].protocol: is required (HTTP, HTTP2, GRPC or TCP)`,
+			`bad_ports.yaml:6:16: services[0].ports[2].name: port name "http" is declared twice`,
+			`bad_ports.yaml:6:44: services[0].ports[2].protocol: unknown protocol "SOAP" (want HTTP, HTTP2, GRPC or TCP)`,
+			`bad_ports.yaml:7:29: services[0].ports[3].port: port 8081 is declared twice`,
+			`bad_ports.yaml:8:9: services[0].ports[4].port: is required`,
+			`bad_ports.yaml:9:5: services[1].ports: at least one port is required`,
 		}},
 		{file: "port_type.yaml", want: []string{
-			`port_type.yaml:5: services[0].ports[0].port: must be an integer`,
+			`port_type.yaml:5:15: services[0].ports[0].port: want an integer, got "eighty"`,
 		}},
 		{file: "bad_endpoints.yaml", want: []string{
-			`bad_endpoints.yaml:3: services[0].resolution: unknown resolution "STATIC" (want EDS or DNS)`,
-			`bad_endpoints.yaml:8: services[0].endpoints[0].ports.grpc: 70000 is not a port number (1-65535)`,
-			`bad_endpoints.yaml:8: services[0].endpoints[0].ports.http: "http" is not a port of this service`,
-			`bad_endpoints.yaml:9: services[0].endpoints[0].weight: 0 is out of range (1-4294967295; omit for the default 1)`,
-			`bad_endpoints.yaml:10: services[0].endpoints[1].address: is required`,
-			`bad_endpoints.yaml:10: services[0].endpoints[1].locality: locality "a/b/c/d" has more than 3 parts (want region/zone/subzone)`,
+			`bad_endpoints.yaml:3:17: services[0].resolution: unknown resolution "STATIC" (want EDS or DNS)`,
+			`bad_endpoints.yaml:8:23: services[0].endpoints[0].ports.grpc: 70000 is not a port number (1-65535)`,
+			`bad_endpoints.yaml:8:36: services[0].endpoints[0].ports.http: "http" is not a port of this service`,
+			`bad_endpoints.yaml:9:17: services[0].endpoints[0].weight: 0 is out of range (1-4294967295; omit for the default 1)`,
+			`bad_endpoints.yaml:10:9: services[0].endpoints[1].address: is required`,
+			`bad_endpoints.yaml:10:19: services[0].endpoints[1].locality: locality "a/b/c/d" has more than 3 parts (want region/zone/subzone)`,
 		}},
 		{file: "two_documents.yaml", want: []string{
-			`two_documents.yaml:3: holds more than one YAML document (document 2)`,
+			`two_documents.yaml:3:1: the file holds more than one YAML document; want one`,
 		}},
 		{file: "duplicate_key.yaml", want: []string{
-			`duplicate_key.yaml:3: mapping key "name" already defined at [2:5]`,
+			`duplicate_key.yaml:3:5: services[0].name: mapping key "name" already defined at line 2`,
 		}},
 		{file: "services_not_list.yaml", want: []string{
-			`services_not_list.yaml:2: services: must be a list`,
+			`services_not_list.yaml:2:3: services: want a list, got a mapping`,
 		}},
 	}
 	seen := map[string]bool{}
@@ -170,7 +170,7 @@ func TestParseKeysWithDots(t *testing.T) {
 	t.Parallel()
 	src := "services:\n  - name: a\n    ports: [{name: p, port: 1, protocol: TCP}]\n    endpoints:\n      - address: 1.2.3.4\n        ports:\n          p.q: 80\n"
 	_, err := Parse("s.yaml", []byte(src), vms)
-	want := `s.yaml:7: services[0].endpoints[0].ports["p.q"]: "p.q" is not a port of this service`
+	want := `s.yaml:7:16: services[0].endpoints[0].ports["p.q"]: "p.q" is not a port of this service`
 	if err == nil || err.Error() != want {
 		t.Errorf("error = %v, want %s", err, want)
 	}

@@ -149,7 +149,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 			}
 			// Typically an event queue overflow: events were lost, so read
 			// once the file settled.
-			r.log.Warn("file watcher error; re-reading the file", "err", err)
+			r.log.Warn("file watcher error; re-reading the file", "error", err)
 			arm(true)
 		case <-timer.C:
 			if due, d := deb.Next(time.Now()); !due {
@@ -194,7 +194,7 @@ func (s *runState) reload() bool {
 			// outage; a missing or unreadable one is an outage.
 			var pathErr *fs.PathError
 			invalid := !errors.As(err, &pathErr)
-			s.log.Warn("services file rejected; keeping the last good state", "err", msg, "invalid", invalid)
+			s.log.Warn("services file rejected; keeping the last good state", "error", msg, "invalid", invalid)
 			s.sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg, Invalid: invalid})
 		}
 		return true
@@ -270,7 +270,7 @@ func (ws *watchSet) refresh() {
 		}
 		if err := ws.w.Add(d); err != nil {
 			if !ws.failed[d] {
-				ws.log.Warn("cannot watch directory; relying on periodic re-reads until it can", "dir", d, "err", err)
+				ws.log.Warn("cannot watch directory; relying on periodic re-reads until it can", "dir", d, "error", err)
 				ws.failed[d] = true
 			}
 			continue

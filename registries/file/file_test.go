@@ -37,7 +37,7 @@ func servicesYAML(addresses ...string) string {
 // broken has an error on line 7.
 const broken = "services:\n  - name: orders\n    ports:\n      - {name: grpc, port: 8080, protocol: GRPC}\n    endpoints:\n      - address: 10.0.0.1\n        health: SICK\n"
 
-const brokenErr = `services.yaml:7: services[0].endpoints[0].health: unknown health "SICK" (want HEALTHY, UNHEALTHY, DRAINING or DEGRADED)`
+const brokenErr = `services.yaml:7:17: services[0].endpoints[0].health: unknown health "SICK" (want HEALTHY, UNHEALTHY, DRAINING or DEGRADED)`
 
 func write(t *testing.T, path, content string) {
 	t.Helper()

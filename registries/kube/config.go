@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshfed/meshfed/registries"
 )
@@ -164,4 +165,30 @@ func (c *Config) clone() Config {
 		cfg.SecretDiscovery = &sd
 	}
 	return cfg
+}
+
+// Files implements registries.FileReferrer: the kubeconfig, which must
+// parse and hold the context (or a current-context).
+func (c *Config) Files() []registries.FileRef {
+	if c.Kubeconfig == "" {
+		return nil
+	}
+	kubeContext := c.Context
+	return []registries.FileRef{{Key: "kubeconfig", Path: c.Kubeconfig, Check: func(b []byte) error {
+		kc, err := clientcmd.Load(b)
+		if err != nil {
+			return fmt.Errorf("is not a kubeconfig: %v", err)
+		}
+		name := kubeContext
+		if name == "" {
+			name = kc.CurrentContext
+		}
+		if name == "" {
+			return errors.New("has no current-context; set context")
+		}
+		if _, ok := kc.Contexts[name]; !ok {
+			return fmt.Errorf("has no context %q", name)
+		}
+		return nil
+	}}}
 }

@@ -26,7 +26,7 @@ func TestConfigGood(t *testing.T) {
 		{
 			file: "good.yaml",
 			want: Config{
-				Kubeconfig: "/etc/meshfed/kube/east.kubeconfig", Context: "east-admin", Network: "east-net",
+				Kubeconfig: "testdata/kube/east.kubeconfig", Context: "east-admin", Network: "east-net",
 				Namespaces:      []string{"shop", "payments"},
 				SecretDiscovery: &SecretDiscovery{Namespace: "meshfed", Selector: "meshfed/remote=true", Network: "west-net"},
 				QPS:             20, Burst: 40,
@@ -47,7 +47,14 @@ func TestConfigGood(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.ResolvePaths("/etc/meshfed")
+			// Relative paths resolve against the file's directory.
+			if tc.want.Kubeconfig != "" {
+				abs, err := filepath.Abs(tc.want.Kubeconfig)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tc.want.Kubeconfig = abs
+			}
 			if !reflect.DeepEqual(*c, tc.want) {
 				t.Errorf("config:\n got %+v\nwant %+v", *c, tc.want)
 			}
@@ -79,7 +86,7 @@ func TestConfigBad(t *testing.T) {
 		{File: "bad-secret-selector.yaml", Key: "secretDiscovery.selector", Err: "bad label selector"},
 		{File: "bad-secret-namespace.yaml", Key: "secretDiscovery.namespace", Err: "not a namespace name"},
 		{File: "bad-qps.yaml", Key: "qps", Err: "negative"},
-		{File: "bad-unknown-key.yaml", Err: "unknown field"},
+		{File: "bad-unknown-key.yaml", Err: "unknown key"},
 	})
 }
 

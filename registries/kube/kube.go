@@ -770,9 +770,9 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 		switch {
 		case msg != "" && msg != lastErr:
 			if lastErr == "" || lastErr == "-" {
-				w.log.Warn("kubernetes API unreachable or failing; keeping the last state", "err", msg)
+				w.log.Warn("kubernetes API unreachable or failing; keeping the last state", "error", msg)
 			} else {
-				w.log.Debug("kubernetes API still failing", "err", msg)
+				w.log.Debug("kubernetes API still failing", "error", msg)
 			}
 			w.r.m.synced.Set(0)
 			sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg})

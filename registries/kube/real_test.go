@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,19 +111,20 @@ func registryFor(t *testing.T, name, kubeconfig string, mut func(*Config)) regis
 }
 
 // TestRealRBACIsEnough runs the registry with the token of the
-// ServiceAccount that deploy/kubernetes/rbac.yaml creates and binds: it
-// syncs and follows changes, and the role grants nothing beyond reading.
+// ServiceAccount that the Helm chart creates and binds (its RBAC objects,
+// as deploy/kubernetes/meshfed.yaml holds them rendered: release meshfed
+// in namespace meshfed, secretDiscovery there): it syncs and follows
+// changes, and the roles grant nothing beyond reading.
 func TestRealRBACIsEnough(t *testing.T) {
 	t.Parallel()
 	api := servers.StartKubeClusters(t, 1).Servers[0]
 	admin := api.Client(t, servers.AdminToken)
-	manifest, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "rbac.yaml"))
+	manifest, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "meshfed.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	api.EnsureNamespace(t, "meshfed")
-	api.EnsureNamespace(t, "istio-system")
-	api.Apply(t, manifest)
+	api.Apply(t, rbacOnly(t, manifest))
 	token := api.ServiceAccountToken(t, "meshfed", "meshfed")
 	seed(t, admin, "192.0.2.1")
 
@@ -130,7 +132,7 @@ func TestRealRBACIsEnough(t *testing.T) {
 	sink := registrytest.NewSink()
 	registrytest.Start(t, registryFor(t, "east", kubeconfig, func(c *Config) {
 		c.NamespaceSelector = "kubernetes.io/metadata.name in (shop)"
-		c.SecretDiscovery = &SecretDiscovery{}
+		c.SecretDiscovery = &SecretDiscovery{Namespace: "meshfed"}
 	}), sink)
 	st := sink.WaitFor(t, realTimeout, hasAddrs("orders.shop.svc.cluster.local", healthy("192.0.2.1")...))
 	s, _ := find(st.Services, "orders.shop.svc.cluster.local")
@@ -157,6 +159,23 @@ func TestRealRBACIsEnough(t *testing.T) {
 			t.Errorf("%s with the reader's token: %v, want Forbidden", what, err)
 		}
 	}
+}
+
+// rbacOnly keeps the ServiceAccount and RBAC documents of a manifest.
+func rbacOnly(t *testing.T, manifest []byte) []byte {
+	t.Helper()
+	var out []string
+	for _, doc := range strings.Split(string(manifest), "\n---\n") {
+		for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+			if strings.Contains(doc, "\nkind: "+kind+"\n") {
+				out = append(out, doc)
+			}
+		}
+	}
+	if len(out) < 5 {
+		t.Fatalf("manifest has %d RBAC documents, want ServiceAccount, ClusterRole(Binding), Role(Binding)", len(out))
+	}
+	return []byte(strings.Join(out, "\n---\n"))
 }
 
 // TestRealOutage stops the API server the registry talks to: Degraded with

@@ -198,7 +198,7 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 		UpdateFunc: func(_, n any) { enqueue(evUpdate)(n) },
 		DeleteFunc: enqueue(evDelete),
 	}); err != nil {
-		log.Error("secretDiscovery cannot start", "err", err)
+		log.Error("secretDiscovery cannot start", "error", err)
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -219,7 +219,7 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 			case <-h.changed():
 				if msg := h.err(); msg != last {
 					if msg != "" {
-						log.Warn("cannot list or watch remote secrets", "err", msg)
+						log.Warn("cannot list or watch remote secrets", "error", msg)
 					}
 					last = msg
 				}
@@ -331,7 +331,7 @@ func (r *Registry) reconcile(key string, store cache.Store, log *slog.Logger) {
 		common := registries.Common{Name: l.name, Kind: r.common.Kind, Domain: r.common.Domain, Locality: r.common.Locality}
 		stop, err := launcher.Launch(r.common.Name, common, l.reg)
 		if err != nil {
-			log.Warn("remote cluster not started", "cluster", l.name, "secret", key, "err", err)
+			log.Warn("remote cluster not started", "cluster", l.name, "secret", key, "error", err)
 			continue
 		}
 		log.Info("remote cluster added", "cluster", l.name, "secret", key)
@@ -438,7 +438,7 @@ func (r *Registry) runRemote(ctx context.Context, sink registries.Sink) error {
 			active, next = next, nil
 		case err := <-nextDone:
 			next.done = nil
-			r.log.Warn("new kubeconfig from the Secret cannot be used; keeping the old connection", "err", err)
+			r.log.Warn("new kubeconfig from the Secret cannot be used; keeping the old connection", "error", err)
 			next.cancel()
 			next = nil
 		}

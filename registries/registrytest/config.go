@@ -7,38 +7,39 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/yamlconf"
 )
 
-// LoadConfig reads a kind block from path into c the way the clusters.yaml
-// loader does (strict: unknown keys are errors), then applies defaults and
-// validates. It returns the decode or validation error; a file that cannot
-// be read fails the test.
+// LoadConfig reads a kind block from path into c with the clusters.yaml
+// loader's own decoding path (registries/yamlconf: strict, defaults, paths
+// resolved against the file's directory, validation). It returns a
+// *yamlconf.Error listing every problem, keys relative to the block; a
+// file that cannot be read fails the test.
 func LoadConfig(t testing.TB, path string, c registries.Config) error {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.UnmarshalWithOptions(b, c, yaml.DisallowUnknownField()); err != nil {
-		return err
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.ApplyDefaults()
-	return c.Validate()
+	return yamlconf.Decode(path, dir, b, c)
 }
 
 // BadConfig is one bad kind-block file and the error it must give.
 type BadConfig struct {
 	File string // under the directory given to CheckBadConfigs
-	Key  string // the *registries.FieldError key; "" for a decode error
+	Key  string // the key of the problem (a *registries.FieldError's key); "" to not check it
 	Err  string // a substring of the error
 }
 
 // CheckBadConfigs loads every case's file into a fresh block from
-// newConfig with LoadConfig and checks that it fails with the case's key
-// and message, and that no error shows any of secrets.
+// newConfig with LoadConfig and checks that it fails with a problem with
+// the case's key and message, that every problem has a line, and that no
+// error shows any of secrets.
 func CheckBadConfigs(t *testing.T, dir string, newConfig func() registries.Config, cases []BadConfig, secrets ...string) {
 	t.Helper()
 	for _, tc := range cases {
@@ -56,9 +57,21 @@ func CheckBadConfigs(t *testing.T, dir string, newConfig func() registries.Confi
 					t.Errorf("error %q shows the secret %q", err, s)
 				}
 			}
-			var fe *registries.FieldError
-			if tc.Key != "" && (!errors.As(err, &fe) || fe.Key != tc.Key) {
-				t.Errorf("error %v: want a FieldError for key %q", err, tc.Key)
+			var ye *yamlconf.Error
+			if !errors.As(err, &ye) {
+				t.Fatalf("error is %T, want *yamlconf.Error: %v", err, err)
+			}
+			found := false
+			for _, p := range ye.Problems {
+				if p.Line == 0 {
+					t.Errorf("problem without a line: %s", p)
+				}
+				if strings.Contains(p.Msg, tc.Err) && (tc.Key == "" || p.Key == tc.Key) {
+					found = true
+				}
+			}
+			if !found && tc.Key != "" {
+				t.Errorf("error %v: want a problem for key %q containing %q", err, tc.Key, tc.Err)
 			}
 		})
 	}

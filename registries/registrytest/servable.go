@@ -16,7 +16,7 @@ import (
 )
 
 // CheckServable is the invariant fuzz targets of registry conversions
-// assert (docs/architecture.md, "one rule at the gate"): a registry's
+// assert (docs/architecture.md §3.4, normalization gate): a registry's
 // full state, passed through the normalization gate and xDS translation,
 //   - gives resources that all pass ValidateAll, with no service left out
 //     by translation;

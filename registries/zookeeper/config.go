@@ -162,34 +162,22 @@ func validRoot(p string) error {
 	return nil
 }
 
-// Servers is a list of host:port. Besides a YAML list of strings it reads
-// what go-yaml makes of an unquoted host:port inside a flow mapping, as in
-// `zookeeper: {servers: [127.0.0.1:2181]}`: a one-entry mapping
-// {127.0.0.1: 2181}.
+// Servers is a list of host:port. YAML 1.2 reads an unquoted host:port
+// as a string, also inside a flow mapping:
+// `zookeeper: {servers: [127.0.0.1:2181]}`.
 type Servers []string
 
-// UnmarshalYAML implements the go-yaml unmarshaler interface.
-func (s *Servers) UnmarshalYAML(unmarshal func(any) error) error {
-	var raw []any
-	if err := unmarshal(&raw); err != nil {
-		return err
+// Files implements registries.FileReferrer: the auth file, one line
+// user:password.
+func (c *Config) Files() []registries.FileRef {
+	if c.AuthFile == "" {
+		return nil
 	}
-	out := make(Servers, 0, len(raw))
-	for i, v := range raw {
-		switch v := v.(type) {
-		case string:
-			out = append(out, v)
-		case map[string]any:
-			if len(v) != 1 {
-				return fmt.Errorf("servers[%d]: want host:port", i)
-			}
-			for h, p := range v {
-				out = append(out, fmt.Sprintf("%s:%v", h, p))
-			}
-		default:
-			return fmt.Errorf("servers[%d]: want host:port, got %v", i, v)
+	return []registries.FileRef{{Key: "authFile", Path: c.AuthFile, Check: func(b []byte) error {
+		user, _, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
+		if !ok || user == "" {
+			return fmt.Errorf("want one line user:password")
 		}
-	}
-	*s = out
-	return nil
+		return nil
+	}}}
 }

@@ -34,7 +34,7 @@ func TestConfigGood(t *testing.T) {
 		}},
 		{file: "good-full.yaml", want: Config{
 			Servers: []string{"zk-1.internal:2181", "zk-2.internal:2181", "[::1]:2181"}, Layout: LayoutDubbo,
-			Root: "/dubbo-prod", SessionTimeout: registries.Duration(30 * time.Second), AuthFile: "secrets/zk-auth",
+			Root: "/dubbo-prod", SessionTimeout: registries.Duration(30 * time.Second), AuthFile: "testdata/config/secrets/zk-auth",
 		}},
 	}
 	for _, tt := range tests {
@@ -43,6 +43,13 @@ func TestConfigGood(t *testing.T) {
 			got, err := loadBlock(t, tt.file)
 			if err != nil {
 				t.Fatalf("unexpected error: %v", err)
+			}
+			if tt.want.AuthFile != "" { // relative paths resolve against the file's directory
+				abs, err := filepath.Abs(tt.want.AuthFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt.want.AuthFile = abs
 			}
 			if !equalConfig(*got, tt.want) {
 				t.Errorf("got %+v, want %+v", *got, tt.want)

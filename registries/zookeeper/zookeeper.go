@@ -306,7 +306,7 @@ func (w *watcher) work() error {
 			}
 			w.resyncAfter = time.Now().Add(w.resyncBackoff.Next())
 			w.report(registries.Degraded, "reading ZooKeeper: "+errText(err))
-			w.r.log.Warn("zookeeper resync failed", "err", err)
+			w.r.log.Warn("zookeeper resync failed", "error", err)
 		}
 		return nil
 	}
@@ -315,7 +315,7 @@ func (w *watcher) work() error {
 			if w.ctx.Err() != nil {
 				return nil
 			}
-			w.r.log.Info("zookeeper read failed; resyncing", "err", err)
+			w.r.log.Info("zookeeper read failed; resyncing", "error", err)
 			w.needResync = true
 			w.resyncAfter = time.Now().Add(w.resyncBackoff.Next())
 			return nil

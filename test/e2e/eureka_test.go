@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -101,13 +100,9 @@ func TestEurekaRegistryToGRPCClient(t *testing.T) {
 
 // endpointCount checks that echo.eureka has n endpoints on endpointz.
 func endpointCount(m *meshfed, n int) error {
-	code, body, err := m.get("/debug/endpointz?host=echo.eureka")
-	if err != nil {
-		return err
-	}
-	var eps []federation.EndpointInfo
-	if code != 200 || json.Unmarshal(body, &eps) != nil || len(eps) != n {
-		return fmt.Errorf("code %d %s, want %d endpoints", code, body, n)
+	got, err := hostEndpoints(m, "echo.eureka")
+	if err != nil || got != n {
+		return fmt.Errorf("%d endpoints (%v), want %d", got, err, n)
 	}
 	return nil
 }

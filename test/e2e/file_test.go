@@ -131,7 +131,7 @@ func TestFileRegistryToGRPCClient(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, stderr)
 	}
-	if err := contains(status, "vms", "Synced", "e2e-client", "ClusterLoadAssignment"); err != nil {
+	if err := contains(status, "vms", "Synced", "e2e-client", "EDS", "SYNCED"); err != nil {
 		t.Errorf("status output: %v\n%s", err, status)
 	}
 

@@ -436,3 +436,18 @@ func servedCLA(m *meshfed, proxy, host string, port int) ([]claEndpoint, error) 
 	}
 	return nil, fmt.Errorf("no CLA %s served to %s", name, proxy)
 }
+
+// hostEndpoints is the number of endpoints /debug/endpointz lists for host;
+// an error while the host is not served.
+func hostEndpoints(m *meshfed, host string) (int, error) {
+	code, body, err := m.get("/debug/endpointz?host=" + host)
+	if err != nil {
+		return 0, err
+	}
+	if code != 200 {
+		return 0, fmt.Errorf("status %d: %s", code, body)
+	}
+	var eps []federation.EndpointInfo
+	err = json.Unmarshal(body, &eps)
+	return len(eps), err
+}

@@ -397,8 +397,15 @@ func TestKubernetesMulticlusterToGRPCClient(t *testing.T) {
 		claEndpoint{west2Addr, "HEALTHY", "west-1", "west-1a"})
 	c.waitBackends(t, 20*time.Second, "east-1", "west-1", "west-2")
 
-	// West scaled to zero: only east's endpoint is left.
+	// West scaled to zero: more than half of west's endpoints at once, so
+	// the hold-down (on by default) holds it and west's endpoints stay
+	// served until an operator releases it; then only east's is left.
 	west.slice(t, "orders")
+	waitRegistry(t, m, "west", "Held", 20*time.Second)
+	c.waitBackends(t, 10*time.Second, "east-1", "west-1", "west-2")
+	if out, stderr, code := meshfedCmd(t, "release", "west", "--admin", m.admin); code != 0 {
+		t.Fatalf("meshfed release west: exit %d: %s%s", code, out, stderr)
+	}
 	waitCLA(t, m, "kube-client", 20*time.Second, claEndpoint{eastAddr, "HEALTHY", "east-1", "east-1a"})
 	c.waitBackends(t, 20*time.Second, "east-1")
 }

@@ -50,9 +50,10 @@ func TestHoldDownAndRelease(t *testing.T) {
 	}
 	c.waitFor(t, "b1", 10, 10*time.Second)
 
+	// Held is not Synced: status exits 2 (issue #15's contract).
 	status, stderr, code := meshfedCmd(t, "status", "--admin", f.adminAddr)
-	if code != 0 {
-		t.Fatalf("status: exit %d: %s", code, stderr)
+	if code != 2 {
+		t.Fatalf("status: exit %d, want 2: %s", code, stderr)
 	}
 	if err := contains(status, "Held", "HELD vms", "meshfed release vms"); err != nil {
 		t.Errorf("status: %v\n%s", err, status)
