@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // startBackendFunc is startBackend with a hook run before each call: a
@@ -322,4 +324,70 @@ func TestTrafficManagementGRPC(t *testing.T) {
 			c.waitFor(t, first.Backend, 100, 30*time.Second)
 		}
 	})
+}
+
+// TestIstiodReceivesTrafficRules: the VirtualService and DestinationRule
+// in force reach a real istiod over MCP, unchanged, and istiod routes its
+// own grpc-go client by them (the split shifted to the v2 subset).
+func TestIstiodReceivesTrafficRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	if _, ok := servers.IstiodBinary(); !ok {
+		servers.Missing(t, "istiod "+servers.IstiodVersion, "tools/testservers/build.sh istiod")
+	}
+	b1 := startBackendOn(t, "v1", "127.0.0.1", 0)
+	b2 := startBackendOn(t, "v2", "127.0.0.2", 0)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "services.yaml"), servicesYAML(
+		fmt.Sprintf("{address: 127.0.0.1, ports: {grpc: %d}, labels: {version: v1}, locality: test/zone-a}", b1.port),
+		fmt.Sprintf("{address: 127.0.0.2, ports: {grpc: %d}, labels: {version: v2}, locality: test/zone-a}", b2.port)))
+	traffic := filepath.Join(dir, "traffic")
+	if err := os.Mkdir(traffic, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The client's namespace is default: the rules live there.
+	rules := strings.ReplaceAll(strings.SplitN(trafficDR, "---", 2)[0]+"---\n"+echoVS(0, 100), "namespace: e2e", "namespace: default")
+	writeFile(t, filepath.Join(traffic, "echo.yaml"), rules)
+	config, xdsAddr, adminAddr := writeClusters(t, dir,
+		"  - {name: vms, kind: file, domain: vm.internal, file: {path: services.yaml}}\nconfigSources:\n  - {name: local, dir: traffic}\n")
+	startMeshfed(t, config, xdsAddr, adminAddr)
+	d := servers.StartIstiod(t, servers.IstiodOptions{ConfigSource: xdsAddr})
+
+	eventually(t, 60*time.Second, "istiod holds the VirtualService and DestinationRule", func() error {
+		b, err := d.Get("/debug/configz")
+		if err != nil {
+			return err
+		}
+		var all []struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+			Spec json.RawMessage `json:"spec"`
+		}
+		if err := json.Unmarshal(b, &all); err != nil {
+			return err
+		}
+		found := map[string]string{}
+		for _, c := range all {
+			if c.Kind == "VirtualService" || c.Kind == "DestinationRule" {
+				found[c.Kind+" "+c.Metadata.Namespace+"/"+c.Metadata.Name] = string(c.Spec)
+			}
+		}
+		vs, dr := found["VirtualService default/echo"], found["DestinationRule default/echo"]
+		if !strings.Contains(vs, `"weight":100`) || !strings.Contains(vs, "x-canary") || !strings.Contains(dr, `"name":"v2"`) {
+			return fmt.Errorf("istiod holds %v", found)
+		}
+		return nil
+	})
+
+	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--xds", d.GRPCAddr,
+		"--node-id", "sidecar~127.0.0.1~client.default~default.svc.cluster.local")
+	if code != 0 {
+		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
+	}
+	c := startClient(t, bootstrap, "xds:///echo.vm.internal:8080")
+	c.waitFor(t, "v2", 30, 60*time.Second)
 }
