@@ -401,7 +401,7 @@ func (g *Gateway) stop(e *entry) {
 
 // trafficService runs the config sources under the supervisor, handing
 // every snapshot of what is in force to the aggregator (sources →
-// aggregate → xds, docs/architecture.md).
+// aggregate → xds, docs/architecture.md §3.6).
 type trafficService struct {
 	src *istioconfig.Source
 	agg *aggregate.Aggregator

@@ -6,7 +6,7 @@
 // good version of that object stays in force. The objects in force are
 // published as immutable model.ConfigSnapshots, which the gateway hands
 // to the aggregator so they reach xds through the same debounce as
-// registry changes (docs/architecture.md, "Traffic management").
+// registry changes (docs/architecture.md §3.6).
 package istioconfig
 
 import (

@@ -24,9 +24,9 @@ import (
 	"github.com/meshfed/meshfed/model"
 )
 
-// Traffic management for proxyless gRPC clients (docs/architecture.md,
-// "Traffic management"): the VirtualService and DestinationRule in force
-// for a host shape that host's gRPC route configurations and clusters.
+// Traffic management for proxyless gRPC clients (docs/architecture.md
+// §3.6): the VirtualService and DestinationRule in force for a host shape
+// that host's gRPC route configurations and clusters.
 // Only what grpc-go's xDS client implements is produced (its xdsresource
 // validation): route matching on path and headers, weighted clusters,
 // max stream duration, retries on gRPC status codes, the HTTP fault
