@@ -150,6 +150,7 @@ func (g *Gateway) registerMetrics() error {
 	}
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
+	cs = append(cs, istioconfig.Collectors()...)
 	cs = append(cs, kindCollectors()...)
 	cs = append(cs, statestore.Collectors()...)
 	cs = append(cs, restartsCollector{g})

@@ -85,6 +85,12 @@ configSources:
 	if len(st.InForce) != 1 || g.agg.Snapshot().Config != first {
 		t.Errorf("the last good DestinationRule is no longer in force: %+v", st.InForce)
 	}
+	m := metrics(t, g)
+	for _, want := range []string{`meshfed_config_objects{kind="DestinationRule",state="in_force"} 1`, `meshfed_config_objects{kind="DestinationRule",state="rejected"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(m, "meshfed_config"))
+		}
+	}
 }
 
 func TestCheckFilesConfigSourceDir(t *testing.T) {

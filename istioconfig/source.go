@@ -235,7 +235,20 @@ func (s *Source) Reload() bool {
 	for _, r := range rejected {
 		s.log.Warn("config object rejected", "source", r.Source, "kind", r.Kind, "object", r.Namespace+"/"+r.Name, "reason", r.Reason, "keptLastGood", r.KeptLastGood)
 	}
+	inForce, rej := map[string]int{}, map[string]int{}
+	for _, o := range next {
+		inForce[o.Kind]++
+	}
+	for _, r := range rejected {
+		k := r.Kind
+		if k == "" {
+			k = "unknown"
+		}
+		rej[k]++
+	}
+	setObjectMetrics(inForce, rej)
 	if changed {
+		snapshotsTotal.Inc()
 		s.version++
 		objs := make([]*model.ConfigObject, 0, len(next))
 		for _, o := range next {
