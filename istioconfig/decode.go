@@ -10,19 +10,20 @@
 package istioconfig
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
+	"go.yaml.in/yaml/v4"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
@@ -76,87 +77,153 @@ type parsed struct {
 
 func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name }
 
+// maxNodes bounds the YAML nodes one document may expand to (aliases
+// included): a hostile file cannot make the source spin.
+const maxNodes = 1 << 20
+
 // decodeFile decodes every YAML document of one file. A syntax error
 // fails the whole file (returned as err): which objects it held is
 // unknown, so the caller keeps that file's last good objects. Documents
 // of kinds this package does not read (Services, Gateways...) are
 // skipped, as are empty documents.
 func decodeFile(file string, data []byte) ([]*parsed, error) {
-	f, err := parser.ParseBytes(data, 0)
-	if err != nil {
-		var ye yaml.Error
-		if errors.As(err, &ye) {
-			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
-				return nil, fmt.Errorf("%s:%d: YAML syntax error: %s", file, tk.Position.Line, ye.GetMessage())
-			}
-		}
-		return nil, fmt.Errorf("%s: YAML syntax error: %v", file, err)
-	}
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var out []*parsed
-	for _, d := range f.Docs {
-		if d == nil || d.Body == nil {
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: YAML syntax error: %v", file, strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		body := &doc
+		if doc.Kind == yaml.DocumentNode {
+			if len(doc.Content) == 0 {
+				continue
+			}
+			body = doc.Content[0]
+		}
+		if body.Kind == yaml.ScalarNode && body.Tag == "!!null" {
 			continue
 		}
-		if _, ok := d.Body.(*ast.NullNode); ok {
-			continue
+		budget := maxNodes
+		v, err := nodeValue(body, &budget)
+		p := &parsed{}
+		if err == nil {
+			p = decodeDoc(v)
+		} else {
+			p.err = err
 		}
-		line := 1
-		if tk := d.Body.GetToken(); tk != nil && tk.Position != nil {
-			line = tk.Position.Line
-		}
-		p := decodeDoc(d.Body)
 		if p == nil {
 			continue
 		}
 		p.file = file
-		p.source = file + ":" + strconv.Itoa(line)
+		p.source = file + ":" + strconv.Itoa(body.Line)
 		out = append(out, p)
 	}
-	return out, nil
+}
+
+// nodeValue converts a YAML node to plain Go values (map[string]any,
+// []any, string, int64, float64, bool, nil) as JSON would carry them:
+// scalars by their resolved tag, timestamps and other tags as the text
+// written. Aliases are followed within budget nodes.
+func nodeValue(n *yaml.Node, budget *int) (any, error) {
+	if *budget--; *budget < 0 {
+		return nil, errors.New("the document is too large (aliases expand beyond a million nodes)")
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		return nodeValue(n.Alias, budget)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: a mapping key must be a scalar", k.Line)
+			}
+			v, err := nodeValue(n.Content[i+1], budget)
+			if err != nil {
+				return nil, err
+			}
+			m[k.Value] = v
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := nodeValue(c, budget)
+			if err != nil {
+				return nil, err
+			}
+			l = append(l, v)
+		}
+		return l, nil
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return nil, nil
+		case "!!bool":
+			var b bool
+			if err := n.Decode(&b); err == nil {
+				return b, nil
+			}
+		case "!!int":
+			var i int64
+			if err := n.Decode(&i); err == nil {
+				return i, nil
+			}
+		case "!!float":
+			var f float64
+			if err := n.Decode(&f); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+				return f, nil
+			}
+		}
+		return n.Value, nil
+	}
+	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
 }
 
 // decodeDoc decodes one document; nil for a kind this package skips.
-func decodeDoc(body ast.Node) *parsed {
-	var doc struct {
-		APIVersion string `yaml:"apiVersion"`
-		Kind       string `yaml:"kind"`
-		Metadata   struct {
-			Name      string `yaml:"name"`
-			Namespace string `yaml:"namespace"`
-		} `yaml:"metadata"`
-		Spec any `yaml:"spec"`
+func decodeDoc(v any) *parsed {
+	root, ok := v.(map[string]any)
+	if !ok {
+		return &parsed{err: errors.New("want a mapping with apiVersion, kind, metadata and spec")}
 	}
-	var generic map[string]any
-	if err := yaml.NodeToValue(body, &generic); err != nil {
-		return &parsed{err: fmt.Errorf("want a mapping with apiVersion, kind, metadata and spec: %v", err)}
+	str := func(m map[string]any, k string) string {
+		s, _ := m[k].(string)
+		return s
 	}
-	if err := yaml.NodeToValue(body, &doc); err != nil {
-		return &parsed{err: fmt.Errorf("bad object header: %v", err)}
-	}
-	if doc.Kind != KindVirtualService && doc.Kind != KindDestinationRule {
+	kind := str(root, "kind")
+	if kind != KindVirtualService && kind != KindDestinationRule {
 		return nil
 	}
-	p := &parsed{kind: doc.Kind, name: doc.Metadata.Name, namespace: doc.Metadata.Namespace}
+	meta, _ := root["metadata"].(map[string]any)
+	p := &parsed{kind: kind, name: str(meta, "name"), namespace: str(meta, "namespace")}
 	if p.namespace == "" {
 		p.namespace = DefaultNamespace
 	}
+	apiVersion := str(root, "apiVersion")
+	spec := root["spec"]
 	switch {
-	case !slices.Contains(apiVersions, doc.APIVersion):
-		p.err = fmt.Errorf("apiVersion %q: want one of %s", doc.APIVersion, strings.Join(apiVersions, ", "))
+	case !slices.Contains(apiVersions, apiVersion):
+		p.err = fmt.Errorf("apiVersion %q: want one of %s", apiVersion, strings.Join(apiVersions, ", "))
 	case p.name == "":
 		p.err = errors.New("metadata.name is required")
 	case !dns1123Subdomain(p.name):
 		p.err = fmt.Errorf("metadata.name %q: want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')", p.name)
 	case !dns1123Label(p.namespace):
 		p.err = fmt.Errorf("metadata.namespace %q: want a DNS-1123 label", p.namespace)
-	case doc.Spec == nil:
+	case spec == nil:
 		p.err = errors.New("spec is required")
 	}
 	if p.err != nil {
 		return p
 	}
-	normalizeDurations(doc.Spec)
-	js, err := json.Marshal(doc.Spec)
+	normalizeDurations(spec)
+	js, err := json.Marshal(spec)
 	if err != nil {
 		p.err = fmt.Errorf("spec: %v", err)
 		return p

@@ -150,6 +150,7 @@ func TestRejections(t *testing.T) {
 		{"dr no host", drh + "  subsets: [{name: v1}]\n", "spec.host: is required"},
 		{"dr dup subset", drh + "  host: a.b\n  subsets: [{name: v1}, {name: v1}]\n", `duplicate subset name`},
 		{"dr hash key", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {minimumRingSize: 3}}}\n", "a hash key is required"},
+		{"alias bomb", aliasBomb, "the document is too large"},
 		{"no name", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nspec: {host: a.b}\n", "metadata.name is required"},
 	}
 	for _, tc := range tests {
@@ -198,3 +199,56 @@ func TestConflicts(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingDirKeepsObjects: a directory that disappears (an unmounted
+// volume) is reported and keeps its objects in force: stale beats empty.
+func TestMissingDirKeepsObjects(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "traffic")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, "a.yaml", goodVS+"---\n"+goodDR)
+	s := New([]Dir{{Name: "local", Path: dir}}, nil)
+	s.Reload()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if s.Reload() {
+		t.Error("a missing directory changed what is in force")
+	}
+	st := s.Status()
+	if len(st.InForce) != 2 || len(st.Rejected) != 1 || !strings.Contains(st.Rejected[0].Reason, `config source "local"`) {
+		t.Errorf("in force %v, rejected %+v", keys(st), st.Rejected)
+	}
+}
+
+func FuzzParseObjects(f *testing.F) {
+	f.Add([]byte(goodVS + "---\n" + goodDR))
+	f.Add([]byte("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a}\nspec: {hosts: [a], http: [{route: [{destination: {host: a}, weight: 1}], timeout: 1m, fault: {delay: {fixedDelay: 1s}}}]}\n"))
+	f.Add([]byte("kind: DestinationRule\nspec: [1, 2]\n---\n- a\n---\n&a [*a]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		objs, rej := ParseObjects("f.yaml", data)
+		for _, o := range objs {
+			if o.Spec == nil || o.Name == "" || o.Hash == "" {
+				t.Fatalf("object without spec, name or hash: %+v", o)
+			}
+		}
+		for _, r := range rej {
+			if r.Reason == "" || !strings.HasPrefix(r.Source, "f.yaml") {
+				t.Fatalf("rejection without reason or source: %+v", r)
+			}
+		}
+	})
+}
+
+// aliasBomb expands to 9^8 nodes through aliases.
+var aliasBomb = func() string {
+	b := "a: &a [x, x, x, x, x, x, x, x, x]\n"
+	for c := 'b'; c <= 'h'; c++ {
+		p := string(c - 1)
+		b += string(c) + ": &" + string(c) + " [*" + p + strings.Repeat(", *"+p, 8) + "]\n"
+	}
+	return b + "kind: VirtualService\n"
+}()
