@@ -199,7 +199,7 @@ func (s *Source) Reload() bool {
 	})
 	owner := map[string]string{} // kind + "\x00" + host → key
 	for _, o := range next {     // kept last-good objects hold their hosts
-		for _, h := range Hosts(o) {
+		for _, h := range claims(o) {
 			owner[o.Kind+"\x00"+h] = o.Key()
 		}
 	}
@@ -209,7 +209,7 @@ func (s *Source) Reload() bool {
 			o = old
 		}
 		var clash string
-		for _, h := range Hosts(o) {
+		for _, h := range claims(o) {
 			if w, ok := owner[p.kind+"\x00"+h]; ok && w != o.Key() {
 				clash = fmt.Sprintf("host %q already has %s %s (one %s per host)", h, p.kind, strings.TrimPrefix(w, p.kind+"/"), p.kind)
 				break
@@ -219,7 +219,7 @@ func (s *Source) Reload() bool {
 			reject(p, clash)
 			continue
 		}
-		for _, h := range Hosts(o) {
+		for _, h := range claims(o) {
 			owner[p.kind+"\x00"+h] = o.Key()
 		}
 		next[p.key()], fileOf[p.key()] = o, p.file
@@ -257,6 +257,19 @@ func (s *Source) Reload() bool {
 		s.snap = model.NewConfigSnapshot(s.version, objs)
 	}
 	return changed
+}
+
+// claims are the hosts o holds exclusively: a DestinationRule's host, the
+// hosts of a VirtualService that applies to the mesh (gateways empty or
+// holding "mesh"). VirtualServices bound only to gateways claim nothing:
+// they go to istiod as they are.
+func claims(o *model.ConfigObject) []string {
+	if vs, ok := o.Spec.(*networking.VirtualService); ok {
+		if gw := vs.GetGateways(); len(gw) > 0 && !slices.Contains(gw, "mesh") {
+			return nil
+		}
+	}
+	return Hosts(o)
 }
 
 func validate(p *parsed) error {

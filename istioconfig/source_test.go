@@ -177,9 +177,11 @@ func TestConflicts(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "a.yaml", goodVS)
 	write(t, dir, "b.yaml", strings.Replace(goodVS, "name: orders,", "name: orders-b,", 1)+"---\n"+goodVS)
+	// A VirtualService bound only to a gateway does not conflict.
+	write(t, dir, "c.yaml", strings.Replace(strings.Replace(goodVS, "name: orders,", "name: orders-gw,", 1), "  http:", "  gateways: [shop/ingress]\n  http:", 1))
 	st := Validate(Dir{Name: "d", Path: dir})
-	if got := keys(st); !slices.Equal(got, []string{"VirtualService/shop/orders"}) {
-		t.Fatalf("in force = %v", got)
+	if got := keys(st); !slices.Equal(got, []string{"VirtualService/shop/orders", "VirtualService/shop/orders-gw"}) {
+		t.Fatalf("in force = %v; rejected %v", got, st.Rejected)
 	}
 	if len(st.Rejected) != 2 {
 		t.Fatalf("rejected = %v, want two", st.Rejected)

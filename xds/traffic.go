@@ -165,6 +165,9 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ports p
 			if m.GetPort() != 0 && m.GetPort() != port {
 				continue
 			}
+			if unsupportedMatch(m) {
+				continue // dropping a condition would widen the match: leave it out, as grpc-go does with query matchers
+			}
 			routes = append(routes, &route.Route{
 				Name:                 name,
 				Match:                routeMatch(m),
@@ -195,6 +198,15 @@ func destCluster(d *networking.Destination, host string, port uint32, ports port
 		return SubsetClusterName(d.GetHost(), p, d.GetSubset())
 	}
 	return ClusterName(d.GetHost(), p)
+}
+
+// unsupportedMatch reports whether m has a condition gRPC routes cannot
+// express here: method, authority, scheme, query parameters, headers that
+// must be absent, source labels or namespace, or gateways.
+func unsupportedMatch(m *networking.HTTPMatchRequest) bool {
+	return m != nil && (m.GetMethod() != nil || m.GetAuthority() != nil || m.GetScheme() != nil ||
+		len(m.GetQueryParams()) > 0 || len(m.GetWithoutHeaders()) > 0 || len(m.GetSourceLabels()) > 0 ||
+		m.GetSourceNamespace() != "" || len(m.GetGateways()) > 0)
 }
 
 // routeMatch translates one Istio match (nil: everything).

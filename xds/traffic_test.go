@@ -56,6 +56,9 @@ spec:
     - uri: {regex: "/orders\\.v2\\..*"}
     - headers: {x-env: {regex: "stag(e|ing)"}}
     route: [{destination: {host: orders.vm.internal, subset: v2}}]
+  - name: not-for-grpc
+    match: [{queryParams: {debug: {exact: "1"}}}, {method: {exact: GET}}]
+    route: [{destination: {host: orders.vm.internal, subset: v1}}]
   - name: faulty
     match: [{uri: {exact: /orders.Orders/Break}}]
     fault:
