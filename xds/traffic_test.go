@@ -181,3 +181,24 @@ func hasPrefix(ss []string, p string) bool {
 func hasSubstr(ss []string, p string) bool {
 	return slices.ContainsFunc(ss, func(s string) bool { return strings.Contains(s, p) })
 }
+
+// TestTrafficInvalidFallsBack: rules that make a resource fail validation
+// leave the host served without them, and say why.
+func TestTrafficInvalidFallsBack(t *testing.T) {
+	t.Parallel()
+	tr := NewTranslator()
+	snap := model.NewSnapshot(1, trafficSvcs())
+	snap.Config = configSnap(t, 1, strings.Replace(trafficDR, "httpHeaderName: X-User", `httpHeaderName: "x\nuser"`, 1))
+	tr.Translate(snap)
+	assertValid(t, tr)
+	in := tr.Invalid()
+	if len(in) != 1 || in[0].Host != "orders.vm.internal" || !strings.HasPrefix(in[0].Error, "traffic config left out: ") {
+		t.Fatalf("Invalid() = %+v", in)
+	}
+	if _, ok := tr.Resources(KindOf(ClassGRPC, ClusterType))["outbound|8080||orders.vm.internal"]; !ok {
+		t.Error("orders is not served at all")
+	}
+	if _, ok := tr.Resources(KindOf(ClassGRPC, ClusterType))["outbound|8080|v1|orders.vm.internal"]; ok {
+		t.Error("the subsets of the invalid rule are served")
+	}
+}
