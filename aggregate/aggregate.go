@@ -64,8 +64,6 @@ import (
 	"github.com/meshfed/meshfed/registries"
 )
 
-const kindKubernetes = "kubernetes"
-
 // Defaults for zero option values.
 const (
 	DefaultHoldDown    = time.Minute
@@ -97,6 +95,9 @@ type RegistryOptions struct {
 	// MaxDeleteRatio enables the hold-down (see the package doc) when > 0,
 	// e.g. 0.5.
 	MaxDeleteRatio float64
+	// Multicluster: registries of the same kind that share a domain and
+	// both set it form a multicluster set (registries.Kind.Multicluster).
+	Multicluster bool
 }
 
 func (o RegistryOptions) withDefaults() RegistryOptions {

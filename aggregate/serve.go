@@ -239,7 +239,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 		for _, n := range names {
 			lr := a.loop[n]
 			if s, ok := lr.cur.services[h]; ok && lr.visible {
-				cs = append(cs, contribution{name: n, kind: lr.opts.Kind, domain: lr.domain, svc: s})
+				cs = append(cs, contribution{name: n, kind: lr.opts.Kind, domain: lr.domain, multicluster: lr.opts.Multicluster, svc: s})
 			}
 		}
 		prev := a.merged[h]

@@ -376,12 +376,8 @@ func (r *Registry) Validate() error {
 	if err := checkName(r.Name); err != nil {
 		errs = append(errs, registries.FieldErr("name", "%v", err))
 	}
-	if _, ok := kinds[r.Kind]; !ok {
-		if slices.Contains(schemaKinds, r.Kind) {
-			errs = append(errs, registries.FieldErr("kind", "kind %q is not supported by this build (supported: %s)", r.Kind, strings.Join(Kinds(), ", ")))
-		} else {
-			errs = append(errs, registries.FieldErr("kind", "unknown kind %q (supported by this build: %s)", r.Kind, strings.Join(Kinds(), ", ")))
-		}
+	if _, ok := registries.LookupKind(r.Kind); !ok {
+		errs = append(errs, registries.FieldErr("kind", "unknown kind %q (supported by this build: %s)", r.Kind, strings.Join(Kinds(), ", ")))
 	}
 	if err := checkDomain(r.Domain); err != nil {
 		errs = append(errs, registries.FieldErr("domain", "%v", err))
@@ -479,7 +475,7 @@ func (r *Registry) UnmarshalYAMLNode(d *yamlconf.Decoder, path string, n *yaml.N
 		k, val *yaml.Node
 	}
 	var blocks []block
-	keys := blockKeys()
+	keys := Kinds() // a kind's block key is its name
 	d.Struct(path, n, n, r, func(key string, k, v *yaml.Node) bool {
 		if !slices.Contains(keys, key) {
 			return false
@@ -487,7 +483,7 @@ func (r *Registry) UnmarshalYAMLNode(d *yamlconf.Decoder, path string, n *yaml.N
 		blocks = append(blocks, block{key: key, k: k, val: v})
 		return true
 	}, keys)
-	newConfig, ok := kinds[r.Kind]
+	kind, ok := registries.LookupKind(r.Kind)
 	if !ok || d.HasProblem(path+".kind") {
 		return // the kind is missing or unsupported: that is the error
 	}
@@ -505,7 +501,7 @@ func (r *Registry) UnmarshalYAMLNode(d *yamlconf.Decoder, path string, n *yaml.N
 		return
 	}
 	p := path + "." + r.Kind
-	cfg := newConfig()
+	cfg := kind.NewConfig()
 	d.Decode(p, match.k, match.val, cfg)
 	if !d.HasProblem(p) {
 		r.Block = cfg
@@ -536,7 +532,7 @@ func domainConflicts(regs []Registry) [][2]int {
 			if i >= j {
 				break
 			}
-			if regs[i].Kind == "kubernetes" && b.Kind == "kubernetes" {
+			if regs[i].Kind == b.Kind && multicluster(b.Kind) {
 				continue
 			}
 			out = append(out, [2]int{i, j})

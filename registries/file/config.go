@@ -52,3 +52,7 @@ func (c *Config) Files() []registries.FileRef {
 		return err
 	}}}
 }
+
+func init() {
+	registries.Register(registries.Kind{Name: "file", NewConfig: func() registries.Config { return new(Config) }, Collectors: Collectors})
+}
