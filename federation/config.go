@@ -67,6 +67,9 @@ type Config struct {
 	// warm start; off without a dir.
 	State      State      `yaml:"state"`
 	Registries []Registry `yaml:"registries" yamlconf:"required"`
+	// ConfigSources are directories of Istio networking YAML
+	// (VirtualService, DestinationRule): the user traffic API.
+	ConfigSources []ConfigSource `yaml:"configSources,omitempty"`
 	// Path is the file the config was loaded from.
 	Path string `yaml:"-"`
 	// root is the file's node tree, for positions of later problems
@@ -127,6 +130,36 @@ func (s *State) ResolvePaths(dir string) {
 	if s.Dir != "" && !filepath.IsAbs(s.Dir) {
 		s.Dir = filepath.Join(dir, s.Dir)
 	}
+}
+
+// ConfigSource is one entry of `configSources:`: a watched directory of
+// multi-document Istio YAML (see package istioconfig).
+type ConfigSource struct {
+	// Name is unique across configSources and a DNS label.
+	Name string `yaml:"name" yamlconf:"required"`
+	// Dir is the directory, made absolute against the directory of
+	// clusters.yaml.
+	Dir string `yaml:"dir" yamlconf:"required"`
+}
+
+// ResolvePaths makes Dir absolute against dir, the directory of
+// clusters.yaml.
+func (c *ConfigSource) ResolvePaths(dir string) {
+	if c.Dir != "" && !filepath.IsAbs(c.Dir) {
+		c.Dir = filepath.Join(dir, c.Dir)
+	}
+}
+
+// Validate checks the name and that dir is set.
+func (c *ConfigSource) Validate() error {
+	var errs []error
+	if err := checkName(c.Name); err != nil {
+		errs = append(errs, registries.FieldErr("name", "%v", err))
+	}
+	if c.Dir == "" {
+		errs = append(errs, registries.FieldErr("dir", "must not be empty"))
+	}
+	return errors.Join(errs...)
 }
 
 // TLS holds PEM file paths, made absolute against the directory of
@@ -380,6 +413,14 @@ func (c *Config) Validate() error {
 			continue
 		}
 		first[r.Name] = i
+	}
+	firstSource := make(map[string]int, len(c.ConfigSources))
+	for i, cs := range c.ConfigSources {
+		if j, dup := firstSource[cs.Name]; dup && cs.Name != "" {
+			errs = append(errs, registries.FieldErrAlso(fmt.Sprintf("configSources[%d].name", i), fmt.Sprintf("configSources[%d].name", j), "duplicate config source name %q", cs.Name))
+			continue
+		}
+		firstSource[cs.Name] = i
 	}
 	for _, pair := range domainConflicts(c.Registries) {
 		i, j := pair[0], pair[1]

@@ -3,6 +3,7 @@ package federation
 import (
 	"errors"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -92,6 +93,11 @@ func TestLoadBad(t *testing.T) {
 		{file: "bad/bad-address-host.yaml", problems: 2, want: []string{
 			`bad/bad-address-host.yaml:2:12: xds.address: bad address ":15010": no host`,
 			`bad/bad-address-host.yaml:4:12: admin.address: bad address "bad_host!:15014": host "bad_host!" is neither an IP address nor a hostname`,
+		}},
+		{file: "bad/bad-config-sources.yaml", problems: 3, want: []string{
+			`bad/bad-config-sources.yaml:5:12: configSources[1].name: duplicate config source name "local"`,
+			`bad/bad-config-sources.yaml:6:5: configSources[2].name: missing required key`,
+			`bad/bad-config-sources.yaml:7:23: configSources[3].recursive: unknown key`,
 		}},
 		{file: "bad/same-address.yaml", problems: 1, want: []string{
 			`bad/same-address.yaml:2:12: admin.address: xds (127.0.0.1:15010) and admin (127.0.0.1:15010) listen on the same port`,
@@ -541,5 +547,17 @@ func TestMaxDeleteRatioZeroIsOff(t *testing.T) {
 		if got := cfg.Registries[0].aggregateOptions().MaxDeleteRatio; got != tc.want {
 			t.Errorf("%q: maxDeleteRatio %v, want %v", tc.line, got, tc.want)
 		}
+	}
+}
+
+func TestLoadConfigSources(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("testdata/configsources.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := filepath.Abs("testdata/traffic")
+	if want := []ConfigSource{{Name: "local", Dir: dir}}; !reflect.DeepEqual(cfg.ConfigSources, want) {
+		t.Errorf("configSources = %+v, want %+v", cfg.ConfigSources, want)
 	}
 }
