@@ -164,12 +164,17 @@ func TestTrafficManagementGRPC(t *testing.T) {
 		}
 		return nil
 	})
+	// The slow backend answers after 3s; when the call's deadline (the
+	// route timeout, sent as grpc-timeout) passes first it answers
+	// DEADLINE_EXCEEDED, so the client sees that code whichever of its own
+	// timer and the server's answer comes first.
 	slow := startBackendFunc(t, "slow", func(ctx context.Context) error {
 		select {
 		case <-time.After(3 * time.Second):
+			return nil
 		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
 		}
-		return nil
 	})
 	writeFile(t, filepath.Join(dir, "services.yaml"), trafficServices(map[string][][2]any{
 		"echo":   {{v1, "v1"}, {v2, "v2"}},
