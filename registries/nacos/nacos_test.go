@@ -87,6 +87,9 @@ func TestPolarisRegisterUpdateDeregister(t *testing.T) {
 				Metadata: map[string]string{"version": "v1", "zone": "zone-a", "gRPC_port": "9090"}}
 			c.Register(t, o1)
 			name := "polaris-" + transport
+			// The metrics are process-wide: count from here (go test -count=N).
+			pushes0 := testutil.ToFloat64(pushes.WithLabelValues(name))
+			subscribes0 := testutil.ToFloat64(requests.WithLabelValues(name, reqSubscribe, "ok"))
 			reg := newRegistry(t, name, Config{Servers: []string{p.NacosAddr}, Transport: transport})
 			sink := registrytest.NewSink()
 			registrytest.Start(t, reg, sink)
@@ -127,10 +130,10 @@ func TestPolarisRegisterUpdateDeregister(t *testing.T) {
 			sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Synced() && len(st.Services) == 0 })
 
 			if transport == TransportGRPC {
-				if got := testutil.ToFloat64(pushes.WithLabelValues(name)); got == 0 {
+				if got := testutil.ToFloat64(pushes.WithLabelValues(name)) - pushes0; got == 0 {
 					t.Errorf("no push counted: the changes should have been pushed")
 				}
-				if got := testutil.ToFloat64(requests.WithLabelValues(name, reqSubscribe, "ok")); got != 1 {
+				if got := testutil.ToFloat64(requests.WithLabelValues(name, reqSubscribe, "ok")) - subscribes0; got != 1 {
 					t.Errorf("%v subscriptions, want 1 (one service, one connection)", got)
 				}
 			}
