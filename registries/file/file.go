@@ -218,8 +218,9 @@ var hashSeed = maphash.MakeSeed()
 // when a file changed while it was read (that file keeps its previous
 // state: read it again once it settled).
 func (s *runState) reload(full bool) bool {
-	defer func() { s.watch.refresh(s.paths) }()
 	paths, keep, patErrs := s.match()
+	// Watch before reading, so that a change made after a read is seen.
+	s.watch.refresh(paths)
 	settled, changed := true, !slices.Equal(paths, s.paths)
 	s.paths = paths
 	for _, p := range paths {
@@ -464,7 +465,7 @@ func newWatchSet(w *fsnotify.Watcher, patterns []string, log *slog.Logger) *watc
 }
 
 // refresh recomputes the names of interest and watches any new directory;
-// called after every read, so a directory that appears later is picked up
+// called before every read, so a directory that appears later is picked up
 // at the next periodic read.
 func (ws *watchSet) refresh(files []string) {
 	ws.names = map[string]bool{}
