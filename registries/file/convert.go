@@ -81,6 +81,19 @@ func (es Errors) Error() string {
 // 20) when any part of the file is invalid. Endpoint addresses are not
 // checked: the aggregator quarantines bad ones individually.
 func Parse(name string, data []byte, c registries.Common) ([]model.Service, error) {
+	// The fast path (see fast.go); any doubt or problem takes the node path.
+	if entries, epLines, ok := fastDecode(data); ok {
+		p := &parse{file: name, fast: true, epLines: epLines}
+		if services := p.convert(entries, c); !p.failed {
+			return services, nil
+		}
+	}
+	return parseNodes(name, data, c)
+}
+
+// parseNodes is Parse through the YAML node tree, every problem at its
+// position.
+func parseNodes(name string, data []byte, c registries.Common) ([]model.Service, error) {
 	root, probs := yamlconf.Parse(name, data)
 	if len(probs) > 0 {
 		return nil, toErrors(probs)
@@ -117,11 +130,21 @@ type parse struct {
 	file string
 	root *yaml.Node
 	d    *yamlconf.Decoder
+	// fast: the entries came from the fast path, which has no nodes: each
+	// endpoint's line is in epLines, and any problem sets failed (Parse
+	// then takes the node path to report it with its position).
+	fast    bool
+	failed  bool
+	epLines [][]int
 }
 
 // errorf records a problem at key (a path built with at/child), unless
 // decoding already found one there.
 func (p *parse) errorf(key, format string, args ...any) {
+	if p.fast {
+		p.failed = true
+		return
+	}
 	if p.d.HasProblem(key) {
 		return
 	}
@@ -131,6 +154,9 @@ func (p *parse) errorf(key, format string, args ...any) {
 
 // line returns the line of key, or of its closest ancestor present.
 func (p *parse) line(key string) int {
+	if p.fast {
+		return 0
+	}
 	if n, _ := yamlconf.Lookup(p.root, key); n != nil {
 		return n.Line
 	}
@@ -172,7 +198,15 @@ func (p *parse) convert(entries []serviceEntry, c registries.Common) []model.Ser
 			declared[port.Name] = true
 		}
 		for j, ee := range se.Endpoints {
-			svc.Endpoints = append(svc.Endpoints, p.endpoint(at(child(key, "endpoints"), j), ee, declared, c))
+			var line int
+			var epKey string
+			if p.fast {
+				line = p.epLines[i][j]
+			} else {
+				epKey = at(child(key, "endpoints"), j)
+				line = p.line(epKey)
+			}
+			svc.Endpoints = append(svc.Endpoints, p.endpoint(epKey, line, ee, declared, c))
 		}
 		out = append(out, svc)
 	}
@@ -222,12 +256,14 @@ func (p *parse) ports(svcKey string, entries []portEntry) []model.Port {
 	return out
 }
 
-func (p *parse) endpoint(key string, ee endpointEntry, declared map[string]bool, c registries.Common) model.Endpoint {
+// endpoint converts the endpoint at key ("" on the fast path, which
+// reports no problem itself), declared at line.
+func (p *parse) endpoint(key string, line int, ee endpointEntry, declared map[string]bool, c registries.Common) model.Endpoint {
 	ep := model.Endpoint{
 		Address: ee.Address,
 		Weight:  1,
 		Source:  model.Source{Registry: c.Name, Cluster: c.Name},
-		Origin:  p.file + ":" + strconv.Itoa(p.line(key)),
+		Origin:  p.file + ":" + strconv.Itoa(line),
 	}
 	if ee.Address == "" {
 		p.errorf(child(key, "address"), "is required")
