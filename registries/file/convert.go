@@ -82,11 +82,8 @@ func (es Errors) Error() string {
 // checked: the aggregator quarantines bad ones individually.
 func Parse(name string, data []byte, c registries.Common) ([]model.Service, error) {
 	// The fast path (see fast.go); any doubt or problem takes the node path.
-	if entries, epLines, ok := fastDecode(data); ok {
-		p := &parse{file: name, fast: true, epLines: epLines}
-		if services := p.convert(entries, c); !p.failed {
-			return services, nil
-		}
+	if services, ok := fastParse(name, data, c); ok {
+		return services, nil
 	}
 	return parseNodes(name, data, c)
 }
@@ -130,12 +127,12 @@ type parse struct {
 	file string
 	root *yaml.Node
 	d    *yamlconf.Decoder
-	// fast: the entries came from the fast path, which has no nodes: each
-	// endpoint's line is in epLines, and any problem sets failed (Parse
-	// then takes the node path to report it with its position).
-	fast    bool
-	failed  bool
-	epLines [][]int
+	// fast: the entries came from the fast path, which has no nodes: any
+	// problem sets failed (Parse then takes the node path to report it
+	// with its position).
+	fast   bool
+	failed bool
+	names  map[string]string // service name → key of its first declaration
 }
 
 // errorf records a problem at key (a path built with at/child), unless
@@ -168,8 +165,20 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 func (p *parse) convert(entries []serviceEntry, c registries.Common) []model.Service {
 	out := make([]model.Service, 0, len(entries))
-	names := map[string]string{} // service name → key of first declaration
 	for i, se := range entries {
+		out = append(out, p.service(i, se, nil, c))
+	}
+	return out
+}
+
+// service converts services[i]; epLines, on the fast path, are the lines
+// of its endpoints.
+func (p *parse) service(i int, se serviceEntry, epLines []int, c registries.Common) model.Service {
+	if p.names == nil {
+		p.names = map[string]string{}
+	}
+	names := p.names
+	{
 		key := at("services", i)
 		switch {
 		case se.Name == "":
@@ -201,16 +210,15 @@ func (p *parse) convert(entries []serviceEntry, c registries.Common) []model.Ser
 			var line int
 			var epKey string
 			if p.fast {
-				line = p.epLines[i][j]
+				line = epLines[j]
 			} else {
 				epKey = at(child(key, "endpoints"), j)
 				line = p.line(epKey)
 			}
 			svc.Endpoints = append(svc.Endpoints, p.endpoint(epKey, line, ee, declared, c))
 		}
-		out = append(out, svc)
+		return svc
 	}
-	return out
 }
 
 func (p *parse) ports(svcKey string, entries []portEntry) []model.Port {

@@ -3,6 +3,9 @@ package file
 import (
 	"bytes"
 	"strings"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
 )
 
 // The fast path: services files as generators and people usually write
@@ -22,12 +25,11 @@ import (
 
 // fnode is a value of the subset: a scalar, a mapping or a list.
 type fnode struct {
-	line   int // 1-based line of the value (of its first key for a mapping)
+	line   int32 // 1-based line of the value (of its first key for a mapping)
+	kind   byte  // 's' scalar, 'm' mapping, 'l' list, 'n' null
 	scalar string
-	kind   byte // 's' scalar, 'm' mapping, 'l' list, 'n' null
-	keys   []string
-	vals   []*fnode
-	items  []*fnode
+	keys   []string // of a mapping
+	vals   []*fnode // of a mapping: the values of keys; of a list: the items
 }
 
 type fline struct {
@@ -45,15 +47,21 @@ type fastParser struct {
 
 func fastLines(data []byte) ([]fline, bool) {
 	out := make([]fline, 0, bytes.Count(data, []byte("\n"))+1)
+	// One copy of the file: lines and scalars are substrings of it.
+	all := string(data)
+	off := 0
 	no := 0
 	for len(data) > 0 {
 		no++
 		i := bytes.IndexByte(data, '\n')
 		var raw []byte
+		start := off
 		if i < 0 {
 			raw, data = data, nil
+			off += len(raw)
 		} else {
 			raw, data = data[:i], data[i+1:]
+			off += i + 1
 		}
 		indent := 0
 		for indent < len(raw) && raw[indent] == ' ' {
@@ -77,7 +85,7 @@ func fastLines(data []byte) ([]fline, bool) {
 		if indent == 0 && (bytes.HasPrefix(text, []byte("---")) || bytes.HasPrefix(text, []byte("...")) || text[0] == '%') {
 			return nil, false
 		}
-		out = append(out, fline{no: no, indent: indent, text: string(text)})
+		out = append(out, fline{no: no, indent: indent, text: all[start+indent : start+indent+len(text)]})
 	}
 	return out, true
 }
@@ -97,28 +105,39 @@ func (p *fastParser) block(min int) *fnode {
 
 // list reads the items of a block list at indent.
 func (p *fastParser) list(indent int) *fnode {
-	n := &fnode{kind: 'l', line: p.lines[p.pos].no}
+	n := &fnode{kind: 'l', line: int32(p.lines[p.pos].no)}
 	for !p.bad && p.pos < len(p.lines) && p.lines[p.pos].indent == indent {
-		l := p.lines[p.pos]
-		if l.text != "-" && !strings.HasPrefix(l.text, "- ") {
+		item := p.item(indent)
+		if item == nil {
 			break
 		}
-		rest := strings.TrimLeft(strings.TrimPrefix(l.text, "-"), " ")
-		col := indent + (len(l.text) - len(rest))
-		switch {
-		case rest == "":
-			p.pos++
-			n.items = append(n.items, p.block(indent+1))
-		case rest == "-" || strings.HasPrefix(rest, "- "):
-			p.bad = true // a list in a list on one line
-		case isKeyLine(rest):
-			n.items = append(n.items, p.mapping(col, l.no, rest, 1))
-		default:
-			p.pos++
-			n.items = append(n.items, p.flowOrScalar(rest, l.no))
-		}
+		n.vals = append(n.vals, item)
 	}
 	return n
+}
+
+// item reads the list item at the current line (at indent); nil if that
+// line is not one.
+func (p *fastParser) item(indent int) *fnode {
+	l := p.lines[p.pos]
+	if l.text != "-" && !strings.HasPrefix(l.text, "- ") {
+		return nil
+	}
+	rest := strings.TrimLeft(strings.TrimPrefix(l.text, "-"), " ")
+	col := indent + (len(l.text) - len(rest))
+	switch {
+	case rest == "":
+		p.pos++
+		return p.block(indent + 1)
+	case rest == "-" || strings.HasPrefix(rest, "- "):
+		p.bad = true // a list in a list on one line
+		return &fnode{kind: 'n'}
+	case isKeyLine(rest):
+		return p.mapping(col, l.no, rest, 1)
+	default:
+		p.pos++
+		return p.flowOrScalar(rest, l.no)
+	}
 }
 
 // isKeyLine: text starts with "key:" followed by the end or a space.
@@ -130,7 +149,7 @@ func isKeyLine(text string) bool {
 // mapping reads a block mapping whose keys are at indent; first, when not
 // "", is its first line's text (after a list's "- "), which is line no.
 func (p *fastParser) mapping(indent, no int, first string, _ int) *fnode {
-	n := &fnode{kind: 'm', line: no}
+	n := &fnode{kind: 'm', line: int32(no), keys: make([]string, 0, 4), vals: make([]*fnode, 0, 4)}
 	for !p.bad {
 		var text string
 		var lineNo int
@@ -180,9 +199,9 @@ func (p *fastParser) mapping(indent, no int, first string, _ int) *fnode {
 func (p *fastParser) flowOrScalar(text string, no int) *fnode {
 	switch {
 	case text == "[]":
-		return &fnode{kind: 'l', line: no}
+		return &fnode{kind: 'l', line: int32(no)}
 	case strings.HasPrefix(text, "{") && strings.HasSuffix(text, "}"):
-		n := &fnode{kind: 'm', line: no}
+		n := &fnode{kind: 'm', line: int32(no)}
 		body := strings.TrimSpace(text[1 : len(text)-1])
 		if body == "" {
 			return n
@@ -200,14 +219,14 @@ func (p *fastParser) flowOrScalar(text string, no int) *fnode {
 				return n
 			}
 			n.keys = append(n.keys, k)
-			n.vals = append(n.vals, &fnode{kind: 's', line: no, scalar: v})
+			n.vals = append(n.vals, &fnode{kind: 's', line: int32(no), scalar: v})
 		}
 		return n
 	}
 	if !plainOK(text, false) {
 		p.bad = true
 	}
-	return &fnode{kind: 's', line: no, scalar: text}
+	return &fnode{kind: 's', line: int32(no), scalar: text}
 }
 
 func slicesContains(s []string, v string) bool {
@@ -268,8 +287,44 @@ func (n *fnode) num(ok *bool) int64 {
 	return v
 }
 
+// fastParse is Parse on the fast path; ok false when data is outside the
+// subset or has a problem. Each service is decoded and converted as soon
+// as its lines are read, so that only the converted services stay.
+func fastParse(name string, data []byte, c registries.Common) (services []model.Service, ok bool) {
+	lines, ok := fastLines(data)
+	if !ok || len(lines) < 2 || lines[0].indent != 0 || lines[0].text != "services:" {
+		return nil, false
+	}
+	fp := &fastParser{lines: lines, pos: 1}
+	indent := lines[1].indent
+	if lines[1].text != "-" && !strings.HasPrefix(lines[1].text, "- ") {
+		return nil, false
+	}
+	p := &parse{file: name, fast: true}
+	services = []model.Service{}
+	for i := 0; !fp.bad && fp.pos < len(lines) && fp.lines[fp.pos].indent == indent; i++ {
+		item := fp.item(indent)
+		if item == nil || fp.bad {
+			return nil, false
+		}
+		se, epLines, ok := decodeService(item)
+		if !ok {
+			return nil, false
+		}
+		services = append(services, p.service(i, se, epLines, c))
+		if p.failed {
+			return nil, false
+		}
+	}
+	if fp.bad || fp.pos != len(lines) {
+		return nil, false
+	}
+	return services, true
+}
+
 // fastDecode reads data into the typed entries, with each endpoint's
-// line; ok false when data is outside the subset.
+// line; ok false when data is outside the subset. (Tests compare it with
+// the node path.)
 func fastDecode(data []byte) (entries []serviceEntry, epLines [][]int, ok bool) {
 	lines, ok := fastLines(data)
 	if !ok || len(lines) == 0 || lines[0].indent != 0 {
@@ -284,100 +339,107 @@ func fastDecode(data []byte) (entries []serviceEntry, epLines [][]int, ok bool) 
 	if list.kind != 'l' {
 		return nil, nil, false
 	}
-	ok = true
-	entries = make([]serviceEntry, len(list.items))
-	epLines = make([][]int, len(list.items))
-	for i, item := range list.items {
-		if item.kind != 'm' {
+	entries = make([]serviceEntry, len(list.vals))
+	epLines = make([][]int, len(list.vals))
+	for i, item := range list.vals {
+		if entries[i], epLines[i], ok = decodeService(item); !ok {
 			return nil, nil, false
-		}
-		se := &entries[i]
-		for k, key := range item.keys {
-			v := item.vals[k]
-			switch key {
-			case "name":
-				se.Name = v.str(&ok)
-			case "resolution":
-				se.Resolution = v.str(&ok)
-			case "ports":
-				if v.kind != 'l' {
-					return nil, nil, false
-				}
-				se.Ports = make([]portEntry, len(v.items))
-				for j, pn := range v.items {
-					if pn.kind != 'm' {
-						return nil, nil, false
-					}
-					for pk, pkey := range pn.keys {
-						pv := pn.vals[pk]
-						switch pkey {
-						case "name":
-							se.Ports[j].Name = pv.str(&ok)
-						case "protocol":
-							se.Ports[j].Protocol = pv.str(&ok)
-						case "port":
-							n := pv.num(&ok)
-							se.Ports[j].Port = &n
-						default:
-							return nil, nil, false
-						}
-					}
-				}
-			case "endpoints":
-				if v.kind == 'n' {
-					continue
-				}
-				if v.kind != 'l' {
-					return nil, nil, false
-				}
-				se.Endpoints = make([]endpointEntry, len(v.items))
-				epLines[i] = make([]int, len(v.items))
-				for j, en := range v.items {
-					if en.kind != 'm' {
-						return nil, nil, false
-					}
-					ee := &se.Endpoints[j]
-					epLines[i][j] = en.line
-					for ek, ekey := range en.keys {
-						ev := en.vals[ek]
-						switch ekey {
-						case "address":
-							ee.Address = ev.str(&ok)
-						case "locality":
-							ee.Locality = ev.str(&ok)
-						case "health":
-							ee.Health = ev.str(&ok)
-						case "weight":
-							n := ev.num(&ok)
-							ee.Weight = &n
-						case "ports":
-							if ev.kind != 'm' {
-								return nil, nil, false
-							}
-							ee.Ports = make(map[string]int64, len(ev.keys))
-							for x, k := range ev.keys {
-								ee.Ports[k] = ev.vals[x].num(&ok)
-							}
-						case "labels":
-							if ev.kind != 'm' {
-								return nil, nil, false
-							}
-							ee.Labels = make(map[string]string, len(ev.keys))
-							for x, k := range ev.keys {
-								ee.Labels[k] = ev.vals[x].str(&ok)
-							}
-						default:
-							return nil, nil, false
-						}
-					}
-				}
-			default:
-				return nil, nil, false
-			}
-			if !ok {
-				return nil, nil, false
-			}
 		}
 	}
 	return entries, epLines, true
+}
+
+// decodeService reads one item of the services list.
+func decodeService(item *fnode) (se serviceEntry, epLines []int, ok bool) {
+	ok = true
+	if item.kind != 'm' {
+		return se, nil, false
+	}
+	for k, key := range item.keys {
+		v := item.vals[k]
+		switch key {
+		case "name":
+			se.Name = v.str(&ok)
+		case "resolution":
+			se.Resolution = v.str(&ok)
+		case "ports":
+			if v.kind != 'l' {
+				return se, nil, false
+			}
+			se.Ports = make([]portEntry, len(v.vals))
+			for j, pn := range v.vals {
+				if pn.kind != 'm' {
+					return se, nil, false
+				}
+				for pk, pkey := range pn.keys {
+					pv := pn.vals[pk]
+					switch pkey {
+					case "name":
+						se.Ports[j].Name = pv.str(&ok)
+					case "protocol":
+						se.Ports[j].Protocol = pv.str(&ok)
+					case "port":
+						n := pv.num(&ok)
+						se.Ports[j].Port = &n
+					default:
+						return se, nil, false
+					}
+				}
+			}
+		case "endpoints":
+			if v.kind == 'n' {
+				continue
+			}
+			if v.kind != 'l' {
+				return se, nil, false
+			}
+			se.Endpoints = make([]endpointEntry, len(v.vals))
+			epLines = make([]int, len(v.vals))
+			for j, en := range v.vals {
+				if en.kind != 'm' {
+					return se, nil, false
+				}
+				ee := &se.Endpoints[j]
+				epLines[j] = int(en.line)
+				for ek, ekey := range en.keys {
+					ev := en.vals[ek]
+					switch ekey {
+					case "address":
+						ee.Address = ev.str(&ok)
+					case "locality":
+						ee.Locality = ev.str(&ok)
+					case "health":
+						ee.Health = ev.str(&ok)
+					case "weight":
+						n := ev.num(&ok)
+						ee.Weight = &n
+					case "ports":
+						if ev.kind != 'm' {
+							return se, nil, false
+						}
+						ee.Ports = make(map[string]int64, len(ev.keys))
+						for x, k := range ev.keys {
+							ee.Ports[k] = ev.vals[x].num(&ok)
+						}
+					case "labels":
+						if ev.kind != 'm' {
+							return se, nil, false
+						}
+						ee.Labels = make(map[string]string, len(ev.keys))
+						for x, k := range ev.keys {
+							ee.Labels[k] = ev.vals[x].str(&ok)
+						}
+					default:
+						return se, nil, false
+					}
+				}
+			}
+		default:
+			return se, nil, false
+		}
+		if !ok {
+			return se, nil, false
+		}
+	}
+	return se, epLines, true
 }
