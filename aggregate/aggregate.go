@@ -64,8 +64,6 @@ import (
 	"github.com/meshfed/meshfed/registries"
 )
 
-const kindKubernetes = "kubernetes"
-
 // Defaults for zero option values.
 const (
 	DefaultHoldDown    = time.Minute
@@ -97,6 +95,9 @@ type RegistryOptions struct {
 	// MaxDeleteRatio enables the hold-down (see the package doc) when > 0,
 	// e.g. 0.5.
 	MaxDeleteRatio float64
+	// Multicluster: registries of the same kind that share a domain and
+	// both set it form a multicluster set (registries.Kind.Multicluster).
+	Multicluster bool
 }
 
 func (o RegistryOptions) withDefaults() RegistryOptions {
@@ -176,12 +177,14 @@ type Aggregator struct {
 	serving atomic.Bool
 	snap    atomic.Pointer[model.Snapshot]
 
-	mu        sync.Mutex
-	regs      map[string]*regState
-	subs      []func(*model.Snapshot)
-	conflicts []Conflict
-	unknown   map[model.ShardKey]bool // shards already logged as unknown
-	wasReady  bool                    // Ready has held once; latched
+	mu         sync.Mutex
+	regs       map[string]*regState
+	subs       []func(*model.Snapshot)
+	config     *model.ConfigSnapshot // latest from SetConfig
+	configSeen time.Time             // when SetConfig last changed it
+	conflicts  []Conflict
+	unknown    map[model.ShardKey]bool // shards already logged as unknown
+	wasReady   bool                    // Ready has held once; latched
 
 	// Owned by the Serve goroutine.
 	loop           map[string]*loopReg
@@ -517,6 +520,19 @@ func (a *Aggregator) wake() {
 	case a.signal <- struct{}{}:
 	default:
 	}
+}
+
+// SetConfig hands the aggregator the user traffic configuration in force
+// (istioconfig). It is debounced with registry changes: the next snapshot
+// published carries it as Snapshot.Config, with the services unchanged if
+// only the configuration changed. c must not be modified afterwards.
+func (a *Aggregator) SetConfig(c *model.ConfigSnapshot) {
+	a.mu.Lock()
+	if c != a.config {
+		a.config, a.configSeen = c, a.now()
+	}
+	a.mu.Unlock()
+	a.wake()
 }
 
 // Subscribe registers fn to receive every snapshot published after Serve

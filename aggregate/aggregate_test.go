@@ -568,3 +568,37 @@ func TestRestore(t *testing.T) {
 		t.Error("Restore after the first sync = true")
 	}
 }
+
+func TestConfigFlowsWithSnapshot(t *testing.T) {
+	t.Parallel()
+	x := reg("x", "file", "x")
+	a := newRunning(t, newFakeClock(), x)
+	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.1")}, nil)
+	s1 := waitVersion(t, a, 1)
+
+	// A config change alone publishes a snapshot with the same services.
+	cfg := model.NewConfigSnapshot(1, []*model.ConfigObject{{Kind: "VirtualService", Namespace: "d", Name: "a"}})
+	a.SetConfig(cfg)
+	s2 := waitVersion(t, a, s1.Version+1)
+	if s2.Config != cfg {
+		t.Fatalf("snapshot config = %v, want the one set", s2.Config)
+	}
+	old, _ := s1.Service("a.x")
+	if cur, _ := s2.Service("a.x"); cur != old {
+		t.Error("a config change rebuilt an unchanged service")
+	}
+	// A registry change keeps the config.
+	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.2")}, nil)
+	s3 := waitVersion(t, a, s2.Version+1)
+	if s3.Config != cfg {
+		t.Error("a registry change dropped the config")
+	}
+	// Setting the same config again publishes nothing.
+	a.SetConfig(cfg)
+	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.2")}, nil)
+	a.wake()
+	time.Sleep(50 * time.Millisecond) // nothing to wait for: assert no publish happened meanwhile
+	if v := a.Snapshot().Version; v != s3.Version {
+		t.Errorf("version %d after an unchanged config, want %d", v, s3.Version)
+	}
+}

@@ -125,7 +125,7 @@ func TestScaleWeightsBoundsAndProportions(t *testing.T) {
 func TestMergeScalesWeightsOfTheUnion(t *testing.T) {
 	t.Parallel()
 	mk := func(name, addr string) contribution {
-		return contribution{name: name, kind: kindKubernetes, domain: "svc", svc: &model.Service{
+		return contribution{name: name, kind: "kubernetes", multicluster: true, domain: "svc", svc: &model.Service{
 			Hostname: "a.svc", Ports: gatePort(),
 			Endpoints: []model.Endpoint{{Address: addr, Weight: math.MaxUint32, Source: model.Source{Registry: name}}},
 		}}

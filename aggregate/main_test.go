@@ -95,8 +95,10 @@ func waitState(t *testing.T, a *Aggregator, name string, want registries.State) 
 	return st
 }
 
+// reg is a registry's options; kubernetes is a multicluster kind, as its
+// registries.Kind declares.
 func reg(name, kind, domain string) RegistryOptions {
-	return RegistryOptions{Common: registries.Common{Name: name, Kind: kind, Domain: domain}}
+	return RegistryOptions{Common: registries.Common{Name: name, Kind: kind, Domain: domain}, Multicluster: kind == "kubernetes"}
 }
 
 func shard(o RegistryOptions) model.ShardKey { return o.Shard() }

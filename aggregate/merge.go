@@ -13,6 +13,7 @@ import (
 // contribution is one registry's normalized service for a hostname.
 type contribution struct {
 	name, kind, domain string
+	multicluster       bool // the registry's kind merges same-domain services
 	svc                *model.Service
 }
 
@@ -21,8 +22,8 @@ type contribution struct {
 // the hostname before; when the merge gives an equal service, prev is
 // returned so that the pointer stays the same.
 //
-// Only registries of kind kubernetes that share a domain merge (a
-// multicluster set): their endpoints are concatenated, the ports and
+// Only registries of one multicluster kind (Kubernetes) that share a
+// domain merge (a multicluster set): their endpoints are concatenated, the ports and
 // resolution are those of the alphabetically first registry, and a registry
 // whose ports differ is reported (port-mismatch) while its endpoints still
 // serve the ports whose name matches; weights are scaled as in normalize
@@ -39,12 +40,12 @@ func mergeHost(host string, cs []contribution, prev *model.Service) (*model.Serv
 	var conflicts []Conflict
 	group := []contribution{first}
 	for _, c := range cs[1:] {
-		if first.kind == kindKubernetes && c.kind == kindKubernetes && first.domain == c.domain {
+		if first.multicluster && c.multicluster && first.kind == c.kind && first.domain == c.domain {
 			group = append(group, c)
 			continue
 		}
 		conflicts = append(conflicts, newConflict(CategoryDuplicate, c.name, host, host, fmt.Sprintf(
-			"hostname is also published by registry %q, which serves it; only registries of kind kubernetes sharing a domain merge",
+			"hostname is also published by registry %q, which serves it; only registries of one multicluster kind (kubernetes) sharing a domain merge",
 			first.name)))
 	}
 	if len(group) == 1 {

@@ -24,7 +24,7 @@ func TestMergeHost(t *testing.T) {
 		return model.Endpoint{Address: addr, Weight: 1, Ports: ports, Source: model.Source{Registry: registry, Cluster: registry}}
 	}
 	kube := func(name string, s *model.Service) contribution {
-		return contribution{name: name, kind: "kubernetes", domain: "svc", svc: s}
+		return contribution{name: name, kind: "kubernetes", multicluster: true, domain: "svc", svc: s}
 	}
 	tests := []struct {
 		name          string
@@ -78,7 +78,7 @@ func TestMergeHost(t *testing.T) {
 		name: "kubernetes registries with different domains do not merge",
 		cs: []contribution{
 			kube("east", mk("east", []model.Port{http(80)}, model.ResolutionEDS, "10.0.0.1")),
-			{name: "west", kind: "kubernetes", domain: "other", svc: mk("west", []model.Port{http(80)}, model.ResolutionEDS, "10.0.0.2")},
+			{name: "west", kind: "kubernetes", multicluster: true, domain: "other", svc: mk("west", []model.Port{http(80)}, model.ResolutionEDS, "10.0.0.2")},
 		},
 		want:          mk("east", []model.Port{http(80)}, model.ResolutionEDS, "10.0.0.1"),
 		wantConflicts: []string{"duplicate west"},
@@ -113,8 +113,8 @@ func TestPortMismatchReasonNamesBothPortLists(t *testing.T) {
 	east := &model.Service{Hostname: "a.svc", Ports: []model.Port{{Name: "http", Number: 80, Protocol: "HTTP"}}}
 	west := &model.Service{Hostname: "a.svc", Ports: []model.Port{{Name: "http", Number: 80, Protocol: "TCP"}}}
 	_, cs := mergeHost("a.svc", []contribution{
-		{name: "east", kind: "kubernetes", domain: "svc", svc: east},
-		{name: "west", kind: "kubernetes", domain: "svc", svc: west},
+		{name: "east", kind: "kubernetes", multicluster: true, domain: "svc", svc: east},
+		{name: "west", kind: "kubernetes", multicluster: true, domain: "svc", svc: west},
 	}, nil)
 	if len(cs) != 1 {
 		t.Fatalf("conflicts = %v, want one", cs)

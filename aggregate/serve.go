@@ -239,7 +239,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 		for _, n := range names {
 			lr := a.loop[n]
 			if s, ok := lr.cur.services[h]; ok && lr.visible {
-				cs = append(cs, contribution{name: n, kind: lr.opts.Kind, domain: lr.domain, svc: s})
+				cs = append(cs, contribution{name: n, kind: lr.opts.Kind, domain: lr.domain, multicluster: lr.opts.Multicluster, svc: s})
 			}
 		}
 		prev := a.merged[h]
@@ -261,9 +261,16 @@ func (a *Aggregator) rebuild(now time.Time) {
 
 	conflicts := a.collectConflicts(names, now)
 
+	a.mu.Lock()
+	cfg, cfgSeen := a.config, a.configSeen
+	a.mu.Unlock()
 	var snap *model.Snapshot
-	if len(changed) > 0 {
-		snap = model.NewSnapshot(a.snap.Load().Version+1, a.servicesInOrder(changed))
+	if prev := a.snap.Load(); len(changed) > 0 || cfg != prev.Config {
+		if cfg != prev.Config && !cfgSeen.IsZero() && cfgSeen.Before(changedAt) {
+			changedAt = cfgSeen
+		}
+		snap = model.NewSnapshot(prev.Version+1, a.servicesInOrder(changed))
+		snap.Config = cfg
 		snap.Changed = changedAt
 		a.snap.Store(snap)
 		snapshotsTotal.Inc()

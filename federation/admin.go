@@ -92,6 +92,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /debug/conflictz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.Conflicts())
 	})
+	mux.HandleFunc("GET /debug/configz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.TrafficConfig())
+	})
 	mux.HandleFunc("GET /debug/syncz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, nonNil(g.xds.Proxies()))
 	})

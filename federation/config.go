@@ -67,6 +67,9 @@ type Config struct {
 	// warm start; off without a dir.
 	State      State      `yaml:"state"`
 	Registries []Registry `yaml:"registries" yamlconf:"required"`
+	// ConfigSources are directories of Istio networking YAML
+	// (VirtualService, DestinationRule): the user traffic API.
+	ConfigSources []ConfigSource `yaml:"configSources,omitempty"`
 	// Path is the file the config was loaded from.
 	Path string `yaml:"-"`
 	// root is the file's node tree, for positions of later problems
@@ -127,6 +130,36 @@ func (s *State) ResolvePaths(dir string) {
 	if s.Dir != "" && !filepath.IsAbs(s.Dir) {
 		s.Dir = filepath.Join(dir, s.Dir)
 	}
+}
+
+// ConfigSource is one entry of `configSources:`: a watched directory of
+// multi-document Istio YAML (see package istioconfig).
+type ConfigSource struct {
+	// Name is unique across configSources and a DNS label.
+	Name string `yaml:"name" yamlconf:"required"`
+	// Dir is the directory, made absolute against the directory of
+	// clusters.yaml.
+	Dir string `yaml:"dir" yamlconf:"required"`
+}
+
+// ResolvePaths makes Dir absolute against dir, the directory of
+// clusters.yaml.
+func (c *ConfigSource) ResolvePaths(dir string) {
+	if c.Dir != "" && !filepath.IsAbs(c.Dir) {
+		c.Dir = filepath.Join(dir, c.Dir)
+	}
+}
+
+// Validate checks the name and that dir is set.
+func (c *ConfigSource) Validate() error {
+	var errs []error
+	if err := checkName(c.Name); err != nil {
+		errs = append(errs, registries.FieldErr("name", "%v", err))
+	}
+	if c.Dir == "" {
+		errs = append(errs, registries.FieldErr("dir", "must not be empty"))
+	}
+	return errors.Join(errs...)
 }
 
 // TLS holds PEM file paths, made absolute against the directory of
@@ -343,12 +376,8 @@ func (r *Registry) Validate() error {
 	if err := checkName(r.Name); err != nil {
 		errs = append(errs, registries.FieldErr("name", "%v", err))
 	}
-	if _, ok := kinds[r.Kind]; !ok {
-		if slices.Contains(schemaKinds, r.Kind) {
-			errs = append(errs, registries.FieldErr("kind", "kind %q is not supported by this build (supported: %s)", r.Kind, strings.Join(Kinds(), ", ")))
-		} else {
-			errs = append(errs, registries.FieldErr("kind", "unknown kind %q (supported by this build: %s)", r.Kind, strings.Join(Kinds(), ", ")))
-		}
+	if _, ok := registries.LookupKind(r.Kind); !ok {
+		errs = append(errs, registries.FieldErr("kind", "unknown kind %q (supported by this build: %s)", r.Kind, strings.Join(Kinds(), ", ")))
 	}
 	if err := checkDomain(r.Domain); err != nil {
 		errs = append(errs, registries.FieldErr("domain", "%v", err))
@@ -384,6 +413,14 @@ func (c *Config) Validate() error {
 			continue
 		}
 		first[r.Name] = i
+	}
+	firstSource := make(map[string]int, len(c.ConfigSources))
+	for i, cs := range c.ConfigSources {
+		if j, dup := firstSource[cs.Name]; dup && cs.Name != "" {
+			errs = append(errs, registries.FieldErrAlso(fmt.Sprintf("configSources[%d].name", i), fmt.Sprintf("configSources[%d].name", j), "duplicate config source name %q", cs.Name))
+			continue
+		}
+		firstSource[cs.Name] = i
 	}
 	for _, pair := range domainConflicts(c.Registries) {
 		i, j := pair[0], pair[1]
@@ -438,7 +475,7 @@ func (r *Registry) UnmarshalYAMLNode(d *yamlconf.Decoder, path string, n *yaml.N
 		k, val *yaml.Node
 	}
 	var blocks []block
-	keys := blockKeys()
+	keys := Kinds() // a kind's block key is its name
 	d.Struct(path, n, n, r, func(key string, k, v *yaml.Node) bool {
 		if !slices.Contains(keys, key) {
 			return false
@@ -446,7 +483,7 @@ func (r *Registry) UnmarshalYAMLNode(d *yamlconf.Decoder, path string, n *yaml.N
 		blocks = append(blocks, block{key: key, k: k, val: v})
 		return true
 	}, keys)
-	newConfig, ok := kinds[r.Kind]
+	kind, ok := registries.LookupKind(r.Kind)
 	if !ok || d.HasProblem(path+".kind") {
 		return // the kind is missing or unsupported: that is the error
 	}
@@ -464,7 +501,7 @@ func (r *Registry) UnmarshalYAMLNode(d *yamlconf.Decoder, path string, n *yaml.N
 		return
 	}
 	p := path + "." + r.Kind
-	cfg := newConfig()
+	cfg := kind.NewConfig()
 	d.Decode(p, match.k, match.val, cfg)
 	if !d.HasProblem(p) {
 		r.Block = cfg
@@ -495,7 +532,7 @@ func domainConflicts(regs []Registry) [][2]int {
 			if i >= j {
 				break
 			}
-			if regs[i].Kind == "kubernetes" && b.Kind == "kubernetes" {
+			if regs[i].Kind == b.Kind && multicluster(b.Kind) {
 				continue
 			}
 			out = append(out, [2]int{i, j})

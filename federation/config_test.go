@@ -3,6 +3,7 @@ package federation
 import (
 	"errors"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -26,8 +27,6 @@ type badCase struct {
 	want []string
 	// problems is how many problems are reported.
 	problems int
-	// skipIfKind skips the case once the build supports that kind.
-	skipIfKind string
 }
 
 // TestLoadBad loads every file under testdata/bad and checks each expected
@@ -95,6 +94,11 @@ func TestLoadBad(t *testing.T) {
 			`bad/bad-address-host.yaml:2:12: xds.address: bad address ":15010": no host`,
 			`bad/bad-address-host.yaml:4:12: admin.address: bad address "bad_host!:15014": host "bad_host!" is neither an IP address nor a hostname`,
 		}},
+		{file: "bad/bad-config-sources.yaml", problems: 3, want: []string{
+			`bad/bad-config-sources.yaml:5:12: configSources[1].name: duplicate config source name "local"`,
+			`bad/bad-config-sources.yaml:6:5: configSources[2].name: missing required key`,
+			`bad/bad-config-sources.yaml:7:23: configSources[3].recursive: unknown key`,
+		}},
 		{file: "bad/same-address.yaml", problems: 1, want: []string{
 			`bad/same-address.yaml:2:12: admin.address: xds (127.0.0.1:15010) and admin (127.0.0.1:15010) listen on the same port`,
 		}},
@@ -135,9 +139,8 @@ func TestLoadBad(t *testing.T) {
 			`bad/block-invalid.yaml:5:5: registries[0].file.path: is required`,
 			`bad/block-invalid.yaml:10:13: registries[1].file.path: want a single value, got a list`,
 		}},
-		{file: "bad/unsupported-kind.yaml", problems: 2, skipIfKind: "eureka", want: []string{
-			`bad/unsupported-kind.yaml:7:11: registries[1].kind: kind "eureka" is not supported by this build (supported: ` + strings.Join(Kinds(), ", ") + `)`,
-			`bad/unsupported-kind.yaml:11:11: registries[2].kind: unknown kind "nacos" (supported by this build: ` + strings.Join(Kinds(), ", ") + `)`,
+		{file: "bad/unknown-kind.yaml", problems: 1, want: []string{
+			`bad/unknown-kind.yaml:7:11: registries[1].kind: unknown kind "mesos" (supported by this build: ` + strings.Join(Kinds(), ", ") + `)`,
 		}},
 		{file: "bad/syntax-error.yaml", problems: 1, want: []string{
 			`bad/syntax-error.yaml:6:9: YAML syntax error: while parsing a flow mapping: did not find expected ',' or '}'`,
@@ -167,9 +170,6 @@ func TestLoadBad(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
 			t.Parallel()
-			if _, ok := kinds[tc.skipIfKind]; ok {
-				t.Skipf("this build supports kind %q; the file no longer tests an unsupported kind", tc.skipIfKind)
-			}
 			cfg, err := Load(filepath.Join("testdata", tc.file))
 			if err == nil {
 				t.Fatalf("Load succeeded, want errors %q; summary: %s", tc.want, cfg.Summary())
@@ -518,9 +518,13 @@ func TestKindsTable(t *testing.T) {
 	if !slices.IsSorted(Kinds()) || !slices.Contains(Kinds(), "file") {
 		t.Errorf("Kinds() = %v, want sorted and holding file", Kinds())
 	}
-	for kind, newConfig := range kinds {
-		if newConfig() == nil {
-			t.Errorf("kinds[%q]() returned nil", kind)
+	for _, name := range Kinds() {
+		k, _ := registries.LookupKind(name)
+		if k.NewConfig() == nil {
+			t.Errorf("kind %q: NewConfig returned nil", name)
+		}
+		if k.Multicluster != (name == "kubernetes") {
+			t.Errorf("kind %q: Multicluster = %v; only kubernetes merges same-domain services", name, k.Multicluster)
 		}
 	}
 }
@@ -543,5 +547,17 @@ func TestMaxDeleteRatioZeroIsOff(t *testing.T) {
 		if got := cfg.Registries[0].aggregateOptions().MaxDeleteRatio; got != tc.want {
 			t.Errorf("%q: maxDeleteRatio %v, want %v", tc.line, got, tc.want)
 		}
+	}
+}
+
+func TestLoadConfigSources(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("testdata/configsources.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := filepath.Abs("testdata/traffic")
+	if want := []ConfigSource{{Name: "local", Dir: dir}}; !reflect.DeepEqual(cfg.ConfigSources, want) {
+		t.Errorf("configSources = %+v, want %+v", cfg.ConfigSources, want)
 	}
 }

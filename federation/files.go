@@ -1,6 +1,8 @@
 package federation
 
 import (
+	"fmt"
+	"os"
 	"strings"
 
 	"github.com/meshfed/meshfed/registries"
@@ -8,8 +10,9 @@ import (
 )
 
 // CheckFiles opens every file c names — the xDS TLS certificate, key and
-// client CA, and the files of each kind block (registries.FileReferrer:
-// token files, kubeconfigs, services files...) — and returns a problem for
+// client CA, the files of each kind block (registries.FileReferrer:
+// token files, kubeconfigs, services files...) and the configSources
+// directories — and returns a problem for
 // each one that is missing, unreadable or does not parse, at the line and
 // column of the key in clusters.yaml that names it. A services file's own
 // problems keep their file:line:col in the message.
@@ -52,6 +55,11 @@ func CheckFiles(c *Config) []Problem {
 			if err := registries.CheckFile(ref); err != nil {
 				add(yamlconf.JoinPath(yamlconf.Index("registries", i)+"."+r.Kind, ref.Key), err)
 			}
+		}
+	}
+	for i, cs := range c.ConfigSources {
+		if _, err := os.ReadDir(cs.Dir); err != nil {
+			add(yamlconf.Index("configSources", i)+".dir", fmt.Errorf("config source directory: %v", err))
 		}
 	}
 	return out

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/statestore"
@@ -56,7 +57,8 @@ type Gateway struct {
 	revision string
 	agg      *aggregate.Aggregator
 	xds      *xds.Server
-	store    *statestore.Store // nil without state.dir
+	store    *statestore.Store   // nil without state.dir
+	traffic  *istioconfig.Source // nil without configSources
 	metrics  *prometheus.Registry
 	dyn      runtimeRegistries // guards cfg and entries too; registries started at runtime (launch.go)
 	guard    *adminGuard
@@ -120,6 +122,13 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		MaxTypeURLs: cfg.XDS.Limits.MaxTypeURLs, MaxNames: cfg.XDS.Limits.MaxNames,
 	}})
 	g.agg.Subscribe(g.xds.Update)
+	if len(cfg.ConfigSources) > 0 {
+		dirs := make([]istioconfig.Dir, len(cfg.ConfigSources))
+		for i, c := range cfg.ConfigSources {
+			dirs[i] = istioconfig.Dir{Name: c.Name, Path: c.Dir}
+		}
+		g.traffic = istioconfig.New(dirs, log.With("component", "istioconfig"))
+	}
 
 	for _, r := range cfg.Registries {
 		g.agg.AddRegistry(r.aggregateOptions())
@@ -141,7 +150,8 @@ func (g *Gateway) registerMetrics() error {
 	}
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
-	cs = append(cs, kindCollectors()...)
+	cs = append(cs, istioconfig.Collectors()...)
+	cs = append(cs, registries.KindCollectors()...)
 	cs = append(cs, statestore.Collectors()...)
 	cs = append(cs, restartsCollector{g})
 	for _, c := range cs {
@@ -209,10 +219,19 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.xds.Register(gs)
 	admin := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
+	if g.traffic != nil {
+		// The first read of the config sources lands before any registry
+		// can make the aggregator ready: no client sees routes arrive late.
+		g.traffic.Reload()
+		g.agg.SetConfig(g.traffic.Snapshot())
+	}
 	sup := registries.NewSupervisor("meshfed", g.log)
 	sup.Add(g.agg)
 	if g.store != nil {
 		sup.Add(g.store)
+	}
+	if g.traffic != nil {
+		sup.Add(trafficService{g.traffic, g.agg})
 	}
 	g.setSupervisor(sup)
 	defer g.setSupervisor(nil)
@@ -379,4 +398,25 @@ func (g *Gateway) stop(e *entry) {
 	if err := sup.RemoveAndWait(e.token, registries.SupervisorTimeout); err != nil {
 		g.log.Warn("registry did not stop cleanly", "registry", e.cfg.Name, "error", err)
 	}
+}
+
+// trafficService runs the config sources under the supervisor, handing
+// every snapshot of what is in force to the aggregator (sources →
+// aggregate → xds, docs/architecture.md §3.6).
+type trafficService struct {
+	src *istioconfig.Source
+	agg *aggregate.Aggregator
+}
+
+func (t trafficService) Serve(ctx context.Context) error { return t.src.Run(ctx, t.agg.SetConfig) }
+
+func (t trafficService) String() string { return "istioconfig" }
+
+// TrafficConfig returns what the config sources hold in force and what
+// they rejected (/debug/configz); empty without configSources.
+func (g *Gateway) TrafficConfig() istioconfig.Status {
+	if g.traffic == nil {
+		return istioconfig.Status{InForce: []istioconfig.ObjectStatus{}, Rejected: []istioconfig.Rejection{}}
+	}
+	return g.traffic.Status()
 }

@@ -38,7 +38,7 @@ func (g *Gateway) Launch(parent string, c registries.Common, reg registries.Regi
 	if g.dyn.sup == nil {
 		return nil, fmt.Errorf("registry %q: the gateway is not running", c.Name)
 	}
-	opts := aggregate.RegistryOptions{Common: c}
+	opts := aggregate.RegistryOptions{Common: c, Multicluster: multicluster(c.Kind)}
 	for _, r := range g.dyn.cfg.Registries {
 		if r.Name == c.Name {
 			return nil, fmt.Errorf("registry %q already exists in the configuration", c.Name)

@@ -49,7 +49,7 @@ func (g *Gateway) Reload(ctx context.Context, path string) error {
 // published its first full state (or syncTimeout passed); then the old one
 // is stopped and the new state replaces the old in one snapshot. Settings
 // outside registries that need new listeners or a new aggregator
-// (xds, admin, debounce, syncTimeout, state) keep their running values and
+// (xds, admin, debounce, syncTimeout, state, configSources) keep their running values and
 // are listed in the reload status. Apply returns when every change is
 // done; calls are serialized.
 func (g *Gateway) Apply(ctx context.Context, cfg *Config) error {
@@ -66,6 +66,7 @@ func (g *Gateway) Apply(ctx context.Context, cfg *Config) error {
 	// The settings that cannot change keep their running values.
 	next := *cfg
 	next.XDS, next.Admin, next.Debounce, next.SyncTimeout, next.State = old.XDS, old.Admin, old.Debounce, old.SyncTimeout, old.State
+	next.ConfigSources = old.ConfigSources
 	if len(st.Kept) > 0 {
 		g.log.Warn("clusters.yaml changes that need a restart are not applied", "settings", strings.Join(st.Kept, ", "))
 	}
@@ -268,6 +269,7 @@ func keptSettings(old, cfg *Config) []string {
 	add("debounce", old.Debounce, cfg.Debounce)
 	add("syncTimeout", old.SyncTimeout, cfg.SyncTimeout)
 	add("state", old.State, cfg.State)
+	add("configSources", old.ConfigSources, cfg.ConfigSources)
 	return out
 }
 

@@ -13,6 +13,9 @@ import (
 type Snapshot struct {
 	// Version increases with every snapshot an aggregator publishes.
 	Version uint64
+	// Config is the user traffic configuration in force (nil: none). It
+	// flows beside the services through the aggregator's debounce.
+	Config *ConfigSnapshot
 	// Changed is when the aggregator received the oldest registry update
 	// this snapshot is the first to include (for a snapshot that a timer
 	// caused, such as a hold-down or outage expiry, when that fired). The

@@ -185,8 +185,14 @@ func virtualHost(host string, port uint32) *route.VirtualHost {
 }
 
 // grpcListener is the API listener grpc-go resolves for name; its HCM reads
-// the route configuration rdsName over ADS.
-func grpcListener(name, rdsName string) *listener.Listener {
+// the route configuration rdsName over ADS. withFault puts the HTTP fault
+// filter before the router (routes of a VirtualService with a fault turn
+// it on).
+func grpcListener(name, rdsName string, withFault bool) *listener.Listener {
+	filters := []*hcm.HttpFilter{routerFilter()}
+	if withFault {
+		filters = []*hcm.HttpFilter{faultFilter(), routerFilter()}
+	}
 	return &listener.Listener{
 		Name: name,
 		ApiListener: &listener.ApiListener{ApiListener: mustAny(&hcm.HttpConnectionManager{
@@ -195,7 +201,7 @@ func grpcListener(name, rdsName string) *listener.Listener {
 				ConfigSource:    adsSource(),
 				RouteConfigName: rdsName,
 			}},
-			HttpFilters: []*hcm.HttpFilter{routerFilter()},
+			HttpFilters: filters,
 		})},
 	}
 }

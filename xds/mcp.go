@@ -9,6 +9,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	mcp "istio.io/api/mcp/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
@@ -67,6 +68,9 @@ type mcpType struct {
 	kind     string   // short name, used as the metrics label
 	typeURLs []string // <group>/<version>/<Kind>, every version istiod may ask for
 	build    func(*model.Service) *mcp.Resource
+	// config is the model.ConfigObject kind served in this collection
+	// (from the config sources), "" for none.
+	config string
 }
 
 // mcpTypes are the collections of Istio's pilot schema set
@@ -77,8 +81,8 @@ var mcpTypes = []mcpType{
 	{kind: "ServiceEntry", build: serviceEntryResource, typeURLs: gvks("networking.istio.io", "ServiceEntry", "v1", "v1beta1", "v1alpha3")},
 	{kind: "WorkloadEntry", typeURLs: gvks("networking.istio.io", "WorkloadEntry", "v1", "v1beta1", "v1alpha3")},
 	{kind: "WorkloadGroup", typeURLs: gvks("networking.istio.io", "WorkloadGroup", "v1", "v1beta1", "v1alpha3")},
-	{kind: "VirtualService", typeURLs: gvks("networking.istio.io", "VirtualService", "v1", "v1beta1", "v1alpha3")},
-	{kind: "DestinationRule", typeURLs: gvks("networking.istio.io", "DestinationRule", "v1", "v1beta1", "v1alpha3")},
+	{kind: "VirtualService", config: "VirtualService", typeURLs: gvks("networking.istio.io", "VirtualService", "v1", "v1beta1", "v1alpha3")},
+	{kind: "DestinationRule", config: "DestinationRule", typeURLs: gvks("networking.istio.io", "DestinationRule", "v1", "v1beta1", "v1alpha3")},
 	{kind: "Gateway", typeURLs: gvks("networking.istio.io", "Gateway", "v1", "v1beta1", "v1alpha3")},
 	{kind: "Sidecar", typeURLs: gvks("networking.istio.io", "Sidecar", "v1", "v1beta1", "v1alpha3")},
 	{kind: "EnvoyFilter", typeURLs: gvks("networking.istio.io", "EnvoyFilter", "v1alpha3")},
@@ -174,6 +178,75 @@ func addMCP(svc *model.Service, add func(Kind, string, types.Resource)) {
 		}
 		for _, u := range t.typeURLs {
 			add(Kind{TypeURL: u}, r.GetMetadata().GetName(), r)
+		}
+	}
+}
+
+// configResource wraps a config object in force as the MCP Resource istiod
+// receives: named <namespace>/<name>, the Istio message as an Any body
+// (type networking.v1alpha3.<Kind>, the one proto of every version), its
+// version a hash of the body. nil when the object holds no Istio message.
+func configResource(o *model.ConfigObject) *mcp.Resource {
+	m, ok := o.Spec.(proto.Message)
+	if !ok {
+		return nil
+	}
+	b, err := deterministic.Marshal(m)
+	if err != nil {
+		return nil // not expected: a decoded message always marshals
+	}
+	return &mcp.Resource{
+		Metadata: &mcp.Metadata{
+			Name:    o.Namespace + "/" + o.Name,
+			Version: cache.HashResource(b),
+			Labels:  map[string]string{LabelManagedBy: "meshfed"},
+		},
+		Body: &anypb.Any{TypeUrl: "type.googleapis.com/istio.networking.v1alpha3." + o.Kind, Value: b},
+	}
+}
+
+// translateConfig serves the config objects of cfg in the MCP collections
+// of their kind; an object whose pointer did not change is skipped.
+func (t *Translator) translateConfig(cfg *model.ConfigSnapshot, ch Changes) {
+	put := func(o *model.ConfigObject, r types.Resource) {
+		for i := range mcpTypes {
+			if mcpTypes[i].config != o.Kind {
+				continue
+			}
+			for _, u := range mcpTypes[i].typeURLs {
+				k, name := Kind{TypeURL: u}, o.Namespace+"/"+o.Name
+				if r == nil {
+					if _, had := t.current[k][name]; had {
+						delete(t.current[k], name)
+						ch.remove(k, name)
+					}
+					continue
+				}
+				if prev, had := t.current[k][name]; had && proto.Equal(prev, r) {
+					continue
+				}
+				t.current[k][name] = r
+				ch.update(k, name, r)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, o := range cfg.Objects() {
+		seen[o.Key()] = true
+		if t.config[o.Key()] == o {
+			continue
+		}
+		t.config[o.Key()] = o
+		if r := configResource(o); r != nil {
+			put(o, r)
+		} else {
+			put(o, nil)
+		}
+	}
+	for key, o := range t.config {
+		if !seen[key] {
+			put(o, nil)
+			delete(t.config, key)
 		}
 	}
 }

@@ -2,12 +2,14 @@ package xds
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	mcp "istio.io/api/mcp/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 )
 
@@ -145,4 +147,86 @@ func seChange(op, host string) []string {
 		out = append(out, " ServiceEntry "+op+MCPNamespace+"/"+host)
 	}
 	return out
+}
+
+// configSnap parses YAML into a config snapshot, failing on rejections.
+func configSnap(t *testing.T, version uint64, yaml string) *model.ConfigSnapshot {
+	t.Helper()
+	objs, rej := istioconfig.ParseObjects("test.yaml", []byte(yaml))
+	if len(rej) > 0 {
+		t.Fatalf("rejected: %v", rej)
+	}
+	return model.NewConfigSnapshot(version, objs)
+}
+
+const testDR = `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: orders, namespace: shop}
+spec:
+  host: orders.vm.internal
+  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
+`
+
+const testVS = `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: orders, namespace: shop}
+spec:
+  hosts: [orders.vm.internal]
+  http:
+  - route:
+    - {destination: {host: orders.vm.internal, subset: v1}, weight: 90}
+    - {destination: {host: orders.vm.internal, subset: v2}, weight: 10}
+`
+
+// TestMCPConfigObjects: VirtualServices and DestinationRules in force are
+// served in every version of their MCP collection, named
+// <namespace>/<name>, versioned by content; an unchanged object is not
+// reported again and a removed one is removed.
+func TestMCPConfigObjects(t *testing.T) {
+	t.Parallel()
+	tr := NewTranslator()
+	snap := model.NewSnapshot(1, []*model.Service{ordersSvc()})
+	snap.Config = configSnap(t, 1, testDR+"---\n"+testVS)
+	ch := tr.Translate(snap)
+	var firstVersion string
+	for _, u := range gvks("networking.istio.io", "VirtualService", "v1", "v1beta1", "v1alpha3") {
+		up, _ := ch.Names(Kind{TypeURL: u})
+		if !slices.Equal(up, []string{"shop/orders"}) {
+			t.Fatalf("%s updated %v, want shop/orders", u, up)
+		}
+		res := tr.Resources(Kind{TypeURL: u})["shop/orders"].(*mcp.Resource)
+		vs := &networking.VirtualService{}
+		if err := res.GetBody().UnmarshalTo(vs); err != nil {
+			t.Fatal(err)
+		}
+		if w := vs.GetHttp()[0].GetRoute()[1].GetWeight(); w != 10 || vs.GetHosts()[0] != "orders.vm.internal" {
+			t.Errorf("%s body = %v", u, vs)
+		}
+		firstVersion = res.GetMetadata().GetVersion()
+	}
+	if up, _ := ch.Names(Kind{TypeURL: "networking.istio.io/v1/DestinationRule"}); !slices.Equal(up, []string{"shop/orders"}) {
+		t.Fatalf("DestinationRule updated %v", up)
+	}
+
+	// Same objects (new snapshot, same pointers): nothing changes.
+	snap2 := model.NewSnapshot(2, snap.Services())
+	snap2.Config = snap.Config
+	if ch := tr.Translate(snap2); len(ch) != 0 {
+		t.Errorf("unchanged config reported changes: %v", ch)
+	}
+
+	// The VirtualService shifts its weights; the DestinationRule goes.
+	snap3 := model.NewSnapshot(3, snap.Services())
+	snap3.Config = configSnap(t, 2, strings.Replace(strings.Replace(testVS, "weight: 90", "weight: 0", 1), "weight: 10", "weight: 100", 1))
+	ch = tr.Translate(snap3)
+	vsKind := Kind{TypeURL: "networking.istio.io/v1/VirtualService"}
+	if up, _ := ch.Names(vsKind); !slices.Equal(up, []string{"shop/orders"}) {
+		t.Errorf("VirtualService updated %v", up)
+	}
+	if v := tr.Resources(vsKind)["shop/orders"].(*mcp.Resource).GetMetadata().GetVersion(); v == firstVersion {
+		t.Error("version did not change with the content")
+	}
+	if _, rm := ch.Names(Kind{TypeURL: "networking.istio.io/v1/DestinationRule"}); !slices.Equal(rm, []string{"shop/orders"}) {
+		t.Errorf("DestinationRule removed %v", rm)
+	}
 }

@@ -99,6 +99,8 @@ type Invalid struct {
 
 type svcState struct {
 	svc   *model.Service
+	cfg   hostConfig           // the traffic config it was built with
+	subs  map[string]*claState // DestinationRule subset CLAs by cluster name
 	res   map[Kind]map[string]types.Resource
 	ports map[uint32]model.Protocol // for the Envoy per-port listeners
 	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
@@ -127,6 +129,9 @@ type Translator struct {
 	skipped  map[uint32][]Skipped
 	invalid  map[string]string
 	meta     metaCache
+	config   map[string]*model.ConfigObject // by Key: objects served over MCP
+	hostCfg  map[string]hostConfig          // of the snapshot being translated
+	snap     *model.Snapshot                // the snapshot being translated
 }
 
 // NewTranslator returns a translator with no resources.
@@ -137,6 +142,7 @@ func NewTranslator() *Translator {
 		ports:    map[uint32]map[string]model.Protocol{},
 		skipped:  map[uint32][]Skipped{},
 		invalid:  map[string]string{},
+		config:   map[string]*model.ConfigObject{},
 	}
 	for _, k := range Kinds {
 		t.current[k] = map[string]types.Resource{}
@@ -175,19 +181,38 @@ func (t *Translator) Invalid() []Invalid {
 func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	ch := Changes{}
 	dirty := map[uint32]bool{}
+	var cfg *model.ConfigSnapshot
+	if snap != nil {
+		cfg = snap.Config
+	}
+	t.hostCfg, t.snap = configByHost(cfg), snap
+	defer func() { t.snap = nil }()
 	for _, svc := range snap.Services() {
 		old := t.services[svc.Hostname]
-		if old != nil && old.svc == svc {
+		hc := t.hostCfg[svc.Hostname]
+		if old != nil && old.svc == svc && old.cfg == hc {
 			continue
 		}
-		next := &svcState{svc: svc}
-		res, clas, err := t.buildService(svc, old)
+		next := &svcState{svc: svc, cfg: hc}
+		res, clas, subs, err := t.buildService(svc, old, hc)
+		if err != nil && (hc.vs != nil || hc.dr != nil) {
+			// The traffic config made invalid resources: serve the
+			// service without it and show why.
+			var cerr error
+			res, clas, subs, cerr = t.buildService(svc, old, hostConfig{})
+			if cerr == nil {
+				t.invalid[svc.Hostname] = "traffic config left out: " + err.Error()
+				err = nil
+			}
+		} else if err == nil {
+			delete(t.invalid, svc.Hostname)
+		}
 		if err != nil {
 			t.invalid[svc.Hostname] = err.Error()
 		} else {
-			delete(t.invalid, svc.Hostname)
 			next.res = res
 			next.clas = clas
+			next.subs = subs
 			next.ports = servicePorts(svc)
 		}
 		t.replace(old, next, ch, dirty)
@@ -203,6 +228,7 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	for _, port := range slices.Sorted(maps.Keys(dirty)) {
 		t.rebuildPort(port, ch)
 	}
+	t.translateConfig(cfg, ch)
 	for _, c := range ch {
 		slices.Sort(c.Removed)
 		c.Removed = slices.Compact(c.Removed)
@@ -292,7 +318,12 @@ func sameResource(prev, next types.Resource) bool {
 // buildService builds every per-service resource of svc, all validated;
 // old (may be nil) is the previous state of the hostname, whose CLAs are
 // updated incrementally.
-func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]map[string]types.Resource, map[uint32]*claState, error) {
+//
+// hc is the host's traffic config: its VirtualService shapes the gRPC
+// route configurations, its DestinationRule the gRPC clusters, and each
+// subset becomes a gRPC cluster outbound|<port>|<subset>|<host> with its
+// own ClusterLoadAssignment of the endpoints carrying the subset labels.
+func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConfig) (map[Kind]map[string]types.Resource, map[uint32]*claState, map[string]*claState, error) {
 	res := map[Kind]map[string]types.Resource{}
 	add := func(k Kind, r types.Resource) {
 		if res[k] == nil {
@@ -304,6 +335,8 @@ func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]m
 	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
 	ports = slices.CompactFunc(ports, func(a, b model.Port) bool { return a.Number == b.Number })
 	var httpPorts []model.Port
+	faultPorts := map[uint32]bool{}
+	var subs map[string]*claState
 	clas := make(map[uint32]*claState, len(ports))
 	for _, p := range ports {
 		name := ClusterName(svc.Hostname, p.Number)
@@ -313,7 +346,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]m
 		}
 		cs, err := t.meta.buildCLA(name, svc, p, prev)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		clas[p.Number] = cs
 		cla := cs.res
@@ -331,20 +364,55 @@ func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]m
 		}
 		httpPorts = append(httpPorts, p)
 		gc, useEDS := grpcCluster(name, svc, inline)
+		dr := hc.destinationRule()
+		applyPolicy(gc, dr.GetTrafficPolicy())
 		add(KindOf(ClassGRPC, ClusterType), gc)
 		if useEDS {
 			add(KindOf(ClassGRPC, EndpointType), cla)
 		}
+		if useEDS {
+			for _, sub := range dr.GetSubsets() {
+				sname := SubsetClusterName(svc.Hostname, p.Number, sub.GetName())
+				var prevSub *claState
+				if old != nil {
+					prevSub = old.subs[sname]
+				}
+				ss, err := t.meta.rebuildCLA(sname, subsetEndpoints(svc, sub.GetLabels()), p, prevSub)
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				if subs == nil {
+					subs = map[string]*claState{}
+				}
+				subs[sname] = ss
+				sc, _ := grpcCluster(sname, svc, nil)
+				applyPolicy(sc, subsetPolicy(dr, sub))
+				add(KindOf(ClassGRPC, ClusterType), sc)
+				add(KindOf(ClassGRPC, EndpointType), ss.res)
+			}
+		}
 		lname := GRPCListenerName(svc.Hostname, p.Number)
-		add(KindOf(ClassGRPC, ListenerType), grpcListener(lname, lname))
+		vh := virtualHost(svc.Hostname, p.Number)
+		hash := hashPolicy(dr)
+		vh.Routes[0].GetRoute().HashPolicy = hash
+		withFault := false
+		if vs := hc.virtualService(); vs != nil {
+			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, t.singlePort, hash)
+			if len(routes) > 0 {
+				vh.Routes, withFault = routes, f
+			}
+		}
+		faultPorts[p.Number] = withFault
+		add(KindOf(ClassGRPC, ListenerType), grpcListener(lname, lname, withFault))
 		add(KindOf(ClassGRPC, RouteType), &route.RouteConfiguration{
 			Name:         lname,
-			VirtualHosts: []*route.VirtualHost{virtualHost(svc.Hostname, p.Number)},
+			VirtualHosts: []*route.VirtualHost{vh},
 		})
 	}
 	// xds:///<host> without a port works when the service has one HTTP port.
 	if len(httpPorts) == 1 {
-		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, GRPCListenerName(svc.Hostname, httpPorts[0].Number)))
+		lname := GRPCListenerName(svc.Hostname, httpPorts[0].Number)
+		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, lname, faultPorts[httpPorts[0].Number]))
 	}
 	addMCP(svc, func(k Kind, name string, r types.Resource) {
 		if res[k] == nil {
@@ -364,9 +432,9 @@ func (t *Translator) buildService(svc *model.Service, old *svcState) (map[Kind]m
 		}
 	}
 	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
+		return nil, nil, nil, errors.Join(errs...)
 	}
-	return res, clas, nil
+	return res, clas, subs, nil
 }
 
 // rebuildPort recomputes the Envoy listener (and route configuration) of a
@@ -442,4 +510,14 @@ func (t *Translator) setAggregate(k Kind, name string, r types.Resource, ch Chan
 	delete(t.invalid, name)
 	t.current[k][name] = r
 	ch.update(k, name, r)
+}
+
+// singlePort returns the port of a service of the snapshot being
+// translated that has exactly one.
+func (t *Translator) singlePort(host string) (uint32, bool) {
+	svc, ok := t.snap.Service(host)
+	if !ok || len(svc.Ports) != 1 {
+		return 0, false
+	}
+	return svc.Ports[0].Number, true
 }

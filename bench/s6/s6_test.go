@@ -19,9 +19,12 @@ import (
 	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The Nacos SDK that the nacos row registers with leaves a goroutine
+// behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, servers.IgnoreNacosSDK()) }
 
 var (
 	out     = flag.String("s6.out", "", "write the S6 results (JSON) here and run every row in full")

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/istioconfig"
 )
 
 // exitError carries a process exit code through cobra without printing.
@@ -141,27 +142,60 @@ func newLogger(w io.Writer, lv *slog.LevelVar, level, format string) (*slog.Logg
 }
 
 func validateCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "validate FILE",
-		Short: "Check a clusters.yaml and the files it names; print every problem with its line and exit 1, or a summary and exit 0",
+	var configDirs []string
+	cmd := &cobra.Command{
+		Use:   "validate [FILE] [--config-dir DIR]...",
+		Short: "Check a clusters.yaml and the files it names, and/or directories of Istio traffic YAML; print every problem with its line and exit 1, or a summary and exit 0",
 		Long: `Check a clusters.yaml: its keys and values, conflicts between entries
 (names, domains, listeners on the same port), and every file it names (TLS
 certificate, key and CA, token and auth files, kubeconfigs, services files):
 missing, unreadable or not parsing. Every problem is printed as
-FILE:LINE:COL: KEY: MESSAGE; the exit code is then 1.`,
-		Args: cobra.ExactArgs(1),
+FILE:LINE:COL: KEY: MESSAGE; the exit code is then 1.
+
+The Istio VirtualServices and DestinationRules of the configSources
+directories it names, and of every --config-dir, are checked too, offline:
+"ok: KIND NS/NAME (FILE:LINE)" on stdout per valid object, "rejected:
+FILE:LINE KIND NS/NAME: REASON" on stderr per refused one (exit code 1).`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := federation.Load(args[0])
-			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), err)
+			if len(args) == 0 && len(configDirs) == 0 {
+				return errors.New("want a clusters.yaml FILE, --config-dir DIR, or both")
+			}
+			var dirs []istioconfig.Dir
+			if len(args) == 1 {
+				cfg, err := federation.Load(args[0])
+				if err != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), err)
+					return exitError{1}
+				}
+				if probs := federation.CheckFiles(cfg); len(probs) > 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), &federation.LoadError{Problems: probs})
+					return exitError{1}
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())
+				for _, c := range cfg.ConfigSources {
+					dirs = append(dirs, istioconfig.Dir{Name: c.Name, Path: c.Dir})
+				}
+			}
+			for _, d := range configDirs {
+				dirs = append(dirs, istioconfig.Dir{Name: d, Path: d})
+			}
+			if len(dirs) == 0 {
+				return nil
+			}
+			st := istioconfig.Validate(dirs...)
+			for _, o := range st.InForce {
+				fmt.Fprintf(cmd.OutOrStdout(), "ok: %s %s/%s (%s)\n", o.Kind, o.Namespace, o.Name, o.Source)
+			}
+			for _, r := range st.Rejected {
+				fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", r.String())
+			}
+			if len(st.Rejected) > 0 {
 				return exitError{1}
 			}
-			if probs := federation.CheckFiles(cfg); len(probs) > 0 {
-				fmt.Fprintln(cmd.ErrOrStderr(), &federation.LoadError{Problems: probs})
-				return exitError{1}
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())
 			return nil
 		},
 	}
+	cmd.Flags().StringArrayVar(&configDirs, "config-dir", nil, "a directory of Istio traffic YAML to check (repeatable)")
+	return cmd
 }

@@ -264,3 +264,33 @@ registries:
 		t.Errorf("run = %v, stderr:\n%s\nwant exit 1 naming xds.tls.cert at 3:15", err, errOut)
 	}
 }
+
+func TestValidateConfigDir(t *testing.T) {
+	t.Parallel()
+	out, errOut, err := execute(t, "validate", "--config-dir", "../../examples/traffic")
+	if err != nil {
+		t.Fatalf("examples/traffic: %v\n%s", err, errOut)
+	}
+	for _, w := range []string{"ok: DestinationRule shop/orders (../../examples/traffic/orders-subsets.yaml:4)", "ok: VirtualService shop/orders (../../examples/traffic/orders-canary.yaml:5)"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stdout %q, want %q", out, w)
+		}
+	}
+	dir := t.TempDir()
+	body := "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a}\nspec: {host: a.b}\n---\n" +
+		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: b}\nspec:\n  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], timeout: -1s}]\n"
+	if err := os.WriteFile(filepath.Join(dir, "x.yaml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err = execute(t, "validate", "--config-dir", dir)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate of a bad dir: err %v, want exit code 1", err)
+	}
+	if !strings.Contains(out, "ok: DestinationRule default/a") {
+		t.Errorf("stdout %q lacks the valid DestinationRule", out)
+	}
+	if want := "x.yaml:6 VirtualService default/b: spec.http[0].timeout"; !strings.Contains(errOut, want) {
+		t.Errorf("stderr %q, want %q", errOut, want)
+	}
+}

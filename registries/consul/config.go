@@ -183,3 +183,7 @@ func (c *Config) Files() []registries.FileRef {
 	}
 	return out
 }
+
+func init() {
+	registries.Register(registries.Kind{Name: "consul", NewConfig: func() registries.Config { return new(Config) }, Collectors: Collectors})
+}

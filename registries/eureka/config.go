@@ -146,3 +146,7 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 		m:         newMetrics(common.Name),
 	}, nil
 }
+
+func init() {
+	registries.Register(registries.Kind{Name: "eureka", NewConfig: func() registries.Config { return new(Config) }, Collectors: Collectors})
+}

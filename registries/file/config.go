@@ -108,3 +108,7 @@ func (c *Config) Files() []registries.FileRef {
 	}
 	return refs
 }
+
+func init() {
+	registries.Register(registries.Kind{Name: "file", NewConfig: func() registries.Config { return new(Config) }, Collectors: Collectors})
+}

@@ -192,3 +192,7 @@ func (c *Config) Files() []registries.FileRef {
 		return nil
 	}}}
 }
+
+func init() {
+	registries.Register(registries.Kind{Name: "kubernetes", NewConfig: func() registries.Config { return new(Config) }, Collectors: Collectors, Multicluster: true})
+}

@@ -181,3 +181,7 @@ func (c *Config) Files() []registries.FileRef {
 		return nil
 	}}}
 }
+
+func init() {
+	registries.Register(registries.Kind{Name: "zookeeper", NewConfig: func() registries.Config { return new(Config) }, Collectors: Collectors})
+}

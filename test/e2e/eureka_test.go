@@ -41,7 +41,7 @@ func TestEurekaRegistryToGRPCClient(t *testing.T) {
 	config, xdsAddr, adminAddr := writeClusters(t, dir, fmt.Sprintf(
 		"  - name: legacy\n    kind: eureka\n    domain: eureka\n    eureka: {urls: [\"%s\"], pollInterval: 1s}\n", p.URL))
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 30*time.Second, "echo.eureka served", func() error { return endpointCount(m, 1) })
+	eventually(t, 30*time.Second, "echo.eureka served", func() error { return endpointCount(m, "echo.eureka", 1) })
 	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-eureka")
 	if code != 0 {
 		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
@@ -50,7 +50,7 @@ func TestEurekaRegistryToGRPCClient(t *testing.T) {
 	c.waitFor(t, b1.name, 5, 30*time.Second)
 
 	i2 := register(b2)
-	eventually(t, 30*time.Second, "b2 in endpointz", func() error { return endpointCount(m, 2) })
+	eventually(t, 30*time.Second, "b2 in endpointz", func() error { return endpointCount(m, "echo.eureka", 2) })
 	c.waitFor(t, b2.name, 1, 30*time.Second)
 
 	// OUT_OF_SERVICE → DRAINING: only b2 answers.
@@ -62,7 +62,7 @@ func TestEurekaRegistryToGRPCClient(t *testing.T) {
 	c.waitFor(t, b1.name, 20, 30*time.Second)
 	// b2 deregistered: gone from the endpoints, b1 still answers.
 	p.Deregister(t, i2)
-	eventually(t, 30*time.Second, "b2 gone from endpointz", func() error { return endpointCount(m, 1) })
+	eventually(t, 30*time.Second, "b2 gone from endpointz", func() error { return endpointCount(m, "echo.eureka", 1) })
 	c.waitFor(t, b1.name, 5, 10*time.Second)
 	if err := deltaFetches(m); err != nil {
 		t.Error(err)
@@ -78,7 +78,7 @@ func TestEurekaRegistryToGRPCClient(t *testing.T) {
 		}
 		return contains(h.LastError, "127.0.0.1")
 	})
-	if err := endpointCount(m, 1); err != nil {
+	if err := endpointCount(m, "echo.eureka", 1); err != nil {
 		t.Errorf("during the outage: %v", err)
 	}
 	c.waitFor(t, b1.name, 10, 10*time.Second)
@@ -98,9 +98,9 @@ func TestEurekaRegistryToGRPCClient(t *testing.T) {
 	}
 }
 
-// endpointCount checks that echo.eureka has n endpoints on endpointz.
-func endpointCount(m *meshfed, n int) error {
-	got, err := hostEndpoints(m, "echo.eureka")
+// endpointCount checks that host has n endpoints on endpointz.
+func endpointCount(m *meshfed, host string, n int) error {
+	got, err := hostEndpoints(m, host)
 	if err != nil || got != n {
 		return fmt.Errorf("%d endpoints (%v), want %d", got, err, n)
 	}

@@ -245,6 +245,7 @@ type clientLine struct {
 	Seq     int    `json:"seq"`
 	Backend string `json:"backend"`
 	Err     string `json:"err"`
+	Code    string `json:"code"`
 }
 
 // startClient runs the grpc-go client (xdsclient/) against target.

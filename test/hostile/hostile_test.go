@@ -176,8 +176,8 @@ func TestHostileModelsServeOnlyWhatClientsAccept(t *testing.T) {
 
 var hostileRegs = []aggregate.RegistryOptions{
 	{Common: registries.Common{Name: "vms", Kind: "file", Domain: "vm"}},
-	{Common: registries.Common{Name: "east", Kind: "kubernetes", Domain: "svc"}},
-	{Common: registries.Common{Name: "west", Kind: "kubernetes", Domain: "svc"}},
+	{Common: registries.Common{Name: "east", Kind: "kubernetes", Domain: "svc"}, Multicluster: true},
+	{Common: registries.Common{Name: "west", Kind: "kubernetes", Domain: "svc"}, Multicluster: true},
 }
 
 func runRound(t *testing.T, g gen) {

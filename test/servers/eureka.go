@@ -34,14 +34,35 @@ func PolarisBinary() (string, bool) {
 }
 
 // Polaris is a running Polaris server, standalone with a bolt store in a
-// temp dir and only its Eureka API on a loopback port, owned by one test.
-// Its state survives Stop and Start.
+// temp dir and its Eureka API (and, WithNacos, its Nacos API) on loopback
+// ports, owned by one test. Its state survives Stop and Start.
 type Polaris struct {
 	// URL is the Eureka service URL, http://127.0.0.1:port/eureka.
 	URL string
+	// NacosAddr is the Nacos HTTP API's host:port (the gRPC API listens on
+	// port+1000, as Nacos'); "" without WithNacos.
+	NacosAddr string
 
 	proc *Process
 }
+
+// PolarisOption changes what StartPolaris serves.
+type PolarisOption func(*polarisOptions)
+
+type polarisOptions struct{ nacos bool }
+
+// WithNacos also serves the Nacos API (Polaris' service-nacos apiserver:
+// v1 HTTP on a free port, v2 gRPC on that port + 1000).
+func WithNacos() PolarisOption { return func(o *polarisOptions) { o.nacos = true } }
+
+// nacosAPIServer is the service-nacos apiserver block of polarisConfig.
+const nacosAPIServer = `  - name: service-nacos
+    option:
+      listenIP: 127.0.0.1
+      listenPort: %d
+      defaultNamespace: default
+      connLimit: {openConnLimit: false, maxConnPerHost: 128, maxConnLimit: 10240}
+`
 
 // polarisConfig is a minimal standalone polaris-server.yaml: the Eureka
 // apiserver only (refreshed every second, so registrations show within
@@ -50,6 +71,7 @@ const polarisConfig = `bootstrap:
   logger:
     default: {rotateOutputPath: log/default.log, errorRotateOutputPath: log/default-error.log, outputLevel: warn}
     eureka: {rotateOutputPath: log/eureka.log, errorRotateOutputPath: log/eureka-error.log, outputLevel: info}
+    nacos-apiserver: {rotateOutputPath: log/nacos.log, errorRotateOutputPath: log/nacos-error.log, outputLevel: info}
   startInOrder: {open: true, key: sz}
   polaris_service: {enable_register: false}
 apiservers:
@@ -61,7 +83,7 @@ apiservers:
       refreshInterval: 1
       deltaExpireInterval: 60
       enableSelfPreservation: false
-namespace: {autoCreate: true}
+%snamespace: {autoCreate: true}
 naming:
   autoCreate: true
   batch:
@@ -77,7 +99,7 @@ healthcheck:
     heartbeat: {open: true, queueSize: 1024, waitTime: 32ms, maxBatchCount: 32, concurrency: 4}
   checkers:
     - name: heartbeatMemory
-config: {open: false}
+config: {open: %t}
 cache: {diffTime: 5s}
 store:
   name: boltdbStore
@@ -92,24 +114,37 @@ plugin:
     entries: [{name: local, option: {interval: 60}}]
 `
 
-// StartPolaris starts Polaris on a free loopback port, waits until its
-// Eureka API answers, and stops it in t.Cleanup. It skips (or fails, see
-// Missing) if the binary is not built.
-func StartPolaris(t testing.TB) *Polaris {
+// StartPolaris starts Polaris on free loopback ports, waits until its APIs
+// answer, and stops it in t.Cleanup. It skips (or fails, see Missing) if
+// the binary is not built.
+func StartPolaris(t testing.TB, opts ...PolarisOption) *Polaris {
 	t.Helper()
+	var o polarisOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	bin, ok := PolarisBinary()
 	if !ok {
 		Missing(t, "polaris "+PolarisVersion, "tools/testservers/build.sh polaris")
 	}
 	dir := t.TempDir()
 	port := FreePort(t)
-	conf := fmt.Sprintf(polarisConfig, port, filepath.Join(dir, "polaris.bolt"))
+	var extra string
+	p := &Polaris{URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/eureka"}
+	logs := []string{"log/eureka.log"} // Polaris writes its logs under ./log
+	if o.nacos {
+		np := FreePortPair(t, NacosGRPCOffset)
+		extra = fmt.Sprintf(nacosAPIServer, np)
+		p.NacosAddr = "127.0.0.1:" + strconv.Itoa(np)
+		logs = append(logs, "log/nacos.log")
+	}
+	// The Nacos apiserver needs the config module running.
+	conf := fmt.Sprintf(polarisConfig, port, extra, o.nacos, filepath.Join(dir, "polaris.bolt"))
 	if err := os.WriteFile(filepath.Join(dir, "polaris-server.yaml"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &Polaris{URL: "http://127.0.0.1:" + strconv.Itoa(port) + "/eureka"}
 	p.proc = &Process{Name: "polaris", Bin: bin, Args: []string{"start", "-c", "polaris-server.yaml"},
-		Dir: dir, LogPath: filepath.Join(dir, "polaris.out"), MoreLogs: []string{"log/eureka.log"}} // Polaris writes its logs under ./log
+		Dir: dir, LogPath: filepath.Join(dir, "polaris.out"), MoreLogs: logs}
 	t.Cleanup(func() { p.proc.Stop() })
 	p.Start(t)
 	return p
@@ -124,7 +159,15 @@ func (p *Polaris) Start(t testing.TB) {
 	}
 }
 
-func (p *Polaris) ready() error { return httpOK(noKeepAlive, p.URL+"/apps", "") }
+func (p *Polaris) ready() error {
+	if err := httpOK(noKeepAlive, p.URL+"/apps", ""); err != nil {
+		return err
+	}
+	if p.NacosAddr == "" {
+		return nil
+	}
+	return httpOK(noKeepAlive, "http://"+p.NacosAddr+"/nacos/v1/ns/service/list?pageNo=1&pageSize=1", "")
+}
 
 // Stop stops the server (SIGTERM, then SIGKILL after 10s) and waits for it;
 // its store is kept for the next Start.

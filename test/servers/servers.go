@@ -39,6 +39,26 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// FreePortPair returns a loopback port p such that p and p+offset were
+// both free a moment ago (Nacos serves gRPC on its HTTP port + 1000).
+func FreePortPair(t testing.TB, offset int) int {
+	t.Helper()
+	for range 50 {
+		p := FreePort(t)
+		if p+offset > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+offset))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p
+	}
+	t.Fatalf("no free port pair %d apart", offset)
+	return 0
+}
+
 // CacheDir is where tools/testservers puts the servers it builds:
 // $MESHFED_CACHE, else $XDG_CACHE_HOME/meshfed, else ~/.cache/meshfed.
 func CacheDir() string {

@@ -2,7 +2,8 @@
 // dials an xds:/// target with grpc-go's xDS resolver (bootstrap from
 // GRPC_XDS_BOOTSTRAP) and calls grpc.health.v1.Health/Check in a bounded
 // loop, printing one JSON line per call with the backend that answered (its
-// "x-backend" response header) or the error.
+// "x-backend" response header) or the error. -header adds request
+// metadata to every call (for header routes and hash policies).
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	_ "google.golang.org/grpc/xds" // registers the xds resolver and balancers
 )
 
@@ -27,6 +29,7 @@ type line struct {
 	Seq     int    `json:"seq"`
 	Backend string `json:"backend,omitempty"`
 	Err     string `json:"err,omitempty"`
+	Code    string `json:"code,omitempty"` // gRPC status code name of Err
 }
 
 func main() {
@@ -36,7 +39,19 @@ func main() {
 	rpcTimeout := flag.Duration("rpc-timeout", 2*time.Second, "deadline of each call")
 	serve := flag.String("serve", "", "addr=name,...: also serve gRPC health on these addresses, naming themselves name "+
 		"(backends in the client's own network namespace, for endpoints that live only there)")
+	headers := flag.String("header", "", "k=v,...: metadata sent with every call")
 	flag.Parse()
+	var md []string
+	if *headers != "" {
+		for _, kv := range strings.Split(*headers, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				fmt.Fprintf(os.Stderr, "-header: %q is not k=v\n", kv)
+				os.Exit(2)
+			}
+			md = append(md, k, v)
+		}
+	}
 	if *serve != "" {
 		if err := startBackends(*serve); err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
@@ -58,12 +73,16 @@ func main() {
 	deadline := time.Now().Add(*duration)
 	for seq := 0; time.Now().Before(deadline); seq++ {
 		ctx, cancel := context.WithTimeout(context.Background(), *rpcTimeout)
+		if len(md) > 0 {
+			ctx = metadata.AppendToOutgoingContext(ctx, md...)
+		}
 		var hdr metadata.MD
 		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.WaitForReady(true))
 		cancel()
 		l := line{Seq: seq}
 		if err != nil {
 			l.Err = err.Error()
+			l.Code = status.Code(err).String()
 		} else if v := hdr.Get("x-backend"); len(v) > 0 {
 			l.Backend = v[0]
 		}

@@ -1,0 +1,294 @@
+// Package istioconfig is meshfed's user traffic API: Istio networking
+// objects (VirtualService, DestinationRule) read from watched directories
+// of multi-document, kubectl-style YAML files. Each object is decoded into
+// its istio.io/api type and validated alone; an invalid or conflicting
+// object is rejected alone, with its source and reason, while the last
+// good version of that object stays in force. The objects in force are
+// published as immutable model.ConfigSnapshots, which the gateway hands
+// to the aggregator so they reach xds through the same debounce as
+// registry changes (docs/architecture.md §3.6).
+package istioconfig
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v4"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+)
+
+// Kinds this package reads.
+const (
+	KindVirtualService  = "VirtualService"
+	KindDestinationRule = "DestinationRule"
+)
+
+// DefaultNamespace is the namespace of an object whose metadata has none,
+// as kubectl applies it.
+const DefaultNamespace = "default"
+
+// apiVersions Istio accepts for networking objects; all decode into the
+// same v1alpha3 message (v1 and v1beta1 are aliases of it in istio.io/api).
+var apiVersions = []string{"networking.istio.io/v1", "networking.istio.io/v1beta1", "networking.istio.io/v1alpha3"}
+
+// Rejection is an object (or a document that could not become one) that is
+// not in force as read, with why.
+type Rejection struct {
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// Source is "<file>:<line>" of the document.
+	Source string `json:"source"`
+	Reason string `json:"reason"`
+	// KeptLastGood: an earlier version of this object stays in force.
+	KeptLastGood bool `json:"keptLastGood"`
+}
+
+func (r Rejection) String() string {
+	id := r.Source
+	if r.Kind != "" {
+		id += " " + r.Kind + " " + r.Namespace + "/" + r.Name
+	}
+	return id + ": " + r.Reason
+}
+
+// parsed is one decoded document: an object with its spec, or a document
+// that failed (err set; kind/name may be known).
+type parsed struct {
+	kind, namespace, name string
+	source                string
+	file                  string
+	spec                  proto.Message
+	hash                  string
+	err                   error
+}
+
+func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name }
+
+// maxNodes bounds the YAML nodes one document may expand to (aliases
+// included): a hostile file cannot make the source spin.
+const maxNodes = 1 << 20
+
+// decodeFile decodes every YAML document of one file. A syntax error
+// fails the whole file (returned as err): which objects it held is
+// unknown, so the caller keeps that file's last good objects. Documents
+// of kinds this package does not read (Services, Gateways...) are
+// skipped, as are empty documents.
+func decodeFile(file string, data []byte) ([]*parsed, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var out []*parsed
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: YAML syntax error: %v", file, strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		body := &doc
+		if doc.Kind == yaml.DocumentNode {
+			if len(doc.Content) == 0 {
+				continue
+			}
+			body = doc.Content[0]
+		}
+		if body.Kind == yaml.ScalarNode && body.Tag == "!!null" {
+			continue
+		}
+		budget := maxNodes
+		v, err := nodeValue(body, &budget)
+		p := &parsed{}
+		if err == nil {
+			p = decodeDoc(v)
+		} else {
+			p.err = err
+		}
+		if p == nil {
+			continue
+		}
+		p.file = file
+		p.source = file + ":" + strconv.Itoa(body.Line)
+		out = append(out, p)
+	}
+}
+
+// nodeValue converts a YAML node to plain Go values (map[string]any,
+// []any, string, int64, float64, bool, nil) as JSON would carry them:
+// scalars by their resolved tag, timestamps and other tags as the text
+// written. Aliases are followed within budget nodes.
+func nodeValue(n *yaml.Node, budget *int) (any, error) {
+	if *budget--; *budget < 0 {
+		return nil, errors.New("the document is too large (aliases expand beyond a million nodes)")
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		return nodeValue(n.Alias, budget)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: a mapping key must be a scalar", k.Line)
+			}
+			v, err := nodeValue(n.Content[i+1], budget)
+			if err != nil {
+				return nil, err
+			}
+			m[k.Value] = v
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := nodeValue(c, budget)
+			if err != nil {
+				return nil, err
+			}
+			l = append(l, v)
+		}
+		return l, nil
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return nil, nil
+		case "!!bool":
+			var b bool
+			if err := n.Decode(&b); err == nil {
+				return b, nil
+			}
+		case "!!int":
+			var i int64
+			if err := n.Decode(&i); err == nil {
+				return i, nil
+			}
+		case "!!float":
+			var f float64
+			if err := n.Decode(&f); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+				return f, nil
+			}
+		}
+		return n.Value, nil
+	}
+	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
+}
+
+// decodeDoc decodes one document; nil for a kind this package skips.
+func decodeDoc(v any) *parsed {
+	root, ok := v.(map[string]any)
+	if !ok {
+		return &parsed{err: errors.New("want a mapping with apiVersion, kind, metadata and spec")}
+	}
+	str := func(m map[string]any, k string) string {
+		s, _ := m[k].(string)
+		return s
+	}
+	kind := str(root, "kind")
+	if kind != KindVirtualService && kind != KindDestinationRule {
+		return nil
+	}
+	meta, _ := root["metadata"].(map[string]any)
+	p := &parsed{kind: kind, name: str(meta, "name"), namespace: str(meta, "namespace")}
+	if p.namespace == "" {
+		p.namespace = DefaultNamespace
+	}
+	apiVersion := str(root, "apiVersion")
+	spec := root["spec"]
+	switch {
+	case !slices.Contains(apiVersions, apiVersion):
+		p.err = fmt.Errorf("apiVersion %q: want one of %s", apiVersion, strings.Join(apiVersions, ", "))
+	case p.name == "":
+		p.err = errors.New("metadata.name is required")
+	case !dns1123Subdomain(p.name):
+		p.err = fmt.Errorf("metadata.name %q: want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')", p.name)
+	case !dns1123Label(p.namespace):
+		p.err = fmt.Errorf("metadata.namespace %q: want a DNS-1123 label", p.namespace)
+	case spec == nil:
+		p.err = errors.New("spec is required")
+	}
+	if p.err != nil {
+		return p
+	}
+	normalizeDurations(spec)
+	js, err := json.Marshal(spec)
+	if err != nil {
+		p.err = fmt.Errorf("spec: %v", err)
+		return p
+	}
+	var msg proto.Message
+	switch p.kind {
+	case KindVirtualService:
+		msg = &networking.VirtualService{}
+	case KindDestinationRule:
+		msg = &networking.DestinationRule{}
+	}
+	if err := protojson.Unmarshal(js, msg); err != nil {
+		p.err = fmt.Errorf("spec: %v", cleanProtoErr(err))
+		return p
+	}
+	p.spec = msg
+	p.hash = hashOf(p.kind, p.namespace, p.name, msg)
+	return p
+}
+
+// cleanProtoErr drops protojson's "proto: " prefix and its unstable
+// non-breaking spaces.
+func cleanProtoErr(err error) string {
+	s := strings.ReplaceAll(err.Error(), "\u00a0", " ")
+	return strings.TrimPrefix(s, "proto: ")
+}
+
+// hashOf hashes an object's identity and deterministic wire form.
+func hashOf(kind, ns, name string, m proto.Message) string {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil { // cannot happen for a message protojson produced
+		b = []byte(err.Error())
+	}
+	h := sha256.New()
+	h.Write([]byte(kind + "\x00" + ns + "\x00" + name + "\x00"))
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// durationKeys are the keys of the duration fields of VirtualService and
+// DestinationRule.
+var durationKeys = map[string]bool{
+	"timeout": true, "perTryTimeout": true, "fixedDelay": true, "exponentialDelay": true,
+	"interval": true, "baseEjectionTime": true, "connectTimeout": true, "idleTimeout": true,
+	"maxConnectionDuration": true, "time": true, "maxAge": true, "ttl": true, "baseInterval": true, "maxInterval": true,
+}
+
+// normalizeDurations rewrites Go-style durations ("500ms", "1m30s"), which
+// Istio's CRDs accept, into the seconds form protojson reads ("0.500s"),
+// in place; only string values under durationKeys are touched.
+func normalizeDurations(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if s, ok := x.(string); ok && durationKeys[k] {
+				if d, err := time.ParseDuration(s); err == nil {
+					t[k] = strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+				}
+				continue
+			}
+			normalizeDurations(x)
+		}
+	case []any:
+		for _, x := range t {
+			normalizeDurations(x)
+		}
+	}
+}

@@ -1,0 +1,379 @@
+package istioconfig
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// Dir is one directory config source (clusters.yaml `configSources`).
+type Dir struct {
+	// Name of the source; unique.
+	Name string
+	// Path of the directory; its *.yaml and *.yml files are read, not its
+	// subdirectories.
+	Path string
+}
+
+// Timing of the watch loop.
+const (
+	// quiet: a burst of file events is read once no event came for this long.
+	quiet = 100 * time.Millisecond
+	// resync re-reads every directory even without events.
+	resync = 10 * time.Second
+)
+
+// Status is what /debug/configz shows.
+type Status struct {
+	// Version of the snapshot in force (0: none published yet).
+	Version uint64 `json:"version"`
+	// InForce lists every object in force, sorted by kind/namespace/name.
+	InForce []ObjectStatus `json:"inForce"`
+	// Rejected lists what the last read refused, in source order.
+	Rejected []Rejection `json:"rejected"`
+}
+
+// ObjectStatus is one object in force.
+type ObjectStatus struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Source    string `json:"source"`
+	Hash      string `json:"hash"`
+	// Hosts are the hosts it applies to (a VirtualService's hosts, a
+	// DestinationRule's host).
+	Hosts []string `json:"hosts"`
+}
+
+// Source reads the config directories, keeps each object's last good
+// version, and publishes the objects in force.
+//
+// It is safe for concurrent use; Run may be called once.
+type Source struct {
+	dirs []Dir
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	inForce  map[string]*model.ConfigObject // by Key
+	fileOf   map[string]string              // key → file it was read from
+	rejected []Rejection
+	version  uint64
+	snap     *model.ConfigSnapshot
+}
+
+// New returns a Source over dirs; it does no I/O.
+func New(dirs []Dir, log *slog.Logger) *Source {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Source{dirs: slices.Clone(dirs), log: log, inForce: map[string]*model.ConfigObject{}, fileOf: map[string]string{}}
+}
+
+// Snapshot returns the objects in force (nil before the first Reload).
+func (s *Source) Snapshot() *model.ConfigSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snap
+}
+
+// Status returns what is in force and what the last read rejected.
+func (s *Source) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Status{Version: s.version, InForce: []ObjectStatus{}, Rejected: slices.Clone(s.rejected)}
+	if st.Rejected == nil {
+		st.Rejected = []Rejection{}
+	}
+	for _, o := range s.snap.Objects() {
+		st.InForce = append(st.InForce, ObjectStatus{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source, Hash: o.Hash, Hosts: Hosts(o)})
+	}
+	return st
+}
+
+// Hosts returns the hosts a config object applies to.
+func Hosts(o *model.ConfigObject) []string {
+	switch sp := o.Spec.(type) {
+	case *networking.VirtualService:
+		return slices.Clone(sp.GetHosts())
+	case *networking.DestinationRule:
+		return []string{sp.GetHost()}
+	}
+	return nil
+}
+
+// Reload reads every directory once and applies it: valid objects come
+// into force, objects no longer in any file leave it, and an object that
+// is now invalid or conflicting is rejected while its last good version
+// (if any) stays. It reports whether the objects in force changed; the
+// first call always publishes a snapshot.
+func (s *Source) Reload() bool {
+	var docs []*parsed
+	var rejected []Rejection
+	failedFiles := map[string]bool{}
+	for _, d := range s.dirs {
+		files, err := listYAML(d.Path)
+		if err != nil {
+			rejected = append(rejected, Rejection{Source: d.Path, Reason: fmt.Sprintf("config source %q: %v", d.Name, err)})
+			failedFiles[d.Path+string(filepath.Separator)] = true // keep everything from this dir
+			continue
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err == nil {
+				var ps []*parsed
+				ps, err = decodeFile(f, data)
+				docs = append(docs, ps...)
+			}
+			if err != nil {
+				rejected = append(rejected, Rejection{Source: f, Reason: err.Error()})
+				failedFiles[f] = true
+			}
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.inForce
+	next := map[string]*model.ConfigObject{}
+	fileOf := map[string]string{}
+	// Objects of files (or directories) that could not be read stay as they were.
+	for k, o := range prev {
+		f := s.fileOf[k]
+		if failedFiles[f] || failedFiles[filepath.Dir(f)+string(filepath.Separator)] {
+			next[k], fileOf[k] = o, f
+		}
+	}
+	reject := func(p *parsed, reason string) {
+		_, kept := prev[p.key()]
+		if p.kind == "" {
+			kept = false
+		}
+		rejected = append(rejected, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Reason: reason, KeptLastGood: kept})
+		if o := prev[p.key()]; o != nil && p.kind != "" {
+			if _, taken := next[p.key()]; !taken {
+				next[p.key()], fileOf[p.key()] = o, s.fileOf[p.key()]
+			}
+		}
+	}
+	var valid []*parsed
+	seen := map[string]string{}
+	for _, p := range docs {
+		if p.err != nil {
+			reject(p, p.err.Error())
+			continue
+		}
+		if first, dup := seen[p.key()]; dup {
+			rejected = append(rejected, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source,
+				Reason: fmt.Sprintf("%s %s/%s is already defined at %s", p.kind, p.namespace, p.name, first)})
+			continue
+		}
+		seen[p.key()] = p.source
+		if err := validate(p); err != nil {
+			reject(p, err.Error())
+			continue
+		}
+		valid = append(valid, p)
+	}
+	// Conflicts: one VirtualService and one DestinationRule per host.
+	// Istio keeps the oldest; files carry no creation time, so the one
+	// already in force wins, then the first by namespace/name.
+	sort.SliceStable(valid, func(i, j int) bool {
+		_, ai := prev[valid[i].key()]
+		_, aj := prev[valid[j].key()]
+		if ai != aj {
+			return ai
+		}
+		return valid[i].key() < valid[j].key()
+	})
+	owner := map[string]string{} // kind + "\x00" + host → key
+	for _, o := range next {     // kept last-good objects hold their hosts
+		for _, h := range claims(o) {
+			owner[o.Kind+"\x00"+h] = o.Key()
+		}
+	}
+	for _, p := range valid {
+		o := &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash, Spec: p.spec}
+		if old := prev[p.key()]; old != nil && old.Hash == p.hash && old.Source == p.source {
+			o = old
+		}
+		var clash string
+		for _, h := range claims(o) {
+			if w, ok := owner[p.kind+"\x00"+h]; ok && w != o.Key() {
+				clash = fmt.Sprintf("host %q already has %s %s (one %s per host)", h, p.kind, strings.TrimPrefix(w, p.kind+"/"), p.kind)
+				break
+			}
+		}
+		if clash != "" {
+			reject(p, clash)
+			continue
+		}
+		for _, h := range claims(o) {
+			owner[p.kind+"\x00"+h] = o.Key()
+		}
+		next[p.key()], fileOf[p.key()] = o, p.file
+	}
+
+	changed := s.snap == nil || len(next) != len(prev)
+	for k, o := range next {
+		if prev[k] != o {
+			changed = true
+		}
+	}
+	s.inForce, s.fileOf, s.rejected = next, fileOf, rejected
+	for _, r := range rejected {
+		s.log.Warn("config object rejected", "source", r.Source, "kind", r.Kind, "object", r.Namespace+"/"+r.Name, "reason", r.Reason, "keptLastGood", r.KeptLastGood)
+	}
+	inForce, rej := map[string]int{}, map[string]int{}
+	for _, o := range next {
+		inForce[o.Kind]++
+	}
+	for _, r := range rejected {
+		k := r.Kind
+		if k == "" {
+			k = "unknown"
+		}
+		rej[k]++
+	}
+	setObjectMetrics(inForce, rej)
+	if changed {
+		snapshotsTotal.Inc()
+		s.version++
+		objs := make([]*model.ConfigObject, 0, len(next))
+		for _, o := range next {
+			objs = append(objs, o)
+		}
+		s.snap = model.NewConfigSnapshot(s.version, objs)
+	}
+	return changed
+}
+
+// claims are the hosts o holds exclusively: a DestinationRule's host, the
+// hosts of a VirtualService that applies to the mesh (gateways empty or
+// holding "mesh"). VirtualServices bound only to gateways claim nothing:
+// they go to istiod as they are.
+func claims(o *model.ConfigObject) []string {
+	if vs, ok := o.Spec.(*networking.VirtualService); ok {
+		if gw := vs.GetGateways(); len(gw) > 0 && !slices.Contains(gw, "mesh") {
+			return nil
+		}
+	}
+	return Hosts(o)
+}
+
+func validate(p *parsed) error {
+	switch sp := p.spec.(type) {
+	case *networking.VirtualService:
+		return validateVirtualService(sp)
+	case *networking.DestinationRule:
+		return validateDestinationRule(sp)
+	}
+	return fmt.Errorf("unsupported kind %q", p.kind)
+}
+
+// listYAML lists the *.yaml and *.yml files of dir, sorted.
+func listYAML(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		out = append(out, filepath.Join(dir, n))
+	}
+	return out, nil
+}
+
+// Run reads the directories, publishes the snapshot in force, then
+// watches them and publishes again after every change of what is in
+// force (file events, read 100ms after the last of a burst, and a re-read
+// every 10s in case events were missed). publish is called from Run's
+// goroutine only. Run returns ctx.Err() when ctx ends.
+func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		s.log.Warn("cannot watch config directories; re-reading every 10s", "err", err)
+	} else {
+		defer w.Close()
+		for _, d := range s.dirs {
+			if err := w.Add(d.Path); err != nil {
+				s.log.Warn("cannot watch config directory; re-reading every 10s", "dir", d.Path, "err", err)
+			}
+		}
+	}
+	s.Reload()
+	publish(s.Snapshot())
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if w != nil {
+		events, errs = w.Events, w.Errors
+	}
+	tick := time.NewTicker(resync)
+	defer tick.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-events:
+			debounce.Reset(quiet)
+			continue
+		case err := <-errs:
+			s.log.Warn("config directory watch error", "err", err)
+			continue
+		case <-tick.C:
+		case <-debounce.C:
+		}
+		if s.Reload() {
+			publish(s.Snapshot())
+		}
+	}
+}
+
+// Validate reads dirs once, offline, and returns what would be in force
+// and what would be rejected (meshfed validate --config-dir).
+func Validate(dirs ...Dir) Status {
+	s := New(dirs, nil)
+	s.Reload()
+	return s.Status()
+}
+
+// ParseObjects decodes and validates the documents of one YAML file read
+// from data (named file in sources), without conflict checks: the valid
+// objects and the rejections. For tests and tools.
+func ParseObjects(file string, data []byte) ([]*model.ConfigObject, []Rejection) {
+	ps, err := decodeFile(file, data)
+	if err != nil {
+		return nil, []Rejection{{Source: file, Reason: err.Error()}}
+	}
+	var objs []*model.ConfigObject
+	var rej []Rejection
+	for _, p := range ps {
+		if p.err == nil {
+			p.err = validate(p)
+		}
+		if p.err != nil {
+			rej = append(rej, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Reason: p.err.Error()})
+			continue
+		}
+		objs = append(objs, &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash, Spec: p.spec})
+	}
+	return objs, rej
+}

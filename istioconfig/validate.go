@@ -1,0 +1,296 @@
+package istioconfig
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	networking "istio.io/api/networking/v1alpha3"
+)
+
+// The checks here are the structural subset of Istio's own validation
+// (istio.io/istio pkg/config/validation) that a proxy relies on; Istio's
+// package is not imported (it pulls most of istiod). Each returns the
+// first problem found, naming the field by its YAML path.
+
+var (
+	labelRE     = regexp.MustCompile(`^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?$`)
+	subdomainRE = regexp.MustCompile(`^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$`)
+	hostRE      = regexp.MustCompile(`^(\*|\*\.)?[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?)*$`)
+)
+
+func dns1123Label(s string) bool     { return len(s) <= 63 && labelRE.MatchString(s) }
+func dns1123Subdomain(s string) bool { return len(s) <= 253 && subdomainRE.MatchString(s) }
+
+// validHost: a DNS name, optionally with a leading "*." wildcard, or "*".
+func validHost(h string) bool { return h == "*" || (len(h) <= 253 && hostRE.MatchString(h)) }
+
+// validateVirtualService checks what every route of vs needs.
+func validateVirtualService(vs *networking.VirtualService) error {
+	if len(vs.GetHosts()) == 0 {
+		return errors.New("spec.hosts: at least one host is required")
+	}
+	for i, h := range vs.GetHosts() {
+		if !validHost(h) {
+			return fmt.Errorf("spec.hosts[%d] %q: not a valid host name", i, h)
+		}
+	}
+	if len(vs.GetTls()) > 0 || len(vs.GetTcp()) > 0 {
+		return errors.New("spec.tls/spec.tcp: TCP and TLS routes are not supported yet")
+	}
+	if len(vs.GetHttp()) == 0 {
+		return errors.New("spec.http: at least one http route is required")
+	}
+	for i, r := range vs.GetHttp() {
+		if err := validateHTTPRoute(r); err != nil {
+			return fmt.Errorf("spec.http[%d]%s", i, err)
+		}
+	}
+	return nil
+}
+
+// validateHTTPRoute returns errors that start with the field path below
+// the route (".route[0].weight: ...").
+func validateHTTPRoute(r *networking.HTTPRoute) error {
+	for i, m := range r.GetMatch() {
+		if err := validateMatch(m); err != nil {
+			return fmt.Errorf(".match[%d]%s", i, err)
+		}
+	}
+	if r.GetRedirect() != nil || r.GetDirectResponse() != nil || r.GetDelegate() != nil {
+		return errors.New(": redirect, directResponse and delegate are not supported yet")
+	}
+	if len(r.GetRoute()) == 0 {
+		return errors.New(".route: at least one destination is required")
+	}
+	var total int64
+	for i, d := range r.GetRoute() {
+		dst := d.GetDestination()
+		switch {
+		case dst == nil:
+			return fmt.Errorf(".route[%d].destination: is required", i)
+		case dst.GetHost() == "":
+			return fmt.Errorf(".route[%d].destination.host: is required", i)
+		case !validHost(dst.GetHost()) || strings.Contains(dst.GetHost(), "*"):
+			return fmt.Errorf(".route[%d].destination.host %q: not a valid host name (no wildcards)", i, dst.GetHost())
+		case dst.GetSubset() != "" && !dns1123Label(dst.GetSubset()):
+			return fmt.Errorf(".route[%d].destination.subset %q: want a DNS-1123 label", i, dst.GetSubset())
+		case dst.GetPort() != nil && (dst.GetPort().GetNumber() == 0 || dst.GetPort().GetNumber() > 65535):
+			return fmt.Errorf(".route[%d].destination.port.number %d: want 1-65535", i, dst.GetPort().GetNumber())
+		case d.GetWeight() < 0:
+			return fmt.Errorf(".route[%d].weight %d: must not be negative", i, d.GetWeight())
+		}
+		total += int64(d.GetWeight())
+	}
+	if len(r.GetRoute()) > 1 && total == 0 {
+		return errors.New(".route: weights of several destinations must not all be 0")
+	}
+	if err := checkDuration(r.GetTimeout(), true); err != nil {
+		return fmt.Errorf(".timeout: %v", err)
+	}
+	if rp := r.GetRetries(); rp != nil {
+		if rp.GetAttempts() < 0 {
+			return fmt.Errorf(".retries.attempts %d: must not be negative", rp.GetAttempts())
+		}
+		if err := checkDuration(rp.GetPerTryTimeout(), false); err != nil {
+			return fmt.Errorf(".retries.perTryTimeout: %v", err)
+		}
+		for _, on := range strings.Split(rp.GetRetryOn(), ",") {
+			if on = strings.TrimSpace(on); on != "" && !knownRetryOn(on) {
+				return fmt.Errorf(".retries.retryOn %q: unknown retry condition", on)
+			}
+		}
+	}
+	if f := r.GetFault(); f != nil {
+		if f.GetDelay() == nil && f.GetAbort() == nil {
+			return errors.New(".fault: delay or abort is required")
+		}
+		if d := f.GetDelay(); d != nil {
+			if d.GetFixedDelay() == nil {
+				return errors.New(".fault.delay.fixedDelay: is required")
+			}
+			if err := checkDuration(d.GetFixedDelay(), false); err != nil {
+				return fmt.Errorf(".fault.delay.fixedDelay: %v", err)
+			}
+			if p := d.GetPercentage(); p != nil && (p.GetValue() < 0 || p.GetValue() > 100) {
+				return fmt.Errorf(".fault.delay.percentage.value %v: want 0-100", p.GetValue())
+			}
+		}
+		if a := f.GetAbort(); a != nil {
+			switch e := a.GetErrorType().(type) {
+			case *networking.HTTPFaultInjection_Abort_HttpStatus:
+				if e.HttpStatus < 200 || e.HttpStatus > 599 {
+					return fmt.Errorf(".fault.abort.httpStatus %d: want 200-599", e.HttpStatus)
+				}
+			case *networking.HTTPFaultInjection_Abort_GrpcStatus:
+				var c codes.Code
+				if err := c.UnmarshalJSON([]byte(strconv.Quote(e.GrpcStatus))); err != nil {
+					return fmt.Errorf(".fault.abort.grpcStatus %q: not a gRPC status name", e.GrpcStatus)
+				}
+			default:
+				return errors.New(".fault.abort: httpStatus or grpcStatus is required")
+			}
+			if p := a.GetPercentage(); p != nil && (p.GetValue() < 0 || p.GetValue() > 100) {
+				return fmt.Errorf(".fault.abort.percentage.value %v: want 0-100", p.GetValue())
+			}
+		}
+	}
+	return nil
+}
+
+func validateMatch(m *networking.HTTPMatchRequest) error {
+	if err := checkStringMatch(m.GetUri(), false); err != nil {
+		return fmt.Errorf(".uri: %v", err)
+	}
+	for k, v := range m.GetHeaders() {
+		if k == "" || strings.ToLower(k) != k {
+			return fmt.Errorf(".headers[%q]: header names must be lowercase and not empty", k)
+		}
+		if err := checkStringMatch(v, true); err != nil {
+			return fmt.Errorf(".headers[%q]: %v", k, err)
+		}
+	}
+	if m.GetPort() > 65535 {
+		return fmt.Errorf(".port %d: want 1-65535", m.GetPort())
+	}
+	return nil
+}
+
+// checkStringMatch: exactly one of exact, prefix, regex (an empty match
+// is "present" for headers); a regex must compile as RE2.
+func checkStringMatch(s *networking.StringMatch, emptyOK bool) error {
+	if s == nil {
+		return nil
+	}
+	switch t := s.GetMatchType().(type) {
+	case nil:
+		if !emptyOK {
+			return errors.New("one of exact, prefix or regex is required")
+		}
+	case *networking.StringMatch_Regex:
+		if _, err := regexp.Compile(t.Regex); err != nil {
+			return fmt.Errorf("regex %q: %v", t.Regex, err)
+		}
+	}
+	return nil
+}
+
+// checkDuration: at least 1ms (Istio's ValidateDuration), when set.
+func checkDuration(d *durationpb.Duration, allowZero bool) error {
+	if d == nil {
+		return nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return err
+	}
+	v := d.AsDuration()
+	if allowZero && v == 0 {
+		return nil
+	}
+	if v < time.Millisecond {
+		return fmt.Errorf("%v: want at least 1ms", v)
+	}
+	return nil
+}
+
+// knownRetryOn: Envoy's HTTP and gRPC retry conditions, and numeric
+// status codes, as Istio accepts them.
+func knownRetryOn(s string) bool {
+	switch s {
+	case "5xx", "gateway-error", "reset", "reset-before-request", "connect-failure", "envoy-ratelimited",
+		"retriable-4xx", "refused-stream", "retriable-status-codes", "retriable-headers", "http3-post-connect-failure":
+		return true
+	}
+	if _, ok := GRPCRetryOn[s]; ok {
+		return true
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(s) == 3
+}
+
+// GRPCRetryOn maps Envoy's gRPC retry conditions to gRPC status codes, the
+// form gRPC's xDS retry policy uses.
+var GRPCRetryOn = map[string]uint32{
+	"cancelled":          1,
+	"deadline-exceeded":  4,
+	"internal":           13,
+	"resource-exhausted": 8,
+	"unavailable":        14,
+}
+
+// validateDestinationRule checks dr.
+func validateDestinationRule(dr *networking.DestinationRule) error {
+	if dr.GetHost() == "" {
+		return errors.New("spec.host: is required")
+	}
+	if !validHost(dr.GetHost()) {
+		return fmt.Errorf("spec.host %q: not a valid host name", dr.GetHost())
+	}
+	if err := validatePolicy("spec.trafficPolicy", dr.GetTrafficPolicy()); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, s := range dr.GetSubsets() {
+		p := fmt.Sprintf("spec.subsets[%d]", i)
+		if !dns1123Label(s.GetName()) {
+			return fmt.Errorf("%s.name %q: want a DNS-1123 label", p, s.GetName())
+		}
+		if seen[s.GetName()] {
+			return fmt.Errorf("%s.name %q: duplicate subset name", p, s.GetName())
+		}
+		seen[s.GetName()] = true
+		for k := range s.GetLabels() {
+			if k == "" {
+				return fmt.Errorf("%s.labels: empty label key", p)
+			}
+		}
+		if err := validatePolicy(p+".trafficPolicy", s.GetTrafficPolicy()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validatePolicy(path string, tp *networking.TrafficPolicy) error {
+	if tp == nil {
+		return nil
+	}
+	if lb := tp.GetLoadBalancer(); lb != nil {
+		if ch := lb.GetConsistentHash(); ch != nil {
+			switch k := ch.GetHashKey().(type) {
+			case *networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
+				if k.HttpHeaderName == "" {
+					return fmt.Errorf("%s.loadBalancer.consistentHash.httpHeaderName: must not be empty", path)
+				}
+			case nil:
+				return fmt.Errorf("%s.loadBalancer.consistentHash: a hash key is required", path)
+			}
+		}
+	}
+	if cp := tp.GetConnectionPool(); cp != nil {
+		if h := cp.GetHttp(); h != nil && h.GetHttp2MaxRequests() < 0 {
+			return fmt.Errorf("%s.connectionPool.http.http2MaxRequests %d: must not be negative", path, h.GetHttp2MaxRequests())
+		}
+	}
+	if od := tp.GetOutlierDetection(); od != nil {
+		if err := checkDuration(od.GetInterval(), false); err != nil {
+			return fmt.Errorf("%s.outlierDetection.interval: %v", path, err)
+		}
+		if err := checkDuration(od.GetBaseEjectionTime(), false); err != nil {
+			return fmt.Errorf("%s.outlierDetection.baseEjectionTime: %v", path, err)
+		}
+		if p := od.GetMaxEjectionPercent(); p < 0 || p > 100 {
+			return fmt.Errorf("%s.outlierDetection.maxEjectionPercent %d: want 0-100", path, p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,477 @@
+package nacos
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// instance is one Nacos instance as both the gRPC API (serviceInfo.hosts)
+// and the 1.x open API (/ns/instance/list hosts) spell it.
+type instance struct {
+	InstanceID  string            `json:"instanceId"`
+	IP          string            `json:"ip"`
+	Port        int64             `json:"port"`
+	Weight      float64           `json:"weight"`
+	Healthy     *bool             `json:"healthy"` // absent: true
+	Enabled     *bool             `json:"enabled"` // absent: true
+	Ephemeral   bool              `json:"ephemeral"`
+	ClusterName string            `json:"clusterName"`
+	ServiceName string            `json:"serviceName"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+// id names an instance in rejections and endpoint origins: ip:port, and
+// the server's instanceId when it gives one.
+func (in *instance) id() string {
+	s := net.JoinHostPort(in.IP, strconv.FormatInt(in.Port, 10))
+	if in.InstanceID != "" {
+		s += " (" + in.InstanceID + ")"
+	}
+	return s
+}
+
+// Metadata keys read from instances, and the labels meshfed adds.
+const (
+	// metaProtocol sets the protocol of the instance's port (http, http2,
+	// grpc, tcp), overriding what other keys say.
+	metaProtocol = "meshfed.protocol"
+	// metaNacosProtocol is the protocol Dubbo (dubbo, tri, rest) and
+	// others declare.
+	metaNacosProtocol = "protocol"
+	// metaGRPCPort is the extra gRPC port grpc-spring-boot-starter
+	// declares next to a Spring Boot app's HTTP port (gRPC_port; gRPC.port
+	// in some versions).
+	metaGRPCPort    = "gRPC_port"
+	metaGRPCPortDot = "gRPC.port"
+	// metaDubboEndpoints is Dubbo 3's list of every protocol an
+	// application instance serves: [{"port":20880,"protocol":"dubbo"}].
+	metaDubboEndpoints = "dubbo.endpoints"
+	// metaSecure is Spring Cloud Alibaba's flag for an https port.
+	metaSecure = "secure"
+	// Locality keys, as the eureka and consul registries read them.
+	metaRegion  = "region"
+	metaZone    = "zone"
+	metaSubZone = "subzone"
+	// polarisInternal prefixes metadata that Polaris, a Nacos-compatible
+	// server, adds to every instance; it is not the user's and not a label.
+	polarisInternal = "internal-nacos-"
+
+	// labelCluster carries the instance's Nacos cluster name, labelEphemeral
+	// whether it is ephemeral (heartbeat-bound) or persistent.
+	labelCluster   = "nacos.cluster"
+	labelEphemeral = "nacos.ephemeral"
+)
+
+// weightScale turns Nacos' decimal weights (0-10000, default 1.0) into
+// integer load-balancing weights keeping two decimals: 1.0 → 100, 0.5 → 50.
+const weightScale = 100
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// hostname returns the hostname of a Nacos service: <service>.<domain> in
+// DEFAULT_GROUP, <service>.<group>.<domain> in other groups, lowercased;
+// or why there is none. Names are never rewritten beyond lowercasing: a
+// name that is not a DNS label is refused, not mangled into one that could
+// collide with another service's.
+func hostname(domain, group, service string) (string, error) {
+	s := strings.ToLower(service)
+	if !dnsLabel.MatchString(s) {
+		return "", fmt.Errorf("service name %q is not a DNS label once lowercased (letters, digits and '-', at most 63), so it cannot be a hostname", service)
+	}
+	if group == DefaultGroup {
+		return s + "." + domain, nil
+	}
+	g := strings.ToLower(group)
+	if !dnsLabel.MatchString(g) {
+		return "", fmt.Errorf("group name %q is not a DNS label once lowercased, so it cannot be part of a hostname", group)
+	}
+	return s + "." + g + "." + domain, nil
+}
+
+// serviceKey names a Nacos service within a namespace.
+type serviceKey struct{ group, name string }
+
+func (k serviceKey) String() string { return k.group + "@@" + k.name }
+
+func compareKeys(a, b serviceKey) int {
+	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.name, b.name))
+}
+
+// converted is one Nacos service turned into model terms.
+type converted struct {
+	host     string
+	svc      model.Service
+	ok       bool // false: no valid instance (or no hostname), publish no service
+	rejected []model.Rejection
+}
+
+// port is one port an instance declares.
+type port struct {
+	number uint32
+	proto  model.Protocol
+}
+
+// convertService turns the instances of one Nacos service into a service.
+// Malformed instances are rejected one by one; the rest are kept. It does
+// not modify insts.
+func convertService(c registries.Common, cfg *Config, key serviceKey, insts []instance) converted {
+	var out converted
+	host, err := hostname(c.Domain, key.group, key.name)
+	subjectSvc := "service " + key.String()
+	reject := func(subject, format string, args ...any) {
+		out.rejected = append(out.rejected, model.Rejection{
+			Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...),
+		})
+	}
+	if err != nil {
+		reject(subjectSvc, "%v", err)
+		return out
+	}
+	out.host = host
+
+	type inst struct {
+		ep    model.Endpoint
+		ports map[string]port
+		ip    bool
+	}
+	kept := make([]inst, 0, len(insts))
+	for i := range insts {
+		in := &insts[i]
+		subject := in.id()
+		addr := strings.TrimSpace(in.IP)
+		ip, ipErr := netip.ParseAddr(addr)
+		switch {
+		case addr == "":
+			reject(subject, "instance has no ip")
+			continue
+		case ipErr != nil && !dnsName(addr):
+			reject(subject, "ip %q is neither an IP address nor a DNS name", addr)
+			continue
+		case ipErr == nil:
+			addr = ip.Unmap().String()
+		}
+		if in.Port < 1 || in.Port > 65535 {
+			reject(subject, "port %d is out of range 1-65535", in.Port)
+			continue
+		}
+		if math.IsNaN(in.Weight) || in.Weight < 0 {
+			reject(subject, "weight %v is negative", in.Weight)
+			continue
+		}
+		ports, labels, err := instancePorts(cfg, in)
+		if err != nil {
+			reject(subject, "%v", err)
+			continue
+		}
+		if in.ClusterName != "" {
+			labels[labelCluster] = in.ClusterName
+		}
+		labels[labelEphemeral] = strconv.FormatBool(in.Ephemeral)
+		h, w := health(in)
+		kept = append(kept, inst{
+			ip:    ipErr == nil,
+			ports: ports,
+			ep: model.Endpoint{
+				Address:  addr,
+				Labels:   labels,
+				Locality: locality(c.Locality, in.Metadata),
+				Weight:   w,
+				Health:   h,
+				Source:   model.Source{Registry: c.Name, Cluster: c.Name},
+				Origin:   subject,
+			},
+		})
+	}
+
+	// An EDS service needs IPs, a DNS one hostnames: when both appear, keep
+	// the IPs and reject the hostnames.
+	anyIP := slices.ContainsFunc(kept, func(i inst) bool { return i.ip })
+	final := kept[:0]
+	numbers := map[string]map[uint32]int{}
+	protos := map[string]map[model.Protocol]int{}
+	for _, i := range kept {
+		if anyIP && !i.ip {
+			reject(i.ep.Origin, "ip %q is a hostname while other instances use IP addresses", i.ep.Address)
+			continue
+		}
+		for name, p := range i.ports {
+			if numbers[name] == nil {
+				numbers[name], protos[name] = map[uint32]int{}, map[model.Protocol]int{}
+			}
+			numbers[name][p.number]++
+			protos[name][p.proto]++
+		}
+		final = append(final, i)
+	}
+	if len(final) == 0 {
+		return out
+	}
+
+	// The service serves every port name one of its instances declares,
+	// each on the number most of those instances give; a port declared by
+	// more instances picks first. One number cannot be two ports: a port
+	// takes its most given number that no other port took, and is left out
+	// if there is none.
+	names := slices.Collect(maps.Keys(numbers))
+	total := func(name string) int {
+		n := 0
+		for _, v := range numbers[name] {
+			n += v
+		}
+		return n
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(total(b), total(a)), cmp.Compare(a, b)) })
+	var svcPorts []model.Port
+	taken := map[uint32]bool{}
+	for _, name := range names {
+		for _, n := range registries.Ranked(numbers[name]) {
+			if !taken[n] {
+				taken[n] = true
+				svcPorts = append(svcPorts, model.Port{Name: name, Number: n, Protocol: registries.Majority(protos[name], cfg.Protocol)})
+				break
+			}
+		}
+	}
+	slices.SortFunc(svcPorts, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
+
+	svc := model.Service{Hostname: host, Ports: svcPorts, Resolution: model.ResolutionEDS}
+	if !anyIP {
+		svc.Resolution = model.ResolutionDNS
+	}
+	svc.Endpoints = make([]model.Endpoint, 0, len(final))
+	for _, i := range final {
+		served := 0
+		for _, p := range svcPorts {
+			ip, has := i.ports[p.Name]
+			n := ip.number
+			if !has {
+				n = model.NotServed
+			} else {
+				served++
+			}
+			if n != p.Number {
+				if i.ep.Ports == nil {
+					i.ep.Ports = map[string]uint32{}
+				}
+				i.ep.Ports[p.Name] = n
+			}
+		}
+		if served == 0 {
+			reject(i.ep.Origin, "instance serves none of the service's ports (its port numbers are taken by other ports)")
+			continue
+		}
+		svc.Endpoints = append(svc.Endpoints, i.ep)
+	}
+	if len(svc.Endpoints) == 0 {
+		return out
+	}
+	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int {
+		return cmp.Or(strings.Compare(a.Origin, b.Origin), strings.Compare(a.Address, b.Address))
+	})
+	out.svc, out.ok = svc, true
+	return out
+}
+
+// instancePorts reads the ports an instance serves and returns them by
+// port name with the instance's labels (its metadata without the keys
+// meshfed consumed).
+//
+//   - The instance's port is named after its protocol: meshfed.protocol
+//     if set; else the metadata protocol (Dubbo: dubbo → TCP, tri → GRPC;
+//     grpc, http, http2/h2c; rest → HTTP; others → TCP), named as
+//     declared; else https (TCP) when secure=true (Spring Cloud); else the
+//     registry's protocol.
+//   - gRPC_port (or gRPC.port) adds a port grpc (GRPC).
+//   - dubbo.endpoints adds one port per protocol it lists.
+func instancePorts(cfg *Config, in *instance) (map[string]port, map[string]string, error) {
+	meta := in.Metadata
+	labels := make(map[string]string, len(meta)+2)
+	for k, v := range meta {
+		switch {
+		case k == metaProtocol, k == metaGRPCPort, k == metaGRPCPortDot, k == metaDubboEndpoints:
+		case strings.HasPrefix(k, polarisInternal):
+		default:
+			labels[k] = v
+		}
+	}
+	ports := map[string]port{}
+	main := port{number: uint32(in.Port), proto: cfg.Protocol}
+	name := strings.ToLower(string(cfg.Protocol))
+	if v := meta[metaProtocol]; v != "" {
+		p, err := model.ParseProtocol(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("metadata %s: %v", metaProtocol, err)
+		}
+		main.proto, name = p, strings.ToLower(string(p))
+	} else if v := strings.ToLower(strings.TrimSpace(meta[metaNacosProtocol])); v != "" {
+		main.proto = declaredProtocol(v)
+		name = v
+		if !dnsLabel.MatchString(name) {
+			name = strings.ToLower(string(main.proto))
+		}
+	} else if strings.EqualFold(meta[metaSecure], "true") {
+		main.proto, name = model.ProtocolTCP, "https"
+	}
+	ports[name] = main
+
+	for _, k := range []string{metaGRPCPort, metaGRPCPortDot} {
+		v := meta[k]
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 16)
+		if err != nil || n == 0 {
+			return nil, nil, fmt.Errorf("metadata %s %q is not a port number 1-65535", k, v)
+		}
+		if _, dup := ports["grpc"]; !dup {
+			ports["grpc"] = port{number: uint32(n), proto: model.ProtocolGRPC}
+		}
+		break
+	}
+
+	if v := meta[metaDubboEndpoints]; v != "" {
+		var eps []struct {
+			Port     int64  `json:"port"`
+			Protocol string `json:"protocol"`
+		}
+		if err := json.Unmarshal([]byte(v), &eps); err != nil {
+			return nil, nil, fmt.Errorf("metadata %s is not a JSON list of {port, protocol}: %v", metaDubboEndpoints, err)
+		}
+		for _, e := range eps {
+			pn := strings.ToLower(strings.TrimSpace(e.Protocol))
+			if e.Port < 1 || e.Port > 65535 || !dnsLabel.MatchString(pn) {
+				return nil, nil, fmt.Errorf("metadata %s: entry {port: %d, protocol: %q} needs a port 1-65535 and a protocol name", metaDubboEndpoints, e.Port, e.Protocol)
+			}
+			if _, dup := ports[pn]; !dup {
+				ports[pn] = port{number: uint32(e.Port), proto: declaredProtocol(pn)}
+			}
+		}
+	}
+	// One number cannot be two ports of one instance: the first declared
+	// (the instance port, then gRPC, then Dubbo's) keeps it.
+	seen := map[uint32]string{}
+	for _, n := range append([]string{name}, slices.Sorted(maps.Keys(ports))...) {
+		p, ok := ports[n]
+		if !ok {
+			continue
+		}
+		if other, dup := seen[p.number]; dup && other != n {
+			delete(ports, n)
+			continue
+		}
+		seen[p.number] = n
+	}
+	return ports, labels, nil
+}
+
+// declaredProtocol maps a protocol name from instance metadata to a port
+// protocol: Dubbo's triple is gRPC-compatible; names that are not HTTP or
+// gRPC are passed through as TCP.
+func declaredProtocol(name string) model.Protocol {
+	switch name {
+	case "grpc", "tri", "triple":
+		return model.ProtocolGRPC
+	case "http", "rest":
+		return model.ProtocolHTTP
+	case "http2", "h2c", "h2":
+		return model.ProtocolHTTP2
+	default:
+		return model.ProtocolTCP
+	}
+}
+
+// health maps an instance's state: enabled=false → DRAINING (taken out of
+// service on purpose); healthy=false → UNHEALTHY; weight 0 → DRAINING
+// (Nacos clients send nothing to it); else HEALTHY. The weight is Nacos'
+// times weightScale, at least 1.
+func health(in *instance) (model.Health, uint32) {
+	w := uint32(max(1, min(math.Round(in.Weight*weightScale), 10000*weightScale)))
+	switch {
+	case in.Enabled != nil && !*in.Enabled:
+		return model.Draining, w
+	case in.Healthy != nil && !*in.Healthy:
+		return model.Unhealthy, w
+	case in.Weight == 0:
+		return model.Draining, w
+	}
+	return model.Healthy, w
+}
+
+// locality starts from the registry's default locality; metadata region,
+// zone and subzone override its parts.
+func locality(def model.Locality, meta map[string]string) model.Locality {
+	l := def
+	if v := meta[metaRegion]; v != "" {
+		l.Region = v
+	}
+	if v := meta[metaZone]; v != "" {
+		l.Zone = v
+	}
+	if v := meta[metaSubZone]; v != "" {
+		l.SubZone = v
+	}
+	return l
+}
+
+// dnsName reports whether s is a DNS name of labels.
+func dnsName(s string) bool {
+	s = strings.TrimSuffix(strings.ToLower(s), ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if !dnsLabel.MatchString(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// assemble builds the published lists from every service's conversion.
+// Services whose hostnames collide (names that differ only in case) are
+// all rejected: choosing one would hide the other.
+func assemble(c registries.Common, conv map[serviceKey]converted) ([]model.Service, []model.Rejection) {
+	keys := slices.SortedFunc(maps.Keys(conv), compareKeys)
+	byHost := map[string][]serviceKey{}
+	for _, k := range keys {
+		if cv := conv[k]; cv.ok {
+			byHost[cv.host] = append(byHost[cv.host], k)
+		}
+	}
+	services := make([]model.Service, 0, len(keys))
+	var rejected []model.Rejection
+	for _, k := range keys {
+		cv := conv[k]
+		rejected = append(rejected, cv.rejected...)
+		if !cv.ok {
+			continue
+		}
+		if same := byHost[cv.host]; len(same) > 1 {
+			var others []string
+			for _, o := range same {
+				if o != k {
+					others = append(others, o.String())
+				}
+			}
+			rejected = append(rejected, model.Rejection{
+				Registry: c.Name, Host: cv.host, Subject: "service " + k.String(),
+				Reason: fmt.Sprintf("hostname collides with service %s (names differ only in case); neither is served", strings.Join(others, ", ")),
+			})
+			continue
+		}
+		services = append(services, cv.svc)
+	}
+	return services, rejected
+}

@@ -1,0 +1,168 @@
+package nacos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/meshfed/meshfed/registries"
+)
+
+// serviceInfo is a service's instance list as Nacos answers a subscription,
+// pushes a change, or lists instances over HTTP.
+type serviceInfo struct {
+	Name        string     `json:"name"`
+	GroupName   string     `json:"groupName"`
+	Hosts       []instance `json:"hosts"`
+	LastRefTime int64      `json:"lastRefTime"`
+}
+
+// pollHTTP runs the http transport: every pollInterval it lists the
+// services of every group and fetches each one's instances, then applies
+// and publishes the whole state at once. It returns on the first error.
+func (r *Registry) pollHTTP(ctx context.Context, cl *client, st *state) error {
+	for {
+		if err := r.syncHTTP(ctx, cl, st); err != nil {
+			return st.permanentIfAuth(err)
+		}
+		if err := registries.Sleep(ctx, r.cfg.PollInterval.Std()); err != nil {
+			return err
+		}
+	}
+}
+
+// syncHTTP reads the whole state once, trying the servers in order.
+func (r *Registry) syncHTTP(ctx context.Context, cl *client, st *state) error {
+	n := len(r.cfg.Servers)
+	var errs []error
+	for attempt := range n {
+		i := (cl.current + attempt) % n
+		lists, at, err := r.readAllHTTP(ctx, cl, i)
+		if err == nil {
+			cl.current = i
+			changed := false
+			keep := map[serviceKey]bool{}
+			for key, info := range lists {
+				keep[key] = true
+				if st.set(key, info.Hosts, 0) {
+					changed = true
+				}
+			}
+			if st.retain(keep) {
+				changed = true
+			}
+			st.publish(changed, at)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ae *authError
+		if errors.As(err, &ae) {
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// readAllHTTP lists every wanted service of every group on server i and
+// fetches its instances.
+func (r *Registry) readAllHTTP(ctx context.Context, cl *client, i int) (map[serviceKey]*serviceInfo, time.Time, error) {
+	if err := cl.login(ctx, i); err != nil {
+		r.m.connErr.Inc()
+		return nil, time.Time{}, err
+	}
+	out := map[serviceKey]*serviceInfo{}
+	for _, group := range r.cfg.Groups {
+		names, err := r.listHTTP(ctx, cl, i, group)
+		if err != nil {
+			r.m.listErr.Inc()
+			return nil, time.Time{}, err
+		}
+		r.m.listOK.Inc()
+		for _, name := range names {
+			key := serviceKey{group: group, name: name}
+			q := url.Values{
+				"serviceName": {key.String()}, "groupName": {group}, "namespaceId": {r.cfg.Namespace},
+				"healthyOnly": {"false"},
+			}
+			var info serviceInfo
+			if err := cl.getJSON(ctx, i, "/v1/ns/instance/list", q, key.String(), &info); err != nil {
+				r.m.instErr.Inc()
+				return nil, time.Time{}, err
+			}
+			r.m.instOK.Inc()
+			out[key] = &info
+		}
+	}
+	return out, time.Now(), nil
+}
+
+// listHTTP returns the wanted service names of a group, all pages.
+func (r *Registry) listHTTP(ctx context.Context, cl *client, i int, group string) ([]string, error) {
+	var names []string
+	seen := map[string]bool{}
+	for page := 1; ; page++ {
+		q := url.Values{
+			"pageNo": {strconv.Itoa(page)}, "pageSize": {strconv.Itoa(defaultPageSize)},
+			"namespaceId": {r.cfg.Namespace}, "groupName": {group},
+		}
+		var ans struct {
+			Count int      `json:"count"`
+			Doms  []string `json:"doms"`
+		}
+		if err := cl.getJSON(ctx, i, "/v1/ns/service/list", q, "", &ans); err != nil {
+			return nil, err
+		}
+		for _, d := range ans.Doms {
+			if !seen[d] && r.cfg.wanted(d) {
+				names = append(names, d)
+			}
+			seen[d] = true
+		}
+		if len(ans.Doms) < defaultPageSize || len(seen) >= ans.Count || page > 10000 {
+			return names, nil
+		}
+	}
+}
+
+// getJSON GETs path on server i with the credentials and decodes the JSON
+// answer into v.
+func (c *client) getJSON(ctx context.Context, i int, path string, q url.Values, resource string, v any) error {
+	for k, val := range c.authHeaders(resource) {
+		q.Set(k, val)
+	}
+	u := c.baseURL(i) + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?"+q.Encode(), nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", u, err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %s", u, netReason(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return fmt.Errorf("%s: reading the answer: %s", u, netReason(err))
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return &authError{msg: fmt.Sprintf("%s: HTTP %d", u, resp.StatusCode)}
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("%s: HTTP %d %s", u, resp.StatusCode, http.StatusText(resp.StatusCode))
+	case len(body) > maxAnswer:
+		return fmt.Errorf("%s: answer larger than %d MiB", u, maxAnswer>>20)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s: answer is not the expected JSON: %v", u, err)
+	}
+	return nil
+}

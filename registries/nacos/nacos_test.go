@@ -1,0 +1,317 @@
+package nacos
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/registrytest"
+	"github.com/meshfed/meshfed/test/servers"
+)
+
+// visible bounds how long a change takes to reach the sink: Polaris turns
+// its store into Nacos data once a second, the http transport polls every
+// second.
+const visible = 30 * time.Second
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// newRegistry builds a registry with 1s intervals, named after the test so
+// that its metrics are its own.
+func newRegistry(t *testing.T, name string, cfg Config) *Registry {
+	t.Helper()
+	cfg.ListInterval = registries.Duration(time.Second)
+	cfg.PollInterval = registries.Duration(time.Second)
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := cfg.New(registries.Common{Name: name, Kind: "nacos", Domain: "nacos"}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg.(*Registry)
+}
+
+// endpointsOf returns "address:port/health/weight" of every endpoint of
+// host on its port named port, in the registry's order.
+func endpointsOf(services []model.Service, host, port string) []string {
+	s, ok := registrytest.Find(services, host)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, p := range s.Ports {
+		if p.Name != port {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if n, ok := e.PortFor(p); ok {
+				out = append(out, fmt.Sprintf("%s:%d/%s/%d", e.Address, n, e.Health, e.Weight))
+			}
+		}
+	}
+	return out
+}
+
+func hasEndpoints(host, port string, want ...string) func(registrytest.State) bool {
+	return func(st registrytest.State) bool {
+		return st.Synced() && strings.Join(endpointsOf(st.Services, host, port), " ") == strings.Join(want, " ")
+	}
+}
+
+// TestPolarisRegisterUpdateDeregister registers instances through the Nacos
+// SDK (gRPC, ephemeral, as applications do), changes their weight, health
+// and enabled flag, and deregisters them, over both transports.
+func TestPolarisRegisterUpdateDeregister(t *testing.T) {
+	t.Parallel()
+	for _, transport := range []string{TransportGRPC, TransportHTTP} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			p := servers.StartPolaris(t, servers.WithNacos())
+			c := p.NacosClient(t, "")
+			o1 := servers.NacosInstance{Service: "orders", IP: "10.0.0.1", Port: 8080, Cluster: "SH",
+				Metadata: map[string]string{"version": "v1", "zone": "zone-a", "gRPC_port": "9090"}}
+			c.Register(t, o1)
+			name := "polaris-" + transport
+			reg := newRegistry(t, name, Config{Servers: []string{p.NacosAddr}, Transport: transport})
+			sink := registrytest.NewSink()
+			registrytest.Start(t, reg, sink)
+			st := sink.WaitFor(t, visible, hasEndpoints("orders.nacos", "http", "10.0.0.1:8080/HEALTHY/100"))
+			svc, _ := registrytest.Find(st.Services, "orders.nacos")
+			if want := []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}, {Name: "grpc", Number: 9090, Protocol: model.ProtocolGRPC}}; fmt.Sprint(svc.Ports) != fmt.Sprint(want) {
+				t.Errorf("ports = %v, want %v", svc.Ports, want)
+			}
+			if e := svc.Endpoints[0]; e.Labels["version"] != "v1" || e.Labels[labelCluster] != "SH" || e.Locality.Zone != "zone-a" || e.Labels["gRPC_port"] != "" {
+				t.Errorf("endpoint labels %v locality %v, want version=v1 nacos.cluster=SH (no gRPC_port), zone zone-a", e.Labels, e.Locality)
+			}
+			for k := range svc.Endpoints[0].Labels {
+				if strings.HasPrefix(k, polarisInternal) {
+					t.Errorf("label %s is Polaris' own", k)
+				}
+			}
+
+			o2 := servers.NacosInstance{Service: "orders", IP: "10.0.0.2", Port: 8080}
+			c.Register(t, o2)
+			sink.WaitFor(t, visible, hasEndpoints("orders.nacos", "http", "10.0.0.1:8080/HEALTHY/100", "10.0.0.2:8080/HEALTHY/100"))
+			o1.Weight = 3
+			c.Register(t, o1)
+			sink.WaitFor(t, visible, hasEndpoints("orders.nacos", "http", "10.0.0.1:8080/HEALTHY/300", "10.0.0.2:8080/HEALTHY/100"))
+			o2.Unhealthy = true
+			c.Register(t, o2)
+			sink.WaitFor(t, visible, hasEndpoints("orders.nacos", "http", "10.0.0.1:8080/HEALTHY/300", "10.0.0.2:8080/UNHEALTHY/100"))
+			// A disabled instance is not served by Nacos (subscriptions and
+			// lists carry enabled instances only).
+			o2.Unhealthy, o2.Disabled = false, true
+			c.Register(t, o2)
+			sink.WaitFor(t, visible, hasEndpoints("orders.nacos", "http", "10.0.0.1:8080/HEALTHY/300"))
+			o2.Disabled = false
+			c.Register(t, o2)
+			sink.WaitFor(t, visible, hasEndpoints("orders.nacos", "http", "10.0.0.1:8080/HEALTHY/300", "10.0.0.2:8080/HEALTHY/100"))
+			c.Deregister(t, o2)
+			sink.WaitFor(t, visible, hasEndpoints("orders.nacos", "http", "10.0.0.1:8080/HEALTHY/300"))
+			c.Deregister(t, o1)
+			sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Synced() && len(st.Services) == 0 })
+
+			if transport == TransportGRPC {
+				if got := testutil.ToFloat64(pushes.WithLabelValues(name)); got == 0 {
+					t.Errorf("no push counted: the changes should have been pushed")
+				}
+				if got := testutil.ToFloat64(requests.WithLabelValues(name, reqSubscribe, "ok")); got != 1 {
+					t.Errorf("%v subscriptions, want 1 (one service, one connection)", got)
+				}
+			}
+			for _, pr := range sink.Problems() {
+				t.Error(pr)
+			}
+		})
+	}
+}
+
+// TestPolarisNamespacesGroupsAndDiscovery: the registry watches one
+// namespace and the groups it is given, finds services registered after
+// it started, and drops services whose instances are all gone.
+func TestPolarisNamespacesGroupsAndDiscovery(t *testing.T) {
+	t.Parallel()
+	p := servers.StartPolaris(t, servers.WithNacos())
+	pub := p.NacosClient(t, "")
+	dev := p.NacosClient(t, "dev")
+	dev.Register(t, servers.NacosInstance{Service: "cart", IP: "10.0.1.1", Port: 8080})
+	pub.Register(t, servers.NacosInstance{Service: "cart", IP: "10.0.9.9", Port: 8080})
+	// Polaris 1.18 pushes changes of services outside DEFAULT_GROUP under
+	// DEFAULT_GROUP's name (its push center takes the group from the bare
+	// service name): only the resync sees them.
+	reg := newRegistry(t, "groups", Config{Servers: []string{p.NacosAddr}, Namespace: "dev", Groups: []string{"DEFAULT_GROUP", "blue"},
+		ResyncInterval: registries.Duration(time.Second)})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	sink.WaitFor(t, visible, hasEndpoints("cart.nacos", "http", "10.0.1.1:8080/HEALTHY/100"))
+
+	// Registered after the start, in another group: found by the next
+	// list.
+	dev.Register(t, servers.NacosInstance{Service: "cart", Group: "blue", IP: "10.0.1.2", Port: 8080})
+	dev.Register(t, servers.NacosInstance{Service: "search", IP: "10.0.1.3", Port: 8080})
+	st := sink.WaitFor(t, visible, func(st registrytest.State) bool {
+		return hasEndpoints("cart.nacos", "http", "10.0.1.1:8080/HEALTHY/100")(st) &&
+			hasEndpoints("cart.blue.nacos", "http", "10.0.1.2:8080/HEALTHY/100")(st) &&
+			hasEndpoints("search.nacos", "http", "10.0.1.3:8080/HEALTHY/100")(st)
+	})
+	if len(st.Services) != 3 {
+		t.Errorf("services %v, want cart, cart.blue and search of namespace dev only", hosts(st.Services))
+	}
+	// Polaris lists a group's services in DEFAULT_GROUP too, as
+	// "<group>__<service>"; such a name is no hostname and is quarantined,
+	// not mangled.
+	for _, r := range st.Rejected {
+		if !strings.Contains(r.Subject, "blue__cart") || !strings.Contains(r.Reason, "not a DNS label") {
+			t.Errorf("unexpected rejection %v", r)
+		}
+	}
+	// A change in group blue arrives too.
+	dev.Register(t, servers.NacosInstance{Service: "cart", Group: "blue", IP: "10.0.1.4", Port: 8080})
+	sink.WaitFor(t, visible, hasEndpoints("cart.blue.nacos", "http", "10.0.1.2:8080/HEALTHY/100", "10.0.1.4:8080/HEALTHY/100"))
+	dev.Deregister(t, servers.NacosInstance{Service: "search", IP: "10.0.1.3", Port: 8080})
+	sink.WaitFor(t, visible, func(st registrytest.State) bool {
+		_, ok := registrytest.Find(st.Services, "search.nacos")
+		return !ok && len(st.Services) == 2
+	})
+}
+
+func hosts(services []model.Service) []string {
+	var out []string
+	for _, s := range services {
+		out = append(out, s.Hostname)
+	}
+	return out
+}
+
+// TestPolarisOutageKeepsStateAndResyncs: a stopped server makes the
+// registry Degraded without dropping anything; restarted, the SDK
+// re-registers its instances and the registry is Synced with the changes
+// made meanwhile.
+func TestPolarisOutageKeepsStateAndResyncs(t *testing.T) {
+	t.Parallel()
+	p := servers.StartPolaris(t, servers.WithNacos())
+	c := p.NacosClient(t, "")
+	c.Register(t, servers.NacosInstance{Service: "billing", IP: "10.0.2.1", Port: 9090})
+	reg := newRegistry(t, "outage", Config{Servers: []string{p.NacosAddr}})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, visible, hasEndpoints("billing.nacos", "http", "10.0.2.1:9090/HEALTHY/100"))
+	replaces := st.Replaces
+
+	p.Stop(t)
+	st = sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Status.State == registries.Degraded })
+	if st.Replaces != replaces {
+		t.Errorf("Replace called during the outage: %d → %d", replaces, st.Replaces)
+	}
+	if !strings.Contains(st.Status.Err, "127.0.0.1") {
+		t.Errorf("Degraded error %q does not name the server", st.Status.Err)
+	}
+
+	p.Start(t)
+	c2 := p.NacosClient(t, "")
+	c2.Register(t, servers.NacosInstance{Service: "billing", IP: "10.0.2.2", Port: 9090})
+	sink.WaitFor(t, visible, hasEndpoints("billing.nacos", "http", "10.0.2.1:9090/HEALTHY/100", "10.0.2.2:9090/HEALTHY/100"))
+	if got := sink.State(reg.common.Shard()).Status.State; got != registries.Synced {
+		t.Errorf("after restart: %v, want Synced", got)
+	}
+	if got := testutil.ToFloat64(reconnects.WithLabelValues("outage")); got < 1 {
+		t.Errorf("reconnects = %v, want ≥ 1", got)
+	}
+}
+
+// TestPolarisEphemeralGoneWithClient: a client's ephemeral instances leave
+// with its connection, as in Nacos 2.x.
+func TestPolarisEphemeralGoneWithClient(t *testing.T) {
+	t.Parallel()
+	p := servers.StartPolaris(t, servers.WithNacos())
+	keep := p.NacosClient(t, "")
+	keep.Register(t, servers.NacosInstance{Service: "pay", IP: "10.0.3.1", Port: 8080})
+	gone := p.NacosClient(t, "")
+	gone.Register(t, servers.NacosInstance{Service: "pay", IP: "10.0.3.2", Port: 8080})
+	reg := newRegistry(t, "ephemeral", Config{Servers: []string{p.NacosAddr}})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	sink.WaitFor(t, visible, hasEndpoints("pay.nacos", "http", "10.0.3.1:8080/HEALTHY/100", "10.0.3.2:8080/HEALTHY/100"))
+	gone.Close()
+	sink.WaitFor(t, visible, hasEndpoints("pay.nacos", "http", "10.0.3.1:8080/HEALTHY/100"))
+}
+
+// TestPolarisQuarantine: an instance with a malformed gRPC port is
+// rejected alone; its service's other instances and other services are
+// served.
+func TestPolarisQuarantine(t *testing.T) {
+	t.Parallel()
+	p := servers.StartPolaris(t, servers.WithNacos())
+	c := p.NacosClient(t, "")
+	c.Register(t, servers.NacosInstance{Service: "shop", IP: "10.0.4.1", Port: 8080})
+	c.Register(t, servers.NacosInstance{Service: "shop", IP: "10.0.4.2", Port: 8080, Metadata: map[string]string{"gRPC_port": "grpc"}})
+	c.Register(t, servers.NacosInstance{Service: "other", IP: "10.0.4.3", Port: 8081})
+	reg := newRegistry(t, "quarantine", Config{Servers: []string{p.NacosAddr}})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, visible, func(st registrytest.State) bool {
+		return hasEndpoints("shop.nacos", "http", "10.0.4.1:8080/HEALTHY/100")(st) &&
+			hasEndpoints("other.nacos", "http", "10.0.4.3:8081/HEALTHY/100")(st) && len(st.Rejected) == 1
+	})
+	if r := st.Rejected[0]; !strings.Contains(r.Subject, "10.0.4.2") || !strings.Contains(r.Reason, "gRPC_port") || r.Host != "shop.nacos" {
+		t.Errorf("rejection = %+v", r)
+	}
+}
+
+// TestFailoverToNextServer: a dead first server is skipped.
+func TestFailoverToNextServer(t *testing.T) {
+	t.Parallel()
+	p := servers.StartPolaris(t, servers.WithNacos())
+	c := p.NacosClient(t, "")
+	c.Register(t, servers.NacosInstance{Service: "edge", IP: "10.0.5.1", Port: 8080})
+	dead := fmt.Sprintf("127.0.0.1:%d", servers.FreePortPair(t, DefaultGRPCPortOffset))
+	reg := newRegistry(t, "failover", Config{Servers: []string{dead, p.NacosAddr}})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	sink.WaitFor(t, visible, hasEndpoints("edge.nacos", "http", "10.0.5.1:8080/HEALTHY/100"))
+	for _, s := range sink.Statuses(reg.common.Shard()) {
+		if s.State == registries.Degraded {
+			t.Errorf("reported %v although the second server answered", s)
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	p := servers.StartPolaris(t, servers.WithNacos())
+	c := p.NacosClient(t, "")
+	c.Register(t, servers.NacosInstance{Service: "conf", IP: "10.0.6.1", Port: 8080})
+	probe := registrytest.NewSink()
+	stop := registrytest.Start(t, newRegistry(t, "conformance-probe", Config{Servers: []string{p.NacosAddr}}), probe)
+	probe.WaitFor(t, visible, hasEndpoints("conf.nacos", "http", "10.0.6.1:8080/HEALTHY/100"))
+	stop()
+
+	registrytest.SyncTimeout = visible
+	var once sync.Once
+	var reg *Registry
+	registrytest.Conformance(t, func(t *testing.T) registries.Registry {
+		once.Do(func() { reg = newRegistry(t, "conformance", Config{Servers: []string{p.NacosAddr}}) })
+		return reg
+	}, registrytest.Mutation{
+		Name:  "register a second service",
+		Apply: func(t *testing.T) { c.Register(t, servers.NacosInstance{Service: "conf2", IP: "10.0.6.2", Port: 8080}) },
+		Want: func(s []model.Service) bool {
+			_, ok := registrytest.Find(s, "conf2.nacos")
+			return ok
+		},
+	})
+}

@@ -1,0 +1,157 @@
+package servers
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nacos-group/nacos-sdk-go/v2/clients"
+	"github.com/nacos-group/nacos-sdk-go/v2/clients/naming_client"
+	"github.com/nacos-group/nacos-sdk-go/v2/common/constant"
+	"github.com/nacos-group/nacos-sdk-go/v2/common/logger"
+	"github.com/nacos-group/nacos-sdk-go/v2/vo"
+	"go.uber.org/goleak"
+)
+
+// NacosGRPCOffset is the distance of a Nacos server's gRPC port from its
+// HTTP port.
+const NacosGRPCOffset = 1000
+
+// NacosClient is a Nacos 2.x SDK naming client (nacos-sdk-go, gRPC) as
+// applications use it to register themselves.
+type NacosClient struct {
+	c naming_client.INamingClient
+}
+
+func init() {
+	// The SDK's logger is process-wide and, unless set, writes files to
+	// the first client's LogDir for every later client: discard instead.
+	logger.SetLogger(discardLogger{})
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Info(...any)           {}
+func (discardLogger) Warn(...any)           {}
+func (discardLogger) Error(...any)          {}
+func (discardLogger) Debug(...any)          {}
+func (discardLogger) Infof(string, ...any)  {}
+func (discardLogger) Warnf(string, ...any)  {}
+func (discardLogger) Errorf(string, ...any) {}
+func (discardLogger) Debugf(string, ...any) {}
+func (discardLogger) Close() error          { return nil }
+
+// NacosClient connects the Nacos SDK to the server's Nacos API in
+// namespace ("" is public) and closes it in t.Cleanup. Its ephemeral
+// instances live as long as the client's connection, as in Nacos. The SDK
+// caches under t's temp dir; its log is discarded.
+func (p *Polaris) NacosClient(t testing.TB, namespace string) *NacosClient {
+	t.Helper()
+	if p.NacosAddr == "" {
+		t.Fatal("polaris started without WithNacos")
+	}
+	host, port, _ := net.SplitHostPort(p.NacosAddr)
+	n, _ := strconv.Atoi(port)
+	dir := t.TempDir()
+	// The SDK keeps its connections in a process-wide map without a lock:
+	// creating and closing clients from parallel tests races.
+	sdkMu.Lock()
+	defer sdkMu.Unlock()
+	c, err := clients.NewNamingClient(vo.NacosClientParam{
+		ClientConfig: &constant.ClientConfig{
+			NamespaceId:          namespace,
+			TimeoutMs:            5000,
+			NotLoadCacheAtStart:  true,
+			UpdateCacheWhenEmpty: true,
+			CacheDir:             dir + "/cache",
+		},
+		ServerConfigs: []constant.ServerConfig{{IpAddr: host, Port: uint64(n), ContextPath: "/nacos", Scheme: "http"}},
+	})
+	if err != nil {
+		t.Fatalf("nacos client: %v", err)
+	}
+	nc := &NacosClient{c: c}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// IgnoreNacosSDK is the goleak option for what the Nacos SDK leaves behind
+// after CloseClient (its UDP push receiver), for the TestMain of packages
+// that use NacosClient.
+func IgnoreNacosSDK() goleak.Option {
+	return goleak.IgnoreAnyFunction("github.com/nacos-group/nacos-sdk-go/v2/clients/naming_client/naming_http.(*PushReceiver).handleClient")
+}
+
+// NacosInstance describes an instance to register.
+type NacosInstance struct {
+	Service, Group string // Group "" is DEFAULT_GROUP
+	IP             string
+	Port           int
+	Weight         float64 // 0 is 1
+	Unhealthy      bool
+	Disabled       bool
+	Cluster        string
+	Metadata       map[string]string
+	Persistent     bool // registered as a persistent (not ephemeral) instance
+}
+
+// Register registers the instance, or updates it when it is registered
+// already (new weight, health, metadata), as the SDK's UpdateInstance does.
+func (c *NacosClient) Register(t testing.TB, in NacosInstance) {
+	t.Helper()
+	if err := c.Put(in); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Put is Register for callers without a testing.TB (benchmarks' writers).
+func (c *NacosClient) Put(in NacosInstance) error {
+	w := in.Weight
+	if w == 0 {
+		w = 1
+	}
+	param := vo.RegisterInstanceParam{
+		Ip: in.IP, Port: uint64(in.Port), Weight: w, Enable: !in.Disabled, Healthy: !in.Unhealthy,
+		Metadata: in.Metadata, ClusterName: in.Cluster, ServiceName: in.Service, GroupName: in.Group,
+		Ephemeral: !in.Persistent,
+	}
+	// A just-started server may refuse the first registrations (Polaris
+	// answers "not ok" until its caches are loaded); clients retry.
+	var err error
+	for attempt := range 50 {
+		var ok bool
+		ok, err = c.c.RegisterInstance(param)
+		if err == nil && ok {
+			return nil
+		}
+		if attempt < 49 {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return fmt.Errorf("nacos register %s %s:%d: refused for 10s: %v", in.Service, in.IP, in.Port, err)
+}
+
+// Deregister removes the instance.
+func (c *NacosClient) Deregister(t testing.TB, in NacosInstance) {
+	t.Helper()
+	ok, err := c.c.DeregisterInstance(vo.DeregisterInstanceParam{
+		Ip: in.IP, Port: uint64(in.Port), Cluster: in.Cluster, ServiceName: in.Service, GroupName: in.Group,
+		Ephemeral: !in.Persistent,
+	})
+	if err != nil || !ok {
+		t.Fatalf("nacos deregister %s %s:%d: %v", in.Service, in.IP, in.Port, err)
+	}
+}
+
+// Close closes the client's connection: the server drops its ephemeral
+// instances.
+func (c *NacosClient) Close() {
+	sdkMu.Lock()
+	defer sdkMu.Unlock()
+	c.c.CloseClient()
+}
+
+var sdkMu sync.Mutex
