@@ -81,6 +81,16 @@ func (es Errors) Error() string {
 // 20) when any part of the file is invalid. Endpoint addresses are not
 // checked: the aggregator quarantines bad ones individually.
 func Parse(name string, data []byte, c registries.Common) ([]model.Service, error) {
+	// The fast path (see fast.go); any doubt or problem takes the node path.
+	if services, ok := fastParse(name, data, c); ok {
+		return services, nil
+	}
+	return parseNodes(name, data, c)
+}
+
+// parseNodes is Parse through the YAML node tree, every problem at its
+// position.
+func parseNodes(name string, data []byte, c registries.Common) ([]model.Service, error) {
 	root, probs := yamlconf.Parse(name, data)
 	if len(probs) > 0 {
 		return nil, toErrors(probs)
@@ -117,11 +127,21 @@ type parse struct {
 	file string
 	root *yaml.Node
 	d    *yamlconf.Decoder
+	// fast: the entries came from the fast path, which has no nodes: any
+	// problem sets failed (Parse then takes the node path to report it
+	// with its position).
+	fast   bool
+	failed bool
+	names  map[string]string // service name → key of its first declaration
 }
 
 // errorf records a problem at key (a path built with at/child), unless
 // decoding already found one there.
 func (p *parse) errorf(key, format string, args ...any) {
+	if p.fast {
+		p.failed = true
+		return
+	}
 	if p.d.HasProblem(key) {
 		return
 	}
@@ -131,6 +151,9 @@ func (p *parse) errorf(key, format string, args ...any) {
 
 // line returns the line of key, or of its closest ancestor present.
 func (p *parse) line(key string) int {
+	if p.fast {
+		return 0
+	}
 	if n, _ := yamlconf.Lookup(p.root, key); n != nil {
 		return n.Line
 	}
@@ -142,8 +165,20 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 func (p *parse) convert(entries []serviceEntry, c registries.Common) []model.Service {
 	out := make([]model.Service, 0, len(entries))
-	names := map[string]string{} // service name → key of first declaration
 	for i, se := range entries {
+		out = append(out, p.service(i, se, nil, c))
+	}
+	return out
+}
+
+// service converts services[i]; epLines, on the fast path, are the lines
+// of its endpoints.
+func (p *parse) service(i int, se serviceEntry, epLines []int, c registries.Common) model.Service {
+	if p.names == nil {
+		p.names = map[string]string{}
+	}
+	names := p.names
+	{
 		key := at("services", i)
 		switch {
 		case se.Name == "":
@@ -172,11 +207,18 @@ func (p *parse) convert(entries []serviceEntry, c registries.Common) []model.Ser
 			declared[port.Name] = true
 		}
 		for j, ee := range se.Endpoints {
-			svc.Endpoints = append(svc.Endpoints, p.endpoint(at(child(key, "endpoints"), j), ee, declared, c))
+			var line int
+			var epKey string
+			if p.fast {
+				line = epLines[j]
+			} else {
+				epKey = at(child(key, "endpoints"), j)
+				line = p.line(epKey)
+			}
+			svc.Endpoints = append(svc.Endpoints, p.endpoint(epKey, line, ee, declared, c))
 		}
-		out = append(out, svc)
+		return svc
 	}
-	return out
 }
 
 func (p *parse) ports(svcKey string, entries []portEntry) []model.Port {
@@ -222,12 +264,14 @@ func (p *parse) ports(svcKey string, entries []portEntry) []model.Port {
 	return out
 }
 
-func (p *parse) endpoint(key string, ee endpointEntry, declared map[string]bool, c registries.Common) model.Endpoint {
+// endpoint converts the endpoint at key ("" on the fast path, which
+// reports no problem itself), declared at line.
+func (p *parse) endpoint(key string, line int, ee endpointEntry, declared map[string]bool, c registries.Common) model.Endpoint {
 	ep := model.Endpoint{
 		Address: ee.Address,
 		Weight:  1,
 		Source:  model.Source{Registry: c.Name, Cluster: c.Name},
-		Origin:  p.file + ":" + strconv.Itoa(p.line(key)),
+		Origin:  p.file + ":" + strconv.Itoa(line),
 	}
 	if ee.Address == "" {
 		p.errorf(child(key, "address"), "is required")

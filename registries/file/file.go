@@ -1,18 +1,23 @@
-// Package file is the `file` registry: services declared in a YAML file
+// Package file is the `file` registry: services declared in YAML files
 // (VM workloads, brownfield hosts), served as <name>.<domain>. It watches
-// the file and republishes when its content changes; when the file is
-// missing or invalid it keeps the last good state and reports Degraded.
+// one file, or a directory or glob of files (one team, one file), re-reads
+// only the files that changed and republishes the merge of all of them;
+// a file that is missing or invalid keeps its last good services and is
+// reported as Degraded.
 package file
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -47,8 +52,8 @@ const (
 // New implements registries.Config. It does no I/O: a missing file is not
 // an error at start (see Registry).
 func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
-	if c.Path == "" {
-		return nil, registries.FieldErr("path", "is required")
+	if err := c.Validate(); err != nil {
+		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -57,10 +62,14 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 	if settle <= 0 {
 		settle = DefaultSettle
 	}
+	var patterns []string
+	for _, p := range c.patterns() {
+		patterns = append(patterns, filepath.Clean(p))
+	}
 	return &Registry{
 		common:   common,
-		path:     filepath.Clean(c.Path),
-		log:      log.With("path", c.Path),
+		patterns: patterns,
+		log:      log.With("path", strings.Join(c.patterns(), ",")),
 		quiet:    debounceQuiet,
 		maxWait:  debounceMax,
 		settle:   settle,
@@ -68,30 +77,45 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 	}, nil
 }
 
-// Registry publishes the services of one file.
+// Registry publishes the services of one file, or of every file a
+// directory or glob matches.
 //
-// Run reads the file at start, then again after changes (it watches the
-// file's directory, so editors that replace the file, `mv` and Kubernetes
+// Run reads the files at start, then again after changes (it watches their
+// directories, so editors that replace a file, `mv` and Kubernetes
 // ConfigMap symlink swaps are seen) and every 30s. A file replaced by a
 // rename is read 50 ms after the last event; a file written in place is
 // read only once it stopped changing for the settle time (file.settle,
-// default 1s), and a read during which its size or modification time
-// changed is retried after another settle period: a half-written file is
-// never published. Each successful read whose services differ from the
-// last published ones is published with Replace. A file that is missing or
-// unreadable is reported as Degraded (an outage); one that does not parse
-// as Degraded with Status.Invalid (not an outage: outage.policy expire
-// never withdraws it), with the error (file, line, key); either way the
-// last good state stays published, Run keeps watching and recovers when
-// the file is fixed. A Registry holds no state between Run calls.
+// default 1s), and a file whose size or modification time changed while
+// it was read keeps its previous state and is retried after another
+// settle period: a half-written file is never published.
+//
+// Only files whose identity, size or modification time changed since
+// their last read are read again (the 30s re-read reads every file but
+// parses only those whose bytes changed); every other file keeps its
+// converted services as they are, so an edit costs the parse of the file
+// that changed. The shard's state is the merge of every file's services
+// in path order, published with Replace when it changed. A service
+// declared in two files is served from the first file in path order; the
+// later declaration is a Rejection naming both files. A file matched by a
+// directory or glob that disappears takes its services with it.
+//
+// A file (or plain path) that is missing or unreadable is reported as
+// Degraded (an outage); one that does not parse as Degraded with
+// Status.Invalid (not an outage: outage.policy expire never withdraws it),
+// with the error (file:line:col, key); either way that file's last good
+// services stay published while the other files update, Run keeps
+// watching and recovers when the file is fixed. A Registry holds no state
+// between Run calls.
 type Registry struct {
 	common   registries.Common
-	path     string
+	patterns []string // files, directories or globs; cleaned
 	log      *slog.Logger
 	quiet    time.Duration
 	maxWait  time.Duration
 	settle   time.Duration
 	interval time.Duration
+	// parsed, when set (tests), is called after each parse of a file.
+	parsed func(path string)
 }
 
 // Run implements registries.Registry. It fails only when the file watcher
@@ -99,12 +123,12 @@ type Registry struct {
 func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", r.path, err)
+		return fmt.Errorf("watch %s: %w", strings.Join(r.patterns, ","), err)
 	}
 	defer w.Close()
 
-	s := &runState{Registry: r, sink: sink, watch: newWatchSet(w, r.path, r.log)}
-	s.reload()
+	s := &runState{Registry: r, sink: sink, files: map[string]*fileState{}, watch: newWatchSet(w, r.patterns, r.log)}
+	s.reload(true)
 
 	resync := time.NewTicker(r.interval)
 	defer resync.Stop()
@@ -112,7 +136,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	timer.Stop() // armed while events wait for a read
 	defer timer.Stop()
 	// deb is the shared debounce helper: quiet/maxWait for a burst of
-	// replacements, settle/settleMax once the file was written in place.
+	// replacements, settle/settleMax once a file was written in place.
 	deb := registries.Debouncer{Quiet: r.quiet, MaxWait: r.maxWait}
 	arm := func(inPlace bool) {
 		if inPlace && deb.Quiet < r.settle {
@@ -122,12 +146,12 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		_, d := deb.Next(time.Now())
 		timer.Reset(d)
 	}
-	read := func() {
+	read := func(full bool) {
 		deb.Done()
 		deb.Quiet, deb.MaxWait = r.quiet, r.maxWait
 		timer.Stop()
-		if !s.reload() {
-			arm(true) // changed while being read: wait for it to settle
+		if !s.reload(full) {
+			arm(true) // a file changed while being read: wait for it to settle
 		}
 	}
 
@@ -148,21 +172,32 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 				return errors.New("file watcher closed")
 			}
 			// Typically an event queue overflow: events were lost, so read
-			// once the file settled.
-			r.log.Warn("file watcher error; re-reading the file", "error", err)
+			// once the files settled.
+			r.log.Warn("file watcher error; re-reading the files", "error", err)
 			arm(true)
 		case <-timer.C:
 			if due, d := deb.Next(time.Now()); !due {
 				timer.Reset(d)
 				continue
 			}
-			read()
+			read(false)
 		case <-resync.C:
 			if !deb.Pending() {
-				read()
+				read(true)
 			}
 		}
 	}
+}
+
+// fileState is what a Run remembers of one services file.
+type fileState struct {
+	info     os.FileInfo     // at the last read; nil if never read or gone
+	sum      uint64          // hash of the bytes last parsed
+	parsed   bool            // sum, parseErr are set
+	parseErr error           // of the bytes last parsed
+	services []model.Service // last good; nil if never good
+	good     bool            // services is set
+	err      error           // of the last attempt (stat, read or parse); nil if good
 }
 
 // runState is what one Run remembers between reads.
@@ -170,102 +205,294 @@ type runState struct {
 	*Registry
 	sink      registries.Sink
 	watch     *watchSet
-	last      []model.Service
-	published bool   // Replace was called in this Run
-	lastErr   string // error of the last read; "" after a good read
+	files     map[string]*fileState
+	paths     []string // matched at the last read, sorted
+	published bool     // Replace was called in this Run
+	lastErr   string   // errors of the last read; "" after a good read
 }
 
-// reload reads the file and publishes it if it changed. It reports false
-// when the file changed while it was read (nothing is published or
-// reported: read it again once it settled).
-func (s *runState) reload() bool {
-	defer s.watch.refresh()
-	services, err := s.load()
-	shard := s.common.Shard()
-	if errors.Is(err, errChanging) {
-		s.log.Debug("services file changed while being read; waiting for it to settle")
-		return false
-	}
-	if err != nil {
-		reloads.WithLabelValues(s.common.Name, "error").Inc()
-		if msg := err.Error(); msg != s.lastErr {
-			s.lastErr = msg
-			// A file that exists but does not parse is invalid data, not an
-			// outage; a missing or unreadable one is an outage.
-			var pathErr *fs.PathError
-			invalid := !errors.As(err, &pathErr)
-			s.log.Warn("services file rejected; keeping the last good state", "error", msg, "invalid", invalid)
-			s.sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg, Invalid: invalid})
+var hashSeed = maphash.MakeSeed()
+
+// reload reads the files that changed (every file's bytes when full) and
+// publishes the merge if any file's services changed. It reports false
+// when a file changed while it was read (that file keeps its previous
+// state: read it again once it settled).
+func (s *runState) reload(full bool) bool {
+	paths, keep, patErrs := s.match()
+	// Watch before reading, so that a change made after a read is seen.
+	s.watch.refresh(paths)
+	settled, changed := true, !slices.Equal(paths, s.paths)
+	s.paths = paths
+	for _, p := range paths {
+		st := s.files[p]
+		if st == nil {
+			st = &fileState{}
+			s.files[p] = st
 		}
-		return true
+		c, ok := s.readOne(p, st, full)
+		settled = settled && ok
+		changed = changed || c
 	}
-	reloads.WithLabelValues(s.common.Name, "ok").Inc()
-	if s.published && s.lastErr == "" && reflect.DeepEqual(services, s.last) {
-		return true
+	for p, st := range s.files {
+		if !slices.Contains(paths, p) && !keep(p) {
+			delete(s.files, p)
+			changed = changed || st.good
+		}
 	}
-	s.log.Info("services file loaded", "services", len(services))
-	s.last, s.published, s.lastErr = services, true, ""
-	s.sink.Replace(shard, services, nil)
-	return true
+
+	var errs []error
+	anyGood := false
+	for _, p := range s.merged() {
+		st := s.files[p]
+		anyGood = anyGood || st.good
+		if st.err != nil {
+			errs = append(errs, st.err)
+		}
+	}
+	errs = append(patErrs, errs...)
+	msg := errors.Join(errs...)
+	shard := s.common.Shard()
+	replaced := false
+	if (changed || !s.published || msg == nil && s.lastErr != "") && (anyGood || msg == nil) {
+		services, rejected := s.merge()
+		s.log.Info("services files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
+		s.published, replaced = true, true
+		s.sink.Replace(shard, services, rejected)
+	}
+	if msg == nil {
+		s.lastErr = ""
+		return settled
+	}
+	if text := msg.Error(); text != s.lastErr || replaced {
+		s.lastErr = text
+		// A file that exists but does not parse is invalid data, not an
+		// outage; a missing or unreadable one is an outage.
+		invalid := true
+		for _, e := range errs {
+			var pathErr *fs.PathError
+			if errors.As(e, &pathErr) {
+				invalid = false
+			}
+		}
+		s.log.Warn("services file rejected; keeping its last good state", "error", text, "invalid", invalid)
+		s.sink.Report(shard, registries.Status{State: registries.Degraded, Err: text, Invalid: invalid})
+	}
+	return settled
 }
 
-// errChanging: the file's size or modification time changed while it was
-// read.
-var errChanging = errors.New("services file changed while being read")
-
-func (r *Registry) load() ([]model.Service, error) {
-	before, err := os.Stat(r.path)
-	if err != nil {
-		return nil, err
+// merged returns the paths of every file with state, sorted: the matched
+// ones and those kept while their directory cannot be listed.
+func (s *runState) merged() []string {
+	out := make([]string, 0, len(s.files))
+	for p := range s.files {
+		out = append(out, p)
 	}
-	data, err := os.ReadFile(r.path)
-	if err != nil {
-		return nil, err
-	}
-	after, err := os.Stat(r.path)
-	if err != nil {
-		return nil, err
-	}
-	if before.Size() != after.Size() || !before.ModTime().Equal(after.ModTime()) || int64(len(data)) != after.Size() {
-		return nil, errChanging
-	}
-	return Parse(filepath.Base(r.path), data, r.common)
+	slices.Sort(out)
+	return out
 }
 
-// watchSet watches the directories of the services file and of the file a
-// symlink at its path resolves to, and tells which events are about it.
+// merge returns the services of every file in path order, a service
+// declared again in a later file rejected.
+func (s *runState) merge() ([]model.Service, []model.Rejection) {
+	services := []model.Service{}
+	var rejected []model.Rejection
+	first := map[string]string{} // hostname → file
+	for _, p := range s.merged() {
+		st := s.files[p]
+		for _, svc := range st.services {
+			if f, dup := first[svc.Hostname]; dup {
+				rejected = append(rejected, model.Rejection{
+					Registry: s.common.Name, Host: svc.Hostname, Subject: "service in " + p,
+					Reason: "also declared in " + f + ", which is served (the first file in path order wins)",
+				})
+				continue
+			}
+			first[svc.Hostname] = p
+			services = append(services, svc)
+		}
+	}
+	return services, rejected
+}
+
+// readOne brings st up to date with the file at p. It reports whether the
+// file's services changed, and false for ok when the file changed while
+// it was read (st unchanged).
+func (s *runState) readOne(p string, st *fileState, full bool) (changed, ok bool) {
+	info, err := os.Stat(p)
+	if err != nil {
+		st.info, st.err = nil, err
+		reloads.WithLabelValues(s.common.Name, "error").Inc()
+		return false, true
+	}
+	if !full && st.info != nil && os.SameFile(st.info, info) && st.info.Size() == info.Size() && st.info.ModTime().Equal(info.ModTime()) {
+		return false, true // unchanged since the last read
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		st.info, st.err = nil, err
+		reloads.WithLabelValues(s.common.Name, "error").Inc()
+		return false, true
+	}
+	after, err := os.Stat(p)
+	if err != nil {
+		st.info, st.err = nil, err
+		reloads.WithLabelValues(s.common.Name, "error").Inc()
+		return false, true
+	}
+	if info.Size() != after.Size() || !info.ModTime().Equal(after.ModTime()) || int64(len(data)) != after.Size() {
+		s.log.Debug("services file changed while being read; waiting for it to settle", "file", p)
+		return false, false
+	}
+	st.info = after
+	sum := maphash.Bytes(hashSeed, data)
+	if !st.parsed || st.sum != sum {
+		services, err := Parse(filepath.Base(p), data, s.common)
+		if s.parsed != nil {
+			s.parsed(p)
+		}
+		st.sum, st.parsed, st.parseErr = sum, true, err
+		if err == nil {
+			changed = !st.good || !reflect.DeepEqual(services, st.services)
+			st.services, st.good = services, true
+		}
+	}
+	st.err = st.parseErr
+	if st.err != nil {
+		reloads.WithLabelValues(s.common.Name, "error").Inc()
+	} else {
+		reloads.WithLabelValues(s.common.Name, "ok").Inc()
+	}
+	return changed, true
+}
+
+// services file extensions a directory is read for.
+var extensions = []string{".yaml", ".yml", ".json"}
+
+func isGlob(p string) bool { return strings.ContainsAny(p, `*?[\`) }
+
+// wanted: a services file in a directory or glob: not hidden (editors'
+// temporary files, Kubernetes' ..data), with a services file extension.
+func wanted(name string) bool {
+	return !strings.HasPrefix(name, ".") && slices.Contains(extensions, strings.ToLower(filepath.Ext(name)))
+}
+
+// dirFiles lists the services files directly in dir, sorted.
+func dirFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() || !wanted(e.Name()) {
+			continue
+		}
+		out = append(out, filepath.Join(dir, e.Name()))
+	}
+	return out, nil
+}
+
+// globFiles lists the files pattern matches that are not hidden and not
+// directories, sorted.
+func globFiles(pattern string) []string {
+	m, _ := filepath.Glob(pattern) // the pattern was validated
+	var out []string
+	for _, f := range m {
+		if strings.HasPrefix(filepath.Base(f), ".") {
+			continue
+		}
+		if fi, err := os.Stat(f); err == nil && fi.IsDir() {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// match returns the files the patterns name now, sorted and unique; keep
+// tells which files not matched keep their state because their pattern
+// could not be read (a plain path or directory that is missing); errs
+// names those patterns.
+func (s *runState) match() (files []string, keep func(string) bool, errs []error) {
+	var failed []string
+	for _, p := range s.patterns {
+		if isGlob(p) {
+			files = append(files, globFiles(p)...)
+			continue
+		}
+		fi, err := os.Stat(p)
+		switch {
+		case err == nil && fi.IsDir():
+			inDir, err := dirFiles(p)
+			if err != nil {
+				errs = append(errs, err)
+				failed = append(failed, p)
+			}
+			files = append(files, inDir...)
+		case err != nil && s.watch.wasDir[p]:
+			// A directory that went away: keep its files' last good state.
+			errs = append(errs, err)
+			failed = append(failed, p)
+		default:
+			// A file, present or not: its own state says what is wrong.
+			files = append(files, p)
+		}
+		if err == nil && fi.IsDir() {
+			s.watch.wasDir[p] = true
+		}
+	}
+	slices.Sort(files)
+	files = slices.Compact(files)
+	keep = func(f string) bool { return slices.Contains(failed, filepath.Dir(f)) }
+	return files, keep, errs
+}
+
+// watchSet watches the directories of the patterns and of the files they
+// match (and of the files symlinks resolve to), and tells which events are
+// about them.
 type watchSet struct {
-	w      *fsnotify.Watcher
-	path   string
-	log    *slog.Logger
-	dirs   map[string]bool // watched
-	failed map[string]bool // could not be watched (logged once)
-	names  map[string]bool // event names that concern the file
+	w        *fsnotify.Watcher
+	patterns []string
+	log      *slog.Logger
+	dirs     map[string]bool // watched
+	failed   map[string]bool // could not be watched (logged once)
+	names    map[string]bool // event names that concern a file
+	wasDir   map[string]bool // patterns seen as directories
 }
 
-func newWatchSet(w *fsnotify.Watcher, path string, log *slog.Logger) *watchSet {
-	ws := &watchSet{w: w, path: path, log: log, dirs: map[string]bool{}, failed: map[string]bool{}}
-	ws.refresh()
-	return ws
+func newWatchSet(w *fsnotify.Watcher, patterns []string, log *slog.Logger) *watchSet {
+	return &watchSet{w: w, patterns: patterns, log: log, dirs: map[string]bool{}, failed: map[string]bool{}, wasDir: map[string]bool{}}
 }
 
 // refresh recomputes the names of interest and watches any new directory;
-// called after every read, so a directory that appears later is picked up
+// called before every read, so a directory that appears later is picked up
 // at the next periodic read.
-func (ws *watchSet) refresh() {
-	dir := filepath.Dir(ws.path)
-	ws.names = map[string]bool{
-		ws.path: true,
-		// Kubernetes ConfigMap volumes swap this symlink on update.
-		filepath.Join(dir, "..data"): true,
+func (ws *watchSet) refresh(files []string) {
+	ws.names = map[string]bool{}
+	var dirs []string
+	for _, p := range ws.patterns {
+		switch {
+		case isGlob(p):
+			dirs = append(dirs, filepath.Dir(p))
+		case ws.wasDir[p]:
+			dirs = append(dirs, p)
+		default:
+			dirs = append(dirs, filepath.Dir(p))
+		}
 	}
-	dirs := []string{dir}
-	if real, err := filepath.EvalSymlinks(ws.path); err == nil && real != ws.path {
-		ws.names[real] = true
-		dirs = append(dirs, filepath.Dir(real))
+	for _, f := range files {
+		dir := filepath.Dir(f)
+		ws.names[f] = true
+		// Kubernetes ConfigMap volumes swap this symlink on update.
+		ws.names[filepath.Join(dir, "..data")] = true
+		dirs = append(dirs, dir)
+		if real, err := filepath.EvalSymlinks(f); err == nil && real != f {
+			ws.names[real] = true
+			dirs = append(dirs, filepath.Dir(real))
+		}
 	}
 	for _, d := range dirs {
-		if ws.dirs[d] {
+		if ws.dirs[d] || isGlob(d) {
 			continue
 		}
 		if err := ws.w.Add(d); err != nil {
@@ -280,6 +507,26 @@ func (ws *watchSet) refresh() {
 	}
 }
 
+// relevant: the event is about a matched file, or about a name a pattern
+// would match (a file added to the directory).
 func (ws *watchSet) relevant(ev fsnotify.Event) bool {
-	return ev.Op != fsnotify.Chmod && ws.names[filepath.Clean(ev.Name)]
+	if ev.Op == fsnotify.Chmod {
+		return false
+	}
+	name := filepath.Clean(ev.Name)
+	if ws.names[name] {
+		return true
+	}
+	for _, p := range ws.patterns {
+		if isGlob(p) {
+			if ok, _ := filepath.Match(p, name); ok && !strings.HasPrefix(filepath.Base(name), ".") {
+				return true
+			}
+		} else if ws.wasDir[p] && filepath.Dir(name) == p && wanted(filepath.Base(name)) {
+			return true
+		} else if name == p {
+			return true
+		}
+	}
+	return false
 }

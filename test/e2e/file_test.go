@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -182,4 +183,94 @@ func TestFileRegistryToGRPCJSClient(t *testing.T) {
 	writeFile(t, f.svcFile, servicesYAML(localEndpoint(f.b2, "v2")))
 	c.waitFor(t, "b2", 10, 15*time.Second)
 	proxyConnected(t, m, "e2e-js")
+}
+
+// TestFileRegistryDirectory: a file registry over a directory of services
+// files, one team one file. Editing one file moves the grpc-go client; a
+// second declaration of the same service in another file is listed as a
+// conflict naming both files while the first keeps being served; a
+// broken file is reported with its file:line and the other files keep
+// serving.
+func TestFileRegistryDirectory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	dir := t.TempDir()
+	confD := filepath.Join(dir, "services.d")
+	if err := os.Mkdir(confD, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b1, b2 := startBackend(t, "b1"), startBackend(t, "b2")
+	teamA, teamB, teamC := filepath.Join(confD, "team-a.yaml"), filepath.Join(confD, "team-b.yaml"), filepath.Join(confD, "team-c.yaml")
+	other := func(name, addr string) string {
+		return "services:\n  - name: " + name + "\n    ports:\n      - {name: http, port: 80, protocol: HTTP}\n    endpoints:\n      - address: " + addr + "\n"
+	}
+	writeFile(t, teamA, servicesYAML(localEndpoint(b1, "v1")))
+	writeFile(t, teamB, other("orders", "10.1.0.1"))
+	writeFile(t, teamC, other("billing", "10.2.0.1"))
+	config, xdsAddr, adminAddr := writeClusters(t, dir,
+		"  - name: vms\n    kind: file\n    domain: vm.internal\n    file: {path: services.d}\n")
+	m := startMeshfed(t, config, xdsAddr, adminAddr)
+	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-dir")
+	if code != 0 {
+		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
+	}
+	c := startClient(t, bootstrap, "xds:///echo.vm.internal:8080")
+	c.waitFor(t, "b1", 5, 30*time.Second)
+	for _, host := range []string{"orders.vm.internal", "billing.vm.internal"} {
+		eventually(t, 10*time.Second, host+" served", func() error {
+			if n, err := hostEndpoints(m, host); err != nil || n != 1 {
+				return fmt.Errorf("%d endpoints, %v", n, err)
+			}
+			return nil
+		})
+	}
+
+	// Edit one file of three: the client follows.
+	writeFile(t, teamA, servicesYAML(localEndpoint(b2, "v2")))
+	c.waitFor(t, "b2", 10, 15*time.Second)
+
+	// team-c declares echo too: a conflict naming both files; team-a's
+	// declaration (first in path order) is still the one served.
+	writeFile(t, teamC, other("billing", "10.2.0.1")+"  - name: echo\n    ports:\n      - {name: grpc, port: 8080, protocol: GRPC}\n    endpoints:\n      - address: 10.3.0.1\n")
+	eventually(t, 10*time.Second, "the conflict listed in /debug/conflictz", func() error {
+		_, body, err := m.get("/debug/conflictz")
+		if err != nil {
+			return err
+		}
+		return contains(string(body), "echo.vm.internal", "team-a.yaml", "team-c.yaml")
+	})
+	c.waitFor(t, "b2", 10, 15*time.Second)
+
+	// team-b breaks: Degraded naming team-b.yaml:line; orders keeps its
+	// last good endpoint, the other files keep serving.
+	writeFile(t, teamB, other("orders", "10.1.0.1")+"        health: SICK\n")
+	eventually(t, 10*time.Second, "vms shows Degraded naming team-b.yaml", func() error {
+		var h federation.RegistryHealth
+		code := m.getJSON(t, "/healthz/registries/vms", &h)
+		if code != 503 || h.State.String() != "Degraded" {
+			return fmt.Errorf("code %d state %s", code, h.State)
+		}
+		return contains(h.LastError, "team-b.yaml:7:", "SICK")
+	})
+	if n, err := hostEndpoints(m, "orders.vm.internal"); err != nil || n != 1 {
+		t.Errorf("orders after its file broke: %d endpoints (%v), want its last good one", n, err)
+	}
+	writeFile(t, teamA, servicesYAML(localEndpoint(b1, "v1")))
+	c.waitFor(t, "b1", 10, 15*time.Second)
+
+	// Removing a file removes its services.
+	if err := os.Remove(teamC); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "billing withdrawn", func() error {
+		code, body, err := m.get("/debug/endpointz?host=billing.vm.internal")
+		if err != nil || code != 404 {
+			return fmt.Errorf("status %d: %s %v", code, body, err)
+		}
+		return nil
+	})
+	if err := m.stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, m.logs.String())
+	}
 }

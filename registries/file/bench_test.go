@@ -1,0 +1,156 @@
+package file
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// genServices returns a services file of n services with m endpoints each,
+// in the shape a generator writes (about 100 bytes per endpoint).
+func genServices(n, m int) []byte { return genServicesFrom(0, n, m) }
+
+// genServicesFrom is genServices for services first..first+n-1.
+func genServicesFrom(first, n, m int) []byte {
+	var b bytes.Buffer
+	b.Grow(n * (80 + m*95))
+	b.WriteString("services:\n")
+	for i := first; i < first+n; i++ {
+		fmt.Fprintf(&b, "  - name: svc-%d\n    ports:\n      - {name: http, port: 8080, protocol: HTTP}\n    endpoints:\n", i)
+		for j := range m {
+			fmt.Fprintf(&b, "      - address: 10.%d.%d.%d\n        locality: us-east/us-east-1a\n        labels: {version: v1}\n", i/250, i%250, j)
+		}
+	}
+	return b.Bytes()
+}
+
+// BenchmarkParse10k parses a 10,000-endpoint services file (1,000 services
+// × 10 endpoints). Run with GOMAXPROCS=1 for the one-core figure.
+func BenchmarkParse10k(b *testing.B) {
+	data := genServices(1000, 10)
+	c := registries.Common{Name: "bench", Kind: "file", Domain: "vm.internal"}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse("services.yaml", data, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkParse100kRSS parses a 100,000-endpoint services file (10,000
+// services × 10 endpoints, ~10 MB) and reports the peak RSS of the
+// process while parsing (VmHWM, reset after the file was generated; the
+// input's 10 MB included) and the live heap after, in MB. Run it alone:
+// go test -run XXX -bench Parse100kRSS -benchtime 1x.
+func BenchmarkParse100kRSS(b *testing.B) {
+	data := genServices(10000, 10)
+	c := registries.Common{Name: "bench", Kind: "file", Domain: "vm.internal"}
+	b.SetBytes(int64(len(data)))
+	debug.FreeOSMemory()
+	// "5" resets the peak RSS (VmHWM) to the current RSS.
+	resetErr := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	var services []model.Service
+	for b.Loop() {
+		var err error
+		if services, err = Parse("services.yaml", data, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(services) != 10000 {
+		b.Fatalf("%d services, want 10000", len(services))
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil || resetErr != nil {
+		b.Skip("no /proc/self/status or clear_refs")
+	}
+	for line := range strings.Lines(string(status)) {
+		if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")))
+			b.ReportMetric(float64(n)/1024, "peak-RSS-MB")
+		}
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MB")
+	runtime.KeepAlive(services)
+}
+
+// discardSink is a registries.Sink that only counts Replaces.
+type discardSink struct{ replaces int }
+
+func (s *discardSink) Replace(model.ShardKey, []model.Service, []model.Rejection) { s.replaces++ }
+func (s *discardSink) Report(model.ShardKey, registries.Status)                   {}
+
+// BenchmarkEdit is the CPU cost of one edit of one endpoint in a registry
+// of 1,000 services × 10 endpoints: the file is rewritten with one
+// endpoint's address changed, then read and published as the watch loop
+// does after the event (the write itself is excluded from the timer). The
+// services are in one file (the whole file is parsed again) or spread
+// over 100 files of 10 services, one team one file (only the edited file
+// is).
+func BenchmarkEdit(b *testing.B) {
+	for _, files := range []int{1, 100} {
+		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
+			dir := b.TempDir()
+			per := 1000 / files
+			contents := make([][]byte, files)
+			for f := range files {
+				contents[f] = genServicesFrom(f*per, per, 10)
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("team-%03d.yaml", f)), contents[f], 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reg, err := (&Config{Path: dir}).New(registries.Common{Name: "bench", Kind: "file", Domain: "vm.internal"}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w, err := fsnotify.NewWatcher()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			r := reg.(*Registry)
+			sink := &discardSink{}
+			s := &runState{Registry: r, sink: sink, files: map[string]*fileState{}, watch: newWatchSet(w, r.patterns, r.log)}
+			s.reload(true)
+			edited := filepath.Join(dir, "team-000.yaml")
+			// Flip the first endpoint's address between two values.
+			from, to := []byte("address: 10.0.0.0\n"), []byte("address: 10.9.9.9\n")
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				old, repl := from, to
+				if i%2 == 1 {
+					old, repl = to, from
+				}
+				contents[0] = bytes.Replace(contents[0], old, repl, 1)
+				tmp := filepath.Join(dir, ".tmp")
+				if err := os.WriteFile(tmp, contents[0], 0o644); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.Rename(tmp, edited); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				s.reload(false)
+			}
+			b.StopTimer()
+			if sink.replaces != b.N+1 {
+				b.Fatalf("%d Replaces for %d edits, want one each", sink.replaces, b.N)
+			}
+		})
+	}
+}
