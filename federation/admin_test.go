@@ -237,3 +237,22 @@ func TestStatusPageShowsHold(t *testing.T) {
 		}
 	}
 }
+
+// TestLoginRedirectStaysLocal: the sign-in form's next= never sends a
+// browser to another host, including "/\host", which browsers read as
+// "//host".
+func TestLoginRedirectStaysLocal(t *testing.T) {
+	t.Parallel()
+	for next, want := range map[string]string{
+		"/registries/vms":      "/registries/vms",
+		"":                     "/",
+		"https://evil.example": "/",
+		"//evil.example":       "/",
+		"/\\evil.example":      "/",
+		"/debug/\\x":           "/",
+	} {
+		if got := localPath(next); got != want {
+			t.Errorf("localPath(%q) = %q, want %q", next, got, want)
+		}
+	}
+}

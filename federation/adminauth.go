@@ -148,11 +148,16 @@ func (g *adminGuard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: g.session, Path: "/", HttpOnly: true,
 		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-	next := r.PostForm.Get("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
-		next = "/"
+	http.Redirect(w, r, localPath(r.PostForm.Get("next")), http.StatusSeeOther)
+}
+
+// localPath returns next when it is a path on this server, else "/": never
+// a scheme-relative "//host" nor "/\host", which browsers read as one.
+func localPath(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		return "/"
 	}
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	return next
 }
 
 // deny answers JSON to API clients and sends browsers that lack the token
@@ -167,10 +172,7 @@ func deny(w http.ResponseWriter, r *http.Request, code int, msg string) {
 
 // loginForm serves the sign-in form (GET /login?next=PATH).
 func (g *adminGuard) loginForm(w http.ResponseWriter, r *http.Request) {
-	next := r.URL.Query().Get("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
-		next = "/"
-	}
+	next := localPath(r.URL.Query().Get("next"))
 	if g.token == nil {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return

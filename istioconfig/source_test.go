@@ -150,6 +150,8 @@ func TestRejections(t *testing.T) {
 		{"dr no host", drh + "  subsets: [{name: v1}]\n", "spec.host: is required"},
 		{"dr dup subset", drh + "  host: a.b\n  subsets: [{name: v1}, {name: v1}]\n", `duplicate subset name`},
 		{"dr hash key", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {minimumRingSize: 3}}}\n", "a hash key is required"},
+		{"weights over uint32", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b, subset: x}, weight: 2000000000}, {destination: {host: a.b, subset: y}, weight: 2000000000}, {destination: {host: a.b, subset: z}, weight: 2000000000}]}]\n", "weights sum to 6000000000"},
+		{"ring too large", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user, ringHash: {minimumRingSize: 10000000}}}}\n", "minimumRingSize 10000000: want at most 8388608"},
 		{"alias bomb", aliasBomb, "the document is too large"},
 		{"no name", "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nspec: {host: a.b}\n", "metadata.name is required"},
 	}

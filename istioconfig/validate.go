@@ -3,6 +3,7 @@ package istioconfig
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -89,6 +90,10 @@ func validateHTTPRoute(r *networking.HTTPRoute) error {
 	}
 	if len(r.GetRoute()) > 1 && total == 0 {
 		return errors.New(".route: weights of several destinations must not all be 0")
+	}
+	if total > math.MaxUint32 {
+		// grpc-go NACKs a route whose weighted clusters sum above this.
+		return fmt.Errorf(".route: weights sum to %d; want at most %d", total, uint64(math.MaxUint32))
 	}
 	if err := checkDuration(r.GetTimeout(), true); err != nil {
 		return fmt.Errorf(".timeout: %v", err)
@@ -260,6 +265,9 @@ func validateDestinationRule(dr *networking.DestinationRule) error {
 	return nil
 }
 
+// maxRingSize is grpc-go's upper bound on a ring hash size.
+const maxRingSize = 8 * 1024 * 1024
+
 func validatePolicy(path string, tp *networking.TrafficPolicy) error {
 	if tp == nil {
 		return nil
@@ -273,6 +281,10 @@ func validatePolicy(path string, tp *networking.TrafficPolicy) error {
 				}
 			case nil:
 				return fmt.Errorf("%s.loadBalancer.consistentHash: a hash key is required", path)
+			}
+			// grpc-go refuses ring sizes above 8M (8388608) in CDS.
+			if n := max(ch.GetMinimumRingSize(), ch.GetRingHash().GetMinimumRingSize()); n > maxRingSize {
+				return fmt.Errorf("%s.loadBalancer.consistentHash: minimumRingSize %d: want at most %d", path, n, maxRingSize)
 			}
 		}
 	}
