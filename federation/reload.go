@@ -165,7 +165,7 @@ func (g *Gateway) replace(ctx context.Context, r Registry) {
 	g.dyn.mu.Lock()
 	g.dyn.entries[r.Name] = e
 	g.dyn.mu.Unlock()
-	gate.open(r.aggregateOptions(), synced)
+	gate.open(r.aggregateOptions())
 	if synced {
 		log.Info("new instance synced; old instance stopped and replaced")
 	} else {
@@ -241,11 +241,12 @@ func (s *gateSink) Report(shard model.ShardKey, st registries.Status) {
 }
 
 // open swaps the new instance in: its options, and its latest state if it
-// published one, in one step; then its latest report, if any.
-func (s *gateSink) open(o aggregate.RegistryOptions, replaced bool) {
+// published one (also one that arrived after syncTimeout, while the old
+// instance was stopping), in one step; then its latest report, if any.
+func (s *gateSink) open(o aggregate.RegistryOptions) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if replaced && s.replaced {
+	if s.replaced {
 		s.agg.Swap(o, s.services, s.rejected)
 	} else {
 		s.agg.AddRegistry(o)

@@ -283,7 +283,7 @@ func validatePolicy(path string, tp *networking.TrafficPolicy) error {
 				return fmt.Errorf("%s.loadBalancer.consistentHash: a hash key is required", path)
 			}
 			// grpc-go refuses ring sizes above 8M (8388608) in CDS.
-			if n := max(ch.GetMinimumRingSize(), ch.GetRingHash().GetMinimumRingSize()); n > maxRingSize {
+			if n := ch.GetRingHash().GetMinimumRingSize(); n > maxRingSize {
 				return fmt.Errorf("%s.loadBalancer.consistentHash: minimumRingSize %d: want at most %d", path, n, maxRingSize)
 			}
 		}

@@ -122,6 +122,9 @@ func (c *client) grpcTarget(i int) string {
 	return net.JoinHostPort(host, strconv.Itoa(n+c.cfg.GRPCPortOffset))
 }
 
+// forgetToken drops the cached access token, so the next call logs in.
+func (c *client) forgetToken() { c.token, c.tokenExpires = "", time.Time{} }
+
 // login fetches an access token from server i when a username is
 // configured and the token is missing or about to expire.
 func (c *client) login(ctx context.Context, i int) error {

@@ -113,6 +113,11 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		if err == nil {
 			err = errors.New("nacos session ended")
 		}
+		if ae := (*authError)(nil); errors.As(err, &ae) {
+			// A refused token (the server restarted with a new secret, the
+			// user's password changed) is not reused: log in again.
+			cl.forgetToken()
+		}
 		if time.Since(start) > registries.RestartReset {
 			b.Reset()
 		}
