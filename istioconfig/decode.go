@@ -73,6 +73,7 @@ type parsed struct {
 	spec                  proto.Message
 	hash                  string
 	err                   error
+	node                  *yaml.Node // the document's body, for positions below it
 }
 
 func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name }
@@ -81,12 +82,24 @@ func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name
 // included): a hostile file cannot make the source spin.
 const maxNodes = 1 << 20
 
+// trafficKinds are the kinds the config source reads, with their specs.
+var trafficKinds = map[string]func() proto.Message{
+	KindVirtualService:  func() proto.Message { return &networking.VirtualService{} },
+	KindDestinationRule: func() proto.Message { return &networking.DestinationRule{} },
+}
+
 // decodeFile decodes every YAML document of one file. A syntax error
 // fails the whole file (returned as err): which objects it held is
 // unknown, so the caller keeps that file's last good objects. Documents
 // of kinds this package does not read (Services, Gateways...) are
 // skipped, as are empty documents.
 func decodeFile(file string, data []byte) ([]*parsed, error) {
+	return decodeFileKinds(file, data, trafficKinds)
+}
+
+// decodeFileKinds is decodeFile for the kinds of the table kinds (kind →
+// new empty spec); documents of other kinds are skipped.
+func decodeFileKinds(file string, data []byte, kinds map[string]func() proto.Message) ([]*parsed, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var out []*parsed
@@ -113,14 +126,14 @@ func decodeFile(file string, data []byte) ([]*parsed, error) {
 		v, err := nodeValue(body, &budget)
 		p := &parsed{}
 		if err == nil {
-			p = decodeDoc(v)
+			p = decodeDoc(v, kinds)
 		} else {
 			p.err = err
 		}
 		if p == nil {
 			continue
 		}
-		p.file = file
+		p.file, p.node = file, body
 		p.source = file + ":" + strconv.Itoa(body.Line)
 		out = append(out, p)
 	}
@@ -186,8 +199,8 @@ func nodeValue(n *yaml.Node, budget *int) (any, error) {
 	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
 }
 
-// decodeDoc decodes one document; nil for a kind this package skips.
-func decodeDoc(v any) *parsed {
+// decodeDoc decodes one document; nil for a kind not in kinds.
+func decodeDoc(v any, kinds map[string]func() proto.Message) *parsed {
 	root, ok := v.(map[string]any)
 	if !ok {
 		return &parsed{err: errors.New("want a mapping with apiVersion, kind, metadata and spec")}
@@ -197,7 +210,8 @@ func decodeDoc(v any) *parsed {
 		return s
 	}
 	kind := str(root, "kind")
-	if kind != KindVirtualService && kind != KindDestinationRule {
+	newSpec := kinds[kind]
+	if newSpec == nil {
 		return nil
 	}
 	meta, _ := root["metadata"].(map[string]any)
@@ -228,13 +242,7 @@ func decodeDoc(v any) *parsed {
 		p.err = fmt.Errorf("spec: %v", err)
 		return p
 	}
-	var msg proto.Message
-	switch p.kind {
-	case KindVirtualService:
-		msg = &networking.VirtualService{}
-	case KindDestinationRule:
-		msg = &networking.DestinationRule{}
-	}
+	msg := newSpec()
 	if err := protojson.Unmarshal(js, msg); err != nil {
 		p.err = fmt.Errorf("spec: %v", cleanProtoErr(err))
 		return p
