@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -252,12 +253,15 @@ func decodeDoc(v any, kinds map[string]func() proto.Message) *parsed {
 	return p
 }
 
-// cleanProtoErr drops protojson's "proto: " prefix and its unstable
-// non-breaking spaces.
+// cleanProtoErr drops protojson's "proto: " prefix, its unstable
+// non-breaking spaces and its "(line 1:98): " position, which is in the
+// JSON the spec was converted to, not in the file.
 func cleanProtoErr(err error) string {
 	s := strings.ReplaceAll(err.Error(), "\u00a0", " ")
-	return strings.TrimPrefix(s, "proto: ")
+	return jsonPosition.ReplaceAllString(strings.TrimPrefix(s, "proto: "), "")
 }
+
+var jsonPosition = regexp.MustCompile(`^\(line \d+:\d+\): `)
 
 // hashOf hashes an object's identity and deterministic wire form.
 func hashOf(kind, ns, name string, m proto.Message) string {
