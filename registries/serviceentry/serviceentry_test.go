@@ -68,8 +68,10 @@ func TestConformance(t *testing.T) {
 		return r
 	}
 	registrytest.Conformance(t, newReg, registrytest.Mutation{
-		Name:  "a WorkloadEntry edited in its own file moves the selected endpoints",
-		Apply: func(t *testing.T) { write(t, filepath.Join(dir, "workloads.yaml"), strings.Replace(workloads, "10.1.0.2", "10.1.0.22", 1)) },
+		Name: "a WorkloadEntry edited in its own file moves the selected endpoints",
+		Apply: func(t *testing.T) {
+			write(t, filepath.Join(dir, "workloads.yaml"), strings.Replace(workloads, "10.1.0.2", "10.1.0.22", 1))
+		},
 		Want: func(s []model.Service) bool {
 			return slices.Equal(endpointsOf(s, "pay.ext.example"), []string{"10.1.0.1", "10.1.0.22"})
 		},
