@@ -2,6 +2,8 @@ package serviceentry
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -365,5 +367,39 @@ func TestParseSyntaxErrorFailsFile(t *testing.T) {
 	_, err := Parse("x.yaml", []byte("kind: ServiceEntry\nspec: [\n"))
 	if err == nil || !strings.Contains(err.Error(), "x.yaml: YAML syntax error") {
 		t.Errorf("err = %v, want a YAML syntax error naming the file", err)
+	}
+}
+
+// TestExample: the shipped example serves what its comments say.
+func TestExample(t *testing.T) {
+	t.Parallel()
+	var files []string
+	for _, f := range []string{"serviceentries.yaml", "workloads.yaml"} {
+		b, err := os.ReadFile(filepath.Join("../../examples/serviceentry/istio", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, string(b))
+	}
+	c := common
+	c.Domain = "mesh.example"
+	m := &merger{common: c, lastGood: map[string]Object{}}
+	var fs []filewatch.File[[]Object]
+	for i, f := range files {
+		objs, err := Parse(fmt.Sprint(i), []byte(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, filewatch.File[[]Object]{Path: fmt.Sprint(i), Value: objs, Good: true})
+	}
+	svcs, rej := m.merge(fs)
+	if got, want := hosts(svcs), []string{"orders.mesh.example", "billing.mesh.example", "payments.mesh.example"}; !slices.Equal(got, want) {
+		t.Errorf("hosts = %v, want %v", got, want)
+	}
+	if len(rej) != 1 || rej[0].Host != "api.example.org" {
+		t.Errorf("rejected:\n%s\nwant only api.example.org", reasons(rej))
+	}
+	if eps := byHost(t, svcs, "orders.mesh.example").Endpoints; len(eps) != 2 || eps[1].Ports["grpc"] != 18080 || eps[1].Weight != 2 {
+		t.Errorf("orders endpoints = %+v", eps)
 	}
 }
