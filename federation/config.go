@@ -39,10 +39,8 @@ const (
 	// DefaultDebounceMax bounds how long continuous churn (no quiet period)
 	// delays a push: at most what Istio adds to every push
 	// (PILOT_DEBOUNCE_AFTER, 100ms); see bench/analysis.md (S2).
-	DefaultDebounceMax  = Duration(100 * time.Millisecond)
-	DefaultSyncTimeout  = Duration(30 * time.Second)
-	DefaultOutagePolicy = registries.DefaultOutagePolicy
-	DefaultExpireAfter  = registries.DefaultExpireAfter
+	DefaultDebounceMax = Duration(100 * time.Millisecond)
+	DefaultSyncTimeout = Duration(30 * time.Second)
 	// DefaultMaxDeleteRatio holds back an update that would drop more than
 	// half of a registry's endpoints (a truncated services file,
 	// `services: []`, a registry answering with an empty catalog) until it
@@ -205,7 +203,7 @@ type Registry struct {
 	Locality string `yaml:"locality,omitempty"`
 	// Outage is what happens to the registry's endpoints while its backend
 	// is unreachable.
-	Outage Outage `yaml:"outage"`
+	Outage registries.Outage `yaml:"outage"`
 	// MaxDeleteRatio, when in (0, 1], refuses to drop more than this share
 	// of the registry's endpoints in one update (hold-down); 0 is off; nil
 	// (unset) is DefaultMaxDeleteRatio after defaults.
@@ -220,19 +218,6 @@ func (r Registry) Common() registries.Common {
 	loc, _ := model.ParseLocality(r.Locality) // validated by the loader
 	return registries.Common{Name: r.Name, Kind: r.Kind, Domain: r.Domain, Locality: loc}
 }
-
-// Outage is the freshness policy of a registry (the one type, shared with
-// the aggregator).
-type Outage = registries.Outage
-
-// OutagePolicy says what happens to a Stale registry's endpoints.
-type OutagePolicy = registries.OutagePolicy
-
-// Outage policies.
-const (
-	OutageKeep   = registries.OutageKeep
-	OutageExpire = registries.OutageExpire
-)
 
 // Duration is a time.Duration written in YAML as "20ms", "10m": positive
 // only. It is the type every registry block uses too.
