@@ -22,6 +22,11 @@ import (
 // changed for this long (filewatch.DefaultSettle).
 const DefaultSettle = filewatch.DefaultSettle
 
+// DefaultConfirmAfter: an update that removed endpoints is sent again once
+// the files stayed unchanged for this long, confirming it to the
+// aggregator's hold-down (filewatch.DefaultConfirmAfter).
+const DefaultConfirmAfter = filewatch.DefaultConfirmAfter
+
 // New implements registries.Config. It does no I/O: a missing file is not
 // an error at start (see Registry).
 func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
@@ -43,6 +48,7 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 		maxWait:  filewatch.DefaultMaxWait,
 		settle:   settle,
 		interval: filewatch.DefaultInterval,
+		confirm:  DefaultConfirmAfter,
 	}, nil
 }
 
@@ -74,8 +80,10 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 // Status.Invalid (not an outage: outage.policy expire never withdraws it),
 // with the error (file:line:col, key); either way that file's last good
 // services stay published while the other files update, Run keeps
-// watching and recovers when the file is fixed. A Registry holds no state
-// between Run calls.
+// watching and recovers when the file is fixed. An update that removed
+// endpoints (and the first of a Run) is sent again once the files stayed
+// unchanged for DefaultConfirmAfter, confirming it to the hold-down. A
+// Registry holds no state between Run calls.
 type Registry struct {
 	common   registries.Common
 	patterns []string // files, directories or globs; cleaned
@@ -84,6 +92,7 @@ type Registry struct {
 	maxWait  time.Duration
 	settle   time.Duration
 	interval time.Duration
+	confirm  time.Duration // see DefaultConfirmAfter
 	// parsed, when set (tests), is called after each parse of a file.
 	parsed func(path string)
 }
@@ -109,6 +118,7 @@ func (r *Registry) watch() *filewatch.Watch[[]model.Service] {
 		MaxWait:  r.maxWait,
 		Settle:   r.settle,
 		Interval: r.interval,
+		Confirm:  r.confirm,
 		Read: func(ok bool) {
 			result := "ok"
 			if !ok {

@@ -83,7 +83,10 @@ type File[T any] struct {
 // Status.Invalid (not an outage: outage.policy expire never withdraws it),
 // with the error; either way that file's last good parse stays merged
 // while the other files update, Run keeps watching and recovers when the
-// file is fixed. A Watch holds no state between Run calls.
+// file is fixed. An update that removed endpoints (and the first of a
+// Run) is sent again once the files stayed unchanged and without errors
+// for Confirm, which confirms it to the aggregator's hold-down
+// (confirm.go). A Watch holds no state between Run calls.
 type Watch[T any] struct {
 	// Patterns are files, directories (every *.yaml, *.yml and *.json file
 	// directly in it, hidden files left out) or globs (filepath.Match
@@ -101,8 +104,9 @@ type Watch[T any] struct {
 	// Shard is the key the state is published under.
 	Shard model.ShardKey
 	Log   *slog.Logger
-	// Quiet, MaxWait, Settle and Interval: zero means the default above.
-	Quiet, MaxWait, Settle, Interval time.Duration
+	// Quiet, MaxWait, Settle, Interval and Confirm: zero means the
+	// default above (Confirm: DefaultConfirmAfter).
+	Quiet, MaxWait, Settle, Interval, Confirm time.Duration
 	// Read, when set, is told the result of each file read (for metrics).
 	Read func(ok bool)
 	// Parsed, when set (tests), is called after each parse of a file.
@@ -124,7 +128,9 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 	}
 	defer w.Close()
 
-	s := &runState[T]{Watch: wt, log: log, sink: sink, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log)}
+	s := &runState[T]{Watch: wt, log: log, sink: sink, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log),
+		conf: newConfirmation(or(wt.Confirm, DefaultConfirmAfter))}
+	defer s.conf.timer.Stop()
 	s.reload(true)
 
 	resync := time.NewTicker(interval)
@@ -182,6 +188,18 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 			if !deb.Pending() {
 				read(true)
 			}
+		case <-s.conf.timer.C:
+			// Hold-down confirmation (confirm.go): re-read; unchanged and
+			// without errors, send the update again.
+			seq := s.conf.seq
+			if !deb.Pending() {
+				read(true)
+			}
+			if s.conf.due(seq, deb.Pending(), s.lastErr != "") {
+				log.Info("files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
+					"services", len(s.lastServices), "endpoints", s.conf.endpoints)
+				s.sink.Replace(s.Shard, s.lastServices, s.lastRejected)
+			}
 		}
 	}
 }
@@ -214,6 +232,11 @@ type runState[T any] struct {
 	paths     []string // matched at the last read, sorted
 	published bool     // Replace was called in this Run
 	lastErr   string   // errors of the last read; "" after a good read
+	conf      *confirmation
+	// lastServices, lastRejected: the last update published (never
+	// modified after; confirmation sends it again).
+	lastServices []model.Service
+	lastRejected []model.Rejection
 }
 
 var hashSeed = maphash.MakeSeed()
@@ -267,7 +290,9 @@ func (s *runState[T]) reload(full bool) bool {
 		services, rejected := s.Merge(files)
 		s.log.Info("files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
 		s.published, replaced = true, true
+		s.lastServices, s.lastRejected = services, rejected
 		s.sink.Replace(s.Shard, services, rejected)
+		s.conf.published(services)
 	}
 	if msg == nil {
 		s.lastErr = ""
@@ -638,7 +663,8 @@ func (wt *Watch[T]) NewLoop(sink registries.Sink) (*Loop[T], error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Loop[T]{w: w, s: &runState[T]{Watch: wt, log: log, sink: sink, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log)}}, nil
+	return &Loop[T]{w: w, s: &runState[T]{Watch: wt, log: log, sink: sink, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log),
+		conf: newConfirmation(or(wt.Confirm, DefaultConfirmAfter))}}, nil
 }
 
 // Reload reads and publishes as Run does after an event (every file's
@@ -646,4 +672,7 @@ func (wt *Watch[T]) NewLoop(sink registries.Sink) (*Loop[T], error) {
 func (l *Loop[T]) Reload(full bool) bool { return l.s.reload(full) }
 
 // Close releases the loop's file watcher.
-func (l *Loop[T]) Close() error { return l.w.Close() }
+func (l *Loop[T]) Close() error {
+	l.s.conf.timer.Stop()
+	return l.w.Close()
+}
