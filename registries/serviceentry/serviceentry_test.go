@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/meshfed/meshfed/model"
@@ -87,7 +88,7 @@ func TestBrokenFileKeepsLastGood(t *testing.T) {
 	se, we := filepath.Join(dir, "se.yaml"), filepath.Join(dir, "workloads.yaml")
 	write(t, se, seSelector)
 	write(t, we, workloads)
-	r, _ := newDirRegistry(t, dir)
+	r, c := newDirRegistry(t, dir)
 	sink := registrytest.NewSink()
 	stop := registrytest.Start(t, r, sink)
 	defer stop()
@@ -113,5 +114,16 @@ func TestBrokenFileKeepsLastGood(t *testing.T) {
 	}
 	if got := endpointsOf(st.Services, "pay.ext.example"); len(got) != 2 {
 		t.Errorf("served %v, want vm-1's last good version and vm-2", got)
+	}
+	for _, m := range []struct {
+		kind, state string
+		want        float64
+	}{{"WorkloadEntry", "in_force", 4}, {"WorkloadEntry", "rejected", 1}, {"ServiceEntry", "in_force", 1}, {"ServiceEntry", "rejected", 0}} {
+		if got := testutil.ToFloat64(objects.WithLabelValues(c.Name, m.kind, m.state)); got != m.want {
+			t.Errorf("meshfed_serviceentry_objects{kind=%q,state=%q} = %v, want %v", m.kind, m.state, got, m.want)
+		}
+	}
+	if got := testutil.ToFloat64(reloads.WithLabelValues(c.Name, "error")); got < 1 {
+		t.Errorf("meshfed_serviceentry_reloads_total{result=error} = %v, want the broken read counted", got)
 	}
 }
