@@ -83,6 +83,14 @@ func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name
 // included): a hostile file cannot make the source spin.
 const maxNodes = 1 << 20
 
+// walk is the state of one document's nodeValue: the nodes left in the
+// budget, and the anchored nodes being expanded (an alias to one of them
+// would recurse until the budget ran out: seconds per document).
+type walk struct {
+	budget int
+	open   map[*yaml.Node]bool
+}
+
 // trafficKinds are the kinds the config source reads, with their specs.
 var trafficKinds = map[string]func() proto.Message{
 	KindVirtualService:  func() proto.Message { return &networking.VirtualService{} },
@@ -123,8 +131,7 @@ func decodeFileKinds(file string, data []byte, kinds map[string]func() proto.Mes
 		if body.Kind == yaml.ScalarNode && body.Tag == "!!null" {
 			continue
 		}
-		budget := maxNodes
-		v, err := nodeValue(body, &budget)
+		v, err := nodeValue(body, &walk{budget: maxNodes, open: map[*yaml.Node]bool{}})
 		p := &parsed{}
 		if err == nil {
 			p = decodeDoc(v, kinds)
@@ -143,14 +150,20 @@ func decodeFileKinds(file string, data []byte, kinds map[string]func() proto.Mes
 // nodeValue converts a YAML node to plain Go values (map[string]any,
 // []any, string, int64, float64, bool, nil) as JSON would carry them:
 // scalars by their resolved tag, timestamps and other tags as the text
-// written. Aliases are followed within budget nodes.
-func nodeValue(n *yaml.Node, budget *int) (any, error) {
-	if *budget--; *budget < 0 {
+// written. Aliases are followed within w's budget of nodes; an alias to a
+// node that contains it is an error.
+func nodeValue(n *yaml.Node, w *walk) (any, error) {
+	if w.budget--; w.budget < 0 {
 		return nil, errors.New("the document is too large (aliases expand beyond a million nodes)")
 	}
 	switch n.Kind {
 	case yaml.AliasNode:
-		return nodeValue(n.Alias, budget)
+		if w.open[n.Alias] {
+			return nil, fmt.Errorf("line %d: the alias *%s refers to a node that contains it", n.Line, n.Value)
+		}
+		w.open[n.Alias] = true
+		defer delete(w.open, n.Alias)
+		return nodeValue(n.Alias, w)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -158,7 +171,7 @@ func nodeValue(n *yaml.Node, budget *int) (any, error) {
 			if k.Kind != yaml.ScalarNode {
 				return nil, fmt.Errorf("line %d: a mapping key must be a scalar", k.Line)
 			}
-			v, err := nodeValue(n.Content[i+1], budget)
+			v, err := nodeValue(n.Content[i+1], w)
 			if err != nil {
 				return nil, err
 			}
@@ -168,7 +181,7 @@ func nodeValue(n *yaml.Node, budget *int) (any, error) {
 	case yaml.SequenceNode:
 		l := make([]any, 0, len(n.Content))
 		for _, c := range n.Content {
-			v, err := nodeValue(c, budget)
+			v, err := nodeValue(c, w)
 			if err != nil {
 				return nil, err
 			}
