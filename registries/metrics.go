@@ -15,3 +15,9 @@ var ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 // Collectors returns the metrics of the shared registry machinery (not
 // those of the kinds: KindCollectors); the wiring registers them once.
 func Collectors() []prometheus.Collector { return []prometheus.Collector{ingestLatency} }
+
+// ForgetMetrics drops the series of the registry called name (a remote
+// cluster that was removed), so that they do not linger.
+func ForgetMetrics(name string) {
+	ingestLatency.DeletePartialMatch(prometheus.Labels{"registry": name})
+}

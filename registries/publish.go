@@ -12,7 +12,7 @@ import (
 )
 
 // The publishing tail every platform registry shares
-// (docs/architecture.md §3.2). A platform watches its backend its own way
+// (docs/architecture.md §3.1.1). A platform watches its backend its own way
 // and hands each converted item (a service, a file...) to a Publisher
 // under a key; the Publisher keeps the last conversion of every key,
 // assembles the shard's state in key order, hands it to the Sink only when
@@ -230,19 +230,11 @@ func (p *Publisher[K]) Flush(st Status) bool {
 		p.Report(st)
 		return false
 	}
-	keys := slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
-	entries := make([]Entry[K], len(keys))
-	for i, k := range keys {
-		entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
-	}
-	services, rejected := p.opts.Assemble(entries)
+	services, rejected := p.assemble()
 	pending := p.pending
 	p.dirty, p.pending = false, time.Time{}
 	p.mu.Unlock()
 
-	if services == nil {
-		services = []model.Service{}
-	}
 	if st.State == Synced {
 		p.sink.Replace(p.shard, services, rejected)
 	} else {
@@ -254,6 +246,27 @@ func (p *Publisher[K]) Flush(st Status) bool {
 	p.transition(st, len(services))
 	p.published, p.told = true, st
 	return true
+}
+
+// State returns the state as Flush would publish it now.
+func (p *Publisher[K]) State() ([]model.Service, []model.Rejection) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.assemble()
+}
+
+// assemble runs Assemble over every key in order. Called with mu held.
+func (p *Publisher[K]) assemble() ([]model.Service, []model.Rejection) {
+	keys := slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
+	entries := make([]Entry[K], len(keys))
+	for i, k := range keys {
+		entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
+	}
+	services, rejected := p.opts.Assemble(entries)
+	if services == nil {
+		services = []model.Service{}
+	}
+	return services, rejected
 }
 
 // Report tells the sink st without publishing, once: a status equal to
