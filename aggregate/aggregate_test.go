@@ -355,6 +355,40 @@ func TestInvalidDataIsNotAnOutage(t *testing.T) {
 	eventually(t, "withdrawn", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 0 })
 }
 
+// TestReplaceStatusDegraded: a registry that publishes while part of its
+// backend fails (one broken file of a directory) has its new state served
+// and stays Degraded with the error: never Synced in between, and with
+// Invalid never an outage.
+func TestReplaceStatusDegraded(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("vms", "file", "vm")
+	o.Outage = Outage{Policy: PolicyExpire, ExpireAfter: time.Minute}
+	a := newRunning(t, clock, o)
+	a.Replace(shard(o), []model.Service{svc("a.vm", ips(1)...)}, nil)
+	waitVersion(t, a, 1)
+	bad := registries.Status{State: registries.Degraded, Err: "b.yaml:3:5: bad key", Invalid: true}
+	a.Report(shard(o), bad)
+	since := clock.Now()
+
+	clock.Advance(time.Second)
+	a.ReplaceStatus(shard(o), []model.Service{svc("a.vm", ips(3)...)}, nil, bad)
+	st, _ := a.Registry("vms")
+	if st.State != registries.Degraded || st.LastError != bad.Err || st.Since != since || st.LastSync != clock.Now() {
+		t.Errorf("after ReplaceStatus: %+v, want Degraded since the report, with its error, synced now", st)
+	}
+	eventually(t, "new state served", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 3 })
+	advance(a, clock, 2*time.Minute)
+	if st, _ := a.Registry("vms"); st.State != registries.Degraded || st.Withdrawn {
+		t.Errorf("invalid data past expireAfter: %+v, want Degraded and served", st)
+	}
+
+	a.ReplaceStatus(shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil, registries.Status{State: registries.Synced})
+	if st, _ := a.Registry("vms"); st.State != registries.Synced || st.LastError != "" {
+		t.Errorf("after ReplaceStatus Synced: %+v, want Synced without error", st)
+	}
+}
+
 func TestHoldDownDisabledAndWithinRatio(t *testing.T) {
 	t.Parallel()
 	for _, ratio := range []float64{0, 0.8} {

@@ -151,6 +151,7 @@ func (g *Gateway) registerMetrics() error {
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
 	cs = append(cs, istioconfig.Collectors()...)
+	cs = append(cs, registries.Collectors()...)
 	cs = append(cs, registries.KindCollectors()...)
 	cs = append(cs, statestore.Collectors()...)
 	cs = append(cs, restartsCollector{g})

@@ -216,16 +216,23 @@ type swapper interface {
 }
 
 func (s *gateSink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
+}
+
+func (s *gateSink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
 	s.mu.Lock()
 	if s.opened {
 		s.mu.Unlock()
-		s.agg.Replace(shard, services, rejected)
+		s.agg.ReplaceStatus(shard, services, rejected, st)
 		return
 	}
 	if !s.replaced {
 		close(s.first)
 	}
 	s.replaced, s.services, s.rejected, s.report = true, services, rejected, nil
+	if st.State != registries.Synced {
+		s.report = &st
+	}
 	s.mu.Unlock()
 }
 
