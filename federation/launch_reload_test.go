@@ -137,15 +137,7 @@ registries:
 		}
 		return s.Endpoints[0].Address
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- g.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := runGateway(t, g)
 	waitUntil(t, func() error {
 		if a := served(); a != "192.0.2.1" {
 			return fmt.Errorf("served %q, want 192.0.2.1", a)
