@@ -110,8 +110,11 @@ type Options struct {
 	// OnAccepted, when set, is called from Serve's goroutine with a
 	// registry's full input (as given to Replace) each time a different
 	// one becomes its accepted state (applied, not held; restored states
-	// excluded). It must return promptly and not modify the slices; the
-	// warm-start store persists them.
+	// excluded). It must return promptly, not modify the slices and not
+	// call the Aggregator: it runs with the aggregator's lock held, so that
+	// it is never called for a registry once RemoveRegistry returned (a
+	// removal wins over an accept in flight). The warm-start store
+	// persists them.
 	OnAccepted func(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
 	Logger     *slog.Logger // nil discards
 	Now        func() time.Time

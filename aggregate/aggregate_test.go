@@ -636,3 +636,40 @@ func TestConfigFlowsWithSnapshot(t *testing.T) {
 		t.Errorf("version %d after an unchanged config, want %d", v, s3.Version)
 	}
 }
+
+// TestNoAcceptAfterRemoveRegistry: once RemoveRegistry returns, OnAccepted
+// is neither running nor called for that registry, so that the warm-start
+// store's removal of the registry's state cannot be overwritten by an
+// accept that was in flight.
+func TestNoAcceptAfterRemoveRegistry(t *testing.T) {
+	t.Parallel()
+	o := reg("dc1", "consul", "consul")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var events []string
+	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	var once sync.Once
+	a := New(Options{Registries: []RegistryOptions{o}, OnAccepted: func(model.ShardKey, []model.Service, []model.Rejection) {
+		once.Do(func() {
+			close(entered)
+			<-release
+			record("accept returned")
+		})
+	}})
+	start(t, a)
+	a.Replace(shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
+	<-entered
+	removed := make(chan struct{})
+	go func() { a.RemoveRegistry("dc1"); record("removed"); close(removed) }()
+	select {
+	case <-removed: // the bug: RemoveRegistry returned while the accept runs
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	<-removed
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"accept returned", "removed"}; !slices.Equal(events, want) {
+		t.Errorf("events %v, want %v", events, want)
+	}
+}
