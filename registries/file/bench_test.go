@@ -91,6 +91,9 @@ type discardSink struct{ replaces int }
 
 func (s *discardSink) Replace(model.ShardKey, []model.Service, []model.Rejection) { s.replaces++ }
 func (s *discardSink) Report(model.ShardKey, registries.Status)                   {}
+func (s *discardSink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, _ registries.Status) {
+	s.Replace(shard, services, rejected)
+}
 
 // BenchmarkEdit is the CPU cost of one edit of one endpoint in a registry
 // of 1,000 services × 10 endpoints: the file is rewritten with one

@@ -2,9 +2,10 @@
 // (registries/file, registries/serviceentry): it watches one file, or a
 // directory or glob of files, re-reads only the files that changed once
 // they settled, keeps each file's last good parse, and publishes the
-// merge of every file's parse to a registries.Sink (docs/architecture.md
-// §3.1). A registry built on it supplies how one file parses and how the
-// files' parses merge into services.
+// merge of every file's parse to a registries.Sink through the shared
+// publishing tail, registries.Publisher (docs/architecture.md §3.1.1). A
+// registry built on it supplies how one file parses and how the files'
+// parses merge into services.
 package filewatch
 
 import (
@@ -128,8 +129,7 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 	}
 	defer w.Close()
 
-	s := &runState[T]{Watch: wt, log: log, sink: sink, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log),
-		conf: newConfirmation(or(wt.Confirm, DefaultConfirmAfter))}
+	s := wt.newRunState(sink, w, log)
 	defer s.conf.timer.Stop()
 	s.reload(true)
 
@@ -145,8 +145,10 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 		if inPlace && deb.Quiet < settle {
 			deb.Quiet, deb.MaxWait = settle, max(settleMax, settle)
 		}
-		deb.Add(time.Now())
-		_, d := deb.Next(time.Now())
+		now := time.Now()
+		deb.Add(now)
+		s.pub.Changed(now)
+		_, d := deb.Next(now)
 		timer.Reset(d)
 	}
 	read := func(full bool) {
@@ -195,10 +197,11 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 			if !deb.Pending() {
 				read(true)
 			}
-			if s.conf.due(seq, deb.Pending(), s.lastErr != "") {
+			if s.conf.due(seq, deb.Pending(), s.pub.Status().State != registries.Synced) {
+				services, rejected := s.pub.State()
 				log.Info("files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
-					"services", len(s.lastServices), "endpoints", s.conf.endpoints)
-				s.sink.Replace(s.Shard, s.lastServices, s.lastRejected)
+					"services", len(services), "endpoints", s.conf.endpoints)
+				s.sink.Replace(s.Shard, services, rejected)
 			}
 		}
 	}
@@ -225,18 +228,24 @@ type fileState[T any] struct {
 // runState is what one Run remembers between reads.
 type runState[T any] struct {
 	*Watch[T]
-	log       *slog.Logger
-	sink      registries.Sink
-	watch     *watchSet
-	files     map[string]*fileState[T]
-	paths     []string // matched at the last read, sorted
-	published bool     // Replace was called in this Run
-	lastErr   string   // errors of the last read; "" after a good read
-	conf      *confirmation
-	// lastServices, lastRejected: the last update published (never
-	// modified after; confirmation sends it again).
-	lastServices []model.Service
-	lastRejected []model.Rejection
+	log  *slog.Logger
+	sink registries.Sink // for the hold-down confirmation's re-send
+	// pub is the shared publishing tail (registries.Publisher): it holds
+	// the merge of the files under one key and publishes it when it
+	// changed, with the status, Synced/Degraded transitions once.
+	pub   *registries.Publisher[string]
+	conf  *confirmation
+	watch *watchSet
+	files map[string]*fileState[T]
+	paths []string // matched at the last read, sorted
+	merge bool     // a file's parse changed since the last merge
+}
+
+func (wt *Watch[T]) newRunState(sink registries.Sink, w *fsnotify.Watcher, log *slog.Logger) *runState[T] {
+	c := registries.Common{Name: wt.Shard.Name, Kind: wt.Shard.Kind}
+	return &runState[T]{Watch: wt, log: log, sink: sink, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log),
+		pub:  registries.NewPublisher(c, sink, log, registries.PublisherOptions[string]{Compare: strings.Compare}),
+		conf: newConfirmation(or(wt.Confirm, DefaultConfirmAfter)), merge: true}
 }
 
 var hashSeed = maphash.MakeSeed()
@@ -249,7 +258,10 @@ func (s *runState[T]) reload(full bool) bool {
 	paths, keep, patErrs := s.match()
 	// Watch before reading, so that a change made after a read is seen.
 	s.watch.refresh(paths)
-	settled, changed := true, !slices.Equal(paths, s.paths)
+	settled := true
+	if !slices.Equal(paths, s.paths) {
+		s.merge = true
+	}
 	s.paths = paths
 	for _, p := range paths {
 		st := s.files[p]
@@ -257,60 +269,62 @@ func (s *runState[T]) reload(full bool) bool {
 			st = &fileState[T]{}
 			s.files[p] = st
 		}
-		c, ok := s.readOne(p, st, full)
+		changed, ok := s.readOne(p, st, full)
 		settled = settled && ok
-		changed = changed || c
+		s.merge = s.merge || changed
 	}
 	for p, st := range s.files {
 		if !slices.Contains(paths, p) && !keep(p) {
 			delete(s.files, p)
-			changed = changed || st.good
+			s.merge = s.merge || st.good
 		}
 	}
 
 	var errs []error
 	anyGood := false
+	var files []File[T]
 	for _, p := range s.merged() {
 		st := s.files[p]
 		anyGood = anyGood || st.good
 		if st.err != nil {
 			errs = append(errs, st.err)
 		}
+		if st.good {
+			files = append(files, File[T]{Path: p, Value: st.value, Good: true})
+		}
 	}
 	errs = append(patErrs, errs...)
-	msg := errors.Join(errs...)
-	replaced := false
-	if (changed || !s.published || msg == nil && s.lastErr != "") && (anyGood || msg == nil) {
-		var files []File[T]
-		for _, p := range s.merged() {
-			if st := s.files[p]; st.good {
-				files = append(files, File[T]{Path: p, Value: st.value, Good: true})
-			}
-		}
-		services, rejected := s.Merge(files)
-		s.log.Info("files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
-		s.published, replaced = true, true
-		s.lastServices, s.lastRejected = services, rejected
-		s.sink.Replace(s.Shard, services, rejected)
-		s.conf.published(services)
-	}
-	if msg == nil {
-		s.lastErr = ""
-		return settled
-	}
-	if text := msg.Error(); text != s.lastErr || replaced {
-		s.lastErr = text
+	status := registries.Status{State: registries.Synced}
+	if msg := errors.Join(errs...); msg != nil {
 		// A file that exists but does not parse is invalid data, not an
 		// outage; a missing or unreadable one is an outage.
-		invalid := true
+		status = registries.Status{State: registries.Degraded, Err: msg.Error(), Invalid: true}
 		for _, e := range errs {
 			var pathErr *fs.PathError
 			if errors.As(e, &pathErr) {
-				invalid = false
+				status.Invalid = false
 			}
 		}
-		s.log.Warn("file rejected; keeping its last good state", "error", text, "invalid", invalid)
-		s.sink.Report(s.Shard, registries.Status{State: registries.Degraded, Err: text, Invalid: invalid})
+		if status != s.pub.Status() {
+			s.log.Warn("file rejected; keeping its last good state", "error", status.Err, "invalid", status.Invalid)
+		}
+	}
+	// While some files are broken the others' changes are still published,
+	// with the Degraded status in the same step (no Synced in between).
+	// With no good file at all there is nothing to publish yet.
+	if anyGood || status.State == registries.Synced {
+		if s.merge {
+			services, rejected := s.Merge(files)
+			s.pub.Put("", registries.Converted{Services: services, Rejected: rejected})
+			s.merge = false
+		}
+		if s.pub.Flush(status) {
+			services, rejected := s.pub.State()
+			s.log.Info("files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
+			s.conf.published(services)
+		}
+	} else {
+		s.pub.Report(status)
 	}
 	return settled
 }
@@ -663,8 +677,7 @@ func (wt *Watch[T]) NewLoop(sink registries.Sink) (*Loop[T], error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Loop[T]{w: w, s: &runState[T]{Watch: wt, log: log, sink: sink, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log),
-		conf: newConfirmation(or(wt.Confirm, DefaultConfirmAfter))}}, nil
+	return &Loop[T]{w: w, s: wt.newRunState(sink, w, log)}, nil
 }
 
 // Reload reads and publishes as Run does after an event (every file's
