@@ -73,6 +73,8 @@ type parsed struct {
 	spec                  proto.Message
 	hash                  string
 	err                   error
+	// fromFeed: read from a Feed (a Kubernetes cluster), not a file.
+	fromFeed bool
 }
 
 func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name }

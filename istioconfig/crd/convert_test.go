@@ -1,0 +1,95 @@
+package crd
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	apinetworking "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshfed/meshfed/istioconfig"
+)
+
+func TestConvert(t *testing.T) {
+	t.Parallel()
+	vs := &networkingv1.VirtualService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: apinetworking.VirtualService{
+			Hosts: []string{"orders.shop.svc.cluster.local"},
+			Http: []*apinetworking.HTTPRoute{{Route: []*apinetworking.HTTPRouteDestination{
+				{Destination: &apinetworking.Destination{Host: "orders.shop.svc.cluster.local", Subset: "v1"}, Weight: 90},
+				{Destination: &apinetworking.Destination{Host: "orders.shop.svc.cluster.local", Subset: "v2"}, Weight: 10},
+			}}},
+		},
+	}
+	dr := &networkingv1.DestinationRule{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-dr"},
+		Spec: apinetworking.DestinationRule{Host: "orders.shop.svc.cluster.local",
+			Subsets: []*apinetworking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}}}},
+	}
+	tests := []struct {
+		name       string
+		obj        any
+		wantOK     bool
+		wantKind   string
+		wantName   string
+		wantSource string
+		wantSpec   proto.Message
+	}{
+		{name: "virtual service", obj: vs, wantOK: true, wantKind: istioconfig.KindVirtualService, wantName: "orders",
+			wantSource: "shop/orders (east)", wantSpec: &vs.Spec},
+		{name: "destination rule", obj: dr, wantOK: true, wantKind: istioconfig.KindDestinationRule, wantName: "orders-dr",
+			wantSource: "shop/orders-dr (east)", wantSpec: &dr.Spec},
+		{name: "tombstone", obj: cache.DeletedFinalStateUnknown{Key: "shop/orders", Obj: vs}},
+		{name: "other type", obj: &metav1.Status{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o, ok := Convert(tc.obj, "east")
+			if ok != tc.wantOK {
+				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
+			}
+			if !ok {
+				return
+			}
+			if o.Kind != tc.wantKind || o.Namespace != "shop" || o.Name != tc.wantName || o.Source != tc.wantSource {
+				t.Errorf("got %s %s/%s from %q, want %s shop/%s from %q", o.Kind, o.Namespace, o.Name, o.Source, tc.wantKind, tc.wantName, tc.wantSource)
+			}
+			if !proto.Equal(o.Spec, tc.wantSpec) {
+				t.Errorf("spec = %v, want %v", o.Spec, tc.wantSpec)
+			}
+			if o.Spec == tc.wantSpec {
+				t.Error("spec is the cached object's own message, not a copy")
+			}
+		})
+	}
+}
+
+// TestConvertedSpecsPassTheGate: what Convert returns is what the
+// istioconfig gate reads (the v1alpha3 message types).
+func TestConvertedSpecsPassTheGate(t *testing.T) {
+	t.Parallel()
+	o, _ := Convert(&networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "b"}}, "c")
+	if _, ok := o.Spec.(*apinetworking.VirtualService); !ok {
+		t.Fatalf("spec is %T, want *v1alpha3.VirtualService", o.Spec)
+	}
+}
+
+func TestSlim(t *testing.T) {
+	t.Parallel()
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "y",
+		Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+		Labels:        map[string]string{"a": "b"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err := slim(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := out.(*networkingv1.VirtualService)
+	if m.Annotations != nil || m.Labels != nil || m.ManagedFields != nil || m.Name != "x" || m.Namespace != "y" {
+		t.Errorf("slimmed meta = %+v", m.ObjectMeta)
+	}
+}
