@@ -76,6 +76,12 @@ type Cluster struct {
 	Connect func() (*rest.Config, func(), error)
 }
 
+// Connector is what a registry's kind block offers to reach its cluster
+// (kube.Config implements it).
+type Connector interface {
+	Connect() (*rest.Config, func(), error)
+}
+
 // Options configure a Source.
 type Options struct {
 	// Name is the config source's name.
