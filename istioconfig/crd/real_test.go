@@ -6,6 +6,8 @@ package crd
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	"istio.io/client-go/pkg/clientset/versioned"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -280,5 +283,60 @@ func TestRealTwoClusters(t *testing.T) {
 	if len(st.Rejected) != 1 || st.Rejected[0].Source != "shop/orders (west)" ||
 		st.Rejected[0].Reason != fmt.Sprintf("VirtualService shop/orders is already defined at %s", "shop/orders (east)") {
 		t.Errorf("rejected = %+v, want west's differing VirtualService", st.Rejected)
+	}
+}
+
+// TestRealRBACIsEnough reads the CRDs with the token of the ServiceAccount
+// the Helm chart creates and binds (deploy/kubernetes/meshfed.yaml, its
+// RBAC documents): the source syncs and reads them, and may not write them.
+func TestRealRBACIsEnough(t *testing.T) {
+	t.Parallel()
+	api := servers.StartKubeClusters(t, 1).Servers[0]
+	api.InstallIstioCRDs(t)
+	api.EnsureNamespace(t, "meshfed")
+	api.EnsureNamespace(t, "shop")
+	manifest, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", "meshfed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rbac []string
+	for _, doc := range strings.Split(string(manifest), "\n---\n") {
+		for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+			if strings.Contains(doc, "\nkind: "+kind+"\n") {
+				rbac = append(rbac, doc)
+			}
+		}
+	}
+	api.Apply(t, []byte(strings.Join(rbac, "\n---\n")))
+	token := api.ServiceAccountToken(t, "meshfed", "meshfed")
+	ctx := context.Background()
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "orders"}}
+	setVS(&vs.Spec, 90, 10)
+	if _, err := istioClient(t, api).NetworkingV1().VirtualServices("shop").Create(ctx, vs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	c := &kube.Config{Kubeconfig: api.WriteKubeconfig(t, "east", token), Context: "east"}
+	c.ApplyDefaults()
+	r := run(t, Options{Name: "k8s", Clusters: []Cluster{{Name: "east", Connect: c.Connect}}})
+	st := r.waitFor(t, "the VirtualService read with the chart's RBAC", func(st istioconfig.Status) bool { return len(st.InForce) == 1 })
+	if len(st.Sources) != 1 || st.Sources[0].State != "Synced" {
+		t.Errorf("sources = %+v", st.Sources)
+	}
+
+	rc, closeConns, err := c.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeConns()
+	reader, err := versioned.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	setVS(&other.Spec, 1, 1)
+	_, err = reader.NetworkingV1().VirtualServices("shop").Create(ctx, other, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("create VirtualService with the chart's token: %v, want Forbidden", err)
 	}
 }
