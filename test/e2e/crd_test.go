@@ -207,3 +207,60 @@ func TestKubernetesConfigSourceGRPC(t *testing.T) {
 		})
 	})
 }
+
+// TestKubernetesConfigSourceReadiness: a cluster without Istio's CRDs keeps
+// /readyz at 503, naming the config source and why, until syncTimeout;
+// once the CRDs are installed the source syncs and its rules apply.
+func TestKubernetesConfigSourceReadiness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	api := servers.StartKubeClusters(t, 1).Servers[0]
+	api.EnsureNamespace(t, "e2e")
+	dir := t.TempDir()
+	v1, v2 := startBackend(t, "v1"), startBackend(t, "v2")
+	writeFile(t, filepath.Join(dir, "services.yaml"), trafficServices(map[string][][2]any{"echo": {{v1, "v1"}, {v2, "v2"}}}))
+	config, xdsAddr, adminAddr := writeClusters(t, dir,
+		"  - {name: vms, kind: file, domain: vm.internal, file: {path: services.yaml}}\n"+
+			kubeEntry("east", api.WriteKubeconfig(t, "east", servers.AdminToken), "")+
+			"configSources:\n  - {name: k8s, kubernetes: {clusters: [east]}}\nsyncTimeout: 5s\n")
+	m := startMeshfed(t, config, xdsAddr, adminAddr)
+	eventually(t, 4*time.Second, "/readyz 503 naming the config source", func() error {
+		code, body, err := m.get("/readyz")
+		if err != nil {
+			return err
+		}
+		if code != 503 || !strings.Contains(string(body), "config source k8s cluster east") || !strings.Contains(string(body), "install Istio's CRDs") {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, "/readyz 200 after syncTimeout", func() error {
+		if code, body, err := m.get("/readyz"); err != nil || code != 200 {
+			return fmt.Errorf("%d %s %v", code, body, err)
+		}
+		return nil
+	})
+	var st istioconfig.Status
+	m.getJSON(t, "/debug/configz", &st)
+	if len(st.Sources) != 1 || st.Sources[0].State != "Starting" || !strings.Contains(st.Sources[0].Error, "networking.istio.io/v1 is not served") {
+		t.Errorf("sources = %+v, want east Starting with the reason", st.Sources)
+	}
+
+	api.InstallIstioCRDs(t)
+	newIstioApplier(t, api).apply(trafficDR + "---\n" + echoVS(0, 100))
+	eventually(t, 60*time.Second, "the source synced with the rules in force", func() error {
+		var st istioconfig.Status
+		m.getJSON(t, "/debug/configz", &st)
+		if len(st.Sources) != 1 || st.Sources[0].State != "Synced" || len(st.InForce) != 3 {
+			return fmt.Errorf("sources %+v, in force %+v", st.Sources, st.InForce)
+		}
+		return nil
+	})
+	b, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "late")
+	if code != 0 {
+		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
+	}
+	c := startClientCmd(t, b, xdsClientBin, "-target", "xds:///echo.vm.internal:8080", "-interval", "5ms", "-duration", "3m")
+	c.waitFor(t, "v2", 100, 30*time.Second)
+}
