@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	networking "istio.io/api/networking/v1alpha3"
 )
 
@@ -54,6 +55,10 @@ func TestFeedGate(t *testing.T) {
 	if want := []SourceState{{Name: "k8s", Kind: "kubernetes", Cluster: "east", State: StateStarting},
 		{Name: "k8s", Kind: "kubernetes", Cluster: "west", State: StateFailed, Error: "kubeconfig: no such file"}}; !slices.Equal(st.Sources, want) {
 		t.Errorf("sources = %+v, want %+v", st.Sources, want)
+	}
+
+	if got := testutil.ToFloat64(sourceState.WithLabelValues("k8s", "west", StateFailed)); got != 1 {
+		t.Errorf(`meshfed_config_source_state{source="k8s",cluster="west",state="Failed"} = %v, want 1`, got)
 	}
 
 	// Synced: objects come into force; the same object in two clusters

@@ -309,6 +309,7 @@ func (s *Source) Reload() bool {
 		rej[k]++
 	}
 	setObjectMetrics(inForce, rej)
+	setSourceMetrics(states)
 	if changed {
 		snapshotsTotal.Inc()
 		s.version++
