@@ -69,12 +69,11 @@ func (r Rejection) String() string {
 type parsed struct {
 	kind, namespace, name string
 	source                string
+	fromFeed              bool // read from a Feed (a Kubernetes cluster), not a file
 	file                  string
 	spec                  proto.Message
 	hash                  string
 	err                   error
-	// fromFeed: read from a Feed (a Kubernetes cluster), not a file.
-	fromFeed bool
 }
 
 func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name }
