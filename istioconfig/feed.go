@@ -3,6 +3,7 @@ package istioconfig
 import (
 	"context"
 	"sort"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -53,6 +54,9 @@ type FeedObject struct {
 	Namespace, Name string
 	// Source names it on /debug/configz, e.g. "shop/orders (east)".
 	Source string
+	// Created is its creation time: of two objects that claim one host,
+	// the older wins (as in Istio), unless the other is in force already.
+	Created time.Time
 	// Spec is the *networking.VirtualService or *networking.DestinationRule
 	// (istio.io/api networking/v1alpha3, which v1 and v1beta1 alias). It
 	// is never modified afterwards.
@@ -118,7 +122,7 @@ func readFeed(f Feed) (docs []*parsed, keep []string, states []SourceState) {
 		})
 		for _, o := range objs {
 			docs = append(docs, &parsed{kind: o.Kind, namespace: o.Namespace, name: o.Name, source: o.Source, file: group,
-				spec: o.Spec, hash: hashOf(o.Kind, o.Namespace, o.Name, o.Spec), fromFeed: true})
+				spec: o.Spec, hash: hashOf(o.Kind, o.Namespace, o.Name, o.Spec), fromFeed: true, created: o.Created})
 		}
 	}
 	return docs, keep, states

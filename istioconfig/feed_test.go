@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	networking "istio.io/api/networking/v1alpha3"
@@ -105,5 +106,27 @@ func TestFeedGate(t *testing.T) {
 	st = s.Status()
 	if got := keys(st); !slices.Equal(got, []string{"VirtualService/shop/orders"}) || st.InForce[0].Source != "shop/orders (west)" {
 		t.Errorf("in force = %v from %q, want orders from west", got, st.InForce[0].Source)
+	}
+}
+
+// TestFeedConflictOldestWins: two VirtualServices of one host, neither in
+// force: the older one wins, as in Istio; once in force it stays.
+func TestFeedConflictOldestWins(t *testing.T) {
+	t.Parallel()
+	older, newer := feedVS("east", "orders", 1), feedVS("east", "orders", 1)
+	older.Name, older.Source = "z-old", "shop/z-old (east)"
+	newer.Name, newer.Source = "a-new", "shop/a-new (east)"
+	older.Created = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	newer.Created = older.Created.Add(time.Hour)
+	f := &fakeFeed{}
+	f.set(FeedPart{Name: "east", Synced: true, Objects: []FeedObject{newer, older}})
+	s := New(nil, nil, f)
+	s.Reload()
+	st := s.Status()
+	if got := keys(st); !slices.Equal(got, []string{"VirtualService/shop/z-old"}) {
+		t.Fatalf("in force = %v, want the older z-old", got)
+	}
+	if len(st.Rejected) != 1 || st.Rejected[0].Name != "a-new" || !strings.Contains(st.Rejected[0].Reason, "already has VirtualService shop/z-old") {
+		t.Errorf("rejected = %+v", st.Rejected)
 	}
 }

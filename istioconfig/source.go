@@ -249,15 +249,23 @@ func (s *Source) Reload() bool {
 		valid = append(valid, p)
 	}
 	// Conflicts: one VirtualService and one DestinationRule per host.
-	// Istio keeps the oldest; files carry no creation time, so the one
-	// already in force wins, then the first by namespace/name.
+	// Istio keeps the oldest. The one already in force wins, then objects
+	// with a creation time (Kubernetes) oldest first, then the first by
+	// namespace/name (files carry no creation time).
 	sort.SliceStable(valid, func(i, j int) bool {
-		_, ai := prev[valid[i].key()]
-		_, aj := prev[valid[j].key()]
+		a, b := valid[i], valid[j]
+		_, ai := prev[a.key()]
+		_, aj := prev[b.key()]
 		if ai != aj {
 			return ai
 		}
-		return valid[i].key() < valid[j].key()
+		if a.created.IsZero() != b.created.IsZero() {
+			return !a.created.IsZero()
+		}
+		if !a.created.Equal(b.created) {
+			return a.created.Before(b.created)
+		}
+		return a.key() < b.key()
 	})
 	owner := map[string]string{} // kind + "\x00" + host → key
 	for _, o := range next {     // kept last-good objects hold their hosts

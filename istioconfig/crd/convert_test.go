@@ -2,6 +2,7 @@ package crd
 
 import (
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	apinetworking "istio.io/api/networking/v1alpha3"
@@ -15,7 +16,7 @@ import (
 func TestConvert(t *testing.T) {
 	t.Parallel()
 	vs := &networkingv1.VirtualService{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", CreationTimestamp: metav1.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
 		Spec: apinetworking.VirtualService{
 			Hosts: []string{"orders.shop.svc.cluster.local"},
 			Http: []*apinetworking.HTTPRoute{{Route: []*apinetworking.HTTPRouteDestination{
@@ -57,6 +58,9 @@ func TestConvert(t *testing.T) {
 			}
 			if o.Kind != tc.wantKind || o.Namespace != "shop" || o.Name != tc.wantName || o.Source != tc.wantSource {
 				t.Errorf("got %s %s/%s from %q, want %s shop/%s from %q", o.Kind, o.Namespace, o.Name, o.Source, tc.wantKind, tc.wantName, tc.wantSource)
+			}
+			if want := tc.obj.(metav1.Object).GetCreationTimestamp().Time; !o.Created.Equal(want) {
+				t.Errorf("created = %v, want %v", o.Created, want)
 			}
 			if !proto.Equal(o.Spec, tc.wantSpec) {
 				t.Errorf("spec = %v, want %v", o.Spec, tc.wantSpec)

@@ -327,6 +327,7 @@ func Convert(obj any, cluster string) (o istioconfig.FeedObject, ok bool) {
 	}
 	o.Namespace, o.Name = meta.Namespace, meta.Name
 	o.Source = fmt.Sprintf("%s/%s (%s)", meta.Namespace, meta.Name, cluster)
+	o.Created = meta.CreationTimestamp.Time
 	o.Spec = proto.Clone(spec)
 	return o, true
 }
