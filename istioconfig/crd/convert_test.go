@@ -1,13 +1,18 @@
 package crd
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	apinetworking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshfed/meshfed/istioconfig"
@@ -95,5 +100,24 @@ func TestSlim(t *testing.T) {
 	m := out.(*networkingv1.VirtualService)
 	if m.Annotations != nil || m.Labels != nil || m.ManagedFields != nil || m.Name != "x" || m.Namespace != "y" {
 		t.Errorf("slimmed meta = %+v", m.ObjectMeta)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	t.Parallel()
+	gr := schema.GroupResource{Group: "networking.istio.io", Resource: "virtualservices"}
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "no CRDs", err: fmt.Errorf("virtualservices: %w", apierrors.NewNotFound(gr, "")), want: "install Istio's CRDs"},
+		{name: "no rights", err: fmt.Errorf("virtualservices: %w", apierrors.NewForbidden(gr, "", errors.New("no"))), want: "grant get, list and watch"},
+		{name: "other", err: errors.New("connection refused"), want: "connection refused"},
+	}
+	for _, tc := range tests {
+		if got := explain(tc.err); !strings.Contains(got, tc.want) || !strings.HasPrefix(got, tc.err.Error()) {
+			t.Errorf("%s: explain = %q, want the error and %q", tc.name, got, tc.want)
+		}
 	}
 }

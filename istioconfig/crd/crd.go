@@ -178,11 +178,17 @@ func (c *cluster) part() istioconfig.FeedPart {
 	return p
 }
 
-// explain adds what to do to the error of a cluster without Istio's CRDs.
+// explain adds what to do to the error of a cluster without Istio's CRDs
+// or without the rights to read them.
 func explain(err error) string {
 	var se apierrors.APIStatus
-	if errors.As(err, &se) && se.Status().Code == 404 {
-		return err.Error() + " (networking.istio.io/v1 is not served: install Istio's CRDs, Istio 1.22 or later)"
+	if errors.As(err, &se) {
+		switch se.Status().Code {
+		case 404:
+			return err.Error() + " (networking.istio.io/v1 is not served: install Istio's CRDs, Istio 1.22 or later)"
+		case 403:
+			return err.Error() + " (grant get, list and watch on virtualservices and destinationrules of networking.istio.io, as the Helm chart's ClusterRole does)"
+		}
 	}
 	return err.Error()
 }
