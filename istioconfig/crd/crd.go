@@ -8,7 +8,10 @@
 // # Types and versions
 //
 // The objects are read with istio.io/client-go's typed clientset
-// (networking.istio.io/v1) into client-go informers. The API server
+// (networking.istio.io/v1) into client-go informers — built by
+// kube.Tracker rather than istio.io/client-go's informer factory, so that
+// every list and watch outcome is tracked the way the kubernetes registry
+// tracks its own (a failing call makes the cluster Degraded). The API server
 // converts objects written as v1beta1 or v1alpha3 (Istio's CRDs convert
 // between these versions without a webhook: the schemas are one), so
 // every version Istio accepts is read; a cluster whose CRDs do not serve
