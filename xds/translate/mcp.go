@@ -1,4 +1,4 @@
-package xds
+package translate
 
 import (
 	"cmp"
@@ -202,7 +202,7 @@ func (t *Translator) EnableMCP() Changes {
 			}
 			st.res[k][name] = r
 			t.current[k][name] = r
-			ch.update(k, name, r)
+			ch.Update(k, name, r)
 		})
 	}
 	return ch
@@ -244,7 +244,7 @@ func (t *Translator) translateConfig(cfg *model.ConfigSnapshot, ch Changes) {
 				if r == nil {
 					if _, had := t.current[k][name]; had {
 						delete(t.current[k], name)
-						ch.remove(k, name)
+						ch.Remove(k, name)
 					}
 					continue
 				}
@@ -252,7 +252,7 @@ func (t *Translator) translateConfig(cfg *model.ConfigSnapshot, ch Changes) {
 					continue
 				}
 				t.current[k][name] = r
-				ch.update(k, name, r)
+				ch.Update(k, name, r)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package xds
+package translate
 
 import (
 	"bytes"
@@ -145,7 +145,7 @@ func referenceCLA(t *testing.T, name string, svc *model.Service) *endpoint.Clust
 			w := max(x.e.Weight, 1)
 			sum += uint64(w)
 			lle.LbEndpoints = append(lle.LbEndpoints, &endpoint.LbEndpoint{
-				HostIdentifier:      &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(x.e.Address, x.port)}},
+				HostIdentifier:      &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: SocketAddress(x.e.Address, x.port)}},
 				HealthStatus:        healthStatuses[x.e.Health],
 				LoadBalancingWeight: wrapperspb.UInt32(w),
 				Metadata:            md,
