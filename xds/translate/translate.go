@@ -83,6 +83,7 @@ type svcState struct {
 	res   map[Kind]map[string]types.Resource
 	ports map[uint32]model.Protocol // for the Envoy per-port listeners
 	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
+	mcp   map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
 }
 
 // Translator turns snapshots into xDS resources, incrementally. It keeps,
@@ -199,6 +200,13 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 			next.clas = clas
 			next.subs = subs
 			next.ports = servicePorts(svc)
+			if t.mcp {
+				var prev map[string]any
+				if old != nil {
+					prev = old.mcp
+				}
+				next.mcp = addMCP(svc, prev, next.res)
+			}
 		}
 		t.replace(old, next, ch, dirty)
 		t.services[svc.Hostname] = next
@@ -398,14 +406,6 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 	if len(httpPorts) == 1 {
 		lname := GRPCListenerName(svc.Hostname, httpPorts[0].Number)
 		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, lname, faultPorts[httpPorts[0].Number]))
-	}
-	if t.mcp {
-		addMCP(svc, func(k Kind, name string, r types.Resource) {
-			if res[k] == nil {
-				res[k] = map[string]types.Resource{}
-			}
-			res[k][name] = r
-		})
 	}
 	var errs []error
 	for _, rs := range res {
