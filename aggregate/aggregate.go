@@ -10,9 +10,9 @@
 //
 // Freshness: a registry reporting Degraded (or Failed) keeps serving its
 // last good state. Once the outage lasts longer than Outage.ExpireAfter the
-// registry is Stale: with PolicyExpire its services are withdrawn from the
-// snapshot, with PolicyKeep they stay (RegistryStatus.State shows Stale). A
-// Replace or a Report(Synced) ends the outage and, with PolicyExpire, brings
+// registry is Stale: with policy expire its services are withdrawn from the
+// snapshot, with keep they stay (RegistryStatus.State shows Stale). A
+// Replace or a Report(Synced) ends the outage and, with expire, brings
 // the services back. Only an unreachable backend is an outage: a Degraded
 // report with Status.Invalid (the backend answered with data that does not
 // parse) keeps the last good state served but never makes it Stale or
@@ -68,30 +68,17 @@ import (
 const (
 	DefaultHoldDown    = time.Minute
 	DefaultSyncTimeout = 30 * time.Second
-	DefaultExpireAfter = registries.DefaultExpireAfter
 )
-
-// Policy says what happens to a registry's services when its outage lasts
-// longer than Outage.ExpireAfter.
-type Policy = registries.OutagePolicy
-
-// Outage policies.
-const (
-	// PolicyKeep keeps serving the last good state (the default).
-	PolicyKeep = registries.OutageKeep
-	// PolicyExpire withdraws the registry's services until it syncs again.
-	PolicyExpire = registries.OutageExpire
-)
-
-// Outage is a registry's `outage:` block; its zero fields mean the
-// defaults (keep, 10m).
-type Outage = registries.Outage
 
 // RegistryOptions are the aggregate-relevant settings of one clusters.yaml
 // registry entry.
 type RegistryOptions struct {
 	registries.Common // Name, Kind, Domain, Locality (default locality of endpoints)
-	Outage            Outage
+	// Outage is the registry's `outage:` block (the one type,
+	// registries.Outage, validated by the clusters.yaml loader); zero
+	// fields mean the defaults (keep, 10m), and a policy other than expire
+	// keeps.
+	Outage registries.Outage
 	// MaxDeleteRatio enables the hold-down (see the package doc) when > 0,
 	// e.g. 0.5.
 	MaxDeleteRatio float64
@@ -123,8 +110,11 @@ type Options struct {
 	// OnAccepted, when set, is called from Serve's goroutine with a
 	// registry's full input (as given to Replace) each time a different
 	// one becomes its accepted state (applied, not held; restored states
-	// excluded). It must return promptly and not modify the slices; the
-	// warm-start store persists them.
+	// excluded). It must return promptly, not modify the slices and not
+	// call the Aggregator: it runs with the aggregator's lock held, so that
+	// it is never called for a registry once RemoveRegistry returned (a
+	// removal wins over an accept in flight). The warm-start store
+	// persists them.
 	OnAccepted func(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
 	Logger     *slog.Logger // nil discards
 	Now        func() time.Time
@@ -144,7 +134,7 @@ type RegistryStatus struct {
 	Services  int `json:"services"`
 	Endpoints int `json:"endpoints"`
 	// Withdrawn: the registry is Stale (or Failed) past ExpireAfter with
-	// PolicyExpire, and its services are not served.
+	// policy expire, and its services are not served.
 	Withdrawn bool `json:"withdrawn,omitempty"`
 	// HeldDown: an update is held back by MaxDeleteRatio (State is Held
 	// unless the registry is also Degraded, Stale or Failed).
@@ -269,10 +259,6 @@ func New(o Options) *Aggregator {
 // aggregator has been ready does not make it unready (see Ready).
 func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	o = o.withDefaults()
-	if err := o.Outage.Validate(); err != nil {
-		a.log.Warn("bad outage block, using keep", "registry", o.Name, "err", err)
-		o.Outage.Policy = PolicyKeep
-	}
 	now := a.now()
 	a.mu.Lock()
 	if rs, ok := a.regs[o.Name]; ok && rs.opts.Kind == o.Kind {
@@ -340,6 +326,14 @@ func (a *Aggregator) RemoveRegistry(name string) {
 // Replace implements registries.Sink: it stores the shard's full state and
 // marks the registry Synced. The slices are kept, not copied.
 func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	a.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
+}
+
+// ReplaceStatus implements registries.Sink: Replace, and with a status
+// other than Synced the registry's state becomes Degraded (or Stale) as a
+// Report of st would make it, in the same step, so it is never Synced in
+// between.
+func (a *Aggregator) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
 	now := a.now()
 	a.mu.Lock()
 	rs := a.lookup(shard)
@@ -354,12 +348,20 @@ func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rej
 	rs.pending = &input{services: services, rejected: rejected, seen: seen}
 	rs.synced = true
 	rs.lastSync = now
-	rs.lastError = ""
-	rs.outageSince = time.Time{}
-	old, changed := a.setState(rs, registries.Synced, now)
+	next := registries.Synced
+	if st.State == registries.Synced {
+		rs.lastError = ""
+		rs.outageSince = time.Time{}
+	} else {
+		next = rs.degraded(st, now)
+	}
+	old, changed := a.setState(rs, next, now)
 	a.mu.Unlock()
-	if changed {
+	switch {
+	case changed && next == registries.Synced:
 		a.log.Info("registry synced", "registry", shard.Name, "was", old)
+	case changed:
+		a.log.Warn("registry state changed", "registry", shard.Name, "state", next, "was", old, "error", st.Err)
 	}
 	a.wake()
 }
@@ -395,19 +397,7 @@ func (a *Aggregator) Report(shard model.ShardKey, st registries.Status) {
 		}
 		next = registries.Failed
 	default: // Degraded; Stale is derived here, a registry reporting it means Degraded
-		rs.lastError = st.Err
-		next = registries.Degraded
-		if st.Invalid {
-			// The backend answered: not an outage (never Stale, never withdrawn).
-			rs.outageSince = time.Time{}
-			break
-		}
-		if rs.outageSince.IsZero() {
-			rs.outageSince = now
-		}
-		if !now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter)) {
-			next = registries.Stale
-		}
+		next = rs.degraded(st, now)
 	}
 	old, changed := a.setState(rs, next, now)
 	a.mu.Unlock()
@@ -419,6 +409,25 @@ func (a *Aggregator) Report(shard model.ShardKey, st registries.Status) {
 		a.log.Log(context.Background(), lvl, "registry state changed", "registry", shard.Name, "state", next, "was", old, "error", st.Err)
 	}
 	a.wake()
+}
+
+// degraded records a Degraded status st at now and returns the state it
+// makes: Degraded, or Stale once an outage lasted the outage window.
+// Called with mu held.
+func (rs *regState) degraded(st registries.Status, now time.Time) registries.State {
+	rs.lastError = st.Err
+	if st.Invalid {
+		// The backend answered: not an outage (never Stale, never withdrawn).
+		rs.outageSince = time.Time{}
+		return registries.Degraded
+	}
+	if rs.outageSince.IsZero() {
+		rs.outageSince = now
+	}
+	if !now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter)) {
+		return registries.Stale
+	}
+	return registries.Degraded
 }
 
 // lookup returns the registry for shard, or nil (logged once) if it is

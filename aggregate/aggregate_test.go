@@ -161,23 +161,23 @@ func TestFreshness(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name          string
-		policy        Policy
+		policy        registries.OutagePolicy
 		report        registries.State
 		wantState     registries.State // after ExpireAfter
 		wantWithdrawn bool
 	}{
-		{name: "keep serves a stale registry", policy: PolicyKeep, report: registries.Degraded, wantState: registries.Stale},
+		{name: "keep serves a stale registry", policy: registries.OutageKeep, report: registries.Degraded, wantState: registries.Stale},
 		{name: "default policy is keep", policy: "", report: registries.Degraded, wantState: registries.Stale},
-		{name: "expire withdraws a stale registry", policy: PolicyExpire, report: registries.Degraded, wantState: registries.Stale, wantWithdrawn: true},
-		{name: "expire withdraws a failed registry", policy: PolicyExpire, report: registries.Failed, wantState: registries.Failed, wantWithdrawn: true},
-		{name: "keep serves a failed registry", policy: PolicyKeep, report: registries.Failed, wantState: registries.Failed},
+		{name: "expire withdraws a stale registry", policy: registries.OutageExpire, report: registries.Degraded, wantState: registries.Stale, wantWithdrawn: true},
+		{name: "expire withdraws a failed registry", policy: registries.OutageExpire, report: registries.Failed, wantState: registries.Failed, wantWithdrawn: true},
+		{name: "keep serves a failed registry", policy: registries.OutageKeep, report: registries.Failed, wantState: registries.Failed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
 			o := reg("dc1", "consul", "consul")
-			o.Outage = Outage{Policy: tt.policy, ExpireAfter: 5 * time.Minute}
+			o.Outage = registries.Outage{Policy: tt.policy, ExpireAfter: 5 * time.Minute}
 			other := reg("vms", "file", "vm")
 			a := newRunning(t, clock, o, other)
 			a.Replace(shard(other), []model.Service{svc("b.vm", "10.9.0.1")}, nil)
@@ -225,7 +225,7 @@ func TestDegradedReportAfterExpiryIsStale(t *testing.T) {
 	o := reg("dc1", "consul", "consul") // default ExpireAfter 10m
 	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now})
 	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "down"})
-	clock.Advance(DefaultExpireAfter)
+	clock.Advance(registries.DefaultExpireAfter)
 	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "down"})
 	if st, _ := a.Registry("dc1"); st.State != registries.Stale {
 		t.Errorf("state %s, want Stale", st.State)
@@ -332,7 +332,7 @@ func TestInvalidDataIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	o := reg("vms", "file", "vm")
-	o.Outage = Outage{Policy: PolicyExpire, ExpireAfter: time.Minute}
+	o.Outage = registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
 	a := newRunning(t, clock, o)
 	a.Replace(shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil)
 	waitVersion(t, a, 1)
@@ -353,6 +353,40 @@ func TestInvalidDataIsNotAnOutage(t *testing.T) {
 	advance(a, clock, 2*time.Minute)
 	waitState(t, a, "vms", registries.Stale)
 	eventually(t, "withdrawn", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 0 })
+}
+
+// TestReplaceStatusDegraded: a registry that publishes while part of its
+// backend fails (one broken file of a directory) has its new state served
+// and stays Degraded with the error: never Synced in between, and with
+// Invalid never an outage.
+func TestReplaceStatusDegraded(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("vms", "file", "vm")
+	o.Outage = Outage{Policy: PolicyExpire, ExpireAfter: time.Minute}
+	a := newRunning(t, clock, o)
+	a.Replace(shard(o), []model.Service{svc("a.vm", ips(1)...)}, nil)
+	waitVersion(t, a, 1)
+	bad := registries.Status{State: registries.Degraded, Err: "b.yaml:3:5: bad key", Invalid: true}
+	a.Report(shard(o), bad)
+	since := clock.Now()
+
+	clock.Advance(time.Second)
+	a.ReplaceStatus(shard(o), []model.Service{svc("a.vm", ips(3)...)}, nil, bad)
+	st, _ := a.Registry("vms")
+	if st.State != registries.Degraded || st.LastError != bad.Err || st.Since != since || st.LastSync != clock.Now() {
+		t.Errorf("after ReplaceStatus: %+v, want Degraded since the report, with its error, synced now", st)
+	}
+	eventually(t, "new state served", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 3 })
+	advance(a, clock, 2*time.Minute)
+	if st, _ := a.Registry("vms"); st.State != registries.Degraded || st.Withdrawn {
+		t.Errorf("invalid data past expireAfter: %+v, want Degraded and served", st)
+	}
+
+	a.ReplaceStatus(shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil, registries.Status{State: registries.Synced})
+	if st, _ := a.Registry("vms"); st.State != registries.Synced || st.LastError != "" {
+		t.Errorf("after ReplaceStatus Synced: %+v, want Synced without error", st)
+	}
 }
 
 func TestHoldDownDisabledAndWithinRatio(t *testing.T) {
@@ -600,5 +634,42 @@ func TestConfigFlowsWithSnapshot(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // nothing to wait for: assert no publish happened meanwhile
 	if v := a.Snapshot().Version; v != s3.Version {
 		t.Errorf("version %d after an unchanged config, want %d", v, s3.Version)
+	}
+}
+
+// TestNoAcceptAfterRemoveRegistry: once RemoveRegistry returns, OnAccepted
+// is neither running nor called for that registry, so that the warm-start
+// store's removal of the registry's state cannot be overwritten by an
+// accept that was in flight.
+func TestNoAcceptAfterRemoveRegistry(t *testing.T) {
+	t.Parallel()
+	o := reg("dc1", "consul", "consul")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var events []string
+	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	var once sync.Once
+	a := New(Options{Registries: []RegistryOptions{o}, OnAccepted: func(model.ShardKey, []model.Service, []model.Rejection) {
+		once.Do(func() {
+			close(entered)
+			<-release
+			record("accept returned")
+		})
+	}})
+	start(t, a)
+	a.Replace(shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
+	<-entered
+	removed := make(chan struct{})
+	go func() { a.RemoveRegistry("dc1"); record("removed"); close(removed) }()
+	select {
+	case <-removed: // the bug: RemoveRegistry returned while the accept runs
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	<-removed
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"accept returned", "removed"}; !slices.Equal(events, want) {
+		t.Errorf("events %v, want %v", events, want)
 	}
 }
