@@ -4,25 +4,11 @@ import (
 	"slices"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-	mcp "istio.io/api/mcp/v1alpha1"
-	networking "istio.io/api/networking/v1alpha3"
-
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/internal/testfixture"
 )
 
-func seOf(t *testing.T, r proto.Message) (*mcp.Metadata, *networking.ServiceEntry) {
-	t.Helper()
-	res, ok := r.(*mcp.Resource)
-	if !ok {
-		t.Fatalf("resource is %T, want an MCP Resource", r)
-	}
-	se := &networking.ServiceEntry{}
-	if err := res.GetBody().UnmarshalTo(se); err != nil {
-		t.Fatalf("body of %s: %v", res.GetMetadata().GetName(), err)
-	}
-	return res.GetMetadata(), se
-}
+var seOf = testfixture.ServiceEntryOf
 
 // TestMCPOverADS: a SotW client (as istiod) gets every collection it asks
 // for answered, empty or full; a delta client gets only the ServiceEntries

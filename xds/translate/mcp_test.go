@@ -3,7 +3,6 @@ package translate
 import (
 	"bytes"
 	cmpv "cmp"
-	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	mcp "istio.io/api/mcp/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
@@ -22,18 +20,7 @@ import (
 	"github.com/meshfed/meshfed/xds/internal/testfixture"
 )
 
-func seOf(t *testing.T, r proto.Message) (*mcp.Metadata, *networking.ServiceEntry) {
-	t.Helper()
-	res, ok := r.(*mcp.Resource)
-	if !ok {
-		t.Fatalf("resource is %T, want an MCP Resource", r)
-	}
-	se := &networking.ServiceEntry{}
-	if err := res.GetBody().UnmarshalTo(se); err != nil {
-		t.Fatalf("body of %s: %v", res.GetMetadata().GetName(), err)
-	}
-	return res.GetMetadata(), se
-}
+var seOf = testfixture.ServiceEntryOf
 
 func TestServiceEntryMapping(t *testing.T) {
 	t.Parallel()
@@ -330,22 +317,7 @@ func serviceEntryReference(svc *model.Service) *networking.ServiceEntry {
 func TestServiceEntryIncrementalEqualsFullBuild(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(11, 12))
-	svc := &model.Service{
-		Hostname: "mix.vm.internal",
-		Sources:  []string{"r"},
-		Ports: []model.Port{
-			{Name: "http", Number: 80, Protocol: model.ProtocolHTTP},
-			{Name: "grpc", Number: 81, Protocol: model.ProtocolGRPC},
-		},
-	}
-	for j := range 60 {
-		svc.Endpoints = append(svc.Endpoints, model.Endpoint{
-			Address:  fmt.Sprintf("10.9.%d.%d", j%4, j+1),
-			Labels:   map[string]string{"app": "x"},
-			Locality: model.Locality{Region: "r", Zone: fmt.Sprintf("z%d", j%3)},
-			Source:   model.Source{Registry: "r", Cluster: "c"},
-		})
-	}
+	svc := mutableService("mix.vm.internal")
 	res, st := buildServiceEntry(svc, nil)
 	for step := range 300 {
 		next := *svc

@@ -2,7 +2,15 @@
 // translate and serve.
 package testfixture
 
-import "github.com/meshfed/meshfed/model"
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	mcp "istio.io/api/mcp/v1alpha1"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+)
 
 // Orders is orders.vm.internal: one gRPC port served on another
 // endpoint port by one of its endpoints, three endpoints (healthy,
@@ -74,4 +82,18 @@ func Replace(svcs []*model.Service, host string, with *model.Service) []*model.S
 		}
 	}
 	return out
+}
+
+// ServiceEntryOf decodes an MCP Resource holding a ServiceEntry.
+func ServiceEntryOf(t *testing.T, r proto.Message) (*mcp.Metadata, *networking.ServiceEntry) {
+	t.Helper()
+	res, ok := r.(*mcp.Resource)
+	if !ok {
+		t.Fatalf("resource is %T, want an MCP Resource", r)
+	}
+	se := &networking.ServiceEntry{}
+	if err := res.GetBody().UnmarshalTo(se); err != nil {
+		t.Fatalf("body of %s: %v", res.GetMetadata().GetName(), err)
+	}
+	return res.GetMetadata(), se
 }
