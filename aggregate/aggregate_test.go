@@ -363,7 +363,7 @@ func TestReplaceStatusDegraded(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	o := reg("vms", "file", "vm")
-	o.Outage = Outage{Policy: PolicyExpire, ExpireAfter: time.Minute}
+	o.Outage = registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
 	a := newRunning(t, clock, o)
 	a.Replace(shard(o), []model.Service{svc("a.vm", ips(1)...)}, nil)
 	waitVersion(t, a, 1)
