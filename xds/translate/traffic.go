@@ -1,4 +1,4 @@
-package xds
+package translate
 
 import (
 	"math"

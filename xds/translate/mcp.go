@@ -1,9 +1,6 @@
-package xds
+package translate
 
 import (
-	"cmp"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -59,14 +56,16 @@ const (
 
 // mcpType is one Istio config collection meshfed answers over MCP. build
 // returns the resource of a service for that collection, or nil when the
-// collection holds nothing per service. Adding a collection (e.g.
+// collection holds nothing per service, and the state to pass as prev to
+// its next build for the same service (prev is nil the first time), so
+// builders can work incrementally. Adding a collection (e.g.
 // VirtualService from a config source) is one entry here plus its
 // builder; the store, subscription index and protocol handling are
 // shared with every other type.
 type mcpType struct {
 	kind     string   // short name, used as the metrics label
 	typeURLs []string // <group>/<version>/<Kind>, every version istiod may ask for
-	build    func(*model.Service) *mcp.Resource
+	build    func(svc *model.Service, prev any) (*mcp.Resource, any)
 	// config is the model.ConfigObject kind served in this collection
 	// (from the config sources), "" for none.
 	config string
@@ -77,7 +76,7 @@ type mcpType struct {
 // collection it asked for, so every one is answered, empty until meshfed
 // holds that type.
 var mcpTypes = []mcpType{
-	{kind: "ServiceEntry", build: serviceEntryResource, typeURLs: gvks("networking.istio.io", "ServiceEntry", "v1", "v1beta1", "v1alpha3")},
+	{kind: "ServiceEntry", build: buildServiceEntryAny, typeURLs: gvks("networking.istio.io", "ServiceEntry", "v1", "v1beta1", "v1alpha3")},
 	{kind: "WorkloadEntry", typeURLs: gvks("networking.istio.io", "WorkloadEntry", "v1", "v1beta1", "v1alpha3")},
 	{kind: "WorkloadGroup", typeURLs: gvks("networking.istio.io", "WorkloadGroup", "v1", "v1beta1", "v1alpha3")},
 	{kind: "VirtualService", config: "VirtualService", typeURLs: gvks("networking.istio.io", "VirtualService", "v1", "v1beta1", "v1alpha3")},
@@ -164,21 +163,40 @@ func mcpShortType(typeURL string) string {
 	return ""
 }
 
-// addMCP adds the MCP resources of svc to res.
-func addMCP(svc *model.Service, add func(Kind, string, types.Resource)) {
+func buildServiceEntryAny(svc *model.Service, prev any) (*mcp.Resource, any) {
+	p, _ := prev.(*seState)
+	if r, st := buildServiceEntry(svc, p); r != nil {
+		return r, st
+	}
+	return nil, nil
+}
+
+// addMCP adds the MCP resources of svc to res, built from prev (the
+// state returned by its previous call for the service, may be nil), and
+// returns the state to keep.
+func addMCP(svc *model.Service, prev map[string]any, res map[Kind]map[string]types.Resource) map[string]any {
+	state := map[string]any{}
 	for i := range mcpTypes {
 		t := &mcpTypes[i]
 		if t.build == nil {
 			continue
 		}
-		r := t.build(svc)
+		r, st := t.build(svc, prev[t.kind])
+		if st != nil {
+			state[t.kind] = st
+		}
 		if r == nil {
 			continue
 		}
 		for _, u := range t.typeURLs {
-			add(Kind{TypeURL: u}, r.GetMetadata().GetName(), r)
+			k := Kind{TypeURL: u}
+			if res[k] == nil {
+				res[k] = map[string]types.Resource{}
+			}
+			res[k][r.GetMetadata().GetName()] = r
 		}
 	}
+	return state
 }
 
 // EnableMCP makes the translator build the per-service MCP resources
@@ -196,14 +214,18 @@ func (t *Translator) EnableMCP() Changes {
 		if st.res == nil {
 			continue // left out: invalid
 		}
-		addMCP(st.svc, func(k Kind, name string, r types.Resource) {
+		built := map[Kind]map[string]types.Resource{}
+		st.mcp = addMCP(st.svc, nil, built)
+		for k, rs := range built {
 			if st.res[k] == nil {
 				st.res[k] = map[string]types.Resource{}
 			}
-			st.res[k][name] = r
-			t.current[k][name] = r
-			ch.update(k, name, r)
-		})
+			for name, r := range rs {
+				st.res[k][name] = r
+				t.current[k][name] = r
+				ch.Update(k, name, r)
+			}
+		}
 	}
 	return ch
 }
@@ -244,7 +266,7 @@ func (t *Translator) translateConfig(cfg *model.ConfigSnapshot, ch Changes) {
 				if r == nil {
 					if _, had := t.current[k][name]; had {
 						delete(t.current[k], name)
-						ch.remove(k, name)
+						ch.Remove(k, name)
 					}
 					continue
 				}
@@ -252,7 +274,7 @@ func (t *Translator) translateConfig(cfg *model.ConfigSnapshot, ch Changes) {
 					continue
 				}
 				t.current[k][name] = r
-				ch.update(k, name, r)
+				ch.Update(k, name, r)
 			}
 		}
 	}
@@ -355,72 +377,13 @@ func validLabel(k, v string) bool {
 //     serve every port of the service is left out too (a ServiceEntry
 //     endpoint serves all its ports).
 //
-// Its metadata version is a hash of the ServiceEntry, so it changes
-// exactly when the content does. Everything built here passes Istio's
+// Its metadata version is a hash of the ServiceEntry's encoded parts, so
+// it changes exactly when the content does. It is built incrementally
+// (buildServiceEntry). Everything built here passes Istio's
 // ServiceEntry validation, which refuses an entry whole on one bad field.
 func serviceEntryResource(svc *model.Service) *mcp.Resource {
-	se := &networking.ServiceEntry{
-		Hosts:    []string{svc.Hostname},
-		Location: networking.ServiceEntry_MESH_INTERNAL,
-		ExportTo: []string{"*"},
-	}
-	if svc.Resolution == model.ResolutionDNS {
-		se.Resolution = networking.ServiceEntry_DNS
-	} else {
-		se.Resolution = networking.ServiceEntry_STATIC
-	}
-	ports := slices.Clone(svc.Ports)
-	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
-	ports = slices.CompactFunc(ports, func(a, b model.Port) bool { return a.Number == b.Number })
-	names := make([]string, len(ports)) // SE port name of ports[i]
-	used := map[string]bool{}
-	for i, p := range ports {
-		n := p.Name
-		if !validPortName(n) || used[n] {
-			n = strings.ToLower(string(cmp.Or(p.Protocol, model.ProtocolTCP))) + "-" + strconv.FormatUint(uint64(p.Number), 10)
-		}
-		used[n] = true
-		names[i] = n
-		se.Ports = append(se.Ports, &networking.ServicePort{Number: p.Number, Protocol: string(cmp.Or(p.Protocol, model.ProtocolTCP)), Name: n})
-	}
-	// A duplicate (same address, network and ports) is served once, as in EDS.
-	seen := map[string]bool{}
-	for i := range svc.Endpoints {
-		we := workloadEntry(&svc.Endpoints[i], ports, names)
-		if we == nil {
-			continue
-		}
-		key := we.GetAddress() + "|" + we.GetNetwork()
-		for _, n := range names {
-			key += "|" + strconv.FormatUint(uint64(we.GetPorts()[n]), 10)
-		}
-		if !seen[key] {
-			seen[key] = true
-			se.Endpoints = append(se.Endpoints, we)
-		}
-	}
-	b, err := deterministic.Marshal(se)
-	if err != nil {
-		return nil // not expected: a ServiceEntry always marshals
-	}
-	labels := map[string]string{LabelManagedBy: "meshfed", LabelRegistries: strings.Join(svc.Sources, "_")}
-	for _, s := range svc.Sources {
-		if validLabel(LabelRegistryPrefix+s, "true") {
-			labels[LabelRegistryPrefix+s] = "true"
-		}
-	}
-	if !validLabel(LabelRegistries, labels[LabelRegistries]) {
-		delete(labels, LabelRegistries)
-	}
-	return &mcp.Resource{
-		Metadata: &mcp.Metadata{
-			Name:    MCPNamespace + "/" + svc.Hostname,
-			Version: cache.HashResource(b),
-			Labels:  labels,
-		},
-		// Deterministic bytes: an unchanged service rebuilds an equal resource.
-		Body: &anypb.Any{TypeUrl: serviceEntryAnyType, Value: b},
-	}
+	r, _ := buildServiceEntry(svc, nil)
+	return r
 }
 
 // workloadEntry is the ServiceEntry endpoint of e, or nil when it is left

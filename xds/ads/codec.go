@@ -1,4 +1,4 @@
-package xds
+package ads
 
 import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"

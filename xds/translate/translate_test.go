@@ -1,8 +1,10 @@
-package xds
+package translate
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,62 +15,14 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/internal/testfixture"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
-func ordersSvc() *model.Service {
-	return &model.Service{
-		Hostname: "orders.vm.internal",
-		Ports:    []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
-		Sources:  []string{"vms"},
-		Endpoints: []model.Endpoint{
-			{Address: "10.0.0.5", Ports: map[string]uint32{"grpc": 18080}, Labels: map[string]string{"version": "v1"},
-				Locality: model.Locality{Region: "us-east", Zone: "us-east-1a"}, Weight: 2,
-				Source: model.Source{Registry: "vms", Cluster: "vms"}},
-			{Address: "10.0.0.6", Locality: model.Locality{Region: "us-east", Zone: "us-east-1b"}, Health: model.Unhealthy,
-				Source: model.Source{Registry: "vms", Cluster: "vms", Network: "net1"}},
-			{Address: "10.0.0.7", Locality: model.Locality{Region: "us-east", Zone: "us-east-1a"}, Health: model.Draining,
-				Source: model.Source{Registry: "vms", Cluster: "vms"}},
-		},
-	}
-}
+func ordersSvc() *model.Service { return testfixture.Orders() }
 
-func fixture() []*model.Service {
-	return []*model.Service{
-		ordersSvc(),
-		{
-			Hostname: "web.vm.internal",
-			Ports: []model.Port{
-				{Name: "http", Number: 80, Protocol: model.ProtocolHTTP},
-				{Name: "alt", Number: 8080, Protocol: model.ProtocolHTTP2},
-			},
-			Endpoints: []model.Endpoint{
-				{Address: "10.0.1.1", Health: model.Degraded, Weight: 3},
-				{Address: "10.0.1.1", Health: model.Healthy}, // duplicate: served once
-			},
-		},
-		{
-			Hostname:  "db.vm.internal",
-			Ports:     []model.Port{{Name: "pg", Number: 5432, Protocol: model.ProtocolTCP}},
-			Endpoints: []model.Endpoint{{Address: "10.0.2.1", Locality: model.Locality{Region: "eu"}}},
-		},
-		{
-			Hostname:  "cache.vm.internal", // same TCP port as db: wins by name, db is skipped
-			Ports:     []model.Port{{Name: "tcp", Number: 5432, Protocol: model.ProtocolTCP}},
-			Endpoints: []model.Endpoint{{Address: "10.0.3.1"}},
-		},
-		{
-			Hostname:   "api.ext.example",
-			Resolution: model.ResolutionDNS,
-			Ports:      []model.Port{{Name: "https", Number: 9090, Protocol: model.ProtocolHTTP2}},
-			Endpoints: []model.Endpoint{
-				{Address: "api2.example.com"},
-				{Address: "api.example.com", Weight: 5},
-			},
-		},
-	}
-}
+func fixture() []*model.Service { return testfixture.Services() }
 
 // dumpClass renders every resource a class is served, by type URL and name.
 func dumpClass(t *testing.T, tr *Translator, c Class) []byte {
@@ -88,7 +42,12 @@ func dumpClass(t *testing.T, tr *Translator, c Class) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return indentJSON(b)
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes()
 }
 
 func assertValid(t *testing.T, tr *Translator) {
@@ -189,7 +148,7 @@ func TestTranslateIncremental(t *testing.T) {
 		{
 			name: "equal copy of a service rebuilds nothing visible",
 			next: func(s []*model.Service) []*model.Service {
-				return replace(s, "orders.vm.internal", ordersSvc())
+				return testfixture.Replace(s, "orders.vm.internal", ordersSvc())
 			},
 		},
 		{
@@ -197,14 +156,14 @@ func TestTranslateIncremental(t *testing.T) {
 			next: func(s []*model.Service) []*model.Service {
 				o := ordersSvc()
 				o.Endpoints[1].Health = model.Healthy
-				return replace(s, "orders.vm.internal", o)
+				return testfixture.Replace(s, "orders.vm.internal", o)
 			},
 			want:    append([]string{" EDS +" + orders}, seChange("+", "orders.vm.internal")...),
 			rebuilt: []string{orders, "meshfed/orders.vm.internal"},
 		},
 		{
 			name: "orders removed",
-			next: func(s []*model.Service) []*model.Service { return replace(s, "orders.vm.internal", nil) },
+			next: func(s []*model.Service) []*model.Service { return testfixture.Replace(s, "orders.vm.internal", nil) },
 			want: append([]string{
 				" EDS -" + orders,
 			}, append(seChange("-", "orders.vm.internal"),
@@ -219,7 +178,7 @@ func TestTranslateIncremental(t *testing.T) {
 		},
 		{
 			name: "TCP owner of a port removed: the skipped service takes over",
-			next: func(s []*model.Service) []*model.Service { return replace(s, "cache.vm.internal", nil) },
+			next: func(s []*model.Service) []*model.Service { return testfixture.Replace(s, "cache.vm.internal", nil) },
 			want: append(append([]string{" EDS -outbound|5432||cache.vm.internal"}, seChange("-", "cache.vm.internal")...),
 				"envoy CDS -outbound|5432||cache.vm.internal",
 				"envoy LDS +0.0.0.0_5432",
@@ -273,20 +232,6 @@ func TestTranslateIncremental(t *testing.T) {
 	}
 }
 
-// replace swaps (or with nil, drops) the service named host.
-func replace(svcs []*model.Service, host string, with *model.Service) []*model.Service {
-	var out []*model.Service
-	for _, s := range svcs {
-		switch {
-		case s.Hostname != host:
-			out = append(out, s)
-		case with != nil:
-			out = append(out, with)
-		}
-	}
-	return out
-}
-
 func TestTranslateInvalidServiceIsLeftOut(t *testing.T) {
 	t.Parallel()
 	tr := NewTranslator()
@@ -303,3 +248,6 @@ func TestTranslateInvalidServiceIsLeftOut(t *testing.T) {
 		}
 	}
 }
+
+// resourceNames is the sorted key set of a collection.
+func resourceNames(m map[string]types.Resource) []string { return slices.Sorted(maps.Keys(m)) }

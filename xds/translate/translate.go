@@ -1,4 +1,4 @@
-package xds
+package translate
 
 import (
 	"cmp"
@@ -13,15 +13,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 // Kind names one collection of resources: a client class and a type URL.
 // Endpoints (ClusterLoadAssignments) are the same for every class and live
 // in one shared collection, Kind{Class: "", TypeURL: EndpointType}.
-type Kind struct {
-	Class   Class
-	TypeURL string
-}
+type Kind = ads.Kind
 
 // KindOf returns the collection a class reads for a type URL. Endpoints
 // and Istio config over MCP are the same for every class.
@@ -34,51 +32,32 @@ func KindOf(c Class, typeURL string) Kind {
 
 // Kinds lists every collection the translator fills.
 var Kinds = append([]Kind{
-	{ClassEnvoy, ClusterType}, {ClassEnvoy, ListenerType}, {ClassEnvoy, RouteType},
-	{ClassGRPC, ClusterType}, {ClassGRPC, ListenerType}, {ClassGRPC, RouteType},
-	{"", EndpointType},
+	{Class: ClassEnvoy, TypeURL: ClusterType}, {Class: ClassEnvoy, TypeURL: ListenerType}, {Class: ClassEnvoy, TypeURL: RouteType},
+	{Class: ClassGRPC, TypeURL: ClusterType}, {Class: ClassGRPC, TypeURL: ListenerType}, {Class: ClassGRPC, TypeURL: RouteType},
+	{TypeURL: EndpointType},
 }, mcpKinds()...)
 
-// Change lists what changed in one collection: resources to add or
-// replace, and names to delete.
-type Change struct {
-	Updated map[string]types.Resource
-	Removed []string // sorted
+// Collections describes the collections of Kinds for the ADS server, in
+// the order a stream sends the types an update changed: the order Envoy
+// applies them (CDS, EDS, LDS, RDS), then the MCP collections.
+func Collections() []ads.Collection {
+	var out []ads.Collection
+	for _, u := range slices.Concat(TypeURLs, MCPTypeURLs()) {
+		for _, k := range Kinds {
+			if k.TypeURL == u {
+				out = append(out, ads.Collection{Kind: k, FullState: requiresFullState(u), AnyTypeURL: anyTypeURL(u)})
+			}
+		}
+	}
+	return out
 }
+
+// Change lists what changed in one collection (ads.Change).
+type Change = ads.Change
 
 // Changes holds the changes of one Translate per collection; collections
 // without changes are absent.
-type Changes map[Kind]*Change
-
-func (c Changes) get(k Kind) *Change {
-	ch := c[k]
-	if ch == nil {
-		ch = &Change{Updated: map[string]types.Resource{}}
-		c[k] = ch
-	}
-	return ch
-}
-
-func (c Changes) update(k Kind, name string, r types.Resource) {
-	ch := c.get(k)
-	ch.Updated[name] = r
-	ch.Removed = slices.DeleteFunc(ch.Removed, func(n string) bool { return n == name })
-}
-
-func (c Changes) remove(k Kind, name string) {
-	ch := c.get(k)
-	delete(ch.Updated, name)
-	ch.Removed = append(ch.Removed, name)
-}
-
-// Names returns the names of updated and removed resources of k, sorted.
-func (c Changes) Names(k Kind) (updated, removed []string) {
-	ch := c[k]
-	if ch == nil {
-		return nil, nil
-	}
-	return slices.Sorted(maps.Keys(ch.Updated)), ch.Removed
-}
+type Changes = ads.Changes
 
 // Skipped is a service port that has no Envoy outbound listener because
 // another service owns that port number.
@@ -104,6 +83,7 @@ type svcState struct {
 	res   map[Kind]map[string]types.Resource
 	ports map[uint32]model.Protocol // for the Envoy per-port listeners
 	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
+	mcp   map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
 }
 
 // Translator turns snapshots into xDS resources, incrementally. It keeps,
@@ -220,6 +200,13 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 			next.clas = clas
 			next.subs = subs
 			next.ports = servicePorts(svc)
+			if t.mcp {
+				var prev map[string]any
+				if old != nil {
+					prev = old.mcp
+				}
+				next.mcp = addMCP(svc, prev, next.res)
+			}
 		}
 		t.replace(old, next, ch, dirty)
 		t.services[svc.Hostname] = next
@@ -277,7 +264,7 @@ func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]b
 					continue
 				}
 				t.current[k][name] = r
-				ch.update(k, name, r)
+				ch.Update(k, name, r)
 			}
 		}
 	}
@@ -289,7 +276,7 @@ func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]b
 				}
 			}
 			delete(t.current[k], name)
-			ch.remove(k, name)
+			ch.Remove(k, name)
 		}
 	}
 	if maps.Equal(oldPorts, nextPorts) {
@@ -420,14 +407,6 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		lname := GRPCListenerName(svc.Hostname, httpPorts[0].Number)
 		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, lname, faultPorts[httpPorts[0].Number]))
 	}
-	if t.mcp {
-		addMCP(svc, func(k Kind, name string, r types.Resource) {
-			if res[k] == nil {
-				res[k] = map[string]types.Resource{}
-			}
-			res[k][name] = r
-		})
-	}
 	var errs []error
 	for _, rs := range res {
 		for name, r := range rs {
@@ -502,7 +481,7 @@ func (t *Translator) setAggregate(k Kind, name string, r types.Resource, ch Chan
 		delete(t.invalid, name)
 		if had {
 			delete(t.current[k], name)
-			ch.remove(k, name)
+			ch.Remove(k, name)
 		}
 		return
 	}
@@ -517,7 +496,7 @@ func (t *Translator) setAggregate(k Kind, name string, r types.Resource, ch Chan
 	}
 	delete(t.invalid, name)
 	t.current[k][name] = r
-	ch.update(k, name, r)
+	ch.Update(k, name, r)
 }
 
 // singlePort returns the port of a service of the snapshot being

@@ -1,4 +1,4 @@
-package xds
+package ads
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func cla(name string, v int) *endpoint.ClusterLoadAssignment {
 	return &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{Priority: uint32(v)}}}
 }
 
-var edsKind = KindOf("", EndpointType)
+var edsKind = Kind{TypeURL: EndpointType}
 
 // testADS is an ads without gRPC: requests go straight to the handlers
 // and responses are collected.
@@ -34,7 +34,8 @@ type testADS struct {
 }
 
 func newTestADS(t *testing.T, s *store, delta bool) *testADS {
-	a := &ads{ctx: context.Background(), store: s, tracker: newTracker(slog.New(slog.DiscardHandler), nil), errorf: func(string, ...any) {}, limits: Limits{}.withDefaults()}
+	a := &ads{ctx: context.Background(), store: s, tracker: newTracker(slog.New(slog.DiscardHandler), nil), errorf: func(string, ...any) {},
+		limits: Limits{}.withDefaults(), classify: testClassify}
 	return &testADS{t: t, a: a, st: a.open(delta)}
 }
 
@@ -69,7 +70,7 @@ func (x *testADS) sotwReq(r *discovery.DiscoveryRequest) {
 func (x *testADS) woken() {
 	x.t.Helper()
 	select {
-	case <-x.st.wake:
+	case <-x.st.w.wake:
 	default:
 		return
 	}
@@ -110,7 +111,7 @@ func applyTo(s *store, k Kind, upd map[string]types.Resource, removed ...string)
 
 func TestStoreDeltaNamedSubscription(t *testing.T) {
 	t.Parallel()
-	s := newStore()
+	s := newTestStore()
 	applyTo(s, edsKind, map[string]types.Resource{"a": cla("a", 1), "b": cla("b", 1), "c": cla("c", 1)})
 	x := newTestADS(t, s, true)
 
@@ -180,7 +181,7 @@ func TestStoreDeltaNamedSubscription(t *testing.T) {
 
 func TestStoreDeltaWaitsForTheAnswer(t *testing.T) {
 	t.Parallel()
-	s := newStore()
+	s := newTestStore()
 	applyTo(s, edsKind, map[string]types.Resource{"a": cla("a", 1), "b": cla("b", 1)})
 	x := newTestADS(t, s, true)
 	x.deltaReq(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"a", "b"}})
@@ -204,7 +205,7 @@ func TestStoreDeltaWaitsForTheAnswer(t *testing.T) {
 
 func TestStoreDeltaWildcard(t *testing.T) {
 	t.Parallel()
-	s := newStore()
+	s := newTestStore()
 	k := KindOf(ClassEnvoy, ClusterType)
 	x := newTestADS(t, s, true)
 	req := func(r *discovery.DeltaDiscoveryRequest) { r.TypeUrl = ClusterType; x.deltaReq(r) }
@@ -251,7 +252,7 @@ func TestStoreDeltaWildcard(t *testing.T) {
 
 func TestStoreDeltaReconnectWithKnownVersions(t *testing.T) {
 	t.Parallel()
-	s := newStore()
+	s := newTestStore()
 	applyTo(s, edsKind, map[string]types.Resource{"a": cla("a", 1), "b": cla("b", 1)})
 	first := newTestADS(t, s, true)
 	first.deltaReq(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"a", "b"}})
@@ -277,7 +278,7 @@ func TestStoreDeltaReconnectWithKnownVersions(t *testing.T) {
 
 func TestStoreSotwFullStateAndPartial(t *testing.T) {
 	t.Parallel()
-	s := newStore()
+	s := newTestStore()
 	cds, eds := KindOf(ClassGRPC, ClusterType), edsKind
 	applyTo(s, cds, map[string]types.Resource{"a": cla("a", 1), "b": cla("b", 1), "c": cla("c", 1)})
 	applyTo(s, eds, map[string]types.Resource{"a": cla("a", 1), "b": cla("b", 1)})
@@ -371,7 +372,7 @@ func TestStoreSotwFullStateAndPartial(t *testing.T) {
 func TestStoreConcurrentUpdates(t *testing.T) {
 	t.Parallel()
 	const streams, names, rounds = 8, 20, 200
-	s := newStore()
+	s := newTestStore()
 	all := map[string]types.Resource{}
 	for i := range names {
 		n := fmt.Sprint("r", i)
@@ -417,7 +418,7 @@ func TestStoreConcurrentUpdates(t *testing.T) {
 			answer()
 			for {
 				select {
-				case <-c.x.st.wake:
+				case <-c.x.st.w.wake:
 					if err := c.x.a.pushAll(c.x.st, nil, c.x.sendDelta); err != nil {
 						t.Error(err)
 						return
@@ -459,7 +460,7 @@ func TestStoreConcurrentUpdates(t *testing.T) {
 
 func TestStoreSotwSubscriptionChanges(t *testing.T) {
 	t.Parallel()
-	s := newStore()
+	s := newTestStore()
 	applyTo(s, edsKind, map[string]types.Resource{"a": cla("a", 1), "b": cla("b", 1)})
 	x := newTestADS(t, s, false)
 	sent := func() []string {
@@ -498,7 +499,7 @@ func TestStoreSotwSubscriptionChanges(t *testing.T) {
 	if got := sent(); len(got) != 0 {
 		t.Errorf("unsubscribed a sent: %v", got)
 	}
-	if names, _ := s.matching(x.st.types[EndpointType]); !slices.Equal(names, []string{"b"}) {
+	if names := slices.Sorted(maps.Keys(s.matching(x.st.types[EndpointType].sub))); !slices.Equal(names, []string{"b"}) {
 		t.Errorf("subscription matches %v, want [b]", names)
 	}
 	// Subscribing a again sends it (the client was told to forget it).

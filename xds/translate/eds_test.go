@@ -1,4 +1,4 @@
-package xds
+package translate
 
 import (
 	"bytes"
@@ -60,6 +60,28 @@ func checkCLA(t *testing.T, r any) {
 	if n := cache.GetResourceName(c); n != c.GetClusterName() {
 		t.Errorf("GetResourceName = %q, want %q", n, c.GetClusterName())
 	}
+}
+
+// mutableService is a service of two ports and 60 endpoints over three
+// zones, for mutate.
+func mutableService(host string) *model.Service {
+	svc := &model.Service{
+		Hostname: host,
+		Sources:  []string{"r"},
+		Ports: []model.Port{
+			{Name: "http", Number: 80, Protocol: model.ProtocolHTTP},
+			{Name: "grpc", Number: 81, Protocol: model.ProtocolGRPC},
+		},
+	}
+	for j := range 60 {
+		svc.Endpoints = append(svc.Endpoints, model.Endpoint{
+			Address:  fmt.Sprintf("10.9.%d.%d", j%4, j+1),
+			Labels:   map[string]string{"app": "x"},
+			Locality: model.Locality{Region: "r", Zone: fmt.Sprintf("z%d", j%3)},
+			Source:   model.Source{Registry: "r", Cluster: "c"},
+		})
+	}
+	return svc
 }
 
 // mutate applies one random change of the kinds registries make.
@@ -145,7 +167,7 @@ func referenceCLA(t *testing.T, name string, svc *model.Service) *endpoint.Clust
 			w := max(x.e.Weight, 1)
 			sum += uint64(w)
 			lle.LbEndpoints = append(lle.LbEndpoints, &endpoint.LbEndpoint{
-				HostIdentifier:      &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(x.e.Address, x.port)}},
+				HostIdentifier:      &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: SocketAddress(x.e.Address, x.port)}},
 				HealthStatus:        healthStatuses[x.e.Health],
 				LoadBalancingWeight: wrapperspb.UInt32(w),
 				Metadata:            md,
@@ -164,21 +186,7 @@ func referenceCLA(t *testing.T, name string, svc *model.Service) *endpoint.Clust
 func TestCLAIncrementalEqualsFullBuild(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
-	svc := &model.Service{
-		Hostname: "svc.test",
-		Ports: []model.Port{
-			{Name: "http", Number: 80, Protocol: model.ProtocolHTTP},
-			{Name: "grpc", Number: 81, Protocol: model.ProtocolGRPC},
-		},
-	}
-	for j := range 60 {
-		svc.Endpoints = append(svc.Endpoints, model.Endpoint{
-			Address:  fmt.Sprintf("10.9.%d.%d", j%4, j+1),
-			Labels:   map[string]string{"app": "x"},
-			Locality: model.Locality{Region: "r", Zone: fmt.Sprintf("z%d", j%3)},
-			Source:   model.Source{Registry: "r", Cluster: "c"},
-		})
-	}
+	svc := mutableService("svc.test")
 	tr := NewTranslator()
 	tr.Translate(model.NewSnapshot(1, []*model.Service{svc}))
 	for step := range 250 {

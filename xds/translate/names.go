@@ -1,4 +1,4 @@
-package xds
+package translate
 
 import (
 	"strconv"
@@ -6,11 +6,13 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 // Class is the kind of xDS client a proxy is; each class is served its own
 // set of listeners, routes and clusters (endpoints are shared).
-type Class string
+type Class = ads.Class
 
 // Client classes.
 const (
@@ -50,6 +52,10 @@ func shortType(typeURL string) string {
 	return "other"
 }
 
+// TypeLabel is the metrics label of a type URL: CDS, EDS, LDS or RDS, the
+// Kind of an MCP collection (ServiceEntry), "other" for any other.
+func TypeLabel(typeURL string) string { return shortType(typeURL) }
+
 // ClusterName is the cluster (and ClusterLoadAssignment) name of a service
 // port, as Istio names it: outbound|<port>||<host>.
 func ClusterName(host string, port uint32) string {
@@ -82,17 +88,18 @@ func ClassifyNode(n *core.Node) Class {
 	return ClassEnvoy
 }
 
-// NodeType returns the proxy type of an Istio-style node id
-// (<type>~<ip>~<id>~<domain>): "sidecar" or "router"; "" when the id has
-// another form.
-func NodeType(id string) string {
-	parts := strings.Split(id, "~")
-	if len(parts) != 4 {
-		return ""
+// ShortType is CDS, EDS, LDS or RDS for the four Envoy type URLs,
+// <version>/<Kind> for Istio's MCP collections (v1/ServiceEntry), the type
+// URL's last element otherwise.
+func ShortType(typeURL string) string {
+	if s := shortType(typeURL); s != "other" {
+		return s
 	}
-	switch parts[0] {
-	case "sidecar", "router":
-		return parts[0]
+	if g, rest, ok := strings.Cut(typeURL, "/"); ok && !strings.Contains(g, "googleapis") {
+		return rest
 	}
-	return ""
+	if i := strings.LastIndex(typeURL, "."); i >= 0 {
+		return typeURL[i+1:]
+	}
+	return typeURL
 }

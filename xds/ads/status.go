@@ -1,4 +1,4 @@
-package xds
+package ads
 
 import (
 	"cmp"
@@ -65,7 +65,7 @@ type streamKey struct {
 
 type typeState struct {
 	TypeStatus
-	sub     *typeSub
+	sub     *Subscription
 	pending map[string]string // delta: nonce → system version, until (N)ACKed
 	// since is Snapshot.Changed of the oldest update sent on this type
 	// and not yet ACKed; zero when none.
@@ -88,8 +88,9 @@ type streamState struct {
 // and the last NACK. Each stream's goroutine updates its own record under
 // a short per-stream lock, so a NACK never blocks anything.
 type tracker struct {
-	log *slog.Logger
-	now func() time.Time
+	log   *slog.Logger
+	now   func() time.Time
+	label func(typeURL string) string // metrics label of a type URL
 	// changed returns Snapshot.Changed of the snapshot the store holds.
 	changed func() time.Time
 
@@ -98,8 +99,11 @@ type tracker struct {
 }
 
 func newTracker(log *slog.Logger, changed func() time.Time) *tracker {
-	return &tracker{log: log, now: time.Now, changed: changed, streams: map[streamKey]*streamState{}}
+	return &tracker{log: log, now: time.Now, label: defaultLabel, changed: changed, streams: map[streamKey]*streamState{}}
 }
+
+// defaultLabel labels every type URL "other" (Config.Label unset).
+func defaultLabel(string) string { return "other" }
 
 // acked records an ACK of ts: the convergence of the update it carried.
 // Called with s.mu held.
@@ -107,7 +111,7 @@ func (t *tracker) acked(ts *typeState) {
 	if ts.since.IsZero() {
 		return
 	}
-	convergenceSeconds.WithLabelValues(shortType(ts.TypeURL)).Observe(t.now().Sub(ts.since).Seconds())
+	convergenceSeconds.WithLabelValues(t.label(ts.TypeURL)).Observe(t.now().Sub(ts.since).Seconds())
 	ts.since = time.Time{}
 }
 
@@ -158,7 +162,7 @@ func (t *tracker) learn(s *streamState, n *core.Node, class Class) {
 }
 
 // typ returns the record of a type URL, created with its subscription.
-func (t *tracker) typ(s *streamState, url string, sub *typeSub) *typeState {
+func (t *tracker) typ(s *streamState, url string, sub *Subscription) *typeState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ts := s.types[url]
@@ -174,7 +178,7 @@ func (t *tracker) typ(s *streamState, url string, sub *typeSub) *typeState {
 func (t *tracker) nack(s *streamState, ts *typeState, version, nonce string, detail string) {
 	detail = truncate(detail, MaxNackDetail)
 	ts.LastNack = &Nack{Version: version, Nonce: nonce, Error: detail, At: t.now()}
-	nacksTotal.WithLabelValues(shortType(ts.TypeURL)).Inc()
+	nacksTotal.WithLabelValues(t.label(ts.TypeURL)).Inc()
 	t.log.Warn("xds response rejected", "node", s.nodeID, "type", ts.TypeURL, "version", version, "nonce", nonce, "error", detail)
 }
 
@@ -238,7 +242,7 @@ func (t *tracker) response(s *streamState, ts *typeState, version, nonce string,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ts.SentVersion, ts.SentNonce = version, nonce
-	responsesTotal.WithLabelValues(shortType(ts.TypeURL)).Inc()
+	responsesTotal.WithLabelValues(t.label(ts.TypeURL)).Inc()
 	if update && ts.since.IsZero() && t.changed != nil {
 		if c := t.changed(); !c.IsZero() && c.After(s.connected) {
 			ts.since = c
@@ -258,7 +262,7 @@ func (t *tracker) response(s *streamState, ts *typeState, version, nonce string,
 
 // snapshot returns every stream that has sent its node, sorted by id and
 // stream, with resource counts from count.
-func (t *tracker) snapshot(count func(*typeSub) int) []ProxyStatus {
+func (t *tracker) snapshot(count func(*Subscription) int) []ProxyStatus {
 	t.mu.Lock()
 	streams := make([]*streamState, 0, len(t.streams))
 	for _, s := range t.streams {
@@ -274,7 +278,7 @@ func (t *tracker) snapshot(count func(*typeSub) int) []ProxyStatus {
 		}
 		p := ProxyStatus{ID: s.nodeID, Class: string(s.class), NodeType: s.nodeType,
 			Stream: streamKind(s.key), StreamID: s.key.id, Connected: s.connected}
-		var subs []*typeSub
+		var subs []*Subscription
 		for _, ts := range s.types {
 			st := ts.TypeStatus
 			if ts.LastNack != nil {
@@ -301,7 +305,7 @@ func (t *tracker) snapshot(count func(*typeSub) int) []ProxyStatus {
 
 // served returns the class and the subscriptions per type URL of the
 // newest stream of proxyID.
-func (t *tracker) served(proxyID string) (Class, map[string]*typeSub, bool) {
+func (t *tracker) served(proxyID string) (Class, map[string]*Subscription, bool) {
 	t.mu.Lock()
 	streams := make([]*streamState, 0, len(t.streams))
 	for _, s := range t.streams {
@@ -321,7 +325,7 @@ func (t *tracker) served(proxyID string) (Class, map[string]*typeSub, bool) {
 	}
 	best.mu.Lock()
 	defer best.mu.Unlock()
-	out := map[string]*typeSub{}
+	out := map[string]*Subscription{}
 	for url, ts := range best.types {
 		if ts.sub != nil {
 			out[url] = ts.sub
@@ -354,18 +358,17 @@ func SyncState(t TypeStatus) string {
 	return StateSynced
 }
 
-// ShortType is CDS, EDS, LDS or RDS for the four Envoy type URLs,
-// <version>/<Kind> for Istio's MCP collections (v1/ServiceEntry), the type
-// URL's last element otherwise.
-func ShortType(typeURL string) string {
-	if s := shortType(typeURL); s != "other" {
-		return s
+// NodeType returns the proxy type of an Istio-style node id
+// (<type>~<ip>~<id>~<domain>): "sidecar" or "router"; "" when the id has
+// another form.
+func NodeType(id string) string {
+	parts := strings.Split(id, "~")
+	if len(parts) != 4 {
+		return ""
 	}
-	if g, rest, ok := strings.Cut(typeURL, "/"); ok && !strings.Contains(g, "googleapis") {
-		return rest
+	switch parts[0] {
+	case "sidecar", "router":
+		return parts[0]
 	}
-	if i := strings.LastIndex(typeURL, "."); i >= 0 {
-		return typeURL[i+1:]
-	}
-	return typeURL
+	return ""
 }

@@ -1,4 +1,4 @@
-package xds
+package ads
 
 import (
 	"hash/maphash"
@@ -31,7 +31,7 @@ type wire struct {
 	delta   *discovery.Resource
 }
 
-func newResource(typeURL, name string, msg types.Resource) *cachedRes {
+func newResource(anyType, name string, msg types.Resource) *cachedRes {
 	return &cachedRes{name: name, msg: msg, wire: sync.OnceValues(func() (*wire, error) {
 		// go-control-plane's MarshalResource (deterministic) is the only
 		// serializer of resources; the benchmarks count its calls.
@@ -40,7 +40,7 @@ func newResource(typeURL, name string, msg types.Resource) *cachedRes {
 			return nil, err
 		}
 		v := cache.HashResource(b)
-		a := &anypb.Any{TypeUrl: anyTypeURL(typeURL), Value: b}
+		a := &anypb.Any{TypeUrl: anyType, Value: b}
 		return &wire{version: v, any: a, delta: &discovery.Resource{Name: name, Version: v, Resource: a}}, nil
 	})}
 }
@@ -48,12 +48,12 @@ func newResource(typeURL, name string, msg types.Resource) *cachedRes {
 // collection is the current resources of one Kind and the index of the
 // subscriptions that read them.
 type collection struct {
-	kind    Kind
+	Collection
 	version uint64
 	res     map[string]*cachedRes
-	subs    map[string]*subscribers // name → explicit subscribers
-	wild    map[*typeSub]struct{}   // wildcard subscribers
-	peak    int                     // most entries subs held since it was last rebuilt
+	subs    map[string]*subscribers    // name → explicit subscribers
+	wild    map[*Subscription]struct{} // wildcard subscribers
+	peak    int                        // most entries subs held since it was last rebuilt
 }
 
 // shrinkMin is the size below which the subscription index is not rebuilt.
@@ -79,7 +79,7 @@ func (c *collection) shrink() {
 // the name held here, so requests' strings are not kept per stream.
 type subscribers struct {
 	name string
-	set  map[*typeSub]struct{}
+	set  map[*Subscription]struct{}
 }
 
 func (c *collection) versionString() string { return strconv.FormatUint(c.version, 10) }
@@ -90,50 +90,54 @@ func (c *collection) versionString() string { return strconv.FormatUint(c.versio
 // only the subscribers of the resources it changes, and a response or an
 // ACK costs nothing per subscribed name.
 //
-// Lock order: store.mu, then stream.mu.
+// The store has two lock domains and touches nothing of the streams':
+// store.mu guards the collections, the index and each Subscription's
+// names; each watcher's mu guards what the store left for its stream
+// (the queue of changed subscriptions and their dirty names). Lock
+// order: store.mu, then watcher.mu. A stream's own state (what the
+// client holds, nonces) is the stream's, under its serve lock.
 type store struct {
 	mu    sync.RWMutex
 	colls map[Kind]*collection
+	order []*collection // Config.Collections order: updates are sent in it
 }
 
-func newStore() *store {
+func newStore(colls []Collection) *store {
 	s := &store{colls: map[Kind]*collection{}}
-	for _, k := range Kinds {
-		s.colls[k] = &collection{kind: k, res: map[string]*cachedRes{},
-			subs: map[string]*subscribers{}, wild: map[*typeSub]struct{}{}}
+	for _, c := range colls {
+		if c.AnyTypeURL == "" {
+			c.AnyTypeURL = c.Kind.TypeURL
+		}
+		coll := &collection{Collection: c, res: map[string]*cachedRes{},
+			subs: map[string]*subscribers{}, wild: map[*Subscription]struct{}{}}
+		s.colls[c.Kind] = coll
+		s.order = append(s.order, coll)
 	}
 	return s
 }
 
-// applyOrder is Kinds in the order Envoy applies types (CDS, EDS, LDS,
-// RDS), then the MCP collections: a stream sends the types an update
-// changed in that order.
-var applyOrder = func() []Kind {
-	var out []Kind
-	for _, u := range slices.Concat(TypeURLs, MCPTypeURLs()) {
-		for _, k := range Kinds {
-			if k.TypeURL == u {
-				out = append(out, k)
-			}
-		}
+// lookup returns the collection a class reads for a type URL: its own,
+// else the shared one; nil when the store holds none.
+func (s *store) lookup(c Class, typeURL string) *collection {
+	if coll := s.colls[Kind{Class: c, TypeURL: typeURL}]; coll != nil {
+		return coll
 	}
-	return out
-}()
+	return s.colls[Kind{TypeURL: typeURL}]
+}
 
 // apply installs ch and marks the changed names dirty on every subscriber;
 // it wakes their streams, which compute and send what changed.
 func (s *store) apply(ch Changes) {
-	var woken []*stream
+	var woken []*watcher
 	s.mu.Lock()
-	for _, k := range applyOrder {
-		c := ch[k]
-		coll := s.colls[k]
-		if coll == nil || c == nil {
+	for _, coll := range s.order {
+		c := ch[coll.Kind]
+		if c == nil {
 			continue
 		}
 		coll.version++
 		for name, r := range c.Updated {
-			coll.res[name] = newResource(k.TypeURL, name, r)
+			coll.res[name] = newResource(coll.AnyTypeURL, name, r)
 			woken = coll.mark(name, woken)
 		}
 		for _, name := range c.Removed {
@@ -142,107 +146,144 @@ func (s *store) apply(ch Changes) {
 		}
 	}
 	s.mu.Unlock()
-	for _, st := range woken {
-		st.wakeUp()
+	for _, w := range woken {
+		w.wakeUp()
 	}
 }
 
-// mark records name as dirty on its subscribers and appends the streams
+// mark records name as dirty on its subscribers and appends the watchers
 // newly woken. Callers hold store.mu.
-func (c *collection) mark(name string, woken []*stream) []*stream {
+func (c *collection) mark(name string, woken []*watcher) []*watcher {
 	if e := c.subs[name]; e != nil {
-		for ts := range e.set {
-			woken = ts.markDirty(name, woken)
+		for sub := range e.set {
+			woken = sub.markDirty(name, woken)
 		}
 	}
-	for ts := range c.wild {
-		woken = ts.markDirty(name, woken)
+	for sub := range c.wild {
+		woken = sub.markDirty(name, woken)
 	}
 	return woken
 }
 
-// typeSub is one stream's subscription to one type URL.
-type typeSub struct {
-	st      *stream
+// watcher is where the store leaves work for one stream: the
+// subscriptions updates changed, in the order they changed, and a
+// wake-up.
+type watcher struct {
+	wake chan struct{}
+
+	mu      sync.Mutex // guards pending, queue and the dirty state of its subscriptions
+	pending bool       // woken and not yet taken
+	queue   []*Subscription
+
+	names int // names subscribed over all its subscriptions; guarded by store.mu
+}
+
+func newWatcher() *watcher { return &watcher{wake: make(chan struct{}, 1)} }
+
+func (w *watcher) wakeUp() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the subscriptions queued since the last call, in the
+// order they changed.
+func (w *watcher) take() []*Subscription {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = false
+	queue := w.queue
+	w.queue = nil
+	for _, sub := range queue {
+		sub.queued = false
+	}
+	return queue
+}
+
+// Subscription is the store's side of one stream's subscription to one
+// type URL (as go-control-plane's stream.Subscription): which names it
+// subscribes to, and which of them changed since the stream last looked.
+type Subscription struct {
+	w       *watcher
 	typeURL string
-	coll    *collection // nil when meshfed does not serve the type
-	status  *typeState
+	coll    *collection // nil when the store holds no collection for the type
 
 	// Guarded by store.mu.
 	wildcard bool
 	legacy   bool // no name sent yet: empty requests keep it wildcard
 	names    map[string]struct{}
 
-	// Guarded by st.mu: names whose current resource may differ from what
+	// Guarded by w.mu: names whose current resource may differ from what
 	// the client holds; all means every matching or known name; queued:
-	// in st.queue.
+	// in w.queue.
 	dirty  map[string]struct{}
 	all    bool
 	queued bool
-
-	// Guarded by st.serve.
-	known     map[string]string // name → version the client holds
-	namesHash uint64            // SotW: hash of the last resource_names applied
-	inflight  bool              // a response awaits the client's next request
-	nonce     string            // of the last response
 }
 
-// markDirty records name and appends st to woken if it was not pending.
-// Callers hold store.mu.
-func (ts *typeSub) markDirty(name string, woken []*stream) []*stream {
-	st := ts.st
-	st.mu.Lock()
-	if ts.dirty == nil {
-		ts.dirty = map[string]struct{}{}
+// subscription returns a new, empty subscription of w to typeURL in the
+// collection c (nil for a type the store does not hold).
+func (s *store) subscription(w *watcher, c *collection, typeURL string) *Subscription {
+	return &Subscription{w: w, typeURL: typeURL, coll: c, names: map[string]struct{}{}}
+}
+
+// markDirty records name and appends the watcher to woken if it was not
+// pending. Callers hold store.mu.
+func (sub *Subscription) markDirty(name string, woken []*watcher) []*watcher {
+	w := sub.w
+	w.mu.Lock()
+	if sub.dirty == nil {
+		sub.dirty = map[string]struct{}{}
 	}
-	ts.dirty[name] = struct{}{}
-	if !ts.queued {
-		ts.queued = true
-		st.queue = append(st.queue, ts)
+	sub.dirty[name] = struct{}{}
+	if !sub.queued {
+		sub.queued = true
+		w.queue = append(w.queue, sub)
 	}
-	first := !st.pending
-	st.pending = true
-	st.mu.Unlock()
+	first := !w.pending
+	w.pending = true
+	w.mu.Unlock()
 	if first {
-		woken = append(woken, st)
+		woken = append(woken, w)
 	}
 	return woken
 }
 
 // addDirty records name from the stream's own goroutine, which computes
 // its response next (no wake-up needed). Callers hold store.mu.
-func (ts *typeSub) addDirty(name string) {
-	ts.st.mu.Lock()
-	if ts.dirty == nil {
-		ts.dirty = map[string]struct{}{}
+func (sub *Subscription) addDirty(name string) {
+	sub.w.mu.Lock()
+	if sub.dirty == nil {
+		sub.dirty = map[string]struct{}{}
 	}
-	ts.dirty[name] = struct{}{}
-	ts.st.mu.Unlock()
+	sub.dirty[name] = struct{}{}
+	sub.w.mu.Unlock()
 }
 
 // markAll makes the next computation consider every matching or known
 // name. Callers hold store.mu.
-func (ts *typeSub) markAll() {
-	ts.st.mu.Lock()
-	ts.all = true
-	ts.st.mu.Unlock()
+func (sub *Subscription) markAll() {
+	sub.w.mu.Lock()
+	sub.all = true
+	sub.w.mu.Unlock()
 }
 
 // takeDirty returns and clears the dirty state.
-func (ts *typeSub) takeDirty() (names map[string]struct{}, all bool) {
-	ts.st.mu.Lock()
-	defer ts.st.mu.Unlock()
-	names, all = ts.dirty, ts.all
-	ts.dirty, ts.all = nil, false
+func (sub *Subscription) takeDirty() (names map[string]struct{}, all bool) {
+	sub.w.mu.Lock()
+	defer sub.w.mu.Unlock()
+	names, all = sub.dirty, sub.all
+	sub.dirty, sub.all = nil, false
 	return names, all
 }
 
 // addName subscribes ts to name. Callers hold store.mu.
-func (s *store) addName(ts *typeSub, name string) {
+func (s *store) addName(ts *Subscription, name string) {
 	if _, ok := ts.names[name]; ok {
 		return
 	}
-	ts.st.names++
+	ts.w.names++
 	subscribedNames.Inc()
 	if ts.coll == nil {
 		ts.names[name] = struct{}{}
@@ -250,7 +291,7 @@ func (s *store) addName(ts *typeSub, name string) {
 	}
 	e := ts.coll.subs[name]
 	if e == nil {
-		e = &subscribers{name: name, set: map[*typeSub]struct{}{}}
+		e = &subscribers{name: name, set: map[*Subscription]struct{}{}}
 		if r := ts.coll.res[name]; r != nil {
 			e.name = r.name
 		}
@@ -263,12 +304,12 @@ func (s *store) addName(ts *typeSub, name string) {
 }
 
 // removeName unsubscribes ts from name. Callers hold store.mu.
-func (s *store) removeName(ts *typeSub, name string) {
+func (s *store) removeName(ts *Subscription, name string) {
 	if _, ok := ts.names[name]; !ok {
 		return
 	}
 	delete(ts.names, name)
-	ts.st.names--
+	ts.w.names--
 	subscribedNames.Dec()
 	if ts.coll == nil {
 		return
@@ -283,7 +324,7 @@ func (s *store) removeName(ts *typeSub, name string) {
 
 // setWildcard changes whether ts subscribes to every resource. Callers
 // hold store.mu.
-func (s *store) setWildcard(ts *typeSub, w bool) {
+func (s *store) setWildcard(ts *Subscription, w bool) {
 	if ts.wildcard == w {
 		return
 	}
@@ -304,19 +345,17 @@ const wildcardName = "*"
 // the semantics of go-control-plane's stream.Subscription (legacy
 // wildcard until the first name; unsubscribing a name while wildcard
 // makes the server resend it or report it removed). first is the
-// stream's first request for the type, whose initial_resource_versions
-// are what the client already holds.
-func (s *store) subscribeDelta(ts *typeSub, first bool, sub, unsub []string, initial map[string]string) {
+// stream's first request for the type. known is what the client holds
+// (the stream's, passed by its goroutine as go-control-plane passes
+// Subscription.ReturnedResources to a cache): names unsubscribed are
+// forgotten, or marked for a resend while wildcard.
+func (s *store) subscribeDelta(ts *Subscription, known map[string]string, first bool, sub, unsub []string) {
 	if !first && len(sub) == 0 && len(unsub) == 0 {
 		return // an ACK or NACK: nothing to index
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if first {
-		ts.known = maps.Clone(initial) // the request's map is not ours to write
-		if ts.known == nil {
-			ts.known = map[string]string{}
-		}
 		ts.legacy = true
 		s.setWildcard(ts, len(sub) == 0)
 		ts.markAll()
@@ -340,10 +379,10 @@ func (s *store) subscribeDelta(ts *typeSub, first bool, sub, unsub []string, ini
 			continue
 		}
 		if _, ok := ts.names[n]; ok && ts.wildcard {
-			ts.known[n] = ""
+			known[n] = ""
 			ts.addDirty(n)
 		} else {
-			delete(ts.known, n)
+			delete(known, n)
 		}
 		s.removeName(ts, n)
 	}
@@ -354,27 +393,20 @@ func (s *store) subscribeDelta(ts *typeSub, first bool, sub, unsub []string, ini
 
 // subscribeSotw applies a SotW request's resource_names (the full set),
 // with the semantics of go-control-plane's stream.Subscription: names no
-// longer requested are forgotten, so subscribing again resends them. It
-// reports whether the subscription may have changed.
-func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) bool {
-	// Clients repeat their list on every ACK: applying the same list
-	// again changes nothing, so a hash of the last one spares the work.
-	h := hashNames(names)
-	if !first && h == ts.namesHash {
-		return false
-	}
-	ts.namesHash = h
+// longer requested are forgotten from known (what the client holds, the
+// stream's), so subscribing again resends them. The caller skips a list
+// equal to the last one (clients repeat theirs on every ACK).
+func (s *store) subscribeSotw(ts *Subscription, known map[string]string, first bool, names []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if first {
-		ts.known = map[string]string{}
 		ts.legacy = true
 		s.setWildcard(ts, len(names) == 0)
 		ts.markAll()
 	}
 	if ts.legacy {
 		if len(names) == 0 {
-			return true
+			return
 		}
 		ts.legacy = false
 	}
@@ -388,9 +420,9 @@ func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) bool {
 		}
 	}
 	if !explicit {
-		for n := range ts.known {
+		for n := range known {
 			if _, ok := want[n]; !ok {
-				delete(ts.known, n)
+				delete(known, n)
 			}
 		}
 	}
@@ -406,7 +438,6 @@ func (s *store) subscribeSotw(ts *typeSub, first bool, names []string) bool {
 	if ts.coll != nil {
 		ts.coll.shrink()
 	}
-	return true
 }
 
 // namesSeed keys the hash of SotW resource_names lists.
@@ -424,7 +455,7 @@ func hashNames(names []string) uint64 {
 }
 
 // drop removes every subscription of a closing stream from the index.
-func (s *store) drop(subs []*typeSub) {
+func (s *store) drop(subs []*Subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ts := range subs {
@@ -448,8 +479,8 @@ type candidate struct {
 // snapshot returns, for dirty names (every matching or known name with
 // all), the current resource each subscription matches, the collection
 // version and, when full is set, every resource the subscription matches.
-// known is read only for all; callers hold st.serve.
-func (s *store) snapshot(ts *typeSub, dirty map[string]struct{}, all, full bool) (cands []candidate, matching []*cachedRes, version string) {
+// known (the stream's) is read only for all.
+func (s *store) snapshot(ts *Subscription, known map[string]string, dirty map[string]struct{}, all, full bool) (cands []candidate, matching []*cachedRes, version string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	coll := ts.coll
@@ -482,7 +513,7 @@ func (s *store) snapshot(ts *typeSub, dirty map[string]struct{}, all, full bool)
 		for n := range ts.names {
 			add(n)
 		}
-		for n := range ts.known {
+		for n := range known {
 			add(n)
 		}
 		for n := range dirty {
@@ -509,13 +540,12 @@ func (s *store) snapshot(ts *typeSub, dirty map[string]struct{}, all, full bool)
 	return cands, matching, coll.versionString()
 }
 
-// matching returns the names of the current resources ts matches, sorted,
-// and the resources by name.
-func (s *store) matching(ts *typeSub) ([]string, map[string]types.Resource) {
+// matching returns the current resources ts matches, by name.
+func (s *store) matching(ts *Subscription) map[string]types.Resource {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if ts.coll == nil {
-		return nil, nil
+		return nil
 	}
 	out := map[string]types.Resource{}
 	if ts.wildcard {
@@ -529,11 +559,11 @@ func (s *store) matching(ts *typeSub) ([]string, map[string]types.Resource) {
 			}
 		}
 	}
-	return slices.Sorted(maps.Keys(out)), out
+	return out
 }
 
 // count returns how many current resources ts matches.
-func (s *store) count(ts *typeSub) int {
+func (s *store) count(ts *Subscription) int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if ts.coll == nil {

@@ -1,18 +1,23 @@
-package xds
+package ads
 
 import (
-	"log/slog"
 	"testing"
+	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // FuzzADSRequest feeds two arbitrary requests (protobuf, SotW or delta)
-// and an ACK of the last response to a stream over a server holding the
-// fixture model. Invariants: no panic; every resource sent decodes and
+// and an ACK of the last response to a stream over a store holding
+// fuzzResources. Invariants: no panic; every resource sent decodes and
 // passes ValidateAll; the stream's limits hold; once the stream ends, the
 // subscription index and the tracker hold nothing of it.
 func FuzzADSRequest(f *testing.F) {
@@ -25,21 +30,18 @@ func FuzzADSRequest(f *testing.F) {
 	}
 	node := &core.Node{Id: "sidecar~10.0.0.1~a~ns"}
 	f.Add(seed(&discovery.DiscoveryRequest{Node: node, TypeUrl: ClusterType}), seed(&discovery.DiscoveryRequest{TypeUrl: EndpointType,
-		ResourceNames: []string{ClusterName("orders.vm.internal", 8080), "nope"}}), false)
+		ResourceNames: []string{ordersCluster, "nope"}}), false)
 	f.Add(seed(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"*", "x"}}),
 		seed(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesUnsubscribe: []string{"*"}}), true)
 	f.Add(seed(&discovery.DeltaDiscoveryRequest{TypeUrl: "type.googleapis.com/unknown.T", ResourceNamesSubscribe: []string{"a"}}),
 		seed(&discovery.DeltaDiscoveryRequest{TypeUrl: ListenerType}), true)
 	f.Add(seed(&discovery.DiscoveryRequest{TypeUrl: RouteType, ResourceNames: []string{"8080"}}),
 		seed(&discovery.DiscoveryRequest{TypeUrl: RouteType, ResponseNonce: "1", VersionInfo: "1"}), false)
-	first, _, _ := fixtureSnapshots()
 	f.Fuzz(func(t *testing.T, a, b []byte, delta bool) {
-		srv := NewServer(Options{Limits: Limits{MaxTypeURLs: 4, MaxNames: 50}})
-		srv.Update(first)
-		x := newTestADS(t, srv.store, delta)
-		x.a.limits = srv.ads.limits
-		x.a.tracker = newTracker(slog.New(slog.DiscardHandler), nil)
-		x.st = x.a.open(delta)
+		s := newTestStore()
+		s.apply(fuzzResources(t))
+		x := newTestADS(t, s, delta)
+		x.a.limits = Limits{MaxTypeURLs: 4, MaxNames: 50}.withDefaults()
 		check := func() {
 			for _, r := range x.sotw {
 				checkAnys(t, r.GetResources())
@@ -49,8 +51,8 @@ func FuzzADSRequest(f *testing.F) {
 					checkAnys(t, []*anypb.Any{res.GetResource()})
 				}
 			}
-			if x.st.names > 50 || len(x.st.types) > 4 {
-				t.Fatalf("limits exceeded: %d names, %d types", x.st.names, len(x.st.types))
+			if x.st.w.names > 50 || len(x.st.types) > 4 {
+				t.Fatalf("limits exceeded: %d names, %d types", x.st.w.names, len(x.st.types))
 			}
 		}
 		ended := false
@@ -90,10 +92,10 @@ func FuzzADSRequest(f *testing.F) {
 				}
 			}
 			check()
-			_ = x.a.tracker.snapshot(srv.store.count)
+			_ = x.a.tracker.snapshot(s.count)
 		}
 		x.a.close(x.st)
-		for k, c := range srv.store.colls {
+		for k, c := range s.colls {
 			if len(c.subs) != 0 || len(c.wild) != 0 {
 				t.Errorf("%v: %d names and %d wildcard subscriptions left after the stream ended", k, len(c.subs), len(c.wild))
 			}
@@ -118,4 +120,34 @@ func checkAnys(t *testing.T, as []*anypb.Any) {
 			}
 		}
 	}
+}
+
+const ordersCluster = "outbound|8080||orders.vm.internal"
+
+// fuzzResources is a small valid set of every collection: a cluster and
+// its endpoints per class, a listener and a route configuration.
+func fuzzResources(t *testing.T) Changes {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: ordersCluster, Endpoints: []*endpoint.LocalityLbEndpoints{{
+		LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address: "10.0.0.5", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 18080}}}},
+		}}}},
+	}}}
+	ch := Changes{}
+	ch.Update(KindOf("", EndpointType), ordersCluster, cla)
+	for _, c := range []Class{ClassEnvoy, ClassGRPC} {
+		ch.Update(KindOf(c, ClusterType), ordersCluster, &cluster.Cluster{Name: ordersCluster, ConnectTimeout: durationpb.New(time.Second),
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS}})
+		ch.Update(KindOf(c, ListenerType), "orders.vm.internal:8080", &listener.Listener{Name: "orders.vm.internal:8080"})
+		ch.Update(KindOf(c, RouteType), "8080", &route.RouteConfiguration{Name: "8080", VirtualHosts: []*route.VirtualHost{{
+			Name: "orders", Domains: []string{"orders.vm.internal"}}}})
+	}
+	for _, c := range ch {
+		for n, r := range c.Updated {
+			if err := r.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
+				t.Fatalf("fixture %s: %v", n, err)
+			}
+		}
+	}
+	return ch
 }

@@ -1,4 +1,4 @@
-package xds
+package translate
 
 import (
 	"cmp"
@@ -37,7 +37,9 @@ const MetadataKey = "meshfed"
 // does not (docs/architecture.md §3.4, normalization gate).
 const maxWeightSum = math.MaxUint32
 
-const envoyConnectTimeout = 10 * time.Second
+// EnvoyConnectTimeout is the connect timeout of every Envoy cluster
+// meshfed builds (and of the xDS cluster in its bootstrap).
+const EnvoyConnectTimeout = 10 * time.Second
 
 // httpProtocolOptionsKey is where Envoy reads a cluster's upstream HTTP options.
 const httpProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -88,7 +90,8 @@ func endpointMetadata(e *model.Endpoint) (*core.Metadata, error) {
 	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataKey: s}}, nil
 }
 
-func socketAddress(addr string, port uint32) *core.Address {
+// SocketAddress is the TCP address addr:port.
+func SocketAddress(addr string, port uint32) *core.Address {
 	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
 		Protocol:      core.SocketAddress_TCP,
 		Address:       addr,
@@ -96,8 +99,8 @@ func socketAddress(addr string, port uint32) *core.Address {
 	}}}
 }
 
-// http2Options makes Envoy speak HTTP/2 to a cluster's endpoints.
-func http2Options() map[string]*anypb.Any {
+// HTTP2Options makes Envoy speak HTTP/2 to a cluster's endpoints.
+func HTTP2Options() map[string]*anypb.Any {
 	return map[string]*anypb.Any{httpProtocolOptionsKey: mustAny(&upstreamhttp.HttpProtocolOptions{
 		UpstreamProtocolOptions: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig_{
 			ExplicitHttpConfig: &upstreamhttp.HttpProtocolOptions_ExplicitHttpConfig{
@@ -114,7 +117,7 @@ func http2Options() map[string]*anypb.Any {
 func envoyCluster(name string, svc *model.Service, p model.Port, cla *endpoint.ClusterLoadAssignment) *cluster.Cluster {
 	c := &cluster.Cluster{
 		Name:           name,
-		ConnectTimeout: durationpb.New(envoyConnectTimeout),
+		ConnectTimeout: durationpb.New(EnvoyConnectTimeout),
 		LbPolicy:       cluster.Cluster_ROUND_ROBIN,
 	}
 	if svc.Resolution == model.ResolutionDNS {
@@ -125,7 +128,7 @@ func envoyCluster(name string, svc *model.Service, p model.Port, cla *endpoint.C
 		c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name}
 	}
 	if p.Protocol == model.ProtocolHTTP2 || p.Protocol == model.ProtocolGRPC {
-		c.TypedExtensionProtocolOptions = http2Options()
+		c.TypedExtensionProtocolOptions = HTTP2Options()
 	}
 	return c
 }
@@ -212,7 +215,7 @@ func envoyHTTPListener(port uint32) *listener.Listener {
 	name := EnvoyListenerName(port)
 	return &listener.Listener{
 		Name:             name,
-		Address:          socketAddress("0.0.0.0", port),
+		Address:          SocketAddress("0.0.0.0", port),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
 			Name: wellknown.HTTPConnectionManager,
@@ -236,7 +239,7 @@ func envoyTCPListener(port uint32, host string) *listener.Listener {
 	cname := ClusterName(host, port)
 	return &listener.Listener{
 		Name:             name,
-		Address:          socketAddress("0.0.0.0", port),
+		Address:          SocketAddress("0.0.0.0", port),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
 			Name: wellknown.TCPProxy,

@@ -1,7 +1,8 @@
-package xds
+package ads
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,32 +30,25 @@ import (
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
 
-	ctx     context.Context
-	store   *store
-	tracker *tracker
-	sotwIDs atomic.Int64
-	deltaID atomic.Int64
-	errorf  func(msg string, args ...any)
-	limits  Limits // with defaults applied
-	// newType, if set, is called when a stream first subscribes to a type
-	// URL, before the subscription is indexed and answered, with the
-	// stream's serve lock held: what it puts in the store is in the first
-	// response.
-	newType func(typeURL string)
+	ctx       context.Context
+	store     *store
+	tracker   *tracker
+	sotwIDs   atomic.Int64
+	deltaID   atomic.Int64
+	errorf    func(msg string, args ...any)
+	limits    Limits // with defaults applied
+	classify  func(*core.Node) Class
+	callbacks Callbacks
 }
 
 // stream is one ADS stream.
 type stream struct {
 	delta  bool
 	status *streamState
-	wake   chan struct{}
+	w      *watcher // where the store leaves what updates changed
 
-	mu      sync.Mutex // guards pending, queue and the dirty state of types
-	pending bool       // woken and not yet processed
-	queue   []*typeSub // types changed by updates, in the order they changed
-
-	// serve guards the fields below, the known/inflight/nonce state of the
-	// stream's types, and sending. Lock order: serve, store.mu, mu.
+	// serve guards the fields below, the state of the stream's types, and
+	// sending. Lock order: serve, then the store's locks.
 	serve   sync.Mutex
 	closed  bool
 	class   Class
@@ -63,15 +57,20 @@ type stream struct {
 	anon    bool // learned without a node
 	types   map[string]*typeSub
 	nonce   int64
-
-	names int // names subscribed over all types; guarded by store.mu
 }
 
-func (st *stream) wakeUp() {
-	select {
-	case st.wake <- struct{}{}:
-	default:
-	}
+// typeSub is a stream's side of its subscription to one type URL: what
+// the client holds and where the protocol stands. Guarded by the
+// stream's serve lock.
+type typeSub struct {
+	sub     *Subscription // the store's side
+	typeURL string
+	status  *typeState
+
+	known     map[string]string // name → version the client holds
+	namesHash uint64            // SotW: hash of the last resource_names applied
+	inflight  bool              // a response awaits the client's next request
+	nonce     string            // of the last response
 }
 
 func (a *ads) open(delta bool) *stream {
@@ -81,16 +80,16 @@ func (a *ads) open(delta bool) *stream {
 	} else {
 		k.id = a.sotwIDs.Add(1)
 	}
-	return &stream{delta: delta, status: a.tracker.open(k), wake: make(chan struct{}, 1), types: map[string]*typeSub{}}
+	return &stream{delta: delta, status: a.tracker.open(k), w: newWatcher(), types: map[string]*typeSub{}}
 }
 
 func (a *ads) close(st *stream) {
 	st.serve.Lock()
 	defer st.serve.Unlock()
 	st.closed = true
-	subs := make([]*typeSub, 0, len(st.types))
+	subs := make([]*Subscription, 0, len(st.types))
 	for _, ts := range st.types {
-		subs = append(subs, ts)
+		subs = append(subs, ts.sub)
 	}
 	a.store.drop(subs)
 	a.tracker.close(st.status)
@@ -101,14 +100,15 @@ func (a *ads) close(st *stream) {
 // node (later requests may omit it). A stream whose first request has no
 // node is counted and listed under a generated id until one comes.
 //
-// A type URL is served when the store holds a collection for it (Kinds);
-// a subscription to any other has no collection and is answered empty
-// (answerUnknown), so a client waiting for every type it asked for does
-// not hang. A new type URL beyond Limits.MaxTypeURLs ends the stream.
+// A type URL is served when the store holds a collection for it
+// (Config.Collections); a subscription to any other has no collection and
+// is answered empty (answerUnknown), so a client waiting for every type it
+// asked for does not hang. A new type URL beyond Limits.MaxTypeURLs ends
+// the stream.
 func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, error) {
 	if !st.named {
 		st.named = true
-		st.class = ClassifyNode(node)
+		st.class = a.classify(node)
 	}
 	if !st.learned || (st.anon && node != nil) {
 		st.learned, st.anon = true, node == nil
@@ -120,14 +120,15 @@ func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, 
 	if len(st.types) >= a.limits.MaxTypeURLs {
 		return nil, false, limitErr("typeURLs", "the stream already subscribes to %d type URLs", len(st.types))
 	}
-	if a.newType != nil {
-		a.newType(typeURL)
+	if f := a.callbacks.OnFirstRequest; f != nil {
+		f(typeURL)
 	}
-	ts := &typeSub{st: st, typeURL: typeURL, coll: a.store.colls[KindOf(st.class, typeURL)], names: map[string]struct{}{}}
-	if ts.coll == nil {
+	coll := a.store.lookup(st.class, typeURL)
+	ts := &typeSub{sub: a.store.subscription(st.w, coll, typeURL), typeURL: typeURL}
+	if coll == nil {
 		unknownTypes.Inc()
 	}
-	ts.status = a.tracker.typ(st.status, typeURL, ts)
+	ts.status = a.tracker.typ(st.status, typeURL, ts.sub)
 	st.types[typeURL] = ts
 	return ts, true, nil
 }
@@ -137,9 +138,9 @@ func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, 
 // names already subscribed count again).
 func (a *ads) checkNameCount(st *stream, ts *typeSub, add int, replace bool) error {
 	a.store.mu.RLock()
-	n := st.names
+	n := st.w.names
 	if replace {
-		n -= len(ts.names)
+		n -= len(ts.sub.names)
 	}
 	a.store.mu.RUnlock()
 	if n+add > a.limits.MaxNames {
@@ -198,7 +199,7 @@ func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func
 			return nil
 		case err := <-errc:
 			return err
-		case <-st.wake:
+		case <-st.w.wake:
 			if !lockOrDone(&st.serve, a.ctx) {
 				return nil
 			}
@@ -235,9 +236,18 @@ func (a *ads) sotwRequest(st *stream, req *discovery.DiscoveryRequest, send sotw
 	if err := a.checkNameCount(st, ts, len(names), true); err != nil {
 		return err
 	}
-	changed := a.store.subscribeSotw(ts, first, names)
+	// Clients repeat their list on every ACK: applying the same list
+	// again changes nothing, so a hash of the last one spares the work.
+	changed := first
+	if h := hashNames(names); first || h != ts.namesHash {
+		ts.namesHash, changed = h, true
+		if first {
+			ts.known = map[string]string{}
+		}
+		a.store.subscribeSotw(ts.sub, ts.known, first, names)
+	}
 	ts.inflight = false
-	if ts.coll == nil {
+	if ts.sub.coll == nil {
 		if !changed {
 			return nil
 		}
@@ -272,9 +282,15 @@ func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, sen
 	if n := len(req.GetInitialResourceVersions()); n > a.limits.MaxNames {
 		return limitErr("names", "%d initial resource versions, over %d per stream", n, a.limits.MaxNames)
 	}
-	a.store.subscribeDelta(ts, first, sub, unsub, req.GetInitialResourceVersions())
+	if first {
+		ts.known = maps.Clone(req.GetInitialResourceVersions()) // the request's map is not ours to write
+		if ts.known == nil {
+			ts.known = map[string]string{}
+		}
+	}
+	a.store.subscribeDelta(ts.sub, ts.known, first, sub, unsub)
 	ts.inflight = false
-	if ts.coll == nil {
+	if ts.sub.coll == nil {
 		if !first && len(sub) == 0 && len(unsub) == 0 {
 			return nil // an ACK or NACK
 		}
@@ -285,7 +301,7 @@ func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, sen
 	reply := false
 	if req.GetResponseNonce() == "" {
 		a.store.mu.RLock()
-		reply = ts.wildcard
+		reply = ts.sub.wildcard
 		a.store.mu.RUnlock()
 	}
 	return a.push(st, ts, reply, nil, send)
@@ -299,16 +315,8 @@ type (
 // pushAll sends what changed on the types of a woken stream, in the order
 // updates changed them.
 func (a *ads) pushAll(st *stream, sotw sotwSend, delta deltaSend) error {
-	st.mu.Lock()
-	st.pending = false
-	queue := st.queue
-	st.queue = nil
-	for _, ts := range queue {
-		ts.queued = false
-	}
-	st.mu.Unlock()
-	for _, ts := range queue {
-		if err := a.push(st, ts, false, sotw, delta); err != nil {
+	for _, sub := range st.w.take() {
+		if err := a.push(st, st.types[sub.typeURL], false, sotw, delta); err != nil {
 			return err
 		}
 	}
@@ -321,15 +329,15 @@ func (a *ads) pushAll(st *stream, sotw sotwSend, delta deltaSend) error {
 // changed, only the changed resources for EDS/RDS. reply sends a response
 // even if nothing changed. Nothing is sent while a response is unanswered.
 func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta deltaSend) error {
-	if ts.coll == nil || ts.inflight {
+	if ts.sub.coll == nil || ts.inflight {
 		return nil
 	}
-	dirty, all := ts.takeDirty()
+	dirty, all := ts.sub.takeDirty()
 	if len(dirty) == 0 && !all && !reply {
 		return nil
 	}
-	full := !st.delta && requiresFullState(ts.typeURL)
-	cands, matching, version := a.store.snapshot(ts, dirty, all, full)
+	full := !st.delta && ts.sub.coll.FullState
+	cands, matching, version := a.store.snapshot(ts.sub, ts.known, dirty, all, full)
 	var changed []*cachedRes
 	var changedWire []*wire
 	var removed []string
@@ -367,7 +375,7 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 			rs[i] = w.delta
 			ts.known[changed[i].name] = w.version
 		}
-		a.sent(ts, version, nonce, !reply)
+		a.sent(st, ts, version, nonce, !reply)
 		return delta(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: ts.typeURL,
 			Nonce: nonce, Resources: rs, RemovedResources: removed})
 	}
@@ -388,7 +396,7 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 		anys = append(anys, w.any)
 		ts.known[r.name] = w.version
 	}
-	a.sent(ts, version, nonce, !reply)
+	a.sent(st, ts, version, nonce, !reply)
 	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, Resources: anys})
 }
 
@@ -399,7 +407,7 @@ func (a *ads) answerUnknown(st *stream, ts *typeSub, sub []string, sotw sotwSend
 	st.nonce++
 	nonce := strconv.FormatInt(st.nonce, 10)
 	const version = "0"
-	a.sent(ts, version, nonce, false)
+	a.sent(st, ts, version, nonce, false)
 	if st.delta {
 		var removed []string
 		for _, n := range sub {
@@ -412,10 +420,10 @@ func (a *ads) answerUnknown(st *stream, ts *typeSub, sub []string, sotw sotwSend
 	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce})
 }
 
-func (a *ads) sent(ts *typeSub, version, nonce string, update bool) {
+func (a *ads) sent(st *stream, ts *typeSub, version, nonce string, update bool) {
 	ts.inflight = true
 	ts.nonce = nonce
-	a.tracker.response(ts.st.status, ts.status, version, nonce, update)
+	a.tracker.response(st.status, ts.status, version, nonce, update)
 }
 
 // lockOrDone locks mu, or gives up when ctx ends first and reports false;
