@@ -11,10 +11,17 @@ import (
 
 // TestNacosRegistryToGRPCClient: instances registered through the Nacos
 // SDK (gRPC, ephemeral, as applications register) in a real Nacos-protocol
-// server (Polaris), then marked unhealthy and deregistered,
+// server (Polaris), then drained (weight 0) and deregistered,
 // reach a grpc-go xDS client calling real gRPC backends; a stopped server
 // leaves the registry Degraded with its endpoints served, and a restarted
 // one brings it back to Synced.
+//
+// Instances are taken out of traffic with weight 0, not healthy=false:
+// Polaris ties an ephemeral instance's health to its client's connection
+// and sets it healthy again within about 3s (its Nacos v2 checker), so an
+// unhealthy mark does not last long enough for the client to be seen
+// avoiding it under load. healthy=false → UNHEALTHY is covered by
+// registries/nacos.
 func TestNacosRegistryToGRPCClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -50,16 +57,15 @@ func TestNacosRegistryToGRPCClient(t *testing.T) {
 	eventually(t, 30*time.Second, "b2 in endpointz", func() error { return endpointCount(m, "echo.nacos", 2) })
 	c.waitFor(t, b2.name, 1, 30*time.Second)
 
-	// b1 unhealthy → UNHEALTHY: only b2 answers. (Not disabled: Nacos
-	// would drop it from its answers, and with it the port the client
-	// dials.)
-	i1.Unhealthy = true
+	// b1 drained → DRAINING: only b2 answers. (Not disabled: Nacos would
+	// drop it from its answers, and with it the port the client dials.)
+	i1.Drained = true
 	nc.Register(t, i1)
 	c.waitFor(t, b2.name, 20, 30*time.Second)
-	// b1 healthy again, b2 unhealthy: only b1 answers.
-	i1.Unhealthy = false
+	// b1 back in, b2 drained: only b1 answers.
+	i1.Drained = false
 	nc.Register(t, i1)
-	i2.Unhealthy = true
+	i2.Drained = true
 	nc.Register(t, i2)
 	c.waitFor(t, b1.name, 20, 30*time.Second)
 	// b2 deregistered: gone from the endpoints, b1 still answers.

@@ -91,11 +91,17 @@ type NacosInstance struct {
 	IP             string
 	Port           int
 	Weight         float64 // 0 is 1
-	Unhealthy      bool
-	Disabled       bool
-	Cluster        string
-	Metadata       map[string]string
-	Persistent     bool // registered as a persistent (not ephemeral) instance
+	// Drained registers the instance with weight 0, which Nacos clients
+	// send nothing to (meshfed: DRAINING). Unlike Unhealthy it lasts on
+	// Polaris: Polaris binds an ephemeral instance's health to its
+	// client's connection and turns healthy=false back to true within
+	// about 3s while the connection lives.
+	Drained    bool
+	Unhealthy  bool
+	Disabled   bool
+	Cluster    string
+	Metadata   map[string]string
+	Persistent bool // registered as a persistent (not ephemeral) instance
 }
 
 // Register registers the instance, or updates it when it is registered
@@ -110,7 +116,10 @@ func (c *NacosClient) Register(t testing.TB, in NacosInstance) {
 // Put is Register for callers without a testing.TB (benchmarks' writers).
 func (c *NacosClient) Put(in NacosInstance) error {
 	w := in.Weight
-	if w == 0 {
+	switch {
+	case in.Drained:
+		w = 0
+	case w == 0:
 		w = 1
 	}
 	param := vo.RegisterInstanceParam{
