@@ -92,6 +92,29 @@ func TestProblems(t *testing.T) {
 	}
 }
 
+func TestReplaced(t *testing.T) {
+	t.Parallel()
+	sink := NewSink()
+	if got := sink.Replaced(shard); got != nil {
+		t.Errorf("Replaced before any call = %v, want nil", got)
+	}
+	first := []model.Service{svc("a.vm", "10.0.0.1")}
+	sink.Replace(shard, first, nil)
+	sink.Report(shard, registries.Status{State: registries.Degraded, Err: "down"})
+	sink.ReplaceStatus(shard, []model.Service{}, nil, registries.Status{State: registries.Degraded, Err: "one bad"})
+	first[0].Endpoints[0].Address = "10.0.0.9" // changed after publishing: Replaced keeps what was published
+	got := sink.Replaced(shard)
+	if len(got) != 2 || sink.Replaces(shard) != 2 {
+		t.Fatalf("Replaced = %v after %d replaces, want the 2 Replace/ReplaceStatus calls", got, sink.Replaces(shard))
+	}
+	if d := DiffServices([]model.Service{svc("a.vm", "10.0.0.1")}, got[0]); d != "" {
+		t.Errorf("Replaced[0] (-want +got):\n%s", d)
+	}
+	if len(got[1]) != 0 {
+		t.Errorf("Replaced[1] = %v, want empty", got[1])
+	}
+}
+
 func TestDiffServicesIgnoresOrder(t *testing.T) {
 	t.Parallel()
 	a := []model.Service{svc("a.vm", "1", "2"), svc("b.vm")}

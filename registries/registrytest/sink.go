@@ -163,6 +163,25 @@ func (s *Sink) Statuses(shard model.ShardKey) []registries.Status {
 	return s.State(shard).Reports
 }
 
+// Replaced returns what every Replace and ReplaceStatus of shard
+// published, oldest first, as copied when it was called: Replaced(shard)[i]
+// is the services of Replace number i+1 (State.Replaces counts them), so
+// Replaced(shard)[before.Replaces:] is everything published since a State
+// before was taken.
+func (s *Sink) Replaced(shard model.ShardKey) [][]model.Service {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.shards[shard]
+	if !ok {
+		return nil
+	}
+	out := make([][]model.Service, len(r.published))
+	for i, p := range r.published {
+		out[i] = p.servicesCopy
+	}
+	return out
+}
+
 // Replaces counts the Replace calls for shard.
 func (s *Sink) Replaces(shard model.ShardKey) int { return s.State(shard).Replaces }
 
