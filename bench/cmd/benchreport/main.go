@@ -46,7 +46,7 @@ func (r *runner) bin(name string) string { return filepath.Join(r.dir, name) }
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "report file to write")
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
-	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS); default all")
+	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F); default all")
 	flag.Parse()
 	c := config{
 		quick: *quick, services: 1000, eps: 10, streams: 1000, per: 100, common: 10,
@@ -83,6 +83,7 @@ func main() {
 	}{
 		{"S3", r.runS3a}, {"S1", r.runS1}, {"DS", r.runDS}, {"S2", r.runS2},
 		{"S3", r.runS3b}, {"S4", r.runS4}, {"S5", r.runS5}, {"S6", r.runS6}, {"IS", r.runIS},
+		{"F", r.runF},
 	} {
 		if c.only != "" && !strings.Contains(","+c.only+",", ","+s.id+",") {
 			continue

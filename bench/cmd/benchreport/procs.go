@@ -133,8 +133,8 @@ func do(method, url string, v any) error {
 
 // build compiles the bench binaries into dir.
 func build(dir string) error {
-	for _, c := range []string{"benchserver", "loadgen"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./bench/cmd/"+c)
+	for _, c := range []string{"bench/cmd/benchserver", "bench/cmd/loadgen", "cmd/meshfed"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, filepath.Base(c)), "./"+c)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build %s: %w", c, err)
