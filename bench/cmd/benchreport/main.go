@@ -32,6 +32,9 @@ type config struct {
 	s6N                    int
 	syncTimeout            time.Duration
 	only                   string
+	s7Streams, s7Procs     int
+	s7Flips                int
+	s8Services, s8Flips    int
 }
 
 type runner struct {
@@ -46,7 +49,7 @@ func (r *runner) bin(name string) string { return filepath.Join(r.dir, name) }
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "report file to write")
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
-	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F); default all")
+	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8); default all")
 	flag.Parse()
 	c := config{
 		quick: *quick, services: 1000, eps: 10, streams: 1000, per: 100, common: 10,
@@ -54,6 +57,7 @@ func main() {
 		s2Rate: 500, s2Ramp: 10 * time.Second, s2Hold: 60 * time.Second,
 		s3aIters: 100, s5Steps: []int{0, 250, 500, 1000, 2000}, idle: 10 * time.Second,
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
+		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5
@@ -61,6 +65,7 @@ func main() {
 		c.s2Rate, c.s2Ramp, c.s2Hold = 100, time.Second, 3*time.Second
 		c.s3aIters, c.s5Steps, c.idle, c.s6N = 10, []int{0, 25, 50, 100}, 2*time.Second, 10
 		c.syncTimeout = time.Minute
+		c.s7Streams, c.s7Procs, c.s7Flips, c.s8Services, c.s8Flips = 200, 2, 3, 1000, 5
 	}
 	dir, err := os.MkdirTemp("", "meshfed-bench")
 	if err != nil {
@@ -83,7 +88,7 @@ func main() {
 	}{
 		{"S3", r.runS3a}, {"S1", r.runS1}, {"DS", r.runDS}, {"S2", r.runS2},
 		{"S3", r.runS3b}, {"S4", r.runS4}, {"S5", r.runS5}, {"S6", r.runS6}, {"IS", r.runIS},
-		{"F", r.runF},
+		{"F", r.runF}, {"S7", r.runS7}, {"S8", r.runS8},
 	} {
 		if c.only != "" && !strings.Contains(","+c.only+",", ","+s.id+",") {
 			continue
