@@ -35,6 +35,8 @@ type config struct {
 	s7Streams, s7Procs     int
 	s7Flips                int
 	s8Services, s8Flips    int
+	soak                   time.Duration
+	soakRate               float64
 }
 
 type runner struct {
@@ -49,7 +51,8 @@ func (r *runner) bin(name string) string { return filepath.Join(r.dir, name) }
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "report file to write")
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
-	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8); default all")
+	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
+	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,SOAK); default all")
 	flag.Parse()
 	c := config{
 		quick: *quick, services: 1000, eps: 10, streams: 1000, per: 100, common: 10,
@@ -58,6 +61,7 @@ func main() {
 		s3aIters: 100, s5Steps: []int{0, 250, 500, 1000, 2000}, idle: 10 * time.Second,
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
 		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
+		soak: *soak, soakRate: 100,
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5
@@ -89,6 +93,7 @@ func main() {
 		{"S3", r.runS3a}, {"S1", r.runS1}, {"DS", r.runDS}, {"S2", r.runS2},
 		{"S3", r.runS3b}, {"S4", r.runS4}, {"S5", r.runS5}, {"S6", r.runS6}, {"IS", r.runIS},
 		{"F", r.runF}, {"S7", r.runS7}, {"S8", r.runS8},
+		{"SOAK", r.runSoak},
 	} {
 		if c.only != "" && !strings.Contains(","+c.only+",", ","+s.id+",") {
 			continue

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/meshfed/meshfed/bench"
+)
+
+// soakSample is the server's state at one moment of the soak.
+type soakSample struct {
+	at         time.Duration
+	rss        int64
+	heap       uint64
+	goroutines uint64
+}
+
+// slope is the least-squares slope of ys over xs.
+func slope(xs, ys []float64) float64 {
+	n := float64(len(xs))
+	if n < 2 {
+		return 0
+	}
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	d := n*sxx - sx*sx
+	if d == 0 {
+		return 0
+	}
+	return (n*sxy - sx*sy) / d
+}
+
+// runSoak: r.c.soak of rolling-deploy churn at r.c.soakRate endpoint
+// events/s against one meshfed bench server with r.c.streams streams
+// connected, 10 % of them reconnecting (on a new connection) every minute
+// (every third of the run when it is shorter than 3 minutes); the server's
+// RSS, live heap (after two GCs) and goroutines are sampled throughout.
+// At the end every stream must hold the last write of every service it
+// watches.
+func (r *runner) runSoak() error {
+	if r.c.soak <= 0 {
+		r.rep.notes = append(r.rep.notes, "SOAK not run (BENCH_SHORT=1 or -soak 0; `make soak` runs it alone)")
+		return nil
+	}
+	dur := r.c.soak
+	every := min(time.Minute, dur/3)
+	sampleEvery := max(time.Second, dur/60)
+	const procs = 2
+	r.logf("SOAK: %s of churn at %.0f events/s, %d streams, 10%% reconnecting every %s", dur, r.c.soakRate, r.c.streams, every)
+	srv, err := r.server(mfT)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	var lgs loadgens
+	defer func() { lgs.stop() }()
+	for i := range procs {
+		lg, err := r.loadgen(srv, r.c.streams/procs, i*(r.c.streams/procs))
+		if err != nil {
+			return err
+		}
+		lgs = append(lgs, lg)
+	}
+	if err := lgs.waitSynced(1, r.c.syncTimeout); err != nil {
+		return err
+	}
+	if _, err := lgs.records(); err != nil {
+		return err
+	}
+	watchers := map[int][]int{}
+	for s := range r.c.streams {
+		for _, svc := range bench.Watched(s, r.c.services, r.c.per, r.c.common) {
+			watchers[svc] = append(watchers[svc], s)
+		}
+	}
+	ix := recIndex{}
+	churnDone := make(chan error, 1)
+	t0 := time.Now()
+	go func() {
+		churnDone <- post(fmt.Sprintf("%s/churn?rate=%g&ramp=0s&hold=%s&from=%d", srv.ctl, r.c.soakRate, dur, r.c.common), nil)
+	}()
+	var samples []soakSample
+	sample := func() error {
+		var m bench.MemStats
+		if err := getJSON(srv.ctl+"/mem", &m); err != nil {
+			return err
+		}
+		rss, _, _ := bench.Mem(srv.pid)
+		samples = append(samples, soakSample{at: time.Since(t0), rss: rss, heap: m.HeapLive, goroutines: m.Goroutines})
+		return nil
+	}
+	reconnects := 0
+	nextRe, nextSample := every, time.Duration(0)
+	var churnErr error
+	tick := time.NewTicker(200 * time.Millisecond)
+loop:
+	for {
+		select {
+		case churnErr = <-churnDone:
+			break loop
+		case <-tick.C:
+		}
+		el := time.Since(t0)
+		if el >= nextSample {
+			if err := sample(); err != nil {
+				tick.Stop()
+				return err
+			}
+			nextSample += sampleEvery
+		}
+		if el >= nextRe {
+			for _, l := range lgs {
+				var idx []int
+				if err := post(l.ctl+"/reconnect?n="+strconv.Itoa(r.c.streams/10/procs), &idx); err != nil {
+					tick.Stop()
+					return err
+				}
+				reconnects += len(idx)
+			}
+			nextRe += every
+		}
+		recs, err := lgs.records()
+		if err != nil {
+			tick.Stop()
+			return err
+		}
+		ix.add(recs)
+	}
+	tick.Stop()
+	if churnErr != nil {
+		return churnErr
+	}
+	var evs []bench.Event
+	if err := getJSON(srv.ctl+"/events", &evs); err != nil {
+		return err
+	}
+	// The last write of each service, which every watcher must hold.
+	lastOf := map[int]bench.Event{}
+	for _, ev := range evs {
+		lastOf[ev.Svc] = ev
+	}
+	var last []bench.Event
+	for _, ev := range lastOf {
+		last = append(last, ev)
+	}
+	w := func(s int) []int { return watchers[s] }
+	end := time.Now()
+	missingLast := 0
+	for time.Since(end) < 2*time.Minute {
+		recs, err := lgs.records()
+		if err != nil {
+			return err
+		}
+		ix.add(recs)
+		if _, missingLast = converge(ix, last, w); missingLast == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := lgs.waitSynced(1, 30*time.Second); err != nil {
+		r.logf("SOAK: %v", err)
+	}
+	ss, err := lgs.syncs()
+	if err != nil {
+		return err
+	}
+	unsynced := 0
+	for _, s := range ss {
+		if s.Synced == 0 {
+			unsynced++
+		}
+	}
+	if err := sample(); err != nil {
+		return err
+	}
+	st, _ := lgs.stats()
+	lat, missing := converge(ix, evs, w)
+	latS := bench.Summarize(lat)
+
+	// Slopes per minute, over the samples after the first tenth (warm-up).
+	var xs, rss, heap, gor []float64
+	for _, s := range samples {
+		if s.at < dur/10 {
+			continue
+		}
+		xs = append(xs, s.at.Minutes())
+		rss = append(rss, float64(s.rss)/1e6)
+		heap = append(heap, float64(s.heap)/1e6)
+		gor = append(gor, float64(s.goroutines))
+	}
+	mean := func(v []float64) float64 {
+		t := 0.0
+		for _, x := range v {
+			t += x
+		}
+		return t / float64(max(1, len(v)))
+	}
+	mins := dur.Minutes()
+	flat := func(v []float64, tol float64) bool { return abs(slope(xs, v))*mins <= tol*mean(v) }
+	sRSS, sHeap, sGor := slope(xs, rss), slope(xs, heap), slope(xs, gor)
+	first, lastS := samples[0], samples[len(samples)-1]
+	r.logf("SOAK: %d events, %d reconnects, p99 %.0f ms, missing %d (last writes %d), unsynced %d; slopes RSS %.2f MB/min heap %.2f MB/min goroutines %.1f/min",
+		len(evs), reconnects, latS.P99, missing, missingLast, unsynced, sRSS, sHeap, sGor)
+	cond := fmt.Sprintf("%s at %.0f events/s (%d events, rolling deploy over all but the %d common services), %d streams of %d clusters, %d reconnects on new connections (10 %% every %s); %d sessions opened in all",
+		dur, r.c.soakRate, len(evs), r.c.common, r.c.streams, r.c.per, reconnects, every, st.Sessions)
+	r.rep.add(row{id: "SOAK", figure: "RSS slope", unit: "MB/min", mf: one(sRSS),
+		goal: "flat: drift over the run ≤ 10 % of the mean", met: ptr(flat(rss, 0.10)),
+		note: fmt.Sprintf("%s; sampled every %s after the first tenth; RSS %s at the start, %s at the end", cond, sampleEvery, mb(first.rss), mb(lastS.rss))})
+	r.rep.add(row{id: "SOAK", figure: "live heap slope", unit: "MB/min", mf: one(sHeap),
+		goal: "flat: drift ≤ 10 % of the mean", met: ptr(flat(heap, 0.10)),
+		note: fmt.Sprintf("after two GCs per sample; %s → %s", mb(int64(first.heap)), mb(int64(lastS.heap)))})
+	r.rep.add(row{id: "SOAK", figure: "goroutines slope", unit: "/min", mf: one(sGor),
+		goal: "flat: drift ≤ 2 % of the mean", met: ptr(flat(gor, 0.02)),
+		note: fmt.Sprintf("%d → %d", first.goroutines, lastS.goroutines)})
+	r.rep.add(row{id: "SOAK", figure: "write → last watcher ACK during the soak", unit: "ms", mf: &latS,
+		goal: "no stream left behind", met: ptr(missingLast == 0 && unsynced == 0),
+		note: fmt.Sprintf("at the end %d (stream, service) pairs lack their service's last write and %d streams are not synced; over all events %d (event, watcher) pairs never arrived (a stream reconnecting receives only the newest state, so skipped intermediate writes count here, not as lost)", missingLast, unsynced, missing)})
+	return nil
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
