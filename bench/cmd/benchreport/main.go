@@ -37,6 +37,7 @@ type config struct {
 	s8Services, s8Flips    int
 	soak                   time.Duration
 	soakRate               float64
+	pprofDir               string
 }
 
 type runner struct {
@@ -51,6 +52,7 @@ func (r *runner) bin(name string) string { return filepath.Join(r.dir, name) }
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "report file to write")
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
+	pprofDir := flag.String("pprof", "", "save a CPU profile of the server taken during each run of spaced events (S1, F, S7) in this directory")
 	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
 	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,SOAK); default all")
 	flag.Parse()
@@ -61,7 +63,7 @@ func main() {
 		s3aIters: 100, s5Steps: []int{0, 250, 500, 1000, 2000}, idle: 10 * time.Second,
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
 		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
-		soak: *soak, soakRate: 100,
+		soak: *soak, soakRate: 100, pprofDir: *pprofDir,
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5

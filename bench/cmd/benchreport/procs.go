@@ -223,3 +223,35 @@ func (p *proc) cpu() time.Duration {
 	d, _ := bench.CPUTime(p.pid)
 	return d
 }
+
+// profile takes a 10-second CPU profile of srv (its /debug/pprof/profile)
+// into r.c.pprofDir when that is set; the channel closes when it is saved.
+func (r *runner) profile(srv *proc) <-chan struct{} {
+	done := make(chan struct{})
+	if r.c.pprofDir == "" || srv.ctl == "" {
+		close(done)
+		return done
+	}
+	path := filepath.Join(r.c.pprofDir, fmt.Sprintf("%s-%d.pprof", strings.ReplaceAll(srv.name, " ", "-"), time.Now().Unix()))
+	go func() {
+		defer close(done)
+		resp, err := httpc.Get(srv.ctl + "/debug/pprof/profile?seconds=10")
+		if err != nil {
+			r.logf("pprof %s: %v", srv.name, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			r.logf("pprof %s: %v", srv.name, err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			r.logf("pprof %s: %v", srv.name, err)
+			return
+		}
+		r.logf("pprof %s → %s", srv.name, path)
+	}()
+	return done
+}

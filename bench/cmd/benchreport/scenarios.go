@@ -133,6 +133,8 @@ func (r *runner) eventsWith(srv *proc, lgs loadgens, svcs []int, wait time.Durat
 	watchers := func(int) []int { return all }
 	ix := recIndex{}
 	var evs []bench.Event
+	profiled := r.profile(srv)
+	defer func() { <-profiled }()
 	cpu0 := srv.cpu()
 	for _, svc := range svcs {
 		ev, err := flip(svc)
