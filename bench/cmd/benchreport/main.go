@@ -38,6 +38,7 @@ type config struct {
 	soak                   time.Duration
 	soakRate               float64
 	pprofDir               string
+	consulServices         int
 }
 
 type runner struct {
@@ -54,7 +55,7 @@ func main() {
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
 	pprofDir := flag.String("pprof", "", "save a CPU profile of the server taken during each run of spaced events (S1, F, S7) in this directory")
 	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
-	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,SOAK); default all")
+	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,SOAK); default all")
 	flag.Parse()
 	c := config{
 		quick: *quick, services: 1000, eps: 10, streams: 1000, per: 100, common: 10,
@@ -63,7 +64,7 @@ func main() {
 		s3aIters: 100, s5Steps: []int{0, 250, 500, 1000, 2000}, idle: 10 * time.Second,
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
 		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
-		soak: *soak, soakRate: 100, pprofDir: *pprofDir,
+		soak: *soak, soakRate: 100, pprofDir: *pprofDir, consulServices: 10000,
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5
@@ -72,6 +73,7 @@ func main() {
 		c.s3aIters, c.s5Steps, c.idle, c.s6N = 10, []int{0, 25, 50, 100}, 2*time.Second, 10
 		c.syncTimeout = time.Minute
 		c.s7Streams, c.s7Procs, c.s7Flips, c.s8Services, c.s8Flips = 200, 2, 3, 1000, 5
+		c.consulServices = 300
 	}
 	dir, err := os.MkdirTemp("", "meshfed-bench")
 	if err != nil {
@@ -95,7 +97,7 @@ func main() {
 		{"S3", r.runS3a}, {"S1", r.runS1}, {"DS", r.runDS}, {"S2", r.runS2},
 		{"S3", r.runS3b}, {"S4", r.runS4}, {"S5", r.runS5}, {"S6", r.runS6}, {"IS", r.runIS},
 		{"F", r.runF}, {"S7", r.runS7}, {"S8", r.runS8},
-		{"SOAK", r.runSoak},
+		{"CS", r.runConsulScale}, {"SOAK", r.runSoak},
 	} {
 		if c.only != "" && !strings.Contains(","+c.only+",", ","+s.id+",") {
 			continue

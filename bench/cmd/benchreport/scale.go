@@ -1,14 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/meshfed/meshfed/bench"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // rusage returns this process's user+system CPU time (µs resolution,
@@ -152,3 +156,53 @@ func (r *runner) runS8() error {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// runConsulScale: the consul registry against a real Consul agent holding
+// r.c.consulServices services (go test ./bench/s6 -run TestConsulScale):
+// the initial sync and a new instance's latency to Sink.Replace, with the
+// default watch budget (round-robin turns) and with a query per service.
+func (r *runner) runConsulScale() error {
+	r.logf("CS: Consul with %d services (go test ./bench/s6 -run TestConsulScale)", r.c.consulServices)
+	f, err := os.CreateTemp(r.dir, "cs-*.json")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	cmd := exec.Command("go", "test", "-count=1", "-timeout=30m", "-run", "^TestConsulScale$", "./bench/s6",
+		"-args", "-s6.scale.out="+f.Name(), "-s6.scale.services="+strconv.Itoa(r.c.consulServices))
+	outb, err := cmd.CombinedOutput()
+	if err != nil {
+		r.rep.notes = append(r.rep.notes, "CS go test failed: "+lastLines(string(outb), 8))
+	}
+	b, _ := os.ReadFile(f.Name())
+	var rows []bench.ConsulScaleResult
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &rows); err != nil {
+			return err
+		}
+	}
+	for _, x := range rows {
+		mode := fmt.Sprintf("%s, maxConcurrentWatches %d, waitTime %s", x.Mode, x.Budget, time.Duration(x.WaitTime))
+		r.rep.add(row{id: "CS", figure: fmt.Sprintf("Consul %d services (%s): registry start → first Replace holding all", x.Services, mode), unit: "s",
+			mf: one(x.Sync / 1e3), note: fmt.Sprintf("real Consul %s (dev agent), one instance per service, registered through the catalog API in %.1f s before the registry starts", servers.ConsulVersion, x.Register/1e3)})
+		how := "one change at a time"
+		if x.Concurrent {
+			how = "changes made at once on different services"
+		}
+		note := fmt.Sprintf("an agent registration of one more instance → the registry's Sink.Replace holding it; %s%s", how, lostNote(x.Lost))
+		if x.Budget < x.Services {
+			turn := max(time.Second, time.Duration(x.WaitTime)*time.Duration(x.Budget)/time.Duration(x.Services))
+			note += fmt.Sprintf(". With %d queries for %d services each query blocks one turn of waitTime×budget/services (at least 1 s): %s here, so one round over all services takes ≈ %s and a change waits for its service's turn (registries/consul/consul.go); raise maxConcurrentWatches (and the agent's limits.http_max_conns_per_client) above the service count to see every change at once",
+				x.Budget, x.Services, turn, (turn * time.Duration((x.Services+x.Budget-1)/x.Budget)).Round(time.Second))
+		}
+		r.rep.add(row{id: "CS", figure: "same: a change → Sink.Replace", unit: "ms", mf: &x.Change, note: note})
+	}
+	return nil
+}
+
+func lostNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d changes NOT seen within the timeout", n)
+}
