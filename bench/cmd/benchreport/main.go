@@ -54,7 +54,7 @@ func (r *runner) bin(name string) string { return filepath.Join(r.dir, name) }
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "report file to write")
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
-	pprofDir := flag.String("pprof", "", "save a CPU profile of the server taken during each run of spaced events (S1, F, S7) in this directory")
+	pprofDir := flag.String("pprof", "", "save CPU profiles in this directory: of the server during each run of spaced events (S1, F, S7), and of this process during S8")
 	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
 	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,SOAK); default all")
 	flag.Parse()

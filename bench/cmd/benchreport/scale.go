@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -121,12 +123,17 @@ func (r *runner) runS8() error {
 		}
 		return nil
 	}
+	stopProf := r.selfProfile("s8-build")
 	c0, t0 := rusage(), time.Now()
 	m.Write(st.Services())
 	if err := wait(0); err != nil {
+		stopProf()
 		return err
 	}
 	build, buildCPU := time.Since(t0), rusage()-c0
+	stopProf()
+	stopProf = r.selfProfile("s8-flips")
+	defer stopProf()
 	mem := bench.ReadMem()
 	var wall, cpu []float64
 	for i := range r.c.s8Flips {
@@ -205,4 +212,27 @@ func lostNote(n int) string {
 		return ""
 	}
 	return fmt.Sprintf("; %d changes NOT seen within the timeout", n)
+}
+
+// selfProfile profiles this process's CPU into r.c.pprofDir/<name>.pprof
+// when that is set, until the returned function is called.
+func (r *runner) selfProfile(name string) func() {
+	if r.c.pprofDir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(r.c.pprofDir, name+".pprof"))
+	if err != nil {
+		r.logf("pprof %s: %v", name, err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		r.logf("pprof %s: %v", name, err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		r.logf("pprof → %s", f.Name())
+	}
 }
