@@ -145,7 +145,9 @@ func (r *runner) runF() error {
 	r.rep.add(row{id: "F", figure: "server CPU per edit", unit: "ms", mf: one(mf.e.cpuPerEvent), bl: isCPU,
 		goal: "≤ 60 ms", met: ptr(mf.e.cpuPerEvent <= 60), note: "/proc utime+stime of the server process over the edits ÷ edits (includes the re-read of the file)"})
 	r.rep.add(row{id: "F", figure: fmt.Sprintf("same, the services in %d files (one team, one file): write → last ACK", r.c.fFiles), unit: "ms",
-		mf: &dirRes.e.lat, bl: isLat, note: fmt.Sprintf("only the edited file (%d services) is rewritten and re-read; server CPU %.1f ms per edit%s", r.c.services/r.c.fFiles, dirRes.e.cpuPerEvent, missingNote(dirRes.e.missing, 0))})
+		mf: &dirRes.e.lat, bl: isLat, note: fmt.Sprintf("only the edited file (%d services) is rewritten and re-read%s", r.c.services/r.c.fFiles, missingNote(dirRes.e.missing, 0))})
+	r.rep.add(row{id: "F", figure: fmt.Sprintf("same, %d files: server CPU per edit", r.c.fFiles), unit: "ms", mf: one(dirRes.e.cpuPerEvent), bl: isCPU,
+		goal: "≤ 60 ms", met: ptr(dirRes.e.cpuPerEvent <= 60)})
 	r.rep.add(row{id: "F", figure: fmt.Sprintf("RSS per stream (0 → %d streams)", r.c.streams), unit: "KB", mf: one(mf.rssStream), bl: isRSS,
 		goal: "≤ 100 KB", met: ptr(mf.rssStream <= 100), note: fmt.Sprintf("VmRSS after the streams synced minus before they connected (meshfed %.0f MB before), ÷ streams; no forced GC (a real binary)", float64(mf.rss0)/1e6)})
 	return nil

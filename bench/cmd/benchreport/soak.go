@@ -53,6 +53,7 @@ func (r *runner) runSoak() error {
 	every := min(time.Minute, (dur / 3).Round(time.Second))
 	sampleEvery := max(time.Second, dur/60)
 	const procs = 2
+	perLG := max(1, r.c.streams/10/procs) // streams each load generator reconnects per batch
 	r.logf("SOAK: %s of churn at %.0f events/s, %d streams, 10%% reconnecting every %s", dur, r.c.soakRate, r.c.streams, every)
 	srv, err := r.server(mfT)
 	if err != nil {
@@ -148,7 +149,7 @@ loop:
 			b := &batch{at: time.Now().UnixNano()}
 			for _, l := range lgs {
 				var idx []int
-				if err := post(l.ctl+"/reconnect?n="+strconv.Itoa(r.c.streams/10/procs), &idx); err != nil {
+				if err := post(l.ctl+"/reconnect?n="+strconv.Itoa(perLG), &idx); err != nil {
 					tick.Stop()
 					return err
 				}
@@ -293,7 +294,7 @@ loop:
 		goal: "flat: growth ≤ 2 % of the mean", met: ptr(flat(gor, 0.02)),
 		note: fmt.Sprintf("%d → %d (within %s after the warm-up)", first.goroutines, lastS.goroutines, span(gor))})
 	r.rep.add(row{id: "SOAK", figure: "10 % of streams reconnect → the last of them synced again", unit: "s", mf: &resyncS,
-		note: fmt.Sprintf("%d batches of %d streams, each on a new connection, while the churn goes on; %d batches not resynced by the end", len(batches), r.c.streams/10/procs*procs, unfinished)})
+		note: fmt.Sprintf("%d batches of %d streams, each on a new connection, while the churn goes on; %d batches not resynced by the end", len(batches), perLG*procs, unfinished)})
 	r.rep.add(row{id: "SOAK", figure: "write → last watcher ACK during the soak", unit: "ms", mf: &latS,
 		goal: "no stream left behind", met: ptr(missingLast == 0 && unsynced == 0),
 		note: fmt.Sprintf("at the end %d (stream, service) pairs lack their service's last write and %d streams are not synced; over all events %d (event, watcher) pairs never arrived. p99 of writes in the first half %.0f ms, second half %.0f ms. A write's figure waits for every watcher, including one that is reconnecting: it counts once that stream resynced (the row above)", missingLast, unsynced, missing, bench.Summarize(le).P99, bench.Summarize(ll).P99)})
