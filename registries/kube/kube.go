@@ -169,8 +169,20 @@ func fileCredentials(path, kubeContext string) func() (*rest.Config, error) {
 // ends every connection it opened (client-go would otherwise share and
 // keep transports process-wide).
 func (r *Registry) connect(rc *rest.Config) (kubernetes.Interface, func(), error) {
+	rc, closeAll := ownConnections(rc, r.cfg.QPS, r.cfg.Burst)
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, closeAll, nil
+}
+
+// ownConnections returns a copy of rc with the given rate limits and a
+// dialer of its own, and a func that closes every connection made through
+// it.
+func ownConnections(rc *rest.Config, qps float32, burst int) (*rest.Config, func()) {
 	rc = rest.CopyConfig(rc)
-	rc.QPS, rc.Burst = r.cfg.QPS, r.cfg.Burst
+	rc.QPS, rc.Burst = qps, burst
 	rc.UserAgent = "meshfed"
 	if rc.Dial == nil {
 		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -178,11 +190,7 @@ func (r *Registry) connect(rc *rest.Config) (kubernetes.Interface, func(), error
 	}
 	dialer := connrotation.NewDialer(connrotation.DialFunc(rc.Dial))
 	rc.Dial = dialer.DialContext
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, nil, err
-	}
-	return client, dialer.CloseAll, nil
+	return rc, dialer.CloseAll
 }
 
 // Run implements registries.Registry.
@@ -222,13 +230,6 @@ type svcKey struct{ ns, name string }
 
 func (k svcKey) String() string { return k.ns + "/" + k.name }
 
-// converted is one Service as last computed.
-type converted struct {
-	svc      model.Service
-	ok       bool
-	rejected []model.Rejection
-}
-
 // scope holds the namespaced informers of one namespace ("" = all).
 type scope struct {
 	services, slices, pods cache.SharedIndexInformer
@@ -250,11 +251,10 @@ type clusterWatch struct {
 	queue      *workqueue.Typed[svcKey]
 	health     *health
 
-	mu           sync.Mutex
-	state        map[svcKey]converted
-	eventAt      map[svcKey]time.Time // first unprocessed event per key
-	pendingSince time.Time            // first event not yet published
-	dirty        chan struct{}        // capacity 1: state changed
+	pub     *registries.Publisher[svcKey] // each Service as last computed
+	mu      sync.Mutex
+	eventAt map[svcKey]time.Time // first unprocessed event per key
+	dirty   chan struct{}        // capacity 1: state changed
 }
 
 func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *clusterWatch {
@@ -265,7 +265,6 @@ func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *cluster
 		log:     r.log,
 		scopes:  map[string]*scope{},
 		queue:   workqueue.NewTyped[svcKey](),
-		state:   map[svcKey]converted{},
 		eventAt: map[svcKey]time.Time{},
 		dirty:   make(chan struct{}, 1),
 	}
@@ -275,18 +274,26 @@ func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *cluster
 
 // informer builds one informer whose list and watch calls are tracked.
 func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) cache.SharedIndexInformer {
-	t := &trackedLW{lw: lw, name: name, health: w.health,
-		onError: func() { w.r.m.watchError(resource) }}
-	inf := cache.NewSharedIndexInformerWithOptions(t, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name})
+	inf := trackedInformer(w.health, name, lw, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name},
+		func() { w.r.m.watchError(resource) })
 	must(inf.SetTransform(slim))
+	w.all = append(w.all, inf)
+	return inf
+}
+
+// trackedInformer builds an informer over lw whose list and watch calls,
+// and the watch errors its reflector sees, are recorded in h under name;
+// onError is called for every failure.
+func trackedInformer(h *health, name string, lw *cache.ListWatch, obj runtime.Object, opts cache.SharedIndexInformerOptions, onError func()) cache.SharedIndexInformer {
+	t := &trackedLW{lw: lw, name: name, health: h, onError: onError}
+	inf := cache.NewSharedIndexInformerWithOptions(t, obj, opts)
 	must(inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
 		// An expired resource version only means "relist"; not an outage.
 		if ctx.Err() == nil && !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) && !errors.Is(err, io.EOF) {
-			w.r.m.watchError(resource)
-			w.health.set(name, err)
+			onError()
+			h.set(name, err)
 		}
 	}))
-	w.all = append(w.all, inf)
 	return inf
 }
 
@@ -661,14 +668,14 @@ func (w *clusterWatch) namespaceSelected(ns string) bool {
 }
 
 // compute converts one service from the caches.
-func (w *clusterWatch) compute(k svcKey) converted {
+func (w *clusterWatch) compute(k svcKey) registries.Converted {
 	sc := w.scopeFor(k.ns)
 	if sc == nil || !w.namespaceSelected(k.ns) {
-		return converted{}
+		return registries.Converted{}
 	}
 	obj, ok, err := sc.services.GetIndexer().GetByKey(k.String())
 	if err != nil || !ok {
-		return converted{}
+		return registries.Converted{}
 	}
 	objs, _ := sc.slices.GetIndexer().ByIndex(idxService, k.String())
 	eps := make([]*discoveryv1.EndpointSlice, 0, len(objs))
@@ -676,30 +683,21 @@ func (w *clusterWatch) compute(k svcKey) converted {
 		eps = append(eps, o.(*discoveryv1.EndpointSlice))
 	}
 	svc, rejected, ok := convertService(w.ci, obj.(*corev1.Service), eps, w)
-	return converted{svc: svc, ok: ok, rejected: rejected}
+	return registries.One(svc, ok, rejected)
 }
 
-// update recomputes k and reports whether its state changed.
+// update recomputes k and, when its conversion changed, tells the loop.
 func (w *clusterWatch) update(k svcKey) {
 	c := w.compute(k)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	at := w.eventAt[k]
 	delete(w.eventAt, k)
-	old, had := w.state[k]
-	empty := !c.ok && len(c.rejected) == 0
-	switch {
-	case empty && !had:
+	w.mu.Unlock()
+	if !w.pub.Set(k, c) {
 		return
-	case empty:
-		delete(w.state, k)
-	case had && reflect.DeepEqual(old, c):
-		return
-	default:
-		w.state[k] = c
 	}
-	if !at.IsZero() && (w.pendingSince.IsZero() || at.Before(w.pendingSince)) {
-		w.pendingSince = at
+	if !at.IsZero() {
+		w.pub.Changed(at)
 	}
 	select {
 	case w.dirty <- struct{}{}:
@@ -718,36 +716,42 @@ func (w *clusterWatch) worker() {
 	}
 }
 
-// publish hands the full state to the sink.
-func (w *clusterWatch) publish(sink registries.Sink) {
-	w.mu.Lock()
-	keys := make([]svcKey, 0, len(w.state))
-	for k := range w.state {
-		keys = append(keys, k)
+// status is the connection's health as the sink should hear it.
+func (w *clusterWatch) status() registries.Status {
+	if msg := w.health.err(); msg != "" {
+		return registries.Status{State: registries.Degraded, Err: msg}
 	}
-	slices.SortFunc(keys, func(a, b svcKey) int { return strings.Compare(a.String(), b.String()) })
-	services := make([]model.Service, 0, len(keys))
-	var rejected []model.Rejection
-	for _, k := range keys {
-		c := w.state[k]
-		if c.ok {
-			services = append(services, c.svc)
-		}
-		rejected = append(rejected, c.rejected...)
-	}
-	since := w.pendingSince
-	w.pendingSince = time.Time{}
-	w.mu.Unlock()
-	sink.Replace(w.r.common.Shard(), services, rejected)
-	if !since.IsZero() {
-		w.r.m.ingest.Observe(time.Since(since).Seconds())
+	return registries.Status{State: registries.Synced}
+}
+
+// publish hands the full state to the sink if it changed, with the
+// connection's health: while a call fails it stays Degraded.
+func (w *clusterWatch) publish() {
+	w.pub.Flush(w.status())
+	w.setSynced()
+}
+
+// report tells the sink the connection's health (Synced only once the
+// first state was published).
+func (w *clusterWatch) report() {
+	w.pub.Report(w.status())
+	w.setSynced()
+}
+
+func (w *clusterWatch) setSynced() {
+	if w.pub.Published() && w.pub.Status().State == registries.Synced {
+		w.r.m.synced.Set(1)
+	} else {
+		w.r.m.synced.Set(0)
 	}
 }
 
 // run starts the informers, publishes once they synced and after every
 // change, and reports the connection's health until ctx ends.
 func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
-	shard := w.r.common.Shard()
+	w.pub = registries.NewPublisher(w.r.common, sink, w.log, registries.PublisherOptions[svcKey]{
+		Compare: func(a, b svcKey) int { return strings.Compare(a.String(), b.String()) },
+	})
 	if err := w.setup(); err != nil {
 		return registries.Permanent(err)
 	}
@@ -763,35 +767,14 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
 
-	synced := false
-	var lastErr string
-	report := func() {
-		msg := w.health.err()
-		switch {
-		case msg != "" && msg != lastErr:
-			if lastErr == "" || lastErr == "-" {
-				w.log.Warn("kubernetes API unreachable or failing; keeping the last state", "error", msg)
-			} else {
-				w.log.Debug("kubernetes API still failing", "error", msg)
-			}
-			w.r.m.synced.Set(0)
-			sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg})
-		case msg == "" && lastErr != "" && synced:
-			w.log.Info("kubernetes API answers again")
-			w.r.m.synced.Set(1)
-			sink.Report(shard, registries.Status{State: registries.Synced})
-		}
-		lastErr = msg
-	}
-
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for !synced {
+	for synced := false; !synced; {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-w.health.changed():
-			report()
+			w.report()
 		case <-tick.C:
 			synced = w.hasSynced()
 		}
@@ -809,10 +792,8 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 	case <-w.dirty:
 	default:
 	}
-	w.publish(sink)
-	w.log.Info("kubernetes cluster synced", "services", len(w.state))
-	lastErr = "-" // force a Synced/Degraded decision below
-	report()
+	w.publish()
+	w.log.Info("kubernetes cluster synced", "services", w.pub.Len())
 	for range workers {
 		wg.Go(w.worker)
 	}
@@ -821,9 +802,9 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-w.dirty:
-			w.publish(sink)
+			w.publish()
 		case <-w.health.changed():
-			report()
+			w.report()
 		}
 	}
 }
