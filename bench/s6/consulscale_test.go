@@ -37,7 +37,11 @@ type scaleSink struct {
 	wake   chan struct{}
 }
 
-func (s *scaleSink) Replace(_ model.ShardKey, services []model.Service, _ []model.Rejection) {
+func (s *scaleSink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
+}
+
+func (s *scaleSink) ReplaceStatus(_ model.ShardKey, services []model.Service, _ []model.Rejection, _ registries.Status) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
