@@ -1,9 +1,12 @@
 // Command benchreport runs meshfed's benchmark scenarios (S1–S6, delta
-// vs SotW, and IS: through istiod) side by side with the go-control-plane SnapshotCache baseline
-// and rewrites BENCHMARKS.md. It reports; it never fails because a goal is
+// vs SotW, and IS: through istiod) side by side with the go-control-plane SnapshotCache baseline,
+// and the scale scenarios of issue #16 (F: the services-file path beside
+// istiod; S1's bare grpc-go floor; S7: 10,000 streams; S8: 100,000
+// endpoints; CS: Consul with 10,000 services; SOAK), and rewrites
+// BENCHMARKS.md. It reports; it never fails because a goal is
 // missed (it exits non-zero only when the harness itself breaks).
 //
-//	go run ./bench/cmd/benchreport -out BENCHMARKS.md        # full (~20 min)
+//	go run ./bench/cmd/benchreport -out BENCHMARKS.md        # full (~40 min; -soak 0: ~30)
 //	go run ./bench/cmd/benchreport -quick -out /tmp/b.md     # smoke (~2 min)
 package main
 
