@@ -104,6 +104,17 @@ type svcState struct {
 	res   map[Kind]map[string]types.Resource
 	ports map[uint32]model.Protocol // for the Envoy per-port listeners
 	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
+	envoy map[uint32]*envoyPort     // its part of each Envoy port listener
+	notes []string                  // traffic config gRPC clients do not get
+}
+
+// built is what buildService makes of one service.
+type built struct {
+	res   map[Kind]map[string]types.Resource
+	clas  map[uint32]*claState
+	subs  map[string]*claState
+	envoy map[uint32]*envoyPort
+	notes []string
 }
 
 // Translator turns snapshots into xDS resources, incrementally. It keeps,
@@ -130,7 +141,7 @@ type Translator struct {
 	invalid  map[string]string
 	meta     metaCache
 	config   map[string]*model.ConfigObject // by Key: objects served over MCP
-	hostCfg  map[string]hostConfig          // of the snapshot being translated
+	hostCfg  *hostIndex                     // of the snapshot being translated
 	snap     *model.Snapshot                // the snapshot being translated
 }
 
@@ -189,17 +200,17 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	defer func() { t.snap = nil }()
 	for _, svc := range snap.Services() {
 		old := t.services[svc.Hostname]
-		hc := t.hostCfg[svc.Hostname]
+		hc := t.hostCfg.lookup(svc.Hostname)
 		if old != nil && old.svc == svc && old.cfg == hc {
 			continue
 		}
 		next := &svcState{svc: svc, cfg: hc}
-		res, clas, subs, err := t.buildService(svc, old, hc)
+		b, err := t.buildService(svc, old, hc)
 		if err != nil && (hc.vs != nil || hc.dr != nil) {
 			// The traffic config made invalid resources: serve the
 			// service without it and show why.
 			var cerr error
-			res, clas, subs, cerr = t.buildService(svc, old, hostConfig{})
+			b, cerr = t.buildService(svc, old, hostConfig{})
 			if cerr == nil {
 				t.invalid[svc.Hostname] = "traffic config left out: " + err.Error()
 				err = nil
@@ -210,9 +221,7 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		if err != nil {
 			t.invalid[svc.Hostname] = err.Error()
 		} else {
-			next.res = res
-			next.clas = clas
-			next.subs = subs
+			next.res, next.clas, next.subs, next.envoy, next.notes = b.res, b.clas, b.subs, b.envoy, b.notes
 			next.ports = servicePorts(svc)
 		}
 		t.replace(old, next, ch, dirty)
@@ -261,9 +270,14 @@ func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]b
 		oldRes, oldPorts, host = old.res, old.ports, old.svc.Hostname
 	}
 	var nextPorts map[uint32]model.Protocol
+	var oldEnvoy, nextEnvoy map[uint32]*envoyPort
+	if old != nil {
+		oldEnvoy = old.envoy
+	}
 	if next != nil {
 		host = next.svc.Hostname
 		nextPorts = next.ports
+		nextEnvoy = next.envoy
 		for k, rs := range next.res {
 			for name, r := range rs {
 				if prev, ok := oldRes[k][name]; ok && sameResource(prev, r) {
@@ -284,6 +298,17 @@ func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]b
 			}
 			delete(t.current[k], name)
 			ch.remove(k, name)
+		}
+	}
+	// A port whose part changed (routes, tcp_proxy) is rebuilt.
+	for port, e := range nextEnvoy {
+		if !e.equal(oldEnvoy[port]) {
+			dirty[port] = true
+		}
+	}
+	for port := range oldEnvoy {
+		if _, ok := nextEnvoy[port]; !ok {
+			dirty[port] = true
 		}
 	}
 	if maps.Equal(oldPorts, nextPorts) {
@@ -323,8 +348,11 @@ func sameResource(prev, next types.Resource) bool {
 // route configurations, its DestinationRule the gRPC clusters, and each
 // subset becomes a gRPC cluster outbound|<port>|<subset>|<host> with its
 // own ClusterLoadAssignment of the endpoints carrying the subset labels.
-func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConfig) (map[Kind]map[string]types.Resource, map[uint32]*claState, map[string]*claState, error) {
+func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConfig) (built, error) {
 	res := map[Kind]map[string]types.Resource{}
+	envoyParts := map[uint32]*envoyPort{}
+	var notes []string
+	dr := hc.destinationRule()
 	add := func(k Kind, r types.Resource) {
 		if res[k] == nil {
 			res[k] = map[string]types.Resource{}
@@ -346,7 +374,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		}
 		cs, err := t.meta.buildCLA(name, svc, p, prev)
 		if err != nil {
-			return nil, nil, nil, err
+			return built{}, err
 		}
 		clas[p.Number] = cs
 		cla := cs.res
@@ -355,22 +383,18 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		if svc.Resolution == model.ResolutionDNS {
 			inline = cla.message()
 		}
-		add(KindOf(ClassEnvoy, ClusterType), envoyCluster(name, svc, p, inline))
+		pp := portPolicy(dr.GetTrafficPolicy(), p.Number)
+		ec := envoyCluster(name, svc, p, inline)
+		applyEnvoyPolicy(ec, svc.Hostname, p, pp)
+		add(KindOf(ClassEnvoy, ClusterType), ec)
 		if svc.Resolution != model.ResolutionDNS {
 			add(KindOf(ClassEnvoy, EndpointType), cla)
 		}
-		if !p.Protocol.IsHTTP() {
-			continue
-		}
-		httpPorts = append(httpPorts, p)
-		gc, useEDS := grpcCluster(name, svc, inline)
-		dr := hc.destinationRule()
-		applyPolicy(gc, dr.GetTrafficPolicy())
-		add(KindOf(ClassGRPC, ClusterType), gc)
-		if useEDS {
-			add(KindOf(ClassGRPC, EndpointType), cla)
-		}
-		if useEDS {
+		envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
+		// DestinationRule subsets: a cluster outbound|<port>|<subset>|<host>
+		// per port for Envoy (HTTP ports also for gRPC) with its own CLA of
+		// the endpoints carrying the subset's labels.
+		if svc.Resolution != model.ResolutionDNS {
 			for _, sub := range dr.GetSubsets() {
 				sname := SubsetClusterName(svc.Hostname, p.Number, sub.GetName())
 				var prevSub *claState
@@ -379,25 +403,47 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 				}
 				ss, err := t.meta.rebuildCLA(sname, subsetEndpoints(svc, sub.GetLabels()), p, prevSub)
 				if err != nil {
-					return nil, nil, nil, err
+					return built{}, err
 				}
 				if subs == nil {
 					subs = map[string]*claState{}
 				}
 				subs[sname] = ss
-				sc, _ := grpcCluster(sname, svc, nil)
-				applyPolicy(sc, subsetPolicy(dr, sub))
-				add(KindOf(ClassGRPC, ClusterType), sc)
-				add(KindOf(ClassGRPC, EndpointType), ss.res)
+				add(KindOf(ClassEnvoy, EndpointType), ss.res)
+				sp := mergedPolicy(dr.GetTrafficPolicy(), sub.GetTrafficPolicy(), p.Number)
+				esc := envoyCluster(sname, svc, p, nil)
+				applyEnvoyPolicy(esc, svc.Hostname, p, sp)
+				add(KindOf(ClassEnvoy, ClusterType), esc)
+				if p.Protocol.IsHTTP() {
+					sc, _ := grpcCluster(sname, svc, nil)
+					applyPolicy(sc, sp)
+					add(KindOf(ClassGRPC, ClusterType), sc)
+					for _, n := range grpcOmitted(sp) {
+						notes = append(notes, sname+": "+n)
+					}
+				}
 			}
+		}
+		if !p.Protocol.IsHTTP() {
+			continue
+		}
+		httpPorts = append(httpPorts, p)
+		gc, useEDS := grpcCluster(name, svc, inline)
+		applyPolicy(gc, pp)
+		for _, n := range grpcOmitted(pp) {
+			notes = append(notes, name+": "+n)
+		}
+		add(KindOf(ClassGRPC, ClusterType), gc)
+		if useEDS {
+			add(KindOf(ClassGRPC, EndpointType), cla)
 		}
 		lname := GRPCListenerName(svc.Hostname, p.Number)
 		vh := virtualHost(svc.Hostname, p.Number)
-		hash := hashPolicy(dr)
+		hash := hashPolicy(pp)
 		vh.Routes[0].GetRoute().HashPolicy = hash
 		withFault := false
 		if vs := hc.virtualService(); vs != nil {
-			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, t.singlePort, hash)
+			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, hash)
 			if len(routes) > 0 {
 				vh.Routes, withFault = routes, f
 			}
@@ -421,6 +467,17 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		res[k][name] = r
 	})
 	var errs []error
+	for port, e := range envoyParts {
+		var err error
+		if e.vhost != nil {
+			err = (&route.RouteConfiguration{Name: EnvoyRouteName(port), VirtualHosts: []*route.VirtualHost{e.vhost}}).ValidateAll()
+		} else {
+			err = e.tcp.ValidateAll()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("envoy port %d: %w", port, err))
+		}
+	}
 	for _, rs := range res {
 		for name, r := range rs {
 			if _, ok := r.(*claResource); ok {
@@ -432,9 +489,9 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		}
 	}
 	if len(errs) > 0 {
-		return nil, nil, nil, errors.Join(errs...)
+		return built{}, errors.Join(errs...)
 	}
-	return res, clas, subs, nil
+	return built{res: res, clas: clas, subs: subs, envoy: envoyParts, notes: notes}, nil
 }
 
 // rebuildPort recomputes the Envoy listener (and route configuration) of a
@@ -462,17 +519,25 @@ func (t *Translator) rebuildPort(port uint32, ch Changes) {
 	var rc *route.RouteConfiguration
 	switch {
 	case len(httpHosts) > 0:
-		lis = envoyHTTPListener(port)
+		var withCORS, withFault bool
 		rc = &route.RouteConfiguration{Name: EnvoyRouteName(port)}
 		for _, h := range httpHosts {
-			rc.VirtualHosts = append(rc.VirtualHosts, virtualHost(h, port))
+			vh := virtualHost(h, port)
+			if e := t.envoyPart(h, port); e != nil && e.vhost != nil {
+				vh, withCORS, withFault = e.vhost, withCORS || e.cors, withFault || e.fault
+			}
+			rc.VirtualHosts = append(rc.VirtualHosts, vh)
 		}
+		lis = envoyHTTPListenerFor(port, withCORS, withFault)
 		for _, h := range tcpHosts {
 			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
 				Reason: fmt.Sprintf("TCP port %d is served as HTTP for %s", port, httpHosts[0])})
 		}
 	case len(tcpHosts) > 0:
 		lis = envoyTCPListener(port, tcpHosts[0])
+		if e := t.envoyPart(tcpHosts[0], port); e != nil && e.tcp != nil {
+			lis = envoyTCPListenerFor(port, e.tcp)
+		}
 		for _, h := range tcpHosts[1:] {
 			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
 				Reason: fmt.Sprintf("TCP port %d is taken by %s", port, tcpHosts[0])})
@@ -520,4 +585,33 @@ func (t *Translator) singlePort(host string) (uint32, bool) {
 		return 0, false
 	}
 	return svc.Ports[0].Number, true
+}
+
+// envoyPart is a service's part of an Envoy port (nil if none).
+func (t *Translator) envoyPart(host string, port uint32) *envoyPort {
+	if st := t.services[host]; st != nil {
+		return st.envoy[port]
+	}
+	return nil
+}
+
+// TrafficNote is traffic config in force that a client kind does not get
+// (listed on /debug/configz).
+type TrafficNote struct {
+	Host string `json:"host"`
+	// Client is the client kind that does not get it: "grpc".
+	Client string `json:"client"`
+	Note   string `json:"note"`
+}
+
+// TrafficNotes lists, by host, the traffic config proxyless gRPC clients
+// are not sent because grpc-go does not implement it.
+func (t *Translator) TrafficNotes() []TrafficNote {
+	out := []TrafficNote{}
+	for _, h := range slices.Sorted(maps.Keys(t.services)) {
+		for _, n := range t.services[h].notes {
+			out = append(out, TrafficNote{Host: h, Client: string(ClassGRPC), Note: n})
+		}
+	}
+	return out
 }
