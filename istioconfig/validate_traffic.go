@@ -332,8 +332,9 @@ func checkOutlier(path string, od *networking.OutlierDetection) error {
 	if od == nil {
 		return nil
 	}
-	if od.GetConsecutiveErrors() < 0 {
-		return fmt.Errorf("%s.consecutiveErrors %d: must not be negative", path, od.GetConsecutiveErrors())
+	//lint:ignore SA1019 deprecated in Istio, still accepted by it
+	if n := od.GetConsecutiveErrors(); n < 0 {
+		return fmt.Errorf("%s.consecutiveErrors %d: must not be negative", path, n)
 	}
 	if p := od.GetMinHealthPercent(); p < 0 || p > 100 {
 		return fmt.Errorf("%s.minHealthPercent %d: want 0-100", path, p)

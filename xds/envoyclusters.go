@@ -160,7 +160,8 @@ func ringSize(ch *networking.LoadBalancerSettings_ConsistentHashLB) uint64 {
 	if n := ch.GetRingHash().GetMinimumRingSize(); n > 0 {
 		return n
 	}
-	return ch.GetMinimumRingSize() //nolint:staticcheck // deprecated in Istio, still accepted
+	//lint:ignore SA1019 deprecated in Istio, still accepted by it
+	return ch.GetMinimumRingSize()
 }
 
 // applyEnvoyPool translates a connection pool: circuit breakers (Istio
@@ -252,7 +253,7 @@ func envoyOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 	}
 	if e := od.GetConsecutive_5XxErrors(); e != nil {
 		out.Consecutive_5Xx, out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(e.GetValue()), enforce(e.GetValue())
-	} else if n := od.GetConsecutiveErrors(); n > 0 { //nolint:staticcheck // deprecated in Istio, still accepted
+	} else if n := deprecatedConsecutiveErrors(od); n > 0 {
 		out.Consecutive_5Xx, out.EnforcingConsecutive_5Xx = wrapperspb.UInt32(uint32(n)), enforce(uint32(n))
 	}
 	if e := od.GetConsecutiveGatewayErrors(); e != nil {
@@ -292,7 +293,7 @@ func grpcOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 	n := uint32(envoyDefaultConsecutive5xx)
 	if e := od.GetConsecutive_5XxErrors(); e != nil {
 		n = e.GetValue()
-	} else if c := od.GetConsecutiveErrors(); c > 0 { //nolint:staticcheck // deprecated in Istio, still accepted
+	} else if c := deprecatedConsecutiveErrors(od); c > 0 {
 		n = uint32(c)
 	}
 	if n > 0 {
@@ -311,4 +312,11 @@ func grpcOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 		out.MaxEjectionPercent = wrapperspb.UInt32(uint32(p))
 	}
 	return out
+}
+
+// deprecatedConsecutiveErrors is Istio's deprecated consecutiveErrors
+// (5xx only), still accepted by Istio.
+func deprecatedConsecutiveErrors(od *networking.OutlierDetection) int32 {
+	//lint:ignore SA1019 deprecated in Istio, still accepted by it
+	return od.GetConsecutiveErrors()
 }

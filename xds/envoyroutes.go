@@ -338,7 +338,7 @@ func envoyRouteMatch(m *networking.HTTPMatchRequest) *route.RouteMatch {
 	for _, k := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
 		hm := headerMatcher(k, m.GetWithoutHeaders()[k])
 		hm.InvertMatch = true
-		if hm.GetPresentMatch() == false {
+		if !hm.GetPresentMatch() {
 			hm.TreatMissingHeaderAsEmpty = true
 		}
 		rm.Headers = append(rm.Headers, hm)

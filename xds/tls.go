@@ -69,24 +69,3 @@ func clusterTLS(t *networking.ClientTLSSettings, host string, p model.Port) *cor
 		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(&tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: sni})},
 	}
 }
-
-// grpcOmitted lists what of a policy (merged for a port or subset) a gRPC
-// cluster cannot carry, for TrafficNotes; empty when it carries all.
-func grpcOmitted(tp *networking.TrafficPolicy) []string {
-	var out []string
-	if m := tp.GetTls().GetMode(); m == networking.ClientTLSSettings_SIMPLE || m == networking.ClientTLSSettings_MUTUAL {
-		out = append(out, "tls "+m.String()+" (grpc-go reads certificates only from bootstrap certificate providers; use xds credentials in the client)")
-	}
-	switch tp.GetLoadBalancer().GetConsistentHash().GetHashKey().(type) {
-	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
-		out = append(out, "consistentHash httpCookie (grpc-go hashes by header only)")
-	case *networking.LoadBalancerSettings_ConsistentHashLB_UseSourceIp:
-		out = append(out, "consistentHash useSourceIp (grpc-go hashes by header only)")
-	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
-		out = append(out, "consistentHash httpQueryParameterName (grpc-go hashes by header only)")
-	}
-	if tp.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_RANDOM {
-		out = append(out, "loadBalancer RANDOM (grpc-go has no random policy; ROUND_ROBIN is used)")
-	}
-	return out
-}

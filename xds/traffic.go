@@ -139,12 +139,21 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns stri
 			if unsupportedMatch(m) {
 				continue // dropping a condition would widen the match: leave it out, as grpc-go does with query matchers
 			}
-			routes = append(routes, &route.Route{
+			r := &route.Route{
 				Name:                 name,
 				Match:                routeMatch(m),
 				Action:               &route.Route_Route{Route: action},
 				TypedPerFilterConfig: perFilter,
-			})
+			}
+			// grpc-go fails the calls a redirect or direct-response route
+			// matches (an unsupported action), which keeps the match from
+			// falling through to the routes after it.
+			if rd := hr.GetRedirect(); rd != nil {
+				r.Action = redirectAction(rd, port)
+			} else if d := hr.GetDirectResponse(); d != nil {
+				r.Action = &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: d.GetStatus()}}
+			}
+			routes = append(routes, r)
 		}
 	}
 	return routes, usesFault

@@ -119,7 +119,7 @@ func TestTrafficIncremental(t *testing.T) {
 		"envoy CDS +outbound|8080|v1|orders.vm.internal",
 		"envoy CDS +outbound|8080|v2|orders.vm.internal",
 		"envoy CDS +outbound|8080||orders.vm.internal", // ring hash
-		"envoy RDS +8080",                              // the hash policy
+		"envoy RDS +8080", // the hash policy
 	}
 	if !subset(want, ch) || hasSubstr(ch, "billing") || hasSubstr(ch, "LDS") {
 		t.Errorf("DestinationRule added: changes %v, want %v and nothing of billing or listeners", ch, want)
@@ -168,10 +168,6 @@ func subset(want, got []string) bool {
 		}
 	}
 	return true
-}
-
-func hasPrefix(ss []string, p string) bool {
-	return slices.ContainsFunc(ss, func(s string) bool { return strings.HasPrefix(s, p) })
 }
 
 func hasSubstr(ss []string, p string) bool {

@@ -455,6 +455,9 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 			VirtualHosts: []*route.VirtualHost{vh},
 		})
 	}
+	if vs := hc.virtualService(); vs != nil && len(httpPorts) > 0 {
+		notes = append(notes, grpcRouteNotes(vs)...)
+	}
 	// xds:///<host> without a port works when the service has one HTTP port.
 	if len(httpPorts) == 1 {
 		lname := GRPCListenerName(svc.Hostname, httpPorts[0].Number)
