@@ -86,7 +86,7 @@ func (a *Aggregator) Serve(ctx context.Context) error {
 // visible reports whether rs's accepted state is served at now. Called with
 // mu held.
 func visible(rs *regState, now time.Time) bool {
-	return rs.opts.Outage.Policy != PolicyExpire || rs.outageSince.IsZero() ||
+	return rs.opts.Outage.Policy != registries.OutageExpire || rs.outageSince.IsZero() ||
 		now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter))
 }
 

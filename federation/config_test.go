@@ -232,7 +232,7 @@ func TestLoadGood(t *testing.T) {
 						Name:           "vms",
 						Kind:           "file",
 						Domain:         "vm.internal", // lowercased, trailing dot dropped
-						Outage:         Outage{Policy: OutageKeep, ExpireAfter: 10 * time.Minute},
+						Outage:         registries.Outage{Policy: registries.OutageKeep, ExpireAfter: 10 * time.Minute},
 						MaxDeleteRatio: ptr(0.5),
 						Block:          &file.Config{Path: abs(t, "testdata/good/services.yaml"), Settle: registries.Duration(time.Second)},
 					}},
@@ -260,7 +260,7 @@ func TestLoadGood(t *testing.T) {
 							Kind:           "file",
 							Domain:         "vm.internal",
 							Locality:       "us-east/us-east-1a/rack-1",
-							Outage:         Outage{Policy: OutageExpire, ExpireAfter: 90 * time.Second},
+							Outage:         registries.Outage{Policy: registries.OutageExpire, ExpireAfter: 90 * time.Second},
 							MaxDeleteRatio: ptr(0.25),
 							Block:          &file.Config{Path: "/srv/services.yaml", Settle: registries.Duration(time.Second)},
 						},
@@ -268,7 +268,7 @@ func TestLoadGood(t *testing.T) {
 							Name:           "vms-2",
 							Kind:           "file",
 							Domain:         "vm2.internal",
-							Outage:         Outage{Policy: OutageKeep, ExpireAfter: 10 * time.Minute},
+							Outage:         registries.Outage{Policy: registries.OutageKeep, ExpireAfter: 10 * time.Minute},
 							MaxDeleteRatio: ptr(1.0),
 							Block:          &file.Config{Path: abs(t, "testdata/services.yaml"), Settle: registries.Duration(time.Second)},
 						},
@@ -392,7 +392,7 @@ registries:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want2 := Outage{Policy: OutageExpire, ExpireAfter: time.Minute}
+	want2 := registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
 	if got := cfg.Registries[1].Outage; got != want2 {
 		t.Errorf("aliased outage = %+v, want %+v", got, want2)
 	}

@@ -357,7 +357,10 @@ func (g *Gateway) newRunner(r Registry, sink registries.Sink) *registries.Runner
 }
 
 // restore hands the aggregator the state saved for r, if state.dir is set
-// and holds one younger than state.maxAge.
+// and holds one younger than state.maxAge, then revives r's name in the
+// store (statestore.Store.Revive): a registry removed by a reload and added
+// back restores nothing of its removed instance, and its new instance's
+// states are saved. Call it before r's runner starts.
 func (g *Gateway) restore(r Registry) {
 	if g.store == nil {
 		return
@@ -372,6 +375,7 @@ func (g *Gateway) restore(r Registry) {
 		log.Info("restored saved state; served until the registry syncs", "services", len(e.Services),
 			"savedAt", e.SavedAt.Format(time.RFC3339))
 	}
+	g.store.Revive(r.Name)
 }
 
 // startLocked adds e's registry to the root supervisor under its own child

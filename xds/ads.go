@@ -36,6 +36,11 @@ type ads struct {
 	deltaID atomic.Int64
 	errorf  func(msg string, args ...any)
 	limits  Limits // with defaults applied
+	// newType, if set, is called when a stream first subscribes to a type
+	// URL, before the subscription is indexed and answered, with the
+	// stream's serve lock held: what it puts in the store is in the first
+	// response.
+	newType func(typeURL string)
 }
 
 // stream is one ADS stream.
@@ -114,6 +119,9 @@ func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, 
 	}
 	if len(st.types) >= a.limits.MaxTypeURLs {
 		return nil, false, limitErr("typeURLs", "the stream already subscribes to %d type URLs", len(st.types))
+	}
+	if a.newType != nil {
+		a.newType(typeURL)
 	}
 	ts := &typeSub{st: st, typeURL: typeURL, coll: a.store.colls[KindOf(st.class, typeURL)], names: map[string]struct{}{}}
 	if ts.coll == nil {

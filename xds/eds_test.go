@@ -237,6 +237,7 @@ func TestCLAFlipReusesAndValidates(t *testing.T) {
 	big := bigService(3000)
 	name := ClusterName(big.Hostname, 8080)
 	tr := NewTranslator()
+	tr.EnableMCP()
 	tr.Translate(model.NewSnapshot(1, []*model.Service{big}))
 	before := tr.Resources(KindOf("", EndpointType))[name].(*claResource)
 	checkCLA(t, before)

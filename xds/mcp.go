@@ -2,7 +2,6 @@ package xds
 
 import (
 	"cmp"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -182,6 +181,33 @@ func addMCP(svc *model.Service, add func(Kind, string, types.Resource)) {
 	}
 }
 
+// EnableMCP makes the translator build the per-service MCP resources
+// (ServiceEntries) from now on and returns them, as changes, for every
+// service it serves. Until then none are built (see Translator); the
+// Server calls it when the first stream subscribes to an MCP collection.
+// Calling it again returns no changes.
+func (t *Translator) EnableMCP() Changes {
+	ch := Changes{}
+	if t.mcp {
+		return ch
+	}
+	t.mcp = true
+	for _, st := range t.services {
+		if st.res == nil {
+			continue // left out: invalid
+		}
+		addMCP(st.svc, func(k Kind, name string, r types.Resource) {
+			if st.res[k] == nil {
+				st.res[k] = map[string]types.Resource{}
+			}
+			st.res[k][name] = r
+			t.current[k][name] = r
+			ch.update(k, name, r)
+		})
+	}
+	return ch
+}
+
 // configResource wraps a config object in force as the MCP Resource istiod
 // receives: named <namespace>/<name>, the Istio message as an Any body
 // (type networking.v1alpha3.<Kind>, the one proto of every version), its
@@ -252,22 +278,62 @@ func (t *Translator) translateConfig(cfg *model.ConfigSnapshot, ch Changes) {
 }
 
 // Istio's validation of names and labels (pkg/config/labels): port names
-// are DNS-1123 labels; label keys are Kubernetes qualified names with an
-// optional DNS prefix; values are qualified names or empty.
-var (
-	dns1123Label = regexp.MustCompile(`^[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?$`)
-	labelKey     = regexp.MustCompile(`^([a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?)*/)?((?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$`)
-	labelValue   = regexp.MustCompile(`^((?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
-)
+// are DNS-1123 labels (letters of either case); label keys are Kubernetes
+// qualified names with an optional DNS-1123 subdomain prefix; values are
+// qualified names or empty. Written as byte loops, not regexes: every
+// endpoint label of every ServiceEntry goes through them (the regexes
+// they replace are the reference in mcp_test.go).
 
-func validPortName(n string) bool { return len(n) <= 63 && dns1123Label.MatchString(n) }
+func alnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
 
-func validLabel(k, v string) bool {
-	m := labelKey.FindStringSubmatch(k)
-	if m == nil || len(m[2]) > 63 || (len(m[1]) > 0 && len(m[1])-1 > 253) {
+// dnsLabel reports whether s matches [a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?.
+func dnsLabel(s string) bool {
+	if s == "" || !alnum(s[0]) || !alnum(s[len(s)-1]) {
 		return false
 	}
-	return len(v) <= 63 && labelValue.MatchString(v)
+	for i := 1; i < len(s)-1; i++ {
+		if c := s[i]; !alnum(c) && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// qualifiedPart reports whether s matches ([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9].
+func qualifiedPart(s string) bool {
+	if s == "" || !alnum(s[0]) || !alnum(s[len(s)-1]) {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if c := s[i]; !alnum(c) && c != '-' && c != '_' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func validPortName(n string) bool { return len(n) <= 63 && dnsLabel(n) }
+
+func validLabel(k, v string) bool {
+	name := k
+	if i := strings.IndexByte(k, '/'); i >= 0 {
+		prefix := k[:i]
+		if len(prefix) > 253 {
+			return false
+		}
+		for l := range strings.SplitSeq(prefix, ".") {
+			if !dnsLabel(l) {
+				return false
+			}
+		}
+		name = k[i+1:]
+	}
+	if len(name) > 63 || !qualifiedPart(name) {
+		return false
+	}
+	return len(v) <= 63 && (v == "" || qualifiedPart(v))
 }
 
 // serviceEntryResource translates a service into the ServiceEntry istiod

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -90,10 +91,15 @@ func TestMCPOverADS(t *testing.T) {
 	first, changed, _ := fixtureSnapshots()
 	srv.Update(first)
 	addr := startServer(t, srv)
-	all := resourceNames(srv.tr.Resources(KindOf(ClassEnvoy, ServiceEntryTypeURL)))
-	if len(all) != first.Len() {
-		t.Fatalf("ServiceEntries %v, want one per service (%d)", all, first.Len())
+	// ServiceEntries are built once an MCP client subscribes (S3a).
+	if n := len(srv.tr.Resources(KindOf(ClassEnvoy, ServiceEntryTypeURL))); n != 0 {
+		t.Errorf("%d ServiceEntries built before any MCP client subscribed", n)
 	}
+	var all []string // one per service
+	for _, svc := range first.Services() {
+		all = append(all, MCPNamespace+"/"+svc.Hostname)
+	}
+	slices.Sort(all)
 
 	sotw := dialADS(t, addr, envoyNode("istiod"), false)
 	for _, u := range []string{ServiceEntryTypeURL, "networking.istio.io/v1/VirtualService", "core/v1alpha1/MeshConfig"} {
@@ -228,5 +234,99 @@ func TestMCPConfigObjects(t *testing.T) {
 	}
 	if _, rm := ch.Names(Kind{TypeURL: "networking.istio.io/v1/DestinationRule"}); !slices.Equal(rm, []string{"shop/orders"}) {
 		t.Errorf("DestinationRule removed %v", rm)
+	}
+}
+
+// The regexes of Istio's name and label validation (pkg/config/labels),
+// which validLabel and validPortName implement as byte loops.
+var (
+	refDNS1123Label = regexp.MustCompile(`^[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?$`)
+	refLabelKey     = regexp.MustCompile(`^([a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?)*/)?((?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$`)
+	refLabelValue   = regexp.MustCompile(`^((?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
+)
+
+func refValidLabel(k, v string) bool {
+	m := refLabelKey.FindStringSubmatch(k)
+	if m == nil || len(m[2]) > 63 || (len(m[1]) > 0 && len(m[1])-1 > 253) {
+		return false
+	}
+	return len(v) <= 63 && refLabelValue.MatchString(v)
+}
+
+var labelCases = []string{
+	"", "a", "A", "0", "-", "a-", "-a", "a-b", "a_b", "a.b", "a..b", "_a", "a_", ".a", "a.",
+	"app", "version", "Bad_Name", "bad key!", "meshfed.io/registry", "registry.meshfed.io/vms",
+	"/a", "a/", "a/b/c", "a.-b/c", "a-.b/c", "A.B/c", "a b", "ä", "x/y_z.w", "k8s.io/", "héllo/x",
+	strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("a.", 126) + "a/b", strings.Repeat("a.", 127) + "a/b",
+	strings.Repeat("b", 253) + "/x", strings.Repeat("b", 254) + "/x",
+}
+
+// TestLabelValidation: the byte loops agree with Istio's regexes.
+func TestLabelValidation(t *testing.T) {
+	t.Parallel()
+	for _, k := range labelCases {
+		if got, want := validPortName(k), len(k) <= 63 && refDNS1123Label.MatchString(k); got != want {
+			t.Errorf("validPortName(%q) = %v, want %v", k, got, want)
+		}
+		for _, v := range labelCases {
+			if got, want := validLabel(k, v), refValidLabel(k, v); got != want {
+				t.Errorf("validLabel(%q, %q) = %v, want %v", k, v, got, want)
+			}
+		}
+	}
+}
+
+func FuzzLabelValidation(f *testing.F) {
+	for _, c := range labelCases {
+		f.Add(c, c)
+	}
+	f.Fuzz(func(t *testing.T, k, v string) {
+		if got, want := validLabel(k, v), refValidLabel(k, v); got != want {
+			t.Errorf("validLabel(%q, %q) = %v, want %v", k, v, got, want)
+		}
+		if got, want := validPortName(k), len(k) <= 63 && refDNS1123Label.MatchString(k); got != want {
+			t.Errorf("validPortName(%q) = %v, want %v", k, got, want)
+		}
+	})
+}
+
+// TestEnableMCP: ServiceEntries are built only once MCP is enabled; then
+// every served service gets one at once (an invalid one none), and later
+// changes keep them current.
+func TestEnableMCP(t *testing.T) {
+	t.Parallel()
+	tr := NewTranslator()
+	bad := &model.Service{Hostname: "bad host", Ports: []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
+		Endpoints: []model.Endpoint{{Address: ""}}}
+	svcs := append(fixture(), bad)
+	ch := tr.Translate(model.NewSnapshot(1, svcs))
+	for _, u := range mcpByURL[ServiceEntryTypeURL].typeURLs {
+		if up, _ := ch.Names(Kind{TypeURL: u}); len(up) != 0 {
+			t.Errorf("%s built before EnableMCP: %v", u, up)
+		}
+	}
+	var want []string
+	for _, s := range fixture() {
+		want = append(want, MCPNamespace+"/"+s.Hostname)
+	}
+	slices.Sort(want)
+	ch = tr.EnableMCP()
+	for _, u := range mcpByURL[ServiceEntryTypeURL].typeURLs {
+		if up, _ := ch.Names(Kind{TypeURL: u}); !slices.Equal(up, want) {
+			t.Errorf("EnableMCP %s = %v, want %v", u, up, want)
+		}
+		if got := resourceNames(tr.Resources(Kind{TypeURL: u})); !slices.Equal(got, want) {
+			t.Errorf("Resources(%s) = %v, want %v", u, got, want)
+		}
+	}
+	if ch := tr.EnableMCP(); len(ch) != 0 {
+		t.Errorf("second EnableMCP changed %v", changed(ch))
+	}
+	o := ordersSvc()
+	o.Endpoints[1].Health = model.Healthy
+	ch = tr.Translate(model.NewSnapshot(2, replace(svcs, "orders.vm.internal", o)))
+	_, se := seOf(t, tr.Resources(Kind{TypeURL: ServiceEntryTypeURL})["meshfed/orders.vm.internal"])
+	if up, _ := ch.Names(Kind{TypeURL: ServiceEntryTypeURL}); !slices.Equal(up, []string{"meshfed/orders.vm.internal"}) || len(se.GetEndpoints()) != 2 {
+		t.Errorf("after an endpoint change: updated %v, endpoints %v", up, se.GetEndpoints())
 	}
 }

@@ -67,6 +67,7 @@ type Server struct {
 	ads     *ads
 	version atomic.Uint64
 	changed atomic.Int64 // Snapshot.Changed (unix ns) of the snapshot in the store
+	mcpOn   atomic.Bool  // the translator builds MCP resources (EnableMCP)
 }
 
 // NewServer returns a server with no resources; Register it on a gRPC
@@ -91,8 +92,40 @@ func NewServer(o Options) *Server {
 		}
 		return time.Time{}
 	})
-	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error, limits: o.Limits.withDefaults()}
+	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error, limits: o.Limits.withDefaults(),
+		newType: s.subscribed}
 	return s
+}
+
+// subscribed turns on the MCP resources when a stream first subscribes
+// to an MCP collection: the translator builds the ServiceEntries of every
+// current service, and they are in the store before that subscription is
+// answered.
+func (s *Server) subscribed(typeURL string) {
+	if !IsMCPType(typeURL) || s.mcpOn.Load() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mcpOn.Load() {
+		return
+	}
+	s.applyLocked(s.tr.EnableMCP())
+	s.mcpOn.Store(true)
+	s.log.Info("xds MCP client subscribed: serving ServiceEntries", "typeURL", typeURL)
+}
+
+// applyLocked installs translated changes in the store and counts them.
+// Callers hold s.mu.
+func (s *Server) applyLocked(ch Changes) {
+	s.store.apply(ch)
+	for _, k := range Kinds {
+		if ch[k] == nil {
+			continue
+		}
+		pushesTotal.WithLabelValues(shortType(k.TypeURL)).Inc()
+		resourcesGauge.WithLabelValues(classLabel(k.Class), shortType(k.TypeURL)).Set(float64(len(s.tr.Resources(k))))
+	}
 }
 
 // Register registers the ADS service (SotW and Delta) on g. The caller
@@ -112,14 +145,7 @@ func (s *Server) Update(snap *model.Snapshot) {
 	if snap != nil && !snap.Changed.IsZero() {
 		s.changed.Store(snap.Changed.UnixNano()) // before streams wake
 	}
-	s.store.apply(ch)
-	for _, k := range Kinds {
-		if ch[k] == nil {
-			continue
-		}
-		pushesTotal.WithLabelValues(shortType(k.TypeURL)).Inc()
-		resourcesGauge.WithLabelValues(classLabel(k.Class), shortType(k.TypeURL)).Set(float64(len(s.tr.Resources(k))))
-	}
+	s.applyLocked(ch)
 	s.logInvalid()
 	s.mu.Unlock()
 	if snap != nil {

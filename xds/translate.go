@@ -132,6 +132,11 @@ type built struct {
 // port number, are rebuilt only for ports whose set of services or
 // protocols changed.
 //
+// The per-service MCP resources (ServiceEntries for istiod) are built only
+// after EnableMCP: a ServiceEntry lists every endpoint of its service, so
+// building it costs many times the incremental EDS work of an endpoint
+// change, and only MCP clients read it (BENCHMARKS.md, S3a).
+//
 // Translate is pure (no I/O, no clock) and not safe for concurrent use.
 type Translator struct {
 	services map[string]*svcState
@@ -143,6 +148,7 @@ type Translator struct {
 	config   map[string]*model.ConfigObject // by Key: objects served over MCP
 	hostCfg  *hostIndex                     // of the snapshot being translated
 	snap     *model.Snapshot                // the snapshot being translated
+	mcp      bool                           // build per-service MCP resources (EnableMCP)
 }
 
 // NewTranslator returns a translator with no resources.
@@ -463,12 +469,14 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		lname := GRPCListenerName(svc.Hostname, httpPorts[0].Number)
 		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, lname, faultPorts[httpPorts[0].Number]))
 	}
-	addMCP(svc, func(k Kind, name string, r types.Resource) {
-		if res[k] == nil {
-			res[k] = map[string]types.Resource{}
-		}
-		res[k][name] = r
-	})
+	if t.mcp {
+		addMCP(svc, func(k Kind, name string, r types.Resource) {
+			if res[k] == nil {
+				res[k] = map[string]types.Resource{}
+			}
+			res[k][name] = r
+		})
+	}
 	var errs []error
 	for port, e := range envoyParts {
 		var err error

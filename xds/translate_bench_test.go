@@ -33,11 +33,20 @@ func bigService(n int) *model.Service {
 // BenchmarkEDSBuild10k is the S3a figure: one endpoint of a 10,000-endpoint
 // service flips its health, the translator rebuilds the service and its
 // ClusterLoadAssignment is marshalled as go-control-plane does.
-func BenchmarkEDSBuild10k(b *testing.B) {
+func BenchmarkEDSBuild10k(b *testing.B) { benchEDSBuild10k(b, false) }
+
+// BenchmarkEDSBuild10kMCP is BenchmarkEDSBuild10k with an MCP client
+// (istiod) subscribed: the service's ServiceEntry is rebuilt too.
+func BenchmarkEDSBuild10kMCP(b *testing.B) { benchEDSBuild10k(b, true) }
+
+func benchEDSBuild10k(b *testing.B, mcp bool) {
 	const n = 10000
 	big := bigService(n)
 	name := ClusterName(big.Hostname, 8080)
 	tr := NewTranslator()
+	if mcp {
+		tr.EnableMCP()
+	}
 	tr.Translate(model.NewSnapshot(1, []*model.Service{big}))
 	b.ReportAllocs()
 	b.ResetTimer()

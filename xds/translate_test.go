@@ -248,6 +248,7 @@ func TestTranslateIncremental(t *testing.T) {
 			t.Parallel()
 			first := fixture()
 			tr := NewTranslator()
+			tr.EnableMCP() // as with istiod connected: ServiceEntries follow too
 			tr.Translate(model.NewSnapshot(1, slices.Clone(first)))
 			before := snapshotOf(tr)
 
@@ -289,6 +290,7 @@ func replace(svcs []*model.Service, host string, with *model.Service) []*model.S
 func TestTranslateInvalidServiceIsLeftOut(t *testing.T) {
 	t.Parallel()
 	tr := NewTranslator()
+	tr.EnableMCP()
 	bad := &model.Service{Hostname: "bad host", Ports: []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
 		Endpoints: []model.Endpoint{{Address: ""}}}
 	tr.Translate(model.NewSnapshot(1, []*model.Service{bad}))

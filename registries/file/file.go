@@ -74,6 +74,7 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 		maxWait:  debounceMax,
 		settle:   settle,
 		interval: resyncInterval,
+		confirm:  DefaultConfirmAfter,
 	}, nil
 }
 
@@ -114,6 +115,7 @@ type Registry struct {
 	maxWait  time.Duration
 	settle   time.Duration
 	interval time.Duration
+	confirm  time.Duration // see DefaultConfirmAfter
 	// parsed, when set (tests), is called after each parse of a file.
 	parsed func(path string)
 }
@@ -127,7 +129,9 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	}
 	defer w.Close()
 
-	s := &runState{Registry: r, sink: sink, files: map[string]*fileState{}, watch: newWatchSet(w, r.patterns, r.log)}
+	s := &runState{Registry: r, sink: sink, files: map[string]*fileState{}, watch: newWatchSet(w, r.patterns, r.log),
+		conf: newConfirmation(r.confirm)}
+	defer s.conf.timer.Stop()
 	s.reload(true)
 
 	resync := time.NewTicker(r.interval)
@@ -185,6 +189,19 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 			if !deb.Pending() {
 				read(true)
 			}
+		case <-s.conf.timer.C:
+			// Hold-down confirmation (confirm.go): re-read; unchanged and
+			// without errors, send the update again.
+			seq := s.conf.seq
+			if !deb.Pending() {
+				read(true)
+			}
+			if s.conf.due(seq, deb.Pending(), s.lastErr != "") {
+				services, rejected := s.merge()
+				s.log.Info("services files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
+					"services", len(services), "endpoints", s.conf.endpoints)
+				s.sink.Replace(s.common.Shard(), services, rejected)
+			}
 		}
 	}
 }
@@ -204,6 +221,7 @@ type fileState struct {
 type runState struct {
 	*Registry
 	sink      registries.Sink
+	conf      *confirmation
 	watch     *watchSet
 	files     map[string]*fileState
 	paths     []string // matched at the last read, sorted
@@ -258,6 +276,7 @@ func (s *runState) reload(full bool) bool {
 		s.log.Info("services files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
 		s.published, replaced = true, true
 		s.sink.Replace(shard, services, rejected)
+		s.conf.published(services)
 	}
 	if msg == nil {
 		s.lastErr = ""
