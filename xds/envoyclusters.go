@@ -281,13 +281,18 @@ func envoyOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 // when an outlier detection does not set it.
 const envoyDefaultConsecutive5xx = 5
 
+// grpcFailureThreshold: grpc-go ejects an endpoint whose failure
+// percentage is above it.
+const grpcFailureThreshold = 99
+
 // grpcOutlier is outlier detection in the form grpc-go implements (gRFC
 // A50: success-rate and failure-percentage ejection; it ignores the
 // consecutive-error counters). Istio's "eject after N consecutive errors"
-// becomes failure-percentage ejection of a backend whose every call of an
-// interval failed, given at least N calls (threshold 100 %, request
-// volume N, minimum hosts 1); success-rate ejection stays off, as Istio
-// sets it. consecutive5xxErrors: 0 turns ejection off.
+// becomes failure-percentage ejection of a backend that failed more than
+// 99 % of its calls in an interval, given at least N calls (grpc-go
+// ejects above the threshold, so 99 means "all of them" for up to 100
+// calls; request volume N, minimum hosts 1); success-rate ejection stays
+// off, as Istio sets it. consecutive5xxErrors: 0 turns ejection off.
 func grpcOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 	out := &cluster.OutlierDetection{EnforcingSuccessRate: wrapperspb.UInt32(0)}
 	n := uint32(envoyDefaultConsecutive5xx)
@@ -298,7 +303,7 @@ func grpcOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 	}
 	if n > 0 {
 		out.EnforcingFailurePercentage = wrapperspb.UInt32(100)
-		out.FailurePercentageThreshold = wrapperspb.UInt32(100)
+		out.FailurePercentageThreshold = wrapperspb.UInt32(grpcFailureThreshold)
 		out.FailurePercentageRequestVolume = wrapperspb.UInt32(n)
 		out.FailurePercentageMinimumHosts = wrapperspb.UInt32(1)
 	}

@@ -146,11 +146,22 @@ spec:
     route: [{destination: {host: slow.vm.internal}}]
 `
 
+// outlierDR ejects an endpoint of ejecting.vm.internal whose calls all
+// fail (grpc-go: failure-percentage ejection, see xds.grpcOutlier).
+const outlierDR = `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ejecting, namespace: e2e}
+spec:
+  host: ejecting.vm.internal
+  trafficPolicy:
+    outlierDetection: {consecutive5xxErrors: 3, interval: 1s, baseEjectionTime: 5m, maxEjectionPercent: 50}
+`
+
 // TestTrafficManagementGRPC drives Istio traffic rules from a config
 // directory through the built binary to real grpc-go xDS clients calling
 // real gRPC backends: a 90/10 canary split shifted to 0/100 without the
 // client reconnecting, a header route to a DestinationRule subset, fault
-// abort, retries, a timeout and ring-hash stickiness.
+// abort, retries, a timeout, ring-hash stickiness and outlier detection.
 func TestTrafficManagementGRPC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -176,7 +187,11 @@ func TestTrafficManagementGRPC(t *testing.T) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	})
+	broken := startBackendFunc(t, "broken", func(context.Context) error {
+		return status.Error(codes.Internal, "broken: every call fails")
+	})
 	writeFile(t, filepath.Join(dir, "services.yaml"), trafficServices(map[string][][2]any{
+		"ejecting": {{v1, "v1"}, {broken, "v2"}},
 		"echo":   {{v1, "v1"}, {v2, "v2"}},
 		"sticky": {{v1, "v1"}, {v2, "v2"}},
 		"faulty": {{v1, "v1"}},
@@ -190,6 +205,7 @@ func TestTrafficManagementGRPC(t *testing.T) {
 	writeFile(t, filepath.Join(traffic, "dr.yaml"), trafficDR)
 	writeFile(t, filepath.Join(traffic, "echo.yaml"), echoVS(90, 10))
 	writeFile(t, filepath.Join(traffic, "other.yaml"), otherVS)
+	writeFile(t, filepath.Join(traffic, "outlier.yaml"), outlierDR)
 	config, xdsAddr, adminAddr := writeClusters(t, dir,
 		"  - {name: vms, kind: file, domain: vm.internal, file: {path: services.yaml}}\nconfigSources:\n  - {name: local, dir: traffic}\n")
 
@@ -262,8 +278,8 @@ func TestTrafficManagementGRPC(t *testing.T) {
 			if r.Name != "echo" || !r.KeptLastGood || !strings.HasSuffix(r.Source, "echo.yaml:1") || !strings.Contains(r.Reason, "weight -5") {
 				return fmt.Errorf("rejection %+v", r)
 			}
-			if len(st.InForce) != 6 {
-				return fmt.Errorf("in force %+v, want all 6 objects", st.InForce)
+			if len(st.InForce) != 7 {
+				return fmt.Errorf("in force %+v, want all 7 objects", st.InForce)
 			}
 			return nil
 		})
@@ -315,6 +331,23 @@ func TestTrafficManagementGRPC(t *testing.T) {
 				t.Errorf("call to a 3s backend with a 300ms route timeout: %+v, want DeadlineExceeded", l)
 			}
 		}
+	})
+
+	t.Run("outlier detection ejects a failing endpoint", func(t *testing.T) {
+		c := start("ejecting", "xds:///ejecting.vm.internal:8080")
+		// Round robin sends calls to both endpoints until the first
+		// interval after the broken one failed them all.
+		failed := 0
+		for _, l := range c.collect(t, 50, 30*time.Second) {
+			if l.Err != "" {
+				failed++
+			}
+		}
+		if failed == 0 {
+			t.Fatal("no call reached the broken endpoint: the test proves nothing")
+		}
+		// Ejected for 5 minutes: every call now goes to v1.
+		c.waitFor(t, "v1", 300, 30*time.Second)
 	})
 
 	t.Run("ring hash stickiness by header", func(t *testing.T) {
