@@ -192,11 +192,11 @@ func TestTrafficManagementGRPC(t *testing.T) {
 	})
 	writeFile(t, filepath.Join(dir, "services.yaml"), trafficServices(map[string][][2]any{
 		"ejecting": {{v1, "v1"}, {broken, "v2"}},
-		"echo":   {{v1, "v1"}, {v2, "v2"}},
-		"sticky": {{v1, "v1"}, {v2, "v2"}},
-		"faulty": {{v1, "v1"}},
-		"flaky":  {{flaky, "v1"}},
-		"slow":   {{slow, "v1"}},
+		"echo":     {{v1, "v1"}, {v2, "v2"}},
+		"sticky":   {{v1, "v1"}, {v2, "v2"}},
+		"faulty":   {{v1, "v1"}},
+		"flaky":    {{flaky, "v1"}},
+		"slow":     {{slow, "v1"}},
 	}))
 	traffic := filepath.Join(dir, "traffic")
 	if err := os.Mkdir(traffic, 0o755); err != nil {
