@@ -265,10 +265,8 @@ func checkLB(path string, lb *networking.LoadBalancerSettings) error {
 	if lb.GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH {
 		return fmt.Errorf("%s.simple PASSTHROUGH: not supported (meshfed serves EDS clusters, not original-destination ones)", path)
 	}
-	if ls := lb.GetLocalityLbSetting(); ls != nil && (ls.GetEnabled() == nil || ls.GetEnabled().GetValue()) &&
-		(len(ls.GetDistribute()) > 0 || len(ls.GetFailover()) > 0 || len(ls.GetFailoverPriority()) > 0) {
-		return fmt.Errorf("%s.localityLbSetting: distribute and failover are not supported yet "+
-			"(they depend on each client's locality; meshfed serves one EDS to every client)", path)
+	if err := checkLocality(path+".localityLbSetting", lb.GetLocalityLbSetting()); err != nil {
+		return err
 	}
 	if lb.GetZoneAwareLbSetting() != nil || lb.GetWarmup() != nil || lb.GetWarmupDurationSecs() != nil {
 		return fmt.Errorf("%s: zoneAwareLbSetting and warmup are not supported", path)
@@ -371,6 +369,43 @@ func checkTLS(path string, t *networking.ClientTLSSettings) error {
 	}
 	if t.GetCaCertificates() == "" && !t.GetInsecureSkipVerify().GetValue() {
 		return fmt.Errorf("%s.caCertificates: is required to verify the server (or set insecureSkipVerify: true)", path)
+	}
+	return nil
+}
+
+// checkLocality: distribute from "*" (every client) with weights summing
+// to 100; failover and distribute from one locality depend on each
+// client's locality, and meshfed serves one EDS to every client.
+func checkLocality(path string, ls *networking.LocalityLoadBalancerSetting) error {
+	if ls == nil || (ls.GetEnabled() != nil && !ls.GetEnabled().GetValue()) {
+		return nil
+	}
+	if len(ls.GetFailover()) > 0 || len(ls.GetFailoverPriority()) > 0 {
+		return fmt.Errorf("%s: failover and failoverPriority are not supported yet "+
+			"(they depend on each client's locality; meshfed serves one EDS to every client)", path)
+	}
+	for i, d := range ls.GetDistribute() {
+		p := fmt.Sprintf("%s.distribute[%d]", path, i)
+		if d.GetFrom() != "*" {
+			return fmt.Errorf("%s.from %q: only \"*\" (every client) is supported "+
+				"(a per-locality rule depends on each client's locality; meshfed serves one EDS to every client)", p, d.GetFrom())
+		}
+		if i > 0 {
+			return fmt.Errorf("%s: only one distribute rule from \"*\"", p)
+		}
+		var sum uint64
+		for k, w := range d.GetTo() {
+			if k == "" || strings.Count(k, "/") > 2 {
+				return fmt.Errorf("%s.to %q: want region[/zone[/subzone]], parts may be \"*\"", p, k)
+			}
+			if w == 0 {
+				return fmt.Errorf("%s.to[%q]: weight must be positive", p, k)
+			}
+			sum += uint64(w)
+		}
+		if sum != 100 {
+			return fmt.Errorf("%s.to: weights sum to %d; want 100", p, sum)
+		}
 	}
 	return nil
 }

@@ -7,11 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -160,7 +162,9 @@ metadata: {name: web, namespace: shop}
 spec:
   host: web.vm.internal
   trafficPolicy:
-    loadBalancer: {consistentHash: {httpQueryParameterName: user, ringHash: {minimumRingSize: 1024}}}
+    loadBalancer:
+      consistentHash: {httpQueryParameterName: user, ringHash: {minimumRingSize: 1024}}
+      localityLbSetting: {distribute: [{from: "*", to: {"us-east/a": 80, "us-east/b/*": 20}}]}
   subsets:
   - {name: v1, labels: {version: v1}}
   - {name: v2, labels: {version: v2}}
@@ -330,6 +334,20 @@ func TestEnvoyTrafficSemantics(t *testing.T) {
 	}
 	if o := c("outbound|9000||billing.pay.internal"); o.GetLbPolicy() != cluster.Cluster_RING_HASH {
 		t.Errorf("billing (wildcard DestinationRule) = %v", o)
+	}
+
+	// localityLbSetting.distribute from "*": locality weights 80/20 in the
+	// CLA every client reads; Envoy's cluster weighs by locality.
+	cla := tr.Resources(KindOf("", EndpointType))["outbound|80||web.vm.internal"].(*endpoint.ClusterLoadAssignment)
+	var lw []string
+	for _, l := range cla.GetEndpoints() {
+		lw = append(lw, l.GetLocality().GetZone()+"="+strconv.Itoa(int(l.GetLoadBalancingWeight().GetValue())))
+	}
+	if want := []string{"a=80", "b=20"}; !slices.Equal(lw, want) {
+		t.Errorf("web locality weights = %v, want %v", lw, want)
+	}
+	if c("outbound|80||web.vm.internal").GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
+		t.Error("web's Envoy cluster does not weigh by locality")
 	}
 
 	// gRPC: what grpc-go cannot take is left out and listed.

@@ -392,9 +392,14 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		pp := portPolicy(dr.GetTrafficPolicy(), p.Number)
 		ec := envoyCluster(name, svc, p, inline)
 		applyEnvoyPolicy(ec, svc.Hostname, p, pp)
+		var served types.Resource = cla // the port's CLA, as every client gets it
+		if to := distributeOf(pp); to != nil && svc.Resolution != model.ResolutionDNS {
+			served = applyDistribute(cla.message(), to)
+			localityWeighted(ec)
+		}
 		add(KindOf(ClassEnvoy, ClusterType), ec)
 		if svc.Resolution != model.ResolutionDNS {
-			add(KindOf(ClassEnvoy, EndpointType), cla)
+			add(KindOf(ClassEnvoy, EndpointType), served)
 		}
 		envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
 		// DestinationRule subsets: a cluster outbound|<port>|<subset>|<host>
@@ -415,10 +420,15 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 					subs = map[string]*claState{}
 				}
 				subs[sname] = ss
-				add(KindOf(ClassEnvoy, EndpointType), ss.res)
 				sp := mergedPolicy(dr.GetTrafficPolicy(), sub.GetTrafficPolicy(), p.Number)
 				esc := envoyCluster(sname, svc, p, nil)
 				applyEnvoyPolicy(esc, svc.Hostname, p, sp)
+				if to := distributeOf(sp); to != nil {
+					add(KindOf(ClassEnvoy, EndpointType), applyDistribute(ss.res.message(), to))
+					localityWeighted(esc)
+				} else {
+					add(KindOf(ClassEnvoy, EndpointType), ss.res)
+				}
 				add(KindOf(ClassEnvoy, ClusterType), esc)
 				if p.Protocol.IsHTTP() {
 					sc, _ := grpcCluster(sname, svc, nil)
@@ -441,7 +451,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		}
 		add(KindOf(ClassGRPC, ClusterType), gc)
 		if useEDS {
-			add(KindOf(ClassGRPC, EndpointType), cla)
+			add(KindOf(ClassGRPC, EndpointType), served)
 		}
 		lname := GRPCListenerName(svc.Hostname, p.Number)
 		vh := virtualHost(svc.Hostname, p.Number)

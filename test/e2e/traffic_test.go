@@ -147,7 +147,8 @@ spec:
 `
 
 // outlierDR ejects an endpoint of ejecting.vm.internal whose calls all
-// fail (grpc-go: failure-percentage ejection, see xds.grpcOutlier).
+// fail (grpc-go: failure-percentage ejection, see xds.grpcOutlier), and
+// weighs spread.vm.internal's localities 80/20.
 const outlierDR = `apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: ejecting, namespace: e2e}
@@ -155,6 +156,15 @@ spec:
   host: ejecting.vm.internal
   trafficPolicy:
     outlierDetection: {consecutive5xxErrors: 3, interval: 1s, baseEjectionTime: 5m, maxEjectionPercent: 50}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: spread, namespace: e2e}
+spec:
+  host: spread.vm.internal
+  trafficPolicy:
+    loadBalancer:
+      localityLbSetting: {distribute: [{from: "*", to: {"test/zone-a": 80, "test/zone-b": 20}}]}
 `
 
 // TestTrafficManagementGRPC drives Istio traffic rules from a config
@@ -197,7 +207,12 @@ func TestTrafficManagementGRPC(t *testing.T) {
 		"faulty":   {{v1, "v1"}},
 		"flaky":    {{flaky, "v1"}},
 		"slow":     {{slow, "v1"}},
-	}))
+	})+fmt.Sprintf(`  - name: spread
+    ports: [{name: grpc, port: 8080, protocol: GRPC}]
+    endpoints:
+      - {address: 127.0.0.1, ports: {grpc: %d}, locality: test/zone-a}
+      - {address: 127.0.0.1, ports: {grpc: %d}, locality: test/zone-b}
+`, v1.port, v2.port))
 	traffic := filepath.Join(dir, "traffic")
 	if err := os.Mkdir(traffic, 0o755); err != nil {
 		t.Fatal(err)
@@ -278,8 +293,8 @@ func TestTrafficManagementGRPC(t *testing.T) {
 			if r.Name != "echo" || !r.KeptLastGood || !strings.HasSuffix(r.Source, "echo.yaml:1") || !strings.Contains(r.Reason, "weight -5") {
 				return fmt.Errorf("rejection %+v", r)
 			}
-			if len(st.InForce) != 7 {
-				return fmt.Errorf("in force %+v, want all 7 objects", st.InForce)
+			if len(st.InForce) != 8 {
+				return fmt.Errorf("in force %+v, want all 8 objects", st.InForce)
 			}
 			return nil
 		})
@@ -348,6 +363,26 @@ func TestTrafficManagementGRPC(t *testing.T) {
 		}
 		// Ejected for 5 minutes: every call now goes to v1.
 		c.waitFor(t, "v1", 300, 30*time.Second)
+	})
+
+	t.Run("locality weights 80/20", func(t *testing.T) {
+		c := start("spread", "xds:///spread.vm.internal:8080")
+		c.waitFor(t, "v1", 1, 30*time.Second)
+		const n = 400
+		counts := map[string]int{}
+		for _, l := range c.collect(t, n, time.Minute) {
+			if l.Err != "" {
+				t.Fatalf("call failed: %+v", l)
+			}
+			counts[l.Backend]++
+		}
+		// zone-b (v2) share: expected 20%; binomial sd over 400 calls is
+		// 2 points: accept 12%-30%. Without the weights it would be 50%.
+		share := float64(counts["v2"]) / n
+		t.Logf("locality split over %d calls: %v (zone-b %.1f%%)", n, counts, 100*share)
+		if share < 0.12 || share > 0.30 {
+			t.Errorf("zone-b share %.3f (%v), want 0.20 within 0.12-0.30", share, counts)
+		}
 	})
 
 	t.Run("ring hash stickiness by header", func(t *testing.T) {
