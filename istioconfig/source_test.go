@@ -223,6 +223,26 @@ func TestConflicts(t *testing.T) {
 	}
 }
 
+// TestShortNameConflicts: a short host and its full name are one host
+// (Istio resolves short names in the rule's namespace), so the second
+// DestinationRule for it is a conflict; the same short name in another
+// namespace is another host.
+func TestShortNameConflicts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dr := func(name, ns, host string) string {
+		return "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: {host: " + host + "}\n"
+	}
+	write(t, dir, "a.yaml", dr("a", "shop", "reviews")+"---\n"+dr("b", "shop", "reviews.shop.svc.cluster.local")+"---\n"+dr("c", "other", "reviews"))
+	st := Validate(Dir{Name: "d", Path: dir})
+	if got := keys(st); !slices.Equal(got, []string{"DestinationRule/other/c", "DestinationRule/shop/a"}) {
+		t.Fatalf("in force = %v; rejected %v", got, st.Rejected)
+	}
+	if len(st.Rejected) != 1 || !strings.Contains(st.Rejected[0].Reason, `host "reviews.shop.svc.cluster.local" already has DestinationRule shop/a`) {
+		t.Errorf("rejected = %v", st.Rejected)
+	}
+}
+
 // TestMissingDirKeepsObjects: a directory that disappears (an unmounted
 // volume) is reported and keeps its objects in force: stale beats empty.
 func TestMissingDirKeepsObjects(t *testing.T) {

@@ -556,15 +556,9 @@ func envoyTCPListenerFor(port uint32, tp *tcpproxy.TcpProxy) *listener.Listener 
 	}
 }
 
-// fqdn resolves a short host name ("reviews") as Istio does, in the
-// namespace of the rule that names it: reviews.<ns>.svc.cluster.local.
-// Names with a dot, and "*", are already complete.
-func fqdn(h, ns string) string {
-	if h == "" || h == "*" || strings.Contains(h, ".") || ns == "" {
-		return h
-	}
-	return h + "." + ns + ".svc.cluster.local"
-}
+// fqdn resolves a host named by a rule in namespace ns (short names, as
+// Istio does; model.ConfigHost).
+func fqdn(h, ns string) string { return model.ConfigHost(h, ns) }
 
 // resolveDest returns d with its host resolved by fqdn (d itself when the
 // host is complete).
