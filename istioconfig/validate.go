@@ -149,7 +149,7 @@ func validateMatch(m *networking.HTTPMatchRequest) error {
 		if k == "" || strings.ToLower(k) != k {
 			return fmt.Errorf(".headers[%q]: header names must be lowercase and not empty", k)
 		}
-		if err := checkStringMatch(v, true); err != nil {
+		if err := checkValueMatch(v, true); err != nil {
 			return fmt.Errorf(".headers[%q]: %v", k, err)
 		}
 	}
@@ -157,7 +157,7 @@ func validateMatch(m *networking.HTTPMatchRequest) error {
 		if k == "" || strings.ToLower(k) != k {
 			return fmt.Errorf(".withoutHeaders[%q]: header names must be lowercase and not empty", k)
 		}
-		if err := checkStringMatch(v, true); err != nil {
+		if err := checkValueMatch(v, true); err != nil {
 			return fmt.Errorf(".withoutHeaders[%q]: %v", k, err)
 		}
 	}
@@ -165,12 +165,12 @@ func validateMatch(m *networking.HTTPMatchRequest) error {
 		if k == "" {
 			return errors.New(".queryParams: empty parameter name")
 		}
-		if err := checkStringMatch(v, true); err != nil {
+		if err := checkValueMatch(v, true); err != nil {
 			return fmt.Errorf(".queryParams[%q]: %v", k, err)
 		}
 	}
 	for name, sm := range map[string]*networking.StringMatch{"method": m.GetMethod(), "authority": m.GetAuthority(), "scheme": m.GetScheme()} {
-		if err := checkStringMatch(sm, false); err != nil {
+		if err := checkValueMatch(sm, false); err != nil {
 			return fmt.Errorf(".%s: %v", name, err)
 		}
 	}
@@ -192,6 +192,9 @@ func checkStringMatch(s *networking.StringMatch, emptyOK bool) error {
 			return errors.New("one of exact, prefix or regex is required")
 		}
 	case *networking.StringMatch_Regex:
+		if t.Regex == "" {
+			return errors.New("regex must not be empty")
+		}
 		if _, err := regexp.Compile(t.Regex); err != nil {
 			return fmt.Errorf("regex %q: %v", t.Regex, err)
 		}

@@ -32,6 +32,13 @@ func validateHTTPActions(r *networking.HTTPRoute) error {
 	if (r.GetRedirect() != nil || r.GetDirectResponse() != nil) && len(r.GetRoute()) > 0 {
 		return errors.New(": a route with redirect or directResponse must not have route destinations")
 	}
+	for name, v := range map[string]string{"redirect.uri": r.GetRedirect().GetUri(), "redirect.authority": r.GetRedirect().GetAuthority(),
+		"rewrite.uri": r.GetRewrite().GetUri(), "rewrite.authority": r.GetRewrite().GetAuthority(),
+		"rewrite.uriRegexRewrite.rewrite": r.GetRewrite().GetUriRegexRewrite().GetRewrite()} {
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf(".%s: must not hold CR, LF or NUL", name)
+		}
+	}
 	if rd := r.GetRedirect(); rd != nil {
 		if rd.GetUri() == "" && rd.GetAuthority() == "" && rd.GetScheme() == "" && rd.GetRedirectPort() == nil {
 			return errors.New(".redirect: one of uri, authority, scheme or port is required")
@@ -96,7 +103,7 @@ func validateHTTPActions(r *networking.HTTPRoute) error {
 	}
 	if c := r.GetCorsPolicy(); c != nil {
 		for i, o := range c.GetAllowOrigins() {
-			if err := checkStringMatch(o, false); err != nil {
+			if err := checkValueMatch(o, false); err != nil {
 				return fmt.Errorf(".corsPolicy.allowOrigins[%d]: %v", i, err)
 			}
 		}
@@ -124,6 +131,9 @@ func checkHeaders(h *networking.Headers) error {
 	for part, ops := range map[string]*networking.Headers_HeaderOperations{"request": h.GetRequest(), "response": h.GetResponse()} {
 		for op, m := range map[string]map[string]string{"set": ops.GetSet(), "add": ops.GetAdd()} {
 			for k, v := range m {
+				if strings.EqualFold(k, ":authority") {
+					continue // an authority rewrite, as Istio reads it
+				}
 				if !headerNameRE.MatchString(k) {
 					return fmt.Errorf(".%s.%s %q: not a header name", part, op, k)
 				}
@@ -135,6 +145,9 @@ func checkHeaders(h *networking.Headers) error {
 		for _, k := range ops.GetRemove() {
 			if !headerNameRE.MatchString(k) {
 				return fmt.Errorf(".%s.remove %q: not a header name", part, k)
+			}
+			if strings.EqualFold(k, "host") {
+				return fmt.Errorf(".%s.remove %q: host cannot be removed", part, k)
 			}
 		}
 	}
@@ -289,6 +302,10 @@ func checkLB(path string, lb *networking.LoadBalancerSettings) error {
 			return fmt.Errorf("%s.httpQueryParameterName: must not be empty", p)
 		}
 	}
+	//lint:ignore SA1019 deprecated in Istio, still accepted by it
+	if n := ch.GetMinimumRingSize(); n > maxRingSize {
+		return fmt.Errorf("%s.minimumRingSize %d: want at most %d", p, n, maxRingSize)
+	}
 	if m := ch.GetMaglev(); m != nil && m.GetTableSize() != 0 && (!isPrime(m.GetTableSize()) || m.GetTableSize() > maxMaglevTableSize) {
 		return fmt.Errorf("%s.maglev.tableSize %d: want a prime at most %d", p, m.GetTableSize(), maxMaglevTableSize)
 	}
@@ -356,6 +373,9 @@ func checkTLS(path string, t *networking.ClientTLSSettings) error {
 	if t.GetCredentialName() != "" {
 		return fmt.Errorf("%s.credentialName: secrets by name need SDS, which meshfed does not serve; name the files (caCertificates, clientCertificate, privateKey)", path)
 	}
+	if len(t.GetSni()) > 255 {
+		return fmt.Errorf("%s.sni: longer than 255 bytes", path)
+	}
 	if t.GetMode() == networking.ClientTLSSettings_MUTUAL && (t.GetClientCertificate() == "" || t.GetPrivateKey() == "") {
 		return fmt.Errorf("%s: mode MUTUAL needs clientCertificate and privateKey", path)
 	}
@@ -406,6 +426,19 @@ func checkLocality(path string, ls *networking.LocalityLoadBalancerSetting) erro
 		if sum != 100 {
 			return fmt.Errorf("%s.to: weights sum to %d; want 100", p, sum)
 		}
+	}
+	return nil
+}
+
+// checkValueMatch is checkStringMatch for header, query parameter,
+// method, authority, scheme and origin matches, where Envoy also needs a
+// prefix to be non-empty.
+func checkValueMatch(s *networking.StringMatch, emptyOK bool) error {
+	if err := checkStringMatch(s, emptyOK); err != nil {
+		return err
+	}
+	if p, ok := s.GetMatchType().(*networking.StringMatch_Prefix); ok && p.Prefix == "" {
+		return errors.New("prefix must not be empty")
 	}
 	return nil
 }

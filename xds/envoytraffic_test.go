@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 )
 
@@ -483,4 +484,67 @@ func startHealthBackend(t *testing.T) uint32 {
 	}()
 	t.Cleanup(func() { backend.Stop(); <-served })
 	return uint32(lis.Addr().(*net.TCPAddr).Port)
+}
+
+// TestAcceptedRulesServe: edge cases the config source accepts translate,
+// for both client kinds, into resources that pass ValidateAll with no
+// host falling back; the ones translation could not serve are refused by
+// the source with a reason.
+func TestAcceptedRulesServe(t *testing.T) {
+	t.Parallel()
+	vs := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\nspec:\n  hosts: [web.vm.internal]\n"
+	dr := "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: web, namespace: shop}\nspec:\n  host: web.vm.internal\n"
+	route := "    route: [{destination: {host: web.vm.internal}}]\n"
+	for _, tc := range []struct{ name, yaml, refused string }{
+		{"empty uri prefix", vs + "  http:\n  - match: [{uri: {prefix: \"\"}}]\n" + route, ""},
+		{"empty header prefix", vs + "  http:\n  - match: [{headers: {x-a: {prefix: \"\"}}}]\n" + route, "must not be empty"},
+		{"empty header exact", vs + "  http:\n  - match: [{headers: {x-a: {exact: \"\"}}}]\n" + route, ""},
+		{"empty regex", vs + "  http:\n  - match: [{uri: {regex: \"\"}}]\n" + route, "must not be empty"},
+		{"empty query prefix", vs + "  http:\n  - match: [{queryParams: {q: {prefix: \"\"}}}]\n" + route, "must not be empty"},
+		{"empty origin prefix", vs + "  http:\n  - corsPolicy: {allowOrigins: [{prefix: \"\"}]}\n" + route, "must not be empty"},
+		{"uppercase set header", vs + "  http:\n  - headers: {request: {set: {X-Big: v}}}\n" + route, ""},
+		{"authority header", vs + "  http:\n  - headers: {request: {set: {\":authority\": other.vm.internal, host: h}}}\n" + route, ""},
+		{"redirect port only", vs + "  http:\n  - redirect: {port: 8443}\n", ""},
+		{"redirect derive", vs + "  http:\n  - redirect: {derivePort: FROM_REQUEST_PORT, scheme: https}\n", ""},
+		{"direct response no body", vs + "  http:\n  - directResponse: {status: 204}\n", ""},
+		{"mirror 0", vs + "  http:\n  - mirror: {host: web.vm.internal}\n    mirrorPercentage: {value: 0}\n" + route, ""},
+		{"retry codes only", vs + "  http:\n  - retries: {attempts: 1, retryOn: \"503,504\"}\n" + route, ""},
+		{"fault delay 0%", vs + "  http:\n  - fault: {delay: {fixedDelay: 1s, percentage: {value: 0}}}\n" + route, ""},
+		{"tcp no match", vs + "  tcp:\n  - route: [{destination: {host: db.vm.internal}}]\n", ""},
+		{"tcp weights", vs + "  tcp:\n  - route: [{destination: {host: db.vm.internal, subset: a}, weight: 0}, {destination: {host: db.vm.internal, subset: b}, weight: 1}]\n", ""},
+		{"cookie no ttl", dr + "  trafficPolicy: {loadBalancer: {consistentHash: {httpCookie: {name: s}}}}\n", ""},
+		{"maglev no size", dr + "  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x, maglev: {}}}}\n", ""},
+		{"pool zeros", dr + "  trafficPolicy: {connectionPool: {tcp: {maxConnections: 0}, http: {http2MaxRequests: 0, maxConcurrentStreams: 0}}}\n", ""},
+		{"keepalive sub-second", dr + "  trafficPolicy: {connectionPool: {tcp: {tcpKeepalive: {time: 500ms}}}}\n", ""},
+		{"outlier zero", dr + "  trafficPolicy: {outlierDetection: {consecutive5xxErrors: 0}}\n", ""},
+		{"tls insecure", dr + "  trafficPolicy: {tls: {mode: SIMPLE, insecureSkipVerify: true}}\n", ""},
+		{"tls disable", dr + "  trafficPolicy: {tls: {mode: DISABLE}}\n", ""},
+		{"long sni", dr + "  trafficPolicy: {tls: {mode: SIMPLE, insecureSkipVerify: true, sni: " + strings.Repeat("a", 256) + "}}\n", "longer than 255 bytes"},
+		{"deprecated ring size", dr + "  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x, minimumRingSize: 9000000}}}\n", "minimumRingSize 9000000"},
+		{"newline in rewrite", vs + "  http:\n  - rewrite: {uri: \"/a\\nb\"}\n" + route, "must not hold CR, LF or NUL"},
+		{"remove host", vs + "  http:\n  - headers: {request: {remove: [Host]}}\n" + route, "host cannot be removed"},
+		{"locality weights", dr + "  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: \"*\", to: {\"nowhere/*\": 100}}]}}}\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			objs, rej := istioconfig.ParseObjects("t.yaml", []byte(tc.yaml))
+			if tc.refused != "" {
+				if len(rej) != 1 || !strings.Contains(rej[0].Reason, tc.refused) {
+					t.Fatalf("rejections %v, want one with %q", rej, tc.refused)
+				}
+				return
+			}
+			if len(rej) != 0 {
+				t.Fatalf("rejected: %v", rej)
+			}
+			tr := NewTranslator()
+			snap := model.NewSnapshot(1, fullSvcs())
+			snap.Config = model.NewConfigSnapshot(1, objs)
+			tr.Translate(snap)
+			assertValid(t, tr)
+			if in := tr.Invalid(); len(in) != 0 {
+				t.Fatalf("accepted rule left out at translation: %v", in)
+			}
+		})
+	}
 }
