@@ -165,6 +165,7 @@ func TestRejections(t *testing.T) {
 		{"locality weights", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: '*', to: {us-east/*: 60, us-west/*: 30}}]}}}\n", "weights sum to 90; want 100"},
 		{"cookie name", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {httpCookie: {ttl: 10s}}}}\n", "httpCookie.name: is required"},
 		{"maglev size", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, maglev: {tableSize: 1000}}}}\n", "maglev.tableSize 1000: want a prime"},
+		{"dr workload selector", drh + "  host: a.b\n  workloadSelector: {matchLabels: {app: a}}\n", "spec.workloadSelector: not supported"},
 		{"port twice", drh + "  host: a.b\n  trafficPolicy: {portLevelSettings: [{port: {number: 80}}, {port: {number: 80}}]}\n", "port already has settings"},
 		{"dr no host", drh + "  subsets: [{name: v1}]\n", "spec.host: is required"},
 		{"dr dup subset", drh + "  host: a.b\n  subsets: [{name: v1}, {name: v1}]\n", `duplicate subset name`},

@@ -257,6 +257,9 @@ func validateDestinationRule(dr *networking.DestinationRule) error {
 	if !validHost(dr.GetHost()) {
 		return fmt.Errorf("spec.host %q: not a valid host name", dr.GetHost())
 	}
+	if dr.GetWorkloadSelector() != nil {
+		return errors.New("spec.workloadSelector: not supported (meshfed serves one translation to every client; applying the rule to all would widen it)")
+	}
 	if err := validatePolicy("spec.trafficPolicy", dr.GetTrafficPolicy()); err != nil {
 		return err
 	}
