@@ -72,7 +72,7 @@ func (t *Translator) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig
 	vh.Routes[0].GetRoute().HashPolicy = hash
 	out := &envoyPort{vhost: vh}
 	if vs != nil {
-		if routes := t.envoyRoutes(vs, svc.Hostname, p.Number, hc.namespace(), hash); len(routes) > 0 {
+		if routes := t.envoyRoutes(vs, svc.Hostname, p.Number, hc.namespace()); len(routes) > 0 {
 			vh.Routes = routes
 		}
 	}
@@ -146,7 +146,7 @@ func meshMatch(m *networking.HTTPMatchRequest) bool {
 
 // envoyRoutes translates the http routes of vs that apply to port, in
 // order, stopping after a catch-all as Istio does.
-func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, port uint32, ns string, hash []*route.RouteAction_HashPolicy) []*route.Route {
+func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, port uint32, ns string) []*route.Route {
 	var out []*route.Route
 	for i, hr := range vs.GetHttp() {
 		matches := hr.GetMatch()
@@ -157,7 +157,7 @@ func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, por
 			if m.GetPort() != 0 && m.GetPort() != port || !meshMatch(m) {
 				continue
 			}
-			r := t.envoyRoute(hr, m, i, host, port, ns, hash)
+			r := t.envoyRoute(hr, m, i, host, port, ns)
 			out = append(out, r)
 			if catchAll(r) {
 				return out
@@ -172,7 +172,7 @@ func catchAll(r *route.Route) bool {
 	return m.GetPrefix() == "/" && len(m.GetHeaders()) == 0 && len(m.GetQueryParameters()) == 0 && m.GetCaseSensitive() == nil
 }
 
-func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatchRequest, i int, host string, port uint32, ns string, hash []*route.RouteAction_HashPolicy) *route.Route {
+func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatchRequest, i int, host string, port uint32, ns string) *route.Route {
 	name := hr.GetName()
 	if name == "" {
 		name = "http-" + strconv.Itoa(i)
@@ -197,7 +197,7 @@ func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatc
 		}
 		r.Action = &route.Route_DirectResponse{DirectResponse: dr}
 	default:
-		r.Action = &route.Route_Route{Route: t.envoyAction(hr, r, ops.authority, host, port, ns, hash)}
+		r.Action = &route.Route_Route{Route: t.envoyAction(hr, r, ops.authority, host, port, ns)}
 	}
 	if f := hr.GetFault(); f != nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{wellknown.Fault: mustAny(httpFault(f))}
@@ -212,8 +212,9 @@ func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatc
 }
 
 // envoyAction is the route action of an http route with destinations:
-// clusters (weighted), timeout, rewrite, mirrors, retries, hashing.
-func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, authority, host string, port uint32, ns string, hash []*route.RouteAction_HashPolicy) *route.RouteAction {
+// clusters (weighted), timeout, rewrite, mirrors, retries, and the hash
+// policies of the destinations' DestinationRules.
+func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, authority, host string, port uint32, ns string) *route.RouteAction {
 	a := &route.RouteAction{Timeout: durationpb.New(0)}
 	if to := hr.GetTimeout(); to != nil {
 		a.Timeout = durationpb.New(to.AsDuration())
@@ -247,8 +248,10 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, autho
 		mirror(m.GetDestination(), m.GetPercentage())
 	}
 	dests := hr.GetRoute()
-	if !slices.ContainsFunc(dests, func(d *networking.HTTPRouteDestination) bool { return fqdn(d.GetDestination().GetHost(), ns) != host }) {
-		a.HashPolicy = hash
+	for _, d := range dests {
+		if len(dests) == 1 || d.GetWeight() > 0 {
+			a.HashPolicy = appendHash(a.HashPolicy, t.destHash(resolveDest(d.GetDestination(), ns), host, port, false))
+		}
 	}
 	if len(dests) == 1 {
 		d := dests[0]
@@ -567,4 +570,65 @@ func resolveDest(d *networking.Destination, ns string) *networking.Destination {
 		return &networking.Destination{Host: h, Subset: d.GetSubset(), Port: d.GetPort()}
 	}
 	return d
+}
+
+// destHash is the hash policy of a destination: the consistent hash of
+// its host's DestinationRule, merged for its subset and port (Istio's
+// hashForVirtualService). grpc: in the form grpc-go reads (header only).
+func (t *Translator) destHash(d *networking.Destination, host string, port uint32, grpc bool) []*route.RouteAction_HashPolicy {
+	dr := t.hostCfg.lookup(d.GetHost()).destinationRule()
+	if dr == nil {
+		return nil
+	}
+	var sub *networking.TrafficPolicy
+	for _, s := range dr.GetSubsets() {
+		if s.GetName() == d.GetSubset() {
+			sub = s.GetTrafficPolicy()
+			break
+		}
+	}
+	tp := mergedPolicy(dr.GetTrafficPolicy(), sub, destPort(d, host, port, t.singlePort))
+	if grpc {
+		return hashPolicy(tp)
+	}
+	return envoyHashPolicy(tp)
+}
+
+// grpcHashOf is destHash for the gRPC routes of host's port.
+func (t *Translator) grpcHashOf(host string, port uint32) func(*networking.Destination) []*route.RouteAction_HashPolicy {
+	return func(d *networking.Destination) []*route.RouteAction_HashPolicy { return t.destHash(d, host, port, true) }
+}
+
+// appendHash appends the policies of add that hp does not hold yet.
+func appendHash(hp, add []*route.RouteAction_HashPolicy) []*route.RouteAction_HashPolicy {
+	for _, a := range add {
+		if !slices.ContainsFunc(hp, func(h *route.RouteAction_HashPolicy) bool { return proto.Equal(h, a) }) {
+			hp = append(hp, a)
+		}
+	}
+	return hp
+}
+
+// destRules lists the DestinationRule in force (nil: none) of each other
+// host the host's VirtualService routes to: their consistent hash shapes
+// its routes, so a change of one rebuilds the host (Translate).
+func (t *Translator) destRules(host string, hc hostConfig) map[string]*model.ConfigObject {
+	vs := hc.virtualService()
+	if vs == nil {
+		return nil
+	}
+	var out map[string]*model.ConfigObject
+	for _, hr := range vs.GetHttp() {
+		for _, d := range hr.GetRoute() {
+			h := fqdn(d.GetDestination().GetHost(), hc.namespace())
+			if h == host {
+				continue
+			}
+			if out == nil {
+				out = map[string]*model.ConfigObject{}
+			}
+			out[h] = t.hostCfg.lookup(h).dr
+		}
+	}
+	return out
 }

@@ -548,3 +548,46 @@ func TestAcceptedRulesServe(t *testing.T) {
 		})
 	}
 }
+
+// TestDestinationHashAcrossHosts: a route takes the consistent hash of
+// its destination's DestinationRule, merged for the subset and port (as
+// Istio's hashForVirtualService), and a change of that rule rebuilds the
+// routes that point at it, though their own VirtualService did not change.
+func TestDestinationHashAcrossHosts(t *testing.T) {
+	t.Parallel()
+	const webVS = `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: web, namespace: shop}
+spec:
+  hosts: [web.vm.internal]
+  http:
+  - route: [{destination: {host: orders.vm.internal, subset: v1, port: {number: 8081}}}]
+`
+	ordersDR := fullConfig[strings.Index(fullConfig, "kind: DestinationRule\nmetadata: {name: orders"):]
+	ordersDR = "apiVersion: networking.istio.io/v1\n" + ordersDR[:strings.Index(ordersDR, "---")]
+	vsObjs := configSnap(t, 1, webVS).Objects()
+	svcs := fullSvcs() // the same services: only the rules change
+	snap := func(v uint64, dr string) *model.Snapshot {
+		s := model.NewSnapshot(v, slices.Clone(svcs))
+		s.Config = model.NewConfigSnapshot(v, append(slices.Clone(vsObjs), configSnap(t, v, dr).Objects()...))
+		return s
+	}
+	tr := NewTranslator()
+	tr.Translate(snap(1, ordersDR))
+	hash := func() []*route.RouteAction_HashPolicy {
+		return tr.Resources(KindOf(ClassEnvoy, RouteType))["80"].(*route.RouteConfiguration).GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetHashPolicy()
+	}
+	// Subset v1 hashes by source IP (over the port's RANDOM).
+	if hp := hash(); len(hp) != 1 || !hp[0].GetConnectionProperties().GetSourceIp() {
+		t.Fatalf("web → orders v1 hash policy = %v, want source IP", hp)
+	}
+	// Without v1's policy, port 8081's RANDOM applies: no hashing.
+	ch := changed(tr.Translate(snap(2, strings.Replace(ordersDR, "trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, maglev: {tableSize: 65537}}}}", "", 1))))
+	if !slices.Contains(ch, "envoy RDS +80") {
+		t.Errorf("changes %v lack web's routes (envoy RDS +80)", ch)
+	}
+	if hp := hash(); len(hp) != 0 {
+		t.Errorf("web → orders v1 hash policy = %v after the subset policy went, want none", hp)
+	}
+	assertValid(t, tr)
+}

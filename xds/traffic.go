@@ -82,16 +82,16 @@ type portOf func(host string) (uint32, bool)
 
 // grpcRoutes translates the http routes of vs that apply to port into
 // gRPC routes, and reports whether any route injects a fault (the
-// listener then needs the fault filter). hash is the hash policy of the
+// listener then needs the fault filter). hashOf gives the hash policy of
+// a destination (its host's DestinationRule, merged for its subset and
+// port, as Istio's hashForVirtualService).
 // host's DestinationRule (nil for none).
-func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns string, ports portOf, hash []*route.RouteAction_HashPolicy) (routes []*route.Route, usesFault bool) {
+func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns string, ports portOf, hashOf func(*networking.Destination) []*route.RouteAction_HashPolicy) (routes []*route.Route, usesFault bool) {
 	for i, hr := range vs.GetHttp() {
 		action := &route.RouteAction{Timeout: durationpb.New(0)}
 		dests := hr.GetRoute()
-		// The host's consistent hash applies to routes to the host itself
-		// (the clusters of other hosts carry their own rule's policy).
-		if !slices.ContainsFunc(dests, func(d *networking.HTTPRouteDestination) bool { return fqdn(d.GetDestination().GetHost(), ns) != host }) {
-			action.HashPolicy = hash
+		for _, d := range dests {
+			action.HashPolicy = appendHash(action.HashPolicy, hashOf(resolveDest(d.GetDestination(), ns)))
 		}
 		if len(dests) == 1 {
 			action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(resolveDest(dests[0].GetDestination(), ns), host, port, ports)}
@@ -164,20 +164,26 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns stri
 const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
 
 func destCluster(d *networking.Destination, host string, port uint32, ports portOf) string {
-	p := d.GetPort().GetNumber()
-	if p == 0 {
-		if d.GetHost() == host {
-			p = port
-		} else if only, ok := ports(d.GetHost()); ok {
-			p = only
-		} else {
-			p = port
-		}
-	}
+	p := destPort(d, host, port, ports)
 	if d.GetSubset() != "" {
 		return SubsetClusterName(d.GetHost(), p, d.GetSubset())
 	}
 	return ClusterName(d.GetHost(), p)
+}
+
+// destPort is the port of a destination: its own, else the route's port
+// for the same host, else the destination's only port, else the route's
+// port (Istio's GetDestinationCluster).
+func destPort(d *networking.Destination, host string, port uint32, ports portOf) uint32 {
+	if p := d.GetPort().GetNumber(); p != 0 {
+		return p
+	}
+	if d.GetHost() != host {
+		if only, ok := ports(d.GetHost()); ok {
+			return only
+		}
+	}
+	return port
 }
 
 // unsupportedMatch reports whether m has a condition gRPC routes cannot

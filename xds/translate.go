@@ -106,6 +106,9 @@ type svcState struct {
 	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
 	envoy map[uint32]*envoyPort     // its part of each Envoy port listener
 	notes []string                  // traffic config gRPC clients do not get
+	// deps: the DestinationRule of each other host its VirtualService
+	// routes to, as built (their hash policies are in its routes).
+	deps map[string]*model.ConfigObject
 }
 
 // built is what buildService makes of one service.
@@ -207,10 +210,11 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	for _, svc := range snap.Services() {
 		old := t.services[svc.Hostname]
 		hc := t.hostCfg.lookup(svc.Hostname)
-		if old != nil && old.svc == svc && old.cfg == hc {
+		deps := t.destRules(svc.Hostname, hc)
+		if old != nil && old.svc == svc && old.cfg == hc && maps.Equal(old.deps, deps) {
 			continue
 		}
-		next := &svcState{svc: svc, cfg: hc}
+		next := &svcState{svc: svc, cfg: hc, deps: deps}
 		b, err := t.buildService(svc, old, hc)
 		if err != nil && (hc.vs != nil || hc.dr != nil) {
 			// The traffic config made invalid resources: serve the
@@ -459,7 +463,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		vh.Routes[0].GetRoute().HashPolicy = hash
 		withFault := false
 		if vs := hc.virtualService(); vs != nil {
-			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, hash)
+			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number))
 			if len(routes) > 0 {
 				vh.Routes, withFault = routes, f
 			}
