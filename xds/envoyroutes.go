@@ -596,7 +596,9 @@ func (t *Translator) destHash(d *networking.Destination, host string, port uint3
 
 // grpcHashOf is destHash for the gRPC routes of host's port.
 func (t *Translator) grpcHashOf(host string, port uint32) func(*networking.Destination) []*route.RouteAction_HashPolicy {
-	return func(d *networking.Destination) []*route.RouteAction_HashPolicy { return t.destHash(d, host, port, true) }
+	return func(d *networking.Destination) []*route.RouteAction_HashPolicy {
+		return t.destHash(d, host, port, true)
+	}
 }
 
 // appendHash appends the policies of add that hp does not hold yet.
