@@ -110,8 +110,11 @@ type Options struct {
 	// OnAccepted, when set, is called from Serve's goroutine with a
 	// registry's full input (as given to Replace) each time a different
 	// one becomes its accepted state (applied, not held; restored states
-	// excluded). It must return promptly and not modify the slices; the
-	// warm-start store persists them.
+	// excluded). It must return promptly, not modify the slices and not
+	// call the Aggregator: it runs with the aggregator's lock held, so that
+	// it is never called for a registry once RemoveRegistry returned (a
+	// removal wins over an accept in flight). The warm-start store
+	// persists them.
 	OnAccepted func(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
 	Logger     *slog.Logger // nil discards
 	Now        func() time.Time
@@ -323,6 +326,14 @@ func (a *Aggregator) RemoveRegistry(name string) {
 // Replace implements registries.Sink: it stores the shard's full state and
 // marks the registry Synced. The slices are kept, not copied.
 func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	a.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
+}
+
+// ReplaceStatus implements registries.Sink: Replace, and with a status
+// other than Synced the registry's state becomes Degraded (or Stale) as a
+// Report of st would make it, in the same step, so it is never Synced in
+// between.
+func (a *Aggregator) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
 	now := a.now()
 	a.mu.Lock()
 	rs := a.lookup(shard)
@@ -337,12 +348,20 @@ func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rej
 	rs.pending = &input{services: services, rejected: rejected, seen: seen}
 	rs.synced = true
 	rs.lastSync = now
-	rs.lastError = ""
-	rs.outageSince = time.Time{}
-	old, changed := a.setState(rs, registries.Synced, now)
+	next := registries.Synced
+	if st.State == registries.Synced {
+		rs.lastError = ""
+		rs.outageSince = time.Time{}
+	} else {
+		next = rs.degraded(st, now)
+	}
+	old, changed := a.setState(rs, next, now)
 	a.mu.Unlock()
-	if changed {
+	switch {
+	case changed && next == registries.Synced:
 		a.log.Info("registry synced", "registry", shard.Name, "was", old)
+	case changed:
+		a.log.Warn("registry state changed", "registry", shard.Name, "state", next, "was", old, "error", st.Err)
 	}
 	a.wake()
 }
@@ -378,19 +397,7 @@ func (a *Aggregator) Report(shard model.ShardKey, st registries.Status) {
 		}
 		next = registries.Failed
 	default: // Degraded; Stale is derived here, a registry reporting it means Degraded
-		rs.lastError = st.Err
-		next = registries.Degraded
-		if st.Invalid {
-			// The backend answered: not an outage (never Stale, never withdrawn).
-			rs.outageSince = time.Time{}
-			break
-		}
-		if rs.outageSince.IsZero() {
-			rs.outageSince = now
-		}
-		if !now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter)) {
-			next = registries.Stale
-		}
+		next = rs.degraded(st, now)
 	}
 	old, changed := a.setState(rs, next, now)
 	a.mu.Unlock()
@@ -402,6 +409,25 @@ func (a *Aggregator) Report(shard model.ShardKey, st registries.Status) {
 		a.log.Log(context.Background(), lvl, "registry state changed", "registry", shard.Name, "state", next, "was", old, "error", st.Err)
 	}
 	a.wake()
+}
+
+// degraded records a Degraded status st at now and returns the state it
+// makes: Degraded, or Stale once an outage lasted the outage window.
+// Called with mu held.
+func (rs *regState) degraded(st registries.Status, now time.Time) registries.State {
+	rs.lastError = st.Err
+	if st.Invalid {
+		// The backend answered: not an outage (never Stale, never withdrawn).
+		rs.outageSince = time.Time{}
+		return registries.Degraded
+	}
+	if rs.outageSince.IsZero() {
+		rs.outageSince = now
+	}
+	if !now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter)) {
+		return registries.Stale
+	}
+	return registries.Degraded
 }
 
 // lookup returns the registry for shard, or nil (logged once) if it is

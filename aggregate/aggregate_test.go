@@ -355,6 +355,40 @@ func TestInvalidDataIsNotAnOutage(t *testing.T) {
 	eventually(t, "withdrawn", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 0 })
 }
 
+// TestReplaceStatusDegraded: a registry that publishes while part of its
+// backend fails (one broken file of a directory) has its new state served
+// and stays Degraded with the error: never Synced in between, and with
+// Invalid never an outage.
+func TestReplaceStatusDegraded(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("vms", "file", "vm")
+	o.Outage = registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
+	a := newRunning(t, clock, o)
+	a.Replace(shard(o), []model.Service{svc("a.vm", ips(1)...)}, nil)
+	waitVersion(t, a, 1)
+	bad := registries.Status{State: registries.Degraded, Err: "b.yaml:3:5: bad key", Invalid: true}
+	a.Report(shard(o), bad)
+	since := clock.Now()
+
+	clock.Advance(time.Second)
+	a.ReplaceStatus(shard(o), []model.Service{svc("a.vm", ips(3)...)}, nil, bad)
+	st, _ := a.Registry("vms")
+	if st.State != registries.Degraded || st.LastError != bad.Err || st.Since != since || st.LastSync != clock.Now() {
+		t.Errorf("after ReplaceStatus: %+v, want Degraded since the report, with its error, synced now", st)
+	}
+	eventually(t, "new state served", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 3 })
+	advance(a, clock, 2*time.Minute)
+	if st, _ := a.Registry("vms"); st.State != registries.Degraded || st.Withdrawn {
+		t.Errorf("invalid data past expireAfter: %+v, want Degraded and served", st)
+	}
+
+	a.ReplaceStatus(shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil, registries.Status{State: registries.Synced})
+	if st, _ := a.Registry("vms"); st.State != registries.Synced || st.LastError != "" {
+		t.Errorf("after ReplaceStatus Synced: %+v, want Synced without error", st)
+	}
+}
+
 func TestHoldDownDisabledAndWithinRatio(t *testing.T) {
 	t.Parallel()
 	for _, ratio := range []float64{0, 0.8} {
@@ -600,5 +634,42 @@ func TestConfigFlowsWithSnapshot(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // nothing to wait for: assert no publish happened meanwhile
 	if v := a.Snapshot().Version; v != s3.Version {
 		t.Errorf("version %d after an unchanged config, want %d", v, s3.Version)
+	}
+}
+
+// TestNoAcceptAfterRemoveRegistry: once RemoveRegistry returns, OnAccepted
+// is neither running nor called for that registry, so that the warm-start
+// store's removal of the registry's state cannot be overwritten by an
+// accept that was in flight.
+func TestNoAcceptAfterRemoveRegistry(t *testing.T) {
+	t.Parallel()
+	o := reg("dc1", "consul", "consul")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var events []string
+	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	var once sync.Once
+	a := New(Options{Registries: []RegistryOptions{o}, OnAccepted: func(model.ShardKey, []model.Service, []model.Rejection) {
+		once.Do(func() {
+			close(entered)
+			<-release
+			record("accept returned")
+		})
+	}})
+	start(t, a)
+	a.Replace(shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
+	<-entered
+	removed := make(chan struct{})
+	go func() { a.RemoveRegistry("dc1"); record("removed"); close(removed) }()
+	select {
+	case <-removed: // the bug: RemoveRegistry returned while the accept runs
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	<-removed
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"accept returned", "removed"}; !slices.Equal(events, want) {
+		t.Errorf("events %v, want %v", events, want)
 	}
 }

@@ -129,6 +129,10 @@ func holds(services []model.Service, c *S6Change) bool {
 }
 
 func (s *s6Sink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
+}
+
+func (s *s6Sink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
 	now := time.Now()
 	s.mu.Lock()
 	s.last, s.lastAt = services, now
@@ -145,7 +149,7 @@ func (s *s6Sink) Replace(shard model.ShardKey, services []model.Service, rejecte
 		}
 	}
 	s.mu.Unlock()
-	s.next.Replace(shard, services, rejected)
+	s.next.ReplaceStatus(shard, services, rejected, st)
 }
 
 func (s *s6Sink) Report(shard model.ShardKey, st registries.Status) { s.next.Report(shard, st) }

@@ -67,11 +67,17 @@ type Gateway struct {
 	draining atomic.Bool
 	reloadMu sync.Mutex  // one Reload at a time
 	digests  digestCache // content digest of the served snapshot (digest.go)
+	gens     atomic.Uint64
 }
 
-// entry is a running clusters.yaml registry.
+// newEntry returns a new instance of entry r, without its runner.
+func (g *Gateway) newEntry(r Registry) *entry { return &entry{cfg: r, gen: g.gens.Add(1)} }
+
+// entry is a running clusters.yaml registry: one instance of an entry (a
+// reload that changes the entry makes a new one).
 type entry struct {
 	cfg    Registry
+	gen    uint64             // order of creation: a later instance has a higher one
 	runner *registries.Runner // nil: its block could not build a registry (Failed)
 	token  suture.ServiceToken
 	added  bool // token is valid: added to the root supervisor
@@ -133,7 +139,9 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 	for _, r := range cfg.Registries {
 		g.agg.AddRegistry(r.aggregateOptions())
 		g.restore(r)
-		g.dyn.entries[r.Name] = &entry{cfg: r, runner: g.newRunner(r, g.agg)}
+		e := g.newEntry(r)
+		e.runner = g.newRunner(e, g.agg)
+		g.dyn.entries[r.Name] = e
 	}
 	if err := g.registerMetrics(); err != nil {
 		return nil, err
@@ -151,6 +159,7 @@ func (g *Gateway) registerMetrics() error {
 	cs = append(cs, aggregate.Collectors()...)
 	cs = append(cs, xds.Collectors()...)
 	cs = append(cs, istioconfig.Collectors()...)
+	cs = append(cs, registries.Collectors()...)
 	cs = append(cs, registries.KindCollectors()...)
 	cs = append(cs, statestore.Collectors()...)
 	cs = append(cs, restartsCollector{g})
@@ -233,14 +242,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if g.traffic != nil {
 		sup.Add(trafficService{g.traffic, g.agg})
 	}
-	g.setSupervisor(sup)
-	defer g.setSupervisor(nil)
+	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
+	g.setSupervisor(sup, supCtx)
+	defer g.setSupervisor(nil, nil)
 	g.dyn.mu.Lock()
 	for _, e := range g.dyn.entries {
 		g.startLocked(e)
 	}
 	g.dyn.mu.Unlock()
-	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
 	supDone := sup.ServeBackground(supCtx)
 
 	adminDone := make(chan error, 1)
@@ -339,9 +348,10 @@ func (g *Gateway) config() *Config {
 	return g.dyn.cfg
 }
 
-// newRunner builds the registry of entry r publishing to sink, or reports
-// it Failed (nil) when its block cannot build one.
-func (g *Gateway) newRunner(r Registry, sink registries.Sink) *registries.Runner {
+// newRunner builds the registry of instance e publishing to sink, or
+// reports it Failed (nil) when its block cannot build one.
+func (g *Gateway) newRunner(e *entry, sink registries.Sink) *registries.Runner {
+	r := e.cfg
 	c := r.Common()
 	rlog := g.log.With("registry", r.Name, "kind", r.Kind)
 	reg, err := r.Block.New(c, rlog)
@@ -351,7 +361,7 @@ func (g *Gateway) newRunner(r Registry, sink registries.Sink) *registries.Runner
 		return nil
 	}
 	if lu, ok := reg.(registries.LauncherUser); ok {
-		lu.SetLauncher(g)
+		lu.SetLauncher(instanceLauncher{g, e})
 	}
 	return registries.NewRunner(c, reg, sink, rlog)
 }

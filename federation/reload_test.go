@@ -234,15 +234,7 @@ registries:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- g.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := runGateway(t, g)
 	stateFile := filepath.Join(dir, "state", "vms.json")
 	waitUntil(t, func() error {
 		if _, err := os.Stat(stateFile); err != nil {

@@ -35,6 +35,13 @@ type Sink interface {
 	// also means the registry is connected and current (Synced).
 	// The caller must not modify the slices afterwards.
 	Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
+	// ReplaceStatus is Replace with the registry's status in the same step.
+	// With status Synced it is Replace. With Degraded it sets the state the
+	// same way while the registry stays Degraded with status (its Err and
+	// Invalid as for Report): the registry publishes what it has while part
+	// of its backend is failing (one broken file of a directory), and never
+	// shows Synced in between. Other states count as Degraded.
+	ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, status Status)
 	// Report tells the health of the connection to the backend.
 	Report(shard model.ShardKey, status Status)
 }

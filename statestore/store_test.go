@@ -101,12 +101,7 @@ func TestOpenRemovesUnfinishedWrites(t *testing.T) {
 // added back; once revived, the new instance's states are saved.
 func TestDeleteWinsOverLateSave(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "state")
-	s, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, s)
+	s, dir := openRunning(t)
 	file := filepath.Join(dir, "vms.json")
 	shard := model.ShardKey{Kind: "file", Name: "vms"}
 	s.Save(shard, services(), nil)
@@ -143,12 +138,7 @@ func TestDeleteWinsOverLateSave(t *testing.T) {
 // removed (here: written back behind the store's back).
 func TestDeletedNameNotLoaded(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "state")
-	s, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, s)
+	s, dir := openRunning(t)
 	file := filepath.Join(dir, "vms.json")
 	s.Save(model.ShardKey{Kind: "file", Name: "vms"}, services(), nil)
 	waitFile(t, file, true)
@@ -164,4 +154,17 @@ func TestDeletedNameNotLoaded(t *testing.T) {
 	if _, ok, err := s.Load("vms", "file", time.Hour); ok || err != nil {
 		t.Fatalf("Load of a deleted name = %v, %v; want nothing", ok, err)
 	}
+}
+
+// openRunning opens a store in a new directory and serves it until the
+// test ends.
+func openRunning(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, s)
+	return s, dir
 }

@@ -64,7 +64,6 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-cleanhttp"
 
-	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
 
@@ -94,12 +93,11 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		ctx:      ctx,
 		r:        r,
 		client:   client,
-		sink:     sink,
-		shard:    r.common.Shard(),
 		q:        newQueue(),
 		catalog:  make(chan catalogEvent),
 		service:  make(chan serviceEvent),
 		services: map[string]*serviceState{},
+		pub:      registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { w.watchCatalog(ctx) })
@@ -191,12 +189,12 @@ type serviceEvent struct {
 	at      time.Time
 }
 
-// serviceState is one service as the loop sees it.
+// serviceState is one service as the loop sees it; its conversion is in
+// the Publisher.
 type serviceState struct {
 	e       *entry
 	fetched bool
 	failing bool
-	conv    converted
 }
 
 // watch is the state of one Run.
@@ -204,22 +202,15 @@ type watch struct {
 	ctx     context.Context // of the Run; entries derive theirs from it
 	r       *Registry
 	client  *api.Client
-	sink    registries.Sink
-	shard   model.ShardKey
 	q       *queue
 	catalog chan catalogEvent
 	service chan serviceEvent
 	active  atomic.Int64 // services watched, for the round-robin wait
 
 	// Owned by loop.
-	services       map[string]*serviceState
-	catalogOK      bool // the catalog answered since the last catalog error
-	published      bool // a Replace went out since the last error
-	degraded       bool
-	dirty          bool
-	firstChangeAt  time.Time // oldest change not yet published
-	everPublished  bool
-	lastReportText string
+	services  map[string]*serviceState
+	catalogOK bool // the catalog answered since the last catalog error
+	pub       *registries.Publisher[string]
 }
 
 func (w *watch) queryOptions(ctx context.Context, index uint64, wait time.Duration) *api.QueryOptions {
@@ -385,7 +376,7 @@ func (w *watch) loop(ctx context.Context) error {
 func (w *watch) onCatalog(ev catalogEvent) error {
 	if ev.err != nil {
 		var se api.StatusError
-		if !w.everPublished && errors.As(ev.err, &se) && se.Code == http.StatusForbidden {
+		if !w.pub.Published() && errors.As(ev.err, &se) && se.Code == http.StatusForbidden {
 			// Bad credentials before the first sync: restarting will not help.
 			return registries.Permanent(fmt.Errorf("consul catalog: %w", ev.err))
 		}
@@ -404,7 +395,9 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 		if !want[name] {
 			st.e.cancel()
 			delete(w.services, name)
-			w.changed(ev.at)
+			if w.pub.Delete(name) {
+				w.pub.Changed(ev.at)
+			}
 		}
 	}
 	for name := range want {
@@ -444,34 +437,19 @@ func (w *watch) onService(ev serviceEvent) {
 	}
 	st.failing = false
 	st.fetched = true
-	st.conv = convert(w.r.common, w.r.cfg.Datacenter, ev.e.name, ev.entries)
-	w.changed(ev.at)
-}
-
-func (w *watch) changed(at time.Time) {
-	if !w.dirty {
-		w.firstChangeAt = at
+	if w.pub.Set(ev.e.name, convert(w.r.common, w.r.cfg.Datacenter, ev.e.name, ev.entries)) {
+		w.pub.Changed(ev.at)
 	}
-	w.dirty = true
 }
 
 func (w *watch) degrade(what string, err error) {
-	w.published = false
-	msg := fmt.Sprintf("consul %s: %v", what, err)
-	if w.degraded && msg == w.lastReportText {
-		return
-	}
-	if !w.degraded {
-		w.r.log.Warn("consul unreachable, keeping the last state", "query", what, "error", err)
-	}
-	w.degraded, w.lastReportText = true, msg
-	w.sink.Report(w.shard, registries.Status{State: registries.Degraded, Err: msg})
+	w.pub.Report(registries.Status{State: registries.Degraded, Err: fmt.Sprintf("consul %s: %v", what, err)})
 }
 
 // maybePublish publishes the full state when it changed (or an outage
 // ended) and every watched service has answered: never a partial list.
 func (w *watch) maybePublish() {
-	if !w.catalogOK || (!w.dirty && w.published) {
+	if !w.catalogOK {
 		return
 	}
 	for _, st := range w.services {
@@ -479,29 +457,7 @@ func (w *watch) maybePublish() {
 			return
 		}
 	}
-	names := make([]string, 0, len(w.services))
-	for name := range w.services {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	services := make([]model.Service, 0, len(names))
-	var rejected []model.Rejection
-	for _, name := range names {
-		c := w.services[name].conv
-		if c.ok {
-			services = append(services, c.svc)
-		}
-		rejected = append(rejected, c.rejected...)
-	}
-	w.sink.Replace(w.shard, services, rejected)
-	if w.dirty {
-		w.r.m.ingest.Observe(time.Since(w.firstChangeAt).Seconds())
-	}
-	if w.degraded {
-		w.r.log.Info("consul reachable again, state resynced", "services", len(services))
-	}
-	w.dirty, w.published, w.degraded, w.everPublished = false, true, false, true
-	w.lastReportText = ""
+	w.pub.Flush(registries.Status{State: registries.Synced})
 }
 
 // queue hands watched services to workers, first in first out.

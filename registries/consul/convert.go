@@ -26,21 +26,14 @@ const (
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-// converted is one Consul service turned into model terms.
-type converted struct {
-	svc      model.Service
-	ok       bool // false: no valid instance, publish no service
-	rejected []model.Rejection
-}
-
 // convert turns the health entries of one Consul service into a service;
 // dc is the configured datacenter, used when a node does not name its own.
 // Malformed instances are rejected one by one; the rest are kept.
-func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) converted {
-	var out converted
+func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) registries.Converted {
+	var out registries.Converted
 	host := strings.ToLower(name) + "." + c.Domain
 	reject := func(subject, format string, args ...any) {
-		out.rejected = append(out.rejected, model.Rejection{
+		out.Rejected = append(out.Rejected, model.Rejection{
 			Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...),
 		})
 	}
@@ -132,7 +125,7 @@ func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) 
 		svc.Endpoints = append(svc.Endpoints, i.ep)
 	}
 	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int { return strings.Compare(a.Origin, b.Origin) })
-	out.svc, out.ok = svc, true
+	out.Services = []model.Service{svc}
 	return out
 }
 

@@ -92,11 +92,11 @@ func TestConvert(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got := convert(common, "", tc.service, tc.entries)
-			if got.ok != tc.wantOK {
-				t.Fatalf("ok = %v, want %v (rejected %v)", got.ok, tc.wantOK, got.rejected)
+			if got.OK() != tc.wantOK {
+				t.Fatalf("ok = %v, want %v (rejected %v)", got.OK(), tc.wantOK, got.Rejected)
 			}
 			var subjects []string
-			for _, r := range got.rejected {
+			for _, r := range got.Rejected {
 				subjects = append(subjects, r.Subject)
 				if r.Registry != "dc1" || r.Reason == "" {
 					t.Errorf("rejection %+v lacks registry or reason", r)
@@ -108,17 +108,17 @@ func TestConvert(t *testing.T) {
 			if !tc.wantOK {
 				return
 			}
-			if got.svc.Hostname != "orders.dc1.consul" && got.svc.Hostname != tc.service+".dc1.consul" {
-				t.Errorf("hostname = %q", got.svc.Hostname)
+			if got.Service().Hostname != "orders.dc1.consul" && got.Service().Hostname != tc.service+".dc1.consul" {
+				t.Errorf("hostname = %q", got.Service().Hostname)
 			}
-			if len(got.svc.Ports) != 1 || got.svc.Ports[0] != tc.wantPort {
-				t.Errorf("ports = %+v, want %+v", got.svc.Ports, tc.wantPort)
+			if len(got.Service().Ports) != 1 || got.Service().Ports[0] != tc.wantPort {
+				t.Errorf("ports = %+v, want %+v", got.Service().Ports, tc.wantPort)
 			}
-			if got.svc.Resolution != tc.wantRes {
-				t.Errorf("resolution = %v, want %v", got.svc.Resolution, tc.wantRes)
+			if got.Service().Resolution != tc.wantRes {
+				t.Errorf("resolution = %v, want %v", got.Service().Resolution, tc.wantRes)
 			}
-			if !reflect.DeepEqual(got.svc.Endpoints, tc.wantEps) {
-				t.Errorf("endpoints:\n got %+v\nwant %+v", got.svc.Endpoints, tc.wantEps)
+			if !reflect.DeepEqual(got.Service().Endpoints, tc.wantEps) {
+				t.Errorf("endpoints:\n got %+v\nwant %+v", got.Service().Endpoints, tc.wantEps)
 			}
 		})
 	}

@@ -31,9 +31,9 @@ func FuzzConsulCatalog(f *testing.F) {
 		}
 		c := convert(common, "dc1", name, entries)
 		var services []model.Service
-		if c.ok {
-			services = append(services, c.svc)
+		if c.OK() {
+			services = append(services, c.Service())
 		}
-		registrytest.CheckServable(t, common, services, c.rejected)
+		registrytest.CheckServable(t, common, services, c.Rejected)
 	})
 }

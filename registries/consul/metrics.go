@@ -21,11 +21,6 @@ var (
 		Name: "meshfed_consul_query_errors_total",
 		Help: "Consul queries that failed.",
 	}, []string{"registry", "query"})
-	ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "meshfed_consul_ingest_latency_seconds",
-		Help:    "Time from a Consul query returning a change to the full state being handed to the sink.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-	}, []string{"registry"})
 	watchedServices = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshfed_consul_watched_services",
 		Help: "Consul services a registry watches.",
@@ -35,7 +30,7 @@ var (
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{inFlight, queries, queryErrors, ingestLatency, watchedServices}
+	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices}
 }
 
 // metrics are the collectors curried with one registry's name.
@@ -44,7 +39,6 @@ type metrics struct {
 	catalogChanged, catalogSame prometheus.Counter
 	healthChanged, healthSame   prometheus.Counter
 	catalogErrors, healthErrors prometheus.Counter
-	ingest                      prometheus.Observer
 	watched                     prometheus.Gauge
 }
 
@@ -57,7 +51,6 @@ func newMetrics(registry string) metrics {
 		healthSame:     queries.WithLabelValues(registry, queryHealth, "false"),
 		catalogErrors:  queryErrors.WithLabelValues(registry, queryCatalog),
 		healthErrors:   queryErrors.WithLabelValues(registry, queryHealth),
-		ingest:         ingestLatency.WithLabelValues(registry),
 		watched:        watchedServices.WithLabelValues(registry),
 	}
 }

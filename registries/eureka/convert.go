@@ -38,13 +38,6 @@ var (
 	dnsName  = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
 )
 
-// converted is one Eureka app turned into model terms.
-type converted struct {
-	svc      model.Service
-	ok       bool // false: no valid instance, publish no service
-	rejected []model.Rejection
-}
-
 // portSet says which of an instance's ports are enabled and valid.
 type portSet uint8
 
@@ -56,12 +49,12 @@ const (
 // convertApp turns the instances of one Eureka app into a service named
 // <app-lowercased>.<domain>. Malformed instances are rejected one by one;
 // the rest are kept. It does not modify insts.
-func convertApp(c registries.Common, cfg *Config, app string, insts []*instance) converted {
-	var out converted
+func convertApp(c registries.Common, cfg *Config, app string, insts []*instance) registries.Converted {
+	var out registries.Converted
 	name := strings.ToLower(app)
 	host := name + "." + c.Domain
 	reject := func(subject, format string, args ...any) {
-		out.rejected = append(out.rejected, model.Rejection{
+		out.Rejected = append(out.Rejected, model.Rejection{
 			Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...),
 		})
 	}
@@ -230,7 +223,7 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 		return out
 	}
 	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int { return strings.Compare(a.Origin, b.Origin) })
-	out.svc, out.ok = svc, true
+	out.Services = []model.Service{svc}
 	return out
 }
 

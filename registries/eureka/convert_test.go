@@ -24,7 +24,7 @@ func fixtureWatch(t *testing.T, cfg Config) *watch {
 		t.Fatal(err)
 	}
 	r := &Registry{cfg: cfg, common: registries.Common{Name: "legacy", Kind: "eureka", Domain: "eureka"}}
-	return &watch{r: r, apps: map[string]map[string]*instance{}, conv: map[string]converted{}}
+	return newWatch(r, registrytest.NewSink())
 }
 
 func readPayload(t *testing.T, name string) *payload {
@@ -40,17 +40,7 @@ func readPayload(t *testing.T, name string) *payload {
 	return p
 }
 
-func (w *watch) state() ([]model.Service, []model.Rejection) {
-	var services []model.Service
-	var rejected []model.Rejection
-	for _, c := range w.conv {
-		if c.ok {
-			services = append(services, c.svc)
-		}
-		rejected = append(rejected, c.rejected...)
-	}
-	return services, rejected
-}
+func (w *watch) state() ([]model.Service, []model.Rejection) { return w.pub.State() }
 
 func src() model.Source { return model.Source{Registry: "legacy", Cluster: "legacy"} }
 
@@ -408,17 +398,17 @@ func TestConvertRules(t *testing.T) {
 			cfg.ApplyDefaults()
 			c := convertApp(common, &cfg, tc.app, tc.insts)
 			var ports, eps, rej []string
-			for _, p := range c.svc.Ports {
+			for _, p := range c.Service().Ports {
 				ports = append(ports, p.Name+":"+itoa(p.Number)+":"+string(p.Protocol))
 			}
-			for _, e := range c.svc.Endpoints {
+			for _, e := range c.Service().Endpoints {
 				s := e.Address
 				for _, k := range slices.Sorted(maps.Keys(e.Ports)) {
 					s += ":" + k + "=" + itoa(e.Ports[k])
 				}
 				eps = append(eps, s+"/"+e.Health.String())
 			}
-			for _, r := range c.rejected {
+			for _, r := range c.Rejected {
 				rej = append(rej, r.Subject+": "+r.Reason)
 			}
 			if got := strings.Join(ports, " "); got != tc.wantPorts {
@@ -430,11 +420,11 @@ func TestConvertRules(t *testing.T) {
 			if got := strings.Join(rej, "; "); got != tc.wantRejected {
 				t.Errorf("rejected %q, want %q", got, tc.wantRejected)
 			}
-			if c.ok && c.svc.Resolution != tc.wantRes {
-				t.Errorf("resolution %v, want %v", c.svc.Resolution, tc.wantRes)
+			if c.OK() && c.Service().Resolution != tc.wantRes {
+				t.Errorf("resolution %v, want %v", c.Service().Resolution, tc.wantRes)
 			}
-			if c.ok {
-				for _, e := range c.svc.Endpoints {
+			if c.OK() {
+				for _, e := range c.Service().Endpoints {
 					if e.Locality.Region != "def" {
 						t.Errorf("endpoint %s locality %v, want the registry default", e.Address, e.Locality)
 					}

@@ -46,13 +46,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
 
@@ -81,14 +79,8 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2
 	defer tr.CloseIdleConnections()
-	w := &watch{
-		r:     r,
-		sink:  sink,
-		shard: r.common.Shard(),
-		http:  &http.Client{Transport: tr, Timeout: r.cfg.Timeout.Std()},
-		apps:  map[string]map[string]*instance{},
-		conv:  map[string]converted{},
-	}
+	w := newWatch(r, sink)
+	w.http = &http.Client{Transport: tr, Timeout: r.cfg.Timeout.Std()}
 	defer r.m.instances.Set(0)
 	b := &registries.Backoff{Initial: min(time.Second, r.cfg.PollInterval.Std()), Max: r.cfg.PollInterval.Std()}
 	needFull := true
@@ -123,25 +115,27 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 
 // watch is the state of one Run.
 type watch struct {
-	r     *Registry
-	sink  registries.Sink
-	shard model.ShardKey
-	http  *http.Client
+	r    *Registry
+	http *http.Client
 
 	current int // index of the endpoint that answered last
 
 	// apps is the merged raw state: app name (upper case, as Eureka keys
 	// it) → instance id → instance. It is what the hashcode is computed on.
 	apps map[string]map[string]*instance
-	// conv is each app's converted form, recomputed only for apps a fetch
-	// touched.
-	conv map[string]converted
+	// pub holds each app's converted form, recomputed only for apps a
+	// fetch touched, and publishes them.
+	pub *registries.Publisher[string]
 
-	noDelta       bool // the server refuses deltas: full fetches only
-	published     bool // a Replace went out since the last error
-	everPublished bool
-	degraded      bool
-	lastErr       string
+	noDelta bool // the server refuses deltas: full fetches only
+}
+
+func newWatch(r *Registry, sink registries.Sink) *watch {
+	return &watch{
+		r:    r,
+		apps: map[string]map[string]*instance{},
+		pub:  registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
+	}
 }
 
 // full fetches /apps and replaces the state with it.
@@ -150,7 +144,7 @@ func (w *watch) full(ctx context.Context) error {
 	if err != nil {
 		w.r.m.fullErr.Inc()
 		var se *statusError
-		if !w.everPublished && errors.As(err, &se) && se.auth {
+		if !w.pub.Published() && errors.As(err, &se) && se.auth {
 			// Refused credentials before the first sync: restarting will
 			// not help.
 			return registries.Permanent(fmt.Errorf("eureka full fetch: %w", err))
@@ -216,13 +210,7 @@ func (w *watch) applyFull(p *payload) bool {
 			m[in.id()] = in
 		}
 	}
-	changed := false
-	for key := range w.conv {
-		if _, ok := apps[key]; !ok {
-			delete(w.conv, key)
-			changed = true
-		}
-	}
+	changed := w.pub.Retain(func(key string) bool { _, ok := apps[key]; return ok })
 	w.apps = apps
 	for key := range apps {
 		if w.reconvert(key) {
@@ -264,20 +252,16 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 // reconvert converts one app again and reports whether its converted form
 // changed.
 func (w *watch) reconvert(key string) bool {
-	old, had := w.conv[key]
 	m := w.apps[key]
 	if len(m) == 0 {
-		delete(w.conv, key)
-		return had
+		return w.pub.Delete(key)
 	}
 	ids := slices.Sorted(maps.Keys(m))
 	insts := make([]*instance, 0, len(ids))
 	for _, id := range ids {
 		insts = append(insts, m[id])
 	}
-	c := convertApp(w.r.common, &w.r.cfg, key, insts)
-	w.conv[key] = c
-	return !had || !reflect.DeepEqual(old, c)
+	return w.pub.Set(key, convertApp(w.r.common, &w.r.cfg, key, insts))
 }
 
 // hashcode is Eureka's reconcile hashcode of a state: for each status, in
@@ -307,42 +291,14 @@ func (w *watch) publish(changed bool, at time.Time) {
 		n += len(m)
 	}
 	w.r.m.instances.Set(float64(n))
-	if !changed && w.published {
-		return
-	}
-	keys := slices.Sorted(maps.Keys(w.conv))
-	services := make([]model.Service, 0, len(keys))
-	var rejected []model.Rejection
-	for _, key := range keys {
-		c := w.conv[key]
-		if c.ok {
-			services = append(services, c.svc)
-		}
-		rejected = append(rejected, c.rejected...)
-	}
-	// Converted services are shared with w.conv, which never modifies
-	// them: a new conversion builds new values.
-	w.sink.Replace(w.shard, services, rejected)
 	if changed {
-		w.r.m.ingest.Observe(time.Since(at).Seconds())
+		w.pub.Changed(at)
 	}
-	if w.degraded {
-		w.r.log.Info("eureka reachable again, state resynced", "services", len(services))
-	}
-	w.published, w.everPublished, w.degraded, w.lastErr = true, true, false, ""
+	w.pub.Flush(registries.Status{State: registries.Synced})
 }
 
 func (w *watch) degrade(err error) {
-	w.published = false
-	msg := err.Error()
-	if w.degraded && msg == w.lastErr {
-		return
-	}
-	if !w.degraded {
-		w.r.log.Warn("eureka unreachable, keeping the last state", "error", msg)
-	}
-	w.degraded, w.lastErr = true, msg
-	w.sink.Report(w.shard, registries.Status{State: registries.Degraded, Err: msg})
+	w.pub.Report(registries.Status{State: registries.Degraded, Err: err.Error()})
 }
 
 // statusError is an answer with a non-2xx status.

@@ -21,11 +21,6 @@ var (
 		Name: "meshfed_eureka_url_failovers_total",
 		Help: "Requests that failed on one Eureka URL and moved on to the next.",
 	}, []string{"registry"})
-	ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "meshfed_eureka_ingest_latency_seconds",
-		Help:    "Time from a Eureka fetch returning a change to the full state being handed to the sink.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-	}, []string{"registry"})
 	instances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshfed_eureka_instances",
 		Help: "Eureka instances in a registry's merged state, malformed ones included.",
@@ -35,7 +30,7 @@ var (
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{fetches, hashMismatches, failovers, ingestLatency, instances}
+	return []prometheus.Collector{fetches, hashMismatches, failovers, instances}
 }
 
 // metrics are the collectors curried with one registry's name.
@@ -43,7 +38,6 @@ type metrics struct {
 	fullOK, fullErr, deltaOK, deltaErr prometheus.Counter
 	mismatches                         prometheus.Counter
 	failovers                          prometheus.Counter
-	ingest                             prometheus.Observer
 	instances                          prometheus.Gauge
 }
 
@@ -55,7 +49,6 @@ func newMetrics(registry string) metrics {
 		deltaErr:   fetches.WithLabelValues(registry, fetchDelta, "error"),
 		mismatches: hashMismatches.WithLabelValues(registry),
 		failovers:  failovers.WithLabelValues(registry),
-		ingest:     ingestLatency.WithLabelValues(registry),
 		instances:  instances.WithLabelValues(registry),
 	}
 }

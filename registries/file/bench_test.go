@@ -93,6 +93,9 @@ type discardSink struct{ replaces int }
 
 func (s *discardSink) Replace(model.ShardKey, []model.Service, []model.Rejection) { s.replaces++ }
 func (s *discardSink) Report(model.ShardKey, registries.Status)                   {}
+func (s *discardSink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, _ registries.Status) {
+	s.Replace(shard, services, rejected)
+}
 
 // BenchmarkEdit is the CPU cost of one edit of one endpoint in a registry
 // of 1,000 services × 10 endpoints: the file is rewritten with one
@@ -124,7 +127,7 @@ func BenchmarkEdit(b *testing.B) {
 			defer w.Close()
 			r := reg.(*Registry)
 			sink := &discardSink{}
-			s := &runState{Registry: r, sink: sink, files: map[string]*fileState{}, watch: newWatchSet(w, r.patterns, r.log)}
+			s := newRunState(r, sink, w)
 			s.reload(true)
 			edited := filepath.Join(dir, "team-000.yaml")
 			// Flip the first endpoint's address between two values.

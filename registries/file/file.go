@@ -129,8 +129,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	}
 	defer w.Close()
 
-	s := &runState{Registry: r, sink: sink, files: map[string]*fileState{}, watch: newWatchSet(w, r.patterns, r.log),
-		conf: newConfirmation(r.confirm)}
+	s := newRunState(r, sink, w)
 	defer s.conf.timer.Stop()
 	s.reload(true)
 
@@ -146,8 +145,10 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		if inPlace && deb.Quiet < r.settle {
 			deb.Quiet, deb.MaxWait = r.settle, max(settleMax, r.settle)
 		}
-		deb.Add(time.Now())
-		_, d := deb.Next(time.Now())
+		now := time.Now()
+		deb.Add(now)
+		s.pub.Changed(now)
+		_, d := deb.Next(now)
 		timer.Reset(d)
 	}
 	read := func(full bool) {
@@ -196,8 +197,8 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 			if !deb.Pending() {
 				read(true)
 			}
-			if s.conf.due(seq, deb.Pending(), s.lastErr != "") {
-				services, rejected := s.merge()
+			if s.conf.due(seq, deb.Pending(), s.pub.Status().State != registries.Synced) {
+				services, rejected := s.pub.State()
 				s.log.Info("services files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
 					"services", len(services), "endpoints", s.conf.endpoints)
 				s.sink.Replace(s.common.Shard(), services, rejected)
@@ -220,13 +221,23 @@ type fileState struct {
 // runState is what one Run remembers between reads.
 type runState struct {
 	*Registry
-	sink      registries.Sink
-	conf      *confirmation
-	watch     *watchSet
-	files     map[string]*fileState
-	paths     []string // matched at the last read, sorted
-	published bool     // Replace was called in this Run
-	lastErr   string   // errors of the last read; "" after a good read
+	// pub holds each good file's services by path and publishes their
+	// merge.
+	pub   *registries.Publisher[string]
+	sink  registries.Sink // for the hold-down confirmation's re-send
+	conf  *confirmation
+	watch *watchSet
+	files map[string]*fileState
+	paths []string // matched at the last read, sorted
+}
+
+func newRunState(r *Registry, sink registries.Sink, w *fsnotify.Watcher) *runState {
+	s := &runState{Registry: r, sink: sink, files: map[string]*fileState{}, watch: newWatchSet(w, r.patterns, r.log),
+		conf: newConfirmation(r.confirm)}
+	s.pub = registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{
+		Compare: strings.Compare, Assemble: s.merge,
+	})
+	return s
 }
 
 var hashSeed = maphash.MakeSeed()
@@ -239,7 +250,7 @@ func (s *runState) reload(full bool) bool {
 	paths, keep, patErrs := s.match()
 	// Watch before reading, so that a change made after a read is seen.
 	s.watch.refresh(paths)
-	settled, changed := true, !slices.Equal(paths, s.paths)
+	settled := true
 	s.paths = paths
 	for _, p := range paths {
 		st := s.files[p]
@@ -247,14 +258,16 @@ func (s *runState) reload(full bool) bool {
 			st = &fileState{}
 			s.files[p] = st
 		}
-		c, ok := s.readOne(p, st, full)
+		changed, ok := s.readOne(p, st, full)
 		settled = settled && ok
-		changed = changed || c
+		if changed {
+			s.pub.Put(p, registries.Converted{Services: st.services})
+		}
 	}
-	for p, st := range s.files {
+	for p := range s.files {
 		if !slices.Contains(paths, p) && !keep(p) {
 			delete(s.files, p)
-			changed = changed || st.good
+			s.pub.Delete(p)
 		}
 	}
 
@@ -268,33 +281,32 @@ func (s *runState) reload(full bool) bool {
 		}
 	}
 	errs = append(patErrs, errs...)
-	msg := errors.Join(errs...)
-	shard := s.common.Shard()
-	replaced := false
-	if (changed || !s.published || msg == nil && s.lastErr != "") && (anyGood || msg == nil) {
-		services, rejected := s.merge()
-		s.log.Info("services files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
-		s.published, replaced = true, true
-		s.sink.Replace(shard, services, rejected)
-		s.conf.published(services)
-	}
-	if msg == nil {
-		s.lastErr = ""
-		return settled
-	}
-	if text := msg.Error(); text != s.lastErr || replaced {
-		s.lastErr = text
+	status := registries.Status{State: registries.Synced}
+	if msg := errors.Join(errs...); msg != nil {
 		// A file that exists but does not parse is invalid data, not an
 		// outage; a missing or unreadable one is an outage.
-		invalid := true
+		status = registries.Status{State: registries.Degraded, Err: msg.Error(), Invalid: true}
 		for _, e := range errs {
 			var pathErr *fs.PathError
 			if errors.As(e, &pathErr) {
-				invalid = false
+				status.Invalid = false
 			}
 		}
-		s.log.Warn("services file rejected; keeping its last good state", "error", text, "invalid", invalid)
-		s.sink.Report(shard, registries.Status{State: registries.Degraded, Err: text, Invalid: invalid})
+		if status != s.pub.Status() {
+			s.log.Warn("services file rejected; keeping its last good state", "error", status.Err, "invalid", status.Invalid)
+		}
+	}
+	// While some files are broken the others' changes are still published,
+	// with the Degraded status in the same step (no Synced in between).
+	// With no good file at all there is nothing to publish yet.
+	if anyGood || status.State == registries.Synced {
+		if s.pub.Flush(status) {
+			services, _ := s.pub.State()
+			s.log.Info("services files loaded", "files", len(paths), "services", len(services))
+			s.conf.published(services)
+		}
+	} else {
+		s.pub.Report(status)
 	}
 	return settled
 }
@@ -310,23 +322,22 @@ func (s *runState) merged() []string {
 	return out
 }
 
-// merge returns the services of every file in path order, a service
-// declared again in a later file rejected.
-func (s *runState) merge() ([]model.Service, []model.Rejection) {
+// merge assembles the shard's state from every good file's services in
+// path order, a service declared again in a later file rejected.
+func (s *runState) merge(files []registries.Entry[string]) ([]model.Service, []model.Rejection) {
 	services := []model.Service{}
 	var rejected []model.Rejection
 	first := map[string]string{} // hostname → file
-	for _, p := range s.merged() {
-		st := s.files[p]
-		for _, svc := range st.services {
-			if f, dup := first[svc.Hostname]; dup {
+	for _, f := range files {
+		for _, svc := range f.Services {
+			if other, dup := first[svc.Hostname]; dup {
 				rejected = append(rejected, model.Rejection{
-					Registry: s.common.Name, Host: svc.Hostname, Subject: "service in " + p,
-					Reason: "also declared in " + f + ", which is served (the first file in path order wins)",
+					Registry: s.common.Name, Host: svc.Hostname, Subject: "service in " + f.Key,
+					Reason: "also declared in " + other + ", which is served (the first file in path order wins)",
 				})
 				continue
 			}
-			first[svc.Hostname] = p
+			first[svc.Hostname] = f.Key
 			services = append(services, svc)
 		}
 	}

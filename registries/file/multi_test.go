@@ -180,14 +180,20 @@ func TestBrokenFileAmongGoodOnes(t *testing.T) {
 	if !st.Status.Invalid || st.Status.Err != brokenErr {
 		t.Errorf("status = %+v, want Invalid with exactly %q", st.Status, brokenErr)
 	}
-	// The good file still updates; the broken one keeps its last good services.
+	brokenAt := len(st.History)
+	// The good file still updates; the broken one keeps its last good
+	// services. The update is published with the Degraded status in the
+	// same step: the shard never shows Synced while the file is broken.
 	replace(t, good, svcYAML("10.0.0.3", "alpha"))
-	// (Each Replace marks the shard Synced; the Report that follows it at
-	// once marks it Degraded again.)
-	sink.WaitFor(t, wait, func(s registrytest.State) bool {
+	st = sink.WaitFor(t, wait, func(s registrytest.State) bool {
 		return strings.Join(addresses(s), ",") == "10.0.0.3,10.0.0.2" &&
 			s.Status.State == registries.Degraded && s.Status.Err == brokenErr
 	})
+	for i, h := range st.History[brokenAt:] {
+		if h.State != registries.Degraded || h.Err != brokenErr || !h.Invalid {
+			t.Errorf("status #%d after the break = %+v, want Degraded (invalid) with %q throughout", brokenAt+i, h, brokenErr)
+		}
+	}
 	// Fixing the broken file clears the error.
 	replace(t, bad, servicesYAML("10.0.0.4"))
 	sink.WaitFor(t, wait, func(s registrytest.State) bool {

@@ -222,13 +222,6 @@ type svcKey struct{ ns, name string }
 
 func (k svcKey) String() string { return k.ns + "/" + k.name }
 
-// converted is one Service as last computed.
-type converted struct {
-	svc      model.Service
-	ok       bool
-	rejected []model.Rejection
-}
-
 // scope holds the namespaced informers of one namespace ("" = all).
 type scope struct {
 	services, slices, pods cache.SharedIndexInformer
@@ -250,11 +243,10 @@ type clusterWatch struct {
 	queue      *workqueue.Typed[svcKey]
 	health     *health
 
-	mu           sync.Mutex
-	state        map[svcKey]converted
-	eventAt      map[svcKey]time.Time // first unprocessed event per key
-	pendingSince time.Time            // first event not yet published
-	dirty        chan struct{}        // capacity 1: state changed
+	pub     *registries.Publisher[svcKey] // each Service as last computed
+	mu      sync.Mutex
+	eventAt map[svcKey]time.Time // first unprocessed event per key
+	dirty   chan struct{}        // capacity 1: state changed
 }
 
 func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *clusterWatch {
@@ -265,7 +257,6 @@ func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *cluster
 		log:     r.log,
 		scopes:  map[string]*scope{},
 		queue:   workqueue.NewTyped[svcKey](),
-		state:   map[svcKey]converted{},
 		eventAt: map[svcKey]time.Time{},
 		dirty:   make(chan struct{}, 1),
 	}
@@ -661,14 +652,14 @@ func (w *clusterWatch) namespaceSelected(ns string) bool {
 }
 
 // compute converts one service from the caches.
-func (w *clusterWatch) compute(k svcKey) converted {
+func (w *clusterWatch) compute(k svcKey) registries.Converted {
 	sc := w.scopeFor(k.ns)
 	if sc == nil || !w.namespaceSelected(k.ns) {
-		return converted{}
+		return registries.Converted{}
 	}
 	obj, ok, err := sc.services.GetIndexer().GetByKey(k.String())
 	if err != nil || !ok {
-		return converted{}
+		return registries.Converted{}
 	}
 	objs, _ := sc.slices.GetIndexer().ByIndex(idxService, k.String())
 	eps := make([]*discoveryv1.EndpointSlice, 0, len(objs))
@@ -676,30 +667,21 @@ func (w *clusterWatch) compute(k svcKey) converted {
 		eps = append(eps, o.(*discoveryv1.EndpointSlice))
 	}
 	svc, rejected, ok := convertService(w.ci, obj.(*corev1.Service), eps, w)
-	return converted{svc: svc, ok: ok, rejected: rejected}
+	return registries.One(svc, ok, rejected)
 }
 
-// update recomputes k and reports whether its state changed.
+// update recomputes k and, when its conversion changed, tells the loop.
 func (w *clusterWatch) update(k svcKey) {
 	c := w.compute(k)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	at := w.eventAt[k]
 	delete(w.eventAt, k)
-	old, had := w.state[k]
-	empty := !c.ok && len(c.rejected) == 0
-	switch {
-	case empty && !had:
+	w.mu.Unlock()
+	if !w.pub.Set(k, c) {
 		return
-	case empty:
-		delete(w.state, k)
-	case had && reflect.DeepEqual(old, c):
-		return
-	default:
-		w.state[k] = c
 	}
-	if !at.IsZero() && (w.pendingSince.IsZero() || at.Before(w.pendingSince)) {
-		w.pendingSince = at
+	if !at.IsZero() {
+		w.pub.Changed(at)
 	}
 	select {
 	case w.dirty <- struct{}{}:
@@ -718,36 +700,42 @@ func (w *clusterWatch) worker() {
 	}
 }
 
-// publish hands the full state to the sink.
-func (w *clusterWatch) publish(sink registries.Sink) {
-	w.mu.Lock()
-	keys := make([]svcKey, 0, len(w.state))
-	for k := range w.state {
-		keys = append(keys, k)
+// status is the connection's health as the sink should hear it.
+func (w *clusterWatch) status() registries.Status {
+	if msg := w.health.err(); msg != "" {
+		return registries.Status{State: registries.Degraded, Err: msg}
 	}
-	slices.SortFunc(keys, func(a, b svcKey) int { return strings.Compare(a.String(), b.String()) })
-	services := make([]model.Service, 0, len(keys))
-	var rejected []model.Rejection
-	for _, k := range keys {
-		c := w.state[k]
-		if c.ok {
-			services = append(services, c.svc)
-		}
-		rejected = append(rejected, c.rejected...)
-	}
-	since := w.pendingSince
-	w.pendingSince = time.Time{}
-	w.mu.Unlock()
-	sink.Replace(w.r.common.Shard(), services, rejected)
-	if !since.IsZero() {
-		w.r.m.ingest.Observe(time.Since(since).Seconds())
+	return registries.Status{State: registries.Synced}
+}
+
+// publish hands the full state to the sink if it changed, with the
+// connection's health: while a call fails it stays Degraded.
+func (w *clusterWatch) publish() {
+	w.pub.Flush(w.status())
+	w.setSynced()
+}
+
+// report tells the sink the connection's health (Synced only once the
+// first state was published).
+func (w *clusterWatch) report() {
+	w.pub.Report(w.status())
+	w.setSynced()
+}
+
+func (w *clusterWatch) setSynced() {
+	if w.pub.Published() && w.pub.Status().State == registries.Synced {
+		w.r.m.synced.Set(1)
+	} else {
+		w.r.m.synced.Set(0)
 	}
 }
 
 // run starts the informers, publishes once they synced and after every
 // change, and reports the connection's health until ctx ends.
 func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
-	shard := w.r.common.Shard()
+	w.pub = registries.NewPublisher(w.r.common, sink, w.log, registries.PublisherOptions[svcKey]{
+		Compare: func(a, b svcKey) int { return strings.Compare(a.String(), b.String()) },
+	})
 	if err := w.setup(); err != nil {
 		return registries.Permanent(err)
 	}
@@ -763,35 +751,14 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
 
-	synced := false
-	var lastErr string
-	report := func() {
-		msg := w.health.err()
-		switch {
-		case msg != "" && msg != lastErr:
-			if lastErr == "" || lastErr == "-" {
-				w.log.Warn("kubernetes API unreachable or failing; keeping the last state", "error", msg)
-			} else {
-				w.log.Debug("kubernetes API still failing", "error", msg)
-			}
-			w.r.m.synced.Set(0)
-			sink.Report(shard, registries.Status{State: registries.Degraded, Err: msg})
-		case msg == "" && lastErr != "" && synced:
-			w.log.Info("kubernetes API answers again")
-			w.r.m.synced.Set(1)
-			sink.Report(shard, registries.Status{State: registries.Synced})
-		}
-		lastErr = msg
-	}
-
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for !synced {
+	for synced := false; !synced; {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-w.health.changed():
-			report()
+			w.report()
 		case <-tick.C:
 			synced = w.hasSynced()
 		}
@@ -809,10 +776,8 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 	case <-w.dirty:
 	default:
 	}
-	w.publish(sink)
-	w.log.Info("kubernetes cluster synced", "services", len(w.state))
-	lastErr = "-" // force a Synced/Degraded decision below
-	report()
+	w.publish()
+	w.log.Info("kubernetes cluster synced", "services", w.pub.Len())
 	for range workers {
 		wg.Go(w.worker)
 	}
@@ -821,9 +786,9 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-w.dirty:
-			w.publish(sink)
+			w.publish()
 		case <-w.health.changed():
-			report()
+			w.report()
 		}
 	}
 }

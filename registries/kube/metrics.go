@@ -1,6 +1,10 @@
 package kube
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/registries"
+)
 
 // Resources, the bounded "resource" label.
 const (
@@ -32,11 +36,6 @@ var (
 		Name: "meshfed_kube_cluster_synced",
 		Help: "1 while a cluster registry's informers are synced and its API server answers, else 0.",
 	}, []string{"registry"})
-	ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "meshfed_kube_ingest_latency_seconds",
-		Help:    "Time from an informer event to the full state that includes it being handed to the sink.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-	}, []string{"registry"})
 	remoteClusters = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshfed_kube_remote_clusters",
 		Help: "Remote cluster registries a registry with secretDiscovery runs.",
@@ -46,14 +45,13 @@ var (
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{informerEvents, watchErrors, clusterSynced, ingestLatency, remoteClusters}
+	return []prometheus.Collector{informerEvents, watchErrors, clusterSynced, remoteClusters}
 }
 
 // metrics are the collectors curried with one registry's name.
 type metrics struct {
 	registry string
 	synced   prometheus.Gauge
-	ingest   prometheus.Observer
 	remotes  prometheus.Gauge
 }
 
@@ -61,7 +59,6 @@ func newMetrics(registry string) metrics {
 	return metrics{
 		registry: registry,
 		synced:   clusterSynced.WithLabelValues(registry),
-		ingest:   ingestLatency.WithLabelValues(registry),
 		remotes:  remoteClusters.WithLabelValues(registry),
 	}
 }
@@ -80,5 +77,5 @@ func (m metrics) forget() {
 	for _, v := range []*prometheus.MetricVec{informerEvents.MetricVec, watchErrors.MetricVec, clusterSynced.MetricVec, remoteClusters.MetricVec} {
 		v.DeletePartialMatch(l)
 	}
-	ingestLatency.DeletePartialMatch(l)
+	registries.ForgetMetrics(m.registry)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -43,7 +44,7 @@ func TestMetrics(t *testing.T) {
 func histogramCount(t *testing.T, registry string) uint64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(ingestLatency)
+	reg.MustRegister(registries.Collectors()...)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

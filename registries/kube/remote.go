@@ -461,6 +461,7 @@ type heldReplace struct {
 	shard    model.ShardKey
 	services []model.Service
 	rejected []model.Rejection
+	status   registries.Status
 }
 
 func newGate(sink registries.Sink, live bool) *gate {
@@ -468,6 +469,10 @@ func newGate(sink registries.Sink, live bool) *gate {
 }
 
 func (g *gate) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	g.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
+}
+
+func (g *gate) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.isSynced {
@@ -475,10 +480,10 @@ func (g *gate) Replace(shard model.ShardKey, services []model.Service, rejected 
 		close(g.synced)
 	}
 	if g.live {
-		g.sink.Replace(shard, services, rejected)
+		g.sink.ReplaceStatus(shard, services, rejected, st)
 		return
 	}
-	g.held = &heldReplace{shard, services, rejected}
+	g.held = &heldReplace{shard, services, rejected, st}
 }
 
 func (g *gate) Report(shard model.ShardKey, st registries.Status) {
@@ -496,7 +501,7 @@ func (g *gate) open() {
 	g.live = true
 	if h := g.held; h != nil {
 		g.held = nil
-		g.sink.Replace(h.shard, h.services, h.rejected)
+		g.sink.ReplaceStatus(h.shard, h.services, h.rejected, h.status)
 	}
 }
 

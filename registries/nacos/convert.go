@@ -109,14 +109,6 @@ func compareKeys(a, b serviceKey) int {
 	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.name, b.name))
 }
 
-// converted is one Nacos service turned into model terms.
-type converted struct {
-	host     string
-	svc      model.Service
-	ok       bool // false: no valid instance (or no hostname), publish no service
-	rejected []model.Rejection
-}
-
 // port is one port an instance declares.
 type port struct {
 	number uint32
@@ -126,12 +118,12 @@ type port struct {
 // convertService turns the instances of one Nacos service into a service.
 // Malformed instances are rejected one by one; the rest are kept. It does
 // not modify insts.
-func convertService(c registries.Common, cfg *Config, key serviceKey, insts []instance) converted {
-	var out converted
+func convertService(c registries.Common, cfg *Config, key serviceKey, insts []instance) registries.Converted {
+	var out registries.Converted
 	host, err := hostname(c.Domain, key.group, key.name)
 	subjectSvc := "service " + key.String()
 	reject := func(subject, format string, args ...any) {
-		out.rejected = append(out.rejected, model.Rejection{
+		out.Rejected = append(out.Rejected, model.Rejection{
 			Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...),
 		})
 	}
@@ -139,7 +131,6 @@ func convertService(c registries.Common, cfg *Config, key serviceKey, insts []in
 		reject(subjectSvc, "%v", err)
 		return out
 	}
-	out.host = host
 
 	type inst struct {
 		ep    model.Endpoint
@@ -280,7 +271,7 @@ func convertService(c registries.Common, cfg *Config, key serviceKey, insts []in
 	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int {
 		return cmp.Or(strings.Compare(a.Origin, b.Origin), strings.Compare(a.Address, b.Address))
 	})
-	out.svc, out.ok = svc, true
+	out.Services = []model.Service{svc}
 	return out
 }
 
@@ -439,39 +430,40 @@ func dnsName(s string) bool {
 	return true
 }
 
-// assemble builds the published lists from every service's conversion.
-// Services whose hostnames collide (names that differ only in case) are
-// all rejected: choosing one would hide the other.
-func assemble(c registries.Common, conv map[serviceKey]converted) ([]model.Service, []model.Rejection) {
-	keys := slices.SortedFunc(maps.Keys(conv), compareKeys)
+// assemble builds the published lists from every service's conversion,
+// in key order (the Publisher's Assemble). Services whose hostnames
+// collide (names that differ only in case) are all rejected: choosing one
+// would hide the other.
+func assemble(c registries.Common, entries []registries.Entry[serviceKey]) ([]model.Service, []model.Rejection) {
 	byHost := map[string][]serviceKey{}
-	for _, k := range keys {
-		if cv := conv[k]; cv.ok {
-			byHost[cv.host] = append(byHost[cv.host], k)
+	for _, e := range entries {
+		if e.OK() {
+			h := e.Service().Hostname
+			byHost[h] = append(byHost[h], e.Key)
 		}
 	}
-	services := make([]model.Service, 0, len(keys))
+	services := make([]model.Service, 0, len(entries))
 	var rejected []model.Rejection
-	for _, k := range keys {
-		cv := conv[k]
-		rejected = append(rejected, cv.rejected...)
-		if !cv.ok {
+	for _, e := range entries {
+		rejected = append(rejected, e.Rejected...)
+		if !e.OK() {
 			continue
 		}
-		if same := byHost[cv.host]; len(same) > 1 {
+		host := e.Service().Hostname
+		if same := byHost[host]; len(same) > 1 {
 			var others []string
 			for _, o := range same {
-				if o != k {
+				if o != e.Key {
 					others = append(others, o.String())
 				}
 			}
 			rejected = append(rejected, model.Rejection{
-				Registry: c.Name, Host: cv.host, Subject: "service " + k.String(),
+				Registry: c.Name, Host: host, Subject: "service " + e.Key.String(),
 				Reason: fmt.Sprintf("hostname collides with service %s (names differ only in case); neither is served", strings.Join(others, ", ")),
 			})
 			continue
 		}
-		services = append(services, cv.svc)
+		services = append(services, e.Services...)
 	}
 	return services, rejected
 }

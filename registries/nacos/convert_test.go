@@ -180,16 +180,16 @@ func TestConvertService(t *testing.T) {
 			t.Parallel()
 			got := convertService(testCommon, testConfig(), tc.key, tc.insts)
 			if tc.want == nil {
-				if got.ok {
-					t.Errorf("published %+v, want nothing", got.svc)
+				if got.OK() {
+					t.Errorf("published %+v, want nothing", got.Service())
 				}
-			} else if !got.ok {
-				t.Errorf("no service; rejected %v", got.rejected)
-			} else if d := cmp.Diff(*tc.want, got.svc, cmpopts.IgnoreFields(model.Endpoint{}, "Origin")); d != "" {
+			} else if !got.OK() {
+				t.Errorf("no service; rejected %v", got.Rejected)
+			} else if d := cmp.Diff(*tc.want, got.Service(), cmpopts.IgnoreFields(model.Endpoint{}, "Origin")); d != "" {
 				t.Errorf("service (-want +got):\n%s", d)
 			}
 			var rej []string
-			for _, r := range got.rejected {
+			for _, r := range got.Rejected {
 				rej = append(rej, r.Subject+": "+r.Reason)
 			}
 			if len(rej) != len(tc.rejected) {
@@ -209,11 +209,11 @@ func TestConvertService(t *testing.T) {
 func TestAssembleCollisions(t *testing.T) {
 	t.Parallel()
 	in := []instance{{IP: "10.0.5.1", Port: 80, Weight: 1, Healthy: yes, Enabled: yes}}
-	conv := map[serviceKey]converted{}
+	st := newState(&Registry{cfg: *testConfig(), common: testCommon}, nil)
 	for _, k := range []serviceKey{{"DEFAULT_GROUP", "Orders"}, {"DEFAULT_GROUP", "orders"}, {"DEFAULT_GROUP", "cart"}, {"blue", "orders"}} {
-		conv[k] = convertService(testCommon, testConfig(), k, in)
+		st.set(k, in, 0)
 	}
-	services, rejected := assemble(testCommon, conv)
+	services, rejected := st.pub.State()
 	var hosts []string
 	for _, s := range services {
 		hosts = append(hosts, s.Hostname)

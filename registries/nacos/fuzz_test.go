@@ -28,11 +28,10 @@ func FuzzNacosServiceInfo(f *testing.F) {
 		if group == "" {
 			group = DefaultGroup
 		}
-		st := &state{r: &Registry{cfg: *testConfig(), common: testCommon}, conv: map[serviceKey]converted{},
-			raw: map[serviceKey]int{}, seen: map[serviceKey]int64{}}
+		st := newState(&Registry{cfg: *testConfig(), common: testCommon}, nil)
 		st.set(serviceKey{group: group, name: info.Name}, info.Hosts, info.LastRefTime)
 		st.set(serviceKey{group: DefaultGroup, name: "other"}, info.Hosts, 0)
-		services, rejected := assemble(testCommon, st.conv)
+		services, rejected := st.pub.State()
 		registrytest.CheckServable(t, testCommon, services, rejected)
 	})
 }

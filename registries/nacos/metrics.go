@@ -27,11 +27,6 @@ var (
 		Name: "meshfed_nacos_resync_repairs_total",
 		Help: "Services whose instances the periodic resync (resyncInterval) found changed although no push had said so.",
 	}, []string{"registry"})
-	ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "meshfed_nacos_ingest_latency_seconds",
-		Help:    "Time from Nacos' answer or push carrying a change to the full state being handed to the sink.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-	}, []string{"registry"})
 	watched = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshfed_nacos_services",
 		Help: "Nacos services a registry watches (subscribed or polled).",
@@ -45,14 +40,13 @@ var (
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{requests, pushes, reconnects, repairs, ingestLatency, watched, instancesGauge}
+	return []prometheus.Collector{requests, pushes, reconnects, repairs, watched, instancesGauge}
 }
 
 // metrics are the collectors curried with one registry's name.
 type metrics struct {
 	listOK, listErr, subOK, subErr, instOK, instErr, connOK, connErr prometheus.Counter
 	pushes, reconnects, repairs                                      prometheus.Counter
-	ingest                                                           prometheus.Observer
 	watched, instances                                               prometheus.Gauge
 }
 
@@ -69,7 +63,6 @@ func newMetrics(registry string) metrics {
 		pushes:     pushes.WithLabelValues(registry),
 		reconnects: reconnects.WithLabelValues(registry),
 		repairs:    repairs.WithLabelValues(registry),
-		ingest:     ingestLatency.WithLabelValues(registry),
 		watched:    watched.WithLabelValues(registry),
 		instances:  instancesGauge.WithLabelValues(registry),
 	}

@@ -58,7 +58,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
+	"maps"
 	"time"
 
 	"github.com/meshfed/meshfed/model"
@@ -86,14 +86,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		return registries.Permanent(err)
 	}
 	defer cl.close()
-	st := &state{
-		r:     r,
-		sink:  sink,
-		shard: r.common.Shard(),
-		conv:  map[serviceKey]converted{},
-		raw:   map[serviceKey]int{},
-		seen:  map[serviceKey]int64{},
-	}
+	st := newState(r, sink)
 	defer r.m.instances.Set(0)
 	defer r.m.watched.Set(0)
 	b := &registries.Backoff{Initial: 200 * time.Millisecond, Max: min(30*time.Second, max(time.Second, r.cfg.ListInterval.Std()))}
@@ -131,18 +124,25 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 // state is the registry's view of Nacos during one Run: what it publishes,
 // kept across reconnections so that an outage changes nothing.
 type state struct {
-	r     *Registry
-	sink  registries.Sink
-	shard model.ShardKey
+	r *Registry
 
-	conv map[serviceKey]converted
-	raw  map[serviceKey]int   // instances per service, malformed ones included
-	seen map[serviceKey]int64 // lastRefTime of the newest list applied
+	pub  *registries.Publisher[serviceKey] // each service's conversion
+	raw  map[serviceKey]int                // instances per service, malformed ones included
+	seen map[serviceKey]int64              // lastRefTime of the newest list applied
+}
 
-	published     bool // a Replace went out since the last error
-	everPublished bool
-	degraded      bool
-	lastErr       string
+func newState(r *Registry, sink registries.Sink) *state {
+	return &state{
+		r: r,
+		pub: registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[serviceKey]{
+			Compare: compareKeys,
+			Assemble: func(es []registries.Entry[serviceKey]) ([]model.Service, []model.Rejection) {
+				return assemble(r.common, es)
+			},
+		}),
+		raw:  map[serviceKey]int{},
+		seen: map[serviceKey]int64{},
+	}
 }
 
 // set converts a service's instance list and reports whether its converted
@@ -156,31 +156,15 @@ func (s *state) set(key serviceKey, insts []instance, refTime int64) bool {
 		s.seen[key] = refTime
 	}
 	s.raw[key] = len(insts)
-	old, had := s.conv[key]
-	c := convertService(s.r.common, &s.r.cfg, key, insts)
-	s.conv[key] = c
-	return !had || !reflect.DeepEqual(old, c)
-}
-
-// drop forgets a service and reports whether it was known.
-func (s *state) drop(key serviceKey) bool {
-	_, had := s.conv[key]
-	delete(s.conv, key)
-	delete(s.raw, key)
-	delete(s.seen, key)
-	return had
+	return s.pub.Set(key, convertService(s.r.common, &s.r.cfg, key, insts))
 }
 
 // retain drops every service not in keep and reports whether any was
 // dropped.
 func (s *state) retain(keep map[serviceKey]bool) bool {
-	changed := false
-	for k := range s.conv {
-		if !keep[k] {
-			changed = s.drop(k) || changed
-		}
-	}
-	return changed
+	maps.DeleteFunc(s.raw, func(k serviceKey, _ int) bool { return !keep[k] })
+	maps.DeleteFunc(s.seen, func(k serviceKey, _ int64) bool { return !keep[k] })
+	return s.pub.Retain(func(k serviceKey) bool { return keep[k] })
 }
 
 // publish hands the full state to the sink when it changed or an outage
@@ -191,34 +175,15 @@ func (s *state) publish(changed bool, at time.Time) {
 		n += c
 	}
 	s.r.m.instances.Set(float64(n))
-	s.r.m.watched.Set(float64(len(s.conv)))
-	if !changed && s.published {
-		return
-	}
-	services, rejected := assemble(s.r.common, s.conv)
-	// Converted services are shared with s.conv, which never modifies
-	// them: a new conversion builds new values.
-	s.sink.Replace(s.shard, services, rejected)
+	s.r.m.watched.Set(float64(len(s.raw)))
 	if changed {
-		s.r.m.ingest.Observe(time.Since(at).Seconds())
+		s.pub.Changed(at)
 	}
-	if s.degraded {
-		s.r.log.Info("nacos reachable again, state resynced", "services", len(services))
-	}
-	s.published, s.everPublished, s.degraded, s.lastErr = true, true, false, ""
+	s.pub.Flush(registries.Status{State: registries.Synced})
 }
 
 func (s *state) degrade(err error) {
-	s.published = false
-	msg := err.Error()
-	if s.degraded && msg == s.lastErr {
-		return
-	}
-	if !s.degraded {
-		s.r.log.Warn("nacos unreachable, keeping the last state", "err", msg)
-	}
-	s.degraded, s.lastErr = true, msg
-	s.sink.Report(s.shard, registries.Status{State: registries.Degraded, Err: msg})
+	s.pub.Report(registries.Status{State: registries.Degraded, Err: err.Error()})
 }
 
 // authError is credentials the server refused.
@@ -230,7 +195,7 @@ func (e *authError) Error() string { return e.msg }
 // before the first sync: restarting will not help.
 func (s *state) permanentIfAuth(err error) error {
 	var ae *authError
-	if !s.everPublished && errors.As(err, &ae) {
+	if !s.pub.Published() && errors.As(err, &ae) {
 		return registries.Permanent(fmt.Errorf("nacos refused the credentials: %w", err))
 	}
 	return err

@@ -22,14 +22,19 @@ type State struct {
 	// before the first Replace.
 	Services []model.Service
 	Rejected []model.Rejection
-	// Replaces counts Replace calls.
+	// Replaces counts Replace and ReplaceStatus calls.
 	Replaces int
-	// Reports is every Report, oldest first.
+	// Reports is every Report, and the status of every ReplaceStatus
+	// that was not Synced, oldest first.
 	Reports []registries.Status
 	// Status is the shard's status as the aggregator derives it: Starting
 	// before anything happened, Synced after a Replace, else the last
-	// Report.
+	// Report or ReplaceStatus.
 	Status registries.Status
+	// History is every Status the shard passed through, oldest first: one
+	// per Replace (Synced), ReplaceStatus and Report. A Replace followed
+	// by a Report of Degraded shows as a brief Synced here.
+	History []registries.Status
 }
 
 // Synced reports whether the shard was replaced at least once.
@@ -81,12 +86,24 @@ func (s *Sink) notify() {
 
 // Replace implements registries.Sink.
 func (s *Sink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
+}
+
+// ReplaceStatus implements registries.Sink. A status other than Synced is
+// recorded like a Report (in Reports and Status) of a Degraded status.
+func (s *Sink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, status registries.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.record(shard)
 	r.Services, r.Rejected = services, rejected
 	r.Replaces++
 	r.Status = registries.Status{State: registries.Synced}
+	if status.State != registries.Synced {
+		status.State = registries.Degraded
+		r.Status = status
+		r.Reports = append(r.Reports, status)
+	}
+	r.History = append(r.History, r.Status)
 	if services == nil {
 		r.nilLists++
 	}
@@ -104,6 +121,7 @@ func (s *Sink) Report(shard model.ShardKey, status registries.Status) {
 	r := s.record(shard)
 	r.Reports = append(r.Reports, status)
 	r.Status = status
+	r.History = append(r.History, status)
 	s.notify()
 }
 
@@ -129,6 +147,7 @@ func (s *Sink) stateLocked(shard model.ShardKey) State {
 	}
 	st := r.State
 	st.Reports = slices.Clone(st.Reports)
+	st.History = slices.Clone(st.History)
 	return st
 }
 

@@ -115,7 +115,7 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 		return nil, err
 	}
 	cfg.Servers = append([]string(nil), c.Servers...)
-	return newRegistry(cfg, common, log), nil
+	return newRegistry(common, cfg, log), nil
 }
 
 func validServer(s string) error {

@@ -140,7 +140,7 @@ func TestAuthFile(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := newRegistry(Config{AuthFile: tt.path}, registries.Common{Name: "zk", Kind: "zookeeper"}, nil)
+			r := newRegistry(registries.Common{Name: "zk", Kind: "zookeeper"}, Config{AuthFile: tt.path}, nil)
 			got, err := r.readAuth()
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {

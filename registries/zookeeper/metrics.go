@@ -25,16 +25,11 @@ var (
 		Name: "meshfed_zookeeper_connected",
 		Help: "1 while the registry has a ZooKeeper session, else 0.",
 	}, []string{"registry"})
-	ingestLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "meshfed_zookeeper_ingest_latency_seconds",
-		Help:    "Time from a ZooKeeper watch event to the publication of the state that includes it.",
-		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
-	}, []string{"registry"})
 )
 
 // Collectors returns the package's Prometheus collectors.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{watchEvents, resyncs, sessionExpirations, quarantinedInstances, connected, ingestLatency}
+	return []prometheus.Collector{watchEvents, resyncs, sessionExpirations, quarantinedInstances, connected}
 }
 
 // metrics are the collectors curried for one registry.
@@ -44,7 +39,6 @@ type metrics struct {
 	expirations prometheus.Counter
 	quarantined prometheus.Gauge
 	connected   prometheus.Gauge
-	latency     prometheus.Observer
 }
 
 var eventTypes = []string{"created", "deleted", "data_changed", "children_changed", "not_watching"}
@@ -56,7 +50,6 @@ func newMetrics(registry string) *metrics {
 		expirations: sessionExpirations.WithLabelValues(registry),
 		quarantined: quarantinedInstances.WithLabelValues(registry),
 		connected:   connected.WithLabelValues(registry),
-		latency:     ingestLatency.WithLabelValues(registry),
 	}
 	for _, t := range eventTypes {
 		m.events[t] = watchEvents.WithLabelValues(registry, t)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
 
@@ -25,12 +23,12 @@ import (
 type Registry struct {
 	cfg    Config
 	common registries.Common
-	shard  model.ShardKey
 	log    *slog.Logger
 	m      *metrics
 
-	// Coalescing of watch events: a state is published once no event came
-	// for quiet, or maxWait after the first unpublished change.
+	// Coalescing of watch events (registries.Debouncer): a state is
+	// published once no change came for quiet, or maxWait after the first
+	// unpublished change.
 	quiet, maxWait time.Duration
 	// lookup resolves instance hostnames (net.DefaultResolver.LookupHost).
 	lookup        func(ctx context.Context, host string) ([]string, error)
@@ -42,14 +40,13 @@ type Registry struct {
 
 var _ registries.Registry = (*Registry)(nil)
 
-func newRegistry(cfg Config, c registries.Common, log *slog.Logger) *Registry {
+func newRegistry(c registries.Common, cfg Config, log *slog.Logger) *Registry {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Registry{
 		cfg:           cfg,
 		common:        c,
-		shard:         c.Shard(),
 		log:           log,
 		m:             newMetrics(c.Name),
 		quiet:         time.Millisecond,
@@ -92,7 +89,9 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		r.m.connected.Set(0)
 	}()
 	w := &watcher{
-		ctx: ctx, r: r, conn: conn, q: q, sink: sink, auth: auth,
+		ctx: ctx, r: r, conn: conn, q: q, auth: auth,
+		pub:           registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
+		deb:           registries.Debouncer{Quiet: r.quiet, MaxWait: r.maxWait},
 		armed:         map[watchKey]bool{},
 		resyncBackoff: registries.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
 		addrCache:     map[string]addrResult{},
@@ -217,8 +216,12 @@ type watcher struct {
 	r    *Registry
 	conn *zk.Conn
 	q    *eventQueue
-	sink registries.Sink
 	auth []byte
+	// pub publishes the state built from the tree (one key: the whole
+	// state), deduplicated against the last one published.
+	pub *registries.Publisher[string]
+	// deb coalesces tree changes into one publish.
+	deb registries.Debouncer
 
 	hasSession  bool
 	authSent    bool
@@ -235,16 +238,6 @@ type watcher struct {
 	// refresh are paths whose watch fired and that must be re-read.
 	refresh map[watchKey]bool
 
-	dirty      bool // tree changed since the last publish
-	firstDirty time.Time
-	lastChange time.Time
-	pending    []time.Time // arrival of events not yet published
-
-	published  bool
-	lastStatus registries.Status
-	lastSvcs   []model.Service
-	lastRej    []model.Rejection
-
 	addrCache map[string]addrResult
 }
 
@@ -260,8 +253,9 @@ func (w *watcher) loop(ctx context.Context) error {
 		case !w.hasSession:
 		case w.needResync:
 			due = w.resyncAfter
-		case w.dirty:
-			due = w.publishDue()
+		case w.deb.Pending():
+			_, wait := w.deb.Next(time.Now())
+			due = time.Now().Add(wait)
 		}
 		var timerC <-chan time.Time
 		if !due.IsZero() {
@@ -320,22 +314,14 @@ func (w *watcher) work() error {
 			w.resyncAfter = time.Now().Add(w.resyncBackoff.Next())
 			return nil
 		}
-		if !w.dirty {
-			w.pending = w.pending[:0] // events that changed nothing
+		if !w.deb.Pending() {
+			w.pub.Forget() // events that changed nothing
 		}
 	}
-	if w.dirty && !time.Now().Before(w.publishDue()) {
-		w.publish(false)
+	if due, _ := w.deb.Next(time.Now()); due {
+		w.publish()
 	}
 	return nil
-}
-
-func (w *watcher) publishDue() time.Time {
-	due := w.lastChange.Add(w.r.quiet)
-	if m := w.firstDirty.Add(w.r.maxWait); m.Before(due) {
-		due = m
-	}
-	return due
 }
 
 // rootDeniedError: the root's ACL does not let us read it.
@@ -350,7 +336,7 @@ func (e rootDeniedError) Unwrap() error { return e.err }
 func (w *watcher) handle(evs []timedEvent) {
 	for _, ev := range evs {
 		if ev.dialErr != nil {
-			if !w.hasSession && w.lastStatus.State != registries.Degraded {
+			if !w.hasSession && w.pub.Status().State != registries.Degraded {
 				w.report(registries.Degraded, "cannot reach ZooKeeper: "+ev.dialErr.Error())
 			}
 			continue
@@ -394,7 +380,7 @@ func (w *watcher) handle(evs []timedEvent) {
 				w.refresh[key] = true
 			}
 		}
-		w.pending = append(w.pending, ev.at)
+		w.pub.Changed(ev.at)
 	}
 }
 
@@ -436,12 +422,7 @@ func (w *watcher) lost(why string) {
 }
 
 func (w *watcher) report(state registries.State, msg string) {
-	st := registries.Status{State: state, Err: msg}
-	if st == w.lastStatus {
-		return
-	}
-	w.lastStatus = st
-	w.sink.Report(w.r.shard, st)
+	w.pub.Report(registries.Status{State: state, Err: msg})
 }
 
 // sendAuth adds the digest credentials once per connection; the client
@@ -647,7 +628,7 @@ func (w *watcher) resync() error {
 	w.needResync = false
 	w.refresh = nil
 	w.r.m.resyncs.Inc()
-	w.publish(true)
+	w.publish()
 	w.r.log.Debug("zookeeper resync done", "services", len(tree), "took", time.Since(start))
 	return nil
 }
@@ -707,14 +688,7 @@ func (w *watcher) relative(path string) []string {
 	return strings.Split(rest, "/")
 }
 
-func (w *watcher) changed() {
-	now := time.Now()
-	if !w.dirty {
-		w.dirty = true
-		w.firstDirty = now
-	}
-	w.lastChange = now
-}
+func (w *watcher) changed() { w.deb.Add(time.Now()) }
 
 func (w *watcher) refreshRoot() error {
 	kids, err := w.readRoot()
@@ -837,32 +811,21 @@ func (w *watcher) refreshInstance(child, id string) error {
 	return nil
 }
 
-// publish sends the full state unless it equals the last one (force: send
-// anyway, to say Synced after a resync).
-func (w *watcher) publish(force bool) {
+// publish builds the full state from the tree and publishes it unless it
+// equals the last one published and the registry is Synced already (after
+// a reconnection it is published again, which says Synced).
+func (w *watcher) publish() {
+	w.deb.Done()
 	services, rejected, quarantined := build(w.r.common, w.r.cfg.Layout, w.tree)
-	w.dirty = false
-	same := w.published && reflect.DeepEqual(services, w.lastSvcs) && reflect.DeepEqual(rejected, w.lastRej)
-	if !same || force || w.lastStatus.State != registries.Synced {
-		w.sink.Replace(w.r.shard, services, rejected)
-		w.published = true
-		w.lastSvcs, w.lastRej = services, rejected
-		if w.lastStatus.State == registries.Degraded {
-			w.r.log.Info("zookeeper synced again")
-		}
-		w.lastStatus = registries.Status{State: registries.Synced}
-		now := time.Now()
-		for _, at := range w.pending {
-			w.r.m.latency.Observe(now.Sub(at).Seconds())
-		}
-	}
-	w.pending = w.pending[:0]
+	w.pub.Set("", registries.Converted{Services: services, Rejected: rejected})
+	w.pub.Flush(registries.Status{State: registries.Synced})
 	w.r.m.quarantined.Set(float64(quarantined))
 }
 
 // address checks an instance address: IP literals are served as they
 // are, hostnames are resolved (cached for the duration of a resync, and
-// for 30s otherwise) and their first IPv4 address (else IPv6) served.
+// for 30s otherwise) and their first IPv4 address (else IPv6) served. A
+// lookup is bounded by lookupTimeout and ends with the Run.
 func (w *watcher) address(host string) (string, error) {
 	if ip, ok := parseIP(host); ok {
 		return ip, nil
@@ -874,7 +837,7 @@ func (w *watcher) address(host string) (string, error) {
 	if r, ok := w.addrCache[key]; ok && time.Now().Before(r.expires) {
 		return r.ip, r.err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), w.r.lookupTimeout)
+	ctx, cancel := context.WithTimeout(w.ctx, w.r.lookupTimeout)
 	defer cancel()
 	addrs, err := w.r.lookup(ctx, host)
 	var res addrResult

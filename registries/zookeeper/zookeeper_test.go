@@ -42,7 +42,7 @@ func testRegistry(t *testing.T, addr string, layout Layout, root string, hosts m
 	}
 	name := fmt.Sprintf("zk%d", registryCount.Add(1))
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r := newRegistry(cfg, registries.Common{Name: name, Kind: "zookeeper", Domain: "zk"}, log.With("registry", name))
+	r := newRegistry(registries.Common{Name: name, Kind: "zookeeper", Domain: "zk"}, cfg, log.With("registry", name))
 	r.lookup = func(_ context.Context, host string) ([]string, error) {
 		if ip, ok := hosts[host]; ok {
 			return []string{ip}, nil
@@ -332,7 +332,7 @@ func testCurator(t *testing.T, addr string) {
 	if got := testutil.ToFloat64(reg.m.events["data_changed"]); got < 1 {
 		t.Errorf("data_changed events = %v, want at least 1", got)
 	}
-	if n := testutil.CollectAndCount(ingestLatency); n == 0 {
+	if n := testutil.CollectAndCount(registries.Collectors()[0]); n == 0 {
 		t.Error("no ingest latency observed")
 	}
 }
@@ -669,7 +669,7 @@ func TestOutage(t *testing.T) {
 	c.Close()
 	z.Stop()
 
-	st = sink.State(reg.shard)
+	st = sink.State(reg.common.Shard())
 	if st.Replaces != replaces {
 		t.Errorf("%d publishes while ZooKeeper was away; want none", st.Replaces-replaces)
 	}

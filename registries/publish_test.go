@@ -1,0 +1,187 @@
+package registries_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/registrytest"
+)
+
+func pubService(host, addr string) model.Service {
+	return model.Service{
+		Hostname:   host,
+		Ports:      []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
+		Resolution: model.ResolutionEDS,
+		Endpoints:  []model.Endpoint{{Address: addr}},
+	}
+}
+
+func newPub(t *testing.T) (*registries.Publisher[string], *registrytest.Sink, registries.Common) {
+	t.Helper()
+	c := registries.Common{Name: strings.ToLower(t.Name()), Kind: "test", Domain: "test"}
+	sink := registrytest.NewSink()
+	return registries.NewPublisher(c, sink, nil, registries.PublisherOptions[string]{Compare: strings.Compare}), sink, c
+}
+
+func hostnames(ss []model.Service) string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.Hostname)
+	}
+	return strings.Join(out, ",")
+}
+
+// ingestCount is how many ingest latencies were observed for c.
+func ingestCount(t *testing.T, c registries.Common) uint64 {
+	t.Helper()
+	for _, col := range registries.Collectors() {
+		h, ok := col.(*prometheus.HistogramVec)
+		if !ok {
+			continue
+		}
+		var m dto.Metric
+		if err := h.WithLabelValues(c.Name, c.Kind).(prometheus.Histogram).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	t.Fatal("no ingest histogram among registries.Collectors()")
+	return 0
+}
+
+func TestPublisherAssemblesInKeyOrderAndDedupes(t *testing.T) {
+	t.Parallel()
+	p, sink, c := newPub(t)
+	synced := registries.Status{State: registries.Synced}
+	rej := model.Rejection{Registry: c.Name, Subject: "x", Reason: "bad"}
+
+	if !p.Set("b", registries.One(pubService("b.test", "10.0.0.2"), true, nil)) ||
+		!p.Set("a", registries.One(model.Service{}, false, []model.Rejection{rej})) ||
+		!p.Set("c", registries.One(pubService("c.test", "10.0.0.3"), true, nil)) {
+		t.Fatal("Set of a new key reported no change")
+	}
+	p.Changed(time.Now())
+	if !p.Flush(synced) {
+		t.Fatal("first Flush did not publish")
+	}
+	st := sink.State(c.Shard())
+	if hostnames(st.Services) != "b.test,c.test" || len(st.Rejected) != 1 || st.Status.State != registries.Synced {
+		t.Fatalf("published %s", st)
+	}
+	if n := ingestCount(t, c); n != 1 {
+		t.Errorf("ingest observations = %d, want 1", n)
+	}
+
+	// The same conversion again changes nothing and publishes nothing.
+	if p.Set("b", registries.One(pubService("b.test", "10.0.0.2"), true, nil)) {
+		t.Error("Set of an equal conversion reported a change")
+	}
+	p.Changed(time.Now())
+	if p.Flush(synced) || sink.Replaces(c.Shard()) != 1 {
+		t.Errorf("Flush without a change published (%d replaces)", sink.Replaces(c.Shard()))
+	}
+	if n := ingestCount(t, c); n != 1 {
+		t.Errorf("a change time that changed nothing was observed (%d observations)", n)
+	}
+
+	// An empty conversion deletes the key; Delete and Retain too.
+	p.Set("a", registries.Converted{})
+	p.Delete("b")
+	p.Flush(synced)
+	if st := sink.State(c.Shard()); hostnames(st.Services) != "c.test" || len(st.Rejected) != 0 {
+		t.Errorf("after deletes: %s", st)
+	}
+	if p.Retain(func(k string) bool { return k != "c" }); p.Len() != 0 {
+		t.Errorf("Retain kept %d keys", p.Len())
+	}
+	p.Flush(synced)
+	if st := sink.State(c.Shard()); st.Services == nil || len(st.Services) != 0 {
+		t.Errorf("an empty state must be an empty, non-nil list: %s", st)
+	}
+	if probs := sink.Problems(); len(probs) > 0 {
+		t.Error(probs)
+	}
+}
+
+func TestPublisherReportsTransitionsOnce(t *testing.T) {
+	t.Parallel()
+	p, sink, c := newPub(t)
+	synced := registries.Status{State: registries.Synced}
+	down := registries.Status{State: registries.Degraded, Err: "connection refused"}
+
+	// Synced before anything was published says nothing: the first Flush
+	// does.
+	p.Report(synced)
+	if n := len(sink.State(c.Shard()).History); n != 0 {
+		t.Fatalf("a Synced report before the first publish reached the sink (%d calls)", n)
+	}
+	p.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
+	p.Flush(synced)
+
+	p.Report(down)
+	p.Report(down)
+	p.Flush(down) // nothing changed: no publish, no repeated report
+	if st := sink.State(c.Shard()); len(st.Reports) != 1 || st.Status != down || st.Replaces != 1 {
+		t.Fatalf("repeated Degraded: %s", st)
+	}
+	// An outage ends: the unchanged state is published again (Synced).
+	if !p.Flush(synced) {
+		t.Fatal("Flush after an outage did not publish")
+	}
+	if st := sink.State(c.Shard()); st.Replaces != 2 || st.Status.State != registries.Synced {
+		t.Fatalf("after the outage: %s", st)
+	}
+
+	// A change while part of the backend fails is published with the
+	// Degraded status in one step: no Synced in between.
+	p.Report(down)
+	before := len(sink.State(c.Shard()).History)
+	p.Set("b", registries.One(pubService("b.test", "10.0.0.2"), true, nil))
+	if !p.Flush(down) {
+		t.Fatal("a change was not published while degraded")
+	}
+	st := sink.State(c.Shard())
+	if hostnames(st.Services) != "a.test,b.test" {
+		t.Errorf("published %s", st)
+	}
+	for _, h := range st.History[before:] {
+		if h != down {
+			t.Errorf("status %+v while degraded, want %+v throughout", h, down)
+		}
+	}
+	if p.Status() != down {
+		t.Errorf("Status() = %+v", p.Status())
+	}
+}
+
+func TestPublisherCustomAssemble(t *testing.T) {
+	t.Parallel()
+	c := registries.Common{Name: "assemble", Kind: "test"}
+	sink := registrytest.NewSink()
+	var got []string
+	p := registries.NewPublisher(c, sink, nil, registries.PublisherOptions[int]{
+		Compare: func(a, b int) int { return a - b },
+		Assemble: func(es []registries.Entry[int]) ([]model.Service, []model.Rejection) {
+			for _, e := range es {
+				got = append(got, e.Service().Hostname)
+			}
+			return nil, nil
+		},
+	})
+	for i, h := range []string{"c", "a", "b"} {
+		p.Put(3-i, registries.One(pubService(h, "10.0.0.1"), true, nil))
+	}
+	p.Flush(registries.Status{State: registries.Synced})
+	if strings.Join(got, ",") != "b,a,c" {
+		t.Errorf("Assemble saw %v, want key order b,a,c", got)
+	}
+	if st := sink.State(c.Shard()); st.Services == nil {
+		t.Error("a nil services list from Assemble must be published as empty")
+	}
+}
