@@ -6,9 +6,11 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	upstreamhttp "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -324,4 +326,59 @@ func grpcOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 func deprecatedConsecutiveErrors(od *networking.OutlierDetection) int32 {
 	//lint:ignore SA1019 deprecated in Istio, still accepted by it
 	return od.GetConsecutiveErrors()
+}
+
+// buildSubsets adds the clusters of a DestinationRule's subsets on port p
+// (docs/architecture.md §3.6): outbound|<port>|<subset>|<host> for Envoy
+// on every port and for gRPC on HTTP ports, each with its own CLA of the
+// endpoints carrying every label of the subset (incremental, like the
+// port's: prev states in old.subs), and the subset's merged policy. A DNS
+// service's subset clusters carry their endpoints inline, as its port's
+// cluster does.
+func (t *Translator) buildSubsets(svc *model.Service, p model.Port, dr *networking.DestinationRule, old *svcState,
+	add func(Kind, types.Resource), subs *map[string]*claState, notes *[]string) error {
+	for _, sub := range dr.GetSubsets() {
+		sname := SubsetClusterName(svc.Hostname, p.Number, sub.GetName())
+		var prev *claState
+		if old != nil {
+			prev = old.subs[sname]
+		}
+		ss, err := t.meta.rebuildCLA(sname, subsetEndpoints(svc, sub.GetLabels()), p, prev)
+		if err != nil {
+			return err
+		}
+		if *subs == nil {
+			*subs = map[string]*claState{}
+		}
+		(*subs)[sname] = ss
+		sp := mergedPolicy(dr.GetTrafficPolicy(), sub.GetTrafficPolicy(), p.Number)
+		var inline *endpoint.ClusterLoadAssignment
+		if svc.Resolution == model.ResolutionDNS {
+			inline = ss.res.message()
+		}
+		esc := envoyCluster(sname, svc, p, inline)
+		applyEnvoyPolicy(esc, svc.Hostname, p, sp)
+		switch to := distributeOf(sp); {
+		case inline != nil:
+		case to != nil:
+			add(KindOf(ClassEnvoy, EndpointType), applyDistribute(ss.res.message(), to))
+			localityWeighted(esc)
+		default:
+			add(KindOf(ClassEnvoy, EndpointType), ss.res)
+		}
+		add(KindOf(ClassEnvoy, ClusterType), esc)
+		if !p.Protocol.IsHTTP() {
+			continue
+		}
+		sc, useEDS := grpcCluster(sname, svc, inline)
+		applyPolicy(sc, sp)
+		add(KindOf(ClassGRPC, ClusterType), sc)
+		if useEDS && inline != nil {
+			add(KindOf(ClassGRPC, EndpointType), ss.res) // a DNS subset without endpoints
+		}
+		for _, n := range grpcOmitted(sp) {
+			*notes = append(*notes, sname+": "+n)
+		}
+	}
+	return nil
 }

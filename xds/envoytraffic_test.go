@@ -591,3 +591,34 @@ spec:
 	}
 	assertValid(t, tr)
 }
+
+// TestDNSSubsets: a DNS service's subset clusters carry the subset's
+// endpoints inline (Envoy STRICT_DNS, gRPC LOGICAL_DNS on the first), as
+// its port's cluster does.
+func TestDNSSubsets(t *testing.T) {
+	t.Parallel()
+	svc := &model.Service{Hostname: "api.ext.internal", Resolution: model.ResolutionDNS, Sources: []string{"ext"},
+		Ports: []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
+		Endpoints: []model.Endpoint{
+			{Address: "a.example", Labels: map[string]string{"version": "v1"}, Source: model.Source{Registry: "ext"}},
+			{Address: "b.example", Labels: map[string]string{"version": "v2"}, Source: model.Source{Registry: "ext"}},
+		}}
+	snap := model.NewSnapshot(1, []*model.Service{svc})
+	snap.Config = configSnap(t, 1, "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: api, namespace: ext}\nspec:\n  host: api.ext.internal\n  subsets: [{name: v2, labels: {version: v2}}]\n")
+	tr := NewTranslator()
+	tr.Translate(snap)
+	assertValid(t, tr)
+	name := SubsetClusterName("api.ext.internal", 80, "v2")
+	ec := tr.Resources(KindOf(ClassEnvoy, ClusterType))[name].(*cluster.Cluster)
+	if ec.GetType() != cluster.Cluster_STRICT_DNS || len(ec.GetLoadAssignment().GetEndpoints()) != 1 ||
+		ec.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != "b.example" {
+		t.Errorf("Envoy subset cluster = %v, want STRICT_DNS on b.example", ec)
+	}
+	gc := tr.Resources(KindOf(ClassGRPC, ClusterType))[name].(*cluster.Cluster)
+	if gc.GetType() != cluster.Cluster_LOGICAL_DNS || gc.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress() != "b.example" {
+		t.Errorf("gRPC subset cluster = %v, want LOGICAL_DNS on b.example", gc)
+	}
+	if _, ok := tr.Resources(KindOf("", EndpointType))[name]; ok {
+		t.Error("a DNS subset has an EDS resource")
+	}
+}

@@ -406,43 +406,8 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 			add(KindOf(ClassEnvoy, EndpointType), served)
 		}
 		envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
-		// DestinationRule subsets: a cluster outbound|<port>|<subset>|<host>
-		// per port for Envoy (HTTP ports also for gRPC) with its own CLA of
-		// the endpoints carrying the subset's labels.
-		if svc.Resolution != model.ResolutionDNS {
-			for _, sub := range dr.GetSubsets() {
-				sname := SubsetClusterName(svc.Hostname, p.Number, sub.GetName())
-				var prevSub *claState
-				if old != nil {
-					prevSub = old.subs[sname]
-				}
-				ss, err := t.meta.rebuildCLA(sname, subsetEndpoints(svc, sub.GetLabels()), p, prevSub)
-				if err != nil {
-					return built{}, err
-				}
-				if subs == nil {
-					subs = map[string]*claState{}
-				}
-				subs[sname] = ss
-				sp := mergedPolicy(dr.GetTrafficPolicy(), sub.GetTrafficPolicy(), p.Number)
-				esc := envoyCluster(sname, svc, p, nil)
-				applyEnvoyPolicy(esc, svc.Hostname, p, sp)
-				if to := distributeOf(sp); to != nil {
-					add(KindOf(ClassEnvoy, EndpointType), applyDistribute(ss.res.message(), to))
-					localityWeighted(esc)
-				} else {
-					add(KindOf(ClassEnvoy, EndpointType), ss.res)
-				}
-				add(KindOf(ClassEnvoy, ClusterType), esc)
-				if p.Protocol.IsHTTP() {
-					sc, _ := grpcCluster(sname, svc, nil)
-					applyPolicy(sc, sp)
-					add(KindOf(ClassGRPC, ClusterType), sc)
-					for _, n := range grpcOmitted(sp) {
-						notes = append(notes, sname+": "+n)
-					}
-				}
-			}
+		if err := t.buildSubsets(svc, p, dr, old, add, &subs, &notes); err != nil {
+			return built{}, err
 		}
 		if !p.Protocol.IsHTTP() {
 			continue
