@@ -10,9 +10,10 @@ import (
 // not sent because it does not implement it (docs/architecture.md §3.6).
 type Configz struct {
 	istioconfig.Status
-	// NotForClients lists, per host, parts of the rules in force that
-	// proxyless gRPC clients do not get (TLS origination from files,
-	// cookie hashing, rewrites...); Envoy gets everything in force.
+	// NotForClients lists, per host, parts of the rules in force that a
+	// client kind does not get: proxyless gRPC (TLS origination from files,
+	// cookie hashing, rewrites...), and Envoy (matches on the calling
+	// workload's labels).
 	NotForClients []xds.TrafficNote `json:"notForClients"`
 }
 

@@ -336,7 +336,7 @@ func deprecatedConsecutiveErrors(od *networking.OutlierDetection) int32 {
 // service's subset clusters carry their endpoints inline, as its port's
 // cluster does.
 func (t *Translator) buildSubsets(svc *model.Service, p model.Port, dr *networking.DestinationRule, old *svcState,
-	add func(Kind, types.Resource), subs *map[string]*claState, notes *[]string) error {
+	add func(Kind, types.Resource), subs *map[string]*claState, notes *[]TrafficNote) error {
 	for _, sub := range dr.GetSubsets() {
 		sname := SubsetClusterName(svc.Hostname, p.Number, sub.GetName())
 		var prev *claState
@@ -377,7 +377,7 @@ func (t *Translator) buildSubsets(svc *model.Service, p model.Port, dr *networki
 			add(KindOf(ClassGRPC, EndpointType), ss.res) // a DNS subset without endpoints
 		}
 		for _, n := range grpcOmitted(sp) {
-			*notes = append(*notes, sname+": "+n)
+			*notes = append(*notes, grpcNote(sname+": "+n))
 		}
 	}
 	return nil

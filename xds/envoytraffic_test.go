@@ -364,6 +364,9 @@ func TestEnvoyTrafficSemantics(t *testing.T) {
 	var text []string
 	for _, n := range notes {
 		text = append(text, n.Host+" "+n.Note)
+		if n.Client != "grpc" && n.Client != "envoy" {
+			t.Errorf("note %+v: client %q", n, n.Client)
+		}
 	}
 	joined := strings.Join(text, "\n")
 	for _, want := range []string{
@@ -372,6 +375,7 @@ func TestEnvoyTrafficSemantics(t *testing.T) {
 		"orders.vm.internal outbound|8080||orders.vm.internal: consistentHash httpCookie",
 		"web.vm.internal http[2] rewrite",
 		"web.vm.internal http[2] corsPolicy",
+		"web.vm.internal http[6].match[1]: sourceLabels/sourceNamespace (the match is left out)",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("TrafficNotes lack %q:\n%s", want, joined)

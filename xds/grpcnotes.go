@@ -6,10 +6,12 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 )
 
-// What proxyless gRPC clients are not sent (docs/architecture.md §3.6):
-// grpc-go's xDS client implements only part of Envoy's API and NACKs or
-// ignores the rest, so these parts of a rule in force reach Envoy only.
-// They are listed per host on /debug/configz (Translator.TrafficNotes).
+// What a client kind is not sent (docs/architecture.md §3.6): grpc-go's
+// xDS client implements only part of Envoy's API and NACKs or ignores the
+// rest, so these parts of a rule in force reach Envoy only; and matches
+// that depend on the calling workload reach no client, since one
+// translation serves all. They are listed per host on /debug/configz
+// (Translator.TrafficNotes).
 
 // grpcOmitted lists what of a policy (merged for a port or subset) a gRPC
 // cluster cannot carry, for TrafficNotes; empty when it carries all.
@@ -32,9 +34,11 @@ func grpcOmitted(tp *networking.TrafficPolicy) []string {
 	return out
 }
 
+func grpcNote(s string) TrafficNote { return TrafficNote{Client: string(ClassGRPC), Note: s} }
+
 // grpcRouteNotes lists what of a VirtualService gRPC routes leave out.
-func grpcRouteNotes(vs *networking.VirtualService) []string {
-	var out []string
+func grpcRouteNotes(vs *networking.VirtualService) []TrafficNote {
+	var out []TrafficNote
 	for i, hr := range vs.GetHttp() {
 		var parts []string
 		if hr.GetRewrite() != nil {
@@ -59,11 +63,34 @@ func grpcRouteNotes(vs *networking.VirtualService) []string {
 			}
 		}
 		for _, p := range parts {
-			out = append(out, "http["+strconv.Itoa(i)+"] "+p)
+			out = append(out, grpcNote("http["+strconv.Itoa(i)+"] "+p))
 		}
 	}
 	if len(vs.GetTcp()) > 0 {
-		out = append(out, "tcp routes")
+		out = append(out, grpcNote("tcp routes"))
+	}
+	return out
+}
+
+// envoyRouteNotes lists the matches Envoy routes leave out because they
+// depend on the client (source labels or namespace; routes are shared by
+// every Envoy client, whose labels meshfed does not know).
+func envoyRouteNotes(vs *networking.VirtualService) []TrafficNote {
+	var out []TrafficNote
+	note := func(s string) { out = append(out, TrafficNote{Client: string(ClassEnvoy), Note: s}) }
+	for i, hr := range vs.GetHttp() {
+		for j, m := range hr.GetMatch() {
+			if len(m.GetSourceLabels()) > 0 || m.GetSourceNamespace() != "" {
+				note("http[" + strconv.Itoa(i) + "].match[" + strconv.Itoa(j) + "]: sourceLabels/sourceNamespace (the match is left out)")
+			}
+		}
+	}
+	for i, r := range vs.GetTcp() {
+		for j, m := range r.GetMatch() {
+			if len(m.GetSourceLabels()) > 0 || m.GetSourceNamespace() != "" || len(m.GetDestinationSubnets()) > 0 {
+				note("tcp[" + strconv.Itoa(i) + "].match[" + strconv.Itoa(j) + "]: sourceLabels/sourceNamespace/destinationSubnets (the match is left out)")
+			}
+		}
 	}
 	return out
 }

@@ -105,7 +105,7 @@ type svcState struct {
 	ports map[uint32]model.Protocol // for the Envoy per-port listeners
 	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
 	envoy map[uint32]*envoyPort     // its part of each Envoy port listener
-	notes []string                  // traffic config gRPC clients do not get
+	notes []TrafficNote             // traffic config a client kind does not get (Host unset)
 	// deps: the DestinationRule of each other host its VirtualService
 	// routes to, as built (their hash policies are in its routes).
 	deps map[string]*model.ConfigObject
@@ -117,7 +117,7 @@ type built struct {
 	clas  map[uint32]*claState
 	subs  map[string]*claState
 	envoy map[uint32]*envoyPort
-	notes []string
+	notes []TrafficNote
 }
 
 // Translator turns snapshots into xDS resources, incrementally. It keeps,
@@ -361,7 +361,7 @@ func sameResource(prev, next types.Resource) bool {
 func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConfig) (built, error) {
 	res := map[Kind]map[string]types.Resource{}
 	envoyParts := map[uint32]*envoyPort{}
-	var notes []string
+	var notes []TrafficNote
 	dr := hc.destinationRule()
 	add := func(k Kind, r types.Resource) {
 		if res[k] == nil {
@@ -416,7 +416,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		gc, useEDS := grpcCluster(name, svc, inline)
 		applyPolicy(gc, pp)
 		for _, n := range grpcOmitted(pp) {
-			notes = append(notes, name+": "+n)
+			notes = append(notes, grpcNote(name+": "+n))
 		}
 		add(KindOf(ClassGRPC, ClusterType), gc)
 		if useEDS {
@@ -442,6 +442,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 	}
 	if vs := hc.virtualService(); vs != nil && len(httpPorts) > 0 {
 		notes = append(notes, grpcRouteNotes(vs)...)
+		notes = append(notes, envoyRouteNotes(vs)...)
 	}
 	// xds:///<host> without a port works when the service has one HTTP port.
 	if len(httpPorts) == 1 {
@@ -589,18 +590,20 @@ func (t *Translator) envoyPart(host string, port uint32) *envoyPort {
 // (listed on /debug/configz).
 type TrafficNote struct {
 	Host string `json:"host"`
-	// Client is the client kind that does not get it: "grpc".
+	// Client is the client kind that does not get it: "grpc" or "envoy".
 	Client string `json:"client"`
 	Note   string `json:"note"`
 }
 
-// TrafficNotes lists, by host, the traffic config proxyless gRPC clients
-// are not sent because grpc-go does not implement it.
+// TrafficNotes lists, by host, the traffic config in force a client kind
+// is not sent: what grpc-go does not implement, and matches no shared
+// translation can evaluate.
 func (t *Translator) TrafficNotes() []TrafficNote {
 	out := []TrafficNote{}
 	for _, h := range slices.Sorted(maps.Keys(t.services)) {
 		for _, n := range t.services[h].notes {
-			out = append(out, TrafficNote{Host: h, Client: string(ClassGRPC), Note: n})
+			n.Host = h
+			out = append(out, n)
 		}
 	}
 	return out
