@@ -64,8 +64,9 @@ type Config struct {
 	// warm start; off without a dir.
 	State      State      `yaml:"state"`
 	Registries []Registry `yaml:"registries" yamlconf:"required"`
-	// ConfigSources are directories of Istio networking YAML
-	// (VirtualService, DestinationRule): the user traffic API.
+	// ConfigSources are directories of Istio networking YAML and
+	// Kubernetes clusters holding Istio's CRDs (VirtualService,
+	// DestinationRule): the user traffic API.
 	ConfigSources []ConfigSource `yaml:"configSources,omitempty"`
 	// Path is the file the config was loaded from.
 	Path string `yaml:"-"`
@@ -130,13 +131,27 @@ func (s *State) ResolvePaths(dir string) {
 }
 
 // ConfigSource is one entry of `configSources:`: a watched directory of
-// multi-document Istio YAML (see package istioconfig).
+// multi-document Istio YAML (see package istioconfig), or the Istio CRDs of
+// Kubernetes clusters (package istioconfig/crd). Exactly one of Dir and
+// Kubernetes is set.
 type ConfigSource struct {
 	// Name is unique across configSources and a DNS label.
 	Name string `yaml:"name" yamlconf:"required"`
 	// Dir is the directory, made absolute against the directory of
 	// clusters.yaml.
-	Dir string `yaml:"dir" yamlconf:"required"`
+	Dir string `yaml:"dir,omitempty"`
+	// Kubernetes reads VirtualServices and DestinationRules from clusters.
+	Kubernetes *KubernetesConfigSource `yaml:"kubernetes,omitempty"`
+}
+
+// KubernetesConfigSource is the `kubernetes:` block of a config source.
+type KubernetesConfigSource struct {
+	// Clusters are names of registries of kind kubernetes (not ones found
+	// by secretDiscovery): each is read with that registry's kubeconfig
+	// and context, or the in-cluster credentials.
+	Clusters []string `yaml:"clusters" yamlconf:"required"`
+	// Namespaces limits the source to these namespaces; empty: all.
+	Namespaces []string `yaml:"namespaces,omitempty"`
 }
 
 // ResolvePaths makes Dir absolute against dir, the directory of

@@ -128,13 +128,7 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		MaxTypeURLs: cfg.XDS.Limits.MaxTypeURLs, MaxNames: cfg.XDS.Limits.MaxNames,
 	}})
 	g.agg.Subscribe(g.xds.Update)
-	if len(cfg.ConfigSources) > 0 {
-		dirs := make([]istioconfig.Dir, len(cfg.ConfigSources))
-		for i, c := range cfg.ConfigSources {
-			dirs[i] = istioconfig.Dir{Name: c.Name, Path: c.Dir}
-		}
-		g.traffic = istioconfig.New(dirs, log.With("component", "istioconfig"))
-	}
+	g.traffic = newTrafficSource(cfg, log.With("component", "istioconfig"))
 
 	for _, r := range cfg.Registries {
 		g.agg.AddRegistry(r.aggregateOptions())
@@ -176,11 +170,17 @@ func (g *Gateway) registerMetrics() error {
 // before it hands that snapshot to its subscribers: a client served in
 // between would be told that everything is gone), and reports whether it
 // is (false: ctx ended first).
+//
+// With config sources it also waits until each has been read completely
+// (a Kubernetes source's informers synced; at most syncTimeout) and the
+// aggregator's snapshot carries what they hold: a client must not see
+// routes arrive after the services (docs/architecture.md §3.6).
 func (g *Gateway) waitReady(ctx context.Context) bool {
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
+	deadline := time.Now().Add(time.Duration(g.config().SyncTimeout))
 	for {
-		if ok, _ := g.agg.Ready(); ok && g.xds.Version() >= g.agg.Snapshot().Version {
+		if ok, _ := g.agg.Ready(); ok && g.trafficApplied(deadline) && g.xds.Version() >= g.agg.Snapshot().Version {
 			return true
 		}
 		select {
@@ -425,6 +425,19 @@ type trafficService struct {
 func (t trafficService) Serve(ctx context.Context) error { return t.src.Run(ctx, t.agg.SetConfig) }
 
 func (t trafficService) String() string { return "istioconfig" }
+
+// trafficApplied reports whether the config sources are ready (or
+// deadline passed) and the aggregator's latest snapshot holds what they
+// have in force.
+func (g *Gateway) trafficApplied(deadline time.Time) bool {
+	if g.traffic == nil {
+		return true
+	}
+	if ok, _ := g.traffic.Ready(); !ok && time.Now().Before(deadline) {
+		return false
+	}
+	return g.agg.Snapshot().Config == g.traffic.Snapshot()
+}
 
 // TrafficConfig returns what the config sources hold in force and what
 // they rejected (/debug/configz); empty without configSources.

@@ -21,14 +21,46 @@ import (
 	"github.com/meshfed/meshfed/registries"
 )
 
-// Validate checks the name and that dir is set.
+// Validate checks the name and that exactly one of dir and kubernetes is
+// set. The clusters of a kubernetes block are checked against the
+// registries by Config.Validate.
 func (c *ConfigSource) Validate() error {
 	var errs []error
 	if err := checkName(c.Name); err != nil {
 		errs = append(errs, registries.FieldErr("name", "%v", err))
 	}
-	if c.Dir == "" {
-		errs = append(errs, registries.FieldErr("dir", "must not be empty"))
+	switch {
+	case c.Dir != "" && c.Kubernetes != nil:
+		errs = append(errs, registries.FieldErr("kubernetes", "dir and kubernetes exclude each other: one source reads one of them"))
+	case c.Dir == "" && c.Kubernetes == nil:
+		errs = append(errs, registries.FieldErr("dir", "missing required key: a config source needs dir or kubernetes"))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks that clusters are listed once each and the namespaces
+// are namespace names.
+func (k *KubernetesConfigSource) Validate() error {
+	var errs []error
+	if len(k.Clusters) == 0 {
+		errs = append(errs, registries.FieldErr("clusters", "want at least one registry name"))
+	}
+	seen := map[string]bool{}
+	for i, c := range k.Clusters {
+		if seen[c] {
+			errs = append(errs, registries.FieldErr(fmt.Sprintf("clusters[%d]", i), "%q is listed twice", c))
+		}
+		seen[c] = true
+	}
+	seen = map[string]bool{}
+	for i, ns := range k.Namespaces {
+		key := fmt.Sprintf("namespaces[%d]", i)
+		if err := checkName(ns); err != nil {
+			errs = append(errs, registries.FieldErr(key, "%v", err))
+		} else if seen[ns] {
+			errs = append(errs, registries.FieldErr(key, "%q is listed twice", ns))
+		}
+		seen[ns] = true
 	}
 	return errors.Join(errs...)
 }
@@ -126,6 +158,7 @@ func (c *Config) Validate() error {
 		}
 		firstSource[cs.Name] = i
 	}
+	errs = append(errs, configSourceClusterErrs(c)...)
 	for _, pair := range domainConflicts(c.Registries) {
 		i, j := pair[0], pair[1]
 		a, b := c.Registries[i], c.Registries[j]

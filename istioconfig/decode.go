@@ -69,6 +69,8 @@ func (r Rejection) String() string {
 type parsed struct {
 	kind, namespace, name string
 	source                string
+	fromFeed              bool      // read from a Feed (a Kubernetes cluster), not a file
+	created               time.Time // creation time of a Feed object; zero for files
 	file                  string
 	spec                  proto.Message
 	hash                  string
