@@ -1,4 +1,4 @@
-package file
+package filewatch
 
 import (
 	"time"
@@ -7,11 +7,11 @@ import (
 )
 
 // DefaultConfirmAfter is how long the files must stay as they are before
-// the registry sends an update that removed endpoints again.
+// a Watch sends an update that removed endpoints again.
 //
 // The aggregator's hold-down (maxDeleteRatio, docs/architecture.md)
 // applies a held update when the registry sends it again. A registry that
-// polls or watches a backend does so on its next answer; the file registry
+// polls or watches a backend does so on its next answer; a Watch
 // publishes only what changed, so without this it would never confirm and
 // every held update would wait for the hold-down time (1 minute). With it,
 // an update that removed endpoints (and the first update of a Run, which
