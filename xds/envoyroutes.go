@@ -54,8 +54,11 @@ func (e *envoyPort) equal(o *envoyPort) bool {
 }
 
 // envoyPortOf builds a service port's Envoy part from the host's traffic
-// config. ns is the namespace of the host's VirtualService (short
-// destination hosts resolve in it).
+// config: the virtual host (default route, or the VirtualService's http
+// routes for the port; the default route carries the port's consistent
+// hash) or the tcp_proxy (the default cluster, or the first tcp route
+// for the port). Short destination hosts resolve in the VirtualService's
+// namespace.
 func (t *Translator) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig) *envoyPort {
 	vs := hc.virtualService()
 	dr := hc.destinationRule()
