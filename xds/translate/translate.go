@@ -392,7 +392,11 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		if svc.Resolution != model.ResolutionDNS {
 			add(KindOf(ClassEnvoy, EndpointType), served)
 		}
-		envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
+		if hc.vs != nil || hc.dr != nil {
+			// Without rules, rebuildPort serves the default virtual host
+			// or tcp_proxy: nothing to build per service.
+			envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
+		}
 		if err := t.buildSubsets(svc, p, dr, old, add, &subs, &notes); err != nil {
 			return built{}, err
 		}
