@@ -60,13 +60,18 @@ type (
 	ProxyStatus = ads.ProxyStatus
 	TypeStatus  = ads.TypeStatus
 	Nack        = ads.Nack
+	// OversizedStatus and OversizedResource: TypeStatus.Oversized.
+	OversizedStatus   = ads.OversizedStatus
+	OversizedResource = ads.OversizedResource
 )
 
 const (
 	DefaultMaxTypeURLs = ads.DefaultMaxTypeURLs
 	DefaultMaxNames    = ads.DefaultMaxNames
-	MaxNameBytes       = ads.MaxNameBytes
-	MaxNackDetail      = ads.MaxNackDetail
+	// DefaultMaxResponseBytes is the gRPC libraries' default receive limit.
+	DefaultMaxResponseBytes = ads.DefaultMaxResponseBytes
+	MaxNameBytes            = ads.MaxNameBytes
+	MaxNackDetail           = ads.MaxNackDetail
 
 	StateSynced  = ads.StateSynced
 	StateNotSent = ads.StateNotSent
