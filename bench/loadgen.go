@@ -224,7 +224,8 @@ func (lg *Loadgen) record(rs []Record) {
 }
 
 // Handler serves GET /stats, /syncs and /records (drains; JSON arrays of
-// [stream, svc, seq, ack]).
+// [stream, svc, seq, ack]), and POST /reconnect?n=N (Reconnect; the
+// indexes of the streams it reconnected).
 func (lg *Loadgen) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, lg.Stats()) })
