@@ -16,6 +16,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // Registry watches one ZooKeeper ensemble. Run may be called again after
@@ -830,7 +831,7 @@ func (w *watcher) address(host string) (string, error) {
 	if ip, ok := parseIP(host); ok {
 		return ip, nil
 	}
-	if !isHostname(host) {
+	if !validate.Resolvable(host) {
 		return "", fmt.Errorf("address %q is neither an IP address nor a hostname", host)
 	}
 	key := strings.ToLower(host)
