@@ -49,34 +49,6 @@ const (
 	resyncInterval = 30 * time.Second
 )
 
-// New implements registries.Config. It does no I/O: a missing file is not
-// an error at start (see Registry).
-func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	settle := c.Settle.Std()
-	if settle <= 0 {
-		settle = DefaultSettle
-	}
-	var patterns []string
-	for _, p := range c.patterns() {
-		patterns = append(patterns, filepath.Clean(p))
-	}
-	return &Registry{
-		common:   common,
-		patterns: patterns,
-		log:      log.With("path", strings.Join(c.patterns(), ",")),
-		quiet:    debounceQuiet,
-		maxWait:  debounceMax,
-		settle:   settle,
-		interval: resyncInterval,
-	}, nil
-}
-
 // Registry publishes the services of one file, or of every file a
 // directory or glob matches.
 //

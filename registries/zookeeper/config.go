@@ -1,9 +1,3 @@
-// Package zookeeper is the registry for services kept in Apache ZooKeeper,
-// in one of two layouts: Apache Curator's ServiceDiscovery (as Spring Cloud
-// Zookeeper and Dubbo 3 application-level discovery write it) or Dubbo's
-// interface-level providers. It watches the tree (child and data watches,
-// re-armed on every event), never polls, and publishes the full state after
-// each coalesced change.
 package zookeeper
 
 import (
