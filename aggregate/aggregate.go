@@ -10,9 +10,9 @@
 //
 // Freshness: a registry reporting Degraded (or Failed) keeps serving its
 // last good state. Once the outage lasts longer than Outage.ExpireAfter the
-// registry is Stale: with PolicyExpire its services are withdrawn from the
-// snapshot, with PolicyKeep they stay (RegistryStatus.State shows Stale). A
-// Replace or a Report(Synced) ends the outage and, with PolicyExpire, brings
+// registry is Stale: with policy expire its services are withdrawn from the
+// snapshot, with keep they stay (RegistryStatus.State shows Stale). A
+// Replace or a Report(Synced) ends the outage and, with expire, brings
 // the services back. Only an unreachable backend is an outage: a Degraded
 // report with Status.Invalid (the backend answered with data that does not
 // parse) keeps the last good state served but never makes it Stale or
@@ -68,30 +68,17 @@ import (
 const (
 	DefaultHoldDown    = time.Minute
 	DefaultSyncTimeout = 30 * time.Second
-	DefaultExpireAfter = registries.DefaultExpireAfter
 )
-
-// Policy says what happens to a registry's services when its outage lasts
-// longer than Outage.ExpireAfter.
-type Policy = registries.OutagePolicy
-
-// Outage policies.
-const (
-	// PolicyKeep keeps serving the last good state (the default).
-	PolicyKeep = registries.OutageKeep
-	// PolicyExpire withdraws the registry's services until it syncs again.
-	PolicyExpire = registries.OutageExpire
-)
-
-// Outage is a registry's `outage:` block; its zero fields mean the
-// defaults (keep, 10m).
-type Outage = registries.Outage
 
 // RegistryOptions are the aggregate-relevant settings of one clusters.yaml
 // registry entry.
 type RegistryOptions struct {
 	registries.Common // Name, Kind, Domain, Locality (default locality of endpoints)
-	Outage            Outage
+	// Outage is the registry's `outage:` block (the one type,
+	// registries.Outage, validated by the clusters.yaml loader); zero
+	// fields mean the defaults (keep, 10m), and a policy other than expire
+	// keeps.
+	Outage registries.Outage
 	// MaxDeleteRatio enables the hold-down (see the package doc) when > 0,
 	// e.g. 0.5.
 	MaxDeleteRatio float64
@@ -123,8 +110,11 @@ type Options struct {
 	// OnAccepted, when set, is called from Serve's goroutine with a
 	// registry's full input (as given to Replace) each time a different
 	// one becomes its accepted state (applied, not held; restored states
-	// excluded). It must return promptly and not modify the slices; the
-	// warm-start store persists them.
+	// excluded). It must return promptly, not modify the slices and not
+	// call the Aggregator: it runs with the aggregator's lock held, so that
+	// it is never called for a registry once RemoveRegistry returned (a
+	// removal wins over an accept in flight). The warm-start store
+	// persists them.
 	OnAccepted func(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
 	Logger     *slog.Logger // nil discards
 	Now        func() time.Time
@@ -144,7 +134,7 @@ type RegistryStatus struct {
 	Services  int `json:"services"`
 	Endpoints int `json:"endpoints"`
 	// Withdrawn: the registry is Stale (or Failed) past ExpireAfter with
-	// PolicyExpire, and its services are not served.
+	// policy expire, and its services are not served.
 	Withdrawn bool `json:"withdrawn,omitempty"`
 	// HeldDown: an update is held back by MaxDeleteRatio (State is Held
 	// unless the registry is also Degraded, Stale or Failed).
@@ -269,10 +259,6 @@ func New(o Options) *Aggregator {
 // aggregator has been ready does not make it unready (see Ready).
 func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	o = o.withDefaults()
-	if err := o.Outage.Validate(); err != nil {
-		a.log.Warn("bad outage block, using keep", "registry", o.Name, "err", err)
-		o.Outage.Policy = PolicyKeep
-	}
 	now := a.now()
 	a.mu.Lock()
 	if rs, ok := a.regs[o.Name]; ok && rs.opts.Kind == o.Kind {

@@ -161,23 +161,23 @@ func TestFreshness(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name          string
-		policy        Policy
+		policy        registries.OutagePolicy
 		report        registries.State
 		wantState     registries.State // after ExpireAfter
 		wantWithdrawn bool
 	}{
-		{name: "keep serves a stale registry", policy: PolicyKeep, report: registries.Degraded, wantState: registries.Stale},
+		{name: "keep serves a stale registry", policy: registries.OutageKeep, report: registries.Degraded, wantState: registries.Stale},
 		{name: "default policy is keep", policy: "", report: registries.Degraded, wantState: registries.Stale},
-		{name: "expire withdraws a stale registry", policy: PolicyExpire, report: registries.Degraded, wantState: registries.Stale, wantWithdrawn: true},
-		{name: "expire withdraws a failed registry", policy: PolicyExpire, report: registries.Failed, wantState: registries.Failed, wantWithdrawn: true},
-		{name: "keep serves a failed registry", policy: PolicyKeep, report: registries.Failed, wantState: registries.Failed},
+		{name: "expire withdraws a stale registry", policy: registries.OutageExpire, report: registries.Degraded, wantState: registries.Stale, wantWithdrawn: true},
+		{name: "expire withdraws a failed registry", policy: registries.OutageExpire, report: registries.Failed, wantState: registries.Failed, wantWithdrawn: true},
+		{name: "keep serves a failed registry", policy: registries.OutageKeep, report: registries.Failed, wantState: registries.Failed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
 			o := reg("dc1", "consul", "consul")
-			o.Outage = Outage{Policy: tt.policy, ExpireAfter: 5 * time.Minute}
+			o.Outage = registries.Outage{Policy: tt.policy, ExpireAfter: 5 * time.Minute}
 			other := reg("vms", "file", "vm")
 			a := newRunning(t, clock, o, other)
 			a.Replace(shard(other), []model.Service{svc("b.vm", "10.9.0.1")}, nil)
@@ -225,7 +225,7 @@ func TestDegradedReportAfterExpiryIsStale(t *testing.T) {
 	o := reg("dc1", "consul", "consul") // default ExpireAfter 10m
 	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now})
 	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "down"})
-	clock.Advance(DefaultExpireAfter)
+	clock.Advance(registries.DefaultExpireAfter)
 	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "down"})
 	if st, _ := a.Registry("dc1"); st.State != registries.Stale {
 		t.Errorf("state %s, want Stale", st.State)
@@ -332,7 +332,7 @@ func TestInvalidDataIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	o := reg("vms", "file", "vm")
-	o.Outage = Outage{Policy: PolicyExpire, ExpireAfter: time.Minute}
+	o.Outage = registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
 	a := newRunning(t, clock, o)
 	a.Replace(shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil)
 	waitVersion(t, a, 1)
@@ -363,7 +363,7 @@ func TestReplaceStatusDegraded(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	o := reg("vms", "file", "vm")
-	o.Outage = Outage{Policy: PolicyExpire, ExpireAfter: time.Minute}
+	o.Outage = registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
 	a := newRunning(t, clock, o)
 	a.Replace(shard(o), []model.Service{svc("a.vm", ips(1)...)}, nil)
 	waitVersion(t, a, 1)
@@ -634,5 +634,42 @@ func TestConfigFlowsWithSnapshot(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // nothing to wait for: assert no publish happened meanwhile
 	if v := a.Snapshot().Version; v != s3.Version {
 		t.Errorf("version %d after an unchanged config, want %d", v, s3.Version)
+	}
+}
+
+// TestNoAcceptAfterRemoveRegistry: once RemoveRegistry returns, OnAccepted
+// is neither running nor called for that registry, so that the warm-start
+// store's removal of the registry's state cannot be overwritten by an
+// accept that was in flight.
+func TestNoAcceptAfterRemoveRegistry(t *testing.T) {
+	t.Parallel()
+	o := reg("dc1", "consul", "consul")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var events []string
+	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	var once sync.Once
+	a := New(Options{Registries: []RegistryOptions{o}, OnAccepted: func(model.ShardKey, []model.Service, []model.Rejection) {
+		once.Do(func() {
+			close(entered)
+			<-release
+			record("accept returned")
+		})
+	}})
+	start(t, a)
+	a.Replace(shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
+	<-entered
+	removed := make(chan struct{})
+	go func() { a.RemoveRegistry("dc1"); record("removed"); close(removed) }()
+	select {
+	case <-removed: // the bug: RemoveRegistry returned while the accept runs
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	<-removed
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"accept returned", "removed"}; !slices.Equal(events, want) {
+		t.Errorf("events %v, want %v", events, want)
 	}
 }

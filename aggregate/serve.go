@@ -86,7 +86,7 @@ func (a *Aggregator) Serve(ctx context.Context) error {
 // visible reports whether rs's accepted state is served at now. Called with
 // mu held.
 func visible(rs *regState, now time.Time) bool {
-	return rs.opts.Outage.Policy != PolicyExpire || rs.outageSince.IsZero() ||
+	return rs.opts.Outage.Policy != registries.OutageExpire || rs.outageSince.IsZero() ||
 		now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter))
 }
 
@@ -213,7 +213,11 @@ func (a *Aggregator) rebuild(now time.Time) {
 		}
 		if a.onAccepted != nil && lr.raw != lr.saved && lr.raw != nil && !lr.raw.restored {
 			lr.saved = lr.raw
-			a.onAccepted(lr.opts.Shard(), lr.raw.services, lr.raw.rejected)
+			a.mu.Lock()
+			if a.regs[lr.opts.Name] == lr.shared { // not removed since the jobs were taken
+				a.onAccepted(lr.opts.Shard(), lr.raw.services, lr.raw.rejected)
+			}
+			a.mu.Unlock()
 		}
 		if j.visible != lr.visible {
 			lr.visible = j.visible

@@ -188,6 +188,11 @@ func (g *Gateway) readyz(w http.ResponseWriter, _ *http.Request) {
 		reason = "draining"
 	case !g.serving.Load():
 		reason = "xDS server not serving yet"
+		if g.traffic != nil {
+			if ok, why := g.traffic.Ready(); !ok {
+				reason += ": " + why
+			}
+		}
 	case !ok:
 		reason = why
 	}

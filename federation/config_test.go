@@ -99,6 +99,15 @@ func TestLoadBad(t *testing.T) {
 			`bad/bad-config-sources.yaml:6:5: configSources[2].name: missing required key`,
 			`bad/bad-config-sources.yaml:7:23: configSources[3].recursive: unknown key`,
 		}},
+		{file: "bad/bad-kube-config-sources.yaml", problems: 7, want: []string{
+			`bad/bad-kube-config-sources.yaml:5:45: configSources[0].kubernetes.clusters[1]: "east" is listed twice`,
+			`bad/bad-kube-config-sources.yaml:5:51: configSources[0].kubernetes.clusters[2]: no registry is named "nope": name a registry of kind kubernetes`,
+			`bad/bad-kube-config-sources.yaml:5:57: configSources[0].kubernetes.clusters[3]: registry "vms" is of kind file: want one of kind kubernetes`,
+			`bad/bad-kube-config-sources.yaml:5:82: configSources[0].kubernetes.namespaces[1]: bad name "Bad_NS"`,
+			`bad/bad-kube-config-sources.yaml:6:29: configSources[1].kubernetes: dir and kubernetes exclude each other`,
+			`bad/bad-kube-config-sources.yaml:7:5: configSources[2].dir: missing required key: a config source needs dir or kubernetes`,
+			`bad/bad-kube-config-sources.yaml:8:27: configSources[3].kubernetes.clusters: missing required key`,
+		}},
 		{file: "bad/same-address.yaml", problems: 1, want: []string{
 			`bad/same-address.yaml:2:12: admin.address: xds (127.0.0.1:15010) and admin (127.0.0.1:15010) listen on the same port`,
 		}},
@@ -232,7 +241,7 @@ func TestLoadGood(t *testing.T) {
 						Name:           "vms",
 						Kind:           "file",
 						Domain:         "vm.internal", // lowercased, trailing dot dropped
-						Outage:         Outage{Policy: OutageKeep, ExpireAfter: 10 * time.Minute},
+						Outage:         registries.Outage{Policy: registries.OutageKeep, ExpireAfter: 10 * time.Minute},
 						MaxDeleteRatio: ptr(0.5),
 						Block:          &file.Config{Path: abs(t, "testdata/good/services.yaml"), Settle: registries.Duration(time.Second)},
 					}},
@@ -260,7 +269,7 @@ func TestLoadGood(t *testing.T) {
 							Kind:           "file",
 							Domain:         "vm.internal",
 							Locality:       "us-east/us-east-1a/rack-1",
-							Outage:         Outage{Policy: OutageExpire, ExpireAfter: 90 * time.Second},
+							Outage:         registries.Outage{Policy: registries.OutageExpire, ExpireAfter: 90 * time.Second},
 							MaxDeleteRatio: ptr(0.25),
 							Block:          &file.Config{Path: "/srv/services.yaml", Settle: registries.Duration(time.Second)},
 						},
@@ -268,7 +277,7 @@ func TestLoadGood(t *testing.T) {
 							Name:           "vms-2",
 							Kind:           "file",
 							Domain:         "vm2.internal",
-							Outage:         Outage{Policy: OutageKeep, ExpireAfter: 10 * time.Minute},
+							Outage:         registries.Outage{Policy: registries.OutageKeep, ExpireAfter: 10 * time.Minute},
 							MaxDeleteRatio: ptr(1.0),
 							Block:          &file.Config{Path: abs(t, "testdata/services.yaml"), Settle: registries.Duration(time.Second)},
 						},
@@ -392,7 +401,7 @@ registries:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want2 := Outage{Policy: OutageExpire, ExpireAfter: time.Minute}
+	want2 := registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
 	if got := cfg.Registries[1].Outage; got != want2 {
 		t.Errorf("aliased outage = %+v, want %+v", got, want2)
 	}
@@ -558,6 +567,29 @@ func TestLoadConfigSources(t *testing.T) {
 	}
 	dir, _ := filepath.Abs("testdata/traffic")
 	if want := []ConfigSource{{Name: "local", Dir: dir}}; !reflect.DeepEqual(cfg.ConfigSources, want) {
+		t.Errorf("configSources = %+v, want %+v", cfg.ConfigSources, want)
+	}
+}
+
+func TestLoadKubernetesConfigSources(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse("clusters.yaml", []byte(`registries:
+  - {name: east, kind: kubernetes, domain: svc.cluster.local, kubernetes: {}}
+  - {name: west, kind: kubernetes, domain: svc.cluster.local, kubernetes: {}}
+configSources:
+  - {name: k8s, kubernetes: {clusters: [east, west], namespaces: [shop]}}
+  - name: all
+    kubernetes:
+      clusters: [west]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ConfigSource{
+		{Name: "k8s", Kubernetes: &KubernetesConfigSource{Clusters: []string{"east", "west"}, Namespaces: []string{"shop"}}},
+		{Name: "all", Kubernetes: &KubernetesConfigSource{Clusters: []string{"west"}}},
+	}
+	if !reflect.DeepEqual(cfg.ConfigSources, want) {
 		t.Errorf("configSources = %+v, want %+v", cfg.ConfigSources, want)
 	}
 }

@@ -58,6 +58,9 @@ func CheckFiles(c *Config) []Problem {
 		}
 	}
 	for i, cs := range c.ConfigSources {
+		if cs.Dir == "" {
+			continue // a Kubernetes source: its clusters' kubeconfigs are checked above
+		}
 		if _, err := os.ReadDir(cs.Dir); err != nil {
 			add(yamlconf.Index("configSources", i)+".dir", fmt.Errorf("config source directory: %v", err))
 		}

@@ -67,11 +67,17 @@ type Gateway struct {
 	draining atomic.Bool
 	reloadMu sync.Mutex  // one Reload at a time
 	digests  digestCache // content digest of the served snapshot (digest.go)
+	gens     atomic.Uint64
 }
 
-// entry is a running clusters.yaml registry.
+// newEntry returns a new instance of entry r, without its runner.
+func (g *Gateway) newEntry(r Registry) *entry { return &entry{cfg: r, gen: g.gens.Add(1)} }
+
+// entry is a running clusters.yaml registry: one instance of an entry (a
+// reload that changes the entry makes a new one).
 type entry struct {
 	cfg    Registry
+	gen    uint64             // order of creation: a later instance has a higher one
 	runner *registries.Runner // nil: its block could not build a registry (Failed)
 	token  suture.ServiceToken
 	added  bool // token is valid: added to the root supervisor
@@ -122,18 +128,14 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 		MaxTypeURLs: cfg.XDS.Limits.MaxTypeURLs, MaxNames: cfg.XDS.Limits.MaxNames,
 	}})
 	g.agg.Subscribe(g.xds.Update)
-	if len(cfg.ConfigSources) > 0 {
-		dirs := make([]istioconfig.Dir, len(cfg.ConfigSources))
-		for i, c := range cfg.ConfigSources {
-			dirs[i] = istioconfig.Dir{Name: c.Name, Path: c.Dir}
-		}
-		g.traffic = istioconfig.New(dirs, log.With("component", "istioconfig"))
-	}
+	g.traffic = newTrafficSource(cfg, log.With("component", "istioconfig"))
 
 	for _, r := range cfg.Registries {
 		g.agg.AddRegistry(r.aggregateOptions())
 		g.restore(r)
-		g.dyn.entries[r.Name] = &entry{cfg: r, runner: g.newRunner(r, g.agg)}
+		e := g.newEntry(r)
+		e.runner = g.newRunner(e, g.agg)
+		g.dyn.entries[r.Name] = e
 	}
 	if err := g.registerMetrics(); err != nil {
 		return nil, err
@@ -168,11 +170,17 @@ func (g *Gateway) registerMetrics() error {
 // before it hands that snapshot to its subscribers: a client served in
 // between would be told that everything is gone), and reports whether it
 // is (false: ctx ended first).
+//
+// With config sources it also waits until each has been read completely
+// (a Kubernetes source's informers synced; at most syncTimeout) and the
+// aggregator's snapshot carries what they hold: a client must not see
+// routes arrive after the services (docs/architecture.md §3.6).
 func (g *Gateway) waitReady(ctx context.Context) bool {
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
+	deadline := time.Now().Add(time.Duration(g.config().SyncTimeout))
 	for {
-		if ok, _ := g.agg.Ready(); ok && g.xds.Version() >= g.agg.Snapshot().Version {
+		if ok, _ := g.agg.Ready(); ok && g.trafficApplied(deadline) && g.xds.Version() >= g.agg.Snapshot().Version {
 			return true
 		}
 		select {
@@ -234,14 +242,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if g.traffic != nil {
 		sup.Add(trafficService{g.traffic, g.agg})
 	}
-	g.setSupervisor(sup)
-	defer g.setSupervisor(nil)
+	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
+	g.setSupervisor(sup, supCtx)
+	defer g.setSupervisor(nil, nil)
 	g.dyn.mu.Lock()
 	for _, e := range g.dyn.entries {
 		g.startLocked(e)
 	}
 	g.dyn.mu.Unlock()
-	supCtx, stopSup := context.WithCancel(context.WithoutCancel(ctx))
 	supDone := sup.ServeBackground(supCtx)
 
 	adminDone := make(chan error, 1)
@@ -340,9 +348,10 @@ func (g *Gateway) config() *Config {
 	return g.dyn.cfg
 }
 
-// newRunner builds the registry of entry r publishing to sink, or reports
-// it Failed (nil) when its block cannot build one.
-func (g *Gateway) newRunner(r Registry, sink registries.Sink) *registries.Runner {
+// newRunner builds the registry of instance e publishing to sink, or
+// reports it Failed (nil) when its block cannot build one.
+func (g *Gateway) newRunner(e *entry, sink registries.Sink) *registries.Runner {
+	r := e.cfg
 	c := r.Common()
 	rlog := g.log.With("registry", r.Name, "kind", r.Kind)
 	reg, err := r.Block.New(c, rlog)
@@ -352,13 +361,16 @@ func (g *Gateway) newRunner(r Registry, sink registries.Sink) *registries.Runner
 		return nil
 	}
 	if lu, ok := reg.(registries.LauncherUser); ok {
-		lu.SetLauncher(g)
+		lu.SetLauncher(instanceLauncher{g, e})
 	}
 	return registries.NewRunner(c, reg, sink, rlog)
 }
 
 // restore hands the aggregator the state saved for r, if state.dir is set
-// and holds one younger than state.maxAge.
+// and holds one younger than state.maxAge, then revives r's name in the
+// store (statestore.Store.Revive): a registry removed by a reload and added
+// back restores nothing of its removed instance, and its new instance's
+// states are saved. Call it before r's runner starts.
 func (g *Gateway) restore(r Registry) {
 	if g.store == nil {
 		return
@@ -373,6 +385,7 @@ func (g *Gateway) restore(r Registry) {
 		log.Info("restored saved state; served until the registry syncs", "services", len(e.Services),
 			"savedAt", e.SavedAt.Format(time.RFC3339))
 	}
+	g.store.Revive(r.Name)
 }
 
 // startLocked adds e's registry to the root supervisor under its own child
@@ -412,6 +425,19 @@ type trafficService struct {
 func (t trafficService) Serve(ctx context.Context) error { return t.src.Run(ctx, t.agg.SetConfig) }
 
 func (t trafficService) String() string { return "istioconfig" }
+
+// trafficApplied reports whether the config sources are ready (or
+// deadline passed) and the aggregator's latest snapshot holds what they
+// have in force.
+func (g *Gateway) trafficApplied(deadline time.Time) bool {
+	if g.traffic == nil {
+		return true
+	}
+	if ok, _ := g.traffic.Ready(); !ok && time.Now().Before(deadline) {
+		return false
+	}
+	return g.agg.Snapshot().Config == g.traffic.Snapshot()
+}
 
 // TrafficConfig returns what the config sources hold in force and what
 // they rejected (/debug/configz); empty without configSources.

@@ -172,3 +172,19 @@ func waitUntil(t *testing.T, f func() error) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// runGateway runs g until the test ends, then checks that Run returned
+// cleanly; the context is Run's.
+func runGateway(t *testing.T, g *Gateway) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return ctx
+}

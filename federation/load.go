@@ -1,11 +1,19 @@
 package federation
 
+// The clusters.yaml loader: Load and Parse decode the file through
+// registries/yamlconf, and a registry entry decodes its kind block. The
+// types are in config.go, their checks in validate.go.
+
 import (
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
+	"go.yaml.in/yaml/v4"
+
+	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/yamlconf"
 )
 
@@ -61,4 +69,46 @@ func Parse(path string, data []byte) (*Config, error) {
 	cfg.Path = path
 	cfg.root = root
 	return cfg, nil
+}
+
+// UnmarshalYAMLNode decodes a registry entry: its own keys, then the kind
+// block named after its kind into a new registries.Config of that kind
+// (decoded, defaulted, path-resolved and validated by yamlconf).
+func (r *Registry) UnmarshalYAMLNode(d *yamlconf.Decoder, path string, n *yaml.Node) {
+	type block struct {
+		key    string
+		k, val *yaml.Node
+	}
+	var blocks []block
+	keys := Kinds() // a kind's block key is its name
+	d.Struct(path, n, n, r, func(key string, k, v *yaml.Node) bool {
+		if !slices.Contains(keys, key) {
+			return false
+		}
+		blocks = append(blocks, block{key: key, k: k, val: v})
+		return true
+	}, keys)
+	kind, ok := registries.LookupKind(r.Kind)
+	if !ok || d.HasProblem(path+".kind") {
+		return // the kind is missing or unsupported: that is the error
+	}
+	var match *block
+	for i := range blocks {
+		b := &blocks[i]
+		if b.key != r.Kind {
+			d.Addf(b.k, path+"."+b.key, "a %s block does not belong in a registry of kind %q", b.key, r.Kind)
+			continue
+		}
+		match = b
+	}
+	if match == nil {
+		d.Addf(n, path+"."+r.Kind, "missing required key: kind %q needs a %s: block", r.Kind, r.Kind)
+		return
+	}
+	p := path + "." + r.Kind
+	cfg := kind.NewConfig()
+	d.Decode(p, match.k, match.val, cfg)
+	if !d.HasProblem(p) {
+		r.Block = cfg
+	}
 }

@@ -25,8 +25,8 @@ func (c restartsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(e.runner.Restarts()), name)
 		}
 	}
-	for name, r := range c.g.dyn.runners {
-		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(r.Restarts()), name)
+	for name, l := range c.g.dyn.launched {
+		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(l.runner.Restarts()), name)
 	}
 }
 

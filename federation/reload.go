@@ -102,7 +102,8 @@ func (g *Gateway) Apply(ctx context.Context, cfg *Config) error {
 		g.log.Info("registry added by reload", "registry", r.Name, "kind", r.Kind)
 		g.agg.AddRegistry(r.aggregateOptions())
 		g.restore(r)
-		e := &entry{cfg: r, runner: g.newRunner(r, g.agg)}
+		e := g.newEntry(r)
+		e.runner = g.newRunner(e, g.agg)
 		g.dyn.mu.Lock()
 		g.dyn.entries[r.Name] = e
 		g.startLocked(e)
@@ -118,6 +119,7 @@ func (g *Gateway) Apply(ctx context.Context, cfg *Config) error {
 		g.dyn.mu.Unlock()
 		if e != nil {
 			g.stop(e)
+			g.retire(e, 0)
 		}
 		g.agg.RemoveRegistry(r.Name)
 		if g.store != nil {
@@ -137,11 +139,12 @@ func (g *Gateway) Apply(ctx context.Context, cfg *Config) error {
 func (g *Gateway) replace(ctx context.Context, r Registry) {
 	log := g.log.With("registry", r.Name, "kind", r.Kind)
 	gate := &gateSink{agg: g.agg, shard: r.Common().Shard(), first: make(chan struct{})}
-	runner, err := g.newRunnerQuiet(r, gate)
+	e := g.newEntry(r)
+	runner, err := g.newRunnerQuiet(e, gate)
 	if err != nil {
 		gate.report = &registries.Status{State: registries.Failed, Err: err.Error()}
 	}
-	e := &entry{cfg: r, runner: runner}
+	e.runner = runner
 	g.dyn.mu.Lock()
 	old := g.dyn.entries[r.Name]
 	g.startLocked(e)
@@ -161,6 +164,9 @@ func (g *Gateway) replace(ctx context.Context, r Registry) {
 	}
 	if old != nil {
 		g.stop(old)
+		// What the old instance started at runtime (secretDiscovery) runs
+		// on until the new instance takes it over, or for syncTimeout.
+		g.retire(old, g.config().SyncTimeout.Std())
 	}
 	g.dyn.mu.Lock()
 	g.dyn.entries[r.Name] = e
@@ -177,7 +183,8 @@ func (g *Gateway) replace(ctx context.Context, r Registry) {
 // newRunnerQuiet is newRunner for an instance that must not touch the
 // aggregator before it is swapped in: a block that cannot build a
 // registry is returned as an error (reported Failed once swapped in).
-func (g *Gateway) newRunnerQuiet(r Registry, sink registries.Sink) (*registries.Runner, error) {
+func (g *Gateway) newRunnerQuiet(e *entry, sink registries.Sink) (*registries.Runner, error) {
+	r := e.cfg
 	c := r.Common()
 	rlog := g.log.With("registry", r.Name, "kind", r.Kind)
 	reg, err := r.Block.New(c, rlog)
@@ -186,7 +193,7 @@ func (g *Gateway) newRunnerQuiet(r Registry, sink registries.Sink) (*registries.
 		return nil, err
 	}
 	if lu, ok := reg.(registries.LauncherUser); ok {
-		lu.SetLauncher(g)
+		lu.SetLauncher(instanceLauncher{g, e})
 	}
 	return registries.NewRunner(c, reg, sink, rlog), nil
 }

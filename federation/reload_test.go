@@ -199,3 +199,98 @@ registries:
 		t.Errorf("%d endpoints after release, want 1", n)
 	}
 }
+
+// TestReloadRemovedRegistryStateNotRestored: a registry removed by a
+// reload and added back within state.maxAge restores nothing of its removed
+// instance, even when the aggregator's last accept of the removed instance
+// reached the state store after the removal (simulated by a late Save);
+// the new instance's own state is saved.
+func TestReloadRemovedRegistryStateNotRestored(t *testing.T) {
+	dir := t.TempDir()
+	vmsFile, otherFile := filepath.Join(dir, "vms.yaml"), filepath.Join(dir, "other.yaml")
+	writeAtomic(t, vmsFile, svcFile("10.0.0.1"))
+	writeAtomic(t, otherFile, strings.Replace(svcFile("10.0.1.1"), "name: a", "name: b", 1))
+	xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+	clusters := func(withVMs bool, vmsPath string) *Config {
+		s := `xds: {address: "` + xdsAddr + `"}
+admin: {address: "` + adminAddr + `"}
+debounce: {quiet: 1ms, max: 10ms}
+syncTimeout: 1m
+state: {dir: state}
+registries:
+  - {name: other, kind: file, domain: other.internal, file: {path: other.yaml}}
+`
+		if withVMs {
+			s += `  - {name: vms, kind: file, domain: vm.internal, file: {path: ` + vmsPath + `}}
+`
+		}
+		cfg, err := Parse(filepath.Join(dir, "clusters.yaml"), []byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	g, err := NewGateway(clusters(true, "vms.yaml"), GatewayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := runGateway(t, g)
+	stateFile := filepath.Join(dir, "state", "vms.json")
+	waitUntil(t, func() error {
+		if _, err := os.Stat(stateFile); err != nil {
+			return err
+		}
+		return nil
+	})
+	var saved struct{ Services []model.Service }
+	b, err := os.ReadFile(stateFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &saved); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := g.Apply(ctx, clusters(false, "")); err != nil {
+		t.Fatal(err)
+	}
+	// The aggregator's accept of the removed instance's last update, in
+	// flight during the removal, reaches the store afterwards.
+	g.store.Save(model.ShardKey{Kind: "file", Name: "vms"}, saved.Services, nil)
+	waitUntil(t, func() error {
+		if n := endpointsOf(g, "a.vm.internal"); n != -1 {
+			return fmt.Errorf("a.vm.internal still served with %d endpoints", n)
+		}
+		return nil
+	})
+
+	// Added back with a file that does not exist yet: the new instance
+	// cannot sync, and nothing of the removed one may be restored.
+	if err := g.Apply(ctx, clusters(true, "vms-new.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	// A restored state would be pending now; a snapshot that shows a later
+	// change of the other registry would show it too.
+	writeAtomic(t, otherFile, strings.Replace(svcFile("10.0.1.1", "10.0.1.2"), "name: a", "name: b", 1))
+	waitUntil(t, func() error {
+		if n := endpointsOf(g, "b.other.internal"); n != 2 {
+			return fmt.Errorf("b.other.internal has %d endpoints, want 2", n)
+		}
+		return nil
+	})
+	if n := endpointsOf(g, "a.vm.internal"); n != -1 {
+		t.Fatalf("the removed instance's state was restored: a.vm.internal has %d endpoints", n)
+	}
+	// The new instance's own state is saved.
+	writeAtomic(t, filepath.Join(dir, "vms-new.yaml"), svcFile("10.0.0.7", "10.0.0.8"))
+	waitUntil(t, func() error {
+		e, ok, err := g.store.Load("vms", "file", 0)
+		if err != nil || !ok {
+			return fmt.Errorf("no saved state: %v", err)
+		}
+		if len(e.Services) != 1 || len(e.Services[0].Endpoints) != 2 {
+			return fmt.Errorf("saved %+v, want the new instance's 2 endpoints", e.Services)
+		}
+		return nil
+	})
+}

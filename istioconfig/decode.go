@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,10 +70,13 @@ func (r Rejection) String() string {
 type parsed struct {
 	kind, namespace, name string
 	source                string
+	fromFeed              bool      // read from a Feed (a Kubernetes cluster), not a file
+	created               time.Time // creation time of a Feed object; zero for files
 	file                  string
 	spec                  proto.Message
 	hash                  string
 	err                   error
+	node                  *yaml.Node // the document's body, for positions below it
 }
 
 func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name }
@@ -81,12 +85,32 @@ func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name
 // included): a hostile file cannot make the source spin.
 const maxNodes = 1 << 20
 
+// walk is the state of one document's nodeValue: the nodes left in the
+// budget, and the anchored nodes being expanded (an alias to one of them
+// would recurse until the budget ran out: seconds per document).
+type walk struct {
+	budget int
+	open   map[*yaml.Node]bool
+}
+
+// trafficKinds are the kinds the config source reads, with their specs.
+var trafficKinds = map[string]func() proto.Message{
+	KindVirtualService:  func() proto.Message { return &networking.VirtualService{} },
+	KindDestinationRule: func() proto.Message { return &networking.DestinationRule{} },
+}
+
 // decodeFile decodes every YAML document of one file. A syntax error
 // fails the whole file (returned as err): which objects it held is
 // unknown, so the caller keeps that file's last good objects. Documents
 // of kinds this package does not read (Services, Gateways...) are
 // skipped, as are empty documents.
 func decodeFile(file string, data []byte) ([]*parsed, error) {
+	return decodeFileKinds(file, data, trafficKinds)
+}
+
+// decodeFileKinds is decodeFile for the kinds of the table kinds (kind →
+// new empty spec); documents of other kinds are skipped.
+func decodeFileKinds(file string, data []byte, kinds map[string]func() proto.Message) ([]*parsed, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var out []*parsed
@@ -109,18 +133,17 @@ func decodeFile(file string, data []byte) ([]*parsed, error) {
 		if body.Kind == yaml.ScalarNode && body.Tag == "!!null" {
 			continue
 		}
-		budget := maxNodes
-		v, err := nodeValue(body, &budget)
+		v, err := nodeValue(body, &walk{budget: maxNodes, open: map[*yaml.Node]bool{}})
 		p := &parsed{}
 		if err == nil {
-			p = decodeDoc(v)
+			p = decodeDoc(v, kinds)
 		} else {
 			p.err = err
 		}
 		if p == nil {
 			continue
 		}
-		p.file = file
+		p.file, p.node = file, body
 		p.source = file + ":" + strconv.Itoa(body.Line)
 		out = append(out, p)
 	}
@@ -129,14 +152,20 @@ func decodeFile(file string, data []byte) ([]*parsed, error) {
 // nodeValue converts a YAML node to plain Go values (map[string]any,
 // []any, string, int64, float64, bool, nil) as JSON would carry them:
 // scalars by their resolved tag, timestamps and other tags as the text
-// written. Aliases are followed within budget nodes.
-func nodeValue(n *yaml.Node, budget *int) (any, error) {
-	if *budget--; *budget < 0 {
+// written. Aliases are followed within w's budget of nodes; an alias to a
+// node that contains it is an error.
+func nodeValue(n *yaml.Node, w *walk) (any, error) {
+	if w.budget--; w.budget < 0 {
 		return nil, errors.New("the document is too large (aliases expand beyond a million nodes)")
 	}
 	switch n.Kind {
 	case yaml.AliasNode:
-		return nodeValue(n.Alias, budget)
+		if w.open[n.Alias] {
+			return nil, fmt.Errorf("line %d: the alias *%s refers to a node that contains it", n.Line, n.Value)
+		}
+		w.open[n.Alias] = true
+		defer delete(w.open, n.Alias)
+		return nodeValue(n.Alias, w)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -144,7 +173,7 @@ func nodeValue(n *yaml.Node, budget *int) (any, error) {
 			if k.Kind != yaml.ScalarNode {
 				return nil, fmt.Errorf("line %d: a mapping key must be a scalar", k.Line)
 			}
-			v, err := nodeValue(n.Content[i+1], budget)
+			v, err := nodeValue(n.Content[i+1], w)
 			if err != nil {
 				return nil, err
 			}
@@ -154,7 +183,7 @@ func nodeValue(n *yaml.Node, budget *int) (any, error) {
 	case yaml.SequenceNode:
 		l := make([]any, 0, len(n.Content))
 		for _, c := range n.Content {
-			v, err := nodeValue(c, budget)
+			v, err := nodeValue(c, w)
 			if err != nil {
 				return nil, err
 			}
@@ -186,8 +215,8 @@ func nodeValue(n *yaml.Node, budget *int) (any, error) {
 	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
 }
 
-// decodeDoc decodes one document; nil for a kind this package skips.
-func decodeDoc(v any) *parsed {
+// decodeDoc decodes one document; nil for a kind not in kinds.
+func decodeDoc(v any, kinds map[string]func() proto.Message) *parsed {
 	root, ok := v.(map[string]any)
 	if !ok {
 		return &parsed{err: errors.New("want a mapping with apiVersion, kind, metadata and spec")}
@@ -197,7 +226,8 @@ func decodeDoc(v any) *parsed {
 		return s
 	}
 	kind := str(root, "kind")
-	if kind != KindVirtualService && kind != KindDestinationRule {
+	newSpec := kinds[kind]
+	if newSpec == nil {
 		return nil
 	}
 	meta, _ := root["metadata"].(map[string]any)
@@ -228,13 +258,7 @@ func decodeDoc(v any) *parsed {
 		p.err = fmt.Errorf("spec: %v", err)
 		return p
 	}
-	var msg proto.Message
-	switch p.kind {
-	case KindVirtualService:
-		msg = &networking.VirtualService{}
-	case KindDestinationRule:
-		msg = &networking.DestinationRule{}
-	}
+	msg := newSpec()
 	if err := protojson.Unmarshal(js, msg); err != nil {
 		p.err = fmt.Errorf("spec: %v", cleanProtoErr(err))
 		return p
@@ -244,12 +268,15 @@ func decodeDoc(v any) *parsed {
 	return p
 }
 
-// cleanProtoErr drops protojson's "proto: " prefix and its unstable
-// non-breaking spaces.
+// cleanProtoErr drops protojson's "proto: " prefix, its unstable
+// non-breaking spaces and its "(line 1:98): " position, which is in the
+// JSON the spec was converted to, not in the file.
 func cleanProtoErr(err error) string {
 	s := strings.ReplaceAll(err.Error(), "\u00a0", " ")
-	return strings.TrimPrefix(s, "proto: ")
+	return jsonPosition.ReplaceAllString(strings.TrimPrefix(s, "proto: "), "")
 }
+
+var jsonPosition = regexp.MustCompile(`^\(line \d+:\d+\): `)
 
 // hashOf hashes an object's identity and deterministic wire form.
 func hashOf(kind, ns, name string, m proto.Message) string {

@@ -11,11 +11,15 @@ var (
 		Name: "meshfed_config_snapshots_total",
 		Help: "Config snapshots published: reads that changed what is in force.",
 	})
+	sourceState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshfed_config_source_state",
+		Help: "One-hot state of each config source as of the last read (cluster: the registry name of a Kubernetes source's cluster, \"\" for a directory); states Starting, Synced, Degraded, Failed.",
+	}, []string{"source", "cluster", "state"})
 )
 
 // Collectors returns the package's metrics, for the gateway's registry.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{objectsGauge, snapshotsTotal}
+	return []prometheus.Collector{objectsGauge, snapshotsTotal, sourceState}
 }
 
 // setObjectMetrics sets meshfed_config_objects from one read.
@@ -23,5 +27,18 @@ func setObjectMetrics(inForce map[string]int, rejected map[string]int) {
 	for _, k := range []string{KindVirtualService, KindDestinationRule, "unknown"} {
 		objectsGauge.WithLabelValues(k, "in_force").Set(float64(inForce[k]))
 		objectsGauge.WithLabelValues(k, "rejected").Set(float64(rejected[k]))
+	}
+}
+
+// setSourceMetrics sets meshfed_config_source_state from one read.
+func setSourceMetrics(states []SourceState) {
+	for _, st := range states {
+		for _, s := range []string{StateStarting, StateSynced, StateDegraded, StateFailed} {
+			v := 0.0
+			if s == st.State {
+				v = 1
+			}
+			sourceState.WithLabelValues(st.Name, st.Cluster, s).Set(v)
+		}
 	}
 }

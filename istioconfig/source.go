@@ -43,6 +43,9 @@ type Status struct {
 	InForce []ObjectStatus `json:"inForce"`
 	// Rejected lists what the last read refused, in source order.
 	Rejected []Rejection `json:"rejected"`
+	// Sources is the state of every config source as of the last read
+	// (one entry per cluster of a Kubernetes source), in config order.
+	Sources []SourceState `json:"sources"`
 }
 
 // ObjectStatus is one object in force.
@@ -62,23 +65,56 @@ type ObjectStatus struct {
 //
 // It is safe for concurrent use; Run may be called once.
 type Source struct {
-	dirs []Dir
-	log  *slog.Logger
+	dirs  []Dir
+	feeds []Feed
+	log   *slog.Logger
 
 	mu       sync.Mutex
 	inForce  map[string]*model.ConfigObject // by Key
 	fileOf   map[string]string              // key → file it was read from
 	rejected []Rejection
+	states   []SourceState
 	version  uint64
 	snap     *model.ConfigSnapshot
 }
 
-// New returns a Source over dirs; it does no I/O.
-func New(dirs []Dir, log *slog.Logger) *Source {
+// New returns a Source over dirs and feeds; it does no I/O.
+func New(dirs []Dir, log *slog.Logger, feeds ...Feed) *Source {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{dirs: slices.Clone(dirs), log: log, inForce: map[string]*model.ConfigObject{}, fileOf: map[string]string{}}
+	return &Source{dirs: slices.Clone(dirs), feeds: slices.Clone(feeds), log: log, inForce: map[string]*model.ConfigObject{}, fileOf: map[string]string{}}
+}
+
+// Ready reports whether every config source has been read completely at
+// least once (or cannot start: Failed), as of the last Reload; the reason
+// names those still waiting. Directories are read by every Reload, so a
+// Source of directories only is ready after the first. A Kubernetes
+// cluster that is unreachable at start keeps its source waiting: the
+// gateway bounds the wait with syncTimeout.
+func (s *Source) Ready() (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.snap == nil {
+		return false, "config sources not read yet"
+	}
+	var waiting []string
+	for _, st := range s.states {
+		if st.State == StateStarting {
+			d := "config source " + st.Name
+			if st.Cluster != "" {
+				d += " cluster " + st.Cluster
+			}
+			if st.Error != "" {
+				d += " (" + st.Error + ")"
+			}
+			waiting = append(waiting, d)
+		}
+	}
+	if len(waiting) > 0 {
+		return false, "waiting for the first sync of " + strings.Join(waiting, ", ")
+	}
+	return true, ""
 }
 
 // Snapshot returns the objects in force (nil before the first Reload).
@@ -92,9 +128,12 @@ func (s *Source) Snapshot() *model.ConfigSnapshot {
 func (s *Source) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Status{Version: s.version, InForce: []ObjectStatus{}, Rejected: slices.Clone(s.rejected)}
+	st := Status{Version: s.version, InForce: []ObjectStatus{}, Rejected: slices.Clone(s.rejected), Sources: slices.Clone(s.states)}
 	if st.Rejected == nil {
 		st.Rejected = []Rejection{}
+	}
+	if st.Sources == nil {
+		st.Sources = []SourceState{}
 	}
 	for _, o := range s.snap.Objects() {
 		st.InForce = append(st.InForce, ObjectStatus{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source, Hash: o.Hash, Hosts: Hosts(o)})
@@ -113,22 +152,27 @@ func Hosts(o *model.ConfigObject) []string {
 	return nil
 }
 
-// Reload reads every directory once and applies it: valid objects come
-// into force, objects no longer in any file leave it, and an object that
-// is now invalid or conflicting is rejected while its last good version
-// (if any) stays. It reports whether the objects in force changed; the
-// first call always publishes a snapshot.
+// Reload reads every directory and feed once and applies it: valid
+// objects come into force, objects no longer in any file (or cluster)
+// leave it, and an object that is now invalid or conflicting is rejected
+// while its last good version (if any) stays. A directory that cannot be
+// listed, a file that cannot be parsed and a feed part not synced yet
+// keep the objects they held. It reports whether the objects in force
+// changed; the first call always publishes a snapshot.
 func (s *Source) Reload() bool {
 	var docs []*parsed
 	var rejected []Rejection
-	failedFiles := map[string]bool{}
+	var states []SourceState
+	failedFiles := map[string]bool{} // files, dirs (with a trailing separator) and feed groups whose objects stay
 	for _, d := range s.dirs {
 		files, err := listYAML(d.Path)
 		if err != nil {
 			rejected = append(rejected, Rejection{Source: d.Path, Reason: fmt.Sprintf("config source %q: %v", d.Name, err)})
 			failedFiles[d.Path+string(filepath.Separator)] = true // keep everything from this dir
+			states = append(states, SourceState{Name: d.Name, Kind: "dir", State: StateDegraded, Error: err.Error()})
 			continue
 		}
+		states = append(states, SourceState{Name: d.Name, Kind: "dir", State: StateSynced})
 		for _, f := range files {
 			data, err := os.ReadFile(f)
 			if err == nil {
@@ -140,6 +184,14 @@ func (s *Source) Reload() bool {
 				rejected = append(rejected, Rejection{Source: f, Reason: err.Error()})
 				failedFiles[f] = true
 			}
+		}
+	}
+	for _, f := range s.feeds {
+		ps, keep, st := readFeed(f)
+		docs = append(docs, ps...)
+		states = append(states, st...)
+		for _, g := range keep {
+			failedFiles[g] = true
 		}
 	}
 
@@ -168,18 +220,28 @@ func (s *Source) Reload() bool {
 		}
 	}
 	var valid []*parsed
-	seen := map[string]string{}
+	// What a source that could not be read still holds counts as defined
+	// there: another source's object of the same key is a duplicate.
+	seen := map[string]*parsed{}
+	for k, o := range next {
+		seen[k] = &parsed{source: o.Source, hash: o.Hash, fromFeed: strings.HasPrefix(fileOf[k], feedPrefix)}
+	}
 	for _, p := range docs {
 		if p.err != nil {
 			reject(p, p.err.Error())
 			continue
 		}
 		if first, dup := seen[p.key()]; dup {
+			if p.fromFeed && first.fromFeed && p.hash == first.hash {
+				// The same object applied to several clusters (as
+				// multicluster meshes do): one object, from the first.
+				continue
+			}
 			rejected = append(rejected, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source,
-				Reason: fmt.Sprintf("%s %s/%s is already defined at %s", p.kind, p.namespace, p.name, first)})
+				Reason: fmt.Sprintf("%s %s/%s is already defined at %s", p.kind, p.namespace, p.name, first.source)})
 			continue
 		}
-		seen[p.key()] = p.source
+		seen[p.key()] = p
 		if err := validate(p); err != nil {
 			reject(p, err.Error())
 			continue
@@ -187,15 +249,23 @@ func (s *Source) Reload() bool {
 		valid = append(valid, p)
 	}
 	// Conflicts: one VirtualService and one DestinationRule per host.
-	// Istio keeps the oldest; files carry no creation time, so the one
-	// already in force wins, then the first by namespace/name.
+	// Istio keeps the oldest. The one already in force wins, then objects
+	// with a creation time (Kubernetes) oldest first, then the first by
+	// namespace/name (files carry no creation time).
 	sort.SliceStable(valid, func(i, j int) bool {
-		_, ai := prev[valid[i].key()]
-		_, aj := prev[valid[j].key()]
+		a, b := valid[i], valid[j]
+		_, ai := prev[a.key()]
+		_, aj := prev[b.key()]
 		if ai != aj {
 			return ai
 		}
-		return valid[i].key() < valid[j].key()
+		if a.created.IsZero() != b.created.IsZero() {
+			return !a.created.IsZero()
+		}
+		if !a.created.Equal(b.created) {
+			return a.created.Before(b.created)
+		}
+		return a.key() < b.key()
 	})
 	owner := map[string]string{} // kind + "\x00" + host → key
 	for _, o := range next {     // kept last-good objects hold their hosts
@@ -231,7 +301,7 @@ func (s *Source) Reload() bool {
 			changed = true
 		}
 	}
-	s.inForce, s.fileOf, s.rejected = next, fileOf, rejected
+	s.inForce, s.fileOf, s.rejected, s.states = next, fileOf, rejected, states
 	for _, r := range rejected {
 		s.log.Warn("config object rejected", "source", r.Source, "kind", r.Kind, "object", r.Namespace+"/"+r.Name, "reason", r.Reason, "keptLastGood", r.KeptLastGood)
 	}
@@ -247,6 +317,7 @@ func (s *Source) Reload() bool {
 		rej[k]++
 	}
 	setObjectMetrics(inForce, rej)
+	setSourceMetrics(states)
 	if changed {
 		snapshotsTotal.Inc()
 		s.version++
@@ -301,10 +372,28 @@ func listYAML(dir string) ([]string, error) {
 
 // Run reads the directories, publishes the snapshot in force, then
 // watches them and publishes again after every change of what is in
-// force (file events, read 100ms after the last of a burst, and a re-read
-// every 10s in case events were missed). publish is called from Run's
-// goroutine only. Run returns ctx.Err() when ctx ends.
+// force (file events and feed changes, read 100ms after the last of a
+// burst, and a re-read every 10s in case events were missed). It runs
+// every feed until it returns. publish is called from Run's goroutine
+// only. Run returns ctx.Err() when ctx ends.
 func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) error {
+	kick := make(chan struct{}, 1)
+	changed := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	feedCtx, stopFeeds := context.WithCancel(ctx)
+	var feeds sync.WaitGroup
+	defer func() { stopFeeds(); feeds.Wait() }()
+	for _, f := range s.feeds {
+		feeds.Go(func() {
+			if err := f.Run(feedCtx, changed); err != nil && feedCtx.Err() == nil {
+				s.log.Error("config source stopped", "source", f.Name(), "err", err)
+			}
+		})
+	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		s.log.Warn("cannot watch config directories; re-reading every 10s", "err", err)
@@ -333,6 +422,9 @@ func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) e
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-events:
+			debounce.Reset(quiet)
+			continue
+		case <-kick:
 			debounce.Reset(quiet)
 			continue
 		case err := <-errs:

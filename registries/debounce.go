@@ -7,7 +7,7 @@ import "time"
 // longer than MaxWait after the first change still pending (as Istio's
 // debounce and consul-k8s's coalesce do). It is meshfed's one debounce
 // helper: the aggregator's Serve loop drives it with clusters.yaml's
-// `debounce: {quiet, max}`, and the file registry with its settle time
+// `debounce: {quiet, max}`, and registries/filewatch with its settle time
 // (read a services file only once it stopped changing).
 //
 // Debouncer is a pure state machine: callers pass the current time, so it

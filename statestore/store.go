@@ -9,6 +9,13 @@
 // same directory, which is fsynced, renamed over the old file, and the
 // directory is fsynced. A process killed at any point leaves either the
 // old or the new file, never a mix; Open removes leftover temporary files.
+//
+// A removal wins: Delete leaves a tombstone for the name, so a Save that
+// was already on its way (the aggregator accepted the registry's last
+// update just before it was removed) is dropped instead of writing the
+// file again, and Load finds nothing for the name, also when the file
+// could not be removed. Revive ends the tombstone when the name is
+// configured again; its new instance's states are then saved.
 package statestore
 
 import (
@@ -60,6 +67,7 @@ type Store struct {
 	signal chan struct{}
 	mu     sync.Mutex
 	dirty  map[string]*Entry // latest unsaved state by registry; nil = delete the file
+	tomb   map[string]bool   // deleted registries not revived since
 }
 
 // Open creates dir if needed (mode 0700), removes temporary files a killed
@@ -84,7 +92,8 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 			}
 		}
 	}
-	s := &Store{dir: dir, log: log, now: time.Now, signal: make(chan struct{}, 1), dirty: map[string]*Entry{}}
+	s := &Store{dir: dir, log: log, now: time.Now, signal: make(chan struct{}, 1), dirty: map[string]*Entry{},
+		tomb: map[string]bool{}}
 	if v := os.Getenv(WritePauseEnv); v != "" {
 		if s.pause, err = time.ParseDuration(v); err != nil {
 			return nil, fmt.Errorf("%s: %w", WritePauseEnv, err)
@@ -101,8 +110,15 @@ func (s *Store) path(name string) string { return filepath.Join(s.dir, name+".js
 // Load returns the state saved for registry name of kind. It reports
 // ok=false without an error when there is none; an error means the file
 // exists but cannot be used (another kind, another format version, older
-// than maxAge when maxAge > 0, unreadable): it is not restored.
+// than maxAge when maxAge > 0, unreadable): it is not restored. A name
+// deleted and not revived since has none.
 func (s *Store) Load(name, kind string, maxAge time.Duration) (e *Entry, ok bool, err error) {
+	s.mu.Lock()
+	dead := s.tomb[name]
+	s.mu.Unlock()
+	if dead {
+		return nil, false, nil
+	}
 	b, err := os.ReadFile(s.path(name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
@@ -127,22 +143,41 @@ func (s *Store) Load(name, kind string, maxAge time.Duration) (e *Entry, ok bool
 }
 
 // Save records shard's latest accepted state; Serve writes it soon. It
-// does not block on I/O. The slices are kept, not copied.
+// does not block on I/O. The slices are kept, not copied. A Save for a
+// deleted name that was not revived since is dropped.
 func (s *Store) Save(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
 	e := &Entry{Version: formatVersion, Registry: shard.Name, Kind: shard.Kind, SavedAt: s.now(),
 		Services: services, Rejected: rejected}
 	s.mu.Lock()
+	if s.tomb[shard.Name] {
+		s.mu.Unlock()
+		s.log.Debug("state of a removed registry not saved", "registry", shard.Name)
+		return
+	}
 	s.dirty[shard.Name] = e
 	s.mu.Unlock()
 	s.wake()
 }
 
-// Delete removes a registry's saved state (it left the configuration).
+// Delete removes a registry's saved state (it left the configuration) and
+// leaves a tombstone: until Revive(name), Save drops the name's states and
+// Load finds none.
 func (s *Store) Delete(name string) {
 	s.mu.Lock()
 	s.dirty[name] = nil
+	s.tomb[name] = true
 	s.mu.Unlock()
 	s.wake()
+}
+
+// Revive ends name's tombstone, if any: the registry is configured again,
+// and the states its new instance publishes are saved. Call it after Load
+// (which finds nothing for a deleted name) and before the new instance
+// runs.
+func (s *Store) Revive(name string) {
+	s.mu.Lock()
+	delete(s.tomb, name)
+	s.mu.Unlock()
 }
 
 func (s *Store) wake() {

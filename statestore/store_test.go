@@ -42,7 +42,7 @@ func waitFile(t *testing.T, p string, present bool) {
 			return
 		}
 	}
-	t.Fatalf("%s present=%v never happened", p, !present)
+	t.Fatalf("%s present=%v never happened", p, present)
 }
 
 func TestSaveLoadRoundTrip(t *testing.T) {
@@ -93,4 +93,78 @@ func TestOpenRemovesUnfinishedWrites(t *testing.T) {
 	if _, err := os.Stat(tmp); err == nil {
 		t.Error("unfinished temporary file still there after Open")
 	}
+}
+
+// A removal wins: a Save that arrives after Delete (the aggregator accepted
+// the removed registry's last update while it was being removed) neither
+// writes the file again nor makes the state loadable when the name is
+// added back; once revived, the new instance's states are saved.
+func TestDeleteWinsOverLateSave(t *testing.T) {
+	t.Parallel()
+	s, dir := openRunning(t)
+	file := filepath.Join(dir, "vms.json")
+	shard := model.ShardKey{Kind: "file", Name: "vms"}
+	s.Save(shard, services(), nil)
+	waitFile(t, file, true)
+
+	s.Delete("vms")
+	s.Save(shard, services(), nil) // in flight when the registry was removed
+	waitFile(t, file, false)
+	// Let Serve handle whatever is pending, then check the file stays away.
+	s.Save(model.ShardKey{Kind: "file", Name: "other"}, services(), nil)
+	waitFile(t, filepath.Join(dir, "other.json"), true)
+	if _, err := os.Stat(file); err == nil {
+		t.Fatal("the removed registry's state file was written again by a late Save")
+	}
+	if e, ok, err := s.Load("vms", "file", time.Hour); ok || err != nil {
+		t.Fatalf("Load after Delete = %+v, %v, %v; want nothing", e, ok, err)
+	}
+
+	s.Revive("vms")
+	if _, ok, _ := s.Load("vms", "file", time.Hour); ok {
+		t.Fatal("Load after Revive restored the removed instance's state")
+	}
+	fresh := services()
+	fresh[0].Hostname = "billing.vm.internal"
+	s.Save(shard, fresh, nil)
+	waitFile(t, file, true)
+	e, ok, err := s.Load("vms", "file", time.Hour)
+	if err != nil || !ok || e.Services[0].Hostname != "billing.vm.internal" {
+		t.Fatalf("Load after Revive and Save = %+v, %v, %v; want the new instance's state", e, ok, err)
+	}
+}
+
+// Load finds nothing for a deleted name even when its file could not be
+// removed (here: written back behind the store's back).
+func TestDeletedNameNotLoaded(t *testing.T) {
+	t.Parallel()
+	s, dir := openRunning(t)
+	file := filepath.Join(dir, "vms.json")
+	s.Save(model.ShardKey{Kind: "file", Name: "vms"}, services(), nil)
+	waitFile(t, file, true)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Delete("vms")
+	waitFile(t, file, false)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Load("vms", "file", time.Hour); ok || err != nil {
+		t.Fatalf("Load of a deleted name = %v, %v; want nothing", ok, err)
+	}
+}
+
+// openRunning opens a store in a new directory and serves it until the
+// test ends.
+func openRunning(t *testing.T) (*Store, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, s)
+	return s, dir
 }

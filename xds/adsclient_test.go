@@ -206,7 +206,7 @@ func (c *adsClient) answer(m message, nackMsg string) {
 // apply records what the client holds after an accepted response.
 func (c *adsClient) apply(m message) {
 	st := c.state[m.typeURL]
-	if st == nil || (!c.delta && requiresFullState(m.typeURL)) {
+	if st == nil || (!c.delta && (cache.ResourceRequiresFullStateInSotw(m.typeURL) || IsMCPType(m.typeURL))) {
 		st = map[string]proto.Message{}
 		c.state[m.typeURL] = st
 	}

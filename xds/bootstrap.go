@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // XDSClusterName is the static cluster of the Envoy bootstrap that points
@@ -166,16 +167,16 @@ func EnvoyBootstrap(xdsAddr, nodeID, clusterName string, tls *ClientTLS) ([]byte
 		StaticResources: &bootstrap.Bootstrap_StaticResources{
 			Clusters: []*cluster.Cluster{{
 				Name:                          XDSClusterName,
-				ConnectTimeout:                durationpb.New(envoyConnectTimeout),
+				ConnectTimeout:                durationpb.New(translate.EnvoyConnectTimeout),
 				ClusterDiscoveryType:          &cluster.Cluster_Type{Type: discovery},
-				TypedExtensionProtocolOptions: http2Options(),
+				TypedExtensionProtocolOptions: translate.HTTP2Options(),
 				LoadAssignment: &endpoint.ClusterLoadAssignment{
 					ClusterName: XDSClusterName,
 					Endpoints: []*endpoint.LocalityLbEndpoints{{
 						LoadBalancingWeight: wrapperspb.UInt32(1),
 						LbEndpoints: []*endpoint.LbEndpoint{{
 							HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-								Address: socketAddress(host, port),
+								Address: translate.SocketAddress(host, port),
 							}},
 						}},
 					}},

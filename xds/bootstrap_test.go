@@ -81,7 +81,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 				t.Errorf("dynamic_resources = %v, want CDS and LDS over ADS from %s", ads, XDSClusterName)
 			}
 			c := bs.GetStaticResources().GetClusters()[0]
-			if c.GetType() != tc.wantType || c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsKey] == nil {
+			if c.GetType() != tc.wantType || c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"] == nil {
 				t.Errorf("xds cluster = %v, want type %v with HTTP/2", c, tc.wantType)
 			}
 		})

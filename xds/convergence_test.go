@@ -5,14 +5,48 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
+// metric reads the series of name whose label has value from the
+// package's collectors, as /metrics serves it; nil when absent.
+func metric(t *testing.T, name, label, value string) *dto.Metric {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// metricValue is the value of a counter or gauge series (0 when absent).
+func metricValue(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	m := metric(t, name, label, value)
+	return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+}
+
+// convergenceSamples reads meshfed_xds_convergence_seconds{type=typ}.
 func convergenceSamples(t *testing.T, typ string) (count uint64, sum float64) {
 	t.Helper()
-	var m dto.Metric
-	if err := convergenceSeconds.WithLabelValues(typ).(interface{ Write(*dto.Metric) error }).Write(&m); err != nil {
-		t.Fatal(err)
+	m := metric(t, "meshfed_xds_convergence_seconds", "type", typ)
+	if m == nil {
+		t.Fatalf("no meshfed_xds_convergence_seconds{type=%q}", typ)
 	}
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
@@ -23,9 +57,8 @@ func convergenceSamples(t *testing.T, typ string) (count uint64, sum float64) {
 func TestConvergenceIsMeasuredFromTheRegistryChange(t *testing.T) {
 	// Not parallel: it reads the package's histogram, which only
 	// snapshots with Changed set (none in other tests) feed.
-	srv := NewServer(Options{})
-	var skew atomic.Int64 // added to the tracker's clock
-	srv.tracker.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	var skew atomic.Int64 // added to the status clock
+	srv := NewServer(Options{now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 	first, changed, withZZ := fixtureSnapshots()
 	first.Changed = time.Now()
 	srv.Update(first)
@@ -37,7 +70,7 @@ func TestConvergenceIsMeasuredFromTheRegistryChange(t *testing.T) {
 	n0, _ := convergenceSamples(t, "CDS")
 	e0, _ := convergenceSamples(t, "EDS")
 
-	// An update whose ACKs come (by the tracker's clock) 2s after the
+	// An update whose ACKs come (by the status clock) 2s after the
 	// registry change: each observes at least 2s.
 	const age = 2 * time.Second
 	changed.Changed = time.Now()

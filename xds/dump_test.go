@@ -29,7 +29,7 @@ func TestGRPCClassConfigDumpAndClose(t *testing.T) {
 	srv.mu.RLock()
 	for _, url := range TypeURLs {
 		for n, r := range c.state[url] {
-			if want := srv.tr.Resources(KindOf(ClassGRPC, url))[n]; !proto.Equal(r, want) {
+			if want := srv.Resources(KindOf(ClassGRPC, url))[n]; !proto.Equal(r, want) {
 				t.Errorf("%s %s is not the gRPC-class resource", url, n)
 			}
 		}

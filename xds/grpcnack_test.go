@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // Observation 1, as grpc-go sees it: a CLA whose endpoint weights in one
@@ -38,7 +39,7 @@ func TestGRPCGoNacksOverflowingWeights(t *testing.T) {
 	name := ClusterName("orders.test", 8080)
 	lb := func(addr string) *endpoint.LbEndpoint {
 		return &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(math.MaxUint32),
-			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(addr, 1)}}}
+			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: translate.SocketAddress(addr, 1)}}}
 	}
 	bad := &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
 		Locality: &core.Locality{Region: "r1"}, LoadBalancingWeight: wrapperspb.UInt32(math.MaxUint32),
@@ -48,7 +49,7 @@ func TestGRPCGoNacksOverflowingWeights(t *testing.T) {
 		t.Fatalf("the CLA should pass ValidateAll (grpc-go's rule is beyond it): %v", err)
 	}
 	srv.mu.Lock()
-	srv.store.apply(Changes{KindOf("", EndpointType): {Updated: map[string]types.Resource{name: bad}}})
+	srv.ads.Apply(Changes{KindOf("", EndpointType): {Updated: map[string]types.Resource{name: bad}}})
 	srv.mu.Unlock()
 	addr := startServer(t, srv)
 

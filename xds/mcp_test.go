@@ -2,84 +2,13 @@ package xds
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-	mcp "istio.io/api/mcp/v1alpha1"
-	networking "istio.io/api/networking/v1alpha3"
-
-	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/internal/testfixture"
 )
 
-func seOf(t *testing.T, r proto.Message) (*mcp.Metadata, *networking.ServiceEntry) {
-	t.Helper()
-	res, ok := r.(*mcp.Resource)
-	if !ok {
-		t.Fatalf("resource is %T, want an MCP Resource", r)
-	}
-	se := &networking.ServiceEntry{}
-	if err := res.GetBody().UnmarshalTo(se); err != nil {
-		t.Fatalf("body of %s: %v", res.GetMetadata().GetName(), err)
-	}
-	return res.GetMetadata(), se
-}
-
-func TestServiceEntryMapping(t *testing.T) {
-	t.Parallel()
-	svc := ordersSvc()
-	svc.Ports = append(svc.Ports, model.Port{Name: "Bad_Name", Number: 9000, Protocol: model.ProtocolHTTP})
-	svc.Endpoints[0].Labels = map[string]string{"version": "v1", "bad key!": "x"}
-	svc.Endpoints = append(svc.Endpoints,
-		model.Endpoint{Address: "10.0.0.8", Ports: map[string]uint32{"grpc": model.NotServed}}, // serves only one port
-		svc.Endpoints[0]) // duplicate: served once
-	md, se := seOf(t, serviceEntryResource(svc))
-	if md.GetName() != "meshfed/orders.vm.internal" {
-		t.Errorf("name = %q", md.GetName())
-	}
-	if got := md.GetLabels(); got[LabelRegistries] != "vms" || got[LabelRegistryPrefix+"vms"] != "true" || got[LabelManagedBy] != "meshfed" {
-		t.Errorf("labels = %v", got)
-	}
-	if !slices.Equal(se.GetHosts(), []string{"orders.vm.internal"}) || se.GetResolution() != networking.ServiceEntry_STATIC ||
-		se.GetLocation() != networking.ServiceEntry_MESH_INTERNAL || !slices.Equal(se.GetExportTo(), []string{"*"}) {
-		t.Errorf("entry = %v", se)
-	}
-	var ports []string
-	for _, p := range se.GetPorts() {
-		ports = append(ports, p.GetName()+"/"+p.GetProtocol())
-	}
-	if want := []string{"grpc/GRPC", "http-9000/HTTP"}; !slices.Equal(ports, want) {
-		t.Errorf("ports = %v, want %v", ports, want)
-	}
-	// Only 10.0.0.5 is healthy, serves every port and is not a duplicate.
-	if n := len(se.GetEndpoints()); n != 1 {
-		t.Fatalf("endpoints = %v, want only 10.0.0.5", se.GetEndpoints())
-	}
-	ep := se.GetEndpoints()[0]
-	if ep.GetAddress() != "10.0.0.5" || ep.GetPorts()["grpc"] != 18080 || ep.GetWeight() != 2 ||
-		ep.GetLocality() != "us-east/us-east-1a" || ep.GetLabels()["version"] != "v1" ||
-		ep.GetLabels()[LabelRegistry] != "vms" || len(ep.GetLabels()) != 2 {
-		t.Errorf("endpoint = %v", ep)
-	}
-
-	// The version changes exactly when the content does.
-	again, _ := seOf(t, serviceEntryResource(svc))
-	if again.GetVersion() != md.GetVersion() {
-		t.Errorf("version changed on rebuild: %s → %s", md.GetVersion(), again.GetVersion())
-	}
-	svc.Endpoints[0].Weight = 3
-	changed, _ := seOf(t, serviceEntryResource(svc))
-	if changed.GetVersion() == md.GetVersion() {
-		t.Error("version did not change with the content")
-	}
-
-	dns := &model.Service{Hostname: "api.ext.example", Resolution: model.ResolutionDNS,
-		Ports: []model.Port{{Name: "https", Number: 443, Protocol: model.ProtocolHTTP2}}, Endpoints: []model.Endpoint{{Address: "api.example.com"}}}
-	if _, se := seOf(t, serviceEntryResource(dns)); se.GetResolution() != networking.ServiceEntry_DNS || se.GetEndpoints()[0].GetAddress() != "api.example.com" {
-		t.Errorf("DNS entry = %v", se)
-	}
-}
+var seOf = testfixture.ServiceEntryOf
 
 // TestMCPOverADS: a SotW client (as istiod) gets every collection it asks
 // for answered, empty or full; a delta client gets only the ServiceEntries
@@ -90,10 +19,15 @@ func TestMCPOverADS(t *testing.T) {
 	first, changed, _ := fixtureSnapshots()
 	srv.Update(first)
 	addr := startServer(t, srv)
-	all := resourceNames(srv.tr.Resources(KindOf(ClassEnvoy, ServiceEntryTypeURL)))
-	if len(all) != first.Len() {
-		t.Fatalf("ServiceEntries %v, want one per service (%d)", all, first.Len())
+	// ServiceEntries are built once an MCP client subscribes (S3a).
+	if n := len(srv.Resources(KindOf(ClassEnvoy, ServiceEntryTypeURL))); n != 0 {
+		t.Errorf("%d ServiceEntries built before any MCP client subscribed", n)
 	}
+	var all []string // one per service
+	for _, svc := range first.Services() {
+		all = append(all, MCPNamespace+"/"+svc.Hostname)
+	}
+	slices.Sort(all)
 
 	sotw := dialADS(t, addr, envoyNode("istiod"), false)
 	for _, u := range []string{ServiceEntryTypeURL, "networking.istio.io/v1/VirtualService", "core/v1alpha1/MeshConfig"} {
@@ -136,97 +70,5 @@ func TestMCPOverADS(t *testing.T) {
 	m = delta.step(nil)
 	if len(m.resources) != 0 || !slices.Equal(m.removed, []string{"meshfed/orders.vm.internal"}) {
 		t.Errorf("delta removal: resources %v removed %v", m.names(), m.removed)
-	}
-}
-
-// seChange is how changed() lists a ServiceEntry added (op "+") or
-// removed ("-"): once per collection version istiod may ask for.
-func seChange(op, host string) []string {
-	var out []string
-	for range mcpByURL[ServiceEntryTypeURL].typeURLs {
-		out = append(out, " ServiceEntry "+op+MCPNamespace+"/"+host)
-	}
-	return out
-}
-
-// configSnap parses YAML into a config snapshot, failing on rejections.
-func configSnap(t *testing.T, version uint64, yaml string) *model.ConfigSnapshot {
-	t.Helper()
-	objs, rej := istioconfig.ParseObjects("test.yaml", []byte(yaml))
-	if len(rej) > 0 {
-		t.Fatalf("rejected: %v", rej)
-	}
-	return model.NewConfigSnapshot(version, objs)
-}
-
-const testDR = `apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: orders, namespace: shop}
-spec:
-  host: orders.vm.internal
-  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
-`
-
-const testVS = `apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {name: orders, namespace: shop}
-spec:
-  hosts: [orders.vm.internal]
-  http:
-  - route:
-    - {destination: {host: orders.vm.internal, subset: v1}, weight: 90}
-    - {destination: {host: orders.vm.internal, subset: v2}, weight: 10}
-`
-
-// TestMCPConfigObjects: VirtualServices and DestinationRules in force are
-// served in every version of their MCP collection, named
-// <namespace>/<name>, versioned by content; an unchanged object is not
-// reported again and a removed one is removed.
-func TestMCPConfigObjects(t *testing.T) {
-	t.Parallel()
-	tr := NewTranslator()
-	snap := model.NewSnapshot(1, []*model.Service{ordersSvc()})
-	snap.Config = configSnap(t, 1, testDR+"---\n"+testVS)
-	ch := tr.Translate(snap)
-	var firstVersion string
-	for _, u := range gvks("networking.istio.io", "VirtualService", "v1", "v1beta1", "v1alpha3") {
-		up, _ := ch.Names(Kind{TypeURL: u})
-		if !slices.Equal(up, []string{"shop/orders"}) {
-			t.Fatalf("%s updated %v, want shop/orders", u, up)
-		}
-		res := tr.Resources(Kind{TypeURL: u})["shop/orders"].(*mcp.Resource)
-		vs := &networking.VirtualService{}
-		if err := res.GetBody().UnmarshalTo(vs); err != nil {
-			t.Fatal(err)
-		}
-		if w := vs.GetHttp()[0].GetRoute()[1].GetWeight(); w != 10 || vs.GetHosts()[0] != "orders.vm.internal" {
-			t.Errorf("%s body = %v", u, vs)
-		}
-		firstVersion = res.GetMetadata().GetVersion()
-	}
-	if up, _ := ch.Names(Kind{TypeURL: "networking.istio.io/v1/DestinationRule"}); !slices.Equal(up, []string{"shop/orders"}) {
-		t.Fatalf("DestinationRule updated %v", up)
-	}
-
-	// Same objects (new snapshot, same pointers): nothing changes.
-	snap2 := model.NewSnapshot(2, snap.Services())
-	snap2.Config = snap.Config
-	if ch := tr.Translate(snap2); len(ch) != 0 {
-		t.Errorf("unchanged config reported changes: %v", ch)
-	}
-
-	// The VirtualService shifts its weights; the DestinationRule goes.
-	snap3 := model.NewSnapshot(3, snap.Services())
-	snap3.Config = configSnap(t, 2, strings.Replace(strings.Replace(testVS, "weight: 90", "weight: 0", 1), "weight: 10", "weight: 100", 1))
-	ch = tr.Translate(snap3)
-	vsKind := Kind{TypeURL: "networking.istio.io/v1/VirtualService"}
-	if up, _ := ch.Names(vsKind); !slices.Equal(up, []string{"shop/orders"}) {
-		t.Errorf("VirtualService updated %v", up)
-	}
-	if v := tr.Resources(vsKind)["shop/orders"].(*mcp.Resource).GetMetadata().GetVersion(); v == firstVersion {
-		t.Error("version did not change with the content")
-	}
-	if _, rm := ch.Names(Kind{TypeURL: "networking.istio.io/v1/DestinationRule"}); !slices.Equal(rm, []string{"shop/orders"}) {
-		t.Errorf("DestinationRule removed %v", rm)
 	}
 }

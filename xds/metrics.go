@@ -1,6 +1,11 @@
 package xds
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
+)
 
 var (
 	pushesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -12,35 +17,6 @@ var (
 		Help:    "Time from a snapshot handed to the xDS server to its caches being updated.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	})
-	connectedProxies = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_xds_connected_proxies",
-		Help: "xDS streams open, by client class (envoy, grpc).",
-	}, []string{"class"})
-	nacksTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_xds_nacks_total",
-		Help: "Responses rejected by proxies, per xDS type.",
-	}, []string{"type"})
-	responsesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_xds_responses_total",
-		Help: "Responses sent to proxies, per xDS type (CDS, EDS, LDS, RDS).",
-	}, []string{"type"})
-	convergenceSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "meshfed_xds_convergence_seconds",
-		Help:    "Time from the aggregator receiving a registry update to a connected proxy ACKing the first response that carries it, per xDS type; one observation per proxy and type.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms .. ~33s
-	}, []string{"type"})
-	limitExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_xds_stream_limit_exceeded_total",
-		Help: "ADS streams ended with ResourceExhausted, per limit (typeURLs, names, nameBytes).",
-	}, []string{"limit"})
-	unknownTypes = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "meshfed_xds_unknown_type_requests_total",
-		Help: "ADS subscriptions to type URLs meshfed does not serve (answered with an empty response).",
-	})
-	subscribedNames = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "meshfed_xds_subscribed_names",
-		Help: "Resource names subscribed by name, summed over every stream and type URL.",
-	})
 	resourcesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "meshfed_xds_resources",
 		Help: "Resources served, per client class and xDS type (endpoints are shared: class \"all\").",
@@ -50,23 +26,19 @@ var (
 // Series of every served type exist from the start (at zero), so rate()
 // and alerts see a counter's first increase.
 func init() {
+	var labels []string
 	for _, u := range TypeURLs {
-		t := shortType(u)
+		t := translate.TypeLabel(u)
 		pushesTotal.WithLabelValues(t)
-		nacksTotal.WithLabelValues(t)
-		responsesTotal.WithLabelValues(t)
-		convergenceSeconds.WithLabelValues(t)
+		labels = append(labels, t)
 	}
-	for _, c := range []Class{ClassEnvoy, ClassGRPC} {
-		connectedProxies.WithLabelValues(string(c))
-	}
+	ads.InitSeries([]Class{ClassEnvoy, ClassGRPC}, labels)
 }
 
-// Collectors returns the package's Prometheus collectors; the wiring
-// registers them once.
+// Collectors returns the Prometheus collectors of xds and its packages;
+// the wiring registers them once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{pushesTotal, pushSeconds, connectedProxies, nacksTotal, resourcesGauge,
-		responsesTotal, convergenceSeconds, limitExceeded, unknownTypes, subscribedNames}
+	return append([]prometheus.Collector{pushesTotal, pushSeconds, resourcesGauge}, ads.Collectors()...)
 }
 
 func classLabel(c Class) string {

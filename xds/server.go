@@ -1,21 +1,21 @@
 // Package xds serves meshfed's model to Envoy proxies, proxyless gRPC
 // clients and istiod (MCP-over-xDS) over one ADS endpoint (SotW and
-// Delta). Resource types and marshalling come from go-control-plane; the
-// stream loop is meshfed's own, because go-control-plane's one-shot watches
-// re-register and re-diff every subscribed name on each response and ACK:
-// 161 ms of server CPU per one-endpoint event at 1,000 delta streams × 100
-// clusters, against about 45 ms here (BENCHMARKS.md, S1; bench/analysis.md;
-// docs/architecture.md §3.5).
+// Delta). It is the facade over two packages (docs/architecture.md §2):
 //
-// Translation (Translator) is a pure, incremental function of model
-// snapshots: resources of unchanged services are reused, and every
-// resource passes its protobuf ValidateAll. The Server keeps one
-// collection per client class and type URL (endpoints shared by both
-// classes) and serves ADS itself (ads.go, store.go): each resource is
-// marshalled once per version for all streams, every stream's
-// subscriptions are indexed once and persist across responses, so an
-// update costs work only for the subscribers of what changed, and Delta
-// streams receive only the resources that changed.
+//   - xds/translate turns model snapshots into xDS resources, purely and
+//     incrementally (resources of unchanged services are reused, and
+//     every resource passes its protobuf ValidateAll), and reports what
+//     changed per collection;
+//   - xds/ads holds those collections and serves them over ADS with
+//     meshfed's own stream loop (persistent per-stream subscriptions,
+//     each resource marshalled once per version for all streams; the
+//     package doc says why it is not go-control-plane's). It does not
+//     know the model.
+//
+// Resource types, MarshalResource and HashResource come from
+// go-control-plane. Server glues the two: Update translates a snapshot
+// and applies the changes; ServiceEntries for istiod are built from the
+// first MCP subscription on (Translator.EnableMCP).
 //
 // Naming follows docs/architecture.md §4: clusters and ClusterLoadAssignments
 // outbound|<port>||<host>; Envoy listeners 0.0.0.0_<port> with route
@@ -25,7 +25,6 @@ package xds
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"log/slog"
 	"maps"
@@ -34,12 +33,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // Options configure a Server.
@@ -49,24 +49,23 @@ type Options struct {
 	Logger *slog.Logger
 	// Limits bound each stream; zero fields take the defaults.
 	Limits Limits
+
+	now func() time.Time // the status clock; nil is time.Now (tests skew it)
 }
 
 // Server translates snapshots and serves them over ADS. Update is called
 // from one goroutine; every other method is safe for concurrent use.
 type Server struct {
-	log    *slog.Logger
-	ctx    context.Context
-	cancel context.CancelFunc
+	log *slog.Logger
 
 	mu      sync.RWMutex // guards tr and invalid; held while the store updates
 	tr      *Translator
 	invalid map[string]string
-	store   *store
 
-	tracker *tracker
-	ads     *ads
+	ads     *ads.Server
 	version atomic.Uint64
 	changed atomic.Int64 // Snapshot.Changed (unix ns) of the snapshot in the store
+	mcpOn   atomic.Bool  // the translator builds MCP resources (EnableMCP)
 }
 
 // NewServer returns a server with no resources; Register it on a gRPC
@@ -76,22 +75,26 @@ func NewServer(o Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		log:     log,
-		ctx:     ctx,
-		cancel:  cancel,
 		tr:      NewTranslator(),
 		invalid: map[string]string{},
-		store:   newStore(),
 	}
-	s.tracker = newTracker(log, func() time.Time {
-		if n := s.changed.Load(); n != 0 {
-			return time.Unix(0, n)
-		}
-		return time.Time{}
+	s.ads = ads.NewServer(ads.Config{
+		Collections: translate.Collections(),
+		Classify:    ClassifyNode,
+		Label:       translate.TypeLabel,
+		Changed: func() time.Time {
+			if n := s.changed.Load(); n != 0 {
+				return time.Unix(0, n)
+			}
+			return time.Time{}
+		},
+		Now:       o.now,
+		Callbacks: ads.Callbacks{OnFirstRequest: s.subscribed},
+		Limits:    o.Limits,
+		Logger:    log,
 	})
-	s.ads = &ads{ctx: ctx, store: s.store, tracker: s.tracker, errorf: log.Error, limits: o.Limits.withDefaults()}
 	return s
 }
 
@@ -99,9 +102,7 @@ func NewServer(o Options) *Server {
 // owns g: it listens, serves and stops it. Build g with ServerOptions:
 // without them it works, but every response is copied into gRPC's pooled
 // buffers and every ACK costs a BDP ping.
-func (s *Server) Register(g *grpc.Server) {
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
-}
+func (s *Server) Register(g *grpc.Server) { s.ads.Register(g) }
 
 // Update translates snap incrementally and pushes the changed resources to
 // every subscribed stream. Calls come from one goroutine in snapshot order.
@@ -112,14 +113,7 @@ func (s *Server) Update(snap *model.Snapshot) {
 	if snap != nil && !snap.Changed.IsZero() {
 		s.changed.Store(snap.Changed.UnixNano()) // before streams wake
 	}
-	s.store.apply(ch)
-	for _, k := range Kinds {
-		if ch[k] == nil {
-			continue
-		}
-		pushesTotal.WithLabelValues(shortType(k.TypeURL)).Inc()
-		resourcesGauge.WithLabelValues(classLabel(k.Class), shortType(k.TypeURL)).Set(float64(len(s.tr.Resources(k))))
-	}
+	s.applyLocked(ch)
 	s.logInvalid()
 	s.mu.Unlock()
 	if snap != nil {
@@ -127,6 +121,37 @@ func (s *Server) Update(snap *model.Snapshot) {
 	}
 	pushSeconds.Observe(time.Since(start).Seconds())
 	s.log.Debug("xds snapshot applied", "version", s.Version(), "changedKinds", len(ch))
+}
+
+// subscribed turns on the MCP resources when a stream first subscribes
+// to an MCP collection: the translator builds the ServiceEntries of every
+// current service, and they are in the store before that subscription is
+// answered.
+func (s *Server) subscribed(typeURL string) {
+	if !IsMCPType(typeURL) || s.mcpOn.Load() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mcpOn.Load() {
+		return
+	}
+	s.applyLocked(s.tr.EnableMCP())
+	s.mcpOn.Store(true)
+	s.log.Info("xds MCP client subscribed: serving ServiceEntries", "typeURL", typeURL)
+}
+
+// applyLocked installs translated changes in the store and counts them.
+// Callers hold s.mu.
+func (s *Server) applyLocked(ch Changes) {
+	s.ads.Apply(ch)
+	for _, k := range Kinds {
+		if ch[k] == nil {
+			continue
+		}
+		pushesTotal.WithLabelValues(translate.TypeLabel(k.TypeURL)).Inc()
+		resourcesGauge.WithLabelValues(classLabel(k.Class), translate.TypeLabel(k.TypeURL)).Set(float64(len(s.tr.Resources(k))))
+	}
 }
 
 // logInvalid logs services newly left out. Callers hold s.mu.
@@ -169,9 +194,7 @@ func (s *Server) Resources(k Kind) map[string]types.Resource {
 }
 
 // Proxies returns every connected stream's sync status, sorted by node id.
-func (s *Server) Proxies() []ProxyStatus {
-	return s.tracker.snapshot(s.store.count)
-}
+func (s *Server) Proxies() []ProxyStatus { return s.ads.Proxies() }
 
 // ConfigDump returns, as indented JSON, the resources the newest stream
 // of proxyID is currently served, per type URL:
@@ -181,7 +204,7 @@ func (s *Server) Proxies() []ProxyStatus {
 // Resources are the current ones its subscriptions match, in protojson
 // form, sorted by name. It returns false for an unknown proxy.
 func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
-	class, subs, ok := s.tracker.served(proxyID)
+	class, served, ok := s.ads.Served(proxyID)
 	if !ok {
 		return nil, false
 	}
@@ -190,8 +213,8 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 		Class     Class                        `json:"class"`
 		Resources map[string][]json.RawMessage `json:"resources"`
 	}{ID: proxyID, Class: class, Resources: map[string][]json.RawMessage{}}
-	for url, sub := range subs {
-		ns, current := s.store.matching(sub)
+	for url, current := range served {
+		ns := slices.Sorted(maps.Keys(current))
 		list := make([]json.RawMessage, 0, len(ns))
 		for _, n := range ns {
 			b, err := protojson.Marshal(current[n])
@@ -211,7 +234,7 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 
 // Close ends every stream, except one blocked sending to a client that
 // stopped reading, which ends when the caller's gRPC server stops.
-func (s *Server) Close() { s.cancel() }
+func (s *Server) Close() { s.ads.Close() }
 
 // indentJSON normalizes JSON (protojson varies its spacing) to two-space
 // indentation.

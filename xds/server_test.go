@@ -9,6 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/internal/testfixture"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 const (
@@ -20,10 +22,10 @@ const (
 // fixtureSnapshots returns the fixture, the fixture with one orders
 // endpoint changed, and that plus a new TCP service zz on port 6000.
 func fixtureSnapshots() (first, endpointChanged, withZZ *model.Snapshot) {
-	svcs := fixture()
-	o := ordersSvc()
+	svcs := testfixture.Services()
+	o := testfixture.Orders()
 	o.Endpoints[1].Health = model.Healthy
-	changed := replace(svcs, "orders.vm.internal", o)
+	changed := testfixture.Replace(svcs, "orders.vm.internal", o)
 	zz := append(slices.Clone(changed), &model.Service{Hostname: "zz.vm.internal",
 		Ports:     []model.Port{{Name: "tcp", Number: 6000, Protocol: model.ProtocolTCP}},
 		Endpoints: []model.Endpoint{{Address: "10.0.9.9"}}})
@@ -34,8 +36,8 @@ func fixtureSnapshots() (first, endpointChanged, withZZ *model.Snapshot) {
 // named EDS and RDS (as Envoy derives them from clusters and listeners).
 func envoySubscribe(c *adsClient, srv *Server) {
 	srv.mu.RLock()
-	clas := resourceNames(srv.tr.Resources(KindOf(ClassEnvoy, EndpointType)))
-	routes := resourceNames(srv.tr.Resources(KindOf(ClassEnvoy, RouteType)))
+	clas := resourceNames(srv.Resources(KindOf(ClassEnvoy, EndpointType)))
+	routes := resourceNames(srv.Resources(KindOf(ClassEnvoy, RouteType)))
 	srv.mu.RUnlock()
 	c.subscribe(ClusterType)
 	c.subscribe(ListenerType)
@@ -50,7 +52,7 @@ func servedEnvoy(srv *Server) func(map[string]map[string]proto.Message) bool {
 	defer srv.mu.RUnlock()
 	var conds []func(map[string]map[string]proto.Message) bool
 	for _, url := range TypeURLs {
-		conds = append(conds, holds(url, resourceNames(srv.tr.Resources(KindOf(ClassEnvoy, url)))...))
+		conds = append(conds, holds(url, resourceNames(srv.Resources(KindOf(ClassEnvoy, url)))...))
 	}
 	return all(conds...)
 }
@@ -59,7 +61,7 @@ func servedEnvoy(srv *Server) func(map[string]map[string]proto.Message) bool {
 // orders CLA.
 func hasCurrentCLA(srv *Server) func(map[string]map[string]proto.Message) bool {
 	srv.mu.RLock()
-	want := srv.tr.Resources(KindOf("", EndpointType))[ordersCLA]
+	want := srv.Resources(KindOf("", EndpointType))[ordersCLA]
 	srv.mu.RUnlock()
 	return func(st map[string]map[string]proto.Message) bool {
 		return proto.Equal(st[EndpointType][ordersCLA], want)
@@ -71,7 +73,7 @@ func hasCurrentCLA(srv *Server) func(map[string]map[string]proto.Message) bool {
 func holdsCurrent(srv *Server, typeURL string) func(map[string]map[string]proto.Message) bool {
 	srv.mu.RLock()
 	defer srv.mu.RUnlock()
-	return holds(typeURL, resourceNames(srv.tr.Resources(KindOf(ClassEnvoy, typeURL)))...)
+	return holds(typeURL, resourceNames(srv.Resources(KindOf(ClassEnvoy, typeURL)))...)
 }
 
 // synced reports whether every type of every stream of proxy id has
@@ -147,7 +149,7 @@ func TestDeltaAndSotwSeeSameResources(t *testing.T) {
 	want := map[string][]string{EndpointType: {ordersCLA}, ClusterType: {zzCluster}, ListenerType: {zzLDS}}
 	for url, names := range want {
 		if !slices.Equal(got[url], names) {
-			t.Errorf("delta client got %s %v, want only %v", shortType(url), got[url], names)
+			t.Errorf("delta client got %s %v, want only %v", translate.TypeLabel(url), got[url], names)
 		}
 	}
 	if len(got) != len(want) {
@@ -195,7 +197,7 @@ func TestNackIsRecordedAndDoesNotStopUpdates(t *testing.T) {
 			good.until(servedEnvoy(srv), nil)
 			// The NACKing client holds everything but endpoints.
 			srv.mu.RLock()
-			clusters := resourceNames(srv.tr.Resources(KindOf(ClassEnvoy, ClusterType)))
+			clusters := resourceNames(srv.Resources(KindOf(ClassEnvoy, ClusterType)))
 			srv.mu.RUnlock()
 			seen := bad.until(all(holds(ClusterType, clusters...), func(st map[string]map[string]proto.Message) bool {
 				return len(st[ListenerType]) == 4 && len(st[RouteType]) == 3

@@ -229,6 +229,7 @@ func TestValidateOpensFiles(t *testing.T) {
 	write("bad.kubeconfig", "apiVersion: v1\nkind: Config\ncontexts: [{name: a, context: {cluster: c}}]\ncurrent-context: b\n")
 	write("services.yaml", "services:\n  - name: echo\n    ports: [{name: grpc, port: 8080, protocol: SOAP}]\n")
 	write("zk.auth", "no-colon\n")
+	write("istio.yaml", "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: a}\nspec: {hosts: [a.mesh.example], ports: [{number: 0, name: x}]}\n")
 	config := filepath.Join(dir, "clusters.yaml")
 	write("clusters.yaml", `xds:
   address: 127.0.0.1:15010
@@ -239,6 +240,7 @@ registries:
   - {name: dc1, kind: consul, domain: consul, consul: {tokenFile: empty.token}}
   - {name: east, kind: kubernetes, domain: svc.cluster.local, kubernetes: {kubeconfig: bad.kubeconfig}}
   - {name: zk, kind: zookeeper, domain: zk, zookeeper: {servers: [127.0.0.1:2181], authFile: zk.auth}}
+  - {name: istio, kind: serviceentry, domain: mesh.example, serviceentry: {path: istio.yaml}}
 `)
 	_, errOut, err := execute(t, "validate", config)
 	var ee exitError
@@ -253,6 +255,8 @@ registries:
 		config + ":7:67: registries[2].consul.tokenFile: " + filepath.Join(dir, "empty.token") + ": is empty",
 		config + ":8:88: registries[3].kubernetes.kubeconfig: " + filepath.Join(dir, "bad.kubeconfig") + `: has no context "b"`,
 		config + ":9:94: registries[4].zookeeper.authFile: " + filepath.Join(dir, "zk.auth") + ": want one line user:password",
+		config + ":10:82: registries[5].serviceentry.path: " + filepath.Join(dir, "istio.yaml") + ": " + filepath.Join(dir, "istio.yaml") +
+			":1: ServiceEntry default/a: spec.ports[0].number: 0 is not a port number (1-65535)",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)

@@ -146,6 +146,19 @@ func TestRenderedConfigIsValid(t *testing.T) {
 			if wantToken := name == "default"; (c.Admin.TokenFile != "") != wantToken {
 				t.Errorf("admin.tokenFile = %q, want set: %v", c.Admin.TokenFile, wantToken)
 			}
+			// config.kubernetes.istioConfig reads the cluster's Istio CRDs;
+			// config.configSources adds entries.
+			var sources []string
+			for _, s := range c.ConfigSources {
+				if s.Kubernetes != nil {
+					sources = append(sources, s.Name+" kubernetes "+strings.Join(s.Kubernetes.Clusters, ","))
+				} else {
+					sources = append(sources, s.Name+" dir "+filepath.Base(s.Dir))
+				}
+			}
+			if want := map[string][]string{"non-default": {"primary-istio kubernetes primary", "local dir traffic"}}[name]; !slices.Equal(sources, want) {
+				t.Errorf("configSources = %q, want %q", sources, want)
+			}
 			o.Set = append(slices.Clone(o.Set), "state.enabled=false")
 			b, err = chart.Render(o)
 			if err != nil {

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
@@ -120,15 +118,13 @@ func BenchmarkEdit(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			w, err := fsnotify.NewWatcher()
+			sink := &discardSink{}
+			s, err := reg.(*Registry).watch().NewLoop(sink)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer w.Close()
-			r := reg.(*Registry)
-			sink := &discardSink{}
-			s := newRunState(r, sink, w)
-			s.reload(true)
+			defer s.Close()
+			s.Reload(true)
 			edited := filepath.Join(dir, "team-000.yaml")
 			// Flip the first endpoint's address between two values.
 			from, to := []byte("address: 10.0.0.0\n"), []byte("address: 10.9.9.9\n")
@@ -148,7 +144,7 @@ func BenchmarkEdit(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				s.reload(false)
+				s.Reload(false)
 			}
 			b.StopTimer()
 			if sink.replaces != b.N+1 {

@@ -2,12 +2,11 @@ package file
 
 import (
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 // Config is the `file:` block of a clusters.yaml entry.
@@ -34,81 +33,26 @@ func (c *Config) ApplyDefaults() {
 }
 
 // Validate implements registries.Config.
-func (c *Config) Validate() error {
-	if c.Path == "" && len(c.Paths) == 0 {
-		return registries.FieldErr("path", "is required (or paths)")
-	}
-	for i, p := range c.patterns() {
-		key := "path"
-		if c.Path == "" || i > 0 {
-			key = "paths[" + strconv.Itoa(i-boolInt(c.Path != "")) + "]"
-		}
-		if p == "" {
-			return registries.FieldErr(key, "is empty")
-		}
-		if _, err := filepath.Match(p, ""); err != nil {
-			return registries.FieldErr(key, "%q is not a valid glob: %v", p, err)
-		}
-	}
-	return nil
-}
+func (c *Config) Validate() error { return c.patterns().Validate() }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// patterns returns Path and Paths, in that order.
-func (c *Config) patterns() []string {
-	var out []string
-	if c.Path != "" {
-		out = append(out, c.Path)
-	}
-	return append(out, c.Paths...)
+// patterns returns Path and Paths.
+func (c *Config) patterns() filewatch.Patterns {
+	return filewatch.Patterns{Path: c.Path, Paths: c.Paths}
 }
 
 // ResolvePaths makes Path and Paths absolute against dir, the directory of
 // clusters.yaml.
-func (c *Config) ResolvePaths(dir string) {
-	abs := func(p string) string {
-		if p != "" && !filepath.IsAbs(p) {
-			return filepath.Join(dir, p)
-		}
-		return p
-	}
-	c.Path = abs(c.Path)
-	for i := range c.Paths {
-		c.Paths[i] = abs(c.Paths[i])
-	}
-}
+func (c *Config) ResolvePaths(dir string) { filewatch.Resolve(dir, &c.Path, c.Paths) }
 
 // Files implements registries.FileReferrer: every services file matched
 // now, each of which must parse (its problems carry its own
 // file:line:col). A plain path that does not exist is listed (and fails
 // to read); a directory or glob matching nothing lists nothing.
 func (c *Config) Files() []registries.FileRef {
-	var refs []registries.FileRef
-	for i, p := range c.patterns() {
-		key := "path"
-		if c.Path == "" || i > 0 {
-			key = "paths[" + strconv.Itoa(i-boolInt(c.Path != "")) + "]"
-		}
-		files := []string{p}
-		if isGlob(p) {
-			files = globFiles(p)
-		} else if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			files, _ = dirFiles(p)
-		}
-		for _, f := range files {
-			refs = append(refs, registries.FileRef{Key: key, Path: f, Check: func(b []byte) error {
-				_, err := Parse(filepath.Base(f), b, registries.Common{Name: "check", Kind: "file"})
-				return err
-			}})
-		}
-	}
-	return refs
+	return c.patterns().FileRefs(func(path string, b []byte) error {
+		_, err := Parse(filepath.Base(path), b, registries.Common{Name: "check", Kind: "file"})
+		return err
+	})
 }
 
 func init() {
@@ -128,17 +72,14 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 	if settle <= 0 {
 		settle = DefaultSettle
 	}
-	var patterns []string
-	for _, p := range c.patterns() {
-		patterns = append(patterns, filepath.Clean(p))
-	}
 	return &Registry{
 		common:   common,
-		patterns: patterns,
-		log:      log.With("path", strings.Join(c.patterns(), ",")),
-		quiet:    debounceQuiet,
-		maxWait:  debounceMax,
+		patterns: c.patterns().Cleaned(),
+		log:      log.With("path", strings.Join(c.patterns().All(), ",")),
+		quiet:    filewatch.DefaultQuiet,
+		maxWait:  filewatch.DefaultMaxWait,
 		settle:   settle,
-		interval: resyncInterval,
+		interval: filewatch.DefaultInterval,
+		confirm:  DefaultConfirmAfter,
 	}, nil
 }

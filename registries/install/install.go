@@ -9,5 +9,6 @@ import (
 	_ "github.com/meshfed/meshfed/registries/file"
 	_ "github.com/meshfed/meshfed/registries/kube"
 	_ "github.com/meshfed/meshfed/registries/nacos"
+	_ "github.com/meshfed/meshfed/registries/serviceentry"
 	_ "github.com/meshfed/meshfed/registries/zookeeper"
 )

@@ -69,18 +69,26 @@ func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *cluster
 
 // informer builds one informer whose list and watch calls are tracked.
 func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) cache.SharedIndexInformer {
-	t := &trackedLW{lw: lw, name: name, health: w.health,
-		onError: func() { w.r.m.watchError(resource) }}
-	inf := cache.NewSharedIndexInformerWithOptions(t, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name})
+	inf := trackedInformer(w.health, name, lw, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name},
+		func() { w.r.m.watchError(resource) })
 	must(inf.SetTransform(slim))
+	w.all = append(w.all, inf)
+	return inf
+}
+
+// trackedInformer builds an informer over lw whose list and watch calls,
+// and the watch errors its reflector sees, are recorded in h under name;
+// onError is called for every failure.
+func trackedInformer(h *health, name string, lw *cache.ListWatch, obj runtime.Object, opts cache.SharedIndexInformerOptions, onError func()) cache.SharedIndexInformer {
+	t := &trackedLW{lw: lw, name: name, health: h, onError: onError}
+	inf := cache.NewSharedIndexInformerWithOptions(t, obj, opts)
 	must(inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
 		// An expired resource version only means "relist"; not an outage.
 		if ctx.Err() == nil && !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) && !errors.Is(err, io.EOF) {
-			w.r.m.watchError(resource)
-			w.health.set(name, err)
+			onError()
+			h.set(name, err)
 		}
 	}))
-	w.all = append(w.all, inf)
 	return inf
 }
 

@@ -52,7 +52,8 @@
 // a cluster (the informers, the work queue, the publish loop); handlers.go
 // turns informer events into keys of affected Services; health.go tracks
 // the outcome of every list and watch call; convert.go turns a Service and
-// its EndpointSlices into a model.Service; remote.go is secretDiscovery.
+// its EndpointSlices into a model.Service; remote.go is secretDiscovery;
+// shared.go is the tracked informers other packages build.
 //
 // # Remote clusters
 //
@@ -162,8 +163,20 @@ func fileCredentials(path, kubeContext string) func() (*rest.Config, error) {
 // ends every connection it opened (client-go would otherwise share and
 // keep transports process-wide).
 func (r *Registry) connect(rc *rest.Config) (kubernetes.Interface, func(), error) {
+	rc, closeAll := ownConnections(rc, r.cfg.QPS, r.cfg.Burst)
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, closeAll, nil
+}
+
+// ownConnections returns a copy of rc with the given rate limits and a
+// dialer of its own, and a func that closes every connection made through
+// it.
+func ownConnections(rc *rest.Config, qps float32, burst int) (*rest.Config, func()) {
 	rc = rest.CopyConfig(rc)
-	rc.QPS, rc.Burst = r.cfg.QPS, r.cfg.Burst
+	rc.QPS, rc.Burst = qps, burst
 	rc.UserAgent = "meshfed"
 	if rc.Dial == nil {
 		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -171,11 +184,7 @@ func (r *Registry) connect(rc *rest.Config) (kubernetes.Interface, func(), error
 	}
 	dialer := connrotation.NewDialer(connrotation.DialFunc(rc.Dial))
 	rc.Dial = dialer.DialContext
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, nil, err
-	}
-	return client, dialer.CloseAll, nil
+	return rc, dialer.CloseAll
 }
 
 // Run implements registries.Registry.

@@ -178,6 +178,7 @@ var hostileRegs = []aggregate.RegistryOptions{
 	{Common: registries.Common{Name: "vms", Kind: "file", Domain: "vm"}},
 	{Common: registries.Common{Name: "east", Kind: "kubernetes", Domain: "svc"}, Multicluster: true},
 	{Common: registries.Common{Name: "west", Kind: "kubernetes", Domain: "svc"}, Multicluster: true},
+	{Common: registries.Common{Name: "istio", Kind: "serviceentry", Domain: "ext"}},
 }
 
 func runRound(t *testing.T, g gen) {

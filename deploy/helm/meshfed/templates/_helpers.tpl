@@ -62,4 +62,16 @@ registries:
 {{- with $c.registries }}
 {{ toYaml . | indent 2 }}
 {{- end }}
+{{- if or (and $c.kubernetes.enabled $c.kubernetes.istioConfig) $c.configSources }}
+configSources:
+{{- if and $c.kubernetes.enabled $c.kubernetes.istioConfig }}
+  - name: {{ $c.kubernetes.name }}-istio
+    {{- $k := dict "clusters" (list $c.kubernetes.name) }}
+    {{- with $c.kubernetes.namespaces }}{{ $_ := set $k "namespaces" . }}{{ end }}
+    kubernetes:{{ toYaml $k | nindent 6 }}
+{{- end }}
+{{- with $c.configSources }}
+{{ toYaml . | indent 2 }}
+{{- end }}
+{{- end }}
 {{- end -}}

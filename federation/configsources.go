@@ -1,0 +1,82 @@
+package federation
+
+import (
+	"fmt"
+	"log/slog"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/istioconfig/crd"
+	"github.com/meshfed/meshfed/registries"
+)
+
+// kindKubernetes is the registry kind whose clusters a Kubernetes config
+// source reads.
+const kindKubernetes = "kubernetes"
+
+// configSourceClusterErrs checks that every cluster a Kubernetes config
+// source names is a registry of kind kubernetes.
+func configSourceClusterErrs(c *Config) []error {
+	byName := make(map[string]Registry, len(c.Registries))
+	for _, r := range c.Registries {
+		byName[r.Name] = r
+	}
+	var errs []error
+	for i, cs := range c.ConfigSources {
+		if cs.Kubernetes == nil {
+			continue
+		}
+		for j, name := range cs.Kubernetes.Clusters {
+			key := fmt.Sprintf("configSources[%d].kubernetes.clusters[%d]", i, j)
+			r, ok := byName[name]
+			switch {
+			case !ok:
+				errs = append(errs, registries.FieldErr(key, "no registry is named %q: name a registry of kind kubernetes", name))
+			case r.Kind != kindKubernetes:
+				errs = append(errs, registries.FieldErr(key, "registry %q is of kind %s: want one of kind kubernetes", name, r.Kind))
+			}
+		}
+	}
+	return errs
+}
+
+// newTrafficSource builds the config sources of cfg: directories, and a
+// crd.Source per Kubernetes entry over its clusters' credentials. Nil
+// without configSources.
+func newTrafficSource(cfg *Config, log *slog.Logger) *istioconfig.Source {
+	if len(cfg.ConfigSources) == 0 {
+		return nil
+	}
+	regs := make(map[string]Registry, len(cfg.Registries))
+	for _, r := range cfg.Registries {
+		regs[r.Name] = r
+	}
+	var dirs []istioconfig.Dir
+	var feeds []istioconfig.Feed
+	for _, c := range cfg.ConfigSources {
+		if c.Kubernetes == nil {
+			dirs = append(dirs, istioconfig.Dir{Name: c.Name, Path: c.Dir})
+			continue
+		}
+		opts := crd.Options{Name: c.Name, Namespaces: c.Kubernetes.Namespaces,
+			Logger: log.With("configSource", c.Name)}
+		for _, name := range c.Kubernetes.Clusters {
+			cl := crd.Cluster{Name: name, Connect: noConnector(name)}
+			if conn, ok := regs[name].Block.(crd.Connector); ok {
+				cl.Connect = conn.Connect
+			}
+			opts.Clusters = append(opts.Clusters, cl)
+		}
+		feeds = append(feeds, crd.New(opts))
+	}
+	return istioconfig.New(dirs, log, feeds...)
+}
+
+// noConnector fails the cluster: its registry has no kubernetes block
+// (the loader reported why).
+func noConnector(name string) func() (*rest.Config, func(), error) {
+	return func() (*rest.Config, func(), error) {
+		return nil, nil, fmt.Errorf("registry %q has no usable kubernetes block", name)
+	}
+}

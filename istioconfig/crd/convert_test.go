@@ -1,0 +1,123 @@
+package crd
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	apinetworking "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshfed/meshfed/istioconfig"
+)
+
+func TestConvert(t *testing.T) {
+	t.Parallel()
+	vs := &networkingv1.VirtualService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", CreationTimestamp: metav1.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
+		Spec: apinetworking.VirtualService{
+			Hosts: []string{"orders.shop.svc.cluster.local"},
+			Http: []*apinetworking.HTTPRoute{{Route: []*apinetworking.HTTPRouteDestination{
+				{Destination: &apinetworking.Destination{Host: "orders.shop.svc.cluster.local", Subset: "v1"}, Weight: 90},
+				{Destination: &apinetworking.Destination{Host: "orders.shop.svc.cluster.local", Subset: "v2"}, Weight: 10},
+			}}},
+		},
+	}
+	dr := &networkingv1.DestinationRule{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-dr"},
+		Spec: apinetworking.DestinationRule{Host: "orders.shop.svc.cluster.local",
+			Subsets: []*apinetworking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}}}},
+	}
+	tests := []struct {
+		name       string
+		obj        any
+		wantOK     bool
+		wantKind   string
+		wantName   string
+		wantSource string
+		wantSpec   proto.Message
+	}{
+		{name: "virtual service", obj: vs, wantOK: true, wantKind: istioconfig.KindVirtualService, wantName: "orders",
+			wantSource: "shop/orders (east)", wantSpec: &vs.Spec},
+		{name: "destination rule", obj: dr, wantOK: true, wantKind: istioconfig.KindDestinationRule, wantName: "orders-dr",
+			wantSource: "shop/orders-dr (east)", wantSpec: &dr.Spec},
+		{name: "tombstone", obj: cache.DeletedFinalStateUnknown{Key: "shop/orders", Obj: vs}},
+		{name: "other type", obj: &metav1.Status{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o, ok := Convert(tc.obj, "east")
+			if ok != tc.wantOK {
+				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
+			}
+			if !ok {
+				return
+			}
+			if o.Kind != tc.wantKind || o.Namespace != "shop" || o.Name != tc.wantName || o.Source != tc.wantSource {
+				t.Errorf("got %s %s/%s from %q, want %s shop/%s from %q", o.Kind, o.Namespace, o.Name, o.Source, tc.wantKind, tc.wantName, tc.wantSource)
+			}
+			if want := tc.obj.(metav1.Object).GetCreationTimestamp().Time; !o.Created.Equal(want) {
+				t.Errorf("created = %v, want %v", o.Created, want)
+			}
+			if !proto.Equal(o.Spec, tc.wantSpec) {
+				t.Errorf("spec = %v, want %v", o.Spec, tc.wantSpec)
+			}
+			if o.Spec == tc.wantSpec {
+				t.Error("spec is the cached object's own message, not a copy")
+			}
+		})
+	}
+}
+
+// TestConvertedSpecsPassTheGate: what Convert returns is what the
+// istioconfig gate reads (the v1alpha3 message types).
+func TestConvertedSpecsPassTheGate(t *testing.T) {
+	t.Parallel()
+	o, _ := Convert(&networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "b"}}, "c")
+	if _, ok := o.Spec.(*apinetworking.VirtualService); !ok {
+		t.Fatalf("spec is %T, want *v1alpha3.VirtualService", o.Spec)
+	}
+}
+
+func TestSlim(t *testing.T) {
+	t.Parallel()
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "y",
+		Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+		Labels:        map[string]string{"a": "b"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err := slim(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := out.(*networkingv1.VirtualService)
+	if m.Annotations != nil || m.Labels != nil || m.ManagedFields != nil || m.Name != "x" || m.Namespace != "y" {
+		t.Errorf("slimmed meta = %+v", m.ObjectMeta)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	t.Parallel()
+	gr := schema.GroupResource{Group: "networking.istio.io", Resource: "virtualservices"}
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "no CRDs", err: fmt.Errorf("virtualservices: %w", apierrors.NewNotFound(gr, "")), want: "install Istio's CRDs"},
+		{name: "no rights", err: fmt.Errorf("virtualservices: %w", apierrors.NewForbidden(gr, "", errors.New("no"))), want: "grant get, list and watch"},
+		{name: "other", err: errors.New("connection refused"), want: "connection refused"},
+	}
+	for _, tc := range tests {
+		if got := explain(tc.err); !strings.Contains(got, tc.want) || !strings.HasPrefix(got, tc.err.Error()) {
+			t.Errorf("%s: explain = %q, want the error and %q", tc.name, got, tc.want)
+		}
+	}
+}

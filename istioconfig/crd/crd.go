@@ -1,0 +1,342 @@
+// Package crd is the Kubernetes config source: it reads Istio's
+// networking CRDs (VirtualService, DestinationRule) from one or more
+// Kubernetes clusters — those of registries of kind kubernetes, with
+// their credentials — and hands them to istioconfig as a Feed, so they go
+// through the same per-object gate, debounce and incremental translation
+// as the objects of a directory (docs/architecture.md §3.6).
+//
+// # Types and versions
+//
+// The objects are read with istio.io/client-go's typed clientset
+// (networking.istio.io/v1) into client-go informers — built by
+// kube.Tracker rather than istio.io/client-go's informer factory, so that
+// every list and watch outcome is tracked the way the kubernetes registry
+// tracks its own (a failing call makes the cluster Degraded). The API server
+// converts objects written as v1beta1 or v1alpha3 (Istio's CRDs convert
+// between these versions without a webhook: the schemas are one), so
+// every version Istio accepts is read; a cluster whose CRDs do not serve
+// v1 (Istio before 1.22) is reported with that reason. Specs are
+// istio.io/api networking messages; v1 and v1beta1 alias v1alpha3, the
+// type istioconfig uses.
+//
+// A typed informer decodes a whole list at once: an object whose spec
+// cannot be decoded would fail the list. The CRDs' structural schemas
+// make the API server refuse such objects, so that does not happen with
+// Istio's CRDs installed; if it did, the cluster is Degraded with the
+// decode error and its last read objects stay.
+//
+// # Objects, sources, states
+//
+// Each object is listed on /debug/configz with source
+// "namespace/name (cluster)". The same object (same kind, namespace, name
+// and spec) in several clusters is one object; differing ones are a
+// conflict and the later cluster's is rejected. Informers are per listed
+// namespace, or cluster wide; the objects are slimmed (managed fields and
+// annotations dropped) before they are cached and are never modified:
+// specs are cloned when read.
+//
+// A cluster is Starting until every informer has listed once; the source
+// keeps the gateway unready until then (bounded by syncTimeout). When the
+// API server becomes unreachable the cluster is Degraded: its informers'
+// caches — the last objects seen — stay in force (stale beats empty), and
+// client-go relists once it answers again. A cluster whose credentials
+// cannot be read is Failed and retried every 30s.
+package crd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/client-go/pkg/clientset/versioned"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/registries/kube"
+)
+
+// retryConnect is how long a cluster whose credentials failed waits
+// before it tries them again.
+const retryConnect = 30 * time.Second
+
+// Cluster is one cluster the source reads.
+type Cluster struct {
+	// Name is the registry's name; it names the cluster in sources.
+	Name string
+	// Connect returns a REST config for the cluster and a func that closes
+	// its connections (kube.Config.Connect).
+	Connect func() (*rest.Config, func(), error)
+}
+
+// Connector is what a registry's kind block offers to reach its cluster
+// (kube.Config implements it).
+type Connector interface {
+	Connect() (*rest.Config, func(), error)
+}
+
+// Options configure a Source.
+type Options struct {
+	// Name is the config source's name.
+	Name     string
+	Clusters []Cluster
+	// Namespaces limits the source to these namespaces; empty: all.
+	Namespaces []string
+	Logger     *slog.Logger
+}
+
+// Source reads the CRDs of its clusters. It implements istioconfig.Feed.
+type Source struct {
+	name       string
+	namespaces []string
+	log        *slog.Logger
+	clusters   []*cluster
+}
+
+var _ istioconfig.Feed = (*Source)(nil)
+
+// New returns a Source; it does no I/O.
+func New(o Options) *Source {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{name: o.Name, namespaces: slices.Clone(o.Namespaces), log: log}
+	if len(s.namespaces) == 0 {
+		s.namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, c := range o.Clusters {
+		s.clusters = append(s.clusters, &cluster{Cluster: c, log: log.With("cluster", c.Name)})
+	}
+	return s
+}
+
+// Name implements istioconfig.Feed.
+func (s *Source) Name() string { return s.name }
+
+// Run implements istioconfig.Feed: one goroutine per cluster.
+func (s *Source) Run(ctx context.Context, changed func()) error {
+	var wg sync.WaitGroup
+	for _, c := range s.clusters {
+		wg.Go(func() { c.run(ctx, s.namespaces, changed) })
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// Parts implements istioconfig.Feed: one part per cluster, in the
+// configured order.
+func (s *Source) Parts() []istioconfig.FeedPart {
+	out := make([]istioconfig.FeedPart, 0, len(s.clusters))
+	for _, c := range s.clusters {
+		out = append(out, c.part())
+	}
+	return out
+}
+
+// cluster is the state of one cluster.
+type cluster struct {
+	Cluster
+	log *slog.Logger
+
+	mu        sync.Mutex
+	failed    error // credentials could not be used
+	tracker   *kube.Tracker
+	informers []cache.SharedIndexInformer // nil until connected
+	synced    bool                        // every informer listed once
+}
+
+func (c *cluster) part() istioconfig.FeedPart {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := istioconfig.FeedPart{Name: c.Name, Synced: c.synced}
+	switch {
+	case c.failed != nil:
+		p.Failed, p.Err = true, c.failed.Error()
+	case c.tracker != nil:
+		if err := c.tracker.Err(); err != nil {
+			p.Err = explain(err)
+		}
+	}
+	if !c.synced {
+		return p
+	}
+	for _, inf := range c.informers {
+		for _, obj := range inf.GetStore().List() {
+			if o, ok := Convert(obj, c.Name); ok {
+				p.Objects = append(p.Objects, o)
+			}
+		}
+	}
+	return p
+}
+
+// explain adds what to do to the error of a cluster without Istio's CRDs
+// or without the rights to read them.
+func explain(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		switch se.Status().Code {
+		case 404:
+			return err.Error() + " (networking.istio.io/v1 is not served: install Istio's CRDs, Istio 1.22 or later)"
+		case 403:
+			return err.Error() + " (grant get, list and watch on virtualservices and destinationrules of networking.istio.io, as the Helm chart's ClusterRole does)"
+		}
+	}
+	return err.Error()
+}
+
+func (c *cluster) run(ctx context.Context, namespaces []string, changed func()) {
+	for {
+		rc, closeConns, err := c.Connect()
+		var cs versioned.Interface
+		if err == nil {
+			cs, err = versioned.NewForConfig(rc)
+			if err != nil {
+				closeConns()
+			}
+		}
+		if err != nil {
+			c.log.Error("Kubernetes config source cannot connect; retrying", "err", err, "retryIn", retryConnect)
+			c.mu.Lock()
+			c.failed = err
+			c.mu.Unlock()
+			changed()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retryConnect):
+				continue
+			}
+		}
+		c.watch(ctx, cs, namespaces, changed)
+		closeConns()
+		return
+	}
+}
+
+// watch runs the informers until ctx ends.
+func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces []string, changed func()) {
+	tr := kube.NewTracker()
+	var infs []cache.SharedIndexInformer
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	}
+	for _, ns := range namespaces {
+		suffix := ""
+		if ns != "" {
+			suffix = "/" + ns
+		}
+		nw := cs.NetworkingV1()
+		infs = append(infs,
+			tr.Informer("virtualservices"+suffix, &cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return nw.VirtualServices(ns).List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					return nw.VirtualServices(ns).Watch(ctx, o)
+				},
+			}, &networkingv1.VirtualService{}, cache.SharedIndexInformerOptions{ObjectDescription: "virtualservices" + suffix}),
+			tr.Informer("destinationrules"+suffix, &cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return nw.DestinationRules(ns).List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					return nw.DestinationRules(ns).Watch(ctx, o)
+				},
+			}, &networkingv1.DestinationRule{}, cache.SharedIndexInformerOptions{ObjectDescription: "destinationrules" + suffix}),
+		)
+	}
+	for _, inf := range infs {
+		if err := inf.SetTransform(slim); err != nil {
+			panic(err) // only after Run: a bug here
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			panic(err)
+		}
+	}
+	c.mu.Lock()
+	c.failed, c.tracker, c.informers = nil, tr, infs
+	c.mu.Unlock()
+	changed()
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, inf := range infs {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
+	wg.Go(func() {
+		// Every change of the connection's health is a change of state.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tr.Changed():
+				if err := tr.Err(); err != nil {
+					c.log.Warn("Kubernetes config source degraded; last objects kept", "err", explain(err))
+				} else {
+					c.log.Info("Kubernetes config source connected")
+				}
+				changed()
+			}
+		}
+	})
+	syncs := make([]cache.InformerSynced, len(infs))
+	for i, inf := range infs {
+		syncs[i] = inf.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+		return
+	}
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+	c.log.Info("Kubernetes config source synced")
+	changed()
+	<-ctx.Done()
+}
+
+// slim drops what conversion does not read before an object is cached:
+// managed fields, annotations (kubectl's last-applied copy), labels.
+func slim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		m.SetAnnotations(nil)
+		m.SetLabels(nil)
+	}
+	return obj, nil
+}
+
+// Convert turns a cached VirtualService or DestinationRule of cluster
+// into a feed object with a copy of its spec; ok is false for anything
+// else (including cache tombstones).
+func Convert(obj any, cluster string) (o istioconfig.FeedObject, ok bool) {
+	var spec proto.Message
+	var meta metav1.ObjectMeta
+	switch t := obj.(type) {
+	case *networkingv1.VirtualService:
+		o.Kind, meta, spec = istioconfig.KindVirtualService, t.ObjectMeta, &t.Spec
+	case *networkingv1.DestinationRule:
+		o.Kind, meta, spec = istioconfig.KindDestinationRule, t.ObjectMeta, &t.Spec
+	default:
+		return o, false
+	}
+	o.Namespace, o.Name = meta.Namespace, meta.Name
+	o.Source = fmt.Sprintf("%s/%s (%s)", meta.Namespace, meta.Name, cluster)
+	o.Created = meta.CreationTimestamp.Time
+	o.Spec = proto.Clone(spec)
+	return o, true
+}

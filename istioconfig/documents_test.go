@@ -1,0 +1,38 @@
+package istioconfig
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+)
+
+// TestDecodeDocuments: only the kinds asked for are decoded, each with its
+// position; a recursive alias is an error of its document, found at once
+// (it used to expand until the node budget ran out: seconds per document).
+func TestDecodeDocuments(t *testing.T) {
+	t.Parallel()
+	kinds := map[string]func() proto.Message{"ServiceEntry": func() proto.Message { return &networking.ServiceEntry{} }}
+	data := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: skipped}\nspec: {}\n---\n" +
+		"apiVersion: networking.istio.io/v1beta1\nkind: ServiceEntry\nmetadata: {name: se}\nspec: {hosts: [a.example]}\n---\n" +
+		strings.Repeat("kind: ServiceEntry\nx: &a [*a]\n---\n", 20)
+	start := time.Now()
+	docs, err := DecodeDocuments("f.yaml", []byte(data), kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("decoding 20 recursive aliases took %v", d)
+	}
+	if len(docs) != 21 {
+		t.Fatalf("%d documents, want 21 (the VirtualService skipped)", len(docs))
+	}
+	if d := docs[0]; d.Err != nil || d.Source != "f.yaml:6" || d.Namespace != DefaultNamespace || d.Spec.(*networking.ServiceEntry).GetHosts()[0] != "a.example" || d.Node == nil {
+		t.Errorf("first document = %+v", d)
+	}
+	if err := docs[1].Err; err == nil || !strings.Contains(err.Error(), "alias *a refers to a node that contains it") {
+		t.Errorf("recursive alias: err = %v", err)
+	}
+}

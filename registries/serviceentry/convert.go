@@ -1,0 +1,322 @@
+package serviceentry
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/yamlconf"
+)
+
+// Kinds this registry reads.
+const (
+	KindServiceEntry  = "ServiceEntry"
+	KindWorkloadEntry = "WorkloadEntry"
+)
+
+// kinds are the Istio kinds read, with their specs (v1, v1beta1 and
+// v1alpha3 all decode into the v1alpha3 message); other kinds in the
+// files (VirtualServices, Deployments...) are skipped.
+var kinds = map[string]func() proto.Message{
+	KindServiceEntry:  func() proto.Message { return &networking.ServiceEntry{} },
+	KindWorkloadEntry: func() proto.Message { return &networking.WorkloadEntry{} },
+}
+
+// Object is one ServiceEntry or WorkloadEntry document of a file: decoded
+// and checked (Err set when the object is invalid as a whole).
+type Object = istioconfig.Document
+
+// Parse decodes the ServiceEntries and WorkloadEntries of one file (path,
+// content data) and checks each alone: an object that is invalid as a
+// whole (bad apiVersion, metadata or spec; no host; a bad port; both
+// endpoints and a workloadSelector; resolution NONE with nothing to serve;
+// a WorkloadEntry without a usable address, locality or port) has Err
+// set, naming its file:line. Parse fails only on a YAML syntax error,
+// which rejects the whole file.
+func Parse(path string, data []byte) ([]Object, error) {
+	docs, err := istioconfig.DecodeDocuments(path, data, kinds)
+	if err != nil {
+		return nil, err
+	}
+	for i := range docs {
+		d := &docs[i]
+		if d.Err == nil {
+			switch sp := d.Spec.(type) {
+			case *networking.ServiceEntry:
+				d.Err = checkServiceEntry(sp)
+			case *networking.WorkloadEntry:
+				d.Err = checkWorkloadEntry(sp)
+			}
+		}
+		if d.Err != nil {
+			d.Err = fmt.Errorf("%s%w", prefix(*d), d.Err)
+		}
+	}
+	return docs, nil
+}
+
+// protocols maps Istio port protocols (case-insensitive) to the model's:
+// those proxies route by HTTP host stay HTTP, HTTP2 or GRPC; the others
+// (TLS, HTTPS, databases) are opaque TCP, as Istio sends them.
+var protocols = map[string]model.Protocol{
+	"":     model.ProtocolTCP,
+	"HTTP": model.ProtocolHTTP, "HTTP2": model.ProtocolHTTP2, "GRPC": model.ProtocolGRPC, "GRPC-WEB": model.ProtocolHTTP,
+	"TCP": model.ProtocolTCP, "HTTPS": model.ProtocolTCP, "TLS": model.ProtocolTCP, "MONGO": model.ProtocolTCP,
+	"MYSQL": model.ProtocolTCP, "REDIS": model.ProtocolTCP, "UDP": "",
+}
+
+func checkServiceEntry(se *networking.ServiceEntry) error {
+	if len(se.GetHosts()) == 0 {
+		return fmt.Errorf("spec.hosts: at least one host is required")
+	}
+	if len(se.GetPorts()) == 0 {
+		return fmt.Errorf("spec.ports: at least one port is required")
+	}
+	names, numbers := map[string]bool{}, map[uint32]bool{}
+	for i, p := range se.GetPorts() {
+		key := fmt.Sprintf("spec.ports[%d]", i)
+		switch {
+		case p.GetName() == "":
+			return fmt.Errorf("%s.name: is required", key)
+		case p.GetNumber() < 1 || p.GetNumber() > 65535:
+			return fmt.Errorf("%s.number: %d is not a port number (1-65535)", key, p.GetNumber())
+		case p.GetTargetPort() > 65535:
+			return fmt.Errorf("%s.targetPort: %d is not a port number (1-65535)", key, p.GetTargetPort())
+		case numbers[p.GetNumber()]:
+			return fmt.Errorf("%s.number: port %d is declared twice", key, p.GetNumber())
+		case names[p.GetName()]:
+			return fmt.Errorf("%s.name: port name %q is declared twice", key, p.GetName())
+		}
+		proto, ok := protocols[strings.ToUpper(p.GetProtocol())]
+		if !ok || proto == "" {
+			return fmt.Errorf("%s.protocol: %q is not served (want HTTP, HTTPS, HTTP2, GRPC, GRPC-WEB, TCP, TLS, MONGO, MYSQL or REDIS)", key, p.GetProtocol())
+		}
+		names[p.GetName()], numbers[p.GetNumber()] = true, true
+	}
+	if len(se.GetEndpoints()) > 0 && se.GetWorkloadSelector() != nil {
+		return fmt.Errorf("spec: endpoints and workloadSelector are mutually exclusive")
+	}
+	if se.GetResolution() == networking.ServiceEntry_NONE && len(se.GetEndpoints()) == 0 && se.GetWorkloadSelector() == nil {
+		return fmt.Errorf("spec.resolution: NONE without endpoints or a workloadSelector is Istio's original-destination passthrough, which meshfed does not serve (give endpoints, or resolution DNS)")
+	}
+	return nil
+}
+
+func checkWorkloadEntry(we *networking.WorkloadEntry) error {
+	if err := checkAddress(we.GetAddress()); err != nil {
+		return fmt.Errorf("spec.address: %v", err)
+	}
+	if _, err := model.ParseLocality(we.GetLocality()); err != nil {
+		return fmt.Errorf("spec.locality: %v", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(we.GetPorts())) {
+		if n := we.GetPorts()[name]; n < 1 || n > 65535 {
+			return fmt.Errorf("spec.ports[%q]: %d is not a port number (1-65535)", name, n)
+		}
+	}
+	return nil
+}
+
+// checkAddress rejects what meshfed cannot serve at all: no address (an
+// endpoint reachable only through a network gateway) and Unix sockets.
+// Whether an address is a usable IP (or a hostname, for DNS) is the
+// aggregator's normalization gate's call, which quarantines a bad
+// endpoint alone (docs/architecture.md §3.4).
+func checkAddress(a string) error {
+	switch {
+	case a == "":
+		return fmt.Errorf("is required (an endpoint reachable only through a network gateway is not served)")
+	case strings.HasPrefix(a, "unix://"):
+		return fmt.Errorf("%q: Unix domain socket endpoints are not served", a)
+	}
+	return nil
+}
+
+// Convert turns the valid objects of a registry (every file, in path
+// order; objects with Err are skipped) into its services under c, and
+// lists what it rejects, each naming its object and file:line:
+//
+//   - Each host of a ServiceEntry is a service <host> with the entry's
+//     ports. A host outside c.Domain, a wildcard host, or a host already
+//     served by an earlier ServiceEntry (files in path order, documents in
+//     file order) is rejected alone; the entry's other hosts are served.
+//   - Endpoints: the entry's own endpoints, or every WorkloadEntry of its
+//     namespace whose labels hold all of workloadSelector.labels. An
+//     inline endpoint that is unusable (no address, a Unix socket, a bad
+//     locality, a port override naming no port of the entry) is rejected
+//     alone. Labels, locality, network and weight are the endpoint's.
+//     An endpoint listens on its `ports` entry for a service port, else
+//     on the port's targetPort, else on the port's number.
+//   - Resolution STATIC (and NONE with endpoints: meshfed has no
+//     passthrough, so the given addresses are the destinations) is EDS:
+//     addresses must be IP addresses. DNS and DNS_ROUND_ROBIN are DNS:
+//     addresses may be hostnames the client resolves, and an entry
+//     without endpoints or selector resolves each host itself.
+func Convert(objs []Object, c registries.Common) ([]model.Service, []model.Rejection) {
+	domain := strings.ToLower(strings.TrimSuffix(c.Domain, "."))
+	var workloads []Object
+	for _, o := range objs {
+		if o.Err == nil && o.Kind == KindWorkloadEntry {
+			workloads = append(workloads, o)
+		}
+	}
+	services := []model.Service{}
+	var rejected []model.Rejection
+	reject := func(host, subject, format string, args ...any) {
+		rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...)})
+	}
+	servedBy := map[string]string{} // host → its ServiceEntry
+	for _, o := range objs {
+		se, ok := o.Spec.(*networking.ServiceEntry)
+		if o.Err != nil || !ok {
+			continue
+		}
+		id := describe(o)
+		var hosts []string
+		for i, h := range se.GetHosts() {
+			host := strings.ToLower(strings.TrimSuffix(h, "."))
+			subject := fmt.Sprintf("%s host %q (%s)", id, h, position(o, fmt.Sprintf("spec.hosts[%d]", i)))
+			switch {
+			case strings.Contains(host, "*"):
+				reject(host, subject, "host rejected: wildcard hosts are not served (meshfed serves one cluster per hostname)")
+			case domain != "" && host != domain && !strings.HasSuffix(host, "."+domain):
+				reject(host, subject, "host rejected: it is outside the registry's domain %q, which must cover every host the registry serves", domain)
+			case servedBy[host] != "":
+				reject(host, subject, "host rejected: already served by %s (the first in file order wins)", servedBy[host])
+			default:
+				servedBy[host] = id
+				hosts = append(hosts, host)
+			}
+		}
+		if len(hosts) == 0 {
+			continue
+		}
+		ports := make([]model.Port, len(se.GetPorts()))
+		for i, p := range se.GetPorts() {
+			ports[i] = model.Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: protocols[strings.ToUpper(p.GetProtocol())]}
+		}
+		res := model.ResolutionEDS
+		if r := se.GetResolution(); r == networking.ServiceEntry_DNS || r == networking.ServiceEntry_DNS_ROUND_ROBIN {
+			res = model.ResolutionDNS
+		}
+		var eps []model.Endpoint
+		switch {
+		case se.GetWorkloadSelector() != nil:
+			sel := se.GetWorkloadSelector().GetLabels()
+			for _, w := range workloads {
+				we := w.Spec.(*networking.WorkloadEntry)
+				if w.Namespace == o.Namespace && selects(sel, we.GetLabels()) {
+					eps = append(eps, endpoint(we, se, c, w.Source+" "+describe(w)))
+				}
+			}
+		case len(se.GetEndpoints()) > 0:
+			for i, we := range se.GetEndpoints() {
+				key := fmt.Sprintf("spec.endpoints[%d]", i)
+				origin := position(o, key) + " " + id
+				if reason := checkEndpoint(we, se); reason != "" {
+					for _, h := range hosts {
+						reject(h, we.GetAddress()+" ("+origin+")", "endpoint rejected: %s: %s", key, reason)
+					}
+					continue
+				}
+				eps = append(eps, endpoint(we, se, c, origin))
+			}
+		}
+		for _, h := range hosts {
+			svc := model.Service{Hostname: h, Ports: ports, Resolution: res, Endpoints: eps}
+			if res == model.ResolutionDNS && len(se.GetEndpoints()) == 0 && se.GetWorkloadSelector() == nil {
+				// Istio: without endpoints, a DNS entry resolves its host.
+				svc.Endpoints = []model.Endpoint{endpoint(&networking.WorkloadEntry{Address: h}, se, c, o.Source+" "+id)}
+			}
+			services = append(services, svc)
+		}
+	}
+	return services, rejected
+}
+
+// checkEndpoint says why an inline endpoint cannot be served, "" if it can.
+func checkEndpoint(we *networking.WorkloadEntry, se *networking.ServiceEntry) string {
+	if err := checkAddress(we.GetAddress()); err != nil {
+		return "address " + err.Error()
+	}
+	if _, err := model.ParseLocality(we.GetLocality()); err != nil {
+		return err.Error()
+	}
+	for _, name := range slices.Sorted(maps.Keys(we.GetPorts())) {
+		if !slices.ContainsFunc(se.GetPorts(), func(p *networking.ServicePort) bool { return p.GetName() == name }) {
+			return fmt.Sprintf("ports[%q] names no port of the ServiceEntry", name)
+		}
+		if n := we.GetPorts()[name]; n < 1 || n > 65535 {
+			return fmt.Sprintf("ports[%q]: %d is not a port number (1-65535)", name, n)
+		}
+	}
+	return ""
+}
+
+// endpoint converts a checked WorkloadEntry (inline or selected) serving
+// se; origin names it in reports.
+func endpoint(we *networking.WorkloadEntry, se *networking.ServiceEntry, c registries.Common, origin string) model.Endpoint {
+	loc, _ := model.ParseLocality(we.GetLocality()) // checked
+	ep := model.Endpoint{
+		Address:  we.GetAddress(),
+		Labels:   we.GetLabels(),
+		Locality: loc,
+		Weight:   we.GetWeight(),
+		Source:   model.Source{Registry: c.Name, Cluster: c.Name, Network: we.GetNetwork()},
+		Origin:   origin,
+	}
+	for _, p := range se.GetPorts() {
+		n, ok := we.GetPorts()[p.GetName()]
+		if !ok && p.GetTargetPort() != 0 {
+			n, ok = p.GetTargetPort(), true
+		}
+		if ok && n != p.GetNumber() {
+			if ep.Ports == nil {
+				ep.Ports = map[string]uint32{}
+			}
+			ep.Ports[p.GetName()] = n
+		}
+	}
+	return ep
+}
+
+// selects: every label of selector is in labels with the same value.
+func selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if w, ok := labels[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// prefix is how an object's errors start: "<file>:<line>: <Kind>
+// <namespace>/<name>: ", without the object when its kind is unknown.
+func prefix(o Object) string {
+	if o.Kind == "" {
+		return o.Source + ": "
+	}
+	return o.Source + ": " + describe(o) + ": "
+}
+
+func describe(o Object) string { return o.Kind + " " + o.Namespace + "/" + o.Name }
+
+// position is "<file>:<line>" of key within o (of o itself if absent).
+func position(o Object, key string) string {
+	if n, _ := yamlconf.Lookup(o.Node, key); n != nil {
+		file := o.Source
+		if i := strings.LastIndexByte(file, ':'); i >= 0 {
+			file = file[:i]
+		}
+		return file + ":" + strconv.Itoa(n.Line)
+	}
+	return o.Source
+}

@@ -1,0 +1,30 @@
+package serviceentry
+
+import "github.com/prometheus/client_golang/prometheus"
+
+var (
+	// reloads counts reads of a registry's files by result (ok, or error:
+	// missing, unreadable, or not YAML).
+	reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_serviceentry_reloads_total",
+		Help: "Reads of a serviceentry registry's files, by result (ok, error).",
+	}, []string{"registry", "result"})
+	// objects is the number of ServiceEntries and WorkloadEntries of a
+	// registry by kind and state: in_force (served, including a last good
+	// version kept) or rejected (invalid or a duplicate, as last read).
+	objects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "meshfed_serviceentry_objects",
+		Help: "ServiceEntries and WorkloadEntries of a serviceentry registry, by kind and state (in_force, rejected).",
+	}, []string{"registry", "kind", "state"})
+)
+
+// Collectors returns the package's metrics for the wiring to register once.
+func Collectors() []prometheus.Collector { return []prometheus.Collector{reloads, objects} }
+
+// setObjects sets the objects gauge of registry.
+func setObjects(registry string, inForce, rejected map[string]int) {
+	for kind := range kinds {
+		objects.WithLabelValues(registry, kind, "in_force").Set(float64(inForce[kind]))
+		objects.WithLabelValues(registry, kind, "rejected").Set(float64(rejected[kind]))
+	}
+}

@@ -1,0 +1,169 @@
+// Package serviceentry is the `serviceentry` registry: Istio ServiceEntry
+// and WorkloadEntry objects (istio.io/api networking v1; v1beta1 and
+// v1alpha3 accepted) read from watched files, directories or globs of
+// multi-document, kubectl-style YAML, so that existing Istio YAML for VMs
+// and external services is served unchanged. Each host of a ServiceEntry
+// is a service with the entry's ports; its endpoints are the entry's own
+// or the WorkloadEntries its workloadSelector picks (Convert says how each
+// field maps).
+//
+// Domains. Like every registry it owns one DNS domain (clusters.yaml
+// `domain`), checked against the other registries' domains when the
+// config loads. A ServiceEntry may name any host, so the domain must
+// cover every host the registry serves: a host outside it is rejected
+// alone, listed on /debug/conflictz with its file:line, while the entry's
+// other hosts are served (docs/architecture.md §3.4).
+//
+// Bad input is rejected one item at a time: a file that is not YAML keeps
+// its last good objects (the registry is Degraded, invalid); an invalid
+// object is rejected alone with its file:line while its last good version
+// (same kind, namespace and name) stays served; a host or an endpoint
+// that cannot be served is rejected alone; an endpoint whose address is
+// not usable is quarantined by the aggregator's normalization gate.
+package serviceentry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
+)
+
+// New implements registries.Config. It does no I/O: a missing file is not
+// an error at start (see Registry).
+func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Registry{
+		common:   common,
+		patterns: c.patterns().Cleaned(),
+		log:      log.With("path", strings.Join(c.patterns().All(), ",")),
+		settle:   c.Settle.Std(),
+	}, nil
+}
+
+// Registry publishes the services of the ServiceEntries and
+// WorkloadEntries in its files. It watches them with the shared loop of
+// registries/filewatch (the file registry's: settle time, re-read of the
+// files that changed, last good state per file, Degraded on a missing or
+// broken file) and merges every file's objects in path order. An object
+// declared twice (same kind, namespace and name) is served from its first
+// declaration; the later one is rejected. A Registry holds no state
+// between Run calls.
+type Registry struct {
+	common   registries.Common
+	patterns []string
+	log      *slog.Logger
+	settle   time.Duration
+	// quiet, maxWait, interval: zero is filewatch's default (tests set them).
+	quiet, maxWait, interval time.Duration
+}
+
+// Run implements registries.Registry. It fails only when the file watcher
+// cannot be created or breaks.
+func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
+	m := &merger{common: r.common, lastGood: map[string]Object{}}
+	w := &filewatch.Watch[[]Object]{
+		Patterns: r.patterns,
+		Parse:    Parse,
+		Merge:    m.merge,
+		Equal:    sameObjects,
+		Shard:    r.common.Shard(),
+		Log:      r.log,
+		Quiet:    r.quiet,
+		MaxWait:  r.maxWait,
+		Settle:   r.settle,
+		Interval: r.interval,
+		Read: func(ok bool) {
+			result := "ok"
+			if !ok {
+				result = "error"
+			}
+			reloads.WithLabelValues(r.common.Name, result).Inc()
+		},
+	}
+	return w.Run(ctx, sink)
+}
+
+// sameObjects: two parses of a file hold the same objects.
+func sameObjects(a, b []Object) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Kind != y.Kind || x.Namespace != y.Namespace || x.Name != y.Name || x.Source != y.Source || x.Hash != y.Hash || errText(x.Err) != errText(y.Err) {
+			return false
+		}
+	}
+	return true
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// merger merges the files' objects, keeping the last good version of an
+// object that turned invalid. Used from one Run's goroutine only.
+type merger struct {
+	common   registries.Common
+	lastGood map[string]Object // by kind/namespace/name
+}
+
+// merge implements filewatch.Watch.Merge.
+func (m *merger) merge(files []filewatch.File[[]Object]) ([]model.Service, []model.Rejection) {
+	var inForce []Object
+	var rejected []model.Rejection
+	next := map[string]Object{}
+	first := map[string]string{} // key → source of its first declaration
+	nIn, nRej := map[string]int{}, map[string]int{}
+	for _, f := range files {
+		for _, o := range f.Value {
+			key := o.Kind + "/" + o.Namespace + "/" + o.Name
+			subject := o.Source
+			if o.Kind != "" {
+				subject += " " + describe(o)
+			}
+			if at, dup := first[key]; dup && o.Kind != "" {
+				nRej[o.Kind]++
+				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject,
+					Reason: fmt.Sprintf("object rejected: %s is already declared at %s, which is served", describe(o), at)})
+				continue
+			}
+			if o.Kind != "" {
+				first[key] = o.Source
+			}
+			if o.Err != nil {
+				nRej[o.Kind]++
+				reason := "object rejected: " + strings.TrimPrefix(o.Err.Error(), prefix(o))
+				if last, ok := m.lastGood[key]; ok && o.Kind != "" {
+					reason += "; its last good version (" + last.Source + ") stays served"
+					o = last
+				} else {
+					rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject, Reason: reason})
+					continue
+				}
+				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject, Reason: reason})
+			}
+			next[key] = o
+			nIn[o.Kind]++
+			inForce = append(inForce, o)
+		}
+	}
+	m.lastGood = next
+	setObjects(m.common.Name, nIn, nRej)
+	services, convRejected := Convert(inForce, m.common)
+	return services, append(rejected, convRejected...)
+}

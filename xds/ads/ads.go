@@ -1,0 +1,444 @@
+package ads
+
+import (
+	"context"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// ads serves the AggregatedDiscoveryService (SotW and Delta) from a store.
+//
+// Each stream runs two goroutines: gRPC's handler, which sends what
+// updates changed when the store wakes it, and a receiver, which applies
+// each request and sends what it calls for at once (no hand-off between
+// goroutines on the ACK path). They take turns under stream.serve. Per
+// type URL a stream has one persistent subscription in the store's
+// index. Like go-control-plane's one-shot watches, a type gets a new
+// response only after the client answered the previous one (ACK,
+// NACK or a new subscription); changes in between accumulate as dirty
+// names and go out together. Unlike them, answering costs nothing per
+// subscribed name: only dirty names are compared with the versions the
+// client holds.
+type ads struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+
+	ctx       context.Context
+	store     *store
+	tracker   *tracker
+	sotwIDs   atomic.Int64
+	deltaID   atomic.Int64
+	errorf    func(msg string, args ...any)
+	limits    Limits // with defaults applied
+	classify  func(*core.Node) Class
+	callbacks Callbacks
+}
+
+// stream is one ADS stream.
+type stream struct {
+	delta  bool
+	status *streamState
+	w      *watcher // where the store leaves what updates changed
+
+	// serve guards the fields below, the state of the stream's types, and
+	// sending. Lock order: serve, then the store's locks.
+	serve   sync.Mutex
+	closed  bool
+	class   Class
+	named   bool // class known (first request seen)
+	learned bool // node (or a generated id) handed to the tracker
+	anon    bool // learned without a node
+	types   map[string]*typeSub
+	nonce   int64
+}
+
+// typeSub is a stream's side of its subscription to one type URL: what
+// the client holds and where the protocol stands. Guarded by the
+// stream's serve lock.
+type typeSub struct {
+	sub     *Subscription // the store's side
+	typeURL string
+	status  *typeState
+
+	known     map[string]string // name → version the client holds
+	namesHash uint64            // SotW: hash of the last resource_names applied
+	inflight  bool              // a response awaits the client's next request
+	nonce     string            // of the last response
+}
+
+func (a *ads) open(delta bool) *stream {
+	k := streamKey{delta: delta}
+	if delta {
+		k.id = a.deltaID.Add(1)
+	} else {
+		k.id = a.sotwIDs.Add(1)
+	}
+	return &stream{delta: delta, status: a.tracker.open(k), w: newWatcher(), types: map[string]*typeSub{}}
+}
+
+func (a *ads) close(st *stream) {
+	st.serve.Lock()
+	defer st.serve.Unlock()
+	st.closed = true
+	subs := make([]*Subscription, 0, len(st.types))
+	for _, ts := range st.types {
+		subs = append(subs, ts.sub)
+	}
+	a.store.drop(subs)
+	a.tracker.close(st.status)
+}
+
+// sub returns the stream's subscription to typeURL and whether it is new.
+// The stream's first request fixes its class; the first node seen is its
+// node (later requests may omit it). A stream whose first request has no
+// node is counted and listed under a generated id until one comes.
+//
+// A type URL is served when the store holds a collection for it
+// (Config.Collections); a subscription to any other has no collection and
+// is answered empty (answerUnknown), so a client waiting for every type it
+// asked for does not hang. A new type URL beyond Limits.MaxTypeURLs ends
+// the stream.
+func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, error) {
+	if !st.named {
+		st.named = true
+		st.class = a.classify(node)
+	}
+	if !st.learned || (st.anon && node != nil) {
+		st.learned, st.anon = true, node == nil
+		a.tracker.learn(st.status, node, st.class)
+	}
+	if ts := st.types[typeURL]; ts != nil {
+		return ts, false, nil
+	}
+	if len(st.types) >= a.limits.MaxTypeURLs {
+		return nil, false, limitErr("typeURLs", "the stream already subscribes to %d type URLs", len(st.types))
+	}
+	if f := a.callbacks.OnFirstRequest; f != nil {
+		f(typeURL)
+	}
+	coll := a.store.lookup(st.class, typeURL)
+	ts := &typeSub{sub: a.store.subscription(st.w, coll, typeURL), typeURL: typeURL}
+	if coll == nil {
+		unknownTypes.Inc()
+	}
+	ts.status = a.tracker.typ(st.status, typeURL, ts.sub)
+	st.types[typeURL] = ts
+	return ts, true, nil
+}
+
+// checkNameCount returns an error if a stream would subscribe to more than
+// Limits.MaxNames names, holding now others plus add (an upper bound:
+// names already subscribed count again).
+func (a *ads) checkNameCount(st *stream, ts *typeSub, add int, replace bool) error {
+	a.store.mu.RLock()
+	n := st.w.names
+	if replace {
+		n -= len(ts.sub.names)
+	}
+	a.store.mu.RUnlock()
+	if n+add > a.limits.MaxNames {
+		return limitErr("names", "%d resource names requested, over %d per stream", n+add, a.limits.MaxNames)
+	}
+	return nil
+}
+
+// StreamAggregatedResources serves a SotW ADS stream.
+func (a *ads) StreamAggregatedResources(str discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	st := a.open(false)
+	return serveStream(a, st, str.Recv, func(st *stream, req *discovery.DiscoveryRequest) error {
+		return a.sotwRequest(st, req, str.Send)
+	}, func(st *stream) error { return a.pushAll(st, str.Send, nil) })
+}
+
+// DeltaAggregatedResources serves a delta (incremental) ADS stream.
+func (a *ads) DeltaAggregatedResources(str discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	st := a.open(true)
+	return serveStream(a, st, str.Recv, func(st *stream, req *discovery.DeltaDiscoveryRequest) error {
+		return a.deltaRequest(st, req, str.Send)
+	}, func(st *stream) error { return a.pushAll(st, nil, str.Send) })
+}
+
+// serveStream runs a stream until the client ends it, a send fails or the
+// server closes: requests are applied on a receiving goroutine, wake-ups
+// on the handler's. The receiving goroutine is the last to use the
+// stream (its Recv fails once the handler returned), so it cleans up.
+// While the receiving goroutine is blocked sending to a client that
+// stopped reading, the handler still returns when the server closes. A
+// send of the handler's own that blocks the same way ends only when the
+// gRPC server stops the connection (the gateway does after its drain
+// timeout), as with go-control-plane's server.
+func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func(*stream, R) error, push func(*stream) error) error {
+	errc := make(chan error, 1)
+	go func() {
+		defer a.close(st)
+		for {
+			req, err := recv()
+			if err != nil {
+				errc <- nil // the client ended the stream, or the handler returned
+				return
+			}
+			st.serve.Lock()
+			err = request(st, req)
+			st.serve.Unlock()
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-st.w.wake:
+			if !lockOrDone(&st.serve, a.ctx) {
+				return nil
+			}
+			var err error
+			if !st.closed {
+				err = push(st)
+			}
+			st.serve.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sotwRequest applies a SotW request and sends what it calls for.
+func (a *ads) sotwRequest(st *stream, req *discovery.DiscoveryRequest, send sotwSend) error {
+	url := req.GetTypeUrl()
+	if url == "" {
+		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+	}
+	ts, first, err := a.sub(st, req.GetNode(), url)
+	if err != nil {
+		return err
+	}
+	a.tracker.sotwRequest(st.status, ts.status, req)
+	if !first && ts.nonce != "" && req.GetResponseNonce() != ts.nonce {
+		return nil // stale: an answer to an older response
+	}
+	names := req.GetResourceNames()
+	if err := checkNames(names); err != nil {
+		return err
+	}
+	if err := a.checkNameCount(st, ts, len(names), true); err != nil {
+		return err
+	}
+	// Clients repeat their list on every ACK: applying the same list
+	// again changes nothing, so a hash of the last one spares the work.
+	changed := first
+	if h := hashNames(names); first || h != ts.namesHash {
+		ts.namesHash, changed = h, true
+		if first {
+			ts.known = map[string]string{}
+		}
+		a.store.subscribeSotw(ts.sub, ts.known, first, names)
+	}
+	ts.inflight = false
+	if ts.sub.coll == nil {
+		if !changed {
+			return nil
+		}
+		return a.answerUnknown(st, ts, nil, send, nil)
+	}
+	// A request without a version asks for the current state even if
+	// empty. A NACK of the first response carries no version either;
+	// answering it at once would resend what the client just rejected, so
+	// it waits for the next change.
+	reply := req.GetVersionInfo() == "" && req.GetErrorDetail() == nil
+	return a.push(st, ts, reply, send, nil)
+}
+
+// deltaRequest applies a delta request and sends what it calls for.
+func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, send deltaSend) error {
+	url := req.GetTypeUrl()
+	if url == "" {
+		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+	}
+	ts, first, err := a.sub(st, req.GetNode(), url)
+	if err != nil {
+		return err
+	}
+	a.tracker.deltaRequest(st.status, ts.status, req)
+	sub, unsub := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
+	if err := checkNames(sub); err != nil {
+		return err
+	}
+	if err := a.checkNameCount(st, ts, len(sub), false); err != nil {
+		return err
+	}
+	if n := len(req.GetInitialResourceVersions()); n > a.limits.MaxNames {
+		return limitErr("names", "%d initial resource versions, over %d per stream", n, a.limits.MaxNames)
+	}
+	if first {
+		ts.known = maps.Clone(req.GetInitialResourceVersions()) // the request's map is not ours to write
+		if ts.known == nil {
+			ts.known = map[string]string{}
+		}
+	}
+	a.store.subscribeDelta(ts.sub, ts.known, first, sub, unsub)
+	ts.inflight = false
+	if ts.sub.coll == nil {
+		if !first && len(sub) == 0 && len(unsub) == 0 {
+			return nil // an ACK or NACK
+		}
+		return a.answerUnknown(st, ts, sub, nil, send)
+	}
+	// A wildcard subscription's first request is answered even when
+	// empty: Envoy waits for it to finish initialization.
+	reply := false
+	if req.GetResponseNonce() == "" {
+		a.store.mu.RLock()
+		reply = ts.sub.wildcard
+		a.store.mu.RUnlock()
+	}
+	return a.push(st, ts, reply, nil, send)
+}
+
+type (
+	sotwSend  func(*discovery.DiscoveryResponse) error
+	deltaSend func(*discovery.DeltaDiscoveryResponse) error
+)
+
+// pushAll sends what changed on the types of a woken stream, in the order
+// updates changed them.
+func (a *ads) pushAll(st *stream, sotw sotwSend, delta deltaSend) error {
+	for _, sub := range st.w.take() {
+		if err := a.push(st, st.types[sub.typeURL], false, sotw, delta); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// push compares ts's dirty names with what the client holds and sends a
+// response if the protocol calls for one: delta, when a resource changed
+// or went away; SotW, the full matching state for LDS/CDS when anything
+// changed, only the changed resources for EDS/RDS. reply sends a response
+// even if nothing changed. Nothing is sent while a response is unanswered.
+func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta deltaSend) error {
+	if ts.sub.coll == nil || ts.inflight {
+		return nil
+	}
+	dirty, all := ts.sub.takeDirty()
+	if len(dirty) == 0 && !all && !reply {
+		return nil
+	}
+	full := !st.delta && ts.sub.coll.FullState
+	cands, matching, version := a.store.snapshot(ts.sub, ts.known, dirty, all, full)
+	var changed []*cachedRes
+	var changedWire []*wire
+	var removed []string
+	for _, c := range cands {
+		if c.r == nil {
+			if _, ok := ts.known[c.name]; ok {
+				removed = append(removed, c.name)
+			}
+			continue
+		}
+		w, err := c.r.wire()
+		if err != nil {
+			a.errorf("xds cachedRes not sent: marshal failed", "type", ts.typeURL, "name", c.name, "error", err)
+			continue
+		}
+		if v, ok := ts.known[c.name]; !ok || v != w.version {
+			changed = append(changed, c.r)
+			changedWire = append(changedWire, w)
+		}
+	}
+	for _, n := range removed {
+		delete(ts.known, n)
+	}
+	if len(changed) == 0 && len(removed) == 0 && !reply {
+		return nil
+	}
+	st.nonce++
+	nonce := strconv.FormatInt(st.nonce, 10)
+	if len(ts.known) == 0 && len(changed) > 8 {
+		ts.known = make(map[string]string, len(changed)) // grow once on a first sync
+	}
+	if st.delta {
+		rs := make([]*discovery.Resource, len(changedWire))
+		for i, w := range changedWire {
+			rs[i] = w.delta
+			ts.known[changed[i].name] = w.version
+		}
+		a.sent(st, ts, version, nonce, !reply)
+		return delta(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: ts.typeURL,
+			Nonce: nonce, Resources: rs, RemovedResources: removed})
+	}
+	if !full {
+		if len(changed) == 0 && !reply {
+			st.nonce-- // SotW cannot carry removals of EDS/RDS: nothing to send
+			return nil
+		}
+		matching = changed
+	}
+	anys := make([]*anypb.Any, 0, len(matching))
+	for _, r := range matching {
+		w, err := r.wire()
+		if err != nil {
+			a.errorf("xds cachedRes not sent: marshal failed", "type", ts.typeURL, "name", r.name, "error", err)
+			continue
+		}
+		anys = append(anys, w.any)
+		ts.known[r.name] = w.version
+	}
+	a.sent(st, ts, version, nonce, !reply)
+	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, Resources: anys})
+}
+
+// answerUnknown answers a subscription to a type URL meshfed does not
+// serve with an empty response: no resources, and for delta every name
+// just subscribed listed as removed (it does not exist).
+func (a *ads) answerUnknown(st *stream, ts *typeSub, sub []string, sotw sotwSend, delta deltaSend) error {
+	st.nonce++
+	nonce := strconv.FormatInt(st.nonce, 10)
+	const version = "0"
+	a.sent(st, ts, version, nonce, false)
+	if st.delta {
+		var removed []string
+		for _, n := range sub {
+			if n != wildcardName {
+				removed = append(removed, n)
+			}
+		}
+		return delta(&discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, RemovedResources: removed})
+	}
+	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce})
+}
+
+func (a *ads) sent(st *stream, ts *typeSub, version, nonce string, update bool) {
+	ts.inflight = true
+	ts.nonce = nonce
+	a.tracker.response(st.status, ts.status, version, nonce, update)
+}
+
+// lockOrDone locks mu, or gives up when ctx ends first and reports false;
+// a lock taken after giving up is released at once.
+func lockOrDone(mu *sync.Mutex, ctx context.Context) bool {
+	if mu.TryLock() {
+		return true
+	}
+	got := make(chan struct{})
+	go func() { mu.Lock(); close(got) }()
+	select {
+	case <-got:
+		return true
+	case <-ctx.Done():
+		go func() { <-got; mu.Unlock() }()
+		return false
+	}
+}

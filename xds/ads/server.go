@@ -1,0 +1,111 @@
+package ads
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/grpc"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Collections are the collections the server holds; a stream sends
+	// the types an update changed in this order.
+	Collections []Collection
+	// Classify returns the class of a stream from the node of its first
+	// request (nil when it has none); nil makes every stream class "".
+	Classify func(*core.Node) Class
+	// Label returns the metrics label of a type URL; nil labels every
+	// type "other".
+	Label func(typeURL string) string
+	// Changed returns when the change behind the resources the server
+	// holds happened (zero when unknown); convergence is measured from
+	// it to each proxy's ACK.
+	Changed func() time.Time
+	// Now is the clock of the status records; nil is time.Now.
+	Now func() time.Time
+	// Callbacks are called by the stream loop.
+	Callbacks Callbacks
+	// Limits bound each stream; zero fields take the defaults.
+	Limits Limits
+	// Logger receives connection and NACK events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Callbacks let the owner of the resources react to the protocol, as
+// go-control-plane's server Callbacks do.
+type Callbacks struct {
+	// OnFirstRequest is called when a stream first asks for a type URL,
+	// on the stream's goroutine, before its subscription is indexed and
+	// answered: what it Applies is in the first response.
+	OnFirstRequest func(typeURL string)
+}
+
+// Server serves the collections it holds over ADS. Every method is safe
+// for concurrent use.
+type Server struct {
+	ads    *ads
+	cancel context.CancelFunc
+}
+
+// NewServer returns a server holding c.Collections, all empty.
+func NewServer(c Config) *Server {
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := newTracker(log, c.Changed)
+	if c.Now != nil {
+		t.now = c.Now
+	}
+	if c.Label != nil {
+		t.label = c.Label
+	}
+	classify := c.Classify
+	if classify == nil {
+		classify = func(*core.Node) Class { return "" }
+	}
+	return &Server{cancel: cancel, ads: &ads{ctx: ctx, store: newStore(c.Collections), tracker: t, errorf: log.Error,
+		limits: c.Limits.withDefaults(), classify: classify, callbacks: c.Callbacks}}
+}
+
+// Register registers the ADS service (SotW and Delta) on g. The caller
+// owns g: it listens, serves and stops it. Build g with ServerOptions.
+func (s *Server) Register(g *grpc.Server) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
+}
+
+// Apply installs changes and wakes the streams subscribed to what they
+// change; each stream sends what its client does not hold yet. Each
+// resource is marshalled once per version, for every stream. The
+// resources must not be modified afterwards.
+func (s *Server) Apply(ch Changes) { s.ads.store.apply(ch) }
+
+// Proxies returns every connected stream's sync status, sorted by node id.
+func (s *Server) Proxies() []ProxyStatus {
+	return s.ads.tracker.snapshot(s.ads.store.count)
+}
+
+// Served returns the class of the newest stream of proxyID and, per type
+// URL it subscribes to, the current resources its subscription matches
+// (not to be modified); false for an unknown proxy.
+func (s *Server) Served(proxyID string) (Class, map[string]map[string]types.Resource, bool) {
+	class, subs, ok := s.ads.tracker.served(proxyID)
+	if !ok {
+		return "", nil, false
+	}
+	out := make(map[string]map[string]types.Resource, len(subs))
+	for url, sub := range subs {
+		out[url] = s.ads.store.matching(sub)
+	}
+	return class, out, true
+}
+
+// Close ends every stream, except one blocked sending to a client that
+// stopped reading, which ends when the caller's gRPC server stops.
+func (s *Server) Close() { s.cancel() }

@@ -1,0 +1,369 @@
+package translate
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	commonfault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// Traffic management for proxyless gRPC clients (docs/architecture.md
+// §3.6): the VirtualService and DestinationRule in force for a host shape
+// that host's gRPC route configurations and clusters.
+// Only what grpc-go's xDS client implements is produced (its xdsresource
+// validation): route matching on path and headers, weighted clusters,
+// max stream duration, retries on gRPC status codes, the HTTP fault
+// filter, ring-hash consistent hashing by header, and circuit-breaking
+// max requests. Envoy resources are not changed by traffic config yet.
+
+// hostConfig is the traffic config of one host: the VirtualService whose
+// hosts name it (and that applies to the mesh), and the DestinationRule of
+// the host. A host's resources are rebuilt when either pointer changes.
+type hostConfig struct {
+	vs, dr *model.ConfigObject
+}
+
+// configByHost indexes cfg by host. Hosts are matched exactly (a wildcard
+// host in a VirtualService applies to no service yet). The config source
+// already allows one VirtualService and one DestinationRule per host.
+func configByHost(cfg *model.ConfigSnapshot) map[string]hostConfig {
+	out := map[string]hostConfig{}
+	for _, o := range cfg.Objects() {
+		switch sp := o.Spec.(type) {
+		case *networking.VirtualService:
+			if gw := sp.GetGateways(); len(gw) > 0 && !slices.Contains(gw, "mesh") {
+				continue // gateway-only rules do not apply to clients in the mesh
+			}
+			for _, h := range sp.GetHosts() {
+				hc := out[h]
+				if hc.vs == nil {
+					hc.vs = o
+					out[h] = hc
+				}
+			}
+		case *networking.DestinationRule:
+			hc := out[sp.GetHost()]
+			if hc.dr == nil {
+				hc.dr = o
+				out[sp.GetHost()] = hc
+			}
+		}
+	}
+	return out
+}
+
+func (hc hostConfig) virtualService() *networking.VirtualService {
+	if hc.vs == nil {
+		return nil
+	}
+	vs, _ := hc.vs.Spec.(*networking.VirtualService)
+	return vs
+}
+
+func (hc hostConfig) destinationRule() *networking.DestinationRule {
+	if hc.dr == nil {
+		return nil
+	}
+	dr, _ := hc.dr.Spec.(*networking.DestinationRule)
+	return dr
+}
+
+// SubsetClusterName is the cluster of a DestinationRule subset, as Istio
+// names it: outbound|<port>|<subset>|<host>.
+func SubsetClusterName(host string, port uint32, subset string) string {
+	return "outbound|" + uitoa(port) + "|" + subset + "|" + host
+}
+
+func uitoa(v uint32) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [10]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[i:])
+}
+
+// portOf tells the single port of a service when it has exactly one; a
+// destination without a port uses it, as Istio does.
+type portOf func(host string) (uint32, bool)
+
+// grpcRoutes translates the http routes of vs that apply to port into
+// gRPC routes, and reports whether any route injects a fault (the
+// listener then needs the fault filter). hash is the hash policy of the
+// host's DestinationRule (nil for none).
+func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ports portOf, hash []*route.RouteAction_HashPolicy) (routes []*route.Route, usesFault bool) {
+	for i, hr := range vs.GetHttp() {
+		action := &route.RouteAction{Timeout: durationpb.New(0)}
+		dests := hr.GetRoute()
+		// The host's consistent hash applies to routes to the host itself
+		// (the clusters of other hosts carry their own rule's policy).
+		if !slices.ContainsFunc(dests, func(d *networking.HTTPRouteDestination) bool { return d.GetDestination().GetHost() != host }) {
+			action.HashPolicy = hash
+		}
+		if len(dests) == 1 {
+			action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(dests[0].GetDestination(), host, port, ports)}
+		} else {
+			wc := &route.WeightedCluster{}
+			for _, d := range dests {
+				wc.Clusters = append(wc.Clusters, &route.WeightedCluster_ClusterWeight{
+					Name:   destCluster(d.GetDestination(), host, port, ports),
+					Weight: wrapperspb.UInt32(uint32(max(d.GetWeight(), 0))),
+				})
+			}
+			action.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: wc}
+		}
+		if t := hr.GetTimeout(); t != nil && t.AsDuration() > 0 {
+			action.MaxStreamDuration = &route.RouteAction_MaxStreamDuration{MaxStreamDuration: durationpb.New(t.AsDuration())}
+		}
+		if rp := hr.GetRetries(); rp != nil && rp.GetAttempts() > 0 {
+			on := rp.GetRetryOn()
+			if on == "" {
+				on = defaultRetryOn
+			}
+			policy := &route.RetryPolicy{RetryOn: on, NumRetries: wrapperspb.UInt32(uint32(rp.GetAttempts()))}
+			if pt := rp.GetPerTryTimeout(); pt != nil {
+				policy.PerTryTimeout = durationpb.New(pt.AsDuration())
+			}
+			action.RetryPolicy = policy
+		}
+		var perFilter map[string]*anypb.Any
+		if f := hr.GetFault(); f != nil {
+			perFilter = map[string]*anypb.Any{wellknown.Fault: mustAny(httpFault(f))}
+			usesFault = true
+		}
+		name := hr.GetName()
+		if name == "" {
+			name = "http-" + uitoa(uint32(i))
+		}
+		matches := hr.GetMatch()
+		if len(matches) == 0 {
+			matches = []*networking.HTTPMatchRequest{nil}
+		}
+		for _, m := range matches {
+			if m.GetPort() != 0 && m.GetPort() != port {
+				continue
+			}
+			if unsupportedMatch(m) {
+				continue // dropping a condition would widen the match: leave it out, as grpc-go does with query matchers
+			}
+			routes = append(routes, &route.Route{
+				Name:                 name,
+				Match:                routeMatch(m),
+				Action:               &route.Route_Route{Route: action},
+				TypedPerFilterConfig: perFilter,
+			})
+		}
+	}
+	return routes, usesFault
+}
+
+// defaultRetryOn is Istio's retryOn when a VirtualService sets attempts
+// without it; grpc-go reads the gRPC status names among them.
+const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+
+func destCluster(d *networking.Destination, host string, port uint32, ports portOf) string {
+	p := d.GetPort().GetNumber()
+	if p == 0 {
+		if d.GetHost() == host {
+			p = port
+		} else if only, ok := ports(d.GetHost()); ok {
+			p = only
+		} else {
+			p = port
+		}
+	}
+	if d.GetSubset() != "" {
+		return SubsetClusterName(d.GetHost(), p, d.GetSubset())
+	}
+	return ClusterName(d.GetHost(), p)
+}
+
+// unsupportedMatch reports whether m has a condition gRPC routes cannot
+// express here: method, authority, scheme, query parameters, headers that
+// must be absent, source labels or namespace, or gateways.
+func unsupportedMatch(m *networking.HTTPMatchRequest) bool {
+	return m != nil && (m.GetMethod() != nil || m.GetAuthority() != nil || m.GetScheme() != nil ||
+		len(m.GetQueryParams()) > 0 || len(m.GetWithoutHeaders()) > 0 || len(m.GetSourceLabels()) > 0 ||
+		m.GetSourceNamespace() != "" || len(m.GetGateways()) > 0)
+}
+
+// routeMatch translates one Istio match (nil: everything).
+func routeMatch(m *networking.HTTPMatchRequest) *route.RouteMatch {
+	rm := &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}
+	if m == nil {
+		return rm
+	}
+	switch u := m.GetUri().GetMatchType().(type) {
+	case *networking.StringMatch_Exact:
+		rm.PathSpecifier = &route.RouteMatch_Path{Path: u.Exact}
+	case *networking.StringMatch_Prefix:
+		rm.PathSpecifier = &route.RouteMatch_Prefix{Prefix: u.Prefix}
+	case *networking.StringMatch_Regex:
+		rm.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: u.Regex}}
+	}
+	if m.GetIgnoreUriCase() {
+		rm.CaseSensitive = wrapperspb.Bool(false)
+	}
+	names := make([]string, 0, len(m.GetHeaders()))
+	for k := range m.GetHeaders() {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		hm := &route.HeaderMatcher{Name: k}
+		switch v := m.GetHeaders()[k].GetMatchType().(type) {
+		case *networking.StringMatch_Exact:
+			hm.HeaderMatchSpecifier = &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: v.Exact}}}
+		case *networking.StringMatch_Prefix:
+			hm.HeaderMatchSpecifier = &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: v.Prefix}}}
+		case *networking.StringMatch_Regex:
+			hm.HeaderMatchSpecifier = &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: v.Regex}}}}
+		default: // {} : the header is present
+			hm.HeaderMatchSpecifier = &route.HeaderMatcher_PresentMatch{PresentMatch: true}
+		}
+		rm.Headers = append(rm.Headers, hm)
+	}
+	return rm
+}
+
+// percent is Istio's percentage (nil: 100%) as a fraction of a million.
+func percent(p *networking.Percent) *typev3.FractionalPercent {
+	v := 100.0
+	if p != nil {
+		v = p.GetValue()
+	}
+	return &typev3.FractionalPercent{Numerator: uint32(math.Round(v * 10000)), Denominator: typev3.FractionalPercent_MILLION}
+}
+
+// httpFault is the per-route config of the HTTP fault filter.
+func httpFault(f *networking.HTTPFaultInjection) *fault.HTTPFault {
+	out := &fault.HTTPFault{}
+	if d := f.GetDelay(); d != nil && d.GetFixedDelay() != nil {
+		p := d.GetPercentage()
+		out.Delay = &commonfault.FaultDelay{
+			FaultDelaySecifier: &commonfault.FaultDelay_FixedDelay{FixedDelay: durationpb.New(d.GetFixedDelay().AsDuration())},
+			Percentage:         percent(p),
+		}
+	}
+	if a := f.GetAbort(); a != nil {
+		ab := &fault.FaultAbort{Percentage: percent(a.GetPercentage())}
+		switch e := a.GetErrorType().(type) {
+		case *networking.HTTPFaultInjection_Abort_HttpStatus:
+			ab.ErrorType = &fault.FaultAbort_HttpStatus{HttpStatus: uint32(e.HttpStatus)}
+		case *networking.HTTPFaultInjection_Abort_GrpcStatus:
+			code, _ := grpcCode(e.GrpcStatus) // validated by the config source
+			ab.ErrorType = &fault.FaultAbort_GrpcStatus{GrpcStatus: code}
+		}
+		out.Abort = ab
+	}
+	return out
+}
+
+// faultFilter is the HTTP fault filter with no fault of its own: routes
+// turn it on through their per-filter config.
+func faultFilter() *hcm.HttpFilter {
+	return &hcm.HttpFilter{
+		Name:       wellknown.Fault,
+		ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&fault.HTTPFault{})},
+	}
+}
+
+// hashPolicy is the route hash policy of a DestinationRule's
+// consistentHash by header (nil otherwise).
+func hashPolicy(dr *networking.DestinationRule) []*route.RouteAction_HashPolicy {
+	h := dr.GetTrafficPolicy().GetLoadBalancer().GetConsistentHash().GetHttpHeaderName()
+	if h == "" {
+		return nil
+	}
+	return []*route.RouteAction_HashPolicy{{
+		PolicySpecifier: &route.RouteAction_HashPolicy_Header_{Header: &route.RouteAction_HashPolicy_Header{HeaderName: strings.ToLower(h)}},
+	}}
+}
+
+// applyPolicy sets the parts of an Istio traffic policy grpc-go
+// implements on a gRPC cluster: consistentHash → RING_HASH (the route
+// carries the hash policy), LEAST_REQUEST, and
+// connectionPool.http.http2MaxRequests → circuit-breaking max requests.
+// ROUND_ROBIN and unset stay ROUND_ROBIN; RANDOM and PASSTHROUGH, which
+// grpc-go does not implement, fall back to ROUND_ROBIN.
+func applyPolicy(c *cluster.Cluster, tp *networking.TrafficPolicy) {
+	if tp == nil {
+		return
+	}
+	lb := tp.GetLoadBalancer()
+	if ch := lb.GetConsistentHash(); ch != nil && ch.GetHttpHeaderName() != "" {
+		c.LbPolicy = cluster.Cluster_RING_HASH
+		rh := &cluster.Cluster_RingHashLbConfig{HashFunction: cluster.Cluster_RingHashLbConfig_XX_HASH}
+		if n := ch.GetRingHash().GetMinimumRingSize(); n > 0 {
+			rh.MinimumRingSize = wrapperspb.UInt64(n)
+		}
+		c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: rh}
+	} else if lb.GetSimple() == networking.LoadBalancerSettings_LEAST_REQUEST {
+		c.LbPolicy = cluster.Cluster_LEAST_REQUEST
+	}
+	if n := tp.GetConnectionPool().GetHttp().GetHttp2MaxRequests(); n > 0 {
+		c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{{
+			Priority:    core.RoutingPriority_DEFAULT,
+			MaxRequests: wrapperspb.UInt32(uint32(n)),
+		}}}
+	}
+}
+
+// subsetPolicy is the subset's traffic policy where it sets one, else the
+// rule's (Istio: a subset's policy overrides the rule's).
+func subsetPolicy(dr *networking.DestinationRule, s *networking.Subset) *networking.TrafficPolicy {
+	if s.GetTrafficPolicy() != nil {
+		return s.GetTrafficPolicy()
+	}
+	return dr.GetTrafficPolicy()
+}
+
+// subsetEndpoints are the endpoints of svc carrying every label of the
+// subset.
+func subsetEndpoints(svc *model.Service, labels map[string]string) []model.Endpoint {
+	var out []model.Endpoint
+	for _, e := range svc.Endpoints {
+		ok := true
+		for k, v := range labels {
+			if e.Labels[k] != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// grpcCode parses a gRPC status name ("UNAVAILABLE") as grpc-go does.
+func grpcCode(name string) (uint32, bool) {
+	var c codes.Code
+	if err := c.UnmarshalJSON([]byte(strconv.Quote(name))); err != nil {
+		return 0, false
+	}
+	return uint32(c), true
+}

@@ -1,0 +1,510 @@
+package translate
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/ads"
+)
+
+// Kind names one collection of resources: a client class and a type URL.
+// Endpoints (ClusterLoadAssignments) are the same for every class and live
+// in one shared collection, Kind{Class: "", TypeURL: EndpointType}.
+type Kind = ads.Kind
+
+// KindOf returns the collection a class reads for a type URL. Endpoints
+// and Istio config over MCP are the same for every class.
+func KindOf(c Class, typeURL string) Kind {
+	if typeURL == EndpointType || IsMCPType(typeURL) {
+		return Kind{TypeURL: typeURL}
+	}
+	return Kind{Class: c, TypeURL: typeURL}
+}
+
+// Kinds lists every collection the translator fills.
+var Kinds = append([]Kind{
+	{Class: ClassEnvoy, TypeURL: ClusterType}, {Class: ClassEnvoy, TypeURL: ListenerType}, {Class: ClassEnvoy, TypeURL: RouteType},
+	{Class: ClassGRPC, TypeURL: ClusterType}, {Class: ClassGRPC, TypeURL: ListenerType}, {Class: ClassGRPC, TypeURL: RouteType},
+	{TypeURL: EndpointType},
+}, mcpKinds()...)
+
+// Collections describes the collections of Kinds for the ADS server, in
+// the order a stream sends the types an update changed: the order Envoy
+// applies them (CDS, EDS, LDS, RDS), then the MCP collections.
+func Collections() []ads.Collection {
+	var out []ads.Collection
+	for _, u := range slices.Concat(TypeURLs, MCPTypeURLs()) {
+		for _, k := range Kinds {
+			if k.TypeURL == u {
+				out = append(out, ads.Collection{Kind: k, FullState: requiresFullState(u), AnyTypeURL: anyTypeURL(u)})
+			}
+		}
+	}
+	return out
+}
+
+// Change lists what changed in one collection (ads.Change).
+type Change = ads.Change
+
+// Changes holds the changes of one Translate per collection; collections
+// without changes are absent.
+type Changes = ads.Changes
+
+// Skipped is a service port that has no Envoy outbound listener because
+// another service owns that port number.
+type Skipped struct {
+	Host   string `json:"host"`
+	Port   uint32 `json:"port"`
+	Reason string `json:"reason"`
+}
+
+// Invalid is a service left out of translation because a resource built
+// from it failed validation (Host is then the hostname), or an Envoy port
+// listener or route configuration that failed validation (Host is then its
+// resource name).
+type Invalid struct {
+	Host  string `json:"host"`
+	Error string `json:"error"`
+}
+
+type svcState struct {
+	svc   *model.Service
+	cfg   hostConfig           // the traffic config it was built with
+	subs  map[string]*claState // DestinationRule subset CLAs by cluster name
+	res   map[Kind]map[string]types.Resource
+	ports map[uint32]model.Protocol // for the Envoy per-port listeners
+	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
+	mcp   map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
+}
+
+// Translator turns snapshots into xDS resources, incrementally. It keeps,
+// per hostname, the *model.Service it last translated and the resources it
+// built: a service whose pointer did not change is skipped entirely, so its
+// resource objects (and their cached marshalled bytes downstream) are
+// reused. A changed service is rebuilt and each of its resources that is
+// equal to the previous one keeps the previous object and is not reported
+// as changed. ClusterLoadAssignments are rebuilt incrementally: only the
+// endpoints whose model content changed are built, validated and encoded
+// again (see claState), and "changed" is decided from the model, not by
+// comparing protos.
+//
+// Envoy listeners and route configurations, which span all services on a
+// port number, are rebuilt only for ports whose set of services or
+// protocols changed.
+//
+// The per-service MCP resources (ServiceEntries for istiod) are built only
+// after EnableMCP: a ServiceEntry lists every endpoint of its service, so
+// building it costs many times the incremental EDS work of an endpoint
+// change, and only MCP clients read it (BENCHMARKS.md, S3a).
+//
+// Translate is pure (no I/O, no clock) and not safe for concurrent use.
+type Translator struct {
+	services map[string]*svcState
+	current  map[Kind]map[string]types.Resource
+	ports    map[uint32]map[string]model.Protocol // port → host → protocol
+	skipped  map[uint32][]Skipped
+	invalid  map[string]string
+	meta     metaCache
+	config   map[string]*model.ConfigObject // by Key: objects served over MCP
+	hostCfg  map[string]hostConfig          // of the snapshot being translated
+	snap     *model.Snapshot                // the snapshot being translated
+	mcp      bool                           // build per-service MCP resources (EnableMCP)
+}
+
+// NewTranslator returns a translator with no resources.
+func NewTranslator() *Translator {
+	t := &Translator{
+		services: map[string]*svcState{},
+		current:  map[Kind]map[string]types.Resource{},
+		ports:    map[uint32]map[string]model.Protocol{},
+		skipped:  map[uint32][]Skipped{},
+		invalid:  map[string]string{},
+		config:   map[string]*model.ConfigObject{},
+	}
+	for _, k := range Kinds {
+		t.current[k] = map[string]types.Resource{}
+	}
+	return t
+}
+
+// Resources returns the current resources of a collection. The map and
+// its resources must not be modified.
+func (t *Translator) Resources(k Kind) map[string]types.Resource { return t.current[k] }
+
+// Skipped lists the service ports without an Envoy listener, sorted by
+// port and host.
+func (t *Translator) Skipped() []Skipped {
+	var out []Skipped
+	for _, s := range t.skipped {
+		out = append(out, s...)
+	}
+	slices.SortFunc(out, func(a, b Skipped) int { return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Host, b.Host)) })
+	return out
+}
+
+// Invalid lists the services left out because their resources failed
+// validation, sorted by host.
+func (t *Translator) Invalid() []Invalid {
+	out := make([]Invalid, 0, len(t.invalid))
+	for h, e := range t.invalid {
+		out = append(out, Invalid{Host: h, Error: e})
+	}
+	slices.SortFunc(out, func(a, b Invalid) int { return cmp.Compare(a.Host, b.Host) })
+	return out
+}
+
+// Translate brings the translator to snap and returns what changed since
+// the previous call. A nil snapshot has no services.
+func (t *Translator) Translate(snap *model.Snapshot) Changes {
+	ch := Changes{}
+	dirty := map[uint32]bool{}
+	var cfg *model.ConfigSnapshot
+	if snap != nil {
+		cfg = snap.Config
+	}
+	t.hostCfg, t.snap = configByHost(cfg), snap
+	defer func() { t.snap = nil }()
+	for _, svc := range snap.Services() {
+		old := t.services[svc.Hostname]
+		hc := t.hostCfg[svc.Hostname]
+		if old != nil && old.svc == svc && old.cfg == hc {
+			continue
+		}
+		next := &svcState{svc: svc, cfg: hc}
+		res, clas, subs, err := t.buildService(svc, old, hc)
+		if err != nil && (hc.vs != nil || hc.dr != nil) {
+			// The traffic config made invalid resources: serve the
+			// service without it and show why.
+			var cerr error
+			res, clas, subs, cerr = t.buildService(svc, old, hostConfig{})
+			if cerr == nil {
+				t.invalid[svc.Hostname] = "traffic config left out: " + err.Error()
+				err = nil
+			}
+		} else if err == nil {
+			delete(t.invalid, svc.Hostname)
+		}
+		if err != nil {
+			t.invalid[svc.Hostname] = err.Error()
+		} else {
+			next.res = res
+			next.clas = clas
+			next.subs = subs
+			next.ports = servicePorts(svc)
+			if t.mcp {
+				var prev map[string]any
+				if old != nil {
+					prev = old.mcp
+				}
+				next.mcp = addMCP(svc, prev, next.res)
+			}
+		}
+		t.replace(old, next, ch, dirty)
+		t.services[svc.Hostname] = next
+	}
+	for host, old := range t.services {
+		if _, ok := snap.Service(host); !ok {
+			t.replace(old, nil, ch, dirty)
+			delete(t.services, host)
+			delete(t.invalid, host)
+		}
+	}
+	for _, port := range slices.Sorted(maps.Keys(dirty)) {
+		t.rebuildPort(port, ch)
+	}
+	t.translateConfig(cfg, ch)
+	for _, c := range ch {
+		slices.Sort(c.Removed)
+		c.Removed = slices.Compact(c.Removed)
+	}
+	for k, c := range ch {
+		if len(c.Updated) == 0 && len(c.Removed) == 0 {
+			delete(ch, k)
+		}
+	}
+	return ch
+}
+
+func servicePorts(svc *model.Service) map[uint32]model.Protocol {
+	m := make(map[uint32]model.Protocol, len(svc.Ports))
+	for _, p := range svc.Ports {
+		if _, dup := m[p.Number]; !dup {
+			m[p.Number] = p.Protocol
+		}
+	}
+	return m
+}
+
+// replace swaps a service's resources (old or next may be nil) and records
+// the differences; ports whose Envoy listener may change are marked dirty.
+func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]bool) {
+	var oldRes map[Kind]map[string]types.Resource
+	var oldPorts map[uint32]model.Protocol
+	var host string
+	if old != nil {
+		oldRes, oldPorts, host = old.res, old.ports, old.svc.Hostname
+	}
+	var nextPorts map[uint32]model.Protocol
+	if next != nil {
+		host = next.svc.Hostname
+		nextPorts = next.ports
+		for k, rs := range next.res {
+			for name, r := range rs {
+				if prev, ok := oldRes[k][name]; ok && sameResource(prev, r) {
+					rs[name] = prev // keep the object downstream already holds
+					continue
+				}
+				t.current[k][name] = r
+				ch.Update(k, name, r)
+			}
+		}
+	}
+	for k, rs := range oldRes {
+		for name := range rs {
+			if next != nil {
+				if _, ok := next.res[k][name]; ok {
+					continue
+				}
+			}
+			delete(t.current[k], name)
+			ch.Remove(k, name)
+		}
+	}
+	if maps.Equal(oldPorts, nextPorts) {
+		return
+	}
+	for port := range oldPorts {
+		dirty[port] = true
+		delete(t.ports[port], host)
+	}
+	for port, proto := range nextPorts {
+		dirty[port] = true
+		if t.ports[port] == nil {
+			t.ports[port] = map[string]model.Protocol{}
+		}
+		t.ports[port][host] = proto
+	}
+}
+
+// sameResource reports whether next, built for the same name as prev, is
+// equal to it. A rebuilt ClusterLoadAssignment is the previous object when
+// its content did not change (buildCLA decides from the model).
+func sameResource(prev, next types.Resource) bool {
+	if prev == next {
+		return true
+	}
+	if _, ok := next.(*claResource); ok {
+		return false
+	}
+	return proto.Equal(prev, next)
+}
+
+// buildService builds every per-service resource of svc, all validated;
+// old (may be nil) is the previous state of the hostname, whose CLAs are
+// updated incrementally.
+//
+// hc is the host's traffic config: its VirtualService shapes the gRPC
+// route configurations, its DestinationRule the gRPC clusters, and each
+// subset becomes a gRPC cluster outbound|<port>|<subset>|<host> with its
+// own ClusterLoadAssignment of the endpoints carrying the subset labels.
+func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConfig) (map[Kind]map[string]types.Resource, map[uint32]*claState, map[string]*claState, error) {
+	res := map[Kind]map[string]types.Resource{}
+	add := func(k Kind, r types.Resource) {
+		if res[k] == nil {
+			res[k] = map[string]types.Resource{}
+		}
+		res[k][resourceName(r)] = r
+	}
+	ports := slices.Clone(svc.Ports)
+	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
+	ports = slices.CompactFunc(ports, func(a, b model.Port) bool { return a.Number == b.Number })
+	var httpPorts []model.Port
+	faultPorts := map[uint32]bool{}
+	var subs map[string]*claState
+	clas := make(map[uint32]*claState, len(ports))
+	for _, p := range ports {
+		name := ClusterName(svc.Hostname, p.Number)
+		var prev *claState
+		if old != nil {
+			prev = old.clas[p.Number]
+		}
+		cs, err := t.meta.buildCLA(name, svc, p, prev)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		clas[p.Number] = cs
+		cla := cs.res
+		// DNS clusters carry their endpoints inline; EDS clusters do not read them.
+		var inline *endpoint.ClusterLoadAssignment
+		if svc.Resolution == model.ResolutionDNS {
+			inline = cla.message()
+		}
+		add(KindOf(ClassEnvoy, ClusterType), envoyCluster(name, svc, p, inline))
+		if svc.Resolution != model.ResolutionDNS {
+			add(KindOf(ClassEnvoy, EndpointType), cla)
+		}
+		if !p.Protocol.IsHTTP() {
+			continue
+		}
+		httpPorts = append(httpPorts, p)
+		gc, useEDS := grpcCluster(name, svc, inline)
+		dr := hc.destinationRule()
+		applyPolicy(gc, dr.GetTrafficPolicy())
+		add(KindOf(ClassGRPC, ClusterType), gc)
+		if useEDS {
+			add(KindOf(ClassGRPC, EndpointType), cla)
+		}
+		if useEDS {
+			for _, sub := range dr.GetSubsets() {
+				sname := SubsetClusterName(svc.Hostname, p.Number, sub.GetName())
+				var prevSub *claState
+				if old != nil {
+					prevSub = old.subs[sname]
+				}
+				ss, err := t.meta.rebuildCLA(sname, subsetEndpoints(svc, sub.GetLabels()), p, prevSub)
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				if subs == nil {
+					subs = map[string]*claState{}
+				}
+				subs[sname] = ss
+				sc, _ := grpcCluster(sname, svc, nil)
+				applyPolicy(sc, subsetPolicy(dr, sub))
+				add(KindOf(ClassGRPC, ClusterType), sc)
+				add(KindOf(ClassGRPC, EndpointType), ss.res)
+			}
+		}
+		lname := GRPCListenerName(svc.Hostname, p.Number)
+		vh := virtualHost(svc.Hostname, p.Number)
+		hash := hashPolicy(dr)
+		vh.Routes[0].GetRoute().HashPolicy = hash
+		withFault := false
+		if vs := hc.virtualService(); vs != nil {
+			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, t.singlePort, hash)
+			if len(routes) > 0 {
+				vh.Routes, withFault = routes, f
+			}
+		}
+		faultPorts[p.Number] = withFault
+		add(KindOf(ClassGRPC, ListenerType), grpcListener(lname, lname, withFault))
+		add(KindOf(ClassGRPC, RouteType), &route.RouteConfiguration{
+			Name:         lname,
+			VirtualHosts: []*route.VirtualHost{vh},
+		})
+	}
+	// xds:///<host> without a port works when the service has one HTTP port.
+	if len(httpPorts) == 1 {
+		lname := GRPCListenerName(svc.Hostname, httpPorts[0].Number)
+		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, lname, faultPorts[httpPorts[0].Number]))
+	}
+	var errs []error
+	for _, rs := range res {
+		for name, r := range rs {
+			if _, ok := r.(*claResource); ok {
+				continue // validated part by part as it was built
+			}
+			if err := validate(r); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, nil, nil, errors.Join(errs...)
+	}
+	return res, clas, subs, nil
+}
+
+// rebuildPort recomputes the Envoy listener (and route configuration) of a
+// port number. With any HTTP service on the port, the listener routes by
+// host to every HTTP service there and TCP services on the port are
+// skipped. Otherwise the listener proxies TCP to the service with the
+// smallest hostname and the others are skipped.
+func (t *Translator) rebuildPort(port uint32, ch Changes) {
+	var httpHosts, tcpHosts []string
+	for host, p := range t.ports[port] {
+		if p.IsHTTP() {
+			httpHosts = append(httpHosts, host)
+		} else {
+			tcpHosts = append(tcpHosts, host)
+		}
+	}
+	if len(t.ports[port]) == 0 {
+		delete(t.ports, port)
+	}
+	slices.Sort(httpHosts)
+	slices.Sort(tcpHosts)
+	delete(t.skipped, port)
+
+	var lis types.Resource
+	var rc *route.RouteConfiguration
+	switch {
+	case len(httpHosts) > 0:
+		lis = envoyHTTPListener(port)
+		rc = &route.RouteConfiguration{Name: EnvoyRouteName(port)}
+		for _, h := range httpHosts {
+			rc.VirtualHosts = append(rc.VirtualHosts, virtualHost(h, port))
+		}
+		for _, h := range tcpHosts {
+			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
+				Reason: fmt.Sprintf("TCP port %d is served as HTTP for %s", port, httpHosts[0])})
+		}
+	case len(tcpHosts) > 0:
+		lis = envoyTCPListener(port, tcpHosts[0])
+		for _, h := range tcpHosts[1:] {
+			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
+				Reason: fmt.Sprintf("TCP port %d is taken by %s", port, tcpHosts[0])})
+		}
+	}
+	t.setAggregate(KindOf(ClassEnvoy, ListenerType), EnvoyListenerName(port), lis, ch)
+	var rcRes types.Resource
+	if rc != nil {
+		rcRes = rc
+	}
+	t.setAggregate(KindOf(ClassEnvoy, RouteType), EnvoyRouteName(port), rcRes, ch)
+}
+
+// setAggregate stores r under name (nil removes it), reporting a change
+// only if it differs from the current resource.
+func (t *Translator) setAggregate(k Kind, name string, r types.Resource, ch Changes) {
+	prev, had := t.current[k][name]
+	if r == nil {
+		delete(t.invalid, name)
+		if had {
+			delete(t.current[k], name)
+			ch.Remove(k, name)
+		}
+		return
+	}
+	if had && proto.Equal(prev, r) {
+		return
+	}
+	if err := validate(r); err != nil {
+		// Aggregates hold only validated parts, so this is not expected; the
+		// previous resource (if any) stays served and the error is shown.
+		t.invalid[name] = err.Error()
+		return
+	}
+	delete(t.invalid, name)
+	t.current[k][name] = r
+	ch.Update(k, name, r)
+}
+
+// singlePort returns the port of a service of the snapshot being
+// translated that has exactly one.
+func (t *Translator) singlePort(host string) (uint32, bool) {
+	svc, ok := t.snap.Service(host)
+	if !ok || len(svc.Ports) != 1 {
+		return 0, false
+	}
+	return svc.Ports[0].Number, true
+}

@@ -1,0 +1,94 @@
+package translate
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// bigService is a service of n endpoints over three zones, shaped like the
+// benchmark fixture (bench.BigService): labels app and version, a source.
+func bigService(n int) *model.Service {
+	s := &model.Service{
+		Hostname: "big.bench.local",
+		Ports:    []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}},
+	}
+	labels := map[string]string{"app": "big", "version": "v1"}
+	for j := range n {
+		s.Endpoints = append(s.Endpoints, model.Endpoint{
+			Address:  fmt.Sprintf("10.%d.%d.%d", 100+j>>16, (j>>8)&255, j&255),
+			Labels:   labels,
+			Locality: model.Locality{Region: "bench", Zone: fmt.Sprintf("z%d", j%3)},
+			Weight:   1,
+			Source:   model.Source{Registry: "bench", Cluster: "bench"},
+		})
+	}
+	return s
+}
+
+// BenchmarkEDSBuild10k is the S3a figure: one endpoint of a 10,000-endpoint
+// service flips its health, the translator rebuilds the service and its
+// ClusterLoadAssignment is marshalled as go-control-plane does.
+func BenchmarkEDSBuild10k(b *testing.B) { benchEDSBuild10k(b, false) }
+
+// BenchmarkEDSBuild10kMCP is BenchmarkEDSBuild10k with an MCP client
+// (istiod) subscribed: the service's ServiceEntry is rebuilt too.
+func BenchmarkEDSBuild10kMCP(b *testing.B) { benchEDSBuild10k(b, true) }
+
+func benchEDSBuild10k(b *testing.B, mcp bool) {
+	const n = 10000
+	big := bigService(n)
+	name := ClusterName(big.Hostname, 8080)
+	tr := NewTranslator()
+	if mcp {
+		tr.EnableMCP()
+	}
+	tr.Translate(model.NewSnapshot(1, []*model.Service{big}))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		svc := *big // a new pointer: the translator rebuilds it
+		svc.Endpoints = slices.Clone(big.Endpoints)
+		svc.Endpoints[i%n].Health = model.Health((i + 1) % 2)
+		b.StartTimer()
+		tr.Translate(model.NewSnapshot(uint64(i+2), []*model.Service{&svc}))
+		cla := tr.Resources(KindOf("", EndpointType))[name]
+		if _, err := cache.MarshalResource(cla); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTranslateFlip is S1's translation work: one endpoint flips in
+// one of 1,000 services of 10 endpoints; the other 999 are the same
+// pointers.
+func BenchmarkTranslateFlip(b *testing.B) {
+	svcs := make([]*model.Service, 1000)
+	for i := range svcs {
+		s := bigService(10)
+		s.Hostname = fmt.Sprintf("s%04d.bench.local", i)
+		svcs[i] = s
+	}
+	tr := NewTranslator()
+	tr.Translate(model.NewSnapshot(1, slices.Clone(svcs)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		k := i % 10
+		next := *svcs[k]
+		next.Endpoints = slices.Clone(next.Endpoints)
+		next.Endpoints[i%10].Health = model.Health(1 - int(next.Endpoints[i%10].Health))
+		svcs[k] = &next
+		snap := model.NewSnapshot(uint64(i+2), slices.Clone(svcs))
+		b.StartTimer()
+		if ch := tr.Translate(snap); len(ch) != 1 {
+			b.Fatalf("%d kinds changed, want EDS only", len(ch))
+		}
+	}
+}
