@@ -1,8 +1,9 @@
 // Package serviceentry is the `serviceentry` registry: Istio ServiceEntry
 // and WorkloadEntry objects (istio.io/api networking v1; v1beta1 and
 // v1alpha3 accepted) read from watched files, directories or globs of
-// multi-document, kubectl-style YAML, so that existing Istio YAML for VMs
-// and external services is served unchanged. Each host of a ServiceEntry
+// multi-document, kubectl-style YAML, or from Kubernetes clusters (kube.go),
+// so that existing Istio YAML for VMs and external services is served
+// unchanged. Each host of a ServiceEntry
 // is a service with the entry's ports; its endpoints are the entry's own
 // or the WorkloadEntries its workloadSelector picks (Convert says how each
 // field maps).
