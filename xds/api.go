@@ -10,13 +10,14 @@ import (
 
 // Translation (xds/translate).
 type (
-	Class      = translate.Class
-	Kind       = translate.Kind
-	Change     = translate.Change
-	Changes    = translate.Changes
-	Translator = translate.Translator
-	Skipped    = translate.Skipped
-	Invalid    = translate.Invalid
+	Class       = translate.Class
+	Kind        = translate.Kind
+	Change      = translate.Change
+	Changes     = translate.Changes
+	Translator  = translate.Translator
+	Skipped     = translate.Skipped
+	Invalid     = translate.Invalid
+	TrafficNote = translate.TrafficNote
 )
 
 const (
