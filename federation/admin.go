@@ -93,7 +93,7 @@ func (g *Gateway) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, g.Conflicts())
 	})
 	mux.HandleFunc("GET /debug/configz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, g.TrafficConfig())
+		writeJSON(w, http.StatusOK, g.Configz())
 	})
 	mux.HandleFunc("GET /debug/syncz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, nonNil(g.xds.Proxies()))

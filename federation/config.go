@@ -93,15 +93,23 @@ type XDSLimits struct {
 	// MaxNames is how many resource names one stream may subscribe to,
 	// over all its type URLs.
 	MaxNames int `yaml:"maxNames" yamlconf:"positive"`
+	// MaxResponseBytes is the largest response sent to a client that is a
+	// gRPC library (their default receive limit is 4 MiB): larger ones are
+	// split where the protocol allows, and a resource larger on its own is
+	// not sent (see xds.Limits and README "Response size").
+	MaxResponseBytes int `yaml:"maxResponseBytes" yamlconf:"positive"`
 }
 
-// ApplyDefaults sets 64 type URLs and 100,000 names.
+// ApplyDefaults sets 64 type URLs, 100,000 names and 4 MiB responses.
 func (l *XDSLimits) ApplyDefaults() {
 	if l.MaxTypeURLs == 0 {
 		l.MaxTypeURLs = xds.DefaultMaxTypeURLs
 	}
 	if l.MaxNames == 0 {
 		l.MaxNames = xds.DefaultMaxNames
+	}
+	if l.MaxResponseBytes == 0 {
+		l.MaxResponseBytes = xds.DefaultMaxResponseBytes
 	}
 }
 
@@ -246,7 +254,7 @@ type Duration = registries.Duration
 //	debounce.quiet          5ms
 //	debounce.max            100ms
 //	syncTimeout             30s
-//	xds.limits              maxTypeURLs 64, maxNames 100000 (XDSLimits)
+//	xds.limits              maxTypeURLs 64, maxNames 100000, maxResponseBytes 4194304 (XDSLimits)
 //	state.maxAge            24h (state.dir has no default: unset is off)
 //	registries[].outage     keep, expireAfter 10m (registries.Outage)
 //	registries[].maxDeleteRatio  0.5

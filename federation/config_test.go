@@ -108,6 +108,12 @@ func TestLoadBad(t *testing.T) {
 			`bad/bad-kube-config-sources.yaml:7:5: configSources[2].dir: missing required key: a config source needs dir or kubernetes`,
 			`bad/bad-kube-config-sources.yaml:8:27: configSources[3].kubernetes.clusters: missing required key`,
 		}},
+		{file: "bad/bad-serviceentry-kubernetes.yaml", problems: 4, want: []string{
+			`bad/bad-serviceentry-kubernetes.yaml:4:102: registries[2].serviceentry.kubernetes.clusters[1]: no registry is named "nope": name a registry of kind kubernetes`,
+			`bad/bad-serviceentry-kubernetes.yaml:4:108: registries[2].serviceentry.kubernetes.clusters[2]: registry "vms" is of kind file: want one of kind kubernetes`,
+			`bad/bad-serviceentry-kubernetes.yaml:5:88: registries[3].serviceentry.kubernetes: path/paths and kubernetes are exclusive`,
+			`bad/bad-serviceentry-kubernetes.yaml:6:87: registries[4].serviceentry.kubernetes.clusters: want at least one registry of kind kubernetes`,
+		}},
 		{file: "bad/same-address.yaml", problems: 1, want: []string{
 			`bad/same-address.yaml:2:12: admin.address: xds (127.0.0.1:15010) and admin (127.0.0.1:15010) listen on the same port`,
 		}},
@@ -232,7 +238,7 @@ func TestLoadGood(t *testing.T) {
 			file: "good/minimal.yaml",
 			want: func(t *testing.T) *Config {
 				return &Config{
-					XDS:         XDS{Address: "127.0.0.1:15010", Limits: XDSLimits{MaxTypeURLs: 64, MaxNames: 100000}},
+					XDS:         XDS{Address: "127.0.0.1:15010", Limits: XDSLimits{MaxTypeURLs: 64, MaxNames: 100000, MaxResponseBytes: 4 << 20}},
 					Admin:       Admin{Address: "127.0.0.1:15014"},
 					Debounce:    Debounce{Quiet: Duration(5 * time.Millisecond), Max: Duration(100 * time.Millisecond)},
 					SyncTimeout: Duration(30 * time.Second),
@@ -258,7 +264,7 @@ func TestLoadGood(t *testing.T) {
 						Cert:     abs(t, "testdata/good/tls/server.crt"),
 						Key:      "/etc/meshfed/server.key",
 						ClientCA: abs(t, "testdata/good/tls/ca.crt"),
-					}, Limits: XDSLimits{MaxTypeURLs: 8, MaxNames: 5000}},
+					}, Limits: XDSLimits{MaxTypeURLs: 8, MaxNames: 5000, MaxResponseBytes: 4 << 20}},
 					Admin:       Admin{Address: "localhost:16014"},
 					Debounce:    Debounce{Quiet: Duration(50 * time.Millisecond), Max: Duration(2 * time.Second)},
 					SyncTimeout: Duration(time.Minute),

@@ -126,6 +126,7 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 	})
 	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds"), Limits: xds.Limits{
 		MaxTypeURLs: cfg.XDS.Limits.MaxTypeURLs, MaxNames: cfg.XDS.Limits.MaxNames,
+		MaxResponseBytes: cfg.XDS.Limits.MaxResponseBytes,
 	}})
 	g.agg.Subscribe(g.xds.Update)
 	g.traffic = newTrafficSource(cfg, log.With("component", "istioconfig"))

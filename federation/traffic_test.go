@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/meshfed/meshfed/istioconfig"
 )
 
 // TestConfigz: objects of a config source reach the model snapshot and
@@ -23,7 +21,7 @@ func TestConfigz(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeAtomic(t, filepath.Join(dir, "s.yaml"), svcFile("10.0.0.1"))
-	dr := "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a, namespace: ns}\nspec:\n  host: a.vm.internal\n  subsets: [{name: v1, labels: {version: v1}}]\n"
+	dr := "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a, namespace: ns}\nspec:\n  host: a.vm.internal\n  trafficPolicy: {tls: {mode: SIMPLE, caCertificates: /etc/meshfed/ca.pem}}\n  subsets: [{name: v1, labels: {version: v1}}]\n"
 	writeAtomic(t, filepath.Join(traffic, "a.yaml"), dr)
 	cfg, err := Parse(filepath.Join(dir, "clusters.yaml"), []byte(`xds: {address: "`+freeAddr(t)+`"}
 admin: {address: "`+freeAddr(t)+`"}
@@ -49,10 +47,10 @@ configSources:
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	configz := func() istioconfig.Status {
+	configz := func() Configz {
 		rec := httptest.NewRecorder()
 		g.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/configz", nil))
-		var st istioconfig.Status
+		var st Configz
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != 200 {
 			t.Fatalf("configz: %d %v %s", rec.Code, err, rec.Body)
 		}
@@ -67,6 +65,17 @@ configSources:
 	if st := configz(); len(st.InForce) != 1 || st.InForce[0].Hosts[0] != "a.vm.internal" || len(st.Rejected) != 0 {
 		t.Fatalf("configz = %+v", st)
 	}
+	// TLS origination from files reaches Envoy; gRPC clients cannot take
+	// it, which configz says.
+	waitUntil(t, func() error {
+		st := configz()
+		for _, n := range st.NotForClients {
+			if n.Host == "a.vm.internal" && n.Client == "grpc" && strings.HasPrefix(n.Note, "outbound|80||a.vm.internal: tls SIMPLE") {
+				return nil
+			}
+		}
+		return fmt.Errorf("notForClients = %+v, want the TLS of a.vm.internal for grpc", st.NotForClients)
+	})
 	first := g.agg.Snapshot().Config
 
 	writeAtomic(t, filepath.Join(traffic, "a.yaml"), strings.Replace(dr, "name: v1,", "name: V1,", 1))

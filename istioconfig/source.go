@@ -333,14 +333,19 @@ func (s *Source) Reload() bool {
 // claims are the hosts o holds exclusively: a DestinationRule's host, the
 // hosts of a VirtualService that applies to the mesh (gateways empty or
 // holding "mesh"). VirtualServices bound only to gateways claim nothing:
-// they go to istiod as they are.
+// they go to istiod as they are. Short names are resolved in the
+// object's namespace, so "reviews" and its full name are one host.
 func claims(o *model.ConfigObject) []string {
 	if vs, ok := o.Spec.(*networking.VirtualService); ok {
 		if gw := vs.GetGateways(); len(gw) > 0 && !slices.Contains(gw, "mesh") {
 			return nil
 		}
 	}
-	return Hosts(o)
+	hosts := Hosts(o)
+	for i, h := range hosts {
+		hosts[i] = model.ConfigHost(h, o.Namespace)
+	}
+	return hosts
 }
 
 func validate(p *parsed) error {

@@ -146,7 +146,27 @@ func TestRejections(t *testing.T) {
 		{"tiny timeout", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], timeout: 0.0001s}]\n", "want at least 1ms"},
 		{"bad grpc abort", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], fault: {abort: {grpcStatus: NOPE}}}]\n", `grpcStatus "NOPE"`},
 		{"bad retryOn", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], retries: {attempts: 2, retryOn: sometimes}}]\n", `retryOn "sometimes"`},
-		{"tcp", hdr + "  hosts: [a.b]\n  tcp: [{route: [{destination: {host: a.b}}]}]\n", "not supported yet"},
+		{"tls route", hdr + "  hosts: [a.b]\n  tls: [{match: [{sniHosts: [a.b]}], route: [{destination: {host: a.b}}]}]\n", "spec.tls: TLS (SNI) routes are not supported yet"},
+		{"tcp no route", hdr + "  hosts: [a.b]\n  tcp: [{match: [{port: 5432}]}]\n", "spec.tcp[0].route: at least one destination is required"},
+		{"redirect and route", hdr + "  hosts: [a.b]\n  http: [{redirect: {uri: /x}, route: [{destination: {host: a.b}}]}]\n", "must not have route destinations"},
+		{"redirect code", hdr + "  hosts: [a.b]\n  http: [{redirect: {uri: /x, redirectCode: 200}}]\n", "redirectCode 200"},
+		{"rewrite regex", hdr + "  hosts: [a.b]\n  http: [{rewrite: {uriRegexRewrite: {match: '(', rewrite: x}}, route: [{destination: {host: a.b}}]}]\n", "spec.http[0].rewrite.uriRegexRewrite.match"},
+		{"header name", hdr + "  hosts: [a.b]\n  http: [{headers: {request: {set: {'bad name': v}}}, route: [{destination: {host: a.b}}]}]\n", `spec.http[0].headers.request.set "bad name"`},
+		{"mirror percent", hdr + "  hosts: [a.b]\n  http: [{mirror: {host: c.d}, mirrorPercentage: {value: 150}, route: [{destination: {host: a.b}}]}]\n", "mirrorPercentage.value 150"},
+		{"cors method", hdr + "  hosts: [a.b]\n  http: [{corsPolicy: {allowMethods: [FETCH]}, route: [{destination: {host: a.b}}]}]\n", `allowMethods "FETCH"`},
+		{"delegate", hdr + "  hosts: [a.b]\n  http: [{delegate: {name: y}}]\n", "delegate VirtualServices are not supported yet"},
+		{"istio mutual", drh + "  host: a.b\n  trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}\n", "mode ISTIO_MUTUAL: needs Istio workload certificates"},
+		{"mutual without key", drh + "  host: a.b\n  trafficPolicy: {tls: {mode: MUTUAL, clientCertificate: /c.pem, caCertificates: /ca.pem}}\n", "mode MUTUAL needs clientCertificate and privateKey"},
+		{"relative tls path", drh + "  host: a.b\n  trafficPolicy: {portLevelSettings: [{port: {number: 443}, tls: {mode: SIMPLE, caCertificates: ca.pem}}]}\n", `spec.trafficPolicy.portLevelSettings[0].tls.caCertificates "ca.pem": want an absolute path`},
+		{"credential name", drh + "  host: a.b\n  trafficPolicy: {tls: {mode: SIMPLE, credentialName: x}}\n", "credentialName: secrets by name need SDS"},
+		{"passthrough", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {simple: PASSTHROUGH}}\n", "PASSTHROUGH: not supported"},
+		{"locality failover", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {failover: [{from: us-east, to: us-west}]}}}\n", "localityLbSetting: failover and failoverPriority are not supported yet"},
+		{"locality from one locality", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: us-east/*, to: {us-east/*: 100}}]}}}\n", `distribute[0].from "us-east/*": only "*"`},
+		{"locality weights", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: '*', to: {us-east/*: 60, us-west/*: 30}}]}}}\n", "weights sum to 90; want 100"},
+		{"cookie name", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {httpCookie: {ttl: 10s}}}}\n", "httpCookie.name: is required"},
+		{"maglev size", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, maglev: {tableSize: 1000}}}}\n", "maglev.tableSize 1000: want a prime"},
+		{"dr workload selector", drh + "  host: a.b\n  workloadSelector: {matchLabels: {app: a}}\n", "spec.workloadSelector: not supported"},
+		{"port twice", drh + "  host: a.b\n  trafficPolicy: {portLevelSettings: [{port: {number: 80}}, {port: {number: 80}}]}\n", "port already has settings"},
 		{"dr no host", drh + "  subsets: [{name: v1}]\n", "spec.host: is required"},
 		{"dr dup subset", drh + "  host: a.b\n  subsets: [{name: v1}, {name: v1}]\n", `duplicate subset name`},
 		{"dr hash key", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {minimumRingSize: 3}}}\n", "a hash key is required"},
@@ -201,6 +221,26 @@ func TestConflicts(t *testing.T) {
 		default:
 			t.Errorf("unexpected rejection %+v", r)
 		}
+	}
+}
+
+// TestShortNameConflicts: a short host and its full name are one host
+// (Istio resolves short names in the rule's namespace), so the second
+// DestinationRule for it is a conflict; the same short name in another
+// namespace is another host.
+func TestShortNameConflicts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dr := func(name, ns, host string) string {
+		return "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: {host: " + host + "}\n"
+	}
+	write(t, dir, "a.yaml", dr("a", "shop", "reviews")+"---\n"+dr("b", "shop", "reviews.shop.svc.cluster.local")+"---\n"+dr("c", "other", "reviews"))
+	st := Validate(Dir{Name: "d", Path: dir})
+	if got := keys(st); !slices.Equal(got, []string{"DestinationRule/other/c", "DestinationRule/shop/a"}) {
+		t.Fatalf("in force = %v; rejected %v", got, st.Rejected)
+	}
+	if len(st.Rejected) != 1 || !strings.Contains(st.Rejected[0].Reason, `host "reviews.shop.svc.cluster.local" already has DestinationRule shop/a`) {
+		t.Errorf("rejected = %v", st.Rejected)
 	}
 }
 

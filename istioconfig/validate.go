@@ -3,7 +3,6 @@ package istioconfig
 import (
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -41,15 +40,20 @@ func validateVirtualService(vs *networking.VirtualService) error {
 			return fmt.Errorf("spec.hosts[%d] %q: not a valid host name", i, h)
 		}
 	}
-	if len(vs.GetTls()) > 0 || len(vs.GetTcp()) > 0 {
-		return errors.New("spec.tls/spec.tcp: TCP and TLS routes are not supported yet")
+	if len(vs.GetTls()) > 0 {
+		return errors.New("spec.tls: TLS (SNI) routes are not supported yet")
 	}
-	if len(vs.GetHttp()) == 0 {
-		return errors.New("spec.http: at least one http route is required")
+	if len(vs.GetHttp()) == 0 && len(vs.GetTcp()) == 0 {
+		return errors.New("spec.http/spec.tcp: at least one http or tcp route is required")
 	}
 	for i, r := range vs.GetHttp() {
 		if err := validateHTTPRoute(r); err != nil {
 			return fmt.Errorf("spec.http[%d]%s", i, err)
+		}
+	}
+	for i, r := range vs.GetTcp() {
+		if err := validateTCPRoute(r); err != nil {
+			return fmt.Errorf("spec.tcp[%d]%s", i, err)
 		}
 	}
 	return nil
@@ -63,37 +67,26 @@ func validateHTTPRoute(r *networking.HTTPRoute) error {
 			return fmt.Errorf(".match[%d]%s", i, err)
 		}
 	}
-	if r.GetRedirect() != nil || r.GetDirectResponse() != nil || r.GetDelegate() != nil {
-		return errors.New(": redirect, directResponse and delegate are not supported yet")
+	if r.GetDelegate() != nil {
+		return errors.New(".delegate: delegate VirtualServices are not supported yet")
 	}
-	if len(r.GetRoute()) == 0 {
-		return errors.New(".route: at least one destination is required")
+	if err := validateHTTPActions(r); err != nil {
+		return err
 	}
-	var total int64
-	for i, d := range r.GetRoute() {
-		dst := d.GetDestination()
-		switch {
-		case dst == nil:
-			return fmt.Errorf(".route[%d].destination: is required", i)
-		case dst.GetHost() == "":
-			return fmt.Errorf(".route[%d].destination.host: is required", i)
-		case !validHost(dst.GetHost()) || strings.Contains(dst.GetHost(), "*"):
-			return fmt.Errorf(".route[%d].destination.host %q: not a valid host name (no wildcards)", i, dst.GetHost())
-		case dst.GetSubset() != "" && !dns1123Label(dst.GetSubset()):
-			return fmt.Errorf(".route[%d].destination.subset %q: want a DNS-1123 label", i, dst.GetSubset())
-		case dst.GetPort() != nil && (dst.GetPort().GetNumber() == 0 || dst.GetPort().GetNumber() > 65535):
-			return fmt.Errorf(".route[%d].destination.port.number %d: want 1-65535", i, dst.GetPort().GetNumber())
-		case d.GetWeight() < 0:
-			return fmt.Errorf(".route[%d].weight %d: must not be negative", i, d.GetWeight())
+	if r.GetRedirect() == nil && r.GetDirectResponse() == nil {
+		if len(r.GetRoute()) == 0 {
+			return errors.New(".route: at least one destination is required")
 		}
-		total += int64(d.GetWeight())
+		for i, d := range r.GetRoute() {
+			if err := checkHeaders(d.GetHeaders()); err != nil {
+				return fmt.Errorf(".route[%d].headers%s", i, err)
+			}
+		}
 	}
-	if len(r.GetRoute()) > 1 && total == 0 {
-		return errors.New(".route: weights of several destinations must not all be 0")
-	}
-	if total > math.MaxUint32 {
-		// grpc-go NACKs a route whose weighted clusters sum above this.
-		return fmt.Errorf(".route: weights sum to %d; want at most %d", total, uint64(math.MaxUint32))
+	if err := checkDestinations(r.GetRoute(), func(d *networking.HTTPRouteDestination) (*networking.Destination, int32) {
+		return d.GetDestination(), d.GetWeight()
+	}); err != nil {
+		return err
 	}
 	if err := checkDuration(r.GetTimeout(), true); err != nil {
 		return fmt.Errorf(".timeout: %v", err)
@@ -156,8 +149,29 @@ func validateMatch(m *networking.HTTPMatchRequest) error {
 		if k == "" || strings.ToLower(k) != k {
 			return fmt.Errorf(".headers[%q]: header names must be lowercase and not empty", k)
 		}
-		if err := checkStringMatch(v, true); err != nil {
+		if err := checkValueMatch(v, true); err != nil {
 			return fmt.Errorf(".headers[%q]: %v", k, err)
+		}
+	}
+	for k, v := range m.GetWithoutHeaders() {
+		if k == "" || strings.ToLower(k) != k {
+			return fmt.Errorf(".withoutHeaders[%q]: header names must be lowercase and not empty", k)
+		}
+		if err := checkValueMatch(v, true); err != nil {
+			return fmt.Errorf(".withoutHeaders[%q]: %v", k, err)
+		}
+	}
+	for k, v := range m.GetQueryParams() {
+		if k == "" {
+			return errors.New(".queryParams: empty parameter name")
+		}
+		if err := checkValueMatch(v, true); err != nil {
+			return fmt.Errorf(".queryParams[%q]: %v", k, err)
+		}
+	}
+	for name, sm := range map[string]*networking.StringMatch{"method": m.GetMethod(), "authority": m.GetAuthority(), "scheme": m.GetScheme()} {
+		if err := checkValueMatch(sm, false); err != nil {
+			return fmt.Errorf(".%s: %v", name, err)
 		}
 	}
 	if m.GetPort() > 65535 {
@@ -178,6 +192,9 @@ func checkStringMatch(s *networking.StringMatch, emptyOK bool) error {
 			return errors.New("one of exact, prefix or regex is required")
 		}
 	case *networking.StringMatch_Regex:
+		if t.Regex == "" {
+			return errors.New("regex must not be empty")
+		}
 		if _, err := regexp.Compile(t.Regex); err != nil {
 			return fmt.Errorf("regex %q: %v", t.Regex, err)
 		}
@@ -240,6 +257,9 @@ func validateDestinationRule(dr *networking.DestinationRule) error {
 	if !validHost(dr.GetHost()) {
 		return fmt.Errorf("spec.host %q: not a valid host name", dr.GetHost())
 	}
+	if dr.GetWorkloadSelector() != nil {
+		return errors.New("spec.workloadSelector: not supported (meshfed serves one translation to every client; applying the rule to all would widen it)")
+	}
 	if err := validatePolicy("spec.trafficPolicy", dr.GetTrafficPolicy()); err != nil {
 		return err
 	}
@@ -292,6 +312,9 @@ func validatePolicy(path string, tp *networking.TrafficPolicy) error {
 		if h := cp.GetHttp(); h != nil && h.GetHttp2MaxRequests() < 0 {
 			return fmt.Errorf("%s.connectionPool.http.http2MaxRequests %d: must not be negative", path, h.GetHttp2MaxRequests())
 		}
+	}
+	if err := validatePolicyMore(path, tp); err != nil {
+		return err
 	}
 	if od := tp.GetOutlierDetection(); od != nil {
 		if err := checkDuration(od.GetInterval(), false); err != nil {

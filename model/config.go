@@ -1,6 +1,9 @@
 package model
 
-import "sort"
+import (
+	"sort"
+	"strings"
+)
 
 // ConfigObject is one user traffic rule in force: an Istio networking
 // object (VirtualService, DestinationRule) from a config source. It is
@@ -59,4 +62,15 @@ func (c *ConfigSnapshot) OfKind(kind string) []*ConfigObject {
 		}
 	}
 	return out
+}
+
+// ConfigHost resolves a host named by a config object in namespace ns as
+// Istio does: a short name ("reviews") becomes
+// reviews.<ns>.svc.cluster.local; names with a dot, wildcards and "*"
+// are complete already.
+func ConfigHost(h, ns string) string {
+	if h == "" || h == "*" || ns == "" || strings.Contains(h, ".") {
+		return h
+	}
+	return h + "." + ns + ".svc.cluster.local"
 }

@@ -82,9 +82,9 @@ func grpcNode(id string) *core.Node {
 	return &core.Node{Id: id, Metadata: md}
 }
 
-func dialADS(t *testing.T, addr string, node *core.Node, delta bool) *adsClient {
+func dialADS(t *testing.T, addr string, node *core.Node, delta bool, opts ...grpc.DialOption) *adsClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

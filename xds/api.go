@@ -10,13 +10,14 @@ import (
 
 // Translation (xds/translate).
 type (
-	Class      = translate.Class
-	Kind       = translate.Kind
-	Change     = translate.Change
-	Changes    = translate.Changes
-	Translator = translate.Translator
-	Skipped    = translate.Skipped
-	Invalid    = translate.Invalid
+	Class       = translate.Class
+	Kind        = translate.Kind
+	Change      = translate.Change
+	Changes     = translate.Changes
+	Translator  = translate.Translator
+	Skipped     = translate.Skipped
+	Invalid     = translate.Invalid
+	TrafficNote = translate.TrafficNote
 )
 
 const (
@@ -59,13 +60,18 @@ type (
 	ProxyStatus = ads.ProxyStatus
 	TypeStatus  = ads.TypeStatus
 	Nack        = ads.Nack
+	// OversizedStatus and OversizedResource: TypeStatus.Oversized.
+	OversizedStatus   = ads.OversizedStatus
+	OversizedResource = ads.OversizedResource
 )
 
 const (
 	DefaultMaxTypeURLs = ads.DefaultMaxTypeURLs
 	DefaultMaxNames    = ads.DefaultMaxNames
-	MaxNameBytes       = ads.MaxNameBytes
-	MaxNackDetail      = ads.MaxNackDetail
+	// DefaultMaxResponseBytes is the gRPC libraries' default receive limit.
+	DefaultMaxResponseBytes = ads.DefaultMaxResponseBytes
+	MaxNameBytes            = ads.MaxNameBytes
+	MaxNackDetail           = ads.MaxNackDetail
 
 	StateSynced  = ads.StateSynced
 	StateNotSent = ads.StateNotSent

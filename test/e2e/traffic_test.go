@@ -146,11 +146,32 @@ spec:
     route: [{destination: {host: slow.vm.internal}}]
 `
 
+// outlierDR ejects an endpoint of ejecting.vm.internal whose calls all
+// fail (grpc-go: failure-percentage ejection, see xds.grpcOutlier), and
+// weighs spread.vm.internal's localities 80/20.
+const outlierDR = `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ejecting, namespace: e2e}
+spec:
+  host: ejecting.vm.internal
+  trafficPolicy:
+    outlierDetection: {consecutive5xxErrors: 3, interval: 1s, baseEjectionTime: 5m, maxEjectionPercent: 50}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: spread, namespace: e2e}
+spec:
+  host: spread.vm.internal
+  trafficPolicy:
+    loadBalancer:
+      localityLbSetting: {distribute: [{from: "*", to: {"test/zone-a": 80, "test/zone-b": 20}}]}
+`
+
 // TestTrafficManagementGRPC drives Istio traffic rules from a config
 // directory through the built binary to real grpc-go xDS clients calling
 // real gRPC backends: a 90/10 canary split shifted to 0/100 without the
 // client reconnecting, a header route to a DestinationRule subset, fault
-// abort, retries, a timeout and ring-hash stickiness.
+// abort, retries, a timeout, ring-hash stickiness and outlier detection.
 func TestTrafficManagementGRPC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
@@ -176,13 +197,22 @@ func TestTrafficManagementGRPC(t *testing.T) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	})
+	broken := startBackendFunc(t, "broken", func(context.Context) error {
+		return status.Error(codes.Internal, "broken: every call fails")
+	})
 	writeFile(t, filepath.Join(dir, "services.yaml"), trafficServices(map[string][][2]any{
-		"echo":   {{v1, "v1"}, {v2, "v2"}},
-		"sticky": {{v1, "v1"}, {v2, "v2"}},
-		"faulty": {{v1, "v1"}},
-		"flaky":  {{flaky, "v1"}},
-		"slow":   {{slow, "v1"}},
-	}))
+		"ejecting": {{v1, "v1"}, {broken, "v2"}},
+		"echo":     {{v1, "v1"}, {v2, "v2"}},
+		"sticky":   {{v1, "v1"}, {v2, "v2"}},
+		"faulty":   {{v1, "v1"}},
+		"flaky":    {{flaky, "v1"}},
+		"slow":     {{slow, "v1"}},
+	})+fmt.Sprintf(`  - name: spread
+    ports: [{name: grpc, port: 8080, protocol: GRPC}]
+    endpoints:
+      - {address: 127.0.0.1, ports: {grpc: %d}, locality: test/zone-a}
+      - {address: 127.0.0.1, ports: {grpc: %d}, locality: test/zone-b}
+`, v1.port, v2.port))
 	traffic := filepath.Join(dir, "traffic")
 	if err := os.Mkdir(traffic, 0o755); err != nil {
 		t.Fatal(err)
@@ -190,6 +220,7 @@ func TestTrafficManagementGRPC(t *testing.T) {
 	writeFile(t, filepath.Join(traffic, "dr.yaml"), trafficDR)
 	writeFile(t, filepath.Join(traffic, "echo.yaml"), echoVS(90, 10))
 	writeFile(t, filepath.Join(traffic, "other.yaml"), otherVS)
+	writeFile(t, filepath.Join(traffic, "outlier.yaml"), outlierDR)
 	config, xdsAddr, adminAddr := writeClusters(t, dir,
 		"  - {name: vms, kind: file, domain: vm.internal, file: {path: services.yaml}}\nconfigSources:\n  - {name: local, dir: traffic}\n")
 
@@ -262,8 +293,8 @@ func TestTrafficManagementGRPC(t *testing.T) {
 			if r.Name != "echo" || !r.KeptLastGood || !strings.HasSuffix(r.Source, "echo.yaml:1") || !strings.Contains(r.Reason, "weight -5") {
 				return fmt.Errorf("rejection %+v", r)
 			}
-			if len(st.InForce) != 6 {
-				return fmt.Errorf("in force %+v, want all 6 objects", st.InForce)
+			if len(st.InForce) != 8 {
+				return fmt.Errorf("in force %+v, want all 8 objects", st.InForce)
 			}
 			return nil
 		})
@@ -314,6 +345,43 @@ func TestTrafficManagementGRPC(t *testing.T) {
 			if l.Code != "DeadlineExceeded" {
 				t.Errorf("call to a 3s backend with a 300ms route timeout: %+v, want DeadlineExceeded", l)
 			}
+		}
+	})
+
+	t.Run("outlier detection ejects a failing endpoint", func(t *testing.T) {
+		c := start("ejecting", "xds:///ejecting.vm.internal:8080")
+		// Round robin sends calls to both endpoints until the first
+		// interval after the broken one failed them all.
+		failed := 0
+		for _, l := range c.collect(t, 50, 30*time.Second) {
+			if l.Err != "" {
+				failed++
+			}
+		}
+		if failed == 0 {
+			t.Fatal("no call reached the broken endpoint: the test proves nothing")
+		}
+		// Ejected for 5 minutes: every call now goes to v1.
+		c.waitFor(t, "v1", 300, 30*time.Second)
+	})
+
+	t.Run("locality weights 80/20", func(t *testing.T) {
+		c := start("spread", "xds:///spread.vm.internal:8080")
+		c.waitFor(t, "v1", 1, 30*time.Second)
+		const n = 400
+		counts := map[string]int{}
+		for _, l := range c.collect(t, n, time.Minute) {
+			if l.Err != "" {
+				t.Fatalf("call failed: %+v", l)
+			}
+			counts[l.Backend]++
+		}
+		// zone-b (v2) share: expected 20%; binomial sd over 400 calls is
+		// 2 points: accept 12%-30%. Without the weights it would be 50%.
+		share := float64(counts["v2"]) / n
+		t.Logf("locality split over %d calls: %v (zone-b %.1f%%)", n, counts, 100*share)
+		if share < 0.12 || share > 0.30 {
+			t.Errorf("zone-b share %.3f (%v), want 0.20 within 0.12-0.30", share, counts)
 		}
 	})
 

@@ -57,6 +57,8 @@ type stream struct {
 	anon    bool // learned without a node
 	types   map[string]*typeSub
 	nonce   int64
+
+	sizeLimited bool // the client refuses responses over Limits.MaxResponseBytes (respsize.go)
 }
 
 // typeSub is a stream's side of its subscription to one type URL: what
@@ -71,6 +73,10 @@ type typeSub struct {
 	namesHash uint64            // SotW: hash of the last resource_names applied
 	inflight  bool              // a response awaits the client's next request
 	nonce     string            // of the last response
+	// Response size protection (respsize.go): logged a whole response
+	// above the limit; name → version logged as too large.
+	warnedSent     bool
+	rejectedLogged map[string]string
 }
 
 func (a *ads) open(delta bool) *stream {
@@ -109,6 +115,7 @@ func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, 
 	if !st.named {
 		st.named = true
 		st.class = a.classify(node)
+		st.sizeLimited = sizeLimited(node)
 	}
 	if !st.learned || (st.anon && node != nil) {
 		st.learned, st.anon = true, node == nil
@@ -364,12 +371,30 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 	if len(changed) == 0 && len(removed) == 0 && !reply {
 		return nil
 	}
-	st.nonce++
-	nonce := strconv.FormatInt(st.nonce, 10)
-	if len(ts.known) == 0 && len(changed) > 8 {
-		ts.known = make(map[string]string, len(changed)) // grow once on a first sync
-	}
 	if st.delta {
+		// Response size protection (respsize.go), when over the limit.
+		overhead := responseOverhead(ts.typeURL, version, removed)
+		total := overhead
+		for i, w := range changedWire {
+			total += deltaResourceSize(changed[i].name, w.version, w.any)
+		}
+		if total > a.limits.MaxResponseBytes {
+			names, versions, sizes := make([]string, len(changed)), make([]string, len(changed)), make([]int, len(changed))
+			for i, w := range changedWire {
+				names[i], versions[i], sizes[i] = changed[i].name, w.version, deltaResourceSize(changed[i].name, w.version, w.any)
+			}
+			if keep := a.limitResponse(st, ts, names, versions, sizes, overhead, true); keep != nil {
+				changed, changedWire = pick(changed, keep), pick(changedWire, keep)
+				if len(changed) == 0 && len(removed) == 0 && !reply {
+					return nil
+				}
+			}
+		}
+		st.nonce++
+		nonce := strconv.FormatInt(st.nonce, 10)
+		if len(ts.known) == 0 && len(changed) > 8 {
+			ts.known = make(map[string]string, len(changed)) // grow once on a first sync
+		}
 		rs := make([]*discovery.Resource, len(changedWire))
 		for i, w := range changedWire {
 			rs[i] = w.delta
@@ -381,20 +406,44 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 	}
 	if !full {
 		if len(changed) == 0 && !reply {
-			st.nonce-- // SotW cannot carry removals of EDS/RDS: nothing to send
-			return nil
+			return nil // SotW cannot carry removals of EDS/RDS: nothing to send
 		}
 		matching = changed
 	}
 	anys := make([]*anypb.Any, 0, len(matching))
+	wires := make([]*wire, 0, len(matching))
+	names := make([]string, 0, len(matching))
+	overhead := responseOverhead(ts.typeURL, version, nil)
+	total := overhead
 	for _, r := range matching {
 		w, err := r.wire()
 		if err != nil {
 			a.errorf("xds cachedRes not sent: marshal failed", "type", ts.typeURL, "name", r.name, "error", err)
 			continue
 		}
-		anys = append(anys, w.any)
-		ts.known[r.name] = w.version
+		anys, wires, names = append(anys, w.any), append(wires, w), append(names, r.name)
+		total += sotwResourceSize(w.any)
+	}
+	if total > a.limits.MaxResponseBytes {
+		// Response size protection (respsize.go).
+		versions, sizes := make([]string, len(wires)), make([]int, len(wires))
+		for i, w := range wires {
+			versions[i], sizes[i] = w.version, sotwResourceSize(w.any)
+		}
+		if keep := a.limitResponse(st, ts, names, versions, sizes, overhead, !full); keep != nil {
+			anys, wires, names = pick(anys, keep), pick(wires, keep), pick(names, keep)
+			if !full && len(anys) == 0 && !reply {
+				return nil
+			}
+		}
+	}
+	st.nonce++
+	nonce := strconv.FormatInt(st.nonce, 10)
+	if len(ts.known) == 0 && len(names) > 8 {
+		ts.known = make(map[string]string, len(names)) // grow once on a first sync
+	}
+	for i, n := range names {
+		ts.known[n] = wires[i].version
 	}
 	a.sent(st, ts, version, nonce, !reply)
 	return sotw(&discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: ts.typeURL, Nonce: nonce, Resources: anys})

@@ -22,6 +22,9 @@ type Limits struct {
 	// MaxNames is how many resource names one stream may subscribe to,
 	// over all its type URLs (wildcard subscriptions count none).
 	MaxNames int
+	// MaxResponseBytes is the largest response sent to a client that is a
+	// gRPC library (see respsize.go); default DefaultMaxResponseBytes.
+	MaxResponseBytes int
 }
 
 // Default limits: far above what a proxy asks for (Envoy subscribes to 4
@@ -45,6 +48,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxNames <= 0 {
 		l.MaxNames = DefaultMaxNames
+	}
+	if l.MaxResponseBytes <= 0 {
+		l.MaxResponseBytes = DefaultMaxResponseBytes
 	}
 	return l
 }

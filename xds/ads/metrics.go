@@ -28,6 +28,10 @@ var (
 		Name: "meshfed_xds_unknown_type_requests_total",
 		Help: "ADS subscriptions to type URLs meshfed does not serve (answered with an empty response).",
 	})
+	oversizedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshfed_xds_oversized_total",
+		Help: "Response size protection (xds.limits.maxResponseBytes), per xDS type and action: split (a response cut at the limit, the rest sent after the ACK), rejected (a resource larger than the limit alone, not sent), sent (a response above the limit sent whole).",
+	}, []string{"type", "action"})
 	subscribedNames = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "meshfed_xds_subscribed_names",
 		Help: "Resource names subscribed by name, summed over every stream and type URL.",
@@ -41,6 +45,9 @@ func InitSeries(classes []Class, typeLabels []string) {
 		nacksTotal.WithLabelValues(t)
 		responsesTotal.WithLabelValues(t)
 		convergenceSeconds.WithLabelValues(t)
+		for _, a := range []string{oversizedSplit, oversizedRejected, oversizedSent} {
+			oversizedTotal.WithLabelValues(t, a)
+		}
 	}
 	for _, c := range classes {
 		connectedProxies.WithLabelValues(string(c))
@@ -51,5 +58,5 @@ func InitSeries(classes []Class, typeLabels []string) {
 // registers them once.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{connectedProxies, nacksTotal,
-		responsesTotal, convergenceSeconds, limitExceeded, unknownTypes, subscribedNames}
+		responsesTotal, convergenceSeconds, limitExceeded, unknownTypes, subscribedNames, oversizedTotal}
 }

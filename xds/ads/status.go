@@ -46,6 +46,9 @@ type TypeStatus struct {
 	Resources int `json:"resources"`
 	// LastNack is the last rejection, kept after later ACKs.
 	LastNack *Nack `json:"lastNack,omitempty"`
+	// Oversized says what the response size protection did (respsize.go);
+	// omitted when nothing.
+	Oversized *OversizedStatus `json:"oversized,omitempty"`
 }
 
 // Nack is a rejected response.
@@ -284,6 +287,11 @@ func (t *tracker) snapshot(count func(*Subscription) int) []ProxyStatus {
 			if ts.LastNack != nil {
 				n := *ts.LastNack
 				st.LastNack = &n
+			}
+			if ts.Oversized != nil {
+				o := *ts.Oversized
+				o.Rejected = append([]OversizedResource(nil), o.Rejected...)
+				st.Oversized = &o
 			}
 			p.Types = append(p.Types, st)
 			subs = append(subs, ts.sub)

@@ -30,43 +30,16 @@ import (
 // Only what grpc-go's xDS client implements is produced (its xdsresource
 // validation): route matching on path and headers, weighted clusters,
 // max stream duration, retries on gRPC status codes, the HTTP fault
-// filter, ring-hash consistent hashing by header, and circuit-breaking
-// max requests. Envoy resources are not changed by traffic config yet.
+// filter, ring-hash consistent hashing by header, circuit-breaking max
+// requests and outlier detection; what is left out is listed by
+// TrafficNotes (grpcnotes.go). Envoy's translation is in envoyroutes.go
+// and envoyclusters.go.
 
 // hostConfig is the traffic config of one host: the VirtualService whose
 // hosts name it (and that applies to the mesh), and the DestinationRule of
 // the host. A host's resources are rebuilt when either pointer changes.
 type hostConfig struct {
 	vs, dr *model.ConfigObject
-}
-
-// configByHost indexes cfg by host. Hosts are matched exactly (a wildcard
-// host in a VirtualService applies to no service yet). The config source
-// already allows one VirtualService and one DestinationRule per host.
-func configByHost(cfg *model.ConfigSnapshot) map[string]hostConfig {
-	out := map[string]hostConfig{}
-	for _, o := range cfg.Objects() {
-		switch sp := o.Spec.(type) {
-		case *networking.VirtualService:
-			if gw := sp.GetGateways(); len(gw) > 0 && !slices.Contains(gw, "mesh") {
-				continue // gateway-only rules do not apply to clients in the mesh
-			}
-			for _, h := range sp.GetHosts() {
-				hc := out[h]
-				if hc.vs == nil {
-					hc.vs = o
-					out[h] = hc
-				}
-			}
-		case *networking.DestinationRule:
-			hc := out[sp.GetHost()]
-			if hc.dr == nil {
-				hc.dr = o
-				out[sp.GetHost()] = hc
-			}
-		}
-	}
-	return out
 }
 
 func (hc hostConfig) virtualService() *networking.VirtualService {
@@ -111,24 +84,24 @@ type portOf func(host string) (uint32, bool)
 
 // grpcRoutes translates the http routes of vs that apply to port into
 // gRPC routes, and reports whether any route injects a fault (the
-// listener then needs the fault filter). hash is the hash policy of the
+// listener then needs the fault filter). hashOf gives the hash policy of
+// a destination (its host's DestinationRule, merged for its subset and
+// port, as Istio's hashForVirtualService).
 // host's DestinationRule (nil for none).
-func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ports portOf, hash []*route.RouteAction_HashPolicy) (routes []*route.Route, usesFault bool) {
+func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns string, ports portOf, hashOf func(*networking.Destination) []*route.RouteAction_HashPolicy) (routes []*route.Route, usesFault bool) {
 	for i, hr := range vs.GetHttp() {
 		action := &route.RouteAction{Timeout: durationpb.New(0)}
 		dests := hr.GetRoute()
-		// The host's consistent hash applies to routes to the host itself
-		// (the clusters of other hosts carry their own rule's policy).
-		if !slices.ContainsFunc(dests, func(d *networking.HTTPRouteDestination) bool { return d.GetDestination().GetHost() != host }) {
-			action.HashPolicy = hash
+		for _, d := range dests {
+			action.HashPolicy = appendHash(action.HashPolicy, hashOf(resolveDest(d.GetDestination(), ns)))
 		}
 		if len(dests) == 1 {
-			action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(dests[0].GetDestination(), host, port, ports)}
+			action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(resolveDest(dests[0].GetDestination(), ns), host, port, ports)}
 		} else {
 			wc := &route.WeightedCluster{}
 			for _, d := range dests {
 				wc.Clusters = append(wc.Clusters, &route.WeightedCluster_ClusterWeight{
-					Name:   destCluster(d.GetDestination(), host, port, ports),
+					Name:   destCluster(resolveDest(d.GetDestination(), ns), host, port, ports),
 					Weight: wrapperspb.UInt32(uint32(max(d.GetWeight(), 0))),
 				})
 			}
@@ -168,12 +141,21 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ports p
 			if unsupportedMatch(m) {
 				continue // dropping a condition would widen the match: leave it out, as grpc-go does with query matchers
 			}
-			routes = append(routes, &route.Route{
+			r := &route.Route{
 				Name:                 name,
 				Match:                routeMatch(m),
 				Action:               &route.Route_Route{Route: action},
 				TypedPerFilterConfig: perFilter,
-			})
+			}
+			// grpc-go fails the calls a redirect or direct-response route
+			// matches (an unsupported action), which keeps the match from
+			// falling through to the routes after it.
+			if rd := hr.GetRedirect(); rd != nil {
+				r.Action = redirectAction(rd, port)
+			} else if d := hr.GetDirectResponse(); d != nil {
+				r.Action = &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: d.GetStatus()}}
+			}
+			routes = append(routes, r)
 		}
 	}
 	return routes, usesFault
@@ -184,20 +166,26 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ports p
 const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
 
 func destCluster(d *networking.Destination, host string, port uint32, ports portOf) string {
-	p := d.GetPort().GetNumber()
-	if p == 0 {
-		if d.GetHost() == host {
-			p = port
-		} else if only, ok := ports(d.GetHost()); ok {
-			p = only
-		} else {
-			p = port
-		}
-	}
+	p := destPort(d, host, port, ports)
 	if d.GetSubset() != "" {
 		return SubsetClusterName(d.GetHost(), p, d.GetSubset())
 	}
 	return ClusterName(d.GetHost(), p)
+}
+
+// destPort is the port of a destination: its own, else the route's port
+// for the same host, else the destination's only port, else the route's
+// port (Istio's GetDestinationCluster).
+func destPort(d *networking.Destination, host string, port uint32, ports portOf) uint32 {
+	if p := d.GetPort().GetNumber(); p != 0 {
+		return p
+	}
+	if d.GetHost() != host {
+		if only, ok := ports(d.GetHost()); ok {
+			return only
+		}
+	}
+	return port
 }
 
 // unsupportedMatch reports whether m has a condition gRPC routes cannot
@@ -290,10 +278,10 @@ func faultFilter() *hcm.HttpFilter {
 	}
 }
 
-// hashPolicy is the route hash policy of a DestinationRule's
-// consistentHash by header (nil otherwise).
-func hashPolicy(dr *networking.DestinationRule) []*route.RouteAction_HashPolicy {
-	h := dr.GetTrafficPolicy().GetLoadBalancer().GetConsistentHash().GetHttpHeaderName()
+// hashPolicy is the gRPC route hash policy of a traffic policy's
+// consistentHash by header (nil otherwise: grpc-go hashes by header only).
+func hashPolicy(tp *networking.TrafficPolicy) []*route.RouteAction_HashPolicy {
+	h := tp.GetLoadBalancer().GetConsistentHash().GetHttpHeaderName()
 	if h == "" {
 		return nil
 	}
@@ -302,10 +290,11 @@ func hashPolicy(dr *networking.DestinationRule) []*route.RouteAction_HashPolicy 
 	}}
 }
 
-// applyPolicy sets the parts of an Istio traffic policy grpc-go
-// implements on a gRPC cluster: consistentHash → RING_HASH (the route
-// carries the hash policy), LEAST_REQUEST, and
-// connectionPool.http.http2MaxRequests → circuit-breaking max requests.
+// applyPolicy sets the parts of an Istio traffic policy (merged for the
+// port and subset) grpc-go implements on a gRPC cluster: consistentHash
+// by header → RING_HASH (the route carries the hash policy),
+// LEAST_REQUEST, connectionPool.http.http2MaxRequests → circuit-breaking
+// max requests, and outlier detection (grpcOutlier).
 // ROUND_ROBIN and unset stay ROUND_ROBIN; RANDOM and PASSTHROUGH, which
 // grpc-go does not implement, fall back to ROUND_ROBIN.
 func applyPolicy(c *cluster.Cluster, tp *networking.TrafficPolicy) {
@@ -316,7 +305,7 @@ func applyPolicy(c *cluster.Cluster, tp *networking.TrafficPolicy) {
 	if ch := lb.GetConsistentHash(); ch != nil && ch.GetHttpHeaderName() != "" {
 		c.LbPolicy = cluster.Cluster_RING_HASH
 		rh := &cluster.Cluster_RingHashLbConfig{HashFunction: cluster.Cluster_RingHashLbConfig_XX_HASH}
-		if n := ch.GetRingHash().GetMinimumRingSize(); n > 0 {
+		if n := ringSize(ch); n > 0 {
 			rh.MinimumRingSize = wrapperspb.UInt64(n)
 		}
 		c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: rh}
@@ -329,15 +318,9 @@ func applyPolicy(c *cluster.Cluster, tp *networking.TrafficPolicy) {
 			MaxRequests: wrapperspb.UInt32(uint32(n)),
 		}}}
 	}
-}
-
-// subsetPolicy is the subset's traffic policy where it sets one, else the
-// rule's (Istio: a subset's policy overrides the rule's).
-func subsetPolicy(dr *networking.DestinationRule, s *networking.Subset) *networking.TrafficPolicy {
-	if s.GetTrafficPolicy() != nil {
-		return s.GetTrafficPolicy()
+	if od := tp.GetOutlierDetection(); od != nil {
+		c.OutlierDetection = grpcOutlier(od)
 	}
-	return dr.GetTrafficPolicy()
 }
 
 // subsetEndpoints are the endpoints of svc carrying every label of the

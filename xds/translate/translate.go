@@ -84,6 +84,20 @@ type svcState struct {
 	ports map[uint32]model.Protocol // for the Envoy per-port listeners
 	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
 	mcp   map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
+	envoy map[uint32]*envoyPort     // its part of each Envoy port listener
+	notes []TrafficNote             // traffic config a client kind does not get (Host unset)
+	// deps: the DestinationRule of each other host its VirtualService
+	// routes to, as built (their hash policies are in its routes).
+	deps map[string]*model.ConfigObject
+}
+
+// built is what buildService makes of one service.
+type built struct {
+	res   map[Kind]map[string]types.Resource
+	clas  map[uint32]*claState
+	subs  map[string]*claState
+	envoy map[uint32]*envoyPort
+	notes []TrafficNote
 }
 
 // Translator turns snapshots into xDS resources, incrementally. It keeps,
@@ -115,7 +129,7 @@ type Translator struct {
 	invalid  map[string]string
 	meta     metaCache
 	config   map[string]*model.ConfigObject // by Key: objects served over MCP
-	hostCfg  map[string]hostConfig          // of the snapshot being translated
+	hostCfg  *hostIndex                     // of the snapshot being translated
 	snap     *model.Snapshot                // the snapshot being translated
 	mcp      bool                           // build per-service MCP resources (EnableMCP)
 }
@@ -175,17 +189,18 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	defer func() { t.snap = nil }()
 	for _, svc := range snap.Services() {
 		old := t.services[svc.Hostname]
-		hc := t.hostCfg[svc.Hostname]
-		if old != nil && old.svc == svc && old.cfg == hc {
+		hc := t.hostCfg.lookup(svc.Hostname)
+		deps := t.destRules(svc.Hostname, hc)
+		if old != nil && old.svc == svc && old.cfg == hc && maps.Equal(old.deps, deps) {
 			continue
 		}
-		next := &svcState{svc: svc, cfg: hc}
-		res, clas, subs, err := t.buildService(svc, old, hc)
+		next := &svcState{svc: svc, cfg: hc, deps: deps}
+		b, err := t.buildService(svc, old, hc)
 		if err != nil && (hc.vs != nil || hc.dr != nil) {
 			// The traffic config made invalid resources: serve the
 			// service without it and show why.
 			var cerr error
-			res, clas, subs, cerr = t.buildService(svc, old, hostConfig{})
+			b, cerr = t.buildService(svc, old, hostConfig{})
 			if cerr == nil {
 				t.invalid[svc.Hostname] = "traffic config left out: " + err.Error()
 				err = nil
@@ -196,9 +211,7 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		if err != nil {
 			t.invalid[svc.Hostname] = err.Error()
 		} else {
-			next.res = res
-			next.clas = clas
-			next.subs = subs
+			next.res, next.clas, next.subs, next.envoy, next.notes = b.res, b.clas, b.subs, b.envoy, b.notes
 			next.ports = servicePorts(svc)
 			if t.mcp {
 				var prev map[string]any
@@ -254,9 +267,14 @@ func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]b
 		oldRes, oldPorts, host = old.res, old.ports, old.svc.Hostname
 	}
 	var nextPorts map[uint32]model.Protocol
+	var oldEnvoy, nextEnvoy map[uint32]*envoyPort
+	if old != nil {
+		oldEnvoy = old.envoy
+	}
 	if next != nil {
 		host = next.svc.Hostname
 		nextPorts = next.ports
+		nextEnvoy = next.envoy
 		for k, rs := range next.res {
 			for name, r := range rs {
 				if prev, ok := oldRes[k][name]; ok && sameResource(prev, r) {
@@ -277,6 +295,17 @@ func (t *Translator) replace(old, next *svcState, ch Changes, dirty map[uint32]b
 			}
 			delete(t.current[k], name)
 			ch.Remove(k, name)
+		}
+	}
+	// A port whose part changed (routes, tcp_proxy) is rebuilt.
+	for port, e := range nextEnvoy {
+		if !e.equal(oldEnvoy[port]) {
+			dirty[port] = true
+		}
+	}
+	for port := range oldEnvoy {
+		if _, ok := nextEnvoy[port]; !ok {
+			dirty[port] = true
 		}
 	}
 	if maps.Equal(oldPorts, nextPorts) {
@@ -316,8 +345,11 @@ func sameResource(prev, next types.Resource) bool {
 // route configurations, its DestinationRule the gRPC clusters, and each
 // subset becomes a gRPC cluster outbound|<port>|<subset>|<host> with its
 // own ClusterLoadAssignment of the endpoints carrying the subset labels.
-func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConfig) (map[Kind]map[string]types.Resource, map[uint32]*claState, map[string]*claState, error) {
+func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConfig) (built, error) {
 	res := map[Kind]map[string]types.Resource{}
+	envoyParts := map[uint32]*envoyPort{}
+	var notes []TrafficNote
+	dr := hc.destinationRule()
 	add := func(k Kind, r types.Resource) {
 		if res[k] == nil {
 			res[k] = map[string]types.Resource{}
@@ -339,7 +371,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		}
 		cs, err := t.meta.buildCLA(name, svc, p, prev)
 		if err != nil {
-			return nil, nil, nil, err
+			return built{}, err
 		}
 		clas[p.Number] = cs
 		cla := cs.res
@@ -348,49 +380,46 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		if svc.Resolution == model.ResolutionDNS {
 			inline = cla.message()
 		}
-		add(KindOf(ClassEnvoy, ClusterType), envoyCluster(name, svc, p, inline))
+		pp := portPolicy(dr.GetTrafficPolicy(), p.Number)
+		ec := envoyCluster(name, svc, p, inline)
+		applyEnvoyPolicy(ec, svc.Hostname, p, pp)
+		var served types.Resource = cla // the port's CLA, as every client gets it
+		if to := distributeOf(pp); to != nil && svc.Resolution != model.ResolutionDNS {
+			served = applyDistribute(cla.message(), to)
+			localityWeighted(ec)
+		}
+		add(KindOf(ClassEnvoy, ClusterType), ec)
 		if svc.Resolution != model.ResolutionDNS {
-			add(KindOf(ClassEnvoy, EndpointType), cla)
+			add(KindOf(ClassEnvoy, EndpointType), served)
+		}
+		if hc.vs != nil || hc.dr != nil {
+			// Without rules, rebuildPort serves the default virtual host
+			// or tcp_proxy: nothing to build per service.
+			envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
+		}
+		if err := t.buildSubsets(svc, p, dr, old, add, &subs, &notes); err != nil {
+			return built{}, err
 		}
 		if !p.Protocol.IsHTTP() {
 			continue
 		}
 		httpPorts = append(httpPorts, p)
 		gc, useEDS := grpcCluster(name, svc, inline)
-		dr := hc.destinationRule()
-		applyPolicy(gc, dr.GetTrafficPolicy())
+		applyPolicy(gc, pp)
+		for _, n := range grpcOmitted(pp) {
+			notes = append(notes, grpcNote(name+": "+n))
+		}
 		add(KindOf(ClassGRPC, ClusterType), gc)
 		if useEDS {
-			add(KindOf(ClassGRPC, EndpointType), cla)
-		}
-		if useEDS {
-			for _, sub := range dr.GetSubsets() {
-				sname := SubsetClusterName(svc.Hostname, p.Number, sub.GetName())
-				var prevSub *claState
-				if old != nil {
-					prevSub = old.subs[sname]
-				}
-				ss, err := t.meta.rebuildCLA(sname, subsetEndpoints(svc, sub.GetLabels()), p, prevSub)
-				if err != nil {
-					return nil, nil, nil, err
-				}
-				if subs == nil {
-					subs = map[string]*claState{}
-				}
-				subs[sname] = ss
-				sc, _ := grpcCluster(sname, svc, nil)
-				applyPolicy(sc, subsetPolicy(dr, sub))
-				add(KindOf(ClassGRPC, ClusterType), sc)
-				add(KindOf(ClassGRPC, EndpointType), ss.res)
-			}
+			add(KindOf(ClassGRPC, EndpointType), served)
 		}
 		lname := GRPCListenerName(svc.Hostname, p.Number)
 		vh := virtualHost(svc.Hostname, p.Number)
-		hash := hashPolicy(dr)
+		hash := hashPolicy(pp)
 		vh.Routes[0].GetRoute().HashPolicy = hash
 		withFault := false
 		if vs := hc.virtualService(); vs != nil {
-			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, t.singlePort, hash)
+			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number))
 			if len(routes) > 0 {
 				vh.Routes, withFault = routes, f
 			}
@@ -402,12 +431,27 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 			VirtualHosts: []*route.VirtualHost{vh},
 		})
 	}
+	if vs := hc.virtualService(); vs != nil && len(httpPorts) > 0 {
+		notes = append(notes, grpcRouteNotes(vs)...)
+		notes = append(notes, envoyRouteNotes(vs)...)
+	}
 	// xds:///<host> without a port works when the service has one HTTP port.
 	if len(httpPorts) == 1 {
 		lname := GRPCListenerName(svc.Hostname, httpPorts[0].Number)
 		add(KindOf(ClassGRPC, ListenerType), grpcListener(svc.Hostname, lname, faultPorts[httpPorts[0].Number]))
 	}
 	var errs []error
+	for port, e := range envoyParts {
+		var err error
+		if e.vhost != nil {
+			err = (&route.RouteConfiguration{Name: EnvoyRouteName(port), VirtualHosts: []*route.VirtualHost{e.vhost}}).ValidateAll()
+		} else {
+			err = e.tcp.ValidateAll()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("envoy port %d: %w", port, err))
+		}
+	}
 	for _, rs := range res {
 		for name, r := range rs {
 			if _, ok := r.(*claResource); ok {
@@ -419,9 +463,9 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		}
 	}
 	if len(errs) > 0 {
-		return nil, nil, nil, errors.Join(errs...)
+		return built{}, errors.Join(errs...)
 	}
-	return res, clas, subs, nil
+	return built{res: res, clas: clas, subs: subs, envoy: envoyParts, notes: notes}, nil
 }
 
 // rebuildPort recomputes the Envoy listener (and route configuration) of a
@@ -449,17 +493,25 @@ func (t *Translator) rebuildPort(port uint32, ch Changes) {
 	var rc *route.RouteConfiguration
 	switch {
 	case len(httpHosts) > 0:
-		lis = envoyHTTPListener(port)
+		var withCORS, withFault bool
 		rc = &route.RouteConfiguration{Name: EnvoyRouteName(port)}
 		for _, h := range httpHosts {
-			rc.VirtualHosts = append(rc.VirtualHosts, virtualHost(h, port))
+			vh := virtualHost(h, port)
+			if e := t.envoyPart(h, port); e != nil && e.vhost != nil {
+				vh, withCORS, withFault = e.vhost, withCORS || e.cors, withFault || e.fault
+			}
+			rc.VirtualHosts = append(rc.VirtualHosts, vh)
 		}
+		lis = envoyHTTPListenerFor(port, withCORS, withFault)
 		for _, h := range tcpHosts {
 			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
 				Reason: fmt.Sprintf("TCP port %d is served as HTTP for %s", port, httpHosts[0])})
 		}
 	case len(tcpHosts) > 0:
 		lis = envoyTCPListener(port, tcpHosts[0])
+		if e := t.envoyPart(tcpHosts[0], port); e != nil && e.tcp != nil {
+			lis = envoyTCPListenerFor(port, e.tcp)
+		}
 		for _, h := range tcpHosts[1:] {
 			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
 				Reason: fmt.Sprintf("TCP port %d is taken by %s", port, tcpHosts[0])})
@@ -507,4 +559,35 @@ func (t *Translator) singlePort(host string) (uint32, bool) {
 		return 0, false
 	}
 	return svc.Ports[0].Number, true
+}
+
+// envoyPart is a service's part of an Envoy port (nil if none).
+func (t *Translator) envoyPart(host string, port uint32) *envoyPort {
+	if st := t.services[host]; st != nil {
+		return st.envoy[port]
+	}
+	return nil
+}
+
+// TrafficNote is traffic config in force that a client kind does not get
+// (listed on /debug/configz).
+type TrafficNote struct {
+	Host string `json:"host"`
+	// Client is the client kind that does not get it: "grpc" or "envoy".
+	Client string `json:"client"`
+	Note   string `json:"note"`
+}
+
+// TrafficNotes lists, by host, the traffic config in force a client kind
+// is not sent: what grpc-go does not implement, and matches no shared
+// translation can evaluate.
+func (t *Translator) TrafficNotes() []TrafficNote {
+	out := []TrafficNote{}
+	for _, h := range slices.Sorted(maps.Keys(t.services)) {
+		for _, n := range t.services[h].notes {
+			n.Host = h
+			out = append(out, n)
+		}
+	}
+	return out
 }

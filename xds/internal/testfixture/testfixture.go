@@ -97,3 +97,169 @@ func ServiceEntryOf(t *testing.T, r proto.Message) (*mcp.Metadata, *networking.S
 	}
 	return res.GetMetadata(), se
 }
+
+// TrafficServices: orders (gRPC 8080, HTTP 8081), web (HTTP 80), db (TCP 5432),
+// billing (gRPC 9000, another domain), each with v1 and v2 endpoints.
+func TrafficServices() []*model.Service {
+	eps := func(base string, ports map[string]uint32) []model.Endpoint {
+		return []model.Endpoint{
+			{Address: base + "1", Ports: ports, Labels: map[string]string{"version": "v1"}, Locality: model.Locality{Region: "us-east", Zone: "a"}, Source: model.Source{Registry: "vms", Cluster: "vms"}},
+			{Address: base + "2", Ports: ports, Labels: map[string]string{"version": "v2"}, Locality: model.Locality{Region: "us-east", Zone: "b"}, Source: model.Source{Registry: "vms", Cluster: "vms"}},
+		}
+	}
+	return []*model.Service{
+		{Hostname: "orders.vm.internal", Sources: []string{"vms"},
+			Ports:     []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}, {Name: "http", Number: 8081, Protocol: model.ProtocolHTTP}},
+			Endpoints: eps("10.0.0.", nil)},
+		{Hostname: "web.vm.internal", Sources: []string{"vms"},
+			Ports: []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}}, Endpoints: eps("10.0.1.", nil)},
+		{Hostname: "db.vm.internal", Sources: []string{"vms"},
+			Ports: []model.Port{{Name: "tcp", Number: 5432, Protocol: model.ProtocolTCP}}, Endpoints: eps("10.0.2.", nil)},
+		{Hostname: "billing.pay.internal", Sources: []string{"vms"},
+			Ports: []model.Port{{Name: "grpc", Number: 9000, Protocol: model.ProtocolGRPC}}, Endpoints: eps("10.0.3.", nil)},
+	}
+}
+
+// TrafficConfig uses every VirtualService and DestinationRule feature meshfed
+// translates.
+const TrafficConfig = `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: web, namespace: shop}
+spec:
+  hosts: [web.vm.internal]
+  gateways: [mesh]
+  http:
+  - name: moved
+    match: [{uri: {exact: /old}}]
+    redirect: {uri: /new, authority: new.vm.internal, redirectCode: 302}
+  - name: secure
+    match: [{uri: {prefix: /login}}]
+    redirect: {scheme: https, port: 443}
+  - name: api
+    match:
+    - name: post
+      uri: {prefix: /api}
+      method: {exact: POST}
+      headers: {x-env: {regex: "stag(e|ing)"}}
+      queryParams: {q: {}, lang: {prefix: en}}
+    rewrite: {uri: /v2/api, authority: api.vm.internal}
+    headers:
+      request: {set: {x-via: meshfed}, add: {x-trace: "1"}, remove: [x-debug]}
+      response: {set: {cache-control: no-store}, remove: [server]}
+    route:
+    - destination: {host: web.vm.internal, subset: v2}
+      headers: {request: {set: {x-subset: v2}}}
+    mirror: {host: orders.vm.internal, port: {number: 8081}}
+    mirrorPercentage: {value: 5}
+    corsPolicy:
+      allowOrigins: [{exact: "https://shop.example"}, {regex: "https://.*\\.shop\\.example"}]
+      allowMethods: [GET, POST]
+      allowHeaders: [x-user]
+      exposeHeaders: [x-request-id]
+      maxAge: 24h
+      allowCredentials: true
+    timeout: 3s
+    retries: {attempts: 2, perTryTimeout: 1s, retryOn: "5xx,503,gateway-error"}
+  - name: gone
+    match: [{uri: {prefix: /direct}}]
+    directResponse: {status: 503, body: {string: "down for maintenance"}}
+  - name: regex-rewrite
+    match: [{uri: {regex: "^/users/([0-9]+)$"}, ignoreUriCase: true}]
+    rewrite: {uriRegexRewrite: {match: "^/users/([0-9]+)$", rewrite: "/u/\\1"}}
+    route: [{destination: {host: web.vm.internal}}]
+  - name: internal
+    match: [{withoutHeaders: {x-internal: {}}, authority: {prefix: web}, scheme: {exact: http}}]
+    route: [{destination: {host: web.vm.internal, subset: v1}}]
+  - name: not-here
+    match: [{port: 81}, {sourceLabels: {app: frontend}}, {gateways: [edge-gateway]}]
+    route: [{destination: {host: web.vm.internal, subset: v2}}]
+  - name: split
+    fault: {delay: {fixedDelay: 100ms, percentage: {value: 1}}}
+    mirrors: [{destination: {host: orders.vm.internal, port: {number: 8081}}, percentage: {value: 0}}]
+    route:
+    - {destination: {host: web.vm.internal, subset: v1}, weight: 75, headers: {response: {add: {x-canary: "no"}}}}
+    - {destination: {host: web.vm.internal, subset: v2}, weight: 25, headers: {request: {set: {host: canary.vm.internal}}}}
+    - {destination: {host: web.vm.internal, subset: v3}, weight: 0}
+  - name: after-catch-all
+    route: [{destination: {host: web.vm.internal}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: shop}
+spec:
+  hosts: [db.vm.internal]
+  tcp:
+  - match: [{port: 5433}]
+    route: [{destination: {host: db.vm.internal, subset: v2}}]
+  - match: [{port: 5432}]
+    route:
+    - {destination: {host: db.vm.internal, subset: v1}, weight: 80}
+    - {destination: {host: db.vm.internal, subset: v2}, weight: 20}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: pay, namespace: shop}
+spec:
+  hosts: ["*.pay.internal"]
+  http:
+  - timeout: 1s
+    route: [{destination: {host: billing.pay.internal}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: orders, namespace: shop}
+spec:
+  host: orders.vm.internal
+  trafficPolicy:
+    loadBalancer: {consistentHash: {httpCookie: {name: session, path: /, ttl: 60s}}}
+    connectionPool:
+      tcp: {maxConnections: 100, connectTimeout: 2s, tcpKeepalive: {time: 7200s, interval: 75s, probes: 9}}
+      http: {http1MaxPendingRequests: 10, http2MaxRequests: 200, maxRequestsPerConnection: 5, maxRetries: 3, idleTimeout: 30s, maxConcurrentStreams: 50}
+    outlierDetection: {consecutive5xxErrors: 3, interval: 5s, baseEjectionTime: 30s, maxEjectionPercent: 50, minHealthPercent: 20}
+    tls: {mode: SIMPLE, caCertificates: /etc/meshfed/ca.pem, subjectAltNames: [orders.vm.internal, "spiffe://vm.internal/orders"]}
+    portLevelSettings:
+    - port: {number: 8081}
+      loadBalancer: {simple: RANDOM}
+      tls: {mode: MUTUAL, caCertificates: /etc/meshfed/ca.pem, clientCertificate: /etc/meshfed/client.pem, privateKey: /etc/meshfed/client-key.pem, sni: orders.internal}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, maglev: {tableSize: 65537}}}}
+  - name: v2
+    labels: {version: v2}
+    trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}, tls: {mode: DISABLE}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: shop}
+spec:
+  host: web.vm.internal
+  trafficPolicy:
+    loadBalancer:
+      consistentHash: {httpQueryParameterName: user, ringHash: {minimumRingSize: 1024}}
+      localityLbSetting: {distribute: [{from: "*", to: {"us-east/a": 80, "us-east/b/*": 20}}]}
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: db, namespace: shop}
+spec:
+  host: db.vm.internal
+  trafficPolicy:
+    outlierDetection: {consecutiveGatewayErrors: 2, splitExternalLocalOriginErrors: true, consecutiveLocalOriginFailures: 4}
+    tls: {mode: SIMPLE, insecureSkipVerify: true}
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: pay, namespace: shop}
+spec:
+  host: "*.pay.internal"
+  trafficPolicy:
+    loadBalancer: {consistentHash: {httpHeaderName: x-account}}
+    outlierDetection: {consecutive5xxErrors: 7, interval: 10s, baseEjectionTime: 1m}
+`

@@ -1,0 +1,134 @@
+package xds
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// sizedServices returns n services of m endpoints each and one service,
+// huge, of 1,000 endpoints.
+func sizedServices(n, m int) []*model.Service {
+	svc := func(name string, eps int) *model.Service {
+		s := &model.Service{Hostname: name + ".vm.internal",
+			Ports: []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}}}
+		for i := range eps {
+			s.Endpoints = append(s.Endpoints, model.Endpoint{Address: fmt.Sprintf("10.%d.%d.%d", len(name), i/250, i%250+1)})
+		}
+		return s
+	}
+	var out []*model.Service
+	for i := range n {
+		out = append(out, svc(fmt.Sprintf("s%02d", i), m))
+	}
+	return append(out, svc("huge", 1000))
+}
+
+const hugeCLA = "outbound|8080||huge.vm.internal"
+
+// oversizedCount reads meshfed_xds_oversized_total{type="EDS",action}.
+func oversizedCount(t *testing.T, action string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "meshfed_xds_oversized_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["type"] == "EDS" && labels["action"] == action {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// A gRPC library client with a receive limit (here 16 KiB, as grpc-go's
+// default 4 MiB scaled down) subscribed to more endpoints than fit in one
+// response gets them all over several responses, never a message it
+// refuses; a CLA larger than the limit alone is left out and listed on
+// /debug/syncz; an Envoy client gets everything in one response.
+func TestOversizedResponses(t *testing.T) {
+	const limit = 16 << 10
+	for _, delta := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
+			t.Parallel()
+			srv := NewServer(Options{Limits: Limits{MaxResponseBytes: limit}})
+			srv.Update(model.NewSnapshot(1, sizedServices(20, 40)))
+			addr := startServer(t, srv)
+			clas := resourceNames(srv.Resources(KindOf(ClassGRPC, EndpointType)))
+			if len(clas) != 21 {
+				t.Fatalf("%d CLAs, want 21", len(clas))
+			}
+			want := slices.DeleteFunc(slices.Clone(clas), func(n string) bool { return n == hugeCLA })
+			splits, rejects := oversizedCount(t, "split"), oversizedCount(t, "rejected")
+
+			md, _ := structpb.NewStruct(map[string]any{"GENERATOR": "grpc"})
+			node := &core.Node{Id: "grpc-client", Metadata: md, UserAgentName: "gRPC Go"}
+			c := dialADS(t, addr, node, delta, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit)))
+			c.subscribe(EndpointType, clas...)
+			seen := c.until(holds(EndpointType, want...), nil)
+			if len(seen) < 2 {
+				t.Errorf("%d responses, want the endpoints split over several", len(seen))
+			}
+			if oversizedCount(t, "split") <= splits {
+				t.Errorf("meshfed_xds_oversized_total{action=split} did not increase")
+			}
+			if oversizedCount(t, "rejected") <= rejects {
+				t.Errorf("meshfed_xds_oversized_total{action=rejected} did not increase")
+			}
+			eventually(t, "the split and the rejected CLA on /debug/syncz", func() bool {
+				p := proxy(srv, "grpc-client")
+				if p == nil {
+					return false
+				}
+				o := typeStatus(p, EndpointType).Oversized
+				return o != nil && o.Limit == limit && o.Split > 0 && len(o.Rejected) > 0 && o.Rejected[0].Name == hugeCLA && o.Rejected[0].Bytes > limit
+			})
+
+			// An endpoint change is still delivered on the same stream.
+			svcs := sizedServices(20, 40)
+			svcs[0].Endpoints = svcs[0].Endpoints[:1]
+			srv.Update(model.NewSnapshot(2, svcs))
+			first := "outbound|8080||s00.vm.internal"
+			c.until(func(st map[string]map[string]proto.Message) bool {
+				cla, _ := st[EndpointType][first].(*endpoint.ClusterLoadAssignment)
+				return cla != nil && len(cla.GetEndpoints()) == 1 && len(cla.GetEndpoints()[0].GetLbEndpoints()) == 1
+			}, nil)
+
+			// Envoy sets no receive limit: it gets everything at once.
+			e := dialADS(t, addr, &core.Node{Id: "envoy-client", UserAgentName: "envoy"}, delta)
+			e.subscribe(EndpointType, clas...)
+			m := e.next()
+			if got := m.names(); !slices.Equal(got, clas) {
+				t.Errorf("envoy got %d CLAs in its first response, want all %d", len(got), len(clas))
+			}
+			eventually(t, "envoy's response above the limit recorded as sent whole", func() bool {
+				p := proxy(srv, "envoy-client")
+				if p == nil {
+					return false
+				}
+				o := typeStatus(p, EndpointType).Oversized
+				return o != nil && o.Sent > 0 && o.Limit == 0
+			})
+		})
+	}
+}

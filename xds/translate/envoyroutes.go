@@ -1,0 +1,639 @@
+package translate
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	cors "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// Envoy traffic management (docs/architecture.md §3.6): the VirtualService
+// in force for a host becomes the routes of the host's virtual host in the
+// per-port route configuration <port> (HTTP) or the tcp_proxy of the
+// port's outbound listener (TCP), translated as Istio's sidecar
+// translation does (pilot/pkg/networking/core/route). Each service's part
+// of a port is built and validated with the service (envoyPort), so a
+// rule change rebuilds only the ports of the hosts it names.
+
+// envoyPort is what one service port contributes to the Envoy listener
+// and route configuration of its port number.
+type envoyPort struct {
+	// vhost is the virtual host of an HTTP port.
+	vhost *route.VirtualHost
+	// fault and cors: routes of vhost use that HTTP filter, which the
+	// port's listener must then carry.
+	fault, cors bool
+	// tcp is the tcp_proxy of a TCP port.
+	tcp *tcpproxy.TcpProxy
+}
+
+func (e *envoyPort) equal(o *envoyPort) bool {
+	if e == nil || o == nil {
+		return e == o
+	}
+	return e.fault == o.fault && e.cors == o.cors && proto.Equal(e.vhost, o.vhost) && proto.Equal(e.tcp, o.tcp)
+}
+
+// envoyPortOf builds a service port's Envoy part from the host's traffic
+// config: the virtual host (default route, or the VirtualService's http
+// routes for the port; the default route carries the port's consistent
+// hash) or the tcp_proxy (the default cluster, or the first tcp route
+// for the port). Short destination hosts resolve in the VirtualService's
+// namespace.
+func (t *Translator) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig) *envoyPort {
+	vs := hc.virtualService()
+	dr := hc.destinationRule()
+	if !p.Protocol.IsHTTP() {
+		name := ClusterName(svc.Hostname, p.Number)
+		tp := &tcpproxy.TcpProxy{StatPrefix: name, ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: name}}
+		if r := tcpRouteFor(vs, p.Number); r != nil {
+			t.setTCPClusters(tp, r, svc.Hostname, p.Number, hc.namespace())
+		}
+		return &envoyPort{tcp: tp}
+	}
+	hash := envoyHashPolicy(portPolicy(dr.GetTrafficPolicy(), p.Number))
+	vh := virtualHost(svc.Hostname, p.Number)
+	vh.Routes[0].GetRoute().HashPolicy = hash
+	out := &envoyPort{vhost: vh}
+	if vs != nil {
+		if routes := t.envoyRoutes(vs, svc.Hostname, p.Number, hc.namespace()); len(routes) > 0 {
+			vh.Routes = routes
+		}
+	}
+	for _, r := range vh.Routes {
+		pf := r.GetTypedPerFilterConfig()
+		out.fault = out.fault || pf[wellknown.Fault] != nil
+		out.cors = out.cors || pf[wellknown.CORS] != nil
+	}
+	return out
+}
+
+// tcpRouteFor is the first tcp route of vs that applies to port on every
+// client: one of its matches names no port or this port and has no
+// condition meshfed cannot evaluate for a shared listener (destination
+// subnets, source labels or namespace, gateways without mesh).
+func tcpRouteFor(vs *networking.VirtualService, port uint32) *networking.TCPRoute {
+	for _, r := range vs.GetTcp() {
+		if len(r.GetMatch()) == 0 {
+			return r
+		}
+		for _, m := range r.GetMatch() {
+			if m.GetPort() != 0 && m.GetPort() != port {
+				continue
+			}
+			if len(m.GetDestinationSubnets()) > 0 || len(m.GetSourceLabels()) > 0 || m.GetSourceNamespace() != "" ||
+				(len(m.GetGateways()) > 0 && !slices.Contains(m.GetGateways(), meshGateway)) {
+				continue
+			}
+			return r
+		}
+	}
+	return nil
+}
+
+// meshGateway is the gateway name of every sidecar (Istio's "mesh").
+const meshGateway = "mesh"
+
+// setTCPClusters points tp at the destinations of a tcp route.
+func (t *Translator) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRoute, host string, port uint32, ns string) {
+	ds := r.GetRoute()
+	if len(ds) == 1 {
+		tp.ClusterSpecifier = &tcpproxy.TcpProxy_Cluster{Cluster: destCluster(resolveDest(ds[0].GetDestination(), ns), host, port, t.singlePort)}
+		return
+	}
+	wc := &tcpproxy.TcpProxy_WeightedCluster{}
+	for _, d := range ds {
+		if d.GetWeight() == 0 {
+			continue // Istio leaves out 0-weight destinations of a split
+		}
+		wc.Clusters = append(wc.Clusters, &tcpproxy.TcpProxy_WeightedCluster_ClusterWeight{
+			Name:   destCluster(resolveDest(d.GetDestination(), ns), host, port, t.singlePort),
+			Weight: uint32(d.GetWeight()),
+		})
+	}
+	tp.ClusterSpecifier = &tcpproxy.TcpProxy_WeightedClusters{WeightedClusters: wc}
+}
+
+// meshMatch reports whether an http match applies to every sidecar: its
+// gateways (if any) include mesh, and it has no source labels or
+// namespace (routes are shared by all Envoy clients, whose labels meshfed
+// does not know, so such a match is left out rather than applied to all).
+func meshMatch(m *networking.HTTPMatchRequest) bool {
+	if m == nil {
+		return true
+	}
+	if len(m.GetGateways()) > 0 && !slices.Contains(m.GetGateways(), meshGateway) {
+		return false
+	}
+	return len(m.GetSourceLabels()) == 0 && m.GetSourceNamespace() == ""
+}
+
+// envoyRoutes translates the http routes of vs that apply to port, in
+// order, stopping after a catch-all as Istio does.
+func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, port uint32, ns string) []*route.Route {
+	var out []*route.Route
+	for i, hr := range vs.GetHttp() {
+		matches := hr.GetMatch()
+		if len(matches) == 0 {
+			matches = []*networking.HTTPMatchRequest{nil}
+		}
+		for _, m := range matches {
+			if m.GetPort() != 0 && m.GetPort() != port || !meshMatch(m) {
+				continue
+			}
+			r := t.envoyRoute(hr, m, i, host, port, ns)
+			out = append(out, r)
+			if catchAll(r) {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+func catchAll(r *route.Route) bool {
+	m := r.GetMatch()
+	return m.GetPrefix() == "/" && len(m.GetHeaders()) == 0 && len(m.GetQueryParameters()) == 0 && m.GetCaseSensitive() == nil
+}
+
+func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatchRequest, i int, host string, port uint32, ns string) *route.Route {
+	name := hr.GetName()
+	if name == "" {
+		name = "http-" + strconv.Itoa(i)
+	}
+	if m.GetName() != "" {
+		name += "." + m.GetName()
+	}
+	r := &route.Route{Name: name, Match: envoyRouteMatch(m)}
+	ops := headerOps(hr.GetHeaders())
+	r.RequestHeadersToAdd, r.RequestHeadersToRemove = ops.reqAdd, ops.reqRemove
+	r.ResponseHeadersToAdd, r.ResponseHeadersToRemove = ops.respAdd, ops.respRemove
+	switch {
+	case hr.GetRedirect() != nil:
+		r.Action = redirectAction(hr.GetRedirect(), port)
+	case hr.GetDirectResponse() != nil:
+		dr := &route.DirectResponseAction{Status: hr.GetDirectResponse().GetStatus()}
+		switch b := hr.GetDirectResponse().GetBody().GetSpecifier().(type) {
+		case *networking.HTTPBody_String_:
+			dr.Body = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: b.String_}}
+		case *networking.HTTPBody_Bytes:
+			dr.Body = &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: b.Bytes}}
+		}
+		r.Action = &route.Route_DirectResponse{DirectResponse: dr}
+	default:
+		r.Action = &route.Route_Route{Route: t.envoyAction(hr, r, ops.authority, host, port, ns)}
+	}
+	if f := hr.GetFault(); f != nil {
+		r.TypedPerFilterConfig = map[string]*anypb.Any{wellknown.Fault: mustAny(httpFault(f))}
+	}
+	if c := hr.GetCorsPolicy(); c != nil {
+		if r.TypedPerFilterConfig == nil {
+			r.TypedPerFilterConfig = map[string]*anypb.Any{}
+		}
+		r.TypedPerFilterConfig[wellknown.CORS] = mustAny(corsPolicy(c))
+	}
+	return r
+}
+
+// envoyAction is the route action of an http route with destinations:
+// clusters (weighted), timeout, rewrite, mirrors, retries, and the hash
+// policies of the destinations' DestinationRules.
+func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, authority, host string, port uint32, ns string) *route.RouteAction {
+	a := &route.RouteAction{Timeout: durationpb.New(0)}
+	if to := hr.GetTimeout(); to != nil {
+		a.Timeout = durationpb.New(to.AsDuration())
+	}
+	if rw := hr.GetRewrite(); rw != nil {
+		if rr := rw.GetUriRegexRewrite(); rr != nil {
+			a.RegexRewrite = &matcher.RegexMatchAndSubstitute{Pattern: &matcher.RegexMatcher{Regex: rr.GetMatch()}, Substitution: rr.GetRewrite()}
+		} else if rw.GetUri() != "" {
+			a.PrefixRewrite = rw.GetUri()
+		}
+		if rw.GetAuthority() != "" {
+			authority = rw.GetAuthority()
+		}
+	}
+	if authority != "" {
+		a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority}
+	}
+	mirror := func(d *networking.Destination, p *networking.Percent) {
+		if p != nil && p.GetValue() <= 0 {
+			return // an explicit 0% mirrors nothing
+		}
+		a.RequestMirrorPolicies = append(a.RequestMirrorPolicies, &route.RouteAction_RequestMirrorPolicy{
+			Cluster:         destCluster(resolveDest(d, ns), host, port, t.singlePort),
+			RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: percent(p)},
+		})
+	}
+	if m := hr.GetMirror(); m != nil {
+		mirror(m, hr.GetMirrorPercentage())
+	}
+	for _, m := range hr.GetMirrors() {
+		mirror(m.GetDestination(), m.GetPercentage())
+	}
+	dests := hr.GetRoute()
+	for _, d := range dests {
+		if len(dests) == 1 || d.GetWeight() > 0 {
+			a.HashPolicy = appendHash(a.HashPolicy, t.destHash(resolveDest(d.GetDestination(), ns), host, port, false))
+		}
+	}
+	if len(dests) == 1 {
+		d := dests[0]
+		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(resolveDest(d.GetDestination(), ns), host, port, t.singlePort)}
+		ops := headerOps(d.GetHeaders())
+		r.RequestHeadersToAdd = append(r.RequestHeadersToAdd, ops.reqAdd...)
+		r.RequestHeadersToRemove = append(r.RequestHeadersToRemove, ops.reqRemove...)
+		r.ResponseHeadersToAdd = append(r.ResponseHeadersToAdd, ops.respAdd...)
+		r.ResponseHeadersToRemove = append(r.ResponseHeadersToRemove, ops.respRemove...)
+		if ops.authority != "" && a.HostRewriteSpecifier == nil {
+			a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: ops.authority}
+		}
+	} else {
+		wc := &route.WeightedCluster{}
+		for _, d := range dests {
+			if d.GetWeight() == 0 {
+				continue // Istio leaves out 0-weight destinations of a split
+			}
+			ops := headerOps(d.GetHeaders())
+			cw := &route.WeightedCluster_ClusterWeight{
+				Name:                    destCluster(resolveDest(d.GetDestination(), ns), host, port, t.singlePort),
+				Weight:                  wrapperspb.UInt32(uint32(d.GetWeight())),
+				RequestHeadersToAdd:     ops.reqAdd,
+				RequestHeadersToRemove:  ops.reqRemove,
+				ResponseHeadersToAdd:    ops.respAdd,
+				ResponseHeadersToRemove: ops.respRemove,
+			}
+			if ops.authority != "" {
+				cw.HostRewriteSpecifier = &route.WeightedCluster_ClusterWeight_HostRewriteLiteral{HostRewriteLiteral: ops.authority}
+			}
+			wc.Clusters = append(wc.Clusters, cw)
+		}
+		a.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: wc}
+	}
+	a.RetryPolicy = envoyRetry(hr.GetRetries())
+	return a
+}
+
+// envoyRetry is Istio's retry policy (pilot/pkg/networking/core/route/
+// retry): none unless attempts > 0; retryOn defaults to Istio's list and
+// numeric entries become retriable status codes; a retry avoids the hosts
+// already tried.
+func envoyRetry(rp *networking.HTTPRetry) *route.RetryPolicy {
+	if rp.GetAttempts() <= 0 {
+		return nil
+	}
+	out := &route.RetryPolicy{
+		RetryOn:                       defaultRetryOn,
+		NumRetries:                    wrapperspb.UInt32(uint32(rp.GetAttempts())),
+		RetriableStatusCodes:          []uint32{503},
+		HostSelectionRetryMaxAttempts: 5,
+		RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
+			Name:       "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustAny(&previoushosts.PreviousHostsPredicate{})},
+		}},
+	}
+	if on := rp.GetRetryOn(); on != "" {
+		var conds []string
+		var codes []uint32
+		for _, c := range strings.Split(on, ",") {
+			c = strings.TrimSpace(c)
+			if n, err := strconv.ParseUint(c, 10, 32); err == nil {
+				codes = append(codes, uint32(n))
+			} else if c != "" {
+				conds = append(conds, c)
+			}
+		}
+		if len(codes) > 0 && !slices.Contains(conds, "retriable-status-codes") {
+			conds = append(conds, "retriable-status-codes")
+		}
+		out.RetryOn, out.RetriableStatusCodes = strings.Join(conds, ","), codes
+	}
+	if pt := rp.GetPerTryTimeout(); pt != nil {
+		out.PerTryTimeout = durationpb.New(pt.AsDuration())
+	}
+	return out
+}
+
+// envoyRouteMatch is routeMatch (path and headers) plus what only Envoy
+// matches: headers that must be absent, method, authority, scheme and
+// query parameters.
+func envoyRouteMatch(m *networking.HTTPMatchRequest) *route.RouteMatch {
+	rm := routeMatch(m)
+	if m == nil {
+		return rm
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
+		hm := headerMatcher(k, m.GetWithoutHeaders()[k])
+		hm.InvertMatch = true
+		if !hm.GetPresentMatch() {
+			hm.TreatMissingHeaderAsEmpty = true
+		}
+		rm.Headers = append(rm.Headers, hm)
+	}
+	slices.SortStableFunc(rm.Headers, func(a, b *route.HeaderMatcher) int { return strings.Compare(a.GetName(), b.GetName()) })
+	for _, pseudo := range []struct {
+		name string
+		sm   *networking.StringMatch
+	}{{":method", m.GetMethod()}, {":authority", m.GetAuthority()}, {":scheme", m.GetScheme()}} {
+		if pseudo.sm != nil {
+			rm.Headers = append(rm.Headers, headerMatcher(pseudo.name, pseudo.sm))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.GetQueryParams())) {
+		qm := &route.QueryParameterMatcher{Name: k}
+		if sm := stringMatcher(m.GetQueryParams()[k]); sm != nil {
+			qm.QueryParameterMatchSpecifier = &route.QueryParameterMatcher_StringMatch{StringMatch: sm}
+		} else {
+			qm.QueryParameterMatchSpecifier = &route.QueryParameterMatcher_PresentMatch{PresentMatch: true}
+		}
+		rm.QueryParameters = append(rm.QueryParameters, qm)
+	}
+	return rm
+}
+
+// stringMatcher translates an Istio string match (nil for "present").
+func stringMatcher(s *networking.StringMatch) *matcher.StringMatcher {
+	switch v := s.GetMatchType().(type) {
+	case *networking.StringMatch_Exact:
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: v.Exact}}
+	case *networking.StringMatch_Prefix:
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: v.Prefix}}
+	case *networking.StringMatch_Regex:
+		return &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: v.Regex}}}
+	}
+	return nil
+}
+
+func headerMatcher(name string, s *networking.StringMatch) *route.HeaderMatcher {
+	hm := &route.HeaderMatcher{Name: name}
+	if sm := stringMatcher(s); sm != nil {
+		hm.HeaderMatchSpecifier = &route.HeaderMatcher_StringMatch{StringMatch: sm}
+	} else {
+		hm.HeaderMatchSpecifier = &route.HeaderMatcher_PresentMatch{PresentMatch: true}
+	}
+	return hm
+}
+
+// headerOperations are an Istio Headers block in Envoy's terms; authority
+// is a :authority or host value to rewrite to (never set as a header).
+type headerOperations struct {
+	reqAdd, respAdd       []*core.HeaderValueOption
+	reqRemove, respRemove []string
+	authority             string
+}
+
+func headerOps(h *networking.Headers) headerOperations {
+	var out headerOperations
+	var setAuth, addAuth string
+	out.reqAdd, setAuth = headerValues(h.GetRequest().GetSet(), false)
+	add, addAuth := headerValues(h.GetRequest().GetAdd(), true)
+	out.reqAdd = append(out.reqAdd, add...)
+	out.respAdd, _ = headerValues(h.GetResponse().GetSet(), false)
+	add, _ = headerValues(h.GetResponse().GetAdd(), true)
+	out.respAdd = append(out.respAdd, add...)
+	out.authority = cmpOr(setAuth, addAuth)
+	out.reqRemove = dropInternal(h.GetRequest().GetRemove())
+	out.respRemove = dropInternal(h.GetResponse().GetRemove())
+	return out
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// internalHeader: pseudo-headers and host, which Envoy does not let a
+// route set or remove.
+func internalHeader(k string) bool { return strings.HasPrefix(k, ":") || strings.EqualFold(k, "host") }
+
+func dropInternal(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if !internalHeader(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// headerValues: set overwrites, add appends; sorted by name.
+func headerValues(m map[string]string, appendValue bool) ([]*core.HeaderValueOption, string) {
+	var out []*core.HeaderValueOption
+	var authority string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if strings.EqualFold(k, ":authority") || strings.EqualFold(k, "host") {
+			authority = m[k]
+		}
+		if internalHeader(k) {
+			continue
+		}
+		action := core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		if appendValue {
+			action = core.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
+		}
+		out = append(out, &core.HeaderValueOption{Header: &core.HeaderValue{Key: k, Value: m[k]}, AppendAction: action})
+	}
+	return out, authority
+}
+
+// redirectAction is Istio's ApplyRedirect for sidecars.
+func redirectAction(rd *networking.HTTPRedirect, port uint32) *route.Route_Redirect {
+	ra := &route.RedirectAction{HostRedirect: rd.GetAuthority()}
+	if rd.GetUri() != "" {
+		ra.PathRewriteSpecifier = &route.RedirectAction_PathRedirect{PathRedirect: rd.GetUri()}
+	}
+	if rd.GetScheme() != "" {
+		ra.SchemeRewriteSpecifier = &route.RedirectAction_SchemeRedirect{SchemeRedirect: rd.GetScheme()}
+	}
+	if rd.GetRedirectPort() != nil {
+		switch p := rd.GetRedirectPort().(type) {
+		case *networking.HTTPRedirect_DerivePort:
+			if p.DerivePort == networking.HTTPRedirect_FROM_REQUEST_PORT {
+				ra.PortRedirect = port
+			}
+		case *networking.HTTPRedirect_Port:
+			ra.PortRedirect = p.Port
+		}
+		scheme := cmpOr(rd.GetScheme(), "http")
+		if ra.PortRedirect == 80 && scheme == "http" || ra.PortRedirect == 443 && scheme == "https" {
+			ra.PortRedirect = 0
+		}
+	}
+	switch rd.GetRedirectCode() {
+	case 302:
+		ra.ResponseCode = route.RedirectAction_FOUND
+	case 303:
+		ra.ResponseCode = route.RedirectAction_SEE_OTHER
+	case 307:
+		ra.ResponseCode = route.RedirectAction_TEMPORARY_REDIRECT
+	case 308:
+		ra.ResponseCode = route.RedirectAction_PERMANENT_REDIRECT
+	default: // 0 and 301 (validated)
+		ra.ResponseCode = route.RedirectAction_MOVED_PERMANENTLY
+	}
+	return &route.Route_Redirect{Redirect: ra}
+}
+
+// corsPolicy is Istio's TranslateCORSPolicy.
+func corsPolicy(in *networking.CorsPolicy) *cors.CorsPolicy {
+	out := &cors.CorsPolicy{
+		AllowCredentials: in.GetAllowCredentials(),
+		AllowHeaders:     strings.Join(in.GetAllowHeaders(), ","),
+		AllowMethods:     strings.Join(in.GetAllowMethods(), ","),
+		ExposeHeaders:    strings.Join(in.GetExposeHeaders(), ","),
+		FilterEnabled: &core.RuntimeFractionalPercent{DefaultValue: &typev3.FractionalPercent{
+			Numerator: 100, Denominator: typev3.FractionalPercent_HUNDRED,
+		}},
+		ForwardNotMatchingPreflights: wrapperspb.Bool(in.GetUnmatchedPreflights() != networking.CorsPolicy_IGNORE),
+	}
+	for _, o := range in.GetAllowOrigins() {
+		if sm := stringMatcher(o); sm != nil {
+			out.AllowOriginStringMatch = append(out.AllowOriginStringMatch, sm)
+		}
+	}
+	if ma := in.GetMaxAge(); ma != nil {
+		out.MaxAge = strconv.FormatInt(ma.GetSeconds(), 10)
+	}
+	return out
+}
+
+// corsFilter is the CORS HTTP filter; routes carry their policies.
+func corsFilter() *hcm.HttpFilter {
+	return &hcm.HttpFilter{Name: wellknown.CORS, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&cors.Cors{})}}
+}
+
+// envoyHTTPListenerFor is envoyHTTPListener with the CORS and fault
+// filters in front of the router when a route on the port uses them (the
+// order Istio uses: cors, fault, router).
+func envoyHTTPListenerFor(port uint32, withCORS, withFault bool) *listener.Listener {
+	l := envoyHTTPListener(port)
+	if !withCORS && !withFault {
+		return l
+	}
+	var filters []*hcm.HttpFilter
+	if withCORS {
+		filters = append(filters, corsFilter())
+	}
+	if withFault {
+		filters = append(filters, &hcm.HttpFilter{Name: wellknown.Fault, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&fault.HTTPFault{})}})
+	}
+	m := &hcm.HttpConnectionManager{}
+	f := l.GetFilterChains()[0].GetFilters()[0]
+	if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
+		panic("xds: own listener does not unmarshal: " + err.Error())
+	}
+	m.HttpFilters = append(filters, m.HttpFilters...)
+	f.ConfigType = &listener.Filter_TypedConfig{TypedConfig: mustAny(m)}
+	return l
+}
+
+// envoyTCPListenerFor is the outbound listener of a TCP port with the
+// given tcp_proxy.
+func envoyTCPListenerFor(port uint32, tp *tcpproxy.TcpProxy) *listener.Listener {
+	return &listener.Listener{
+		Name:             EnvoyListenerName(port),
+		Address:          SocketAddress("0.0.0.0", port),
+		TrafficDirection: core.TrafficDirection_OUTBOUND,
+		FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
+			Name:       wellknown.TCPProxy,
+			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(tp)},
+		}}}},
+	}
+}
+
+// fqdn resolves a host named by a rule in namespace ns (short names, as
+// Istio does; model.ConfigHost).
+func fqdn(h, ns string) string { return model.ConfigHost(h, ns) }
+
+// resolveDest returns d with its host resolved by fqdn (d itself when the
+// host is complete).
+func resolveDest(d *networking.Destination, ns string) *networking.Destination {
+	if h := fqdn(d.GetHost(), ns); h != d.GetHost() {
+		return &networking.Destination{Host: h, Subset: d.GetSubset(), Port: d.GetPort()}
+	}
+	return d
+}
+
+// destHash is the hash policy of a destination: the consistent hash of
+// its host's DestinationRule, merged for its subset and port (Istio's
+// hashForVirtualService). grpc: in the form grpc-go reads (header only).
+func (t *Translator) destHash(d *networking.Destination, host string, port uint32, grpc bool) []*route.RouteAction_HashPolicy {
+	dr := t.hostCfg.lookup(d.GetHost()).destinationRule()
+	if dr == nil {
+		return nil
+	}
+	var sub *networking.TrafficPolicy
+	for _, s := range dr.GetSubsets() {
+		if s.GetName() == d.GetSubset() {
+			sub = s.GetTrafficPolicy()
+			break
+		}
+	}
+	tp := mergedPolicy(dr.GetTrafficPolicy(), sub, destPort(d, host, port, t.singlePort))
+	if grpc {
+		return hashPolicy(tp)
+	}
+	return envoyHashPolicy(tp)
+}
+
+// grpcHashOf is destHash for the gRPC routes of host's port.
+func (t *Translator) grpcHashOf(host string, port uint32) func(*networking.Destination) []*route.RouteAction_HashPolicy {
+	return func(d *networking.Destination) []*route.RouteAction_HashPolicy {
+		return t.destHash(d, host, port, true)
+	}
+}
+
+// appendHash appends the policies of add that hp does not hold yet.
+func appendHash(hp, add []*route.RouteAction_HashPolicy) []*route.RouteAction_HashPolicy {
+	for _, a := range add {
+		if !slices.ContainsFunc(hp, func(h *route.RouteAction_HashPolicy) bool { return proto.Equal(h, a) }) {
+			hp = append(hp, a)
+		}
+	}
+	return hp
+}
+
+// destRules lists the DestinationRule in force (nil: none) of each other
+// host the host's VirtualService routes to: their consistent hash shapes
+// its routes, so a change of one rebuilds the host (Translate).
+func (t *Translator) destRules(host string, hc hostConfig) map[string]*model.ConfigObject {
+	vs := hc.virtualService()
+	if vs == nil {
+		return nil
+	}
+	var out map[string]*model.ConfigObject
+	for _, hr := range vs.GetHttp() {
+		for _, d := range hr.GetRoute() {
+			h := fqdn(d.GetDestination().GetHost(), hc.namespace())
+			if h == host {
+				continue
+			}
+			if out == nil {
+				out = map[string]*model.ConfigObject{}
+			}
+			out[h] = t.hostCfg.lookup(h).dr
+		}
+	}
+	return out
+}

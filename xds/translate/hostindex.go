@@ -1,0 +1,104 @@
+package translate
+
+import (
+	"slices"
+	"strings"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// hostIndex finds the traffic config of a service hostname as Istio's
+// sidecars do (docs/architecture.md §3.6):
+//   - A VirtualService applies to the mesh when its gateways are empty or
+//     hold "mesh"; its hosts and a DestinationRule's host are exact names,
+//     "*.suffix" wildcards or "*". Short names ("reviews") resolve in the
+//     rule's namespace to reviews.<ns>.svc.cluster.local.
+//   - The most specific host wins: an exact name, then the longest
+//     wildcard suffix, then "*" (Istio's mostSpecificWildcardVsIndex).
+//   - Between rules naming the same host string, the config source keeps
+//     one per host (the oldest), so there is no tie.
+type hostIndex struct {
+	exact map[string]hostConfig
+	// wild holds wildcard hosts ("*.suffix" as ".suffix", "*" as ""),
+	// longest first.
+	wildVS, wildDR []wildRule
+}
+
+type wildRule struct {
+	suffix string
+	obj    *model.ConfigObject
+}
+
+// configByHost indexes cfg by host.
+func configByHost(cfg *model.ConfigSnapshot) *hostIndex {
+	idx := &hostIndex{exact: map[string]hostConfig{}}
+	for _, o := range cfg.Objects() {
+		switch sp := o.Spec.(type) {
+		case *networking.VirtualService:
+			if gw := sp.GetGateways(); len(gw) > 0 && !slices.Contains(gw, meshGateway) {
+				continue // gateway-only rules do not apply to clients in the mesh
+			}
+			for _, h := range sp.GetHosts() {
+				idx.add(fqdn(h, o.Namespace), o, true)
+			}
+		case *networking.DestinationRule:
+			idx.add(fqdn(sp.GetHost(), o.Namespace), o, false)
+		}
+	}
+	byLen := func(a, b wildRule) int { return len(b.suffix) - len(a.suffix) }
+	slices.SortStableFunc(idx.wildVS, byLen)
+	slices.SortStableFunc(idx.wildDR, byLen)
+	return idx
+}
+
+func (idx *hostIndex) add(h string, o *model.ConfigObject, isVS bool) {
+	if h == "*" || strings.HasPrefix(h, "*.") {
+		w := wildRule{suffix: strings.TrimPrefix(h, "*"), obj: o}
+		if isVS {
+			idx.wildVS = append(idx.wildVS, w)
+		} else {
+			idx.wildDR = append(idx.wildDR, w)
+		}
+		return
+	}
+	hc := idx.exact[h]
+	if isVS && hc.vs == nil {
+		hc.vs = o
+	} else if !isVS && hc.dr == nil {
+		hc.dr = o
+	}
+	idx.exact[h] = hc
+}
+
+// lookup returns the traffic config of a service hostname.
+func (idx *hostIndex) lookup(host string) hostConfig {
+	if idx == nil {
+		return hostConfig{}
+	}
+	hc := idx.exact[host]
+	wild := func(rules []wildRule) *model.ConfigObject {
+		for _, w := range rules {
+			if strings.HasSuffix(host, w.suffix) && len(host) > len(w.suffix) {
+				return w.obj
+			}
+		}
+		return nil
+	}
+	if hc.vs == nil {
+		hc.vs = wild(idx.wildVS)
+	}
+	if hc.dr == nil {
+		hc.dr = wild(idx.wildDR)
+	}
+	return hc
+}
+
+// namespace is the namespace of the host's VirtualService ("" without).
+func (hc hostConfig) namespace() string {
+	if hc.vs == nil {
+		return ""
+	}
+	return hc.vs.Namespace
+}
