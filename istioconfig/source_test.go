@@ -225,22 +225,27 @@ func TestConflicts(t *testing.T) {
 }
 
 // TestShortNameConflicts: a short host and its full name are one host
-// (Istio resolves short names in the rule's namespace), so the second
-// DestinationRule for it is a conflict; the same short name in another
-// namespace is another host.
+// (Istio resolves short names in the rule's namespace), so the two
+// DestinationRules for it merge; the same short name in another namespace
+// is another host; the full name from another namespace is refused.
 func TestShortNameConflicts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	dr := func(name, ns, host string) string {
 		return "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: {host: " + host + "}\n"
 	}
-	write(t, dir, "a.yaml", dr("a", "shop", "reviews")+"---\n"+dr("b", "shop", "reviews.shop.svc.cluster.local")+"---\n"+dr("c", "other", "reviews"))
+	write(t, dir, "a.yaml", dr("a", "shop", "reviews")+"---\n"+dr("b", "shop", "reviews.shop.svc.cluster.local")+"---\n"+
+		dr("c", "other", "reviews")+"---\n"+dr("d", "other", "reviews.shop.svc.cluster.local"))
 	st := Validate(Dir{Name: "d", Path: dir})
-	if got := keys(st); !slices.Equal(got, []string{"DestinationRule/other/c", "DestinationRule/shop/a"}) {
+	if got := keys(st); !slices.Equal(got, []string{"DestinationRule/other/c", "DestinationRule/shop/a", "DestinationRule/shop/b"}) {
 		t.Fatalf("in force = %v; rejected %v", got, st.Rejected)
 	}
-	if len(st.Rejected) != 1 || !strings.Contains(st.Rejected[0].Reason, `host "reviews.shop.svc.cluster.local" already has DestinationRule shop/a`) {
+	if len(st.Rejected) != 1 || st.Rejected[0].Name != "d" ||
+		!strings.Contains(st.Rejected[0].Reason, `host "reviews.shop.svc.cluster.local" already has DestinationRule shop/a from another namespace`) {
 		t.Errorf("rejected = %v", st.Rejected)
+	}
+	if len(st.Merged) != 1 || st.Merged[0].Host != "reviews.shop.svc.cluster.local" || !slices.Equal(st.Merged[0].Objects, []string{"shop/a", "shop/b"}) {
+		t.Errorf("merged = %+v", st.Merged)
 	}
 }
 

@@ -185,7 +185,7 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	if snap != nil {
 		cfg = snap.Config
 	}
-	t.hostCfg, t.snap = configByHost(cfg), snap
+	t.hostCfg, t.snap = configByHost(cfg, t.hostCfg), snap
 	defer func() { t.snap = nil }()
 	for _, svc := range snap.Services() {
 		old := t.services[svc.Hostname]
