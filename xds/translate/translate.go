@@ -417,6 +417,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		vh := virtualHost(svc.Hostname, p.Number)
 		hash := hashPolicy(pp)
 		vh.Routes[0].GetRoute().HashPolicy = hash
+		vh.Routes[0].GetRoute().RetryPolicy = grpcRetry(nil)
 		withFault := false
 		if vs := hc.virtualService(); vs != nil {
 			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number))
@@ -497,6 +498,7 @@ func (t *Translator) rebuildPort(port uint32, ch Changes) {
 		rc = &route.RouteConfiguration{Name: EnvoyRouteName(port)}
 		for _, h := range httpHosts {
 			vh := virtualHost(h, port)
+			vh.Routes[0].GetRoute().RetryPolicy = envoyRetry(nil, false) // no rules: no hash policy
 			if e := t.envoyPart(h, port); e != nil && e.vhost != nil {
 				vh, withCORS, withFault = e.vhost, withCORS || e.cors, withFault || e.fault
 			}
