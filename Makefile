@@ -24,7 +24,7 @@ IMAGE     ?= ghcr.io/meshfed/meshfed:$(VERSION)
 DISTTOOL  := $(GO) -C tools/dist run ./cmd/meshfed-dist
 ARCHES    := amd64 arm64
 
-.PHONY: all build run test test-deps unit lint fmt bench fuzz testservers clean manifests image deb release
+.PHONY: all build run test test-deps unit lint fmt bench soak fuzz testservers clean manifests image deb release
 
 all: build
 
@@ -101,8 +101,17 @@ FUZZTIME ?= 30s
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) ./tools/fuzz.sh
 
+# bench rewrites BENCHMARKS.md with every scenario, the soak (SOAK of
+# churn) included; BENCH_SHORT=1 leaves the soak out.
+SOAK      ?= 10m
+SOAK_OUT  ?= bin/soak.md
 bench: build test-deps
-	$(GO) run ./bench/cmd/benchreport -out BENCHMARKS.md
+	$(GO) run ./bench/cmd/benchreport -out BENCHMARKS.md -soak $(if $(BENCH_SHORT),0,$(SOAK))
+
+# soak runs only the soak scenario for SOAK (make soak SOAK=1m: a smoke)
+# and writes its rows to SOAK_OUT.
+soak: build
+	$(GO) run ./bench/cmd/benchreport -only SOAK -soak $(SOAK) -out $(SOAK_OUT)
 
 testservers:
 	@./tools/testservers/build.sh all

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds"
@@ -26,12 +27,14 @@ func TestHarnessSmoke(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		impl  func() Impl
+		opts  []grpc.ServerOption
 		delta bool
 		wild  bool
 	}{
 		{name: "meshfed/delta/named", impl: func() Impl { return NewMeshfed(time.Millisecond, 10*time.Millisecond, slog.New(slog.DiscardHandler)) }, delta: true},
 		{name: "meshfed/sotw/wildcard", impl: func() Impl { return NewMeshfed(time.Millisecond, 10*time.Millisecond, slog.New(slog.DiscardHandler)) }, wild: true},
 		{name: "baseline/delta/named", impl: func() Impl { return NewBaseline(slog.New(slog.DiscardHandler)) }, delta: true},
+		{name: "floor/delta/named", impl: func() Impl { return NewFloor() }, opts: FloorServerOptions(), delta: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -48,7 +51,7 @@ func TestHarnessSmoke(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := GRPCServer()
+			g := GRPCServer(tc.opts...)
 			impl.Register(g)
 			go func() { _ = g.Serve(l) }()
 			t.Cleanup(g.Stop)

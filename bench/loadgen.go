@@ -35,6 +35,12 @@ type LoadOptions struct {
 	Services int // services the server has (wildcard: clusters expected)
 	Per      int // scoped: clusters per stream
 	Common   int // scoped: clusters every stream watches
+	// AddrMarker finds an event's seq in the changed endpoint's address
+	// (SeqAddr; the file scenario) instead of the SeqLabel label.
+	AddrMarker bool
+	// Istio names named-mode nodes as istiod wants a proxyless gRPC
+	// client's (sidecar~IP~pod.namespace~namespace.svc.cluster.local).
+	Istio bool
 }
 
 // Record says that a stream ACKed a ClusterLoadAssignment of service Svc
@@ -73,6 +79,7 @@ type Loadgen struct {
 
 	mu      sync.Mutex
 	records []Record
+	cursor  int // next stream Reconnect ends
 }
 
 type lgStream struct {
@@ -83,6 +90,10 @@ type lgStream struct {
 	session atomic.Int64
 	synced  atomic.Int64 // ack time that completed this session's sync
 	lastSeq map[string]int64
+	// cancel ends the current session; reconnecting asks Run for a new
+	// connection after it.
+	cancel       atomic.Pointer[context.CancelFunc]
+	reconnecting atomic.Bool
 }
 
 // NewLoadgen prepares the streams; Run connects them.
@@ -99,6 +110,9 @@ func NewLoadgen(o LoadOptions) *Loadgen {
 		} else {
 			md, _ := structpb.NewStruct(map[string]any{"GENERATOR": "grpc"})
 			s.node = &core.Node{Id: fmt.Sprintf("bench-%d", idx), Metadata: md}
+			if o.Istio {
+				s.node.Id = fmt.Sprintf("sidecar~127.0.0.1~bench-%d.default~default.svc.cluster.local", idx)
+			}
 			for _, i := range Watched(idx, o.Services, o.Per, o.Common) {
 				s.names = append(s.names, ClusterName(i))
 			}
@@ -109,33 +123,37 @@ func NewLoadgen(o LoadOptions) *Loadgen {
 }
 
 // Run connects every stream and keeps them open (reconnecting after
-// errors) until ctx ends.
+// errors, and on Reconnect with a new connection) until ctx ends.
 func (lg *Loadgen) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	var conns []*grpc.ClientConn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for _, s := range lg.streams {
-		conn, err := grpc.NewClient(lg.o.Addr,
+	dial := func() (*grpc.ClientConn, error) {
+		return grpc.NewClient(lg.o.Addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 				MinConnectTimeout: 5 * time.Second,
 			}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(512<<20)))
+	}
+	for _, s := range lg.streams {
+		conn, err := dial()
 		if err != nil {
 			return err
 		}
-		conns = append(conns, conn)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := discovery.NewAggregatedDiscoveryServiceClient(conn)
+			defer func() { conn.Close() }()
 			for ctx.Err() == nil {
-				_ = s.run(ctx, cl)
+				_ = s.run(ctx, discovery.NewAggregatedDiscoveryServiceClient(conn))
+				if s.reconnecting.Swap(false) {
+					// A proxy that restarts comes back on a new connection.
+					conn.Close()
+					if conn, err = dial(); err != nil {
+						return
+					}
+					continue
+				}
 				select {
 				case <-ctx.Done():
 				case <-time.After(10 * time.Millisecond):
@@ -145,6 +163,25 @@ func (lg *Loadgen) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// Reconnect ends the sessions of n streams, taken in turn (the next call
+// continues after the last one), which reconnect at once on a new
+// connection. It returns the indexes of the streams it reconnected.
+func (lg *Loadgen) Reconnect(n int) []int {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	var out []int
+	for range min(n, len(lg.streams)) {
+		s := lg.streams[lg.cursor%len(lg.streams)]
+		lg.cursor++
+		s.reconnecting.Store(true)
+		if c := s.cancel.Load(); c != nil {
+			(*c)()
+		}
+		out = append(out, s.idx)
+	}
+	return out
 }
 
 // Stats returns the counters.
@@ -187,10 +224,19 @@ func (lg *Loadgen) record(rs []Record) {
 }
 
 // Handler serves GET /stats, /syncs and /records (drains; JSON arrays of
-// [stream, svc, seq, ack]).
+// [stream, svc, seq, ack]), and POST /reconnect?n=N (Reconnect; the
+// indexes of the streams it reconnected).
 func (lg *Loadgen) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, lg.Stats()) })
+	mux.HandleFunc("POST /reconnect", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.URL.Query().Get("n"))
+		if err != nil || n < 0 {
+			http.Error(w, "bad n", http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, lg.Reconnect(n))
+	})
 	mux.HandleFunc("GET /syncs", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, lg.Syncs()) })
 	mux.HandleFunc("GET /records", func(w http.ResponseWriter, _ *http.Request) {
 		rs := lg.Drain()
@@ -253,6 +299,10 @@ type session struct {
 func (s *lgStream) run(ctx context.Context, cl discovery.AggregatedDiscoveryServiceClient) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s.cancel.Store(&cancel)
+	if s.reconnecting.Load() { // asked before this session started
+		return nil
+	}
 	s.session.Add(1)
 	s.synced.Store(0)
 	s.lg.sessions.Add(1)
@@ -291,6 +341,9 @@ func (se *session) wantCDS() int {
 func (se *session) eds(name string, raw []byte, ack int64, out []Record) []Record {
 	se.have[xds.EndpointType][name] = true
 	seq, ok := MaxSeq(raw)
+	if se.s.lg.o.AddrMarker {
+		seq, ok = MaxSeqAddr(raw)
+	}
 	if !ok || seq <= se.s.lastSeq[name] {
 		return out
 	}

@@ -309,3 +309,7 @@ func Listen(addr string) (net.Listener, error) {
 	}
 	return l, nil
 }
+
+// XDSVersion is the snapshot version the xDS server has translated and
+// applied (0 before the first): a write is built once it grows.
+func (m *Meshfed) XDSVersion() uint64 { return m.xds.Version() }

@@ -36,7 +36,7 @@ func (r *runner) runIS() error {
 		return err
 	}
 	defer srv.stop()
-	stop, grpcAddr, err := startIstiod(bin, srv.xds)
+	stop, grpcAddr, _, err := startIstiod(bin, srv.xds, "")
 	if err != nil {
 		return err
 	}
@@ -167,12 +167,14 @@ func clusterOf(b []byte) string {
 	return string(b[w : w+n])
 }
 
-// startIstiod runs istiod on loopback ports with configSource as its only
-// config source, as test/servers.StartIstiod does, and waits for /ready.
-func startIstiod(bin, configSource string) (stop func(), grpcAddr string, err error) {
+// startIstiod runs istiod on loopback ports with configSource (an xDS
+// address: MCP over xDS) or else configDir (a directory of Istio YAML,
+// --configDir) as its only config source, as test/servers.StartIstiod
+// does, and waits for /ready. pid is istiod's process id.
+func startIstiod(bin, configSource, configDir string) (stop func(), grpcAddr string, pid int, err error) {
 	dir, err := os.MkdirTemp("", "meshfed-bench-istiod")
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	port := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -185,19 +187,25 @@ func startIstiod(bin, configSource string) (stop func(), grpcAddr string, err er
 	grpcAddr, httpAddr := port(), port()
 	mesh := filepath.Join(dir, "mesh.yaml")
 	nets := filepath.Join(dir, "meshNetworks.yaml")
-	if err := os.WriteFile(mesh, []byte("configSources:\n- address: xds://"+configSource+"\n"), 0o600); err != nil {
-		return nil, "", err
+	meshCfg := "configSources:\n- address: xds://" + configSource + "\n"
+	args := []string{"discovery", "--registries=", "--meshConfig", mesh}
+	if configSource == "" {
+		meshCfg = "{}\n"
+		args = append(args, "--configDir", configDir)
+	}
+	if err := os.WriteFile(mesh, []byte(meshCfg), 0o600); err != nil {
+		return nil, "", 0, err
 	}
 	if err := os.WriteFile(nets, []byte("networks: {}\n"), 0o600); err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "istiod.log"))
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
-	cmd := exec.Command(bin, "discovery", "--registries=", "--meshConfig", mesh, "--networksConfig", nets,
+	cmd := exec.Command(bin, append(args, "--networksConfig", nets,
 		"--httpAddr", httpAddr, "--grpcAddr", grpcAddr, "--monitoringAddr", port(), "--httpsAddr", port(),
-		"--secureGRPCAddr=", "--namespace", "istio-system")
+		"--secureGRPCAddr=", "--namespace", "istio-system")...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "ENABLE_CA_SERVER=false", "PILOT_MAX_REQUESTS_PER_SECOND=10000",
 		"PILOT_DEBOUNCE_AFTER=10ms", "PILOT_DEBOUNCE_MAX=100ms", "POD_NAME=istiod-bench", "POD_NAMESPACE=istio-system", "HOME="+dir)
@@ -205,7 +213,7 @@ func startIstiod(bin, configSource string) (stop func(), grpcAddr string, err er
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
@@ -226,19 +234,19 @@ func startIstiod(bin, configSource string) (stop func(), grpcAddr string, err er
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return stop, grpcAddr, nil
+				return stop, grpcAddr, cmd.Process.Pid, nil
 			}
 		}
 		select {
 		case <-done:
 			b, _ := os.ReadFile(filepath.Join(dir, "istiod.log"))
 			stop()
-			return nil, "", fmt.Errorf("istiod exited: %s", lastLines(string(b), 20))
+			return nil, "", 0, fmt.Errorf("istiod exited: %s", lastLines(string(b), 20))
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, "", fmt.Errorf("istiod not ready in 3m")
+			return nil, "", 0, fmt.Errorf("istiod not ready in 3m")
 		}
 	}
 }

@@ -1,9 +1,12 @@
 // Command benchreport runs meshfed's benchmark scenarios (S1–S6, delta
-// vs SotW, and IS: through istiod) side by side with the go-control-plane SnapshotCache baseline
-// and rewrites BENCHMARKS.md. It reports; it never fails because a goal is
+// vs SotW, and IS: through istiod) side by side with the go-control-plane SnapshotCache baseline,
+// and the scale scenarios of issue #16 (F: the services-file path beside
+// istiod; S1's bare grpc-go floor; S7: 10,000 streams; S8: 100,000
+// endpoints; CS: Consul with 10,000 services; SOAK), and rewrites
+// BENCHMARKS.md. It reports; it never fails because a goal is
 // missed (it exits non-zero only when the harness itself breaks).
 //
-//	go run ./bench/cmd/benchreport -out BENCHMARKS.md        # full (~20 min)
+//	go run ./bench/cmd/benchreport -out BENCHMARKS.md        # full (~40 min; -soak 0: ~30)
 //	go run ./bench/cmd/benchreport -quick -out /tmp/b.md     # smoke (~2 min)
 package main
 
@@ -32,6 +35,14 @@ type config struct {
 	s6N                    int
 	syncTimeout            time.Duration
 	only                   string
+	s7Streams, s7Procs     int
+	s7Flips                int
+	s8Services, s8Flips    int
+	soak                   time.Duration
+	soakRate               float64
+	pprofDir               string
+	consulServices         int
+	fFiles                 int
 }
 
 type runner struct {
@@ -46,7 +57,9 @@ func (r *runner) bin(name string) string { return filepath.Join(r.dir, name) }
 func main() {
 	out := flag.String("out", "BENCHMARKS.md", "report file to write")
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
-	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS); default all")
+	pprofDir := flag.String("pprof", "", "save CPU profiles in this directory: of the server during each run of spaced events (S1, F, S7), and of this process during S8")
+	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
+	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,SOAK); default all")
 	flag.Parse()
 	c := config{
 		quick: *quick, services: 1000, eps: 10, streams: 1000, per: 100, common: 10,
@@ -54,6 +67,8 @@ func main() {
 		s2Rate: 500, s2Ramp: 10 * time.Second, s2Hold: 60 * time.Second,
 		s3aIters: 100, s5Steps: []int{0, 250, 500, 1000, 2000}, idle: 10 * time.Second,
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
+		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
+		soak: *soak, soakRate: 100, pprofDir: *pprofDir, consulServices: 10000, fFiles: 100,
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5
@@ -61,6 +76,8 @@ func main() {
 		c.s2Rate, c.s2Ramp, c.s2Hold = 100, time.Second, 3*time.Second
 		c.s3aIters, c.s5Steps, c.idle, c.s6N = 10, []int{0, 25, 50, 100}, 2*time.Second, 10
 		c.syncTimeout = time.Minute
+		c.s7Streams, c.s7Procs, c.s7Flips, c.s8Services, c.s8Flips = 200, 2, 3, 1000, 5
+		c.consulServices, c.fFiles = 300, 10
 	}
 	dir, err := os.MkdirTemp("", "meshfed-bench")
 	if err != nil {
@@ -83,6 +100,8 @@ func main() {
 	}{
 		{"S3", r.runS3a}, {"S1", r.runS1}, {"DS", r.runDS}, {"S2", r.runS2},
 		{"S3", r.runS3b}, {"S4", r.runS4}, {"S5", r.runS5}, {"S6", r.runS6}, {"IS", r.runIS},
+		{"F", r.runF}, {"S7", r.runS7}, {"S8", r.runS8},
+		{"CS", r.runConsulScale}, {"SOAK", r.runSoak},
 	} {
 		if c.only != "" && !strings.Contains(","+c.only+",", ","+s.id+",") {
 			continue

@@ -133,8 +133,8 @@ func do(method, url string, v any) error {
 
 // build compiles the bench binaries into dir.
 func build(dir string) error {
-	for _, c := range []string{"benchserver", "loadgen"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, c), "./bench/cmd/"+c)
+	for _, c := range []string{"bench/cmd/benchserver", "bench/cmd/loadgen", "cmd/meshfed"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, filepath.Base(c)), "./"+c)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build %s: %w", c, err)
@@ -222,4 +222,36 @@ func (ls loadgens) waitSynced(minSession int, timeout time.Duration) error {
 func (p *proc) cpu() time.Duration {
 	d, _ := bench.CPUTime(p.pid)
 	return d
+}
+
+// profile takes a 10-second CPU profile of srv (its /debug/pprof/profile)
+// into r.c.pprofDir when that is set; the channel closes when it is saved.
+func (r *runner) profile(srv *proc) <-chan struct{} {
+	done := make(chan struct{})
+	if r.c.pprofDir == "" || srv.ctl == "" {
+		close(done)
+		return done
+	}
+	path := filepath.Join(r.c.pprofDir, fmt.Sprintf("%s-%d.pprof", strings.ReplaceAll(srv.name, " ", "-"), time.Now().Unix()))
+	go func() {
+		defer close(done)
+		resp, err := httpc.Get(srv.ctl + "/debug/pprof/profile?seconds=10")
+		if err != nil {
+			r.logf("pprof %s: %v", srv.name, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			r.logf("pprof %s: %v", srv.name, err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			r.logf("pprof %s: %v", srv.name, err)
+			return
+		}
+		r.logf("pprof %s → %s", srv.name, path)
+	}()
+	return done
 }

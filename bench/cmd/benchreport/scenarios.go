@@ -109,6 +109,16 @@ type eventResult struct {
 // events flips one endpoint in each of svcs in turn, waiting for every
 // stream (all watch these services) to ACK it before the next.
 func (r *runner) events(srv *proc, lgs loadgens, svcs []int, wait time.Duration) (eventResult, error) {
+	return r.eventsWith(srv, lgs, svcs, wait, func(svc int) (bench.Event, error) {
+		var ev bench.Event
+		err := post(fmt.Sprintf("%s/event?svc=%d", srv.ctl, svc), &ev)
+		return ev, err
+	})
+}
+
+// eventsWith is events with the change made by flip (which stamps it);
+// srv is the process whose CPU is counted.
+func (r *runner) eventsWith(srv *proc, lgs loadgens, svcs []int, wait time.Duration, flip func(svc int) (bench.Event, error)) (eventResult, error) {
 	if _, err := lgs.records(); err != nil { // drop the initial sync's records
 		return eventResult{}, err
 	}
@@ -123,10 +133,12 @@ func (r *runner) events(srv *proc, lgs loadgens, svcs []int, wait time.Duration)
 	watchers := func(int) []int { return all }
 	ix := recIndex{}
 	var evs []bench.Event
+	profiled := r.profile(srv)
+	defer func() { <-profiled }()
 	cpu0 := srv.cpu()
 	for _, svc := range svcs {
-		var ev bench.Event
-		if err := post(fmt.Sprintf("%s/event?svc=%d", srv.ctl, svc), &ev); err != nil {
+		ev, err := flip(svc)
+		if err != nil {
 			return eventResult{}, err
 		}
 		evs = append(evs, ev)

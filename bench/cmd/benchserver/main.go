@@ -1,6 +1,7 @@
 // Command benchserver is the control plane under test in meshfed's
 // benchmarks: meshfed's real aggregate + xds packages (-impl meshfed) or a
-// go-control-plane SnapshotCache baseline (-impl baseline), fed by an
+// go-control-plane SnapshotCache baseline (-impl baseline) or the bare
+// grpc-go floor of S1 (-impl floor), fed by an
 // in-process bench registry whose churn driver stamps every write. It
 // prints "READY <unix ns>" on stdout once xDS serves, and serves the
 // control API (bench.Controller.Handler) on -ctl.
@@ -32,7 +33,7 @@ func main() {
 }
 
 func run() error {
-	impl := flag.String("impl", "meshfed", "meshfed or baseline")
+	impl := flag.String("impl", "meshfed", "meshfed, baseline or floor (bare grpc-go: bench.Floor)")
 	xdsAddr := flag.String("xds", "127.0.0.1:0", "ADS listen address")
 	ctlAddr := flag.String("ctl", "127.0.0.1:0", "control API listen address")
 	services := flag.Int("services", 1000, "services in the registry")
@@ -55,6 +56,9 @@ func run() error {
 		grpcOpts = xds.ServerOptions() // as federation.Gateway passes them
 	case "baseline":
 		srv = bench.NewBaseline(log)
+	case "floor":
+		srv = bench.NewFloor()
+		grpcOpts = bench.FloorServerOptions()
 	default:
 		return fmt.Errorf("unknown -impl %q", *impl)
 	}

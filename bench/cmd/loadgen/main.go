@@ -30,6 +30,8 @@ func main() {
 	flag.IntVar(&o.Services, "services", 1000, "services on the server")
 	flag.IntVar(&o.Per, "per", 100, "clusters per stream (named mode)")
 	flag.IntVar(&o.Common, "common", 10, "clusters every stream watches (named mode)")
+	flag.BoolVar(&o.AddrMarker, "addr-marker", false, "find event markers in endpoint addresses (bench.SeqAddr), not labels")
+	flag.BoolVar(&o.Istio, "istio", false, "istiod-style node ids for named-mode streams")
 	ctl := flag.String("ctl", "127.0.0.1:0", "control API address")
 	procs := flag.Int("procs", 1, "GOMAXPROCS")
 	flag.Parse()
