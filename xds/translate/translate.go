@@ -12,6 +12,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/proto"
 
+	networking "istio.io/api/networking/v1alpha3"
+
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds/ads"
 )
@@ -334,6 +336,11 @@ func sameResource(prev, next types.Resource) bool {
 	if _, ok := next.(*claResource); ok {
 		return false
 	}
+	if n, ok := next.(*failoverCLA); ok {
+		p, ok := prev.(*failoverCLA)
+		return ok && p.claResource == n.claResource && slices.EqualFunc(p.failover, n.failover,
+			func(a, b *networking.LocalityLoadBalancerSetting_Failover) bool { return proto.Equal(a, b) })
+	}
 	return proto.Equal(prev, next)
 }
 
@@ -387,6 +394,9 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		if to := distributeOf(pp); to != nil && svc.Resolution != model.ResolutionDNS {
 			served = applyDistribute(cla.message(), to)
 			localityWeighted(ec)
+		}
+		if fo := failoverOf(pp); len(fo) > 0 && svc.Resolution != model.ResolutionDNS {
+			served = &failoverCLA{claResource: cla, failover: fo}
 		}
 		add(KindOf(ClassEnvoy, ClusterType), ec)
 		if svc.Resolution != model.ResolutionDNS {
