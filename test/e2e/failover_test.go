@@ -107,6 +107,34 @@ spec:
 	// 200 calls in a row on region-a's backend: with both at one
 	// priority, round robin would alternate.
 	c.waitFor(t, "a", 200, 30*time.Second)
+	// The config dump shows the variant this proxy is sent.
+	_, body, err := m.get("/debug/config_dump?proxy=near-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Resources map[string][]struct {
+			ClusterName string `json:"clusterName"`
+			Endpoints   []struct {
+				Locality struct {
+					Region string `json:"region"`
+				} `json:"locality"`
+				Priority int `json:"priority"`
+			} `json:"endpoints"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal([]byte(body), &d); err != nil {
+		t.Fatalf("config_dump: %v: %s", err, body)
+	}
+	prio := map[string]int{}
+	for _, cla := range d.Resources["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"] {
+		for _, l := range cla.Endpoints {
+			prio[l.Locality.Region] = l.Priority
+		}
+	}
+	if prio["region-a"] != 0 || prio["region-b"] != 1 {
+		t.Errorf("config_dump priorities = %v, want region-a 0, region-b 1: %s", prio, body)
+	}
 	aSrv.Stop()
 	c.drain()
 	c.waitFor(t, "b", 100, 60*time.Second)
