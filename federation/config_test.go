@@ -108,6 +108,12 @@ func TestLoadBad(t *testing.T) {
 			`bad/bad-kube-config-sources.yaml:7:5: configSources[2].dir: missing required key: a config source needs dir or kubernetes`,
 			`bad/bad-kube-config-sources.yaml:8:27: configSources[3].kubernetes.clusters: missing required key`,
 		}},
+		{file: "bad/bad-serviceentry-kubernetes.yaml", problems: 4, want: []string{
+			`bad/bad-serviceentry-kubernetes.yaml:4:102: registries[2].serviceentry.kubernetes.clusters[1]: no registry is named "nope": name a registry of kind kubernetes`,
+			`bad/bad-serviceentry-kubernetes.yaml:4:108: registries[2].serviceentry.kubernetes.clusters[2]: registry "vms" is of kind file: want one of kind kubernetes`,
+			`bad/bad-serviceentry-kubernetes.yaml:5:88: registries[3].serviceentry.kubernetes: path/paths and kubernetes are exclusive`,
+			`bad/bad-serviceentry-kubernetes.yaml:6:87: registries[4].serviceentry.kubernetes.clusters: want at least one registry of kind kubernetes`,
+		}},
 		{file: "bad/same-address.yaml", problems: 1, want: []string{
 			`bad/same-address.yaml:2:12: admin.address: xds (127.0.0.1:15010) and admin (127.0.0.1:15010) listen on the same port`,
 		}},

@@ -68,6 +68,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	cfg.Path = path
 	cfg.root = root
+	bindClusters(cfg)
 	return cfg, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // Validate checks the name and that exactly one of dir and kubernetes is
@@ -220,31 +220,15 @@ func domainConflicts(regs []Registry) [][2]int {
 	return slices.Compact(out)
 }
 
-var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
 // checkName checks an RFC 1123 label.
 func checkName(s string) error {
 	if s == "" {
 		return errors.New("must not be empty")
 	}
-	if len(s) > 63 || !labelRE.MatchString(s) {
+	if !validate.Label(s) {
 		return fmt.Errorf("bad name %q: want a DNS label (at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit)", s)
 	}
 	return nil
-}
-
-// isDNSName reports whether s (lowercase) is a DNS name of RFC 1123
-// labels, at most 253 long.
-func isDNSName(s string) bool {
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for lab := range strings.SplitSeq(s, ".") {
-		if len(lab) > 63 || !labelRE.MatchString(lab) {
-			return false
-		}
-	}
-	return true
 }
 
 // checkDomain checks a normalized domain: ASCII (an internationalized
@@ -254,12 +238,12 @@ func checkDomain(d string) error {
 		return errors.New("must not be empty")
 	}
 	if strings.ContainsFunc(d, func(r rune) bool { return r > 0x7f }) {
-		if ascii, err := idna.Lookup.ToASCII(d); err == nil && isDNSName(ascii) {
+		if ascii, err := idna.Lookup.ToASCII(d); err == nil && validate.Name(ascii) {
 			return fmt.Errorf("bad domain %q: domains must be ASCII; write the IDNA form %q", d, ascii)
 		}
 		return fmt.Errorf("bad domain %q: domains must be ASCII (an internationalized name in its IDNA punycode form, xn--...)", d)
 	}
-	if !isDNSName(d) {
+	if !validate.Name(d) {
 		return fmt.Errorf("bad domain %q: want a DNS name like vm.internal", d)
 	}
 	return nil
@@ -282,7 +266,7 @@ func checkAddress(s string) error {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
 	}
-	if !isDNSName(strings.ToLower(host)) {
+	if !validate.Name(strings.ToLower(host)) {
 		return fmt.Errorf("bad address %q: host %q is neither an IP address nor a hostname", s, host)
 	}
 	return nil

@@ -200,3 +200,22 @@ type Launcher interface {
 type LauncherUser interface {
 	SetLauncher(Launcher)
 }
+
+// ClusterUser is implemented by Config blocks that read the Kubernetes
+// clusters of other registries, named in the block (a serviceentry
+// registry reading ServiceEntries from clusters). The loader checks that
+// each named registry is of kind kubernetes, then hands the block those
+// registries' blocks with UseClusters, before New.
+type ClusterUser interface {
+	// ClusterRefs returns the registry names the block reads, each with
+	// its dotted key below the block ("kubernetes.clusters[0]").
+	ClusterRefs() []ClusterRef
+	// UseClusters gives the blocks of the named registries, by name; a
+	// name missing from blocks is not usable (the loader reported why).
+	UseClusters(blocks map[string]Config)
+}
+
+// ClusterRef is one registry a ClusterUser names, at Key.
+type ClusterRef struct {
+	Key, Name string
+}

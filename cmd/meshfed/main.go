@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/registries/serviceentry"
 )
 
 // exitError carries a process exit code through cobra without printing.
@@ -156,6 +157,10 @@ The Istio VirtualServices and DestinationRules of the configSources
 directories it names, and of every --config-dir, are checked too, offline:
 "ok: KIND NS/NAME (FILE:LINE)" on stdout per valid object, "rejected:
 FILE:LINE KIND NS/NAME: REASON" on stderr per refused one (exit code 1).
+The ServiceEntries and WorkloadEntries of every --config-dir are checked
+the same way, as a serviceentry registry reads them (the domain rule
+needs a registry's domain and is checked when meshfed runs); those of
+serviceentry registries in the clusters.yaml are checked with its files.
 A Kubernetes config source is named but not read: its objects are checked
 when meshfed runs (see /debug/configz).`,
 		Args: cobra.MaximumNArgs(1),
@@ -184,20 +189,29 @@ when meshfed runs (see /debug/configz).`,
 					dirs = append(dirs, istioconfig.Dir{Name: c.Name, Path: c.Dir})
 				}
 			}
+			bad := false
 			for _, d := range configDirs {
 				dirs = append(dirs, istioconfig.Dir{Name: d, Path: d})
+				inForce, rejected := serviceentry.CheckDir(d)
+				for _, o := range inForce {
+					fmt.Fprintln(cmd.OutOrStdout(), "ok:", serviceentry.Describe(o))
+				}
+				for _, r := range rejected {
+					fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", r.String())
+				}
+				bad = bad || len(rejected) > 0
 			}
-			if len(dirs) == 0 {
-				return nil
+			if len(dirs) > 0 {
+				st := istioconfig.Validate(dirs...)
+				for _, o := range st.InForce {
+					fmt.Fprintf(cmd.OutOrStdout(), "ok: %s %s/%s (%s)\n", o.Kind, o.Namespace, o.Name, o.Source)
+				}
+				for _, r := range st.Rejected {
+					fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", r.String())
+				}
+				bad = bad || len(st.Rejected) > 0
 			}
-			st := istioconfig.Validate(dirs...)
-			for _, o := range st.InForce {
-				fmt.Fprintf(cmd.OutOrStdout(), "ok: %s %s/%s (%s)\n", o.Kind, o.Namespace, o.Name, o.Source)
-			}
-			for _, r := range st.Rejected {
-				fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", r.String())
-			}
-			if len(st.Rejected) > 0 {
+			if bad {
 				return exitError{1}
 			}
 			return nil

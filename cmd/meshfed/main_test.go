@@ -298,3 +298,45 @@ func TestValidateConfigDir(t *testing.T) {
 		t.Errorf("stderr %q, want %q", errOut, want)
 	}
 }
+
+// TestValidateConfigDirServiceEntries: --config-dir checks ServiceEntries
+// and WorkloadEntries too, each problem with its file:line.
+func TestValidateConfigDirServiceEntries(t *testing.T) {
+	t.Parallel()
+	out, errOut, err := execute(t, "validate", "--config-dir", "../../examples/serviceentry/istio")
+	if err != nil {
+		t.Fatalf("examples/serviceentry/istio: %v\n%s", err, errOut)
+	}
+	if w := "ok: WorkloadEntry shop/orders-vm-1 (../../examples/serviceentry/istio/workloads.yaml:1)"; !strings.Contains(out, w) {
+		t.Errorf("stdout %q, want %q", out, w)
+	}
+	dir := t.TempDir()
+	body := "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: pay, namespace: shop}\n" +
+		"spec:\n  hosts: [pay.ext.example, \"*.ext.example\"]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  workloadSelector: {labels: {app: pay}}\n---\n" +
+		"apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm-1, namespace: shop}\nspec:\n  address: unix:///x.sock\n---\n" +
+		"apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm-2, namespace: shop}\nspec: {address: 10.0.0.2, labels: {app: pay}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "se.yaml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err = execute(t, "validate", "--config-dir", dir)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate of a bad dir: err %v, want exit code 1", err)
+	}
+	for _, w := range []string{"ok: ServiceEntry shop/pay (" + dir + "/se.yaml:1)", "ok: WorkloadEntry shop/vm-2 (" + dir + "/se.yaml:15)"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stdout %q, want %q", out, w)
+		}
+	}
+	for _, w := range []string{
+		"rejected: " + dir + "/se.yaml:9 WorkloadEntry shop/vm-1: object rejected: spec.address: \"unix:///x.sock\": Unix domain socket endpoints are not served",
+		"rejected: *.ext.example: ServiceEntry shop/pay host \"*.ext.example\" (" + dir + "/se.yaml:5): host rejected: wildcard hosts",
+	} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr %q, want %q", errOut, w)
+		}
+	}
+	if strings.Contains(out, "vm-1") {
+		t.Errorf("stdout %q lists the rejected vm-1 as ok", out)
+	}
+}

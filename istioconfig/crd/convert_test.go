@@ -35,6 +35,11 @@ func TestConvert(t *testing.T) {
 		Spec: apinetworking.DestinationRule{Host: "orders.shop.svc.cluster.local",
 			Subsets: []*apinetworking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}}}},
 	}
+	se := &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "pay"},
+		Spec: apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+			WorkloadSelector: &apinetworking.WorkloadSelector{Labels: map[string]string{"app": "pay"}}}}
+	we := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "vm-1"},
+		Spec: apinetworking.WorkloadEntry{Address: "10.1.0.1", Labels: map[string]string{"app": "pay"}}}
 	tests := []struct {
 		name       string
 		obj        any
@@ -48,6 +53,10 @@ func TestConvert(t *testing.T) {
 			wantSource: "shop/orders (east)", wantSpec: &vs.Spec},
 		{name: "destination rule", obj: dr, wantOK: true, wantKind: istioconfig.KindDestinationRule, wantName: "orders-dr",
 			wantSource: "shop/orders-dr (east)", wantSpec: &dr.Spec},
+		{name: "service entry", obj: se, wantOK: true, wantKind: KindServiceEntry, wantName: "pay",
+			wantSource: "shop/pay (east)", wantSpec: &se.Spec},
+		{name: "workload entry", obj: we, wantOK: true, wantKind: KindWorkloadEntry, wantName: "vm-1",
+			wantSource: "shop/vm-1 (east)", wantSpec: &we.Spec},
 		{name: "tombstone", obj: cache.DeletedFinalStateUnknown{Key: "shop/orders", Obj: vs}},
 		{name: "other type", obj: &metav1.Status{}},
 	}
@@ -112,12 +121,17 @@ func TestExplain(t *testing.T) {
 		want string
 	}{
 		{name: "no CRDs", err: fmt.Errorf("virtualservices: %w", apierrors.NewNotFound(gr, "")), want: "install Istio's CRDs"},
-		{name: "no rights", err: fmt.Errorf("virtualservices: %w", apierrors.NewForbidden(gr, "", errors.New("no"))), want: "grant get, list and watch"},
+		{name: "no rights", err: fmt.Errorf("virtualservices: %w", apierrors.NewForbidden(gr, "", errors.New("no"))), want: "grant get, list and watch on virtualservices, destinationrules of"},
 		{name: "other", err: errors.New("connection refused"), want: "connection refused"},
 	}
+	c := New(Options{Clusters: []Cluster{{Name: "east"}}}).clusters[0]
 	for _, tc := range tests {
-		if got := explain(tc.err); !strings.Contains(got, tc.want) || !strings.HasPrefix(got, tc.err.Error()) {
+		if got := c.explain(tc.err); !strings.Contains(got, tc.want) || !strings.HasPrefix(got, tc.err.Error()) {
 			t.Errorf("%s: explain = %q, want the error and %q", tc.name, got, tc.want)
 		}
+	}
+	se := New(Options{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindServiceEntry, KindWorkloadEntry}}).clusters[0]
+	if got := se.explain(tests[1].err); !strings.Contains(got, "grant get, list and watch on serviceentries, workloadentries of networking.istio.io") {
+		t.Errorf("explain for a ServiceEntry reader = %q, want the resources it reads named", got)
 	}
 }

@@ -3,7 +3,9 @@
 // Kubernetes clusters — those of registries of kind kubernetes, with
 // their credentials — and hands them to istioconfig as a Feed, so they go
 // through the same per-object gate, debounce and incremental translation
-// as the objects of a directory (docs/architecture.md §3.6).
+// as the objects of a directory (docs/architecture.md §3.6). The
+// serviceentry registry reads ServiceEntries and WorkloadEntries through
+// the same Source (Options.Kinds), as FeedParts.
 //
 // # Types and versions
 //
@@ -49,12 +51,14 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/client-go/pkg/clientset/versioned"
+	networkingclient "istio.io/client-go/pkg/clientset/versioned/typed/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -92,13 +96,56 @@ type Options struct {
 	Clusters []Cluster
 	// Namespaces limits the source to these namespaces; empty: all.
 	Namespaces []string
-	Logger     *slog.Logger
+	// Kinds are the kinds read (KindServiceEntry, KindWorkloadEntry,
+	// istioconfig.KindVirtualService, istioconfig.KindDestinationRule);
+	// empty: VirtualServices and DestinationRules.
+	Kinds  []string
+	Logger *slog.Logger
+}
+
+// Kinds read besides istioconfig's (by the serviceentry registry).
+const (
+	KindServiceEntry  = "ServiceEntry"
+	KindWorkloadEntry = "WorkloadEntry"
+)
+
+// resource is how one kind is listed and watched in a namespace.
+type resource struct {
+	plural string
+	object runtime.Object
+	list   func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch
+}
+
+// resources are the kinds a Source can read.
+var resources = map[string]resource{
+	istioconfig.KindVirtualService: {"virtualservices", &networkingv1.VirtualService{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.VirtualServices(ns).List, nw.VirtualServices(ns).Watch)
+	}},
+	istioconfig.KindDestinationRule: {"destinationrules", &networkingv1.DestinationRule{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.DestinationRules(ns).List, nw.DestinationRules(ns).Watch)
+	}},
+	KindServiceEntry: {"serviceentries", &networkingv1.ServiceEntry{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.ServiceEntries(ns).List, nw.ServiceEntries(ns).Watch)
+	}},
+	KindWorkloadEntry: {"workloadentries", &networkingv1.WorkloadEntry{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.WorkloadEntries(ns).List, nw.WorkloadEntries(ns).Watch)
+	}},
+}
+
+func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: w,
+	}
 }
 
 // Source reads the CRDs of its clusters. It implements istioconfig.Feed.
 type Source struct {
 	name       string
 	namespaces []string
+	kinds      []string
 	log        *slog.Logger
 	clusters   []*cluster
 }
@@ -115,8 +162,17 @@ func New(o Options) *Source {
 	if len(s.namespaces) == 0 {
 		s.namespaces = []string{metav1.NamespaceAll}
 	}
+	s.kinds = slices.Clone(o.Kinds)
+	if len(s.kinds) == 0 {
+		s.kinds = []string{istioconfig.KindVirtualService, istioconfig.KindDestinationRule}
+	}
+	for _, k := range s.kinds {
+		if _, ok := resources[k]; !ok {
+			panic("crd.New: unknown kind " + k)
+		}
+	}
 	for _, c := range o.Clusters {
-		s.clusters = append(s.clusters, &cluster{Cluster: c, log: log.With("cluster", c.Name)})
+		s.clusters = append(s.clusters, &cluster{Cluster: c, kinds: s.kinds, log: log.With("cluster", c.Name)})
 	}
 	return s
 }
@@ -147,7 +203,8 @@ func (s *Source) Parts() []istioconfig.FeedPart {
 // cluster is the state of one cluster.
 type cluster struct {
 	Cluster
-	log *slog.Logger
+	kinds []string
+	log   *slog.Logger
 
 	mu        sync.Mutex
 	failed    error // credentials could not be used
@@ -165,7 +222,7 @@ func (c *cluster) part() istioconfig.FeedPart {
 		p.Failed, p.Err = true, c.failed.Error()
 	case c.tracker != nil:
 		if err := c.tracker.Err(); err != nil {
-			p.Err = explain(err)
+			p.Err = c.explain(err)
 		}
 	}
 	if !c.synced {
@@ -183,14 +240,18 @@ func (c *cluster) part() istioconfig.FeedPart {
 
 // explain adds what to do to the error of a cluster without Istio's CRDs
 // or without the rights to read them.
-func explain(err error) string {
+func (c *cluster) explain(err error) string {
 	var se apierrors.APIStatus
 	if errors.As(err, &se) {
 		switch se.Status().Code {
 		case 404:
 			return err.Error() + " (networking.istio.io/v1 is not served: install Istio's CRDs, Istio 1.22 or later)"
 		case 403:
-			return err.Error() + " (grant get, list and watch on virtualservices and destinationrules of networking.istio.io, as the Helm chart's ClusterRole does)"
+			plurals := make([]string, len(c.kinds))
+			for i, k := range c.kinds {
+				plurals[i] = resources[k].plural
+			}
+			return err.Error() + " (grant get, list and watch on " + strings.Join(plurals, ", ") + " of networking.istio.io, as the Helm chart's ClusterRole does)"
 		}
 	}
 	return err.Error()
@@ -240,24 +301,11 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 			suffix = "/" + ns
 		}
 		nw := cs.NetworkingV1()
-		infs = append(infs,
-			tr.Informer("virtualservices"+suffix, &cache.ListWatch{
-				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					return nw.VirtualServices(ns).List(ctx, o)
-				},
-				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-					return nw.VirtualServices(ns).Watch(ctx, o)
-				},
-			}, &networkingv1.VirtualService{}, cache.SharedIndexInformerOptions{ObjectDescription: "virtualservices" + suffix}),
-			tr.Informer("destinationrules"+suffix, &cache.ListWatch{
-				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					return nw.DestinationRules(ns).List(ctx, o)
-				},
-				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-					return nw.DestinationRules(ns).Watch(ctx, o)
-				},
-			}, &networkingv1.DestinationRule{}, cache.SharedIndexInformerOptions{ObjectDescription: "destinationrules" + suffix}),
-		)
+		for _, k := range c.kinds {
+			res := resources[k]
+			infs = append(infs, tr.Informer(res.plural+suffix, res.list(nw, ns), res.object,
+				cache.SharedIndexInformerOptions{ObjectDescription: res.plural + suffix}))
+		}
 	}
 	for _, inf := range infs {
 		if err := inf.SetTransform(slim); err != nil {
@@ -286,7 +334,7 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 				return
 			case <-tr.Changed():
 				if err := tr.Err(); err != nil {
-					c.log.Warn("Kubernetes config source degraded; last objects kept", "err", explain(err))
+					c.log.Warn("Kubernetes config source degraded; last objects kept", "err", c.explain(err))
 				} else {
 					c.log.Info("Kubernetes config source connected")
 				}
@@ -320,9 +368,9 @@ func slim(obj any) (any, error) {
 	return obj, nil
 }
 
-// Convert turns a cached VirtualService or DestinationRule of cluster
-// into a feed object with a copy of its spec; ok is false for anything
-// else (including cache tombstones).
+// Convert turns a cached VirtualService, DestinationRule, ServiceEntry or
+// WorkloadEntry of cluster into a feed object with a copy of its spec; ok
+// is false for anything else (including cache tombstones).
 func Convert(obj any, cluster string) (o istioconfig.FeedObject, ok bool) {
 	var spec proto.Message
 	var meta metav1.ObjectMeta
@@ -331,6 +379,10 @@ func Convert(obj any, cluster string) (o istioconfig.FeedObject, ok bool) {
 		o.Kind, meta, spec = istioconfig.KindVirtualService, t.ObjectMeta, &t.Spec
 	case *networkingv1.DestinationRule:
 		o.Kind, meta, spec = istioconfig.KindDestinationRule, t.ObjectMeta, &t.Spec
+	case *networkingv1.ServiceEntry:
+		o.Kind, meta, spec = KindServiceEntry, t.ObjectMeta, &t.Spec
+	case *networkingv1.WorkloadEntry:
+		o.Kind, meta, spec = KindWorkloadEntry, t.ObjectMeta, &t.Spec
 	default:
 		return o, false
 	}

@@ -324,6 +324,28 @@ func TestRealRBACIsEnough(t *testing.T) {
 		t.Errorf("sources = %+v", st.Sources)
 	}
 
+	// ServiceEntries and WorkloadEntries (the serviceentry registry's
+	// read) too.
+	if _, err := istioClient(t, api).NetworkingV1().ServiceEntries("shop").Create(ctx, &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "pay"},
+		Spec: apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+			Resolution: apinetworking.ServiceEntry_DNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seSrc := New(Options{Name: "vms", Clusters: []Cluster{{Name: "east", Connect: c.Connect}}, Kinds: []string{KindServiceEntry, KindWorkloadEntry}})
+	seCtx, seCancel := context.WithCancel(ctx)
+	seDone := make(chan struct{})
+	go func() { defer close(seDone); _ = seSrc.Run(seCtx, func() {}) }()
+	defer func() { seCancel(); <-seDone }()
+	for deadline := time.Now().Add(realTimeout); ; time.Sleep(50 * time.Millisecond) {
+		p := seSrc.Parts()[0]
+		if p.Synced && p.Err == "" && len(p.Objects) == 1 && p.Objects[0].Source == "shop/pay (east)" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ServiceEntries not read with the chart's RBAC: %+v", p)
+		}
+	}
+
 	rc, closeConns, err := c.Connect()
 	if err != nil {
 		t.Fatal(err)

@@ -3,12 +3,12 @@ package consul
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // Defaults of the `consul:` block.
@@ -108,7 +108,7 @@ func (c *Config) ApplyDefaults() {
 
 // Validate implements registries.Config.
 func (c *Config) Validate() error {
-	if _, port, err := net.SplitHostPort(c.Address); err != nil || port == "" {
+	if _, _, err := validate.HostPort(c.Address); err != nil {
 		return registries.FieldErr("address", "%q is not host:port", c.Address)
 	}
 	if c.Scheme != "http" && c.Scheme != "https" {

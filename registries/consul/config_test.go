@@ -14,7 +14,7 @@ import (
 func load(t *testing.T, name string) (*Config, error) {
 	t.Helper()
 	var c Config
-	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", name), &c)
+	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", "config", name), &c)
 }
 
 func TestConfigGood(t *testing.T) {
@@ -23,7 +23,7 @@ func TestConfigGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := filepath.Abs("testdata") // relative paths resolve against the file's directory
+	dir, err := filepath.Abs(filepath.Join("testdata", "config")) // relative paths resolve against the file's directory
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	registrytest.CheckBadConfigs(t, "testdata", func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+	registrytest.CheckBadConfigs(t, filepath.Join("testdata", "config"), func() registries.Config { return new(Config) }, []registrytest.BadConfig{
 		{File: "bad-address.yaml", Key: "address", Err: "not host:port"},
 		{File: "bad-scheme.yaml", Key: "scheme", Err: "not http or https"},
 		{File: "bad-waittime.yaml", Key: "waitTime", Err: "out of range"},

@@ -15,15 +15,12 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
 	"github.com/meshfed/meshfed/test/servers"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const wait = 30 * time.Second
 

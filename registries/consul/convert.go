@@ -3,14 +3,14 @@ package consul
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/portplan"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // Keys read from Consul metadata.
@@ -24,8 +24,6 @@ const (
 	metaSubZone = "subzone"
 )
 
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // convert turns the health entries of one Consul service into a service;
 // dc is the configured datacenter, used when a node does not name its own.
 // Malformed instances are rejected one by one; the rest are kept.
@@ -37,17 +35,19 @@ func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) 
 			Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...),
 		})
 	}
-	if !dnsLabel.MatchString(strings.ToLower(name)) {
+	if !validate.Label(strings.ToLower(name)) {
 		reject("service "+name, "service name is not a DNS label, so it cannot be a hostname")
 		return out
 	}
 
-	type inst struct {
+	// Validate each instance and collect the votes for the protocol, which
+	// names the one port.
+	type valid struct {
 		ep   model.Endpoint
 		port uint32
 		ip   bool
 	}
-	insts := make([]inst, 0, len(entries))
+	kept := make([]valid, 0, len(entries))
 	protoVotes := map[string]int{}
 	for _, e := range entries {
 		if e == nil || e.Service == nil || e.Node == nil {
@@ -63,7 +63,7 @@ func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) 
 		case addr == "":
 			reject(subject, "instance has no address (neither service nor node address)")
 			continue
-		case s.Port <= 0 || s.Port > 65535:
+		case !validate.Port(int64(s.Port)):
 			reject(subject, "instance port %d is out of range 1-65535", s.Port)
 			continue
 		}
@@ -84,48 +84,28 @@ func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) 
 			Origin:   subject,
 		}
 		ep.Health, ep.Weight = health(e.Checks.AggregatedStatus(), s.Weights)
-		insts = append(insts, inst{ep: ep, port: uint32(s.Port), ip: isIP})
+		kept = append(kept, valid{ep: ep, port: uint32(s.Port), ip: isIP})
 		protoVotes[strings.ToLower(s.Meta[metaProtocol])]++
-	}
-
-	// An EDS service needs IPs, a DNS one hostnames: when both appear, keep
-	// the IPs and reject the hostnames.
-	anyIP := slices.ContainsFunc(insts, func(i inst) bool { return i.ip })
-	kept := insts[:0]
-	for _, i := range insts {
-		if anyIP && !i.ip {
-			reject(i.ep.Origin, "address %q is a hostname while other instances use IPs", i.ep.Address)
-			continue
-		}
-		kept = append(kept, i)
-	}
-	if len(kept) == 0 {
-		return out
 	}
 
 	proto, err := model.ParseProtocol(registries.Majority(protoVotes, ""))
 	if err != nil {
 		proto = model.ProtocolTCP
 	}
-	portVotes := map[uint32]int{}
-	for _, i := range kept {
-		portVotes[i.port]++
+	portName := strings.ToLower(string(proto))
+	planned := make([]portplan.Instance, len(kept))
+	for i, v := range kept {
+		planned[i] = portplan.Instance{Endpoint: v.ep, IP: v.ip, Ports: map[string]portplan.Port{portName: {Number: v.port, Protocol: proto}}}
 	}
-	port := model.Port{Name: strings.ToLower(string(proto)), Number: registries.Majority(portVotes, 0), Protocol: proto}
-
-	svc := model.Service{Hostname: host, Ports: []model.Port{port}, Resolution: model.ResolutionEDS}
-	if !anyIP {
-		svc.Resolution = model.ResolutionDNS
+	res, ok := portplan.Plan(planned, portplan.Options{}, portplan.Rejects{
+		HostnameAmongIPs: func(in portplan.Instance) {
+			reject(in.Endpoint.Origin, "address %q is a hostname while other instances use IPs", in.Endpoint.Address)
+		},
+	})
+	if !ok {
+		return out
 	}
-	svc.Endpoints = make([]model.Endpoint, 0, len(kept))
-	for _, i := range kept {
-		if i.port != port.Number {
-			i.ep.Ports = map[string]uint32{port.Name: i.port}
-		}
-		svc.Endpoints = append(svc.Endpoints, i.ep)
-	}
-	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int { return strings.Compare(a.Origin, b.Origin) })
-	out.Services = []model.Service{svc}
+	out.Services = []model.Service{{Hostname: host, Ports: res.Ports, Resolution: res.Resolution, Endpoints: res.Endpoints}}
 	return out
 }
 

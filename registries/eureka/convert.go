@@ -1,16 +1,18 @@
 package eureka
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
-	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/hudl/fargo"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/portplan"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // Keys read from instance metadata.
@@ -33,22 +35,11 @@ const (
 	portHTTPS = "https" // the instance's securePort, TLS passed through (TCP)
 )
 
-var (
-	dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	dnsName  = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
-)
-
-// portSet says which of an instance's ports are enabled and valid.
-type portSet uint8
-
-const (
-	hasHTTP portSet = 1 << iota
-	hasHTTPS
-)
-
 // convertApp turns the instances of one Eureka app into a service named
-// <app-lowercased>.<domain>. Malformed instances are rejected one by one;
-// the rest are kept. It does not modify insts.
+// <app-lowercased>.<domain>, in three steps: validate each instance,
+// decide which ports it serves, and materialise the service with the
+// shared port plan. Malformed instances are rejected one by one; the rest
+// are kept. It does not modify insts.
 func convertApp(c registries.Common, cfg *Config, app string, insts []*instance) registries.Converted {
 	var out registries.Converted
 	name := strings.ToLower(app)
@@ -58,173 +49,123 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 			Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...),
 		})
 	}
-	if !dnsLabel.MatchString(name) {
+	if !validate.Label(name) {
 		reject("app "+app, "app name is not a DNS label once lowercased, so it cannot be a hostname")
 		return out
 	}
-
-	type inst struct {
-		ep          model.Endpoint
-		ports       portSet
-		http, https uint32
-		ip          bool
-	}
-	kept := make([]inst, 0, len(insts))
-	protoVotes := map[model.Protocol]int{}
+	planned := make([]portplan.Instance, 0, len(insts))
 	for _, in := range insts {
-		subject := in.id()
-		if subject == "" {
-			subject = "instance without instanceId or hostName"
-		}
-		if in.problem != "" {
-			reject(subject, "%s", in.problem)
-			continue
-		}
-		meta, err := parseMetadata(in.Metadata.Raw)
+		v, err := validateInstance(cfg, in)
 		if err != nil {
-			reject(subject, "%v", err)
+			reject(v.subject, "%s", err)
 			continue
 		}
-		addr, what := in.IPAddr, "ipAddr"
-		if cfg.UseHostName {
-			addr, what = in.HostName, "hostName"
+		planned = append(planned, decide(c, v))
+	}
+	res, ok := portplan.Plan(planned, portplan.Options{
+		Protocol: func(string) model.Protocol { return cfg.Protocol },
+	}, portplan.Rejects{
+		HostnameAmongIPs: func(in portplan.Instance) {
+			reject(in.Endpoint.Origin, "hostName %q is not an IP address while other instances use IPs", in.Endpoint.Address)
+		},
+		ServesNoPort: func(in portplan.Instance) {
+			reject(in.Endpoint.Origin, "instance enables only securePort %d, the number of the app's port", in.Ports[portHTTPS].Number)
+		},
+	})
+	if !ok {
+		return out
+	}
+	out.Services = []model.Service{{Hostname: host, Ports: res.Ports, Resolution: res.Resolution, Endpoints: res.Endpoints}}
+	return out
+}
+
+// valid is an instance that passed validateInstance.
+type valid struct {
+	in      *instance
+	subject string            // names the instance in rejections and origins
+	addr    string            // canonical if an IP
+	ip      bool              // addr is an IP address
+	meta    map[string]string // metadata, parsed
+}
+
+// validateInstance checks one instance: metadata, address (ipAddr, or
+// hostName with useHostName) and enabled ports. The error says why it is
+// rejected.
+func validateInstance(cfg *Config, in *instance) (valid, error) {
+	v := valid{in: in, subject: in.id()}
+	if v.subject == "" {
+		v.subject = "instance without instanceId or hostName"
+	}
+	if in.problem != "" {
+		return v, errors.New(in.problem)
+	}
+	meta, err := parseMetadata(in.Metadata.Raw)
+	if err != nil {
+		return v, err
+	}
+	v.meta = meta
+	addr, what := in.IPAddr, "ipAddr"
+	if cfg.UseHostName {
+		addr, what = in.HostName, "hostName"
+	}
+	addr = strings.TrimSpace(addr)
+	ip, ipErr := netip.ParseAddr(addr)
+	switch {
+	case addr == "":
+		return v, fmt.Errorf("instance has no %s", what)
+	case !cfg.UseHostName && ipErr != nil:
+		return v, fmt.Errorf("ipAddr %q is not an IP address", addr)
+	case ipErr != nil && !validate.Hostname(addr):
+		return v, fmt.Errorf("hostName %q is neither an IP address nor a DNS name", addr)
+	case ipErr == nil:
+		addr = ip.String()
+	}
+	v.addr, v.ip = addr, ipErr == nil
+	if in.PortEnabled && !validate.Port(int64(in.Port)) {
+		return v, fmt.Errorf("port %d is out of range 1-65535", in.Port)
+	}
+	if in.SecurePortEnabled && !validate.Port(int64(in.SecurePort)) {
+		return v, fmt.Errorf("securePort %d is out of range 1-65535", in.SecurePort)
+	}
+	if !in.PortEnabled && !in.SecurePortEnabled {
+		return v, errors.New("instance has no enabled port (port and securePort are both disabled)")
+	}
+	return v, nil
+}
+
+// decide says what a valid instance serves: its port as http (with its
+// meshfed.protocol as the vote for the port's protocol), its securePort
+// as https (TCP, TLS passed through), and its endpoint.
+func decide(c registries.Common, v valid) portplan.Instance {
+	in := v.in
+	ports := map[string]portplan.Port{}
+	if in.PortEnabled {
+		p := portplan.Port{Number: uint32(in.Port)}
+		if proto, err := model.ParseProtocol(v.meta[metaProtocol]); err == nil {
+			p.Protocol = proto
 		}
-		addr = strings.TrimSpace(addr)
-		ip, ipErr := netip.ParseAddr(addr)
-		switch {
-		case addr == "":
-			reject(subject, "instance has no %s", what)
-			continue
-		case !cfg.UseHostName && ipErr != nil:
-			reject(subject, "ipAddr %q is not an IP address", addr)
-			continue
-		case ipErr != nil && !dnsName.MatchString(addr):
-			reject(subject, "hostName %q is neither an IP address nor a DNS name", addr)
-			continue
-		case ipErr == nil:
-			addr = ip.String()
-		}
-		var i inst
-		if in.PortEnabled {
-			if in.Port <= 0 || in.Port > 65535 {
-				reject(subject, "port %d is out of range 1-65535", in.Port)
-				continue
-			}
-			i.ports |= hasHTTP
-			i.http = uint32(in.Port)
-		}
-		if in.SecurePortEnabled {
-			if in.SecurePort <= 0 || in.SecurePort > 65535 {
-				reject(subject, "securePort %d is out of range 1-65535", in.SecurePort)
-				continue
-			}
-			i.ports |= hasHTTPS
-			i.https = uint32(in.SecurePort)
-		}
-		if i.ports == 0 {
-			reject(subject, "instance has no enabled port (port and securePort are both disabled)")
-			continue
-		}
-		if p, err := model.ParseProtocol(meta[metaProtocol]); err == nil {
-			protoVotes[p]++
-		}
-		delete(meta, metaProtocol)
-		if len(meta) == 0 {
-			meta = nil
-		}
-		i.ip = ipErr == nil
-		i.ep = model.Endpoint{
-			Address:  addr,
-			Labels:   meta,
-			Locality: locality(c.Locality, meta, in.DataCenterInfo),
+		ports[portHTTP] = p
+	}
+	if in.SecurePortEnabled {
+		ports[portHTTPS] = portplan.Port{Number: uint32(in.SecurePort), Protocol: model.ProtocolTCP}
+	}
+	labels := maps.Clone(v.meta)
+	delete(labels, metaProtocol)
+	if len(labels) == 0 {
+		labels = nil
+	}
+	return portplan.Instance{
+		IP:    v.ip,
+		Ports: ports,
+		Endpoint: model.Endpoint{
+			Address:  v.addr,
+			Labels:   labels,
+			Locality: locality(c.Locality, labels, in.DataCenterInfo),
 			Health:   health(in.Status),
 			Source:   model.Source{Registry: c.Name, Cluster: c.Name},
-			Origin:   subject,
-		}
-		kept = append(kept, i)
+			Origin:   v.subject,
+		},
 	}
-
-	// An EDS service needs IPs, a DNS one hostnames: when both appear, keep
-	// the IPs and reject the hostnames.
-	anyIP := slices.ContainsFunc(kept, func(i inst) bool { return i.ip })
-	// The app serves every port one of its instances enables, each on the
-	// number most of those instances give; an instance that does not
-	// enable one of them is marked NotServed on it (left out of that
-	// port's endpoints), not rejected.
-	final := kept[:0]
-	var union portSet
-	httpVotes, httpsVotes := map[uint32]int{}, map[uint32]int{}
-	for _, i := range kept {
-		if anyIP && !i.ip {
-			reject(i.ep.Origin, "hostName %q is not an IP address while other instances use IPs", i.ep.Address)
-			continue
-		}
-		union |= i.ports
-		if i.ports&hasHTTP != 0 {
-			httpVotes[i.http]++
-		}
-		if i.ports&hasHTTPS != 0 {
-			httpsVotes[i.https]++
-		}
-		final = append(final, i)
-	}
-	if len(final) == 0 {
-		return out
-	}
-
-	proto := registries.Majority(protoVotes, cfg.Protocol)
-	var ports []model.Port
-	if union&hasHTTP != 0 {
-		ports = append(ports, model.Port{Name: portHTTP, Number: registries.Majority(httpVotes, 0), Protocol: proto})
-	}
-	if union&hasHTTPS != 0 {
-		// One number cannot be two ports: the secure port takes the most
-		// given number that is not the plain port's, and is left out if
-		// there is none.
-		for _, n := range registries.Ranked(httpsVotes) {
-			if union&hasHTTP == 0 || n != ports[0].Number {
-				ports = append(ports, model.Port{Name: portHTTPS, Number: n, Protocol: model.ProtocolTCP})
-				break
-			}
-		}
-	}
-
-	svc := model.Service{Hostname: host, Ports: ports, Resolution: model.ResolutionEDS}
-	if !anyIP {
-		svc.Resolution = model.ResolutionDNS
-	}
-	svc.Endpoints = make([]model.Endpoint, 0, len(final))
-	for _, i := range final {
-		served := 0
-		for _, p := range ports {
-			n, has := i.http, i.ports&hasHTTP != 0
-			if p.Name == portHTTPS {
-				n, has = i.https, i.ports&hasHTTPS != 0
-			}
-			if !has {
-				n = model.NotServed
-			} else {
-				served++
-			}
-			if n != p.Number {
-				if i.ep.Ports == nil {
-					i.ep.Ports = map[string]uint32{}
-				}
-				i.ep.Ports[p.Name] = n
-			}
-		}
-		if served == 0 {
-			reject(i.ep.Origin, "instance enables only securePort %d, the number of the app's port", i.https)
-			continue
-		}
-		svc.Endpoints = append(svc.Endpoints, i.ep)
-	}
-	if len(svc.Endpoints) == 0 {
-		return out
-	}
-	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int { return strings.Compare(a.Origin, b.Origin) })
-	out.Services = []model.Service{svc}
-	return out
 }
 
 // health maps Eureka's status: UP → HEALTHY; OUT_OF_SERVICE → DRAINING

@@ -14,15 +14,12 @@ import (
 
 	"github.com/hudl/fargo"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
 	"github.com/meshfed/meshfed/test/servers"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // visible bounds how long a change takes to reach the sink: Polaris shows
 // a registration after ~1-5s, the registry polls every second.

@@ -1,7 +1,9 @@
 package file
 
 import (
+	"log/slog"
 	"path/filepath"
+	"strings"
 
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
@@ -55,4 +57,29 @@ func (c *Config) Files() []registries.FileRef {
 
 func init() {
 	registries.Register(registries.Kind{Name: "file", NewConfig: func() registries.Config { return new(Config) }, Collectors: Collectors})
+}
+
+// New implements registries.Config. It does no I/O: a missing file is not
+// an error at start (see Registry).
+func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	settle := c.Settle.Std()
+	if settle <= 0 {
+		settle = DefaultSettle
+	}
+	return &Registry{
+		common:   common,
+		patterns: c.patterns().Cleaned(),
+		log:      log.With("path", strings.Join(c.patterns().All(), ",")),
+		quiet:    filewatch.DefaultQuiet,
+		maxWait:  filewatch.DefaultMaxWait,
+		settle:   settle,
+		interval: filewatch.DefaultInterval,
+		confirm:  DefaultConfirmAfter,
+	}, nil
 }

@@ -3,7 +3,6 @@ package file
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/validate"
 	"github.com/meshfed/meshfed/registries/yamlconf"
 )
 
@@ -160,9 +160,6 @@ func (p *parse) line(key string) int {
 	return 0
 }
 
-// dnsLabel is an RFC 1123 label, as Kubernetes names are.
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-
 func (p *parse) convert(entries []serviceEntry, c registries.Common) []model.Service {
 	out := make([]model.Service, 0, len(entries))
 	for i, se := range entries {
@@ -183,7 +180,7 @@ func (p *parse) service(i int, se serviceEntry, epLines []int, c registries.Comm
 		switch {
 		case se.Name == "":
 			p.errorf(child(key, "name"), "is required")
-		case !dnsLabel.MatchString(se.Name):
+		case !validate.Label(se.Name):
 			p.errorf(child(key, "name"), "%q is not a DNS label (lowercase letters, digits and '-', at most 63)", se.Name)
 		case names[se.Name] != "":
 			p.errorf(child(key, "name"), "service %q is already declared at line %d", se.Name, p.line(names[se.Name]))
@@ -235,7 +232,7 @@ func (p *parse) ports(svcKey string, entries []portEntry) []model.Port {
 		switch {
 		case pe.Name == "":
 			p.errorf(child(key, "name"), "is required")
-		case !dnsLabel.MatchString(pe.Name):
+		case !validate.Label(pe.Name):
 			p.errorf(child(key, "name"), "%q is not a DNS label (lowercase letters, digits and '-', at most 63)", pe.Name)
 		case names[pe.Name]:
 			p.errorf(child(key, "name"), "port name %q is declared twice", pe.Name)

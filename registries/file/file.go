@@ -10,7 +10,6 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/meshfed/meshfed/model"
@@ -26,31 +25,6 @@ const DefaultSettle = filewatch.DefaultSettle
 // the files stayed unchanged for this long, confirming it to the
 // aggregator's hold-down (filewatch.DefaultConfirmAfter).
 const DefaultConfirmAfter = filewatch.DefaultConfirmAfter
-
-// New implements registries.Config. It does no I/O: a missing file is not
-// an error at start (see Registry).
-func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	settle := c.Settle.Std()
-	if settle <= 0 {
-		settle = DefaultSettle
-	}
-	return &Registry{
-		common:   common,
-		patterns: c.patterns().Cleaned(),
-		log:      log.With("path", strings.Join(c.patterns().All(), ",")),
-		quiet:    filewatch.DefaultQuiet,
-		maxWait:  filewatch.DefaultMaxWait,
-		settle:   settle,
-		interval: filewatch.DefaultInterval,
-		confirm:  DefaultConfirmAfter,
-	}, nil
-}
 
 // Registry publishes the services of one file, or of every file a
 // directory or glob matches, through the shared watch loop

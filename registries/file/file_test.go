@@ -9,14 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/goleak"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const wait = 5 * time.Second
 

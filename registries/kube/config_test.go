@@ -14,7 +14,7 @@ import (
 func load(t *testing.T, name string) (*Config, error) {
 	t.Helper()
 	var c Config
-	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", name), &c)
+	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", "config", name), &c)
 }
 
 func TestConfigGood(t *testing.T) {
@@ -26,7 +26,7 @@ func TestConfigGood(t *testing.T) {
 		{
 			file: "good.yaml",
 			want: Config{
-				Kubeconfig: "testdata/kube/east.kubeconfig", Context: "east-admin", Network: "east-net",
+				Kubeconfig: "testdata/config/kube/east.kubeconfig", Context: "east-admin", Network: "east-net",
 				Namespaces:      []string{"shop", "payments"},
 				SecretDiscovery: &SecretDiscovery{Namespace: "meshfed", Selector: "meshfed/remote=true", Network: "west-net"},
 				QPS:             20, Burst: 40,
@@ -77,7 +77,7 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	registrytest.CheckBadConfigs(t, "testdata", func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+	registrytest.CheckBadConfigs(t, filepath.Join("testdata", "config"), func() registries.Config { return new(Config) }, []registrytest.BadConfig{
 		{File: "bad-context-without-kubeconfig.yaml", Key: "context", Err: "kubeconfig is not"},
 		{File: "bad-namespace.yaml", Key: "namespaces[1]", Err: "not a namespace name"},
 		{File: "bad-namespace-twice.yaml", Key: "namespaces[1]", Err: "listed twice"},

@@ -1,6 +1,7 @@
 package nacos
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // Defaults of the `nacos:` block.
@@ -167,12 +169,12 @@ func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	for i, s := range c.Servers {
 		key := fmt.Sprintf("servers[%d]", i)
-		host, port, err := net.SplitHostPort(s)
-		if err != nil || host == "" {
-			return registries.FieldErr(key, "%q is not host:port", s)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		_, _, err := validate.HostPort(s)
+		switch {
+		case errors.Is(err, validate.ErrPort):
 			return registries.FieldErr(key, "%q: port is not 1-65535", s)
+		case err != nil:
+			return registries.FieldErr(key, "%q is not host:port", s)
 		}
 		if seen[s] {
 			return registries.FieldErr(key, "%q is listed twice", s)

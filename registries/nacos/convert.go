@@ -8,13 +8,14 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/portplan"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // instance is one Nacos instance as both the gRPC API (serviceInfo.hosts)
@@ -78,8 +79,6 @@ const (
 // integer load-balancing weights keeping two decimals: 1.0 → 100, 0.5 → 50.
 const weightScale = 100
 
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // hostname returns the hostname of a Nacos service: <service>.<domain> in
 // DEFAULT_GROUP, <service>.<group>.<domain> in other groups, lowercased;
 // or why there is none. Names are never rewritten beyond lowercasing: a
@@ -87,14 +86,14 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 // collide with another service's.
 func hostname(domain, group, service string) (string, error) {
 	s := strings.ToLower(service)
-	if !dnsLabel.MatchString(s) {
+	if !validate.Label(s) {
 		return "", fmt.Errorf("service name %q is not a DNS label once lowercased (letters, digits and '-', at most 63), so it cannot be a hostname", service)
 	}
 	if group == DefaultGroup {
 		return s + "." + domain, nil
 	}
 	g := strings.ToLower(group)
-	if !dnsLabel.MatchString(g) {
+	if !validate.Label(g) {
 		return "", fmt.Errorf("group name %q is not a DNS label once lowercased, so it cannot be part of a hostname", group)
 	}
 	return s + "." + g + "." + domain, nil
@@ -107,12 +106,6 @@ func (k serviceKey) String() string { return k.group + "@@" + k.name }
 
 func compareKeys(a, b serviceKey) int {
 	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.name, b.name))
-}
-
-// port is one port an instance declares.
-type port struct {
-	number uint32
-	proto  model.Protocol
 }
 
 // convertService turns the instances of one Nacos service into a service.
@@ -132,12 +125,7 @@ func convertService(c registries.Common, cfg *Config, key serviceKey, insts []in
 		return out
 	}
 
-	type inst struct {
-		ep    model.Endpoint
-		ports map[string]port
-		ip    bool
-	}
-	kept := make([]inst, 0, len(insts))
+	planned := make([]portplan.Instance, 0, len(insts))
 	for i := range insts {
 		in := &insts[i]
 		subject := in.id()
@@ -147,13 +135,13 @@ func convertService(c registries.Common, cfg *Config, key serviceKey, insts []in
 		case addr == "":
 			reject(subject, "instance has no ip")
 			continue
-		case ipErr != nil && !dnsName(addr):
+		case ipErr != nil && !validate.Hostname(addr):
 			reject(subject, "ip %q is neither an IP address nor a DNS name", addr)
 			continue
 		case ipErr == nil:
 			addr = ip.Unmap().String()
 		}
-		if in.Port < 1 || in.Port > 65535 {
+		if !validate.Port(in.Port) {
 			reject(subject, "port %d is out of range 1-65535", in.Port)
 			continue
 		}
@@ -171,10 +159,10 @@ func convertService(c registries.Common, cfg *Config, key serviceKey, insts []in
 		}
 		labels[labelEphemeral] = strconv.FormatBool(in.Ephemeral)
 		h, w := health(in)
-		kept = append(kept, inst{
-			ip:    ipErr == nil,
-			ports: ports,
-			ep: model.Endpoint{
+		planned = append(planned, portplan.Instance{
+			IP:    ipErr == nil,
+			Ports: ports,
+			Endpoint: model.Endpoint{
 				Address:  addr,
 				Labels:   labels,
 				Locality: locality(c.Locality, in.Metadata),
@@ -186,92 +174,24 @@ func convertService(c registries.Common, cfg *Config, key serviceKey, insts []in
 		})
 	}
 
-	// An EDS service needs IPs, a DNS one hostnames: when both appear, keep
-	// the IPs and reject the hostnames.
-	anyIP := slices.ContainsFunc(kept, func(i inst) bool { return i.ip })
-	final := kept[:0]
-	numbers := map[string]map[uint32]int{}
-	protos := map[string]map[model.Protocol]int{}
-	for _, i := range kept {
-		if anyIP && !i.ip {
-			reject(i.ep.Origin, "ip %q is a hostname while other instances use IP addresses", i.ep.Address)
-			continue
-		}
-		for name, p := range i.ports {
-			if numbers[name] == nil {
-				numbers[name], protos[name] = map[uint32]int{}, map[model.Protocol]int{}
-			}
-			numbers[name][p.number]++
-			protos[name][p.proto]++
-		}
-		final = append(final, i)
-	}
-	if len(final) == 0 {
-		return out
-	}
-
-	// The service serves every port name one of its instances declares,
-	// each on the number most of those instances give; a port declared by
-	// more instances picks first. One number cannot be two ports: a port
-	// takes its most given number that no other port took, and is left out
-	// if there is none.
-	names := slices.Collect(maps.Keys(numbers))
-	total := func(name string) int {
-		n := 0
-		for _, v := range numbers[name] {
-			n += v
-		}
-		return n
-	}
-	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(total(b), total(a)), cmp.Compare(a, b)) })
-	var svcPorts []model.Port
-	taken := map[uint32]bool{}
-	for _, name := range names {
-		for _, n := range registries.Ranked(numbers[name]) {
-			if !taken[n] {
-				taken[n] = true
-				svcPorts = append(svcPorts, model.Port{Name: name, Number: n, Protocol: registries.Majority(protos[name], cfg.Protocol)})
-				break
-			}
-		}
-	}
-	slices.SortFunc(svcPorts, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
-
-	svc := model.Service{Hostname: host, Ports: svcPorts, Resolution: model.ResolutionEDS}
-	if !anyIP {
-		svc.Resolution = model.ResolutionDNS
-	}
-	svc.Endpoints = make([]model.Endpoint, 0, len(final))
-	for _, i := range final {
-		served := 0
-		for _, p := range svcPorts {
-			ip, has := i.ports[p.Name]
-			n := ip.number
-			if !has {
-				n = model.NotServed
-			} else {
-				served++
-			}
-			if n != p.Number {
-				if i.ep.Ports == nil {
-					i.ep.Ports = map[string]uint32{}
-				}
-				i.ep.Ports[p.Name] = n
-			}
-		}
-		if served == 0 {
-			reject(i.ep.Origin, "instance serves none of the service's ports (its port numbers are taken by other ports)")
-			continue
-		}
-		svc.Endpoints = append(svc.Endpoints, i.ep)
-	}
-	if len(svc.Endpoints) == 0 {
-		return out
-	}
-	slices.SortFunc(svc.Endpoints, func(a, b model.Endpoint) int {
-		return cmp.Or(strings.Compare(a.Origin, b.Origin), strings.Compare(a.Address, b.Address))
+	// The service serves every port name one of its instances declares; a
+	// port declared by more instances picks its number first.
+	res, ok := portplan.Plan(planned, portplan.Options{
+		ByUse:        true,
+		SortByNumber: true,
+		Protocol:     func(string) model.Protocol { return cfg.Protocol },
+	}, portplan.Rejects{
+		HostnameAmongIPs: func(in portplan.Instance) {
+			reject(in.Endpoint.Origin, "ip %q is a hostname while other instances use IP addresses", in.Endpoint.Address)
+		},
+		ServesNoPort: func(in portplan.Instance) {
+			reject(in.Endpoint.Origin, "instance serves none of the service's ports (its port numbers are taken by other ports)")
+		},
 	})
-	out.Services = []model.Service{svc}
+	if !ok {
+		return out
+	}
+	out.Services = []model.Service{{Hostname: host, Ports: res.Ports, Resolution: res.Resolution, Endpoints: res.Endpoints}}
 	return out
 }
 
@@ -286,7 +206,7 @@ func convertService(c registries.Common, cfg *Config, key serviceKey, insts []in
 //     registry's protocol.
 //   - gRPC_port (or gRPC.port) adds a port grpc (GRPC).
 //   - dubbo.endpoints adds one port per protocol it lists.
-func instancePorts(cfg *Config, in *instance) (map[string]port, map[string]string, error) {
+func instancePorts(cfg *Config, in *instance) (map[string]portplan.Port, map[string]string, error) {
 	meta := in.Metadata
 	labels := make(map[string]string, len(meta)+2)
 	for k, v := range meta {
@@ -297,23 +217,23 @@ func instancePorts(cfg *Config, in *instance) (map[string]port, map[string]strin
 			labels[k] = v
 		}
 	}
-	ports := map[string]port{}
-	main := port{number: uint32(in.Port), proto: cfg.Protocol}
+	ports := map[string]portplan.Port{}
+	main := portplan.Port{Number: uint32(in.Port), Protocol: cfg.Protocol}
 	name := strings.ToLower(string(cfg.Protocol))
 	if v := meta[metaProtocol]; v != "" {
 		p, err := model.ParseProtocol(v)
 		if err != nil {
 			return nil, nil, fmt.Errorf("metadata %s: %v", metaProtocol, err)
 		}
-		main.proto, name = p, strings.ToLower(string(p))
+		main.Protocol, name = p, strings.ToLower(string(p))
 	} else if v := strings.ToLower(strings.TrimSpace(meta[metaNacosProtocol])); v != "" {
-		main.proto = declaredProtocol(v)
+		main.Protocol = declaredProtocol(v)
 		name = v
-		if !dnsLabel.MatchString(name) {
-			name = strings.ToLower(string(main.proto))
+		if !validate.Label(name) {
+			name = strings.ToLower(string(main.Protocol))
 		}
 	} else if strings.EqualFold(meta[metaSecure], "true") {
-		main.proto, name = model.ProtocolTCP, "https"
+		main.Protocol, name = model.ProtocolTCP, "https"
 	}
 	ports[name] = main
 
@@ -327,7 +247,7 @@ func instancePorts(cfg *Config, in *instance) (map[string]port, map[string]strin
 			return nil, nil, fmt.Errorf("metadata %s %q is not a port number 1-65535", k, v)
 		}
 		if _, dup := ports["grpc"]; !dup {
-			ports["grpc"] = port{number: uint32(n), proto: model.ProtocolGRPC}
+			ports["grpc"] = portplan.Port{Number: uint32(n), Protocol: model.ProtocolGRPC}
 		}
 		break
 	}
@@ -342,11 +262,11 @@ func instancePorts(cfg *Config, in *instance) (map[string]port, map[string]strin
 		}
 		for _, e := range eps {
 			pn := strings.ToLower(strings.TrimSpace(e.Protocol))
-			if e.Port < 1 || e.Port > 65535 || !dnsLabel.MatchString(pn) {
+			if !validate.Port(e.Port) || !validate.Label(pn) {
 				return nil, nil, fmt.Errorf("metadata %s: entry {port: %d, protocol: %q} needs a port 1-65535 and a protocol name", metaDubboEndpoints, e.Port, e.Protocol)
 			}
 			if _, dup := ports[pn]; !dup {
-				ports[pn] = port{number: uint32(e.Port), proto: declaredProtocol(pn)}
+				ports[pn] = portplan.Port{Number: uint32(e.Port), Protocol: declaredProtocol(pn)}
 			}
 		}
 	}
@@ -358,11 +278,11 @@ func instancePorts(cfg *Config, in *instance) (map[string]port, map[string]strin
 		if !ok {
 			continue
 		}
-		if other, dup := seen[p.number]; dup && other != n {
+		if other, dup := seen[p.Number]; dup && other != n {
 			delete(ports, n)
 			continue
 		}
-		seen[p.number] = n
+		seen[p.Number] = n
 	}
 	return ports, labels, nil
 }
@@ -414,20 +334,6 @@ func locality(def model.Locality, meta map[string]string) model.Locality {
 		l.SubZone = v
 	}
 	return l
-}
-
-// dnsName reports whether s is a DNS name of labels.
-func dnsName(s string) bool {
-	s = strings.TrimSuffix(strings.ToLower(s), ".")
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for _, l := range strings.Split(s, ".") {
-		if !dnsLabel.MatchString(l) {
-			return false
-		}
-	}
-	return true
 }
 
 // assemble builds the published lists from every service's conversion,

@@ -6,13 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var shard = model.ShardKey{Kind: "file", Name: "vms"}
 

@@ -2,12 +2,17 @@ package serviceentry
 
 import (
 	"errors"
+	"fmt"
 
+	"k8s.io/client-go/rest"
+
+	"github.com/meshfed/meshfed/istioconfig/crd"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
-// Config is the `serviceentry:` block of a clusters.yaml entry.
+// Config is the `serviceentry:` block of a clusters.yaml entry: files
+// (path, paths) or Kubernetes clusters (kubernetes), one or the other.
 type Config struct {
 	// Path of a YAML file of ServiceEntries and WorkloadEntries
 	// (multi-document, kubectl-style), or a directory (every *.yaml, *.yml
@@ -21,6 +26,22 @@ type Config struct {
 	// for this long (default 1s); a file replaced by a rename is read at
 	// once.
 	Settle registries.Duration `yaml:"settle,omitempty"`
+	// Kubernetes reads the ServiceEntries and WorkloadEntries of
+	// Kubernetes clusters instead of files.
+	Kubernetes *Kubernetes `yaml:"kubernetes,omitempty"`
+
+	// connectors are the named clusters' blocks (UseClusters).
+	connectors map[string]crd.Connector
+}
+
+// Kubernetes is the `serviceentry.kubernetes:` block.
+type Kubernetes struct {
+	// Clusters are names of registries of kind kubernetes whose clusters
+	// (and credentials) are read, in order: of two differing objects with
+	// one kind, namespace and name, the earlier cluster's is served.
+	Clusters []string `yaml:"clusters" yamlconf:"required"`
+	// Namespaces limits the read to these namespaces; empty: all.
+	Namespaces []string `yaml:"namespaces,omitempty"`
 }
 
 // ApplyDefaults implements registries.Config: settle 1s.
@@ -31,7 +52,69 @@ func (c *Config) ApplyDefaults() {
 }
 
 // Validate implements registries.Config.
-func (c *Config) Validate() error { return c.patterns().Validate() }
+func (c *Config) Validate() error {
+	k := c.Kubernetes
+	if k == nil {
+		return c.patterns().Validate()
+	}
+	switch {
+	case c.Path != "" || len(c.Paths) > 0:
+		return registries.FieldErr("kubernetes", "path/paths and kubernetes are exclusive: a registry reads files or clusters (declare two serviceentry registries for both)")
+	case len(k.Clusters) == 0:
+		return registries.FieldErr("kubernetes.clusters", "want at least one registry of kind kubernetes")
+	}
+	seen := map[string]bool{}
+	for i, name := range k.Clusters {
+		if seen[name] {
+			return registries.FieldErr(fmt.Sprintf("kubernetes.clusters[%d]", i), "%q is named twice", name)
+		}
+		seen[name] = true
+	}
+	for i, ns := range k.Namespaces {
+		if ns == "" {
+			return registries.FieldErr(fmt.Sprintf("kubernetes.namespaces[%d]", i), "is empty (leave namespaces out for all)")
+		}
+	}
+	return nil
+}
+
+// ClusterRefs implements registries.ClusterUser.
+func (c *Config) ClusterRefs() []registries.ClusterRef {
+	if c.Kubernetes == nil {
+		return nil
+	}
+	refs := make([]registries.ClusterRef, len(c.Kubernetes.Clusters))
+	for i, name := range c.Kubernetes.Clusters {
+		refs[i] = registries.ClusterRef{Key: fmt.Sprintf("kubernetes.clusters[%d]", i), Name: name}
+	}
+	return refs
+}
+
+// UseClusters implements registries.ClusterUser.
+func (c *Config) UseClusters(blocks map[string]registries.Config) {
+	c.connectors = map[string]crd.Connector{}
+	for name, b := range blocks {
+		if conn, ok := b.(crd.Connector); ok {
+			c.connectors[name] = conn
+		}
+	}
+}
+
+// clusters returns the crd clusters of the kubernetes block; a cluster
+// without a usable block fails when connecting.
+func (c *Config) clusters() []crd.Cluster {
+	var out []crd.Cluster
+	for _, name := range c.Kubernetes.Clusters {
+		cl := crd.Cluster{Name: name, Connect: func() (*rest.Config, func(), error) {
+			return nil, nil, fmt.Errorf("registry %q is not a usable registry of kind kubernetes", name)
+		}}
+		if conn, ok := c.connectors[name]; ok {
+			cl.Connect = conn.Connect
+		}
+		out = append(out, cl)
+	}
+	return out
+}
 
 func (c *Config) patterns() filewatch.Patterns {
 	return filewatch.Patterns{Path: c.Path, Paths: c.Paths}
@@ -47,6 +130,9 @@ func (c *Config) ResolvePaths(dir string) { filewatch.Resolve(dir, &c.Path, c.Pa
 // outside the domain and unusable endpoints are rejected alone at run
 // time and listed on /debug/conflictz.)
 func (c *Config) Files() []registries.FileRef {
+	if c.Kubernetes != nil {
+		return nil
+	}
 	return c.patterns().FileRefs(func(path string, data []byte) error {
 		objs, err := Parse(path, data)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/istioconfig/crd"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/yamlconf"
@@ -18,8 +19,8 @@ import (
 
 // Kinds this registry reads.
 const (
-	KindServiceEntry  = "ServiceEntry"
-	KindWorkloadEntry = "WorkloadEntry"
+	KindServiceEntry  = crd.KindServiceEntry
+	KindWorkloadEntry = crd.KindWorkloadEntry
 )
 
 // kinds are the Istio kinds read, with their specs (v1, v1beta1 and
@@ -47,20 +48,25 @@ func Parse(path string, data []byte) ([]Object, error) {
 		return nil, err
 	}
 	for i := range docs {
-		d := &docs[i]
-		if d.Err == nil {
-			switch sp := d.Spec.(type) {
-			case *networking.ServiceEntry:
-				d.Err = checkServiceEntry(sp)
-			case *networking.WorkloadEntry:
-				d.Err = checkWorkloadEntry(sp)
-			}
-		}
-		if d.Err != nil {
-			d.Err = fmt.Errorf("%s%w", prefix(*d), d.Err)
-		}
+		check(&docs[i])
 	}
 	return docs, nil
+}
+
+// check sets d.Err when d, decoded, is invalid as a whole (see Parse),
+// prefixed with its source and name.
+func check(d *Object) {
+	if d.Err == nil {
+		switch sp := d.Spec.(type) {
+		case *networking.ServiceEntry:
+			d.Err = checkServiceEntry(sp)
+		case *networking.WorkloadEntry:
+			d.Err = checkWorkloadEntry(sp)
+		}
+	}
+	if d.Err != nil {
+		d.Err = fmt.Errorf("%s%w", prefix(*d), d.Err)
+	}
 }
 
 // protocols maps Istio port protocols (case-insensitive) to the model's:
@@ -311,6 +317,9 @@ func describe(o Object) string { return o.Kind + " " + o.Namespace + "/" + o.Nam
 
 // position is "<file>:<line>" of key within o (of o itself if absent).
 func position(o Object, key string) string {
+	if o.Node == nil { // read from a cluster: "namespace/name (cluster)"
+		return o.Source
+	}
 	if n, _ := yamlconf.Lookup(o.Node, key); n != nil {
 		file := o.Source
 		if i := strings.LastIndexByte(file, ':'); i >= 0 {

@@ -1,8 +1,9 @@
 // Package serviceentry is the `serviceentry` registry: Istio ServiceEntry
 // and WorkloadEntry objects (istio.io/api networking v1; v1beta1 and
 // v1alpha3 accepted) read from watched files, directories or globs of
-// multi-document, kubectl-style YAML, so that existing Istio YAML for VMs
-// and external services is served unchanged. Each host of a ServiceEntry
+// multi-document, kubectl-style YAML, or from Kubernetes clusters (kube.go),
+// so that existing Istio YAML for VMs and external services is served
+// unchanged. Each host of a ServiceEntry
 // is a service with the entry's ports; its endpoints are the entry's own
 // or the WorkloadEntries its workloadSelector picks (Convert says how each
 // field maps).
@@ -29,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshfed/meshfed/istioconfig/crd"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
@@ -42,6 +44,13 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if k := c.Kubernetes; k != nil {
+		return &Registry{
+			common: common,
+			log:    log.With("clusters", strings.Join(k.Clusters, ",")),
+			kube:   crd.Options{Name: common.Name, Clusters: c.clusters(), Namespaces: k.Namespaces, Kinds: []string{KindServiceEntry, KindWorkloadEntry}, Logger: log},
+		}, nil
 	}
 	return &Registry{
 		common:   common,
@@ -66,11 +75,18 @@ type Registry struct {
 	settle   time.Duration
 	// quiet, maxWait, interval: zero is filewatch's default (tests set them).
 	quiet, maxWait, interval time.Duration
+	// kube, with Clusters, reads clusters instead of files (kube.go).
+	kube crd.Options
+	// confirmAfter: zero is filewatch.DefaultConfirmAfter (tests set it).
+	confirmAfter time.Duration
 }
 
 // Run implements registries.Registry. It fails only when the file watcher
 // cannot be created or breaks.
 func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
+	if len(r.kube.Clusters) > 0 {
+		return r.runKube(ctx, sink)
+	}
 	m := &merger{common: r.common, lastGood: map[string]Object{}}
 	w := &filewatch.Watch[[]Object]{
 		Patterns: r.patterns,
@@ -124,43 +140,52 @@ type merger struct {
 
 // merge implements filewatch.Watch.Merge.
 func (m *merger) merge(files []filewatch.File[[]Object]) ([]model.Service, []model.Rejection) {
+	var objs []Object
+	for _, f := range files {
+		objs = append(objs, f.Value...)
+	}
+	return m.mergeObjects(objs)
+}
+
+// mergeObjects merges the objects of every source (files in path order,
+// clusters in configured order), keeping the last good version of an
+// object that turned invalid, and converts them.
+func (m *merger) mergeObjects(objs []Object) ([]model.Service, []model.Rejection) {
 	var inForce []Object
 	var rejected []model.Rejection
 	next := map[string]Object{}
 	first := map[string]string{} // key → source of its first declaration
 	nIn, nRej := map[string]int{}, map[string]int{}
-	for _, f := range files {
-		for _, o := range f.Value {
-			key := o.Kind + "/" + o.Namespace + "/" + o.Name
-			subject := o.Source
-			if o.Kind != "" {
-				subject += " " + describe(o)
-			}
-			if at, dup := first[key]; dup && o.Kind != "" {
-				nRej[o.Kind]++
-				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject,
-					Reason: fmt.Sprintf("object rejected: %s is already declared at %s, which is served", describe(o), at)})
+	for _, o := range objs {
+		key := o.Kind + "/" + o.Namespace + "/" + o.Name
+		subject := o.Source
+		if o.Kind != "" {
+			subject += " " + describe(o)
+		}
+		if at, dup := first[key]; dup && o.Kind != "" {
+			nRej[o.Kind]++
+			rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject,
+				Reason: fmt.Sprintf("object rejected: %s is already declared at %s, which is served", describe(o), at)})
+			continue
+		}
+		if o.Kind != "" {
+			first[key] = o.Source
+		}
+		if o.Err != nil {
+			nRej[o.Kind]++
+			reason := "object rejected: " + strings.TrimPrefix(o.Err.Error(), prefix(o))
+			if last, ok := m.lastGood[key]; ok && o.Kind != "" {
+				reason += "; its last good version (" + last.Source + ") stays served"
+				o = last
+			} else {
+				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject, Reason: reason})
 				continue
 			}
-			if o.Kind != "" {
-				first[key] = o.Source
-			}
-			if o.Err != nil {
-				nRej[o.Kind]++
-				reason := "object rejected: " + strings.TrimPrefix(o.Err.Error(), prefix(o))
-				if last, ok := m.lastGood[key]; ok && o.Kind != "" {
-					reason += "; its last good version (" + last.Source + ") stays served"
-					o = last
-				} else {
-					rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject, Reason: reason})
-					continue
-				}
-				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject, Reason: reason})
-			}
-			next[key] = o
-			nIn[o.Kind]++
-			inForce = append(inForce, o)
+			rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject, Reason: reason})
 		}
+		next[key] = o
+		nIn[o.Kind]++
+		inForce = append(inForce, o)
 	}
 	m.lastGood = next
 	setObjects(m.common.Name, nIn, nRej)

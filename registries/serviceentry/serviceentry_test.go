@@ -16,7 +16,12 @@ import (
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// klog's flush daemon is process-wide, started by client-go's init.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+	)
+}
 
 const wait = 5 * time.Second
 

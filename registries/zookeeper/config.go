@@ -1,21 +1,16 @@
-// Package zookeeper is the registry for services kept in Apache ZooKeeper,
-// in one of two layouts: Apache Curator's ServiceDiscovery (as Spring Cloud
-// Zookeeper and Dubbo 3 application-level discovery write it) or Dubbo's
-// interface-level providers. It watches the tree (child and data watches,
-// re-armed on every event), never polls, and publishes the full state after
-// each coalesced change.
 package zookeeper
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // Layout is how services are laid out under the root znode.
@@ -122,16 +117,13 @@ func validServer(s string) error {
 	if strings.Contains(s, "/") {
 		return fmt.Errorf("%q: want host:port; a chroot goes in root", s)
 	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return fmt.Errorf("%q: want host:port", s)
-	}
-	if host == "" {
-		return fmt.Errorf("%q: empty host", s)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
+	_, _, err := validate.HostPort(s)
+	switch {
+	case errors.Is(err, validate.ErrPort):
+		_, port, _ := net.SplitHostPort(s)
 		return fmt.Errorf("%q: bad port %q", s, port)
+	case err != nil:
+		return fmt.Errorf("%q: %v", s, err)
 	}
 	return nil
 }

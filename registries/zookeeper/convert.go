@@ -15,6 +15,8 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/portplan"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // Port names of the curator layout.
@@ -186,7 +188,7 @@ func parseDubbo(path, node string, address addressFunc) instance {
 		return in
 	}
 	name := strings.ToLower(u.Scheme)
-	if !isDNSLabel(name) {
+	if !validate.Label(name) {
 		in.bad = fmt.Sprintf("provider URL %q: protocol %q is not usable as a port name", raw, u.Scheme)
 		return in
 	}
@@ -245,7 +247,7 @@ func dubboProtocol(p string) model.Protocol {
 // lowercased must be a DNS label.
 func curatorHostname(service, domain string) (string, error) {
 	l := strings.ToLower(service)
-	if !isDNSLabel(l) {
+	if !validate.Label(l) {
 		return "", fmt.Errorf("service name %q is not a DNS label (letters, digits and '-', at most 63)", service)
 	}
 	return joinHost(l, domain)
@@ -271,7 +273,7 @@ func dubboHostname(iface, domain string) (string, error) {
 			}
 			return '-'
 		}, parts[i]), "-")
-		if !isDNSLabel(l) {
+		if !validate.Label(l) {
 			return "", fmt.Errorf("interface %q: part %q does not make a DNS label", iface, parts[i])
 		}
 		labels = append(labels, l)
@@ -288,34 +290,6 @@ func joinHost(name, domain string) (string, error) {
 		return "", fmt.Errorf("hostname %s is longer than 253 characters", h)
 	}
 	return h, nil
-}
-
-// isDNSLabel reports whether s is a lowercase RFC 1123 label.
-func isDNSLabel(s string) bool {
-	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// isHostname reports whether s is syntactically a DNS name (any case,
-// optional trailing dot), so that it is worth resolving.
-func isHostname(s string) bool {
-	s = strings.TrimSuffix(strings.ToLower(s), ".")
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for _, l := range strings.Split(s, ".") {
-		if !isDNSLabel(strings.ReplaceAll(l, "_", "-")) {
-			return false
-		}
-	}
-	return true
 }
 
 // parseIP accepts an IP address literal (no zone) and returns it in
@@ -380,91 +354,42 @@ func build(c registries.Common, layout Layout, tree map[string]*serviceNode) (se
 	return services, rejected, quarantined
 }
 
+// buildService plans one service from its good instances with the shared
+// port plan: each port name on the number most of its instances listen on
+// (ties: the lowest), every endpoint naming its own numbers, a port an
+// instance does not listen on (no sslPort, another Dubbo protocol) marked
+// NotServed.
 func buildService(c registries.Common, host string, sn *serviceNode) (model.Service, []model.Rejection, int) {
 	var rejected []model.Rejection
 	quarantined := 0
-	names := make([]string, 0, len(sn.instances))
-	for n := range sn.instances {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	type portStats struct {
-		proto  model.Protocol
-		counts map[uint32]int
-	}
-	stats := map[string]*portStats{}
-	var good []*instance
-	for _, n := range names {
+	planned := make([]portplan.Instance, 0, len(sn.instances))
+	for _, n := range slices.Sorted(maps.Keys(sn.instances)) {
 		in := sn.instances[n]
 		if in.bad != "" {
 			rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: in.path, Reason: in.bad})
 			quarantined++
 			continue
 		}
-		good = append(good, in)
-		for _, p := range in.ports {
-			st := stats[p.Name]
-			if st == nil {
-				st = &portStats{proto: p.Protocol, counts: map[uint32]int{}}
-				stats[p.Name] = st
-			}
-			st.counts[p.Number]++
-		}
-	}
-	svc := model.Service{Hostname: host, Resolution: model.ResolutionEDS}
-	// The service port of each port name is the number most of its
-	// instances listen on (ties: the lowest); every endpoint names its own
-	// port, so instances on other numbers are still reached.
-	portNames := make([]string, 0, len(stats))
-	for n := range stats {
-		portNames = append(portNames, n)
-	}
-	slices.Sort(portNames)
-	taken := map[uint32]bool{}
-	dropped := map[string]bool{}
-	for _, n := range portNames {
-		st := stats[n]
-		nums := registries.Ranked(st.counts)
-		i := slices.IndexFunc(nums, func(num uint32) bool { return !taken[num] })
-		if i < 0 {
-			dropped[n] = true
-			rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: "port " + n,
-				Reason: "every number its instances use is the service port of another port name"})
-			continue
-		}
-		taken[nums[i]] = true
-		svc.Ports = append(svc.Ports, model.Port{Name: n, Number: nums[i], Protocol: st.proto})
-	}
-	for _, in := range good {
 		ep := in.ep
 		ep.Source = model.Source{Registry: c.Name, Cluster: c.Name}
 		if ep.Locality.IsZero() {
 			ep.Locality = c.Locality
 		}
-		if len(dropped) > 0 {
-			ports := map[string]uint32{}
-			for n, p := range ep.Ports {
-				if !dropped[n] {
-					ports[n] = p
-				}
-			}
-			if len(ports) == 0 {
-				continue
-			}
-			ep.Ports = ports
+		ports := make(map[string]portplan.Port, len(in.ports))
+		for _, p := range in.ports {
+			ports[p.Name] = portplan.Port{Number: p.Number, Protocol: p.Protocol}
 		}
-		// A port the instance does not listen on (no sslPort, another Dubbo
-		// protocol) is marked so that it is left out of that port's endpoints.
-		for _, p := range svc.Ports {
-			if _, ok := ep.Ports[p.Name]; !ok {
-				ep.Ports = maps.Clone(ep.Ports)
-				if ep.Ports == nil {
-					ep.Ports = map[string]uint32{}
-				}
-				ep.Ports[p.Name] = model.NotServed
-			}
-		}
-		svc.Endpoints = append(svc.Endpoints, ep)
+		planned = append(planned, portplan.Instance{Endpoint: ep, Ports: ports, IP: true})
+	}
+	svc := model.Service{Hostname: host, Resolution: model.ResolutionEDS}
+	res, ok := portplan.Plan(planned, portplan.Options{Explicit: true}, portplan.Rejects{
+		PortDropped: func(name string) {
+			rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: "port " + name,
+				Reason: "every number its instances use is the service port of another port name"})
+		},
+	})
+	if ok {
+		svc.Ports, svc.Endpoints = res.Ports, res.Endpoints
 	}
 	return svc, rejected, quarantined
 }

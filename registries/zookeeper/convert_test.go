@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/validate"
 )
 
 // fakeAddress serves IP literals and resolves *.example.test names listed
@@ -22,7 +23,7 @@ func fakeAddress(hosts map[string]string) addressFunc {
 		if ip, ok := parseIP(h); ok {
 			return ip, nil
 		}
-		if !isHostname(h) {
+		if !validate.Resolvable(h) {
 			return "", fmt.Errorf("address %q is neither an IP address nor a hostname", h)
 		}
 		if ip, ok := hosts[h]; ok {

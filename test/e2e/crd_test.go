@@ -36,8 +36,8 @@ func newIstioApplier(t *testing.T, api *servers.KubeAPIServer) *istioApplier {
 	return &istioApplier{t: t, cs: cs}
 }
 
-// apply creates or updates every VirtualService and DestinationRule of
-// the multi-document YAML docs.
+// apply creates or updates every VirtualService, DestinationRule,
+// ServiceEntry and WorkloadEntry of the multi-document YAML docs.
 func (a *istioApplier) apply(docs string) {
 	a.t.Helper()
 	ctx := context.Background()
@@ -72,6 +72,30 @@ func (a *istioApplier) apply(docs string) {
 			} else {
 				_, err = c.Create(ctx, dr, metav1.CreateOptions{})
 			}
+		case "ServiceEntry":
+			se := &networkingv1.ServiceEntry{}
+			if err := yaml.Unmarshal([]byte(doc), se); err != nil {
+				a.t.Fatal(err)
+			}
+			c := a.cs.NetworkingV1().ServiceEntries(se.Namespace)
+			if old, gerr := c.Get(ctx, se.Name, metav1.GetOptions{}); gerr == nil {
+				se.ResourceVersion = old.ResourceVersion
+				_, err = c.Update(ctx, se, metav1.UpdateOptions{})
+			} else {
+				_, err = c.Create(ctx, se, metav1.CreateOptions{})
+			}
+		case "WorkloadEntry":
+			we := &networkingv1.WorkloadEntry{}
+			if err := yaml.Unmarshal([]byte(doc), we); err != nil {
+				a.t.Fatal(err)
+			}
+			c := a.cs.NetworkingV1().WorkloadEntries(we.Namespace)
+			if old, gerr := c.Get(ctx, we.Name, metav1.GetOptions{}); gerr == nil {
+				we.ResourceVersion = old.ResourceVersion
+				_, err = c.Update(ctx, we, metav1.UpdateOptions{})
+			} else {
+				_, err = c.Create(ctx, we, metav1.CreateOptions{})
+			}
 		default:
 			a.t.Fatalf("apply: kind %q", meta.Kind)
 		}
@@ -90,6 +114,12 @@ func (a *istioApplier) delete(kind, ns, name string) {
 		err = a.cs.NetworkingV1().VirtualServices(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	case "DestinationRule":
 		err = a.cs.NetworkingV1().DestinationRules(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	case "ServiceEntry":
+		err = a.cs.NetworkingV1().ServiceEntries(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	case "WorkloadEntry":
+		err = a.cs.NetworkingV1().WorkloadEntries(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	default:
+		a.t.Fatalf("delete: kind %q", kind)
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		a.t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // seYAML is a ServiceEntry echo.mesh.example:8080 selecting the
@@ -143,6 +144,82 @@ spec:
 		t.Errorf("/debug/registryz serves the host outside the domain: %s", body)
 	}
 	c.waitFor(t, "b2", 1, 10*time.Second)
+
+	if err := m.stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, m.logs.String())
+	}
+}
+
+// TestServiceEntryFromKubernetesToGRPCClient: a serviceentry registry
+// reading a real kube-apiserver (Istio's CRDs installed; the cluster is a
+// kubernetes registry whose credentials it reuses) reaches a grpc-go xDS
+// client through the built binary: a WorkloadEntry's address change is
+// followed, a bad address is quarantined alone and listed with
+// namespace/name (cluster), deleting the ServiceEntry removes the service.
+func TestServiceEntryFromKubernetesToGRPCClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	api := servers.StartKubeClusters(t, 1).Servers[0]
+	api.InstallIstioCRDs(t)
+	api.EnsureNamespace(t, "shop")
+	istio := newIstioApplier(t, api)
+	b1, b2, b3 := startBackend(t, "b1"), startBackend(t, "b2"), startBackend(t, "b3")
+	istio.apply(seYAML(b3) + "---\n" + workloadEntry("b1", "127.0.0.1", b1.port))
+
+	dir := t.TempDir()
+	config, xdsAddr, adminAddr := writeClusters(t, dir,
+		kubeEntry("east", api.WriteKubeconfig(t, "east", servers.AdminToken), "")+
+			"  - name: istio\n    kind: serviceentry\n    domain: mesh.example\n    serviceentry: {kubernetes: {clusters: [east], namespaces: [shop]}}\n")
+	if out, stderr, code := meshfedCmd(t, "validate", config); code != 0 || !strings.Contains(out, "istio") {
+		t.Fatalf("validate: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	m := startMeshfed(t, config, xdsAddr, adminAddr)
+	eventually(t, 60*time.Second, "/readyz is 200", func() error {
+		code, body, err := m.get("/readyz")
+		if err != nil || code != 200 {
+			return fmt.Errorf("%d %s %v", code, body, err)
+		}
+		return nil
+	})
+	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-se-kube")
+	if code != 0 {
+		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
+	}
+	c := startClient(t, bootstrap, "xds:///echo.mesh.example:8080")
+	c.waitFor(t, "b1", 5, 30*time.Second)
+	dns := startClient(t, bootstrap, "xds:///dns.mesh.example:8080")
+	dns.waitFor(t, "b3", 5, 30*time.Second)
+
+	// The WorkloadEntry moves to b2's port: the client follows.
+	istio.apply(workloadEntry("b1", "127.0.0.1", b2.port))
+	c.waitFor(t, "b2", 5, 30*time.Second)
+
+	// A bad address among good ones: quarantined alone.
+	istio.apply(workloadEntry("bad", "999.0.0.1", b1.port) + "---\n" + workloadEntry("b3", "127.0.0.1", b3.port))
+	c.waitFor(t, "b3", 1, 30*time.Second)
+	c.waitFor(t, "b2", 1, 30*time.Second)
+	eventually(t, 20*time.Second, "the bad WorkloadEntry listed in /debug/conflictz", func() error {
+		_, body, err := m.get("/debug/conflictz")
+		if err != nil {
+			return err
+		}
+		return contains(string(body), `999.0.0.1 (shop/bad (east) WorkloadEntry shop/bad)`, "echo.mesh.example", `"registry": "istio"`)
+	})
+	var eps []federation.EndpointInfo
+	m.getJSON(t, "/debug/endpointz?host=echo.mesh.example", &eps)
+	if len(eps) != 2 {
+		t.Errorf("endpointz = %+v, want b1 (now on b2's port) and b3 served, the bad one quarantined", eps)
+	}
+
+	// Deleting the ServiceEntry removes the service.
+	istio.delete("ServiceEntry", "shop", "echo")
+	eventually(t, 90*time.Second, "echo.mesh.example gone", func() error {
+		if _, body, err := m.get("/debug/registryz"); err != nil || strings.Contains(string(body), "echo.mesh.example") {
+			return fmt.Errorf("still served (%v)", err)
+		}
+		return nil
+	})
 
 	if err := m.stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM: %v\n%s", err, m.logs.String())

@@ -1,0 +1,207 @@
+package kube
+
+import (
+	"reflect"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Event handlers: they only enqueue keys of affected services.
+
+func (w *clusterWatch) enqueue(k svcKey) {
+	w.mu.Lock()
+	if _, ok := w.eventAt[k]; !ok {
+		w.eventAt[k] = time.Now()
+	}
+	w.mu.Unlock()
+	w.queue.Add(k)
+}
+
+func metaOf(obj any) (metav1.Object, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	return m, ok
+}
+
+func (w *clusterWatch) serviceHandler() cache.ResourceEventHandler {
+	on := func(ev string) func(obj any) {
+		return func(obj any) {
+			w.r.m.event(resService, ev)
+			if m, ok := metaOf(obj); ok {
+				w.enqueue(svcKey{m.GetNamespace(), m.GetName()})
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: on(evAdd),
+		UpdateFunc: func(oldObj, newObj any) {
+			w.r.m.event(resService, evUpdate)
+			o, ok1 := oldObj.(*corev1.Service)
+			n, ok2 := newObj.(*corev1.Service)
+			if ok1 && ok2 && reflect.DeepEqual(o.Spec, n.Spec) {
+				return
+			}
+			if m, ok := metaOf(newObj); ok {
+				w.enqueue(svcKey{m.GetNamespace(), m.GetName()})
+			}
+		},
+		DeleteFunc: on(evDelete),
+	}
+}
+
+func (w *clusterWatch) sliceHandler() cache.ResourceEventHandler {
+	keyOf := func(obj any) (svcKey, bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok || s.Labels[labelServiceName] == "" {
+			return svcKey{}, false
+		}
+		return svcKey{s.Namespace, s.Labels[labelServiceName]}, true
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			w.r.m.event(resEndpointSlice, evAdd)
+			if k, ok := keyOf(obj); ok {
+				w.enqueue(k)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			w.r.m.event(resEndpointSlice, evUpdate)
+			ko, okO := keyOf(oldObj)
+			kn, okN := keyOf(newObj)
+			if okO && (!okN || ko != kn) {
+				w.enqueue(ko)
+			}
+			if okN {
+				w.enqueue(kn)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			w.r.m.event(resEndpointSlice, evDelete)
+			if k, ok := keyOf(obj); ok {
+				w.enqueue(k)
+			}
+		},
+	}
+}
+
+// enqueueByIndex enqueues the services of the slices found under an index
+// value, in every scope.
+func (w *clusterWatch) enqueueByIndex(index, value string) {
+	for _, sc := range w.scopes {
+		objs, err := sc.slices.GetIndexer().ByIndex(index, value)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			s := o.(*discoveryv1.EndpointSlice)
+			if n := s.Labels[labelServiceName]; n != "" {
+				w.enqueue(svcKey{s.Namespace, n})
+			}
+		}
+	}
+}
+
+func labelsOf(obj any) map[string]string {
+	if m, ok := metaOf(obj); ok {
+		return m.GetLabels()
+	}
+	return nil
+}
+
+func (w *clusterWatch) podHandler(sc *scope) cache.ResourceEventHandler {
+	on := func(ev string) func(obj any) {
+		return func(obj any) {
+			w.r.m.event(resPod, ev)
+			if m, ok := metaOf(obj); ok {
+				w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName())
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: on(evAdd),
+		UpdateFunc: func(oldObj, newObj any) {
+			w.r.m.event(resPod, evUpdate)
+			if reflect.DeepEqual(labelsOf(oldObj), labelsOf(newObj)) {
+				return
+			}
+			if m, ok := metaOf(newObj); ok {
+				w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName())
+			}
+		},
+		DeleteFunc: on(evDelete),
+	}
+}
+
+func (w *clusterWatch) enqueuePod(sc *scope, key string) {
+	objs, err := sc.slices.GetIndexer().ByIndex(idxPod, key)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		s := o.(*discoveryv1.EndpointSlice)
+		if n := s.Labels[labelServiceName]; n != "" {
+			w.enqueue(svcKey{s.Namespace, n})
+		}
+	}
+}
+
+func (w *clusterWatch) nodeHandler() cache.ResourceEventHandler {
+	on := func(ev string) func(obj any) {
+		return func(obj any) {
+			w.r.m.event(resNode, ev)
+			if m, ok := metaOf(obj); ok {
+				w.enqueueByIndex(idxNode, m.GetName())
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: on(evAdd),
+		UpdateFunc: func(oldObj, newObj any) {
+			w.r.m.event(resNode, evUpdate)
+			if reflect.DeepEqual(labelsOf(oldObj), labelsOf(newObj)) {
+				return
+			}
+			if m, ok := metaOf(newObj); ok {
+				w.enqueueByIndex(idxNode, m.GetName())
+			}
+		},
+		DeleteFunc: on(evDelete),
+	}
+}
+
+func (w *clusterWatch) namespaceHandler() cache.ResourceEventHandler {
+	enqueueNS := func(obj any) {
+		m, ok := metaOf(obj)
+		if !ok {
+			return
+		}
+		sc := w.scopes[metav1.NamespaceAll]
+		objs, err := sc.services.GetIndexer().ByIndex(cache.NamespaceIndex, m.GetName())
+		if err != nil {
+			return
+		}
+		for _, o := range objs {
+			s := o.(*corev1.Service)
+			w.enqueue(svcKey{s.Namespace, s.Name})
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { w.r.m.event(resNamespace, evAdd); enqueueNS(obj) },
+		UpdateFunc: func(oldObj, newObj any) {
+			w.r.m.event(resNamespace, evUpdate)
+			if !reflect.DeepEqual(labelsOf(oldObj), labelsOf(newObj)) {
+				enqueueNS(newObj)
+			}
+		},
+		DeleteFunc: func(obj any) { w.r.m.event(resNamespace, evDelete); enqueueNS(obj) },
+	}
+}

@@ -1,0 +1,163 @@
+package serviceentry
+
+// Reading ServiceEntries and WorkloadEntries from Kubernetes clusters
+// (`serviceentry.kubernetes`) instead of files.
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/istioconfig/crd"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
+)
+
+// kubeQuiet is how long the loop lets informer events gather before it
+// converts the clusters' objects again.
+const kubeQuiet = 100 * time.Millisecond
+
+// runKube reads the objects of the configured clusters with the
+// Kubernetes config source's informers (istioconfig/crd, the same
+// connection handling as VirtualServices and DestinationRules:
+// docs/architecture.md §3.6) and publishes them through the same checks,
+// merge and conversion as objects read from files:
+//
+//   - Each object's source is "namespace/name (cluster)". Objects are
+//     taken cluster by cluster in configured order, each cluster's by kind,
+//     namespace and name; the same object (same spec) in several clusters
+//     is one object, a differing one in a later cluster is rejected.
+//   - The first publish waits until every cluster has listed its objects
+//     once or failed; a cluster that cannot be read (credentials, no CRDs,
+//     RBAC, API server down) makes the registry Degraded with the reason,
+//     and its last listed objects stay served (stale beats empty).
+//   - An update that removed endpoints is sent again after confirmAfter
+//     when nothing changed meanwhile, confirming it to the aggregator's
+//     hold-down, as filewatch does for files.
+func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
+	src := crd.New(r.kube)
+	m := &merger{common: r.common, lastGood: map[string]Object{}}
+	pub := registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[int]{Compare: cmp.Compare[int]})
+	changes := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = src.Run(ctx, func() {
+			select {
+			case changes <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+
+	confirmAfter := cmp.Or(r.confirmAfter, filewatch.DefaultConfirmAfter)
+	confirm := time.NewTimer(time.Hour)
+	confirm.Stop()
+	endpoints := -1 // endpoints of the last publish; -1: none yet
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-confirm.C:
+			// Nothing changed since an update that removed endpoints:
+			// send it again.
+			services, rejected := pub.State()
+			pub.Put(0, registries.Converted{Services: services, Rejected: rejected})
+			pub.Flush(kubeStatus(src.Parts()))
+			continue
+		case <-changes:
+		}
+		select { // let a burst of events gather
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(kubeQuiet):
+		}
+		select {
+		case <-changes:
+		default:
+		}
+		parts := src.Parts()
+		st := kubeStatus(parts)
+		if !decided(parts) {
+			if st.State != registries.Synced {
+				pub.Report(st)
+			}
+			continue
+		}
+		pub.Changed(time.Now())
+		services, rejected := m.mergeObjects(kubeObjects(parts))
+		pub.Set(0, registries.Converted{Services: services, Rejected: rejected})
+		if pub.Flush(st) {
+			n := 0
+			for _, s := range services {
+				n += len(s.Endpoints)
+			}
+			confirm.Stop()
+			if endpoints < 0 || n < endpoints {
+				confirm.Reset(confirmAfter)
+			}
+			endpoints = n
+		}
+	}
+}
+
+// decided: every cluster has listed its objects once, or cannot be read.
+func decided(parts []istioconfig.FeedPart) bool {
+	for _, p := range parts {
+		if !p.Synced && !p.Failed && p.Err == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// kubeStatus is Synced, or Degraded naming every cluster that fails.
+func kubeStatus(parts []istioconfig.FeedPart) registries.Status {
+	var errs []string
+	for _, p := range parts {
+		if p.Err != "" {
+			errs = append(errs, "cluster "+p.Name+": "+p.Err)
+		}
+	}
+	if len(errs) == 0 {
+		return registries.Status{State: registries.Synced}
+	}
+	return registries.Status{State: registries.Degraded, Err: strings.Join(errs, "; ")}
+}
+
+// kubeObjects turns the synced clusters' objects into checked Objects,
+// cluster by cluster, each by kind, namespace and name; an object equal
+// to one of an earlier cluster is left out (it is the same object).
+func kubeObjects(parts []istioconfig.FeedPart) []Object {
+	var out []Object
+	seen := map[string]proto.Message{}
+	for _, p := range parts {
+		if !p.Synced {
+			continue
+		}
+		objs := slices.Clone(p.Objects)
+		slices.SortFunc(objs, func(a, b istioconfig.FeedObject) int {
+			return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
+		for _, f := range objs {
+			key := f.Kind + "/" + f.Namespace + "/" + f.Name
+			if spec, ok := seen[key]; ok && proto.Equal(spec, f.Spec) {
+				continue
+			}
+			if _, ok := seen[key]; !ok {
+				seen[key] = f.Spec
+			}
+			o := Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
+			check(&o)
+			out = append(out, o)
+		}
+	}
+	return out
+}

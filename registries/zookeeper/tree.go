@@ -1,0 +1,399 @@
+package zookeeper
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/meshfed/meshfed/registries"
+)
+
+type watchKind uint8
+
+const (
+	watchChild watchKind = iota
+	watchData
+	watchExist
+)
+
+type watchKey struct {
+	path string
+	kind watchKind
+}
+
+// children lists path's children and makes sure a child watch is armed.
+func (w *watcher) children(path string) ([]string, error) {
+	k := watchKey{path, watchChild}
+	if w.armed[k] {
+		c, _, err := w.conn.Children(path)
+		return c, err
+	}
+	c, _, _, err := w.conn.ChildrenW(path)
+	if err == nil {
+		w.armed[k] = true
+	}
+	return c, err
+}
+
+// data reads path and makes sure a data watch is armed.
+func (w *watcher) data(path string) ([]byte, error) {
+	k := watchKey{path, watchData}
+	if w.armed[k] {
+		b, _, err := w.conn.Get(path)
+		return b, err
+	}
+	b, _, _, err := w.conn.GetW(path)
+	if err == nil {
+		w.armed[k] = true
+	}
+	return b, err
+}
+
+// exists checks path and makes sure an exist watch is armed (it fires when
+// the node is created).
+func (w *watcher) exists(path string) (bool, error) {
+	k := watchKey{path, watchExist}
+	if w.armed[k] {
+		ok, _, err := w.conn.Exists(path)
+		return ok, err
+	}
+	ok, _, _, err := w.conn.ExistsW(path)
+	if err == nil {
+		w.armed[k] = true
+	}
+	return ok, err
+}
+
+func (w *watcher) join(parent, child string) string {
+	if parent == "/" {
+		return "/" + child
+	}
+	return parent + "/" + child
+}
+
+// readRoot lists the services under the root; a missing root has none (an
+// exist watch then tells when it appears).
+func (w *watcher) readRoot() ([]string, error) {
+	root := w.r.cfg.Root
+	for range 3 {
+		kids, err := w.children(root)
+		if errors.Is(err, zk.ErrNoAuth) {
+			return nil, rootDeniedError{err}
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			ok, err := w.exists(root)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, nil
+			}
+			continue // created in between
+		}
+		if err != nil {
+			return nil, err
+		}
+		if root == "/" {
+			kids = slices.DeleteFunc(kids, func(k string) bool { return k == "zookeeper" })
+		}
+		return kids, nil
+	}
+	return nil, fmt.Errorf("root %s keeps appearing and disappearing", root)
+}
+
+// serviceKey is the service a root child stands for: the name as is for
+// curator, the URL-decoded interface for dubbo (Dubbo encodes it).
+func (w *watcher) serviceKey(child string) string {
+	if w.r.cfg.Layout == LayoutDubbo {
+		if k, err := url.QueryUnescape(child); err == nil {
+			return k
+		}
+	}
+	return child
+}
+
+// readService reads one service with watches; nil, nil if it is gone.
+func (w *watcher) readService(child string) (*serviceNode, error) {
+	path := w.join(w.r.cfg.Root, child)
+	sn := &serviceNode{key: w.serviceKey(child), path: path, instances: map[string]*instance{}}
+	instDir := path
+	if w.r.cfg.Layout == LayoutDubbo {
+		kids, err := w.children(path)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(kids, "providers") {
+			return sn, nil
+		}
+		instDir = w.join(path, "providers")
+	}
+	ids, err := w.children(instDir)
+	if errors.Is(err, zk.ErrNoNode) {
+		if w.r.cfg.Layout == LayoutDubbo {
+			return sn, nil // providers went away; the interface's watch tells
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		in, err := w.readInstance(w.join(instDir, id), id)
+		if err != nil {
+			return nil, err
+		}
+		if in != nil {
+			sn.instances[id] = in
+		}
+	}
+	return sn, nil
+}
+
+// readInstance reads one instance (with a data watch for curator; a Dubbo
+// provider is all in its name); nil, nil if it is gone.
+func (w *watcher) readInstance(path, name string) (*instance, error) {
+	if w.r.cfg.Layout == LayoutDubbo {
+		in := parseDubbo(path, name, w.address)
+		return &in, nil
+	}
+	b, err := w.data(path)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return nil, nil
+	case errors.Is(err, zk.ErrNoAuth):
+		return &instance{path: path, bad: "not allowed to read the instance (ACL)"}, nil
+	case err != nil:
+		return nil, err
+	}
+	in := parseCurator(path, b, w.address)
+	return &in, nil
+}
+
+// resync reads the whole tree, re-arming missing watches, and publishes
+// it. On error the previous tree stays.
+func (w *watcher) resync() error {
+	start := time.Now()
+	clear(w.addrCache)
+	kids, err := w.readRoot()
+	if err != nil {
+		return err
+	}
+	tree := make(map[string]*serviceNode, len(kids))
+	for _, k := range kids {
+		sn, err := w.readService(k)
+		if err != nil {
+			if errors.Is(err, zk.ErrNoAuth) {
+				tree[k] = &serviceNode{key: w.serviceKey(k), path: w.join(w.r.cfg.Root, k), bad: "not allowed to read the service (ACL)"}
+				continue
+			}
+			return err
+		}
+		if sn != nil {
+			tree[k] = sn
+		}
+	}
+	w.tree = tree
+	w.needResync = false
+	w.refresh = nil
+	w.r.m.resyncs.Inc()
+	w.publish()
+	w.r.log.Debug("zookeeper resync done", "services", len(tree), "took", time.Since(start))
+	return nil
+}
+
+// applyRefresh re-reads what fired, parents first, so that a new service
+// is read once.
+func (w *watcher) applyRefresh() error {
+	keys := make([]watchKey, 0, len(w.refresh))
+	for k := range w.refresh {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b watchKey) int {
+		if d := strings.Count(a.path, "/") - strings.Count(b.path, "/"); d != 0 {
+			return d
+		}
+		return strings.Compare(a.path, b.path)
+	})
+	root := w.r.cfg.Root
+	done := map[string]bool{}
+	for _, k := range keys {
+		if done[k.path] {
+			delete(w.refresh, k)
+			continue
+		}
+		var err error
+		switch rel := w.relative(k.path); {
+		case k.path == root:
+			err = w.refreshRoot()
+		case len(rel) == 1:
+			err = w.refreshService(rel[0])
+		case len(rel) == 2 && w.r.cfg.Layout == LayoutCurator:
+			err = w.refreshInstance(rel[0], rel[1])
+		case len(rel) == 2 && w.r.cfg.Layout == LayoutDubbo && rel[1] == "providers":
+			err = w.refreshService(rel[0])
+		}
+		if err != nil {
+			return err
+		}
+		done[k.path] = true
+		delete(w.refresh, k)
+	}
+	return nil
+}
+
+// relative splits path below the root into its segments; nil if path is
+// not below the root.
+func (w *watcher) relative(path string) []string {
+	root := w.r.cfg.Root
+	prefix := root + "/"
+	if root == "/" {
+		prefix = "/"
+	}
+	rest, ok := strings.CutPrefix(path, prefix)
+	if !ok || rest == "" {
+		return nil
+	}
+	return strings.Split(rest, "/")
+}
+
+func (w *watcher) changed() { w.deb.Add(time.Now()) }
+
+func (w *watcher) refreshRoot() error {
+	kids, err := w.readRoot()
+	if err != nil {
+		return err
+	}
+	present := map[string]bool{}
+	for _, k := range kids {
+		present[k] = true
+		if _, ok := w.tree[k]; ok {
+			continue
+		}
+		sn, err := w.readService(k)
+		if err != nil {
+			return err
+		}
+		if sn != nil {
+			w.tree[k] = sn
+			w.changed()
+		}
+	}
+	for k := range w.tree {
+		if !present[k] {
+			delete(w.tree, k)
+			w.changed()
+		}
+	}
+	// Fired events of removed services need no more reads.
+	return nil
+}
+
+// refreshService re-lists one service's instances, reading new ones.
+func (w *watcher) refreshService(child string) error {
+	old, ok := w.tree[child]
+	if !ok {
+		return nil // not (yet) a known service: the root's watch tells
+	}
+	path := old.path
+	instDir := path
+	if w.r.cfg.Layout == LayoutDubbo {
+		kids, err := w.children(path)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil // the root's watch removes it
+		}
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(kids, "providers") {
+			if len(old.instances) > 0 {
+				w.tree[child] = &serviceNode{key: old.key, path: path, instances: map[string]*instance{}}
+				w.changed()
+			}
+			return nil
+		}
+		instDir = w.join(path, "providers")
+	}
+	ids, err := w.children(instDir)
+	if errors.Is(err, zk.ErrNoNode) {
+		if len(old.instances) > 0 {
+			w.tree[child] = &serviceNode{key: old.key, path: path, instances: map[string]*instance{}}
+			w.changed()
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sn := &serviceNode{key: old.key, path: path, instances: make(map[string]*instance, len(ids))}
+	changed := len(ids) != len(old.instances)
+	for _, id := range ids {
+		if in, ok := old.instances[id]; ok {
+			sn.instances[id] = in
+			continue
+		}
+		in, err := w.readInstance(w.join(instDir, id), id)
+		if err != nil {
+			return err
+		}
+		if in != nil {
+			sn.instances[id] = in
+			changed = true
+		}
+	}
+	if changed {
+		w.tree[child] = sn
+		w.changed()
+	}
+	return nil
+}
+
+// refreshInstance re-reads one Curator instance after a data change or
+// its deletion.
+func (w *watcher) refreshInstance(child, id string) error {
+	sn, ok := w.tree[child]
+	if !ok {
+		return nil
+	}
+	in, err := w.readInstance(w.join(sn.path, id), id)
+	if err != nil {
+		return err
+	}
+	next := &serviceNode{key: sn.key, path: sn.path, instances: make(map[string]*instance, len(sn.instances))}
+	for k, v := range sn.instances {
+		next.instances[k] = v
+	}
+	if in == nil {
+		if _, had := sn.instances[id]; !had {
+			return nil
+		}
+		delete(next.instances, id)
+	} else {
+		if _, had := sn.instances[id]; !had {
+			// Not listed yet: the service's child watch adds it.
+			return nil
+		}
+		next.instances[id] = in
+	}
+	w.tree[child] = next
+	w.changed()
+	return nil
+}
+
+// publish builds the full state from the tree and publishes it unless it
+// equals the last one published and the registry is Synced already (after
+// a reconnection it is published again, which says Synced).
+func (w *watcher) publish() {
+	w.deb.Done()
+	services, rejected, quarantined := build(w.r.common, w.r.cfg.Layout, w.tree)
+	w.pub.Set("", registries.Converted{Services: services, Rejected: rejected})
+	w.pub.Flush(registries.Status{State: registries.Synced})
+	w.r.m.quarantined.Set(float64(quarantined))
+}
