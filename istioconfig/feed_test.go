@@ -130,3 +130,37 @@ func TestFeedConflictOldestWins(t *testing.T) {
 		t.Errorf("rejected = %+v", st.Rejected)
 	}
 }
+
+// TestFeedDestinationRuleMergeByAge: DestinationRules of one host from a
+// cluster merge by creationTimestamp, not by name: the older rule's
+// subset and policy win.
+func TestFeedDestinationRuleMergeByAge(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	dr := func(name string, created time.Time, lb networking.LoadBalancerSettings_SimpleLB, version string) FeedObject {
+		return FeedObject{Kind: KindDestinationRule, Namespace: "shop", Name: name, Source: "shop/" + name + " (east)", Created: created,
+			Spec: &networking.DestinationRule{Host: "orders.vm.internal",
+				TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: lb}}},
+				Subsets:       []*networking.Subset{{Name: "v1", Labels: map[string]string{"version": version}}}}}
+	}
+	f := &fakeFeed{}
+	f.set(FeedPart{Name: "east", Synced: true, Objects: []FeedObject{
+		dr("a-new", t0.Add(time.Hour), networking.LoadBalancerSettings_RANDOM, "new"),
+		dr("z-old", t0, networking.LoadBalancerSettings_LEAST_REQUEST, "old"),
+	}})
+	s := New(nil, nil, f)
+	s.Reload()
+	st := s.Status()
+	if len(st.InForce) != 2 || len(st.Rejected) != 0 {
+		t.Fatalf("in force %v, rejected %+v", keys(st), st.Rejected)
+	}
+	if len(st.Merged) != 1 || st.Merged[0].Policy != "shop/z-old" || !slices.Equal(st.Merged[0].Objects, []string{"shop/z-old", "shop/a-new"}) ||
+		len(st.Merged[0].DroppedSubsets) != 1 || st.Merged[0].DroppedSubsets[0].Object != "shop/a-new" {
+		t.Errorf("merged = %+v", st.Merged)
+	}
+	for _, o := range s.Snapshot().Objects() {
+		if o.Name == "z-old" && !o.Created.Equal(t0) {
+			t.Errorf("z-old created = %v, want %v", o.Created, t0)
+		}
+	}
+}

@@ -43,6 +43,9 @@ type Status struct {
 	InForce []ObjectStatus `json:"inForce"`
 	// Rejected lists what the last read refused, in source order.
 	Rejected []Rejection `json:"rejected"`
+	// Merged lists the hosts whose DestinationRules are merged into one
+	// (several rules for one host in one namespace), sorted by host.
+	Merged []MergedRule `json:"merged"`
 	// Sources is the state of every config source as of the last read
 	// (one entry per cluster of a Kubernetes source), in config order.
 	Sources []SourceState `json:"sources"`
@@ -73,6 +76,7 @@ type Source struct {
 	inForce  map[string]*model.ConfigObject // by Key
 	fileOf   map[string]string              // key → file it was read from
 	rejected []Rejection
+	merged   []MergedRule
 	states   []SourceState
 	version  uint64
 	snap     *model.ConfigSnapshot
@@ -134,6 +138,10 @@ func (s *Source) Status() Status {
 	}
 	if st.Sources == nil {
 		st.Sources = []SourceState{}
+	}
+	st.Merged = slices.Clone(s.merged)
+	if st.Merged == nil {
+		st.Merged = []MergedRule{}
 	}
 	for _, o := range s.snap.Objects() {
 		st.InForce = append(st.InForce, ObjectStatus{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source, Hash: o.Hash, Hosts: Hosts(o)})
@@ -248,10 +256,28 @@ func (s *Source) Reload() bool {
 		}
 		valid = append(valid, p)
 	}
-	// Conflicts: one VirtualService and one DestinationRule per host.
-	// Istio keeps the oldest. The one already in force wins, then objects
-	// with a creation time (Kubernetes) oldest first, then the first by
-	// namespace/name (files carry no creation time).
+	// Conflicts: one VirtualService per host; Istio keeps the oldest.
+	// The one already in force wins, then the oldest (model.CompareAge).
+	// DestinationRules for one host in one namespace merge (drmerge);
+	// a rule for the host from another namespace is refused, as Istio
+	// would pick between them by the client's namespace, which meshfed
+	// does not know (docs/architecture.md §3.6).
+	objs := make(map[*parsed]*model.ConfigObject, len(valid))
+	for _, p := range valid {
+		o := &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash,
+			Created: p.created, Spec: p.spec}
+		if !p.fromFeed {
+			o.File = p.file
+			if p.node != nil {
+				o.Line = p.node.Line
+			}
+		}
+		if old := prev[p.key()]; old != nil && old.Hash == o.Hash && old.Source == o.Source && old.Created.Equal(o.Created) &&
+			old.File == o.File && old.Line == o.Line {
+			o = old
+		}
+		objs[p] = o
+	}
 	sort.SliceStable(valid, func(i, j int) bool {
 		a, b := valid[i], valid[j]
 		_, ai := prev[a.key()]
@@ -259,38 +285,37 @@ func (s *Source) Reload() bool {
 		if ai != aj {
 			return ai
 		}
-		if a.created.IsZero() != b.created.IsZero() {
-			return !a.created.IsZero()
-		}
-		if !a.created.Equal(b.created) {
-			return a.created.Before(b.created)
-		}
-		return a.key() < b.key()
+		return model.CompareAge(objs[a], objs[b]) < 0
 	})
-	owner := map[string]string{} // kind + "\x00" + host → key
-	for _, o := range next {     // kept last-good objects hold their hosts
+	owner := map[string]*model.ConfigObject{} // kind + "\x00" + host → holder
+	for _, o := range next {                  // kept last-good objects hold their hosts
 		for _, h := range claims(o) {
-			owner[o.Kind+"\x00"+h] = o.Key()
+			owner[o.Kind+"\x00"+h] = o
 		}
 	}
 	for _, p := range valid {
-		o := &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash, Spec: p.spec}
-		if old := prev[p.key()]; old != nil && old.Hash == p.hash && old.Source == p.source {
-			o = old
-		}
+		o := objs[p]
 		var clash string
 		for _, h := range claims(o) {
-			if w, ok := owner[p.kind+"\x00"+h]; ok && w != o.Key() {
-				clash = fmt.Sprintf("host %q already has %s %s (one %s per host)", h, p.kind, strings.TrimPrefix(w, p.kind+"/"), p.kind)
-				break
+			w, ok := owner[p.kind+"\x00"+h]
+			if !ok || w.Key() == o.Key() || (p.kind == KindDestinationRule && w.Namespace == o.Namespace) {
+				continue
 			}
+			if p.kind == KindDestinationRule {
+				clash = fmt.Sprintf("host %q already has DestinationRule %s/%s from another namespace (rules for one host merge only within a namespace)", h, w.Namespace, w.Name)
+			} else {
+				clash = fmt.Sprintf("host %q already has %s %s/%s (one %s per host)", h, p.kind, w.Namespace, w.Name, p.kind)
+			}
+			break
 		}
 		if clash != "" {
 			reject(p, clash)
 			continue
 		}
 		for _, h := range claims(o) {
-			owner[p.kind+"\x00"+h] = o.Key()
+			if _, ok := owner[p.kind+"\x00"+h]; !ok {
+				owner[p.kind+"\x00"+h] = o
+			}
 		}
 		next[p.key()], fileOf[p.key()] = o, p.file
 	}
@@ -302,6 +327,7 @@ func (s *Source) Reload() bool {
 		}
 	}
 	s.inForce, s.fileOf, s.rejected, s.states = next, fileOf, rejected, states
+	s.merged = mergedRules(next)
 	for _, r := range rejected {
 		s.log.Warn("config object rejected", "source", r.Source, "kind", r.Kind, "object", r.Namespace+"/"+r.Name, "reason", r.Reason, "keptLastGood", r.KeptLastGood)
 	}
@@ -470,7 +496,11 @@ func ParseObjects(file string, data []byte) ([]*model.ConfigObject, []Rejection)
 			rej = append(rej, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Reason: p.err.Error()})
 			continue
 		}
-		objs = append(objs, &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash, Spec: p.spec})
+		o := &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash, File: p.file, Spec: p.spec}
+		if p.node != nil {
+			o.Line = p.node.Line
+		}
+		objs = append(objs, o)
 	}
 	return objs, rej
 }

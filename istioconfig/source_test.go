@@ -160,7 +160,10 @@ func TestRejections(t *testing.T) {
 		{"relative tls path", drh + "  host: a.b\n  trafficPolicy: {portLevelSettings: [{port: {number: 443}, tls: {mode: SIMPLE, caCertificates: ca.pem}}]}\n", `spec.trafficPolicy.portLevelSettings[0].tls.caCertificates "ca.pem": want an absolute path`},
 		{"credential name", drh + "  host: a.b\n  trafficPolicy: {tls: {mode: SIMPLE, credentialName: x}}\n", "credentialName: secrets by name need SDS"},
 		{"passthrough", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {simple: PASSTHROUGH}}\n", "PASSTHROUGH: not supported"},
-		{"locality failover", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {failover: [{from: us-east, to: us-west}]}}}\n", "localityLbSetting: failover and failoverPriority are not supported yet"},
+		{"locality failover priority", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {failoverPriority: [topology.kubernetes.io/region]}}}\n", "localityLbSetting.failoverPriority: not supported yet"},
+		{"locality failover same", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {failover: [{from: us-east, to: us-east}]}}}\n", `failover[0]: from and to are the same region "us-east"`},
+		{"locality failover zone", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {failover: [{from: us-east/a, to: us-west}]}}}\n", "failover[0]: from and to are region names"},
+		{"locality failover and distribute", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {failover: [{from: us-east, to: us-west}], distribute: [{from: '*', to: {us-east/*: 100}}]}}}\n", "failover and distribute are mutually exclusive"},
 		{"locality from one locality", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: us-east/*, to: {us-east/*: 100}}]}}}\n", `distribute[0].from "us-east/*": only "*"`},
 		{"locality weights", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {localityLbSetting: {distribute: [{from: '*', to: {us-east/*: 60, us-west/*: 30}}]}}}\n", "weights sum to 90; want 100"},
 		{"cookie name", drh + "  host: a.b\n  trafficPolicy: {loadBalancer: {consistentHash: {httpCookie: {ttl: 10s}}}}\n", "httpCookie.name: is required"},
@@ -225,22 +228,27 @@ func TestConflicts(t *testing.T) {
 }
 
 // TestShortNameConflicts: a short host and its full name are one host
-// (Istio resolves short names in the rule's namespace), so the second
-// DestinationRule for it is a conflict; the same short name in another
-// namespace is another host.
+// (Istio resolves short names in the rule's namespace), so the two
+// DestinationRules for it merge; the same short name in another namespace
+// is another host; the full name from another namespace is refused.
 func TestShortNameConflicts(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	dr := func(name, ns, host string) string {
 		return "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: {host: " + host + "}\n"
 	}
-	write(t, dir, "a.yaml", dr("a", "shop", "reviews")+"---\n"+dr("b", "shop", "reviews.shop.svc.cluster.local")+"---\n"+dr("c", "other", "reviews"))
+	write(t, dir, "a.yaml", dr("a", "shop", "reviews")+"---\n"+dr("b", "shop", "reviews.shop.svc.cluster.local")+"---\n"+
+		dr("c", "other", "reviews")+"---\n"+dr("d", "other", "reviews.shop.svc.cluster.local"))
 	st := Validate(Dir{Name: "d", Path: dir})
-	if got := keys(st); !slices.Equal(got, []string{"DestinationRule/other/c", "DestinationRule/shop/a"}) {
+	if got := keys(st); !slices.Equal(got, []string{"DestinationRule/other/c", "DestinationRule/shop/a", "DestinationRule/shop/b"}) {
 		t.Fatalf("in force = %v; rejected %v", got, st.Rejected)
 	}
-	if len(st.Rejected) != 1 || !strings.Contains(st.Rejected[0].Reason, `host "reviews.shop.svc.cluster.local" already has DestinationRule shop/a`) {
+	if len(st.Rejected) != 1 || st.Rejected[0].Name != "d" ||
+		!strings.Contains(st.Rejected[0].Reason, `host "reviews.shop.svc.cluster.local" already has DestinationRule shop/a from another namespace`) {
 		t.Errorf("rejected = %v", st.Rejected)
+	}
+	if len(st.Merged) != 1 || st.Merged[0].Host != "reviews.shop.svc.cluster.local" || !slices.Equal(st.Merged[0].Objects, []string{"shop/a", "shop/b"}) {
+		t.Errorf("merged = %+v", st.Merged)
 	}
 }
 

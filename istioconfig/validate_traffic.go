@@ -394,15 +394,34 @@ func checkTLS(path string, t *networking.ClientTLSSettings) error {
 }
 
 // checkLocality: distribute from "*" (every client) with weights summing
-// to 100; failover and distribute from one locality depend on each
-// client's locality, and meshfed serves one EDS to every client.
+// to 100, or failover between regions (per-locality EDS,
+// docs/architecture.md §3.6), not both, as Istio requires.
+// failoverPriority (by client labels) and distribute from one locality
+// are not served yet.
 func checkLocality(path string, ls *networking.LocalityLoadBalancerSetting) error {
 	if ls == nil || (ls.GetEnabled() != nil && !ls.GetEnabled().GetValue()) {
 		return nil
 	}
-	if len(ls.GetFailover()) > 0 || len(ls.GetFailoverPriority()) > 0 {
-		return fmt.Errorf("%s: failover and failoverPriority are not supported yet "+
-			"(they depend on each client's locality; meshfed serves one EDS to every client)", path)
+	if len(ls.GetFailoverPriority()) > 0 {
+		return fmt.Errorf("%s.failoverPriority: not supported yet (it orders endpoints by each client's labels)", path)
+	}
+	if len(ls.GetFailover()) > 0 && len(ls.GetDistribute()) > 0 {
+		return fmt.Errorf("%s: failover and distribute are mutually exclusive", path)
+	}
+	from := map[string]bool{}
+	for i, f := range ls.GetFailover() {
+		p := fmt.Sprintf("%s.failover[%d]", path, i)
+		switch {
+		case f.GetFrom() == "" || f.GetTo() == "":
+			return fmt.Errorf("%s: from and to regions are required", p)
+		case strings.Contains(f.GetFrom(), "/") || strings.Contains(f.GetTo(), "/") || f.GetFrom() == "*" || f.GetTo() == "*":
+			return fmt.Errorf("%s: from and to are region names (no zones, no \"*\")", p)
+		case f.GetFrom() == f.GetTo():
+			return fmt.Errorf("%s: from and to are the same region %q", p, f.GetFrom())
+		case from[f.GetFrom()]:
+			return fmt.Errorf("%s.from %q: region already has a failover rule", p, f.GetFrom())
+		}
+		from[f.GetFrom()] = true
 	}
 	for i, d := range ls.GetDistribute() {
 		p := fmt.Sprintf("%s.distribute[%d]", path, i)

@@ -1,8 +1,10 @@
 package model
 
 import (
+	"cmp"
 	"sort"
 	"strings"
+	"time"
 )
 
 // ConfigObject is one user traffic rule in force: an Istio networking
@@ -17,6 +19,15 @@ type ConfigObject struct {
 	// Source is where the object came from: "file:line" or
 	// "namespace/name" for a Kubernetes source.
 	Source string
+	// Created is the object's creation time as its backend records it
+	// (Kubernetes metadata.creationTimestamp); zero for objects read
+	// from files.
+	Created time.Time
+	// File and Line place an object read from a directory source: the
+	// file's path and the line its YAML document starts on ("" and 0 for
+	// other sources). They stand in for the creation time files lack.
+	File string
+	Line int
 	// Hash is a hex hash of the object's canonical content: equal hashes,
 	// equal objects.
 	Hash string
@@ -29,6 +40,33 @@ type ConfigObject struct {
 
 // Key is "<Kind>/<namespace>/<name>".
 func (o *ConfigObject) Key() string { return o.Kind + "/" + o.Namespace + "/" + o.Name }
+
+// CompareAge orders config objects oldest first, the order in which
+// Istio lets rules for one host win or merge (docs/architecture.md §3.6):
+// objects with a creation time (Kubernetes) before objects read from files,
+// then by creation time; files by path and then by position in the file;
+// ties by name, then namespace, as Istio's sortConfigByCreationTime.
+func CompareAge(a, b *ConfigObject) int {
+	if az, bz := a.Created.IsZero(), b.Created.IsZero(); az != bz {
+		if bz {
+			return -1
+		}
+		return 1
+	}
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.File, b.File); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Line, b.Line); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Name, b.Name); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Namespace, b.Namespace)
+}
 
 // ConfigSnapshot is an immutable set of config objects in force.
 // Between two snapshots from one source, an object that did not change is

@@ -52,9 +52,10 @@ type stream struct {
 	serve   sync.Mutex
 	closed  bool
 	class   Class
-	named   bool // class known (first request seen)
-	learned bool // node (or a generated id) handed to the tracker
-	anon    bool // learned without a node
+	named   bool       // class known (first request seen)
+	learned bool       // node (or a generated id) handed to the tracker
+	anon    bool       // learned without a node
+	node    *core.Node // the first node seen: Variants resources read it
 	types   map[string]*typeSub
 	nonce   int64
 
@@ -116,6 +117,9 @@ func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, 
 		st.named = true
 		st.class = a.classify(node)
 		st.sizeLimited = sizeLimited(node)
+	}
+	if st.node == nil && node != nil {
+		st.node = node // a stream whose first request had no node
 	}
 	if !st.learned || (st.anon && node != nil) {
 		st.learned, st.anon = true, node == nil
@@ -355,7 +359,7 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 			}
 			continue
 		}
-		w, err := c.r.wire()
+		w, err := c.r.wireFor(st.node)
 		if err != nil {
 			a.errorf("xds cachedRes not sent: marshal failed", "type", ts.typeURL, "name", c.name, "error", err)
 			continue
@@ -416,7 +420,7 @@ func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta del
 	overhead := responseOverhead(ts.typeURL, version, nil)
 	total := overhead
 	for _, r := range matching {
-		w, err := r.wire()
+		w, err := r.wireFor(st.node)
 		if err != nil {
 			a.errorf("xds cachedRes not sent: marshal failed", "type", ts.typeURL, "name", r.name, "error", err)
 			continue

@@ -93,15 +93,24 @@ func (s *Server) Proxies() []ProxyStatus {
 
 // Served returns the class of the newest stream of proxyID and, per type
 // URL it subscribes to, the current resources its subscription matches
-// (not to be modified); false for an unknown proxy.
+// (a Variants resource as the variant that proxy is sent; not to be
+// modified); false for an unknown proxy.
 func (s *Server) Served(proxyID string) (Class, map[string]map[string]types.Resource, bool) {
-	class, subs, ok := s.ads.tracker.served(proxyID)
+	class, node, subs, ok := s.ads.tracker.served(proxyID)
 	if !ok {
 		return "", nil, false
 	}
 	out := make(map[string]map[string]types.Resource, len(subs))
 	for url, sub := range subs {
-		out[url] = s.ads.store.matching(sub)
+		rs := s.ads.store.matching(sub)
+		for name, r := range rs {
+			if v, ok := r.(Variants); ok {
+				if key := v.VariantKey(node); key != "" {
+					rs[name] = v.Variant(key) // what that proxy is sent
+				}
+			}
+		}
+		out[url] = rs
 	}
 	return class, out, true
 }

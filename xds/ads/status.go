@@ -83,7 +83,8 @@ type streamState struct {
 	nodeID   string
 	class    Class
 	nodeType string
-	counted  bool // in connectedProxies
+	node     *core.Node // the first node seen: what Variants resources read
+	counted  bool       // in connectedProxies
 	types    map[string]*typeState
 }
 
@@ -144,6 +145,9 @@ func (t *tracker) close(s *streamState) {
 func (t *tracker) learn(s *streamState, n *core.Node, class Class) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.node == nil {
+		s.node = n
+	}
 	if s.counted {
 		if n != nil {
 			s.nodeID = n.GetId()
@@ -313,7 +317,7 @@ func (t *tracker) snapshot(count func(*Subscription) int) []ProxyStatus {
 
 // served returns the class and the subscriptions per type URL of the
 // newest stream of proxyID.
-func (t *tracker) served(proxyID string) (Class, map[string]*Subscription, bool) {
+func (t *tracker) served(proxyID string) (Class, *core.Node, map[string]*Subscription, bool) {
 	t.mu.Lock()
 	streams := make([]*streamState, 0, len(t.streams))
 	for _, s := range t.streams {
@@ -329,7 +333,7 @@ func (t *tracker) served(proxyID string) (Class, map[string]*Subscription, bool)
 		s.mu.Unlock()
 	}
 	if best == nil {
-		return "", nil, false
+		return "", nil, nil, false
 	}
 	best.mu.Lock()
 	defer best.mu.Unlock()
@@ -339,7 +343,7 @@ func (t *tracker) served(proxyID string) (Class, map[string]*Subscription, bool)
 			out[url] = ts.sub
 		}
 	}
-	return best.class, out, true
+	return best.class, best.node, out, true
 }
 
 // Sync states of one type on one stream, as `meshfed status` and the

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -19,6 +20,44 @@ type cachedRes struct {
 	name string
 	msg  types.Resource
 	wire func() (*wire, error) // sync.OnceValues
+
+	anyType  string
+	variants sync.Map // variant key → func() (*wire, error), for a Variants msg
+}
+
+// Variants is a resource whose content depends on the client reading it
+// (the per-locality EDS of docs/architecture.md §3.6). Each variant is
+// marshalled once, by the first stream that sends it, and shared by
+// every stream whose node maps to the same key. Config dumps show the
+// resource itself.
+type Variants interface {
+	types.Resource
+	// VariantKey names the variant node reads; "" is the resource itself.
+	// It is called for every response and must be cheap.
+	VariantKey(node *core.Node) string
+	// Variant returns the resource of a key VariantKey returned.
+	Variant(key string) types.Resource
+}
+
+// wireFor is the wire form node reads: a variant's for a Variants
+// resource, the resource's own otherwise.
+func (r *cachedRes) wireFor(node *core.Node) (*wire, error) {
+	v, ok := r.msg.(Variants)
+	if !ok {
+		return r.wire()
+	}
+	key := v.VariantKey(node)
+	if key == "" {
+		return r.wire()
+	}
+	f, ok := r.variants.Load(key)
+	if !ok {
+		anyType := r.wireType()
+		f, _ = r.variants.LoadOrStore(key, sync.OnceValues(func() (*wire, error) {
+			return marshalWire(anyType, r.name, v.Variant(key))
+		}))
+	}
+	return f.(func() (*wire, error))()
 }
 
 // wire is a resource serialized once: its version (a hash of the bytes,
@@ -33,16 +72,23 @@ type wire struct {
 
 func newResource(anyType, name string, msg types.Resource) *cachedRes {
 	return &cachedRes{name: name, msg: msg, wire: sync.OnceValues(func() (*wire, error) {
-		// go-control-plane's MarshalResource (deterministic) is the only
-		// serializer of resources; the benchmarks count its calls.
-		b, err := cache.MarshalResource(msg)
-		if err != nil {
-			return nil, err
-		}
-		v := cache.HashResource(b)
-		a := &anypb.Any{TypeUrl: anyType, Value: b}
-		return &wire{version: v, any: a, delta: &discovery.Resource{Name: name, Version: v, Resource: a}}, nil
-	})}
+		return marshalWire(anyType, name, msg)
+	}), anyType: anyType}
+}
+
+func (r *cachedRes) wireType() string { return r.anyType }
+
+// marshalWire serializes msg once for every response.
+func marshalWire(anyType, name string, msg types.Resource) (*wire, error) {
+	// go-control-plane's MarshalResource (deterministic) is the only
+	// serializer of resources; the benchmarks count its calls.
+	b, err := cache.MarshalResource(msg)
+	if err != nil {
+		return nil, err
+	}
+	v := cache.HashResource(b)
+	a := &anypb.Any{TypeUrl: anyType, Value: b}
+	return &wire{version: v, any: a, delta: &discovery.Resource{Name: name, Version: v, Resource: a}}, nil
 }
 
 // collection is the current resources of one Kind and the index of the

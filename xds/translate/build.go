@@ -269,6 +269,8 @@ func resourceName(r types.Resource) string {
 		return r.GetClusterName()
 	case *claResource:
 		return r.GetClusterName()
+	case *failoverCLA:
+		return r.GetClusterName()
 	case *listener.Listener:
 		return r.GetName()
 	case *route.RouteConfiguration:

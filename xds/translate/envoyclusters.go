@@ -363,6 +363,8 @@ func (t *Translator) buildSubsets(svc *model.Service, p model.Port, dr *networki
 		case to != nil:
 			add(KindOf(ClassEnvoy, EndpointType), applyDistribute(ss.res.message(), to))
 			localityWeighted(esc)
+		case len(failoverOf(sp)) > 0:
+			add(KindOf(ClassEnvoy, EndpointType), &failoverCLA{claResource: ss.res, failover: failoverOf(sp)})
 		default:
 			add(KindOf(ClassEnvoy, EndpointType), ss.res)
 		}

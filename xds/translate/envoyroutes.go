@@ -13,7 +13,6 @@ import (
 	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
-	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
@@ -73,6 +72,7 @@ func (t *Translator) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig
 	hash := envoyHashPolicy(portPolicy(dr.GetTrafficPolicy(), p.Number))
 	vh := virtualHost(svc.Hostname, p.Number)
 	vh.Routes[0].GetRoute().HashPolicy = hash
+	vh.Routes[0].GetRoute().RetryPolicy = envoyRetry(nil, len(hash) > 0)
 	out := &envoyPort{vhost: vh}
 	if vs != nil {
 		if routes := t.envoyRoutes(vs, svc.Hostname, p.Number, hc.namespace()); len(routes) > 0 {
@@ -289,48 +289,8 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, autho
 		}
 		a.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: wc}
 	}
-	a.RetryPolicy = envoyRetry(hr.GetRetries())
+	a.RetryPolicy = envoyRetry(hr.GetRetries(), len(a.HashPolicy) > 0)
 	return a
-}
-
-// envoyRetry is Istio's retry policy (pilot/pkg/networking/core/route/
-// retry): none unless attempts > 0; retryOn defaults to Istio's list and
-// numeric entries become retriable status codes; a retry avoids the hosts
-// already tried.
-func envoyRetry(rp *networking.HTTPRetry) *route.RetryPolicy {
-	if rp.GetAttempts() <= 0 {
-		return nil
-	}
-	out := &route.RetryPolicy{
-		RetryOn:                       defaultRetryOn,
-		NumRetries:                    wrapperspb.UInt32(uint32(rp.GetAttempts())),
-		RetriableStatusCodes:          []uint32{503},
-		HostSelectionRetryMaxAttempts: 5,
-		RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
-			Name:       "envoy.retry_host_predicates.previous_hosts",
-			ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustAny(&previoushosts.PreviousHostsPredicate{})},
-		}},
-	}
-	if on := rp.GetRetryOn(); on != "" {
-		var conds []string
-		var codes []uint32
-		for _, c := range strings.Split(on, ",") {
-			c = strings.TrimSpace(c)
-			if n, err := strconv.ParseUint(c, 10, 32); err == nil {
-				codes = append(codes, uint32(n))
-			} else if c != "" {
-				conds = append(conds, c)
-			}
-		}
-		if len(codes) > 0 && !slices.Contains(conds, "retriable-status-codes") {
-			conds = append(conds, "retriable-status-codes")
-		}
-		out.RetryOn, out.RetriableStatusCodes = strings.Join(conds, ","), codes
-	}
-	if pt := rp.GetPerTryTimeout(); pt != nil {
-		out.PerTryTimeout = durationpb.New(pt.AsDuration())
-	}
-	return out
 }
 
 // envoyRouteMatch is routeMatch (path and headers) plus what only Envoy

@@ -226,7 +226,7 @@ func TestHostSemantics(t *testing.T) {
 		vs("edge", "shop", "web.vm.internal", "  gateways: [edge-gateway]\n"),
 		vs("short", "shop", "reviews", ""),
 	}, "---\n")
-	idx := configByHost(configSnap(t, 1, cfg))
+	idx := configByHost(configSnap(t, 1, cfg), nil)
 	for host, want := range map[string]string{
 		"orders.vm.internal":              "exact",
 		"web.vm.internal":                 "vm",

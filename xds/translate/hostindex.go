@@ -6,6 +6,7 @@ import (
 
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/meshfed/meshfed/istioconfig/drmerge"
 	"github.com/meshfed/meshfed/model"
 )
 
@@ -17,10 +18,17 @@ import (
 //     rule's namespace to reviews.<ns>.svc.cluster.local.
 //   - The most specific host wins: an exact name, then the longest
 //     wildcard suffix, then "*" (Istio's mostSpecificWildcardVsIndex).
-//   - Between rules naming the same host string, the config source keeps
-//     one per host (the oldest), so there is no tie.
+//   - Between VirtualServices naming the same host string, the config
+//     source keeps one per host (the oldest), so there is no tie. The
+//     DestinationRules naming one host string (one namespace: the source
+//     refuses others) are merged into one rule as Istio merges them
+//     (drmerge).
 type hostIndex struct {
 	exact map[string]hostConfig
+	// merged holds the merged DestinationRule of each host string with
+	// several, with the rules it was made of: the next index reuses it
+	// while they are the same objects, so the host is not rebuilt.
+	merged map[string]mergedDR
 	// wild holds wildcard hosts ("*.suffix" as ".suffix", "*" as ""),
 	// longest first.
 	wildVS, wildDR []wildRule
@@ -31,9 +39,17 @@ type wildRule struct {
 	obj    *model.ConfigObject
 }
 
-// configByHost indexes cfg by host.
-func configByHost(cfg *model.ConfigSnapshot) *hostIndex {
+type mergedDR struct {
+	from []*model.ConfigObject // in snapshot order
+	obj  *model.ConfigObject
+}
+
+// configByHost indexes cfg by host; prev (may be nil) is the index of
+// the previous snapshot, whose merged rules are reused when unchanged.
+func configByHost(cfg *model.ConfigSnapshot, prev *hostIndex) *hostIndex {
 	idx := &hostIndex{exact: map[string]hostConfig{}}
+	drs := map[string][]*model.ConfigObject{}
+	var hosts []string
 	for _, o := range cfg.Objects() {
 		switch sp := o.Spec.(type) {
 		case *networking.VirtualService:
@@ -44,8 +60,31 @@ func configByHost(cfg *model.ConfigSnapshot) *hostIndex {
 				idx.add(fqdn(h, o.Namespace), o, true)
 			}
 		case *networking.DestinationRule:
-			idx.add(fqdn(sp.GetHost(), o.Namespace), o, false)
+			h := fqdn(sp.GetHost(), o.Namespace)
+			if drs[h] == nil {
+				hosts = append(hosts, h)
+			}
+			drs[h] = append(drs[h], o)
 		}
+	}
+	for _, h := range hosts {
+		rules := drs[h]
+		if len(rules) == 1 {
+			idx.add(h, rules[0], false)
+			continue
+		}
+		if idx.merged == nil {
+			idx.merged = map[string]mergedDR{}
+		}
+		m, ok := mergedDR{}, false
+		if prev != nil {
+			m, ok = prev.merged[h]
+		}
+		if !ok || !slices.Equal(m.from, rules) {
+			m = mergedDR{from: rules, obj: mergeRules(rules)}
+		}
+		idx.merged[h] = m
+		idx.add(h, m.obj, false)
 	}
 	byLen := func(a, b wildRule) int { return len(b.suffix) - len(a.suffix) }
 	slices.SortStableFunc(idx.wildVS, byLen)
@@ -101,4 +140,19 @@ func (hc hostConfig) namespace() string {
 		return ""
 	}
 	return hc.vs.Namespace
+}
+
+// mergeRules is the one DestinationRule the rules for one host make
+// (drmerge.Merge), as a config object named after the oldest rule.
+func mergeRules(rules []*model.ConfigObject) *model.ConfigObject {
+	r := drmerge.Merge(rules)
+	first := r.From[0]
+	o := &model.ConfigObject{Kind: first.Kind, Namespace: first.Namespace, Name: first.Name,
+		Created: first.Created, File: first.File, Line: first.Line, Spec: r.Spec}
+	var src, hash []string
+	for _, f := range r.From {
+		src, hash = append(src, f.Source), append(hash, f.Hash)
+	}
+	o.Source, o.Hash = strings.Join(src, " + "), strings.Join(hash, "+")
+	return o
 }

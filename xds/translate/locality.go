@@ -17,8 +17,8 @@ import (
 // localityLbSetting.distribute (docs/architecture.md §3.6). meshfed serves
 // one ClusterLoadAssignment per cluster to every client, so only
 // distribute rules whose `from` is "*" (every client) are translated; the
-// config source refuses the others and failover, which depend on each
-// client's locality. Weights follow Istio's applyLocalityWeights: each
+// config source refuses the others, which depend on each client's
+// locality (failover, which does too, is served per client: failover.go). Weights follow Istio's applyLocalityWeights: each
 // `to` key takes its share, divided among the localities it matches in
 // proportion to their own weights; localities no key matches are left
 // out. grpc-go balances by locality weight on its own; Envoy needs

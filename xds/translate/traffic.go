@@ -110,17 +110,7 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns stri
 		if t := hr.GetTimeout(); t != nil && t.AsDuration() > 0 {
 			action.MaxStreamDuration = &route.RouteAction_MaxStreamDuration{MaxStreamDuration: durationpb.New(t.AsDuration())}
 		}
-		if rp := hr.GetRetries(); rp != nil && rp.GetAttempts() > 0 {
-			on := rp.GetRetryOn()
-			if on == "" {
-				on = defaultRetryOn
-			}
-			policy := &route.RetryPolicy{RetryOn: on, NumRetries: wrapperspb.UInt32(uint32(rp.GetAttempts()))}
-			if pt := rp.GetPerTryTimeout(); pt != nil {
-				policy.PerTryTimeout = durationpb.New(pt.AsDuration())
-			}
-			action.RetryPolicy = policy
-		}
+		action.RetryPolicy = grpcRetry(hr.GetRetries())
 		var perFilter map[string]*anypb.Any
 		if f := hr.GetFault(); f != nil {
 			perFilter = map[string]*anypb.Any{wellknown.Fault: mustAny(httpFault(f))}
@@ -160,10 +150,6 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns stri
 	}
 	return routes, usesFault
 }
-
-// defaultRetryOn is Istio's retryOn when a VirtualService sets attempts
-// without it; grpc-go reads the gRPC status names among them.
-const defaultRetryOn = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
 
 func destCluster(d *networking.Destination, host string, port uint32, ports portOf) string {
 	p := destPort(d, host, port, ports)

@@ -12,6 +12,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/proto"
 
+	networking "istio.io/api/networking/v1alpha3"
+
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds/ads"
 )
@@ -185,7 +187,7 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	if snap != nil {
 		cfg = snap.Config
 	}
-	t.hostCfg, t.snap = configByHost(cfg), snap
+	t.hostCfg, t.snap = configByHost(cfg, t.hostCfg), snap
 	defer func() { t.snap = nil }()
 	for _, svc := range snap.Services() {
 		old := t.services[svc.Hostname]
@@ -334,6 +336,11 @@ func sameResource(prev, next types.Resource) bool {
 	if _, ok := next.(*claResource); ok {
 		return false
 	}
+	if n, ok := next.(*failoverCLA); ok {
+		p, ok := prev.(*failoverCLA)
+		return ok && p.claResource == n.claResource && slices.EqualFunc(p.failover, n.failover,
+			func(a, b *networking.LocalityLoadBalancerSetting_Failover) bool { return proto.Equal(a, b) })
+	}
 	return proto.Equal(prev, next)
 }
 
@@ -388,6 +395,9 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 			served = applyDistribute(cla.message(), to)
 			localityWeighted(ec)
 		}
+		if fo := failoverOf(pp); len(fo) > 0 && svc.Resolution != model.ResolutionDNS {
+			served = &failoverCLA{claResource: cla, failover: fo}
+		}
 		add(KindOf(ClassEnvoy, ClusterType), ec)
 		if svc.Resolution != model.ResolutionDNS {
 			add(KindOf(ClassEnvoy, EndpointType), served)
@@ -417,6 +427,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		vh := virtualHost(svc.Hostname, p.Number)
 		hash := hashPolicy(pp)
 		vh.Routes[0].GetRoute().HashPolicy = hash
+		vh.Routes[0].GetRoute().RetryPolicy = grpcRetry(nil)
 		withFault := false
 		if vs := hc.virtualService(); vs != nil {
 			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number))
@@ -497,6 +508,7 @@ func (t *Translator) rebuildPort(port uint32, ch Changes) {
 		rc = &route.RouteConfiguration{Name: EnvoyRouteName(port)}
 		for _, h := range httpHosts {
 			vh := virtualHost(h, port)
+			vh.Routes[0].GetRoute().RetryPolicy = envoyRetry(nil, false) // no rules: no hash policy
 			if e := t.envoyPart(h, port); e != nil && e.vhost != nil {
 				vh, withCORS, withFault = e.vhost, withCORS || e.cors, withFault || e.fault
 			}
