@@ -72,12 +72,23 @@ type PublisherOptions[K comparable] struct {
 	// services with one hostname) checks that here. services must not be
 	// nil (empty for none).
 	Assemble func(entries []Entry[K]) (services []model.Service, rejected []model.Rejection)
+	// CompleteWhileDegraded says the state is complete whenever the
+	// platform calls Flush, even with a non-Synced status (the kube
+	// registry flushes only once its informers listed everything; its
+	// status is the connection's health). Without it, a non-Synced Flush
+	// before anything was published in the Run only reports the status:
+	// a partial first state (a cluster or file that cannot be read after
+	// a restart) would replace the complete one the sink already serves
+	// (restored or from the previous Run) and drop what it cannot see.
+	CompleteWhileDegraded bool
 }
 
 // Publisher is one Run's publishing tail. Build one per Run with
-// NewPublisher. Set, Put, Delete, Retain, Changed and Len may be called
-// from any goroutine; Flush and Report from one goroutine at a time (the
-// Run's loop), never concurrently with each other.
+// NewPublisher. Set, Put, Delete, Retain, Changed, Forget, State and Len
+// may be called from any goroutine. Flush, Report, Status and Published
+// read and write the status the sink last heard without a lock: call them
+// from one goroutine (the Run's loop), never concurrently with each
+// other.
 type Publisher[K comparable] struct {
 	sink   Sink
 	shard  model.ShardKey
@@ -218,10 +229,18 @@ func (p *Publisher[K]) Forget() {
 // Degraded for a state that is current as far as it goes while part of the
 // backend is failing (one broken file of a directory): it is published
 // with Sink.ReplaceStatus, so the registry never shows Synced in between.
-// Flush reports whether it published.
+// A non-Synced Flush before anything was published in this Run only
+// reports st (unless PublisherOptions.CompleteWhileDegraded): the sink
+// keeps what it serves (a restored state, the previous Run's) until the
+// backend is read in full. Flush reports whether it published.
 func (p *Publisher[K]) Flush(st Status) bool {
 	if st.State != Synced {
 		st.State = Degraded
+		if !p.published && !p.opts.CompleteWhileDegraded {
+			p.Forget()
+			p.Report(st)
+			return false
+		}
 	}
 	p.mu.Lock()
 	if !p.dirty && p.published && (st.State != Synced || p.told.State == Synced) {

@@ -185,3 +185,38 @@ func TestPublisherCustomAssemble(t *testing.T) {
 		t.Error("a nil services list from Assemble must be published as empty")
 	}
 }
+
+// TestPublisherHoldsPartialFirstState: a non-Synced Flush before anything
+// was published in the Run only reports (the sink keeps the state it
+// serves, e.g. restored after a restart); the first Synced Flush
+// publishes. With CompleteWhileDegraded the Degraded Flush publishes.
+func TestPublisherHoldsPartialFirstState(t *testing.T) {
+	t.Parallel()
+	p, sink, c := newPub(t)
+	down := registries.Status{State: registries.Degraded, Err: "cluster east: connection refused"}
+	p.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
+	for range 2 {
+		if p.Flush(down) {
+			t.Fatal("a Degraded first Flush published")
+		}
+	}
+	if st := sink.State(c.Shard()); st.Replaces != 0 || len(st.Reports) != 1 || st.Status != down {
+		t.Fatalf("want one Degraded report and no publish: %s", st)
+	}
+	if !p.Flush(registries.Status{State: registries.Synced}) {
+		t.Fatal("the first Synced Flush did not publish")
+	}
+	if st := sink.State(c.Shard()); st.Replaces != 1 || hostnames(st.Services) != "a.test" {
+		t.Fatalf("after the first Synced Flush: %s", st)
+	}
+
+	c2 := registries.Common{Name: c.Name + "-complete", Kind: "test"}
+	p2 := registries.NewPublisher(c2, sink, nil, registries.PublisherOptions[string]{Compare: strings.Compare, CompleteWhileDegraded: true})
+	p2.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
+	if !p2.Flush(down) {
+		t.Fatal("CompleteWhileDegraded: a Degraded first Flush did not publish")
+	}
+	if st := sink.State(c2.Shard()); st.Replaces != 1 || st.Status != down {
+		t.Fatalf("CompleteWhileDegraded: %s", st)
+	}
+}

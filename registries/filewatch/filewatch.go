@@ -84,7 +84,9 @@ type File[T any] struct {
 // Status.Invalid (not an outage: outage.policy expire never withdraws it),
 // with the error; either way that file's last good parse stays merged
 // while the other files update, Run keeps watching and recovers when the
-// file is fixed. An update that removed endpoints (and the first of a
+// file is fixed. A Run whose first read finds a file broken publishes
+// nothing until every file reads well (registries.Publisher): the sink
+// keeps what it serves. An update that removed endpoints (and the first of a
 // Run) is sent again once the files stayed unchanged and without errors
 // for Confirm, which confirms it to the aggregator's hold-down
 // (confirm.go). A Watch holds no state between Run calls.
@@ -310,8 +312,12 @@ func (s *runState[T]) reload(full bool) bool {
 		}
 	}
 	// While some files are broken the others' changes are still published,
-	// with the Degraded status in the same step (no Synced in between).
-	// With no good file at all there is nothing to publish yet.
+	// with the Degraded status in the same step (no Synced in between),
+	// once a state went out in this Run: before that the Publisher only
+	// reports Degraded, so a restart with a file missing keeps the state
+	// served (restored or the previous Run's) instead of dropping that
+	// file's services. With no good file at all there is nothing to
+	// publish yet.
 	if anyGood || status.State == registries.Synced {
 		if s.merge {
 			services, rejected := s.Merge(files)

@@ -350,6 +350,9 @@ func (w *clusterWatch) setSynced() {
 func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 	w.pub = registries.NewPublisher(w.r.common, sink, w.log, registries.PublisherOptions[svcKey]{
 		Compare: func(a, b svcKey) int { return strings.Compare(a.String(), b.String()) },
+		// Flushed only once the informers listed everything: the state
+		// is complete even while a watch fails.
+		CompleteWhileDegraded: true,
 	})
 	if err := w.setup(); err != nil {
 		return registries.Permanent(err)

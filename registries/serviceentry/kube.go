@@ -33,12 +33,16 @@ const kubeQuiet = 100 * time.Millisecond
 //     namespace and name; the same object (same spec) in several clusters
 //     is one object, a differing one in a later cluster is rejected.
 //   - The first publish waits until every cluster has listed its objects
-//     once or failed; a cluster that cannot be read (credentials, no CRDs,
-//     RBAC, API server down) makes the registry Degraded with the reason,
-//     and its last listed objects stay served (stale beats empty).
+//     once. A cluster that cannot be read (credentials, no CRDs, RBAC, API
+//     server down) makes the registry Degraded with the reason; before
+//     the first publish nothing is published (registries.Publisher), so
+//     the state the aggregator serves (restored after a restart) stays,
+//     and afterwards the cluster's last listed objects stay served (stale
+//     beats empty).
 //   - An update that removed endpoints is sent again after confirmAfter
-//     when nothing changed meanwhile, confirming it to the aggregator's
-//     hold-down, as filewatch does for files.
+//     when nothing changed meanwhile and every cluster is read,
+//     confirming it to the aggregator's hold-down, as filewatch does for
+//     files.
 func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 	src := crd.New(r.kube)
 	m := &merger{common: r.common, lastGood: map[string]Object{}}
@@ -67,7 +71,13 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 			return ctx.Err()
 		case <-confirm.C:
 			// Nothing changed since an update that removed endpoints:
-			// send it again.
+			// send it again, unless a cluster fails (the aggregator would
+			// take the re-send for a confirmation of a state that may lack
+			// what the cluster cannot show): retry after another period.
+			if st := kubeStatus(src.Parts()); st.State != registries.Synced {
+				confirm.Reset(confirmAfter)
+				continue
+			}
 			services, rejected := pub.State()
 			pub.Put(0, registries.Converted{Services: services, Rejected: rejected})
 			pub.Flush(kubeStatus(src.Parts()))
@@ -108,7 +118,8 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 	}
 }
 
-// decided: every cluster has listed its objects once, or cannot be read.
+// decided: every cluster has listed its objects once, or cannot be read
+// (then the Flush only reports Degraded until something was published).
 func decided(parts []istioconfig.FeedPart) bool {
 	for _, p := range parts {
 		if !p.Synced && !p.Failed && p.Err == "" {
