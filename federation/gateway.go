@@ -173,15 +173,15 @@ func (g *Gateway) registerMetrics() error {
 // is (false: ctx ended first).
 //
 // With config sources it also waits until each has been read completely
-// (a Kubernetes source's informers synced; at most syncTimeout) and the
-// aggregator's snapshot carries what they hold: a client must not see
-// routes arrive after the services (docs/architecture.md §3.6).
+// (a Kubernetes source's informers synced: not bounded by syncTimeout)
+// and the aggregator's snapshot carries what they hold: a client must not
+// see routes arrive after the services, nor services without their
+// DestinationRules (no TLS origination: docs/architecture.md §3.6).
 func (g *Gateway) waitReady(ctx context.Context) bool {
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
-	deadline := time.Now().Add(time.Duration(g.config().SyncTimeout))
 	for {
-		if ok, _ := g.agg.Ready(); ok && g.trafficApplied(deadline) && g.xds.Version() >= g.agg.Snapshot().Version {
+		if ok, _ := g.agg.Ready(); ok && g.trafficApplied() && g.xds.Version() >= g.agg.Snapshot().Version {
 			return true
 		}
 		select {
@@ -427,14 +427,19 @@ func (t trafficService) Serve(ctx context.Context) error { return t.src.Run(ctx,
 
 func (t trafficService) String() string { return "istioconfig" }
 
-// trafficApplied reports whether the config sources are ready (or
-// deadline passed) and the aggregator's latest snapshot holds what they
-// have in force.
-func (g *Gateway) trafficApplied(deadline time.Time) bool {
+// trafficApplied reports whether the config sources are ready and the
+// aggregator's latest snapshot holds what they have in force. There is no
+// deadline: config objects are not saved across restarts (state.dir
+// holds registries' services only), so serving before a Kubernetes
+// source listed its objects would serve hosts without their traffic
+// rules — e.g. plaintext to a backend a DestinationRule originates TLS
+// to. Proxies that are connected elsewhere keep their last config
+// meanwhile; /readyz names the cluster waited for.
+func (g *Gateway) trafficApplied() bool {
 	if g.traffic == nil {
 		return true
 	}
-	if ok, _ := g.traffic.Ready(); !ok && time.Now().Before(deadline) {
+	if ok, _ := g.traffic.Ready(); !ok {
 		return false
 	}
 	return g.agg.Snapshot().Config == g.traffic.Snapshot()

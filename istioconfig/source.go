@@ -94,8 +94,9 @@ func New(dirs []Dir, log *slog.Logger, feeds ...Feed) *Source {
 // least once (or cannot start: Failed), as of the last Reload; the reason
 // names those still waiting. Directories are read by every Reload, so a
 // Source of directories only is ready after the first. A Kubernetes
-// cluster that is unreachable at start keeps its source waiting: the
-// gateway bounds the wait with syncTimeout.
+// cluster that is unreachable at start keeps its source waiting, and the
+// gateway's xDS with it (no syncTimeout bound: its objects are not saved
+// across restarts); a Failed one (credentials unusable) does not.
 func (s *Source) Ready() (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -38,7 +38,8 @@
 // specs are cloned when read.
 //
 // A cluster is Starting until every informer has listed once; the source
-// keeps the gateway unready until then (bounded by syncTimeout). When the
+// keeps the gateway unready until then (not bounded by syncTimeout: the
+// objects are not saved across restarts). When the
 // API server becomes unreachable the cluster is Degraded: its informers'
 // caches — the last objects seen — stay in force (stale beats empty), and
 // client-go relists once it answers again. A cluster whose credentials
