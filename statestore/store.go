@@ -15,7 +15,15 @@
 // update just before it was removed) is dropped instead of writing the
 // file again, and Load finds nothing for the name, also when the file
 // could not be removed. Revive ends the tombstone when the name is
-// configured again; its new instance's states are then saved.
+// configured again; its new instance's states are then saved. Each Delete
+// starts a new generation of the name: a state recorded before it is
+// never written after it, also when its write was already under way (the
+// generation is checked, under the lock, right before the rename), so a
+// registry removed and quickly added back never finds its removed
+// instance's state on disk. The store cannot tell instances apart in
+// Save: its caller must not Save a removed instance's state once it
+// called Delete (the aggregator's OnAccepted is never called for a
+// registry once RemoveRegistry returned, and Delete follows that).
 package statestore
 
 import (
@@ -54,6 +62,8 @@ type Entry struct {
 	SavedAt  time.Time         `json:"savedAt"`
 	Services []model.Service   `json:"services"`
 	Rejected []model.Rejection `json:"rejected,omitempty"`
+
+	gen uint64 // the name's generation when Save recorded it
 }
 
 // Store is a state directory. Save only records the latest state of a
@@ -68,6 +78,7 @@ type Store struct {
 	mu     sync.Mutex
 	dirty  map[string]*Entry // latest unsaved state by registry; nil = delete the file
 	tomb   map[string]bool   // deleted registries not revived since
+	gen    map[string]uint64 // Deletes of each name: a write of an older generation is dropped
 }
 
 // Open creates dir if needed (mode 0700), removes temporary files a killed
@@ -93,7 +104,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 		}
 	}
 	s := &Store{dir: dir, log: log, now: time.Now, signal: make(chan struct{}, 1), dirty: map[string]*Entry{},
-		tomb: map[string]bool{}}
+		tomb: map[string]bool{}, gen: map[string]uint64{}}
 	if v := os.Getenv(WritePauseEnv); v != "" {
 		if s.pause, err = time.ParseDuration(v); err != nil {
 			return nil, fmt.Errorf("%s: %w", WritePauseEnv, err)
@@ -154,6 +165,7 @@ func (s *Store) Save(shard model.ShardKey, services []model.Service, rejected []
 		s.log.Debug("state of a removed registry not saved", "registry", shard.Name)
 		return
 	}
+	e.gen = s.gen[shard.Name]
 	s.dirty[shard.Name] = e
 	s.mu.Unlock()
 	s.wake()
@@ -166,6 +178,7 @@ func (s *Store) Delete(name string) {
 	s.mu.Lock()
 	s.dirty[name] = nil
 	s.tomb[name] = true
+	s.gen[name]++
 	s.mu.Unlock()
 	s.wake()
 }
@@ -214,7 +227,12 @@ func (s *Store) flush() {
 			}
 			continue
 		}
-		if err := s.write(e); err != nil {
+		err := s.write(e)
+		if errors.Is(err, errSuperseded) {
+			s.log.Debug("state of a removed registry not saved", "registry", name)
+			continue
+		}
+		if err != nil {
 			writes.WithLabelValues("error").Inc()
 			s.log.Warn("cannot save registry state; a restart will restore an older one", "registry", name, "error", err)
 			continue
@@ -223,8 +241,12 @@ func (s *Store) flush() {
 	}
 }
 
+// errSuperseded: the name was deleted after the state was saved.
+var errSuperseded = errors.New("registry removed since the state was saved")
+
 // write replaces the registry's file atomically: temporary file, fsync,
-// rename, fsync of the directory.
+// rename, fsync of the directory. It returns errSuperseded, writing
+// nothing, when the name was deleted since e was saved.
 func (s *Store) write(e *Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
@@ -262,7 +284,16 @@ func (s *Store) write(e *Entry) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, s.path(e.Registry)); err != nil {
+	// The generation check and the rename under one lock: a Delete is
+	// either seen here or comes after the rename (and removes the file).
+	s.mu.Lock()
+	if e.gen != s.gen[e.Registry] {
+		s.mu.Unlock()
+		return errSuperseded
+	}
+	err = os.Rename(tmp, s.path(e.Registry))
+	s.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	ok = true

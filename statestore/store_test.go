@@ -168,3 +168,49 @@ func openRunning(t *testing.T) (*Store, string) {
 	run(t, s)
 	return s, dir
 }
+
+// TestDeleteWinsOverWriteInFlight: a state whose write is under way when
+// its registry is removed (and added back at once) is never renamed into
+// place: the file shows nothing of the removed instance, only the new
+// instance's state once it saves one.
+func TestDeleteWinsOverWriteInFlight(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pause = 300 * time.Millisecond // every write pauses half-way
+	run(t, s)
+	shard := model.ShardKey{Kind: "file", Name: "vms"}
+	s.Save(shard, services(), nil)
+	// Wait for the write's temporary file: the write is under way.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(dir, "vms.*"+tmpSuffix)); len(m) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the write never started")
+		}
+	}
+	s.Delete("vms")
+	s.Revive("vms")
+	fresh := services()
+	fresh[0].Hostname = "billing.vm.internal"
+	s.Save(shard, fresh, nil)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		e, ok, err := s.Load("vms", "file", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && e.Services[0].Hostname != "billing.vm.internal" {
+			t.Fatalf("the removed instance's state was written after Delete and Revive: %s", e.Services[0].Hostname)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the new instance's state was never written")
+		}
+	}
+}
