@@ -201,18 +201,28 @@ func TestBrokenFileAmongGoodOnes(t *testing.T) {
 	})
 }
 
-func TestBrokenFileAtStartPublishesTheOthers(t *testing.T) {
+// TestBrokenFileAtStartHoldsTheFirstPublish: a Run whose first read finds
+// a file broken publishes nothing (the sink keeps what it serves: after a
+// restart, the saved state with the broken file's last good services) and
+// reports Degraded naming the file; once the file is fixed every file is
+// published.
+func TestBrokenFileAtStartHoldsTheFirstPublish(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "a.yaml"), svcYAML("10.0.0.1", "alpha"))
-	write(t, filepath.Join(dir, "services.yaml"), broken)
+	bad := filepath.Join(dir, "services.yaml")
+	write(t, bad, broken)
 	r, _ := newMulti(t, Config{Path: dir})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	st := sink.WaitFor(t, wait, degradedWith(brokenErr))
-	if strings.Join(addresses(st), ",") != "10.0.0.1" {
-		t.Errorf("addresses = %v, want the good file's", addresses(st))
+	if st.Replaces != 0 || !st.Status.Invalid {
+		t.Errorf("want Degraded (invalid) and nothing published while a file is broken at start: %s", st)
 	}
+	replace(t, bad, servicesYAML("10.0.0.2"))
+	sink.WaitFor(t, wait, func(s registrytest.State) bool {
+		return s.Status.State == registries.Synced && strings.Join(addresses(s), ",") == "10.0.0.1,10.0.0.2"
+	})
 }
 
 func TestConfigPaths(t *testing.T) {
