@@ -5,7 +5,10 @@ package serviceentry
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/kube"
 	"github.com/meshfed/meshfed/registries/registrytest"
@@ -176,4 +180,63 @@ func TestRealKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink.WaitFor(t, realWait, func(s registrytest.State) bool { return len(s.Services) == 0 })
+}
+
+// TestRealKubernetesOneClusterDownAtRestart: a restart with two clusters,
+// east answering and west's API server unreachable. Publishing east's
+// objects alone would drop west's services from the state served
+// (restored): nothing is published, not even a hold-down confirmation,
+// for twice the confirmation period; the registry is Degraded naming
+// west.
+func TestRealKubernetesOneClusterDownAtRestart(t *testing.T) {
+	t.Parallel()
+	api := servers.StartKubeClusters(t, 1).Servers[0]
+	api.InstallIstioCRDs(t)
+	api.EnsureNamespace(t, "shop")
+	if _, err := istioClient(t, api).NetworkingV1().ServiceEntries("shop").Create(context.Background(), &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "pay"},
+		Spec: apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+			Resolution: apinetworking.ServiceEntry_STATIC, Endpoints: []*apinetworking.WorkloadEntry{{Address: "10.1.0.1"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	east := &kube.Config{Kubeconfig: api.WriteKubeconfig(t, "east", servers.AdminToken), Context: "east"}
+	east.ApplyDefaults()
+	westFile := filepath.Join(t.TempDir(), "west")
+	if err := os.WriteFile(westFile, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:`+strconv.Itoa(servers.FreePort(t))+`", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: west, context: {cluster: c, user: u}}]
+current-context: west
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	west := &kube.Config{Kubeconfig: westFile, Context: "west"}
+	west.ApplyDefaults()
+	c := registries.Common{Name: "vms", Kind: "serviceentry", Domain: "ext.example"}
+	cfg := &Config{Kubernetes: &Kubernetes{Clusters: []string{"east", "west"}, Namespaces: []string{"shop"}}}
+	cfg.ApplyDefaults()
+	cfg.UseClusters(map[string]registries.Config{"east": east, "west": west})
+	reg, err := cfg.New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reg.(*Registry)
+	const confirm = 300 * time.Millisecond
+	r.confirmAfter = confirm
+
+	sink := registrytest.NewSink()
+	prior := []model.Service{
+		{Hostname: "pay.ext.example", Ports: []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}}, Endpoints: []model.Endpoint{{Address: "10.1.0.1"}}},
+		{Hostname: "ship.ext.example", Ports: []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}}, Endpoints: []model.Endpoint{{Address: "10.2.0.1"}}},
+	}
+	sink.Replace(c.Shard(), prior, nil) // restored: ship comes from west
+	defer registrytest.Start(t, r, sink)()
+	sink.WaitForShard(t, c.Shard(), realWait, func(s registrytest.State) bool {
+		return s.Status.State == registries.Degraded && strings.Contains(s.Status.Err, "cluster west")
+	})
+	time.Sleep(3 * confirm)
+	st := sink.State(c.Shard())
+	if st.Replaces != 1 || !slices.Equal(registrytest.Hostnames(st.Services), []string{"pay.ext.example", "ship.ext.example"}) {
+		t.Fatalf("published while west is unreachable: %s", st)
+	}
 }
