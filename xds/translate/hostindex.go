@@ -156,3 +156,15 @@ func mergeRules(rules []*model.ConfigObject) *model.ConfigObject {
 	o.Source, o.Hash = strings.Join(src, " + "), strings.Join(hash, "+")
 	return o
 }
+
+// describe names the objects of hc, as "VirtualService ns/name,
+// DestinationRule ns/name (source)".
+func (hc hostConfig) describe() string {
+	var parts []string
+	for _, o := range []*model.ConfigObject{hc.vs, hc.dr} {
+		if o != nil {
+			parts = append(parts, o.Kind+" "+o.Namespace+"/"+o.Name+" ("+o.Source+")")
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -79,15 +79,19 @@ type Invalid struct {
 }
 
 type svcState struct {
-	svc   *model.Service
-	cfg   hostConfig           // the traffic config it was built with
-	subs  map[string]*claState // DestinationRule subset CLAs by cluster name
-	res   map[Kind]map[string]types.Resource
-	ports map[uint32]model.Protocol // for the Envoy per-port listeners
-	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
-	mcp   map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
-	envoy map[uint32]*envoyPort     // its part of each Envoy port listener
-	notes []TrafficNote             // traffic config a client kind does not get (Host unset)
+	svc *model.Service
+	cfg hostConfig // the traffic config in force for it (the host index's)
+	// applied is the traffic config its resources were built with: cfg,
+	// or when cfg made invalid resources the last config that built
+	// (keepLastGood), or none.
+	applied hostConfig
+	subs    map[string]*claState // DestinationRule subset CLAs by cluster name
+	res     map[Kind]map[string]types.Resource
+	ports   map[uint32]model.Protocol // for the Envoy per-port listeners
+	clas    map[uint32]*claState      // by port number: to rebuild CLAs incrementally
+	mcp     map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
+	envoy   map[uint32]*envoyPort     // its part of each Envoy port listener
+	notes   []TrafficNote             // traffic config a client kind does not get (Host unset)
 	// deps: the DestinationRule of each other host its VirtualService
 	// routes to, as built (their hash policies are in its routes).
 	deps map[string]*model.ConfigObject
@@ -196,17 +200,10 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		if old != nil && old.svc == svc && old.cfg == hc && maps.Equal(old.deps, deps) {
 			continue
 		}
-		next := &svcState{svc: svc, cfg: hc, deps: deps}
+		next := &svcState{svc: svc, cfg: hc, applied: hc, deps: deps}
 		b, err := t.buildService(svc, old, hc)
 		if err != nil && (hc.vs != nil || hc.dr != nil) {
-			// The traffic config made invalid resources: serve the
-			// service without it and show why.
-			var cerr error
-			b, cerr = t.buildService(svc, old, hostConfig{})
-			if cerr == nil {
-				t.invalid[svc.Hostname] = "traffic config left out: " + err.Error()
-				err = nil
-			}
+			b, next.applied, err = t.keepLastGood(svc, old, err)
 		} else if err == nil {
 			delete(t.invalid, svc.Hostname)
 		}
@@ -247,6 +244,27 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		}
 	}
 	return ch
+}
+
+// keepLastGood builds svc when its traffic config in force made invalid
+// resources (cfgErr): with the last config that built for the host (old's
+// applied config) when there is one, else without traffic config, so one
+// bad field never strips the host's TLS, subsets or routes that were
+// served (docs/architecture.md §3.6). The reason is listed in Invalid. It
+// returns the build, the config it used and the error when none built.
+func (t *Translator) keepLastGood(svc *model.Service, old *svcState, cfgErr error) (built, hostConfig, error) {
+	if old != nil && old.res != nil && (old.applied.vs != nil || old.applied.dr != nil) {
+		if b, err := t.buildService(svc, old, old.applied); err == nil {
+			t.invalid[svc.Hostname] = "traffic config not applied, last good config kept (" + old.applied.describe() + "): " + cfgErr.Error()
+			return b, old.applied, nil
+		}
+	}
+	b, err := t.buildService(svc, old, hostConfig{})
+	if err != nil {
+		return built{}, hostConfig{}, err
+	}
+	t.invalid[svc.Hostname] = "traffic config left out: " + cfgErr.Error()
+	return b, hostConfig{}, nil
 }
 
 func servicePorts(svc *model.Service) map[uint32]model.Protocol {
