@@ -92,9 +92,9 @@ type svcState struct {
 	mcp     map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
 	envoy   map[uint32]*envoyPort     // its part of each Envoy port listener
 	notes   []TrafficNote             // traffic config a client kind does not get (Host unset)
-	// deps: the DestinationRule of each other host its VirtualService
-	// routes to, as built (their hash policies are in its routes).
-	deps map[string]*model.ConfigObject
+	// deps: what its routes need of each other host its VirtualService
+	// routes to, as built (destRules).
+	deps map[string]destDep
 }
 
 // built is what buildService makes of one service.
@@ -424,6 +424,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 			// Without rules, rebuildPort serves the default virtual host
 			// or tcp_proxy: nothing to build per service.
 			envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
+			notes = append(notes, envoyParts[p.Number].notes...)
 		}
 		if err := t.buildSubsets(svc, p, dr, old, add, &subs, &notes); err != nil {
 			return built{}, err
@@ -448,10 +449,13 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		vh.Routes[0].GetRoute().RetryPolicy = grpcRetry(nil)
 		withFault := false
 		if vs := hc.virtualService(); vs != nil {
-			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number))
+			chk := &destChecker{t: t, host: svc.Hostname, port: p.Number, client: ClassGRPC}
+			routes, f, dropped := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number), chk)
 			if len(routes) > 0 {
-				vh.Routes, withFault = routes, f
+				withFault = f
 			}
+			vh.Routes = withDefault(routes, dropped, vh.Routes[0])
+			notes = append(notes, chk.notes...)
 		}
 		faultPorts[p.Number] = withFault
 		add(KindOf(ClassGRPC, ListenerType), grpcListener(lname, lname, withFault))
