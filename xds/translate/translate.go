@@ -410,8 +410,12 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		applyEnvoyPolicy(ec, svc.Hostname, p, pp)
 		var served types.Resource = cla // the port's CLA, as every client gets it
 		if to := distributeOf(pp); to != nil && svc.Resolution != model.ResolutionDNS {
-			served = applyDistribute(cla.message(), to)
-			localityWeighted(ec)
+			d, ok, dn := distributed(name, cla.message(), to)
+			if ok {
+				served = d
+				localityWeighted(ec)
+			}
+			notes = append(notes, distributeNotes(dn, p.Protocol.IsHTTP())...)
 		}
 		if fo := failoverOf(pp); len(fo) > 0 && svc.Resolution != model.ResolutionDNS {
 			served = &failoverCLA{claResource: cla, failover: fo}
