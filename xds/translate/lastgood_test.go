@@ -95,3 +95,36 @@ func TestInvalidTrafficConfigWithoutLastGood(t *testing.T) {
 		t.Errorf("Invalid = %+v", inv)
 	}
 }
+
+// The host index is reused while the config snapshot is the same, and
+// rebuilt (wildcard lookups answered anew) when it changes.
+func TestHostIndexCachedPerConfigSnapshot(t *testing.T) {
+	wild := func(host string) string {
+		return "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: w, namespace: shop}\nspec:\n  host: \"" + host + "\"\n  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}\n"
+	}
+	lb := func(tr *Translator) cluster.Cluster_LbPolicy {
+		return tr.Resources(KindOf(ClassEnvoy, ClusterType))["outbound|80||a.vm.internal"].(*cluster.Cluster).GetLbPolicy()
+	}
+	a := testService("a.vm.internal", 80)
+	cfg1 := configSnap(t, 1, wild("*.vm.internal"))
+	tr := NewTranslator()
+	s1 := model.NewSnapshot(1, []*model.Service{a})
+	s1.Config = cfg1
+	tr.Translate(s1)
+	idx := tr.hostCfg
+	if lb(tr) != cluster.Cluster_LEAST_REQUEST {
+		t.Fatalf("wildcard rule not applied: %v", lb(tr))
+	}
+	s2 := model.NewSnapshot(2, []*model.Service{a, testService("b.vm.internal", 80)})
+	s2.Config = cfg1
+	tr.Translate(s2)
+	if tr.hostCfg != idx {
+		t.Errorf("index rebuilt for the same config snapshot")
+	}
+	s3 := model.NewSnapshot(3, []*model.Service{a})
+	s3.Config = configSnap(t, 2, wild("*.other.internal"))
+	tr.Translate(s3)
+	if tr.hostCfg == idx || lb(tr) == cluster.Cluster_LEAST_REQUEST {
+		t.Errorf("config change: index reused %v, lb %v", tr.hostCfg == idx, lb(tr))
+	}
+}

@@ -192,6 +192,7 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		cfg = snap.Config
 	}
 	t.hostCfg, t.snap = configByHost(cfg, t.hostCfg), snap
+	t.hostCfg.trimMemo(snap.Len())
 	defer func() { t.snap = nil }()
 	for _, svc := range snap.Services() {
 		old := t.services[svc.Hostname]
