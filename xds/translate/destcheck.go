@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -104,4 +105,18 @@ func (t *Translator) portsKey(host string) string {
 		b.WriteByte(',')
 	}
 	return b.String()
+}
+
+// unionDeps is the route deps of a and b together (b's win; both are of
+// the same snapshot, so they agree on a host in both).
+func unionDeps(a, b map[string]destDep) map[string]destDep {
+	if len(b) == 0 {
+		return a
+	}
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]destDep{}
+	}
+	maps.Copy(out, b)
+	return out
 }

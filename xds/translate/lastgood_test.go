@@ -128,3 +128,34 @@ func TestHostIndexCachedPerConfigSnapshot(t *testing.T) {
 		t.Errorf("config change: index reused %v, lb %v", tr.hostCfg == idx, lb(tr))
 	}
 }
+
+// A host kept on its last good config follows the destinations of that
+// config's routes: a port change of one rebuilds its route.
+func TestLastGoodConfigFollowsItsDestinations(t *testing.T) {
+	vs := func(dest string) string {
+		return "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a, namespace: shop}\nspec:\n  hosts: [a.vm.internal]\n  http:\n  - route: [{destination: {host: " + dest + "}}]\n---\n"
+	}
+	// c's rule makes a's route to c invalid (the route carries c's hash policy).
+	bad := strings.ReplaceAll(lastGoodDR, "a.vm.internal", "c.vm.internal") + `    loadBalancer: {consistentHash: {httpCookie: {name: sid, ttl: 0s, attributes: [{name: ""}]}}}
+`
+	a, c := testService("a.vm.internal", 80), testService("c.vm.internal", 80)
+	tr := NewTranslator()
+	snap := func(v uint64, cfg *model.ConfigSnapshot, b *model.Service) *model.Snapshot {
+		s := model.NewSnapshot(v, []*model.Service{a, b, c})
+		s.Config = cfg
+		return s
+	}
+	tr.Translate(snap(1, configSnap(t, 1, vs("b.vm.internal")), testService("b.vm.internal", 9090)))
+	// The edit moves the route to c and breaks the rule: the old route stays.
+	cfg2 := configSnap(t, 2, vs("c.vm.internal")+bad)
+	tr.Translate(snap(2, cfg2, testService("b.vm.internal", 9090)))
+	if got := routeClusters(t, tr, ClassEnvoy, "a.vm.internal", 80); len(got) != 1 || got[0][0] != "outbound|9090||b.vm.internal" {
+		t.Fatalf("kept route = %v (invalid %v)", got, tr.Invalid())
+	}
+	tr.Translate(snap(3, cfg2, testService("b.vm.internal", 7070)))
+	for _, cl := range []Class{ClassEnvoy, ClassGRPC} {
+		if got := routeClusters(t, tr, cl, "a.vm.internal", 80); len(got) != 1 || got[0][0] != "outbound|7070||b.vm.internal" {
+			t.Errorf("%s route after b's port changed = %v, want outbound|7070||b.vm.internal", cl, got)
+		}
+	}
+}

@@ -198,6 +198,11 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		old := t.services[svc.Hostname]
 		hc := t.hostCfg.lookup(svc.Hostname)
 		deps := t.destRules(svc.Hostname, hc)
+		if old != nil && old.cfg == hc && old.applied != hc {
+			// Still on its last good config: what its routes need of
+			// that config's destinations counts too.
+			deps = unionDeps(deps, t.destRules(svc.Hostname, old.applied))
+		}
 		if old != nil && old.svc == svc && old.cfg == hc && maps.Equal(old.deps, deps) {
 			continue
 		}
@@ -205,6 +210,9 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		b, err := t.buildService(svc, old, hc)
 		if err != nil && (hc.vs != nil || hc.dr != nil) {
 			b, next.applied, err = t.keepLastGood(svc, old, err)
+			if next.applied != hc {
+				next.deps = unionDeps(t.destRules(svc.Hostname, hc), t.destRules(svc.Hostname, next.applied))
+			}
 		} else if err == nil {
 			delete(t.invalid, svc.Hostname)
 		}
