@@ -366,6 +366,17 @@ func (a *Aggregator) ReplaceStatus(shard model.ShardKey, services []model.Servic
 	a.wake()
 }
 
+// Serving implements registries.ServingSink: it reports whether a state of
+// the shard is served or about to be (restored from disk, or received from
+// an earlier Run of the registry), so a registry holds back a partial
+// first state instead of replacing it.
+func (a *Aggregator) Serving(shard model.ShardKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rs := a.lookup(shard)
+	return rs != nil && (rs.applied || rs.pending != nil)
+}
+
 // Report implements registries.Sink: it records the health of the
 // registry's backend connection. Synced ends an outage (the state is
 // Starting until the first Replace); Degraded and Failed start one, or

@@ -673,3 +673,29 @@ func TestNoAcceptAfterRemoveRegistry(t *testing.T) {
 		t.Errorf("events %v, want %v", events, want)
 	}
 }
+
+// TestServing: a shard is served once a state was received or restored,
+// so a registry's partial first state after a restart is held back
+// (registries.ServingSink); a fresh shard is not.
+func TestServing(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o, r := reg("fresh", "file", "fresh"), reg("restored", "file", "restored")
+	a := newRunning(t, clock, o, r)
+	if a.Serving(shard(o)) || a.Serving(shard(r)) {
+		t.Fatal("a shard that received nothing is served")
+	}
+	if !a.Restore(shard(r), []model.Service{svc("a.restored", ips(1)...)}, nil) {
+		t.Fatal("Restore refused")
+	}
+	if !a.Serving(shard(r)) {
+		t.Error("a restored shard is not served")
+	}
+	a.Replace(shard(o), []model.Service{svc("a.fresh", ips(1)...)}, nil)
+	if !a.Serving(shard(o)) {
+		t.Error("a shard that received a state is not served")
+	}
+	if a.Serving(model.ShardKey{Name: "unknown"}) {
+		t.Error("an unknown shard is served")
+	}
+}

@@ -222,6 +222,15 @@ type swapper interface {
 	AddRegistry(o aggregate.RegistryOptions)
 }
 
+// Serving implements registries.ServingSink: the aggregator serves a state
+// of the shard (restored, or the running instance's during a reload).
+func (s *gateSink) Serving(shard model.ShardKey) bool {
+	if sv, ok := s.agg.(registries.ServingSink); ok {
+		return sv.Serving(shard)
+	}
+	return true
+}
+
 func (s *gateSink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
 	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
 }

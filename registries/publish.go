@@ -230,13 +230,15 @@ func (p *Publisher[K]) Forget() {
 // backend is failing (one broken file of a directory): it is published
 // with Sink.ReplaceStatus, so the registry never shows Synced in between.
 // A non-Synced Flush before anything was published in this Run only
-// reports st (unless PublisherOptions.CompleteWhileDegraded): the sink
-// keeps what it serves (a restored state, the previous Run's) until the
-// backend is read in full. Flush reports whether it published.
+// reports st (unless PublisherOptions.CompleteWhileDegraded) when the
+// sink already serves a state of the shard (a restored state, the
+// previous Run's; see ServingSink): the sink keeps it until the backend is
+// read in full. With nothing served yet (a fresh start) the partial state
+// is published, so the readable part is served while the rest is broken. Flush reports whether it published.
 func (p *Publisher[K]) Flush(st Status) bool {
 	if st.State != Synced {
 		st.State = Degraded
-		if !p.published && !p.opts.CompleteWhileDegraded {
+		if !p.published && !p.opts.CompleteWhileDegraded && p.sinkServes() {
 			p.Forget()
 			p.Report(st)
 			return false
@@ -264,6 +266,15 @@ func (p *Publisher[K]) Flush(st Status) bool {
 	}
 	p.transition(st, len(services))
 	p.published, p.told = true, st
+	return true
+}
+
+// sinkServes reports whether the sink already serves a state of the
+// shard (see ServingSink); a sink that cannot say is assumed to.
+func (p *Publisher[K]) sinkServes() bool {
+	if s, ok := p.sink.(ServingSink); ok {
+		return s.Serving(p.shard)
+	}
 	return true
 }
 

@@ -220,3 +220,28 @@ func TestPublisherHoldsPartialFirstState(t *testing.T) {
 		t.Fatalf("CompleteWhileDegraded: %s", st)
 	}
 }
+
+// freshSink is a sink that serves nothing of any shard yet (a fresh
+// start: no restored state, no earlier Run).
+type freshSink struct{ *registrytest.Sink }
+
+func (freshSink) Serving(model.ShardKey) bool { return false }
+
+// TestPublisherPublishesPartialFirstStateWhenNothingServed: with nothing
+// served yet, a Degraded first Flush publishes what is readable (one bad
+// file must not keep the good ones from being served on a fresh start),
+// with the Degraded status in the same step.
+func TestPublisherPublishesPartialFirstStateWhenNothingServed(t *testing.T) {
+	t.Parallel()
+	c := registries.Common{Name: strings.ToLower(t.Name()), Kind: "test", Domain: "test"}
+	sink := freshSink{registrytest.NewSink()}
+	p := registries.NewPublisher(c, sink, nil, registries.PublisherOptions[string]{Compare: strings.Compare})
+	down := registries.Status{State: registries.Degraded, Err: "b.yaml:3:1: bad key", Invalid: true}
+	p.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
+	if !p.Flush(down) {
+		t.Fatal("a Degraded first Flush with nothing served did not publish")
+	}
+	if st := sink.State(c.Shard()); st.Replaces != 1 || hostnames(st.Services) != "a.test" || st.Status != down {
+		t.Fatalf("want a.test published with the Degraded status: %s", st)
+	}
+}

@@ -219,3 +219,12 @@ type ClusterUser interface {
 type ClusterRef struct {
 	Key, Name string
 }
+
+// ServingSink is a Sink that can say whether it already serves a state of
+// a shard: one restored from disk at start, or published by a previous Run
+// of the registry. A Publisher asks before publishing a partial first state
+// (a non-Synced Flush), which would replace that state and drop what the
+// registry cannot read yet.
+type ServingSink interface {
+	Serving(shard model.ShardKey) bool
+}
