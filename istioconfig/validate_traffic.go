@@ -15,6 +15,13 @@ import (
 // validation refuses, and what meshfed cannot translate, refused with the
 // reason so that no proxy is sent half a rule.
 
+// MaxDirectResponseBodyBytes bounds a directResponse body (Istio's limit,
+// 1 MiB). Envoy refuses a route configuration whose direct response bodies
+// exceed its max_direct_response_body_size_bytes (4 KiB unless set), so the
+// translation sets that field to this value on every Envoy route
+// configuration.
+const MaxDirectResponseBodyBytes = 1 << 20
+
 // headerNameRE: an HTTP header name (RFC 9110 token characters).
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
 
@@ -59,7 +66,7 @@ func validateHTTPActions(r *networking.HTTPRoute) error {
 		if dr.GetStatus() < 200 || dr.GetStatus() > 599 {
 			return fmt.Errorf(".directResponse.status %d: want 200-599", dr.GetStatus())
 		}
-		if len(dr.GetBody().GetString_())+len(dr.GetBody().GetBytes()) > 1<<20 {
+		if len(dr.GetBody().GetString_())+len(dr.GetBody().GetBytes()) > MaxDirectResponseBodyBytes {
 			return errors.New(".directResponse.body: larger than 1 MiB")
 		}
 	}
