@@ -153,6 +153,8 @@ func TestRejections(t *testing.T) {
 		{"rewrite regex", hdr + "  hosts: [a.b]\n  http: [{rewrite: {uriRegexRewrite: {match: '(', rewrite: x}}, route: [{destination: {host: a.b}}]}]\n", "spec.http[0].rewrite.uriRegexRewrite.match"},
 		{"header name", hdr + "  hosts: [a.b]\n  http: [{headers: {request: {set: {'bad name': v}}}, route: [{destination: {host: a.b}}]}]\n", `spec.http[0].headers.request.set "bad name"`},
 		{"mirror percent", hdr + "  hosts: [a.b]\n  http: [{mirror: {host: c.d}, mirrorPercentage: {value: 150}, route: [{destination: {host: a.b}}]}]\n", "mirrorPercentage.value 150"},
+		{"deprecated mirror percent", hdr + "  hosts: [a.b]\n  http: [{mirror: {host: c.d}, mirrorPercent: 150, route: [{destination: {host: a.b}}]}]\n", "spec.http[0].mirrorPercent 150: want 0-100"},
+		{"deprecated delay percent", hdr + "  hosts: [a.b]\n  http: [{fault: {delay: {fixedDelay: 1s, percent: 101}}, route: [{destination: {host: a.b}}]}]\n", "spec.http[0].fault.delay.percent 101: want 0-100"},
 		{"cors method", hdr + "  hosts: [a.b]\n  http: [{corsPolicy: {allowMethods: [FETCH]}, route: [{destination: {host: a.b}}]}]\n", `allowMethods "FETCH"`},
 		{"delegate", hdr + "  hosts: [a.b]\n  http: [{delegate: {name: y}}]\n", "delegate VirtualServices are not supported yet"},
 		{"istio mutual", drh + "  host: a.b\n  trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}\n", "mode ISTIO_MUTUAL: needs Istio workload certificates"},

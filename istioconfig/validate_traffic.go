@@ -97,6 +97,10 @@ func validateHTTPActions(r *networking.HTTPRoute) error {
 	if err := checkPercent(r.GetMirrorPercentage()); err != nil {
 		return fmt.Errorf(".mirrorPercentage.value %v", err)
 	}
+	//lint:ignore SA1019 deprecated in Istio, still honoured by it (when mirrorPercentage is unset)
+	if p := r.GetMirrorPercent(); p != nil && p.GetValue() > 100 {
+		return fmt.Errorf(".mirrorPercent %d: want 0-100", p.GetValue())
+	}
 	for i, m := range r.GetMirrors() {
 		if m.GetDestination() == nil {
 			return fmt.Errorf(".mirrors[%d].destination: is required", i)

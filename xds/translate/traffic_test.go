@@ -60,7 +60,7 @@ spec:
     match: [{uri: {exact: /orders.Orders/Break}}]
     fault:
       abort: {grpcStatus: UNAVAILABLE, percentage: {value: 25}}
-      delay: {fixedDelay: 50ms}
+      delay: {fixedDelay: 50ms, percent: 30}
     route: [{destination: {host: orders.vm.internal, subset: v1}}]
   - name: other-service
     match: [{uri: {prefix: /billing.}}]
