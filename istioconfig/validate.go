@@ -199,7 +199,7 @@ func checkStringMatch(s *networking.StringMatch, emptyOK bool) error {
 		if t.Regex == "" {
 			return errors.New("regex must not be empty")
 		}
-		if _, err := regexp.Compile(t.Regex); err != nil {
+		if err := checkRegex(t.Regex); err != nil {
 			return fmt.Errorf("regex %q: %v", t.Regex, err)
 		}
 	}

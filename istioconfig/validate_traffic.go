@@ -75,8 +75,11 @@ func validateHTTPActions(r *networking.HTTPRoute) error {
 			return errors.New(".rewrite: uri and uriRegexRewrite are exclusive")
 		}
 		if rr := rw.GetUriRegexRewrite(); rr != nil {
-			if _, err := regexp.Compile(rr.GetMatch()); err != nil || rr.GetMatch() == "" {
+			if rr.GetMatch() == "" {
 				return fmt.Errorf(".rewrite.uriRegexRewrite.match %q: not a valid RE2 regex", rr.GetMatch())
+			}
+			if err := checkRegex(rr.GetMatch()); err != nil {
+				return fmt.Errorf(".rewrite.uriRegexRewrite.match %q: not a valid RE2 regex: %v", rr.GetMatch(), err)
 			}
 		}
 		if rw.GetUri() == "" && rw.GetAuthority() == "" && rw.GetUriRegexRewrite() == nil {
