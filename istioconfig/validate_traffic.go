@@ -22,6 +22,10 @@ import (
 // configuration.
 const MaxDirectResponseBodyBytes = 1 << 20
 
+// cookieUnsafe are the characters a Set-Cookie path or attribute value
+// must not hold: they would end the attribute or the header.
+const cookieUnsafe = ";\r\n\x00"
+
 // headerNameRE: an HTTP header name (RFC 9110 token characters).
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
 
@@ -308,8 +312,26 @@ func checkLB(path string, lb *networking.LoadBalancerSettings) error {
 		if k.HttpCookie.GetName() == "" {
 			return fmt.Errorf("%s.httpCookie.name: is required", p)
 		}
+		if !headerNameRE.MatchString(k.HttpCookie.GetName()) {
+			return fmt.Errorf("%s.httpCookie.name %q: not a cookie name (token characters only)", p, k.HttpCookie.GetName())
+		}
+		if strings.ContainsAny(k.HttpCookie.GetPath(), cookieUnsafe) {
+			return fmt.Errorf("%s.httpCookie.path %q: must not hold ';', CR, LF or NUL", p, k.HttpCookie.GetPath())
+		}
 		if t := k.HttpCookie.GetTtl(); t != nil && (t.CheckValid() != nil || t.AsDuration() < 0) {
 			return fmt.Errorf("%s.httpCookie.ttl: not a valid duration", p)
+		}
+		for i, a := range k.HttpCookie.GetAttributes() {
+			if !headerNameRE.MatchString(a.GetName()) {
+				return fmt.Errorf("%s.httpCookie.attributes[%d].name %q: not an attribute name (non-empty, token characters only)", p, i, a.GetName())
+			}
+			if strings.ContainsAny(a.GetValue(), cookieUnsafe) || len(a.GetValue()) > 16384 {
+				return fmt.Errorf("%s.httpCookie.attributes[%d].value %q: must not hold ';', CR, LF or NUL (at most 16384 bytes)", p, i, a.GetValue())
+			}
+		}
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
+		if !headerNameRE.MatchString(k.HttpHeaderName) {
+			return fmt.Errorf("%s.httpHeaderName %q: not a header name", p, k.HttpHeaderName)
 		}
 	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
 		if k.HttpQueryParameterName == "" {
