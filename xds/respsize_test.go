@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -189,6 +190,21 @@ func TestOversizedFullStateKeepsResources(t *testing.T) {
 		}
 		c.apply(m)
 		c.answer(m, "")
+	}
+	// A client whose receive limit is the server's refuses the whole
+	// response (its stream ends, and it would reconnect), but is never
+	// sent a state without the long host's cluster.
+	lim := dialADS(t, addr, &core.Node{Id: "grpc-limited", Metadata: md, UserAgentName: "gRPC Go"}, false,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit)))
+	want := resourceNames(srv.Resources(KindOf(ClassGRPC, ClusterType)))
+	lim.subscribe(ClusterType, want...)
+	select {
+	case m, ok := <-lim.msgs:
+		if ok {
+			t.Errorf("limited client got a response holding %v, want its stream to refuse the whole one of %v", m.names(), want)
+		}
+	case <-time.After(waitFor):
+		t.Error("limited client: no response and no stream error in time")
 	}
 	eventually(t, "the whole responses recorded as sent", func() bool {
 		p := proxy(srv, "grpc-client")
