@@ -358,10 +358,19 @@ func (t *Translator) buildSubsets(svc *model.Service, p model.Port, dr *networki
 		}
 		esc := envoyCluster(sname, svc, p, inline)
 		applyEnvoyPolicy(esc, svc.Hostname, p, sp)
-		switch to := distributeOf(sp); {
+		to := distributeOf(sp)
+		var dist *endpoint.ClusterLoadAssignment
+		if to != nil && inline == nil {
+			d, ok, dn := distributed(sname, ss.res.message(), to)
+			if ok {
+				dist = d
+			}
+			*notes = append(*notes, distributeNotes(dn, p.Protocol.IsHTTP())...)
+		}
+		switch {
 		case inline != nil:
-		case to != nil:
-			add(KindOf(ClassEnvoy, EndpointType), applyDistribute(ss.res.message(), to))
+		case dist != nil:
+			add(KindOf(ClassEnvoy, EndpointType), dist)
 			localityWeighted(esc)
 		case len(failoverOf(sp)) > 0:
 			add(KindOf(ClassEnvoy, EndpointType), &failoverCLA{claResource: ss.res, failover: failoverOf(sp)})

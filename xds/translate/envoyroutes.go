@@ -43,6 +43,9 @@ type envoyPort struct {
 	fault, cors bool
 	// tcp is the tcp_proxy of a TCP port.
 	tcp *tcpproxy.TcpProxy
+	// notes: destinations and routes left out because they name no
+	// cluster (destChecker).
+	notes []TrafficNote
 }
 
 func (e *envoyPort) equal(o *envoyPort) bool {
@@ -61,13 +64,14 @@ func (e *envoyPort) equal(o *envoyPort) bool {
 func (t *Translator) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig) *envoyPort {
 	vs := hc.virtualService()
 	dr := hc.destinationRule()
+	chk := &destChecker{t: t, host: svc.Hostname, port: p.Number, client: ClassEnvoy}
 	if !p.Protocol.IsHTTP() {
 		name := ClusterName(svc.Hostname, p.Number)
 		tp := &tcpproxy.TcpProxy{StatPrefix: name, ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: name}}
 		if r := tcpRouteFor(vs, p.Number); r != nil {
-			t.setTCPClusters(tp, r, svc.Hostname, p.Number, hc.namespace())
+			t.setTCPClusters(tp, r, svc.Hostname, p.Number, hc.namespace(), chk)
 		}
-		return &envoyPort{tcp: tp}
+		return &envoyPort{tcp: tp, notes: chk.notes}
 	}
 	hash := envoyHashPolicy(portPolicy(dr.GetTrafficPolicy(), p.Number))
 	vh := virtualHost(svc.Hostname, p.Number)
@@ -75,9 +79,9 @@ func (t *Translator) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig
 	vh.Routes[0].GetRoute().RetryPolicy = envoyRetry(nil, len(hash) > 0)
 	out := &envoyPort{vhost: vh}
 	if vs != nil {
-		if routes := t.envoyRoutes(vs, svc.Hostname, p.Number, hc.namespace()); len(routes) > 0 {
-			vh.Routes = routes
-		}
+		routes, dropped := t.envoyRoutes(vs, svc.Hostname, p.Number, hc.namespace(), chk)
+		vh.Routes = withDefault(routes, dropped, vh.Routes[0])
+		out.notes = chk.notes
 	}
 	for _, r := range vh.Routes {
 		pf := r.GetTypedPerFilterConfig()
@@ -113,10 +117,16 @@ func tcpRouteFor(vs *networking.VirtualService, port uint32) *networking.TCPRout
 // meshGateway is the gateway name of every sidecar (Istio's "mesh").
 const meshGateway = "mesh"
 
-// setTCPClusters points tp at the destinations of a tcp route.
-func (t *Translator) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRoute, host string, port uint32, ns string) {
-	ds := r.GetRoute()
-	if len(ds) == 1 {
+// setTCPClusters points tp at the destinations of a tcp route that name
+// a cluster (chk); with none, tp keeps its default cluster.
+func (t *Translator) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRoute, host string, port uint32, ns string, chk *destChecker) {
+	all := r.GetRoute()
+	ds := validDests(all, ns, "tcp", chk)
+	if len(ds) == 0 || len(all) > 1 && !anyWeight(ds) {
+		chk.dropped("tcp")
+		return
+	}
+	if len(all) == 1 {
 		tp.ClusterSpecifier = &tcpproxy.TcpProxy_Cluster{Cluster: destCluster(resolveDest(ds[0].GetDestination(), ns), host, port, t.singlePort)}
 		return
 	}
@@ -148,9 +158,9 @@ func meshMatch(m *networking.HTTPMatchRequest) bool {
 }
 
 // envoyRoutes translates the http routes of vs that apply to port, in
-// order, stopping after a catch-all as Istio does.
-func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, port uint32, ns string) []*route.Route {
-	var out []*route.Route
+// order, stopping after a catch-all as Istio does. Routes whose
+// destinations all name no cluster are left out (dropped reports any).
+func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, port uint32, ns string, chk *destChecker) (out []*route.Route, dropped bool) {
 	for i, hr := range vs.GetHttp() {
 		matches := hr.GetMatch()
 		if len(matches) == 0 {
@@ -160,11 +170,58 @@ func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, por
 			if m.GetPort() != 0 && m.GetPort() != port || !meshMatch(m) {
 				continue
 			}
-			r := t.envoyRoute(hr, m, i, host, port, ns)
+			r := t.envoyRoute(hr, m, i, host, port, ns, chk)
+			if r == nil {
+				dropped = true
+				continue
+			}
 			out = append(out, r)
 			if catchAll(r) {
-				return out
+				return out, dropped
 			}
+		}
+	}
+	return out, dropped
+}
+
+// withDefault is the routes of a virtual host: routes, or def when there
+// are none; when a route was left out (dropped) and none of routes
+// matches everything, def is appended so what the dropped route matched
+// goes to the host rather than nowhere.
+func withDefault(routes []*route.Route, dropped bool, def *route.Route) []*route.Route {
+	if len(routes) == 0 {
+		return []*route.Route{def}
+	}
+	if dropped && !slices.ContainsFunc(routes, catchAll) {
+		routes = append(routes, def)
+	}
+	return routes
+}
+
+// weightedDest is a destination of an http or tcp route.
+type weightedDest interface {
+	GetDestination() *networking.Destination
+	GetWeight() int32
+}
+
+// anyWeight reports whether one of ds has a positive weight.
+func anyWeight[D weightedDest](ds []D) bool {
+	return slices.ContainsFunc(ds, func(d D) bool { return d.GetWeight() > 0 })
+}
+
+// validDests is the destinations of an http or tcp route that name a
+// cluster (chk); the others are noted.
+func validDests[D weightedDest](ds []D, ns, route string, chk *destChecker) []D {
+	out := ds
+	for i, d := range ds {
+		if chk.ok(resolveDest(d.GetDestination(), ns), route) {
+			if len(out) < len(ds) {
+				out = append(out, d)
+			}
+			continue
+		}
+		if len(out) == len(ds) {
+			out = slices.Clone(ds[:i])
 		}
 	}
 	return out
@@ -175,7 +232,9 @@ func catchAll(r *route.Route) bool {
 	return m.GetPrefix() == "/" && len(m.GetHeaders()) == 0 && len(m.GetQueryParameters()) == 0 && m.GetCaseSensitive() == nil
 }
 
-func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatchRequest, i int, host string, port uint32, ns string) *route.Route {
+// envoyRoute translates one match of an http route; nil when the route
+// has destinations and none names a cluster.
+func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatchRequest, i int, host string, port uint32, ns string, chk *destChecker) *route.Route {
 	name := hr.GetName()
 	if name == "" {
 		name = "http-" + strconv.Itoa(i)
@@ -200,7 +259,11 @@ func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatc
 		}
 		r.Action = &route.Route_DirectResponse{DirectResponse: dr}
 	default:
-		r.Action = &route.Route_Route{Route: t.envoyAction(hr, r, ops.authority, host, port, ns)}
+		a := t.envoyAction(hr, r, name, ops.authority, host, port, ns, chk)
+		if a == nil {
+			return nil
+		}
+		r.Action = &route.Route_Route{Route: a}
 	}
 	if f := hr.GetFault(); f != nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{wellknown.Fault: mustAny(httpFault(f))}
@@ -216,8 +279,16 @@ func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatc
 
 // envoyAction is the route action of an http route with destinations:
 // clusters (weighted), timeout, rewrite, mirrors, retries, and the hash
-// policies of the destinations' DestinationRules.
-func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, authority, host string, port uint32, ns string) *route.RouteAction {
+// policies of the destinations' DestinationRules. Destinations and
+// mirrors that name no cluster are left out (chk); nil when no
+// destination is left.
+func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name, authority, host string, port uint32, ns string, chk *destChecker) *route.RouteAction {
+	all := hr.GetRoute()
+	dests := validDests(all, ns, name, chk)
+	if len(all) > 0 && (len(dests) == 0 || len(all) > 1 && !anyWeight(dests)) {
+		chk.dropped(name)
+		return nil
+	}
 	a := &route.RouteAction{Timeout: durationpb.New(0)}
 	if to := hr.GetTimeout(); to != nil {
 		a.Timeout = durationpb.New(to.AsDuration())
@@ -239,6 +310,9 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, autho
 		if !ok {
 			return // an explicit 0% mirrors nothing
 		}
+		if !chk.ok(resolveDest(d, ns), name+" mirror") {
+			return
+		}
 		a.RequestMirrorPolicies = append(a.RequestMirrorPolicies, &route.RouteAction_RequestMirrorPolicy{
 			Cluster:         destCluster(resolveDest(d, ns), host, port, t.singlePort),
 			RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: p},
@@ -253,13 +327,12 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, autho
 		p, ok := mirrorPercent(m.GetPercentage(), nil)
 		mirror(m.GetDestination(), p, ok)
 	}
-	dests := hr.GetRoute()
 	for _, d := range dests {
-		if len(dests) == 1 || d.GetWeight() > 0 {
+		if len(all) == 1 || d.GetWeight() > 0 {
 			a.HashPolicy = appendHash(a.HashPolicy, t.destHash(resolveDest(d.GetDestination(), ns), host, port, false))
 		}
 	}
-	if len(dests) == 1 {
+	if len(all) == 1 {
 		d := dests[0]
 		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(resolveDest(d.GetDestination(), ns), host, port, t.singlePort)}
 		ops := headerOps(d.GetHeaders())
@@ -577,25 +650,44 @@ func appendHash(hp, add []*route.RouteAction_HashPolicy) []*route.RouteAction_Ha
 	return hp
 }
 
-// destRules lists the DestinationRule in force (nil: none) of each other
-// host the host's VirtualService routes to: their consistent hash shapes
-// its routes, so a change of one rebuilds the host (Translate).
-func (t *Translator) destRules(host string, hc hostConfig) map[string]*model.ConfigObject {
+// destRules lists what the routes of the host's VirtualService need of
+// each other host they name (route, mirror and tcp destinations): its
+// DestinationRule in force (the consistent hash and subsets) and its
+// ports (the single-port default, whether the cluster exists), so a
+// change of either rebuilds the host (Translate).
+func (t *Translator) destRules(host string, hc hostConfig) map[string]destDep {
 	vs := hc.virtualService()
 	if vs == nil {
 		return nil
 	}
-	var out map[string]*model.ConfigObject
+	var out map[string]destDep
+	add := func(d *networking.Destination) {
+		h := fqdn(d.GetHost(), hc.namespace())
+		if h == host {
+			return
+		}
+		if _, ok := out[h]; ok {
+			return
+		}
+		if out == nil {
+			out = map[string]destDep{}
+		}
+		out[h] = destDep{dr: t.hostCfg.lookup(h).dr, ports: t.portsKey(h)}
+	}
 	for _, hr := range vs.GetHttp() {
 		for _, d := range hr.GetRoute() {
-			h := fqdn(d.GetDestination().GetHost(), hc.namespace())
-			if h == host {
-				continue
-			}
-			if out == nil {
-				out = map[string]*model.ConfigObject{}
-			}
-			out[h] = t.hostCfg.lookup(h).dr
+			add(d.GetDestination())
+		}
+		if m := hr.GetMirror(); m != nil {
+			add(m)
+		}
+		for _, m := range hr.GetMirrors() {
+			add(m.GetDestination())
+		}
+	}
+	for _, r := range vs.GetTcp() {
+		for _, d := range r.GetRoute() {
+			add(d.GetDestination())
 		}
 	}
 	return out

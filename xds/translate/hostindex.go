@@ -32,6 +32,13 @@ type hostIndex struct {
 	// wild holds wildcard hosts ("*.suffix" as ".suffix", "*" as ""),
 	// longest first.
 	wildVS, wildDR []wildRule
+	// cfg is the snapshot indexed: the next Translate with the same
+	// snapshot reuses the index, memo included.
+	cfg *model.ConfigSnapshot
+	// memo holds lookup's answers: finding a host's wildcard rules scans
+	// them all, which with many wildcard rules and services dominated a
+	// one-service update (BenchmarkWildcardRulesFlip).
+	memo map[string]hostConfig
 }
 
 type wildRule struct {
@@ -45,9 +52,14 @@ type mergedDR struct {
 }
 
 // configByHost indexes cfg by host; prev (may be nil) is the index of
-// the previous snapshot, whose merged rules are reused when unchanged.
+// the previous snapshot: returned as is when it indexes cfg (config
+// snapshots are immutable), else its merged rules are reused when
+// unchanged.
 func configByHost(cfg *model.ConfigSnapshot, prev *hostIndex) *hostIndex {
-	idx := &hostIndex{exact: map[string]hostConfig{}}
+	if prev != nil && prev.cfg == cfg {
+		return prev
+	}
+	idx := &hostIndex{exact: map[string]hostConfig{}, cfg: cfg, memo: map[string]hostConfig{}}
 	drs := map[string][]*model.ConfigObject{}
 	var hosts []string
 	for _, o := range cfg.Objects() {
@@ -116,6 +128,24 @@ func (idx *hostIndex) lookup(host string) hostConfig {
 	if idx == nil {
 		return hostConfig{}
 	}
+	if hc, ok := idx.memo[host]; ok {
+		return hc
+	}
+	hc := idx.find(host)
+	idx.memo[host] = hc
+	return hc
+}
+
+// trimMemo forgets the memoised lookups when they hold many more hosts
+// than the snapshot has services (hosts gone since), bounding the memory.
+func (idx *hostIndex) trimMemo(services int) {
+	if idx != nil && len(idx.memo) > 2*services+1024 {
+		clear(idx.memo)
+	}
+}
+
+// find is lookup without the memo.
+func (idx *hostIndex) find(host string) hostConfig {
 	hc := idx.exact[host]
 	wild := func(rules []wildRule) *model.ConfigObject {
 		for _, w := range rules {
@@ -155,4 +185,16 @@ func mergeRules(rules []*model.ConfigObject) *model.ConfigObject {
 	}
 	o.Source, o.Hash = strings.Join(src, " + "), strings.Join(hash, "+")
 	return o
+}
+
+// describe names the objects of hc, as "VirtualService ns/name,
+// DestinationRule ns/name (source)".
+func (hc hostConfig) describe() string {
+	var parts []string
+	for _, o := range []*model.ConfigObject{hc.vs, hc.dr} {
+		if o != nil {
+			parts = append(parts, o.Kind+" "+o.Namespace+"/"+o.Name+" ("+o.Source+")")
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -77,6 +77,37 @@ func applyDistribute(cla *endpoint.ClusterLoadAssignment, to map[string]uint32) 
 	return out
 }
 
+// distributed applies the distribute rule to to the port CLA cla of
+// cluster name (applyDistribute). A rule that leaves no endpoint although
+// cla has some (every `to` key a typo, or all weights 0) would black-hole
+// the cluster: it is not applied (ok false: serve cla, without locality
+// weighting) and a note says why. Localities with endpoints that no key
+// matches get no traffic, as Istio documents ("any locality not present
+// will receive no traffic"); each is noted so a typo is visible.
+func distributed(name string, cla *endpoint.ClusterLoadAssignment, to map[string]uint32) (out *endpoint.ClusterLoadAssignment, ok bool, notes []string) {
+	out = applyDistribute(cla, to)
+	if len(out.GetEndpoints()) == 0 && len(cla.GetEndpoints()) > 0 {
+		return nil, false, []string{name + ": localityLbSetting.distribute leaves no endpoint (no `to` key with a weight matches a locality of its endpoints); served without it"}
+	}
+	var lost []string
+	for _, l := range cla.GetEndpoints() {
+		if len(l.GetLbEndpoints()) == 0 || slices.ContainsFunc(out.GetEndpoints(), func(k *endpoint.LocalityLbEndpoints) bool {
+			return proto.Equal(k.GetLocality(), l.GetLocality()) && k.GetPriority() == l.GetPriority()
+		}) {
+			continue
+		}
+		loc := l.GetLocality().GetRegion() + "/" + l.GetLocality().GetZone() + "/" + l.GetLocality().GetSubZone()
+		if !slices.Contains(lost, loc) {
+			lost = append(lost, loc)
+		}
+	}
+	if len(lost) > 0 {
+		slices.Sort(lost)
+		notes = append(notes, name+": localityLbSetting.distribute sends no traffic to locality "+strings.Join(lost, ", ")+" (matched by no `to` key with a weight)")
+	}
+	return out, true, notes
+}
+
 // localityMatch: Istio's locality pattern region/zone/subzone, each part
 // a name or "*" (a trailing "*" matches the rest).
 func localityMatch(l *core.Locality, pattern string) bool {
@@ -105,4 +136,17 @@ func localityWeighted(c *cluster.Cluster) {
 	c.CommonLbConfig.LocalityConfigSpecifier = &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
 		LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{},
 	}
+}
+
+// distributeNotes are the notes of distributed for both client kinds
+// (gRPC: only for an HTTP port, the only ones it is served).
+func distributeNotes(notes []string, http bool) []TrafficNote {
+	var out []TrafficNote
+	for _, n := range notes {
+		out = append(out, TrafficNote{Client: string(ClassEnvoy), Note: n})
+		if http {
+			out = append(out, TrafficNote{Client: string(ClassGRPC), Note: n})
+		}
+	}
+	return out
 }

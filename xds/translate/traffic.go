@@ -88,14 +88,27 @@ type portOf func(host string) (uint32, bool)
 // a destination (its host's DestinationRule, merged for its subset and
 // port, as Istio's hashForVirtualService).
 // host's DestinationRule (nil for none).
-func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns string, ports portOf, hashOf func(*networking.Destination) []*route.RouteAction_HashPolicy) (routes []*route.Route, usesFault bool) {
+//
+// Destinations that name no cluster are left out (chk); a route with
+// none left is left out and reported in dropped.
+func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns string, ports portOf, hashOf func(*networking.Destination) []*route.RouteAction_HashPolicy, chk *destChecker) (routes []*route.Route, usesFault, dropped bool) {
 	for i, hr := range vs.GetHttp() {
 		action := &route.RouteAction{Timeout: durationpb.New(0)}
-		dests := hr.GetRoute()
+		name := hr.GetName()
+		if name == "" {
+			name = "http-" + uitoa(uint32(i))
+		}
+		all := hr.GetRoute()
+		dests := validDests(all, ns, name, chk)
+		if len(all) > 0 && (len(dests) == 0 || len(all) > 1 && len(dests) < len(all) && !anyWeight(dests)) {
+			chk.dropped(name)
+			dropped = true
+			continue
+		}
 		for _, d := range dests {
 			action.HashPolicy = appendHash(action.HashPolicy, hashOf(resolveDest(d.GetDestination(), ns)))
 		}
-		if len(dests) == 1 {
+		if len(all) == 1 {
 			action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(resolveDest(dests[0].GetDestination(), ns), host, port, ports)}
 		} else {
 			wc := &route.WeightedCluster{}
@@ -115,10 +128,6 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns stri
 		if f := hr.GetFault(); f != nil {
 			perFilter = map[string]*anypb.Any{wellknown.Fault: mustAny(httpFault(f))}
 			usesFault = true
-		}
-		name := hr.GetName()
-		if name == "" {
-			name = "http-" + uitoa(uint32(i))
 		}
 		matches := hr.GetMatch()
 		if len(matches) == 0 {
@@ -148,7 +157,7 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns stri
 			routes = append(routes, r)
 		}
 	}
-	return routes, usesFault
+	return routes, usesFault, dropped
 }
 
 func destCluster(d *networking.Destination, host string, port uint32, ports portOf) string {

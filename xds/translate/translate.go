@@ -79,18 +79,22 @@ type Invalid struct {
 }
 
 type svcState struct {
-	svc   *model.Service
-	cfg   hostConfig           // the traffic config it was built with
-	subs  map[string]*claState // DestinationRule subset CLAs by cluster name
-	res   map[Kind]map[string]types.Resource
-	ports map[uint32]model.Protocol // for the Envoy per-port listeners
-	clas  map[uint32]*claState      // by port number: to rebuild CLAs incrementally
-	mcp   map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
-	envoy map[uint32]*envoyPort     // its part of each Envoy port listener
-	notes []TrafficNote             // traffic config a client kind does not get (Host unset)
-	// deps: the DestinationRule of each other host its VirtualService
-	// routes to, as built (their hash policies are in its routes).
-	deps map[string]*model.ConfigObject
+	svc *model.Service
+	cfg hostConfig // the traffic config in force for it (the host index's)
+	// applied is the traffic config its resources were built with: cfg,
+	// or when cfg made invalid resources the last config that built
+	// (keepLastGood), or none.
+	applied hostConfig
+	subs    map[string]*claState // DestinationRule subset CLAs by cluster name
+	res     map[Kind]map[string]types.Resource
+	ports   map[uint32]model.Protocol // for the Envoy per-port listeners
+	clas    map[uint32]*claState      // by port number: to rebuild CLAs incrementally
+	mcp     map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
+	envoy   map[uint32]*envoyPort     // its part of each Envoy port listener
+	notes   []TrafficNote             // traffic config a client kind does not get (Host unset)
+	// deps: what its routes need of each other host its VirtualService
+	// routes to, as built (destRules).
+	deps map[string]destDep
 }
 
 // built is what buildService makes of one service.
@@ -188,24 +192,26 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		cfg = snap.Config
 	}
 	t.hostCfg, t.snap = configByHost(cfg, t.hostCfg), snap
+	t.hostCfg.trimMemo(snap.Len())
 	defer func() { t.snap = nil }()
 	for _, svc := range snap.Services() {
 		old := t.services[svc.Hostname]
 		hc := t.hostCfg.lookup(svc.Hostname)
 		deps := t.destRules(svc.Hostname, hc)
+		if old != nil && old.cfg == hc && old.applied != hc {
+			// Still on its last good config: what its routes need of
+			// that config's destinations counts too.
+			deps = unionDeps(deps, t.destRules(svc.Hostname, old.applied))
+		}
 		if old != nil && old.svc == svc && old.cfg == hc && maps.Equal(old.deps, deps) {
 			continue
 		}
-		next := &svcState{svc: svc, cfg: hc, deps: deps}
+		next := &svcState{svc: svc, cfg: hc, applied: hc, deps: deps}
 		b, err := t.buildService(svc, old, hc)
 		if err != nil && (hc.vs != nil || hc.dr != nil) {
-			// The traffic config made invalid resources: serve the
-			// service without it and show why.
-			var cerr error
-			b, cerr = t.buildService(svc, old, hostConfig{})
-			if cerr == nil {
-				t.invalid[svc.Hostname] = "traffic config left out: " + err.Error()
-				err = nil
+			b, next.applied, err = t.keepLastGood(svc, old, err)
+			if next.applied != hc {
+				next.deps = unionDeps(t.destRules(svc.Hostname, hc), t.destRules(svc.Hostname, next.applied))
 			}
 		} else if err == nil {
 			delete(t.invalid, svc.Hostname)
@@ -247,6 +253,27 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 		}
 	}
 	return ch
+}
+
+// keepLastGood builds svc when its traffic config in force made invalid
+// resources (cfgErr): with the last config that built for the host (old's
+// applied config) when there is one, else without traffic config, so one
+// bad field never strips the host's TLS, subsets or routes that were
+// served (docs/architecture.md §3.6). The reason is listed in Invalid. It
+// returns the build, the config it used and the error when none built.
+func (t *Translator) keepLastGood(svc *model.Service, old *svcState, cfgErr error) (built, hostConfig, error) {
+	if old != nil && old.res != nil && (old.applied.vs != nil || old.applied.dr != nil) {
+		if b, err := t.buildService(svc, old, old.applied); err == nil {
+			t.invalid[svc.Hostname] = "traffic config not applied, last good config kept (" + old.applied.describe() + "): " + cfgErr.Error()
+			return b, old.applied, nil
+		}
+	}
+	b, err := t.buildService(svc, old, hostConfig{})
+	if err != nil {
+		return built{}, hostConfig{}, err
+	}
+	t.invalid[svc.Hostname] = "traffic config left out: " + cfgErr.Error()
+	return b, hostConfig{}, nil
 }
 
 func servicePorts(svc *model.Service) map[uint32]model.Protocol {
@@ -392,8 +419,12 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		applyEnvoyPolicy(ec, svc.Hostname, p, pp)
 		var served types.Resource = cla // the port's CLA, as every client gets it
 		if to := distributeOf(pp); to != nil && svc.Resolution != model.ResolutionDNS {
-			served = applyDistribute(cla.message(), to)
-			localityWeighted(ec)
+			d, ok, dn := distributed(name, cla.message(), to)
+			if ok {
+				served = d
+				localityWeighted(ec)
+			}
+			notes = append(notes, distributeNotes(dn, p.Protocol.IsHTTP())...)
 		}
 		if fo := failoverOf(pp); len(fo) > 0 && svc.Resolution != model.ResolutionDNS {
 			served = &failoverCLA{claResource: cla, failover: fo}
@@ -406,6 +437,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 			// Without rules, rebuildPort serves the default virtual host
 			// or tcp_proxy: nothing to build per service.
 			envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
+			notes = append(notes, envoyParts[p.Number].notes...)
 		}
 		if err := t.buildSubsets(svc, p, dr, old, add, &subs, &notes); err != nil {
 			return built{}, err
@@ -430,10 +462,13 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		vh.Routes[0].GetRoute().RetryPolicy = grpcRetry(nil)
 		withFault := false
 		if vs := hc.virtualService(); vs != nil {
-			routes, f := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number))
+			chk := &destChecker{t: t, host: svc.Hostname, port: p.Number, client: ClassGRPC}
+			routes, f, dropped := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number), chk)
 			if len(routes) > 0 {
-				vh.Routes, withFault = routes, f
+				withFault = f
 			}
+			vh.Routes = withDefault(routes, dropped, vh.Routes[0])
+			notes = append(notes, chk.notes...)
 		}
 		faultPorts[p.Number] = withFault
 		add(KindOf(ClassGRPC, ListenerType), grpcListener(lname, lname, withFault))

@@ -3,10 +3,12 @@ package translate
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
+	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 )
 
@@ -86,6 +88,53 @@ func BenchmarkTranslateFlip(b *testing.B) {
 		next.Endpoints[i%10].Health = model.Health(1 - int(next.Endpoints[i%10].Health))
 		svcs[k] = &next
 		snap := model.NewSnapshot(uint64(i+2), slices.Clone(svcs))
+		b.StartTimer()
+		if ch := tr.Translate(snap); len(ch) != 1 {
+			b.Fatalf("%d kinds changed, want EDS only", len(ch))
+		}
+	}
+}
+
+// BenchmarkWildcardRulesFlip: one endpoint flips in one of 20,000
+// services while 500 wildcard DestinationRules (matching none of them)
+// are in force: the cost of finding each unchanged service's config
+// (sub-benchmark rules=0: the same without config, for comparison).
+func BenchmarkWildcardRulesFlip(b *testing.B) {
+	for _, n := range []int{0, 500} {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) { benchWildcardRulesFlip(b, n) })
+	}
+}
+
+func benchWildcardRulesFlip(b *testing.B, rules int) {
+	var y strings.Builder
+	for i := range rules {
+		fmt.Fprintf(&y, "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: w%d, namespace: shop}\nspec:\n  host: \"*.zone%d.internal\"\n  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}\n", i, i)
+	}
+	objs, rej := istioconfig.ParseObjects("bench.yaml", []byte(y.String()))
+	if len(rej) > 0 {
+		b.Fatal(rej)
+	}
+	cfg := model.NewConfigSnapshot(1, objs)
+	svcs := make([]*model.Service, 20000)
+	for i := range svcs {
+		s := bigService(1)
+		s.Hostname = fmt.Sprintf("s%05d.vm.internal", i)
+		svcs[i] = s
+	}
+	tr := NewTranslator()
+	first := model.NewSnapshot(1, slices.Clone(svcs))
+	first.Config = cfg
+	tr.Translate(first)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		next := *svcs[7]
+		next.Endpoints = slices.Clone(next.Endpoints)
+		next.Endpoints[0].Health = model.Health(1 - int(next.Endpoints[0].Health))
+		svcs[7] = &next
+		snap := model.NewSnapshot(uint64(i+2), slices.Clone(svcs))
+		snap.Config = cfg
 		b.StartTimer()
 		if ch := tr.Translate(snap); len(ch) != 1 {
 			b.Fatalf("%d kinds changed, want EDS only", len(ch))

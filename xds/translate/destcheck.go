@@ -1,0 +1,122 @@
+package translate
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+)
+
+// Route destinations that name no cluster (docs/architecture.md §3.6).
+// Istio points such a route at the cluster name anyway (Envoy answers 503
+// "no cluster", grpc-go fails every call), so a typo in a host, subset or
+// port black-holes the host. meshfed leaves such a destination out of its
+// route (the remaining weights share the traffic), leaves a route with no
+// destination left out (the host's default route then takes what it
+// matched), and lists each as a TrafficNote on /debug/configz. Whether a
+// destination names a cluster depends on the destination's service (its
+// port set) and DestinationRule (its subsets): both are route deps
+// (destRules), so the route is rebuilt when they change.
+
+// destChecker checks the destinations of one service port's routes for a
+// client kind and collects the notes of those left out.
+type destChecker struct {
+	t      *Translator
+	host   string
+	port   uint32
+	client Class
+	notes  []TrafficNote
+}
+
+// ok reports whether the (resolved) destination d names a cluster the
+// client kind is served; if not, it notes that d is left out of route.
+func (c *destChecker) ok(d *networking.Destination, route string) bool {
+	if c == nil {
+		return true
+	}
+	why := c.t.missingDest(d, c.host, c.port, c.client == ClassGRPC)
+	if why == "" {
+		return true
+	}
+	n := TrafficNote{Client: string(c.client), Note: "port " + uitoa(c.port) + " route " + route + ": destination " +
+		destCluster(d, c.host, c.port, c.t.singlePort) + " left out: " + why}
+	if !slices.Contains(c.notes, n) {
+		c.notes = append(c.notes, n)
+	}
+	return false
+}
+
+// dropped notes that route, with no destination left, is left out.
+func (c *destChecker) dropped(route string) {
+	c.notes = append(c.notes, TrafficNote{Client: string(c.client),
+		Note: "port " + uitoa(c.port) + " route " + route + ": no destination left, route left out (the default route applies)"})
+}
+
+// missingDest tells why the destination d of a route of host's port names
+// no cluster ("" when it names one): its host is no service, the port it
+// resolves to is not one of the host's (for gRPC: not an HTTP one), or its
+// subset is defined by no DestinationRule of the host.
+func (t *Translator) missingDest(d *networking.Destination, host string, port uint32, grpc bool) string {
+	svc, ok := t.snap.Service(d.GetHost())
+	if !ok {
+		return "host " + d.GetHost() + " is no known service"
+	}
+	p := destPort(d, host, port, t.singlePort)
+	i := slices.IndexFunc(svc.Ports, func(sp model.Port) bool { return sp.Number == p })
+	if i < 0 {
+		return "service " + d.GetHost() + " has no port " + uitoa(p)
+	}
+	if grpc && !svc.Ports[i].Protocol.IsHTTP() {
+		return "port " + uitoa(p) + " of " + d.GetHost() + " is not HTTP"
+	}
+	if s := d.GetSubset(); s != "" {
+		dr := t.hostCfg.lookup(d.GetHost()).destinationRule()
+		if !slices.ContainsFunc(dr.GetSubsets(), func(ss *networking.Subset) bool { return ss.GetName() == s }) {
+			return "subset " + s + " is defined by no DestinationRule of " + d.GetHost()
+		}
+	}
+	return ""
+}
+
+// destDep is what a route needs of a destination host: its
+// DestinationRule (hash policy, subsets) and its ports (the single-port
+// default and whether the cluster exists).
+type destDep struct {
+	dr    *model.ConfigObject
+	ports string // "" when the host is no service
+}
+
+// portsKey sums up the ports of the snapshot's service host ("" when
+// there is none).
+func (t *Translator) portsKey(host string) string {
+	svc, ok := t.snap.Service(host)
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteByte('+')
+	for _, p := range svc.Ports {
+		b.WriteString(uitoa(p.Number))
+		b.WriteByte('/')
+		b.WriteString(string(p.Protocol))
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
+// unionDeps is the route deps of a and b together (b's win; both are of
+// the same snapshot, so they agree on a host in both).
+func unionDeps(a, b map[string]destDep) map[string]destDep {
+	if len(b) == 0 {
+		return a
+	}
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]destDep{}
+	}
+	maps.Copy(out, b)
+	return out
+}
