@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
@@ -227,4 +228,26 @@ func setString(m protoreflect.Message, path, val string) bool {
 		}
 	}
 	return ok
+}
+
+// rawConfigSnap is configSnap without the config validation: decoded
+// objects only, for tests of what translation does with a rule a gap in
+// the validation would let through.
+func rawConfigSnap(t *testing.T, version uint64, yaml string) *model.ConfigSnapshot {
+	t.Helper()
+	docs, err := istioconfig.DecodeDocuments("test.yaml", []byte(yaml), map[string]func() proto.Message{
+		"VirtualService":  func() proto.Message { return &networking.VirtualService{} },
+		"DestinationRule": func() proto.Message { return &networking.DestinationRule{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*model.ConfigObject
+	for _, d := range docs {
+		if d.Err != nil {
+			t.Fatalf("%s: %v", d.Source, d.Err)
+		}
+		objs = append(objs, &model.ConfigObject{Kind: d.Kind, Namespace: d.Namespace, Name: d.Name, Source: d.Source, Hash: d.Hash, Spec: d.Spec})
+	}
+	return model.NewConfigSnapshot(version, objs)
 }

@@ -32,11 +32,11 @@ func TestFaultAndMirrorPercent(t *testing.T) {
 		{"delay unset", "    fault: {delay: {fixedDelay: 1s}}\n", 0, -1, -1},
 		{"delay deprecated percent", "    fault: {delay: {fixedDelay: 1s, percent: 30}}\n", 300000, -1, -1},
 		{"delay percentage wins", "    fault: {delay: {fixedDelay: 1s, percent: 30, percentage: {value: 2.5}}}\n", 25000, -1, -1},
-		{"mirror unset", "    mirror: {host: api.vm.internal}\n", -1, -1, 1000000},
-		{"mirror deprecated percent", "    mirror: {host: api.vm.internal}\n    mirrorPercent: 40\n", -1, -1, 400000},
-		{"mirror deprecated 0", "    mirror: {host: api.vm.internal}\n    mirrorPercent: 0\n", -1, -1, -1},
-		{"mirror percentage wins", "    mirror: {host: api.vm.internal}\n    mirrorPercent: 40\n    mirrorPercentage: {value: 0}\n", -1, -1, -1},
-		{"mirrors unset", "    mirrors: [{destination: {host: api.vm.internal}}]\n", -1, -1, 1000000},
+		{"mirror unset", "    mirror: {host: orders.vm.internal, port: {number: 8081}}\n", -1, -1, 1000000},
+		{"mirror deprecated percent", "    mirror: {host: orders.vm.internal, port: {number: 8081}}\n    mirrorPercent: 40\n", -1, -1, 400000},
+		{"mirror deprecated 0", "    mirror: {host: orders.vm.internal, port: {number: 8081}}\n    mirrorPercent: 0\n", -1, -1, -1},
+		{"mirror percentage wins", "    mirror: {host: orders.vm.internal, port: {number: 8081}}\n    mirrorPercent: 40\n    mirrorPercentage: {value: 0}\n", -1, -1, -1},
+		{"mirrors unset", "    mirrors: [{destination: {host: orders.vm.internal, port: {number: 8081}}}]\n", -1, -1, 1000000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
