@@ -118,6 +118,10 @@ func validateHTTPRoute(r *networking.HTTPRoute) error {
 			if p := d.GetPercentage(); p != nil && (p.GetValue() < 0 || p.GetValue() > 100) {
 				return fmt.Errorf(".fault.delay.percentage.value %v: want 0-100", p.GetValue())
 			}
+			//lint:ignore SA1019 deprecated in Istio, still honoured by it (when percentage is unset)
+			if p := d.GetPercent(); p < 0 || p > 100 {
+				return fmt.Errorf(".fault.delay.percent %d: want 0-100", p)
+			}
 		}
 		if a := f.GetAbort(); a != nil {
 			switch e := a.GetErrorType().(type) {
@@ -195,7 +199,7 @@ func checkStringMatch(s *networking.StringMatch, emptyOK bool) error {
 		if t.Regex == "" {
 			return errors.New("regex must not be empty")
 		}
-		if _, err := regexp.Compile(t.Regex); err != nil {
+		if err := checkRegex(t.Regex); err != nil {
 			return fmt.Errorf("regex %q: %v", t.Regex, err)
 		}
 	}

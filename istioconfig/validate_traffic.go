@@ -15,6 +15,17 @@ import (
 // validation refuses, and what meshfed cannot translate, refused with the
 // reason so that no proxy is sent half a rule.
 
+// MaxDirectResponseBodyBytes bounds a directResponse body (Istio's limit,
+// 1 MiB). Envoy refuses a route configuration whose direct response bodies
+// exceed its max_direct_response_body_size_bytes (4 KiB unless set), so the
+// translation sets that field to this value on every Envoy route
+// configuration.
+const MaxDirectResponseBodyBytes = 1 << 20
+
+// cookieUnsafe are the characters a Set-Cookie path or attribute value
+// must not hold: they would end the attribute or the header.
+const cookieUnsafe = ";\r\n\x00"
+
 // headerNameRE: an HTTP header name (RFC 9110 token characters).
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
 
@@ -59,7 +70,7 @@ func validateHTTPActions(r *networking.HTTPRoute) error {
 		if dr.GetStatus() < 200 || dr.GetStatus() > 599 {
 			return fmt.Errorf(".directResponse.status %d: want 200-599", dr.GetStatus())
 		}
-		if len(dr.GetBody().GetString_())+len(dr.GetBody().GetBytes()) > 1<<20 {
+		if len(dr.GetBody().GetString_())+len(dr.GetBody().GetBytes()) > MaxDirectResponseBodyBytes {
 			return errors.New(".directResponse.body: larger than 1 MiB")
 		}
 	}
@@ -68,8 +79,11 @@ func validateHTTPActions(r *networking.HTTPRoute) error {
 			return errors.New(".rewrite: uri and uriRegexRewrite are exclusive")
 		}
 		if rr := rw.GetUriRegexRewrite(); rr != nil {
-			if _, err := regexp.Compile(rr.GetMatch()); err != nil || rr.GetMatch() == "" {
+			if rr.GetMatch() == "" {
 				return fmt.Errorf(".rewrite.uriRegexRewrite.match %q: not a valid RE2 regex", rr.GetMatch())
+			}
+			if err := checkRegex(rr.GetMatch()); err != nil {
+				return fmt.Errorf(".rewrite.uriRegexRewrite.match %q: not a valid RE2 regex: %v", rr.GetMatch(), err)
 			}
 		}
 		if rw.GetUri() == "" && rw.GetAuthority() == "" && rw.GetUriRegexRewrite() == nil {
@@ -89,6 +103,10 @@ func validateHTTPActions(r *networking.HTTPRoute) error {
 	}
 	if err := checkPercent(r.GetMirrorPercentage()); err != nil {
 		return fmt.Errorf(".mirrorPercentage.value %v", err)
+	}
+	//lint:ignore SA1019 deprecated in Istio, still honoured by it (when mirrorPercentage is unset)
+	if p := r.GetMirrorPercent(); p != nil && p.GetValue() > 100 {
+		return fmt.Errorf(".mirrorPercent %d: want 0-100", p.GetValue())
 	}
 	for i, m := range r.GetMirrors() {
 		if m.GetDestination() == nil {
@@ -294,8 +312,26 @@ func checkLB(path string, lb *networking.LoadBalancerSettings) error {
 		if k.HttpCookie.GetName() == "" {
 			return fmt.Errorf("%s.httpCookie.name: is required", p)
 		}
+		if !headerNameRE.MatchString(k.HttpCookie.GetName()) {
+			return fmt.Errorf("%s.httpCookie.name %q: not a cookie name (token characters only)", p, k.HttpCookie.GetName())
+		}
+		if strings.ContainsAny(k.HttpCookie.GetPath(), cookieUnsafe) {
+			return fmt.Errorf("%s.httpCookie.path %q: must not hold ';', CR, LF or NUL", p, k.HttpCookie.GetPath())
+		}
 		if t := k.HttpCookie.GetTtl(); t != nil && (t.CheckValid() != nil || t.AsDuration() < 0) {
 			return fmt.Errorf("%s.httpCookie.ttl: not a valid duration", p)
+		}
+		for i, a := range k.HttpCookie.GetAttributes() {
+			if !headerNameRE.MatchString(a.GetName()) {
+				return fmt.Errorf("%s.httpCookie.attributes[%d].name %q: not an attribute name (non-empty, token characters only)", p, i, a.GetName())
+			}
+			if strings.ContainsAny(a.GetValue(), cookieUnsafe) || len(a.GetValue()) > 16384 {
+				return fmt.Errorf("%s.httpCookie.attributes[%d].value %q: must not hold ';', CR, LF or NUL (at most 16384 bytes)", p, i, a.GetValue())
+			}
+		}
+	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
+		if !headerNameRE.MatchString(k.HttpHeaderName) {
+			return fmt.Errorf("%s.httpHeaderName %q: not a header name", p, k.HttpHeaderName)
 		}
 	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
 		if k.HttpQueryParameterName == "" {

@@ -15,8 +15,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds/translate"
 )
@@ -164,6 +166,16 @@ func EnvoyBootstrap(xdsAddr, nodeID, clusterName string, tls *ClientTLS) ([]byte
 			CdsConfig: ads,
 			LdsConfig: ads,
 		},
+		// Envoy refuses a regex whose RE2 program is above
+		// re2.max_program_size.error_level (default 100): raise it to the
+		// limit the config validation keeps regexes within, as Istio's
+		// bootstrap does; the admin layer keeps /runtime_modify working.
+		LayeredRuntime: &bootstrap.LayeredRuntime{Layers: []*bootstrap.RuntimeLayer{
+			{Name: "global config", LayerSpecifier: &bootstrap.RuntimeLayer_StaticLayer{StaticLayer: &structpb.Struct{Fields: map[string]*structpb.Value{
+				"re2.max_program_size.error_level": structpb.NewNumberValue(istioconfig.RegexProgramLimit),
+			}}}},
+			{Name: "admin", LayerSpecifier: &bootstrap.RuntimeLayer_AdminLayer_{AdminLayer: &bootstrap.RuntimeLayer_AdminLayer{}}},
+		}},
 		StaticResources: &bootstrap.Bootstrap_StaticResources{
 			Clusters: []*cluster.Cluster{{
 				Name:                          XDSClusterName,

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 )
 
@@ -79,6 +80,17 @@ func TestEnvoyBootstrap(t *testing.T) {
 			if ads.GetAdsConfig().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != XDSClusterName ||
 				ads.GetCdsConfig().GetAds() == nil || ads.GetLdsConfig().GetAds() == nil {
 				t.Errorf("dynamic_resources = %v, want CDS and LDS over ADS from %s", ads, XDSClusterName)
+			}
+			// Regexes the config validation accepts are within Envoy's
+			// RE2 program size limit (its default, 100, is raised).
+			var level float64
+			for _, l := range bs.GetLayeredRuntime().GetLayers() {
+				if v, ok := l.GetStaticLayer().GetFields()["re2.max_program_size.error_level"]; ok {
+					level = v.GetNumberValue()
+				}
+			}
+			if level != istioconfig.RegexProgramLimit {
+				t.Errorf("re2.max_program_size.error_level = %v, want %d in a static runtime layer", level, istioconfig.RegexProgramLimit)
 			}
 			c := bs.GetStaticResources().GetClusters()[0]
 			if c.GetType() != tc.wantType || c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"] == nil {

@@ -3,7 +3,9 @@ package xds
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -131,4 +133,90 @@ func TestOversizedResponses(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A SotW LDS or CDS response carries the client's whole state: a resource
+// left out of it is deleted by the client. A gRPC client of a server whose
+// limit one listener and one cluster exceed on their own still gets every
+// listener and cluster (the response is sent whole, counted "sent"), never
+// a state without them.
+func TestOversizedFullStateKeepsResources(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 60) + "." + strings.Repeat("d", 60) + ".internal"
+	svcs := []*model.Service{
+		{Hostname: "short.vm.internal", Ports: []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
+			Endpoints: []model.Endpoint{{Address: "10.0.0.1"}}},
+		{Hostname: long, Ports: []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
+			Endpoints: []model.Endpoint{{Address: "10.0.0.2"}}},
+	}
+	probe := NewServer(Options{})
+	probe.Update(model.NewSnapshot(1, svcs))
+	// The limit: the short resources fit alone (with the response's and the
+	// Any's overhead), the long ones do not.
+	limit := 0
+	for _, typ := range []string{ListenerType, ClusterType} {
+		for n, r := range probe.Resources(KindOf(ClassGRPC, typ)) {
+			if s := proto.Size(r) + 180; !strings.Contains(n, long) && s > limit {
+				limit = s
+			}
+		}
+		for n, r := range probe.Resources(KindOf(ClassGRPC, typ)) {
+			if strings.Contains(n, long) && proto.Size(r) <= limit {
+				t.Fatalf("%s %s is %d bytes, want above the limit %d", typ, n, proto.Size(r), limit)
+			}
+		}
+	}
+	probe.Close()
+
+	srv := NewServer(Options{Limits: Limits{MaxResponseBytes: limit}})
+	srv.Update(model.NewSnapshot(1, svcs))
+	addr := startServer(t, srv)
+	md, _ := structpb.NewStruct(map[string]any{"GENERATOR": "grpc"})
+	c := dialADS(t, addr, &core.Node{Id: "grpc-client", Metadata: md, UserAgentName: "gRPC Go"}, false)
+	for _, typ := range []string{ListenerType, ClusterType} {
+		want := resourceNames(srv.Resources(KindOf(ClassGRPC, typ)))
+		if len(want) < 2 {
+			t.Fatalf("%s: %v, want the long and the short host's", typ, want)
+		}
+		c.subscribe(typ, want...)
+		m := c.next()
+		for m.typeURL != typ {
+			c.apply(m)
+			c.answer(m, "")
+			m = c.next()
+		}
+		if got := m.names(); !slices.Equal(got, want) {
+			t.Errorf("%s response holds %v, want all of %v (a name left out is deleted by the client)", typ, got, want)
+		}
+		c.apply(m)
+		c.answer(m, "")
+	}
+	// A client whose receive limit is the server's refuses the whole
+	// response (its stream ends, and it would reconnect), but is never
+	// sent a state without the long host's cluster.
+	lim := dialADS(t, addr, &core.Node{Id: "grpc-limited", Metadata: md, UserAgentName: "gRPC Go"}, false,
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit)))
+	want := resourceNames(srv.Resources(KindOf(ClassGRPC, ClusterType)))
+	lim.subscribe(ClusterType, want...)
+	select {
+	case m, ok := <-lim.msgs:
+		if ok {
+			t.Errorf("limited client got a response holding %v, want its stream to refuse the whole one of %v", m.names(), want)
+		}
+	case <-time.After(waitFor):
+		t.Error("limited client: no response and no stream error in time")
+	}
+	eventually(t, "the whole responses recorded as sent", func() bool {
+		p := proxy(srv, "grpc-client")
+		if p == nil {
+			return false
+		}
+		for _, typ := range []string{ListenerType, ClusterType} {
+			o := typeStatus(p, typ).Oversized
+			if o == nil || o.Sent == 0 || len(o.Rejected) != 0 || o.Limit != limit {
+				return false
+			}
+		}
+		return true
+	})
 }

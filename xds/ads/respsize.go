@@ -16,11 +16,15 @@ package ads
 //     not carry every resource) is cut at the limit; the resources left out
 //     stay pending and follow in the next response, after the client's
 //     ACK ("split");
-//   - a single resource larger than the limit is not sent: the client keeps
-//     the version it has, if any, rather than losing the stream
-//     ("rejected"; logged once per name and version);
+//   - in such a response, a single resource larger than the limit is not
+//     sent: the client keeps the version it has, if any, rather than losing
+//     the stream ("rejected"; logged once per name and version);
 //   - a SotW LDS/CDS/MCP response must carry the whole state and cannot be
-//     cut: above the limit it is sent whole and counted ("sent").
+//     cut: a resource left out of it would be deleted by the client, so
+//     nothing is ever left out, not even a resource larger than the limit
+//     on its own. Above the limit the response is sent whole and counted
+//     ("sent"), with a warning: the client may refuse it and retry, but it
+//     never loses a listener or cluster it had.
 //
 // Every case counts in meshfed_xds_oversized_total{type,action} and shows
 // on /debug/syncz under the type's "oversized". Other clients (Envoy,
@@ -118,17 +122,18 @@ type fit struct {
 }
 
 // fitResponse plans a response of resources of the given sizes, in
-// order, within limit (> 0) bytes with overhead. A resource that alone
-// does not fit is rejected. When splittable, the resources after the first
-// one that no longer fits are deferred; otherwise every other resource is
-// sent, whatever the total. A splittable response with anything to send
-// always sends its first resource that fits alone.
+// order, within limit (> 0) bytes with overhead. When splittable, a
+// resource that alone does not fit is rejected and the resources after the
+// first one that no longer fits are deferred; a splittable response with
+// anything to send always sends its first resource that fits alone. When
+// not splittable (a full-state response, where a resource left out means
+// deleted), every resource is sent, whatever the sizes.
 func fitResponse(sizes []int, overhead, limit int, splittable bool) fit {
 	f := fit{bytes: overhead}
 	full := false
 	for i, s := range sizes {
 		switch {
-		case overhead+s > limit:
+		case splittable && overhead+s > limit:
 			f.rejected = append(f.rejected, i)
 		case full || splittable && len(f.send) > 0 && f.bytes+s > limit:
 			full = true

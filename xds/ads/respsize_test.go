@@ -21,7 +21,8 @@ func TestFitResponse(t *testing.T) {
 		{"split keeps order", []int{40, 40, 10, 5}, true, []int{0, 1, 2}, []int{3}, nil, 100},
 		{"too large alone", []int{10, 200, 20}, true, []int{0, 2}, nil, []int{1}, 40},
 		{"first too large, rest split", []int{200, 60, 60}, true, []int{1}, []int{2}, []int{0}, 70},
-		{"full state is sent whole", []int{60, 60, 200}, false, []int{0, 1}, nil, []int{2}, 130},
+		{"full state is sent whole", []int{60, 60, 20}, false, []int{0, 1, 2}, nil, nil, 150},
+		{"full state keeps a resource too large alone", []int{60, 200, 20}, false, []int{0, 1, 2}, nil, nil, 290},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := fitResponse(tc.sizes, 10, 100, tc.splittable)

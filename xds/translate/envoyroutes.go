@@ -306,8 +306,8 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name,
 	if authority != "" {
 		a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority}
 	}
-	mirror := func(d *networking.Destination, p *networking.Percent) {
-		if p != nil && p.GetValue() <= 0 {
+	mirror := func(d *networking.Destination, p *typev3.FractionalPercent, ok bool) {
+		if !ok {
 			return // an explicit 0% mirrors nothing
 		}
 		if !chk.ok(resolveDest(d, ns), name+" mirror") {
@@ -315,14 +315,17 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name,
 		}
 		a.RequestMirrorPolicies = append(a.RequestMirrorPolicies, &route.RouteAction_RequestMirrorPolicy{
 			Cluster:         destCluster(resolveDest(d, ns), host, port, t.singlePort),
-			RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: percent(p)},
+			RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: p},
 		})
 	}
 	if m := hr.GetMirror(); m != nil {
-		mirror(m, hr.GetMirrorPercentage())
+		//lint:ignore SA1019 deprecated in Istio, still honoured by it
+		p, ok := mirrorPercent(hr.GetMirrorPercentage(), hr.GetMirrorPercent())
+		mirror(m, p, ok)
 	}
 	for _, m := range hr.GetMirrors() {
-		mirror(m.GetDestination(), m.GetPercentage())
+		p, ok := mirrorPercent(m.GetPercentage(), nil)
+		mirror(m.GetDestination(), p, ok)
 	}
 	for _, d := range dests {
 		if len(all) == 1 || d.GetWeight() > 0 {

@@ -29,7 +29,8 @@ spec:
 `
 
 // A traffic config edit that builds invalid resources (here a cookie
-// attribute without a name, which config validation may miss) keeps the
+// attribute without a name, which the config validation refuses: the
+// tests decode without it, as a gap in it would let through) keeps the
 // host's last good config, TLS included, and is listed in Invalid; the
 // kept config follows service changes, and a later good edit applies.
 func TestInvalidTrafficConfigKeepsLastGood(t *testing.T) {
@@ -47,7 +48,7 @@ func TestInvalidTrafficConfigKeepsLastGood(t *testing.T) {
 	}
 	snap := func(v uint64, cfg string, svcs ...*model.Service) *model.Snapshot {
 		s := model.NewSnapshot(v, svcs)
-		s.Config = configSnap(t, v, cfg)
+		s.Config = rawConfigSnap(t, v, cfg)
 		return s
 	}
 	tr.Translate(snap(1, lastGoodDR, testService("a.vm.internal", 80)))
@@ -85,7 +86,7 @@ func TestInvalidTrafficConfigWithoutLastGood(t *testing.T) {
 `
 	tr := NewTranslator()
 	s := model.NewSnapshot(1, []*model.Service{testService("a.vm.internal", 80)})
-	s.Config = configSnap(t, 1, bad)
+	s.Config = rawConfigSnap(t, 1, bad)
 	tr.Translate(s)
 	c := tr.Resources(KindOf(ClassEnvoy, ClusterType))["outbound|80||a.vm.internal"].(*cluster.Cluster)
 	if c.GetTransportSocket() != nil {
@@ -106,7 +107,7 @@ func TestHostIndexCachedPerConfigSnapshot(t *testing.T) {
 		return tr.Resources(KindOf(ClassEnvoy, ClusterType))["outbound|80||a.vm.internal"].(*cluster.Cluster).GetLbPolicy()
 	}
 	a := testService("a.vm.internal", 80)
-	cfg1 := configSnap(t, 1, wild("*.vm.internal"))
+	cfg1 := rawConfigSnap(t, 1, wild("*.vm.internal"))
 	tr := NewTranslator()
 	s1 := model.NewSnapshot(1, []*model.Service{a})
 	s1.Config = cfg1
@@ -122,7 +123,7 @@ func TestHostIndexCachedPerConfigSnapshot(t *testing.T) {
 		t.Errorf("index rebuilt for the same config snapshot")
 	}
 	s3 := model.NewSnapshot(3, []*model.Service{a})
-	s3.Config = configSnap(t, 2, wild("*.other.internal"))
+	s3.Config = rawConfigSnap(t, 2, wild("*.other.internal"))
 	tr.Translate(s3)
 	if tr.hostCfg == idx || lb(tr) == cluster.Cluster_LEAST_REQUEST {
 		t.Errorf("config change: index reused %v, lb %v", tr.hostCfg == idx, lb(tr))
@@ -145,9 +146,9 @@ func TestLastGoodConfigFollowsItsDestinations(t *testing.T) {
 		s.Config = cfg
 		return s
 	}
-	tr.Translate(snap(1, configSnap(t, 1, vs("b.vm.internal")), testService("b.vm.internal", 9090)))
+	tr.Translate(snap(1, rawConfigSnap(t, 1, vs("b.vm.internal")), testService("b.vm.internal", 9090)))
 	// The edit moves the route to c and breaks the rule: the old route stays.
-	cfg2 := configSnap(t, 2, vs("c.vm.internal")+bad)
+	cfg2 := rawConfigSnap(t, 2, vs("c.vm.internal")+bad)
 	tr.Translate(snap(2, cfg2, testService("b.vm.internal", 9090)))
 	if got := routeClusters(t, tr, ClassEnvoy, "a.vm.internal", 80); len(got) != 1 || got[0][0] != "outbound|9090||b.vm.internal" {
 		t.Fatalf("kept route = %v (invalid %v)", got, tr.Invalid())

@@ -231,27 +231,48 @@ func routeMatch(m *networking.HTTPMatchRequest) *route.RouteMatch {
 	return rm
 }
 
-// percent is Istio's percentage (nil: 100%) as a fraction of a million.
-func percent(p *networking.Percent) *typev3.FractionalPercent {
-	v := 100.0
-	if p != nil {
-		v = p.GetValue()
-	}
+// percentOf is a percentage as a fraction of a million.
+func percentOf(v float64) *typev3.FractionalPercent {
 	return &typev3.FractionalPercent{Numerator: uint32(math.Round(v * 10000)), Denominator: typev3.FractionalPercent_MILLION}
+}
+
+// faultPercent is the share of requests a fault applies to, as Istio's
+// TranslateFault: percentage if set, else the deprecated integer percent
+// (delay only; 0 when unset). Unset means no request is delayed or
+// aborted, as Istio's API documents it.
+func faultPercent(p *networking.Percent, deprecated int32) *typev3.FractionalPercent {
+	if p != nil {
+		return percentOf(p.GetValue())
+	}
+	return percentOf(float64(deprecated))
+}
+
+// mirrorPercent is the share of requests a mirror copies, as Istio's
+// MirrorPercent: percentage if set, else the deprecated integer
+// mirror_percent, else 100%. An explicit 0 mirrors nothing: ok is false.
+func mirrorPercent(p *networking.Percent, deprecated *wrapperspb.UInt32Value) (_ *typev3.FractionalPercent, ok bool) {
+	switch {
+	case p != nil:
+		return percentOf(p.GetValue()), p.GetValue() > 0
+	case deprecated != nil:
+		return percentOf(float64(deprecated.GetValue())), deprecated.GetValue() > 0
+	default:
+		return percentOf(100), true
+	}
 }
 
 // httpFault is the per-route config of the HTTP fault filter.
 func httpFault(f *networking.HTTPFaultInjection) *fault.HTTPFault {
 	out := &fault.HTTPFault{}
 	if d := f.GetDelay(); d != nil && d.GetFixedDelay() != nil {
-		p := d.GetPercentage()
 		out.Delay = &commonfault.FaultDelay{
 			FaultDelaySecifier: &commonfault.FaultDelay_FixedDelay{FixedDelay: durationpb.New(d.GetFixedDelay().AsDuration())},
-			Percentage:         percent(p),
+			//lint:ignore SA1019 deprecated in Istio, still honoured by it
+			Percentage: faultPercent(d.GetPercentage(), d.GetPercent()),
 		}
 	}
 	if a := f.GetAbort(); a != nil {
-		ab := &fault.FaultAbort{Percentage: percent(a.GetPercentage())}
+		ab := &fault.FaultAbort{Percentage: faultPercent(a.GetPercentage(), 0)}
 		switch e := a.GetErrorType().(type) {
 		case *networking.HTTPFaultInjection_Abort_HttpStatus:
 			ab.ErrorType = &fault.FaultAbort_HttpStatus{HttpStatus: uint32(e.HttpStatus)}

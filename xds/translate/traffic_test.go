@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/model"
 )
@@ -60,7 +62,7 @@ spec:
     match: [{uri: {exact: /orders.Orders/Break}}]
     fault:
       abort: {grpcStatus: UNAVAILABLE, percentage: {value: 25}}
-      delay: {fixedDelay: 50ms}
+      delay: {fixedDelay: 50ms, percent: 30}
     route: [{destination: {host: orders.vm.internal, subset: v1}}]
   - name: other-service
     match: [{uri: {prefix: /billing.}}]
@@ -175,12 +177,19 @@ func hasSubstr(ss []string, p string) bool {
 }
 
 // TestTrafficInvalidFallsBack: rules that make a resource fail validation
-// leave the host served without them, and say why.
+// leave the host served without them, and say why. (The config validation
+// refuses this header name; the rule is edited after it, as a gap in it
+// would let through.)
 func TestTrafficInvalidFallsBack(t *testing.T) {
 	t.Parallel()
 	tr := NewTranslator()
 	snap := model.NewSnapshot(1, trafficSvcs())
-	snap.Config = configSnap(t, 1, strings.Replace(trafficDR, "httpHeaderName: X-User", `httpHeaderName: "x\nuser"`, 1))
+	snap.Config = configSnap(t, 1, trafficDR)
+	o := *snap.Config.Objects()[0]
+	dr := proto.Clone(o.Spec.(proto.Message)).(*networking.DestinationRule)
+	dr.TrafficPolicy.LoadBalancer.GetConsistentHash().HashKey = &networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName{HttpHeaderName: "x\nuser"}
+	o.Spec = dr
+	snap.Config = model.NewConfigSnapshot(1, []*model.ConfigObject{&o})
 	tr.Translate(snap)
 	assertValid(t, tr)
 	in := tr.Invalid()

@@ -490,7 +490,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 	for port, e := range envoyParts {
 		var err error
 		if e.vhost != nil {
-			err = (&route.RouteConfiguration{Name: EnvoyRouteName(port), VirtualHosts: []*route.VirtualHost{e.vhost}}).ValidateAll()
+			err = envoyRouteConfig(port, e.vhost).ValidateAll()
 		} else {
 			err = e.tcp.ValidateAll()
 		}
@@ -540,7 +540,7 @@ func (t *Translator) rebuildPort(port uint32, ch Changes) {
 	switch {
 	case len(httpHosts) > 0:
 		var withCORS, withFault bool
-		rc = &route.RouteConfiguration{Name: EnvoyRouteName(port)}
+		rc = envoyRouteConfig(port)
 		for _, h := range httpHosts {
 			vh := virtualHost(h, port)
 			vh.Routes[0].GetRoute().RetryPolicy = envoyRetry(nil, false) // no rules: no hash policy
