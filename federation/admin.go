@@ -200,6 +200,9 @@ func (g *Gateway) readyz(w http.ResponseWriter, _ *http.Request) {
 	code := http.StatusOK
 	if reason != "" {
 		code = http.StatusServiceUnavailable
+	} else if notes := g.trafficNotes(); notes != "" {
+		// Ready without some config source's rules: say which and why.
+		reason = "serving without " + notes
 	}
 	if rl := g.LastReload(); rl != nil {
 		body["reload"] = rl

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,22 +53,24 @@ type GatewayOptions struct {
 // registry per entry, the aggregator, the xDS server and the admin API.
 // Reload applies a new clusters.yaml to the running parts.
 type Gateway struct {
-	log      *slog.Logger
-	version  string
-	revision string
-	agg      *aggregate.Aggregator
-	xds      *xds.Server
-	store    *statestore.Store   // nil without state.dir
-	traffic  *istioconfig.Source // nil without configSources
-	metrics  *prometheus.Registry
-	dyn      runtimeRegistries // guards cfg and entries too; registries started at runtime (launch.go)
-	guard    *adminGuard
-	level    *slog.LevelVar
-	serving  atomic.Bool // xDS listener accepting
-	draining atomic.Bool
-	reloadMu sync.Mutex  // one Reload at a time
-	digests  digestCache // content digest of the served snapshot (digest.go)
-	gens     atomic.Uint64
+	log         *slog.Logger
+	version     string
+	revision    string
+	agg         *aggregate.Aggregator
+	xds         *xds.Server
+	store       *statestore.Store   // nil without state.dir
+	traffic     *istioconfig.Source // nil without configSources
+	started     time.Time           // NewGateway: configSyncTimeout counts from here
+	trafficLate atomic.Bool         // served without a config source after configSyncTimeout
+	metrics     *prometheus.Registry
+	dyn         runtimeRegistries // guards cfg and entries too; registries started at runtime (launch.go)
+	guard       *adminGuard
+	level       *slog.LevelVar
+	serving     atomic.Bool // xDS listener accepting
+	draining    atomic.Bool
+	reloadMu    sync.Mutex  // one Reload at a time
+	digests     digestCache // content digest of the served snapshot (digest.go)
+	gens        atomic.Uint64
 }
 
 // newEntry returns a new instance of entry r, without its runner.
@@ -130,6 +133,7 @@ func NewGateway(cfg *Config, o GatewayOptions) (*Gateway, error) {
 	}})
 	g.agg.Subscribe(g.xds.Update)
 	g.traffic = newTrafficSource(cfg, log.With("component", "istioconfig"))
+	g.started = time.Now()
 
 	for _, r := range cfg.Registries {
 		g.agg.AddRegistry(r.aggregateOptions())
@@ -173,8 +177,8 @@ func (g *Gateway) registerMetrics() error {
 // is (false: ctx ended first).
 //
 // With config sources it also waits until each has been read completely
-// (a Kubernetes source's informers synced: not bounded by syncTimeout)
-// and the aggregator's snapshot carries what they hold: a client must not
+// (a Kubernetes source's informers synced, or Failed; bounded by
+// configSyncTimeout) and the aggregator's snapshot carries what they hold: a client must not
 // see routes arrive after the services, nor services without their
 // DestinationRules (no TLS origination: docs/architecture.md §3.6).
 func (g *Gateway) waitReady(ctx context.Context) bool {
@@ -427,22 +431,51 @@ func (t trafficService) Serve(ctx context.Context) error { return t.src.Run(ctx,
 
 func (t trafficService) String() string { return "istioconfig" }
 
-// trafficApplied reports whether the config sources are ready and the
-// aggregator's latest snapshot holds what they have in force. There is no
-// deadline: config objects are not saved across restarts (state.dir
-// holds registries' services only), so serving before a Kubernetes
-// source listed its objects would serve hosts without their traffic
-// rules — e.g. plaintext to a backend a DestinationRule originates TLS
-// to. Proxies that are connected elsewhere keep their last config
-// meanwhile; /readyz names the cluster waited for.
+// configSyncFactor: a Kubernetes config source's cluster that has not
+// listed its objects once is waited for configSyncFactor × syncTimeout from
+// start (twice what a registry gets: config objects are not saved across
+// restarts, services are), then served without (docs/architecture.md §3.6).
+const configSyncFactor = 2
+
+// configSyncTimeout is how long readiness waits for the config sources.
+func (g *Gateway) configSyncTimeout() time.Duration {
+	return configSyncFactor * g.config().SyncTimeout.Std()
+}
+
+// trafficApplied reports whether the config sources are ready (or
+// configSyncTimeout passed since start) and the aggregator's latest
+// snapshot holds what they have in force. Until then serving would serve
+// hosts without their traffic rules — e.g. plaintext to a backend a
+// DestinationRule originates TLS to; proxies connected elsewhere keep their
+// last config meanwhile, and /readyz names the cluster waited for. A Failed
+// cluster (no CRDs, no rights) is not waited for.
 func (g *Gateway) trafficApplied() bool {
 	if g.traffic == nil {
 		return true
 	}
-	if ok, _ := g.traffic.Ready(); !ok {
-		return false
+	if ok, why := g.traffic.Ready(); !ok {
+		if time.Since(g.started) < g.configSyncTimeout() {
+			return false
+		}
+		if g.trafficLate.CompareAndSwap(false, true) {
+			g.log.Warn("serving without config sources that did not sync within configSyncTimeout (2×syncTimeout); their rules apply once they sync",
+				"configSyncTimeout", g.configSyncTimeout(), "reason", why)
+		}
 	}
 	return g.agg.Snapshot().Config == g.traffic.Snapshot()
+}
+
+// trafficNotes describes, for /readyz, the config sources served without:
+// Failed ones and those still unsynced after configSyncTimeout; "" if none.
+func (g *Gateway) trafficNotes() string {
+	if g.traffic == nil {
+		return ""
+	}
+	notes := g.traffic.Failures()
+	if ok, why := g.traffic.Ready(); !ok && g.trafficLate.Load() {
+		notes = append(notes, fmt.Sprintf("no sync within configSyncTimeout %s: %s", g.configSyncTimeout(), why))
+	}
+	return strings.Join(notes, "; ")
 }
 
 // TrafficConfig returns what the config sources hold in force and what

@@ -94,9 +94,9 @@ func New(dirs []Dir, log *slog.Logger, feeds ...Feed) *Source {
 // least once (or cannot start: Failed), as of the last Reload; the reason
 // names those still waiting. Directories are read by every Reload, so a
 // Source of directories only is ready after the first. A Kubernetes
-// cluster that is unreachable at start keeps its source waiting, and the
-// gateway's xDS with it (no syncTimeout bound: its objects are not saved
-// across restarts); a Failed one (credentials unusable) does not.
+// cluster that is unreachable at start keeps its source waiting (the
+// gateway bounds that wait: docs/architecture.md §3.6); a Failed one (no
+// CRDs, no rights, credentials unusable: see Failures) does not.
 func (s *Source) Ready() (bool, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,6 +120,25 @@ func (s *Source) Ready() (bool, string) {
 		return false, "waiting for the first sync of " + strings.Join(waiting, ", ")
 	}
 	return true, ""
+}
+
+// Failures describes the config sources that are Failed as of the last
+// Reload, e.g. "config source k8s cluster east failed: <error>"; nil when
+// none.
+func (s *Source) Failures() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, st := range s.states {
+		if st.State == StateFailed {
+			d := "config source " + st.Name
+			if st.Cluster != "" {
+				d += " cluster " + st.Cluster
+			}
+			out = append(out, d+" failed: "+st.Error)
+		}
+	}
+	return out
 }
 
 // Snapshot returns the objects in force (nil before the first Reload).

@@ -201,7 +201,7 @@ func TestRenderDefaults(t *testing.T) {
 		"livenessProbe.httpGet.path":               "/healthz",
 		"readinessProbe.httpGet.path":              "/readyz",
 		"startupProbe.httpGet.path":                "/readyz",
-		"startupProbe.failureThreshold":            int64(13), // (30s sync + 30s) / 5s + 1
+		"startupProbe.failureThreshold":            int64(19), // (2×30s sync + 30s) / 5s + 1
 		"resources.limits.memory":                  "512Mi",
 	} {
 		got, _, _ := unstructured.NestedFieldNoCopy(c, strings.Split(path, ".")...)

@@ -38,8 +38,11 @@
 // specs are cloned when read.
 //
 // A cluster is Starting until every informer has listed once; the source
-// keeps the gateway unready until then (not bounded by syncTimeout: the
-// objects are not saved across restarts). When the
+// keeps the gateway unready until then, bounded by the gateway (twice
+// syncTimeout: the objects are not saved across restarts). A cluster whose
+// first list is refused for good (404: Istio's CRDs not installed, 403: no
+// rights, 401) is Failed instead, is not waited for, and syncs when the
+// cause is fixed (client-go keeps relisting). When the
 // API server becomes unreachable the cluster is Degraded: its informers'
 // caches — the last objects seen — stay in force (stale beats empty), and
 // client-go relists once it answers again. A cluster whose credentials
@@ -224,6 +227,10 @@ func (c *cluster) part() istioconfig.FeedPart {
 	case c.tracker != nil:
 		if err := c.tracker.Err(); err != nil {
 			p.Err = c.explain(err)
+			// Before the first list, an answer that will not change by
+			// itself (no CRDs: 404, no rights: 403, bad token: 401) is not
+			// waited for: the cluster is Failed and keeps being retried.
+			p.Failed = !c.synced && permanent(err)
 		}
 	}
 	if !c.synced {
@@ -237,6 +244,18 @@ func (c *cluster) part() istioconfig.FeedPart {
 		}
 	}
 	return p
+}
+
+// permanent reports whether err is an API server's answer that retrying
+// will not change until someone acts (a 4xx other than 408 Request
+// Timeout, 409 Conflict, 410 Gone and 429 Too Many Requests).
+func permanent(err error) bool {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Status().Code
+	return code >= 400 && code < 500 && code != 408 && code != 409 && code != 410 && code != 429
 }
 
 // explain adds what to do to the error of a cluster without Istio's CRDs

@@ -248,7 +248,7 @@ func TestRealFollowsCRDs(t *testing.T) {
 
 // TestRealTwoClusters: one source over two clusters; the same object in
 // both is one object, a differing one is rejected; a cluster without
-// Istio's CRDs keeps the source waiting, with the reason.
+// Istio's CRDs is Failed (not waited for), with the reason.
 func TestRealTwoClusters(t *testing.T) {
 	t.Parallel()
 	kc := servers.StartKubeClusters(t, 3)
@@ -270,11 +270,14 @@ func TestRealTwoClusters(t *testing.T) {
 		}
 	}
 	r := run(t, Options{Name: "k8s", Clusters: []Cluster{clusterOf(t, east, "east"), clusterOf(t, west, "west"), clusterOf(t, bare, "bare")}})
-	st := r.waitFor(t, "both clusters synced", func(st istioconfig.Status) bool {
-		return len(st.Sources) == 3 && st.Sources[0].State == "Synced" && st.Sources[1].State == "Synced"
+	st := r.waitFor(t, "both clusters synced, bare failed", func(st istioconfig.Status) bool {
+		return len(st.Sources) == 3 && st.Sources[0].State == "Synced" && st.Sources[1].State == "Synced" && st.Sources[2].State == "Failed"
 	})
-	if ok, why := r.src.Ready(); ok || !strings.Contains(why, "cluster bare") || !strings.Contains(why, "install Istio's CRDs") {
-		t.Errorf("Ready() = %v, %q; want waiting for cluster bare, with the reason", ok, why)
+	if ok, why := r.src.Ready(); !ok {
+		t.Errorf("Ready() = false, %q; want ready: a cluster without CRDs is not waited for", why)
+	}
+	if f := r.src.Failures(); len(f) != 1 || !strings.Contains(f[0], "cluster bare failed") || !strings.Contains(f[0], "install Istio's CRDs") {
+		t.Errorf("Failures() = %q, want cluster bare with the reason", f)
 	}
 	want := []string{"DestinationRule shop/orders from shop/orders (east)", "VirtualService shop/orders from shop/orders (east)"}
 	if !slices.Equal(inForce(st), want) {
