@@ -373,8 +373,9 @@ func (a *Aggregator) ReplaceStatus(shard model.ShardKey, services []model.Servic
 func (a *Aggregator) Serving(shard model.ShardKey) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	rs := a.lookup(shard)
-	return rs != nil && (rs.applied || rs.pending != nil)
+	// Not lookup: asking is no update, so an unknown shard is not logged.
+	rs := a.regs[shard.Name]
+	return rs != nil && rs.opts.Kind == shard.Kind && (rs.applied || rs.pending != nil)
 }
 
 // Report implements registries.Sink: it records the health of the

@@ -695,7 +695,16 @@ func TestServing(t *testing.T) {
 	if !a.Serving(shard(o)) {
 		t.Error("a shard that received a state is not served")
 	}
-	if a.Serving(model.ShardKey{Name: "unknown"}) {
+	unknown := model.ShardKey{Name: "unknown", Kind: "file"}
+	if a.Serving(unknown) || a.Serving(model.ShardKey{Name: "fresh", Kind: "consul"}) {
 		t.Error("an unknown shard is served")
+	}
+	// Asking is not an update: it is not recorded (nor logged) as one from
+	// an unknown registry.
+	a.mu.Lock()
+	recorded := a.unknown[unknown]
+	a.mu.Unlock()
+	if recorded {
+		t.Error("Serving recorded an update from an unknown registry")
 	}
 }
