@@ -193,6 +193,7 @@ func TestPublisherCustomAssemble(t *testing.T) {
 func TestPublisherHoldsPartialFirstState(t *testing.T) {
 	t.Parallel()
 	p, sink, c := newPub(t)
+	sink.Seed(c.Shard()) // restored from state.dir
 	down := registries.Status{State: registries.Degraded, Err: "cluster east: connection refused"}
 	p.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
 	for range 2 {
@@ -211,6 +212,7 @@ func TestPublisherHoldsPartialFirstState(t *testing.T) {
 	}
 
 	c2 := registries.Common{Name: c.Name + "-complete", Kind: "test"}
+	sink.Seed(c2.Shard())
 	p2 := registries.NewPublisher(c2, sink, nil, registries.PublisherOptions[string]{Compare: strings.Compare, CompleteWhileDegraded: true})
 	p2.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
 	if !p2.Flush(down) {
@@ -221,12 +223,6 @@ func TestPublisherHoldsPartialFirstState(t *testing.T) {
 	}
 }
 
-// freshSink is a sink that serves nothing of any shard yet (a fresh
-// start: no restored state, no earlier Run).
-type freshSink struct{ *registrytest.Sink }
-
-func (freshSink) Serving(model.ShardKey) bool { return false }
-
 // TestPublisherPublishesPartialFirstStateWhenNothingServed: with nothing
 // served yet, a Degraded first Flush publishes what is readable (one bad
 // file must not keep the good ones from being served on a fresh start),
@@ -234,7 +230,7 @@ func (freshSink) Serving(model.ShardKey) bool { return false }
 func TestPublisherPublishesPartialFirstStateWhenNothingServed(t *testing.T) {
 	t.Parallel()
 	c := registries.Common{Name: strings.ToLower(t.Name()), Kind: "test", Domain: "test"}
-	sink := freshSink{registrytest.NewSink()}
+	sink := registrytest.NewSink() // a fresh start: nothing served
 	p := registries.NewPublisher(c, sink, nil, registries.PublisherOptions[string]{Compare: strings.Compare})
 	down := registries.Status{State: registries.Degraded, Err: "b.yaml:3:1: bad key", Invalid: true}
 	p.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))

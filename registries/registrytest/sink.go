@@ -55,6 +55,7 @@ type shardRecord struct {
 	// time, to detect a registry that changes what it already published.
 	published []published
 	nilLists  int // Replace calls whose services slice was nil
+	seeded    bool
 }
 
 type published struct {
@@ -62,7 +63,26 @@ type published struct {
 	rejected, rejectedCopy []model.Rejection
 }
 
-var _ registries.Sink = (*Sink)(nil)
+var _ registries.ServingSink = (*Sink)(nil)
+
+// Serving implements registries.ServingSink as the aggregator does: a
+// shard is served once it had a Replace (an earlier Run's state) or was
+// seeded (a state restored from disk), so a registry's partial first
+// state is held back; a fresh shard is not served.
+func (s *Sink) Serving(shard model.ShardKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.shards[shard]
+	return ok && (r.Replaces > 0 || r.seeded)
+}
+
+// Seed marks shard as served without recording a Replace, as a state
+// restored from state.dir is: the next Run's partial first state is held.
+func (s *Sink) Seed(shard model.ShardKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record(shard).seeded = true
+}
 
 // NewSink returns an empty recording sink.
 func NewSink() *Sink {
