@@ -103,6 +103,7 @@ type Publisher[K comparable] struct {
 
 	// Owned by the flushing goroutine.
 	published bool   // a state went out in this Run
+	held      bool   // a partial first state was held (logged once)
 	told      Status // the status the sink last heard (Starting: none yet)
 }
 
@@ -233,13 +234,22 @@ func (p *Publisher[K]) Forget() {
 // reports st (unless PublisherOptions.CompleteWhileDegraded) when the
 // sink already serves a state of the shard (a restored state, the
 // previous Run's; see ServingSink): the sink keeps it until the backend is
-// read in full. With nothing served yet (a fresh start) the partial state
+// read in full, and the reported error says so (HeldPrefix; a warning is
+// logged once). With nothing served yet (a fresh start) the partial state
 // is published, so the readable part is served while the rest is broken. Flush reports whether it published.
 func (p *Publisher[K]) Flush(st Status) bool {
 	if st.State != Synced {
 		st.State = Degraded
 		if !p.published && !p.opts.CompleteWhileDegraded && p.sinkServes() {
+			// Held until the backend reads in full (a typo must never
+			// black-hole restored services), and said so: in the status
+			// (/healthz/registries) and once in the log.
 			p.Forget()
+			if !p.held {
+				p.held = true
+				p.log.Warn("first update held: the state already served is kept until every part of the backend reads", "error", st.Err)
+			}
+			st.Err = HeldPrefix + st.Err
 			p.Report(st)
 			return false
 		}
@@ -268,6 +278,10 @@ func (p *Publisher[K]) Flush(st Status) bool {
 	p.published, p.told = true, st
 	return true
 }
+
+// HeldPrefix starts the status error of a registry whose partial first
+// state the Publisher holds back while the sink serves an earlier one.
+const HeldPrefix = "first update held, restored state kept until all parts read: "
 
 // sinkServes reports whether the sink already serves a state of the
 // shard (see ServingSink); a sink that cannot say is assumed to.

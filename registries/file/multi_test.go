@@ -204,7 +204,7 @@ func TestBrokenFileAmongGoodOnes(t *testing.T) {
 // TestBrokenFileAtRestartHoldsTheFirstPublish: after a restart (the sink
 // serves the shard's saved state, with the broken file's last good
 // services), a Run whose first read finds a file broken publishes nothing,
-// and reports Degraded naming the file; once
+// and reports Degraded naming the file and saying the update is held; once
 // the file is fixed every file is published.
 func TestBrokenFileAtRestartHoldsTheFirstPublish(t *testing.T) {
 	t.Parallel()
@@ -217,8 +217,8 @@ func TestBrokenFileAtRestartHoldsTheFirstPublish(t *testing.T) {
 	sink.Seed(r.common.Shard()) // restored from state.dir
 	registrytest.Start(t, r, sink)
 	st := sink.WaitFor(t, wait, degradedWith(brokenErr))
-	if st.Replaces != 0 || !st.Status.Invalid {
-		t.Errorf("want Degraded (invalid) and nothing published while a file is broken at restart: %s", st)
+	if st.Replaces != 0 || !st.Status.Invalid || !strings.HasPrefix(st.Status.Err, registries.HeldPrefix) {
+		t.Errorf("want Degraded (invalid, held) and nothing published while a file is broken at restart: %s", st)
 	}
 	replace(t, bad, servicesYAML("10.0.0.2"))
 	sink.WaitFor(t, wait, func(s registrytest.State) bool {
