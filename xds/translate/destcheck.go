@@ -58,7 +58,8 @@ func (c *destChecker) dropped(route string) {
 // missingDest tells why the destination d of a route of host's port names
 // no cluster ("" when it names one): its host is no service, the port it
 // resolves to is not one of the host's (for gRPC: not an HTTP one), or its
-// subset is defined by no DestinationRule of the host.
+// subset is defined by no DestinationRule its clusters are built with
+// (destRule).
 func (t *Translator) missingDest(d *networking.Destination, host string, port uint32, grpc bool) string {
 	svc, ok := t.snap.Service(d.GetHost())
 	if !ok {
@@ -73,7 +74,7 @@ func (t *Translator) missingDest(d *networking.Destination, host string, port ui
 		return "port " + uitoa(p) + " of " + d.GetHost() + " is not HTTP"
 	}
 	if s := d.GetSubset(); s != "" {
-		dr := t.hostCfg.lookup(d.GetHost()).destinationRule()
+		dr := t.destRule(d.GetHost()).destinationRule()
 		if !slices.ContainsFunc(dr.GetSubsets(), func(ss *networking.Subset) bool { return ss.GetName() == s }) {
 			return "subset " + s + " is defined by no DestinationRule of " + d.GetHost()
 		}
@@ -119,4 +120,24 @@ func unionDeps(a, b map[string]destDep) map[string]destDep {
 	}
 	maps.Copy(out, b)
 	return out
+}
+
+// destRule is the DestinationRule a route to host takes its subsets and
+// hash policy from: the one host's clusters are built with. That is the
+// rule in force, except while host is held on its last good config (or
+// none) because the rule in force made invalid resources: then the held
+// one, so a route never names a subset cluster that is not served or
+// carries the invalid rule's hash policy (docs/architecture.md §3.6).
+// A host not translated yet for this snapshot counts with the rule in
+// force; Translate translates again the hosts whose routes that changes.
+// Routes to the host being built take the rule it is built with.
+func (t *Translator) destRule(host string) hostConfig {
+	if host == t.building {
+		return hostConfig{dr: t.buildingDR}
+	}
+	hc := t.hostCfg.lookup(host)
+	if st := t.services[host]; st != nil && st.cfg == hc && st.applied.dr != hc.dr && st.res != nil {
+		return hostConfig{dr: st.applied.dr}
+	}
+	return hostConfig{dr: hc.dr}
 }

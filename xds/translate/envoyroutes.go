@@ -615,7 +615,7 @@ func resolveDest(d *networking.Destination, ns string) *networking.Destination {
 // its host's DestinationRule, merged for its subset and port (Istio's
 // hashForVirtualService). grpc: in the form grpc-go reads (header only).
 func (t *Translator) destHash(d *networking.Destination, host string, port uint32, grpc bool) []*route.RouteAction_HashPolicy {
-	dr := t.hostCfg.lookup(d.GetHost()).destinationRule()
+	dr := t.destRule(d.GetHost()).destinationRule()
 	if dr == nil {
 		return nil
 	}
@@ -652,7 +652,8 @@ func appendHash(hp, add []*route.RouteAction_HashPolicy) []*route.RouteAction_Ha
 
 // destRules lists what the routes of the host's VirtualService need of
 // each other host they name (route, mirror and tcp destinations): its
-// DestinationRule in force (the consistent hash and subsets) and its
+// DestinationRule its clusters are built with (destRule: the consistent
+// hash and subsets) and its
 // ports (the single-port default, whether the cluster exists), so a
 // change of either rebuilds the host (Translate).
 func (t *Translator) destRules(host string, hc hostConfig) map[string]destDep {
@@ -672,7 +673,7 @@ func (t *Translator) destRules(host string, hc hostConfig) map[string]destDep {
 		if out == nil {
 			out = map[string]destDep{}
 		}
-		out[h] = destDep{dr: t.hostCfg.lookup(h).dr, ports: t.portsKey(h)}
+		out[h] = destDep{dr: t.destRule(h).dr, ports: t.portsKey(h)}
 	}
 	for _, hr := range vs.GetHttp() {
 		for _, d := range hr.GetRoute() {
