@@ -55,6 +55,18 @@ func (c *destChecker) dropped(route string) {
 		Note: "port " + uitoa(c.port) + " route " + route + ": no destination left, route left out (the default route applies)"})
 }
 
+// dropRoute reports whether a route whose destinations are all, of which
+// dests name a cluster (validDests), is left out, and notes it (chk): when
+// no destination is left, or of a split only destinations of weight 0. The
+// one rule of Envoy http and tcp routes and gRPC routes.
+func dropRoute[D weightedDest](all, dests []D, route string, chk *destChecker) bool {
+	if len(dests) > 0 && (len(all) == 1 || anyWeight(dests)) {
+		return false
+	}
+	chk.dropped(route)
+	return true
+}
+
 // missingDest tells why the destination d of a route of host's port names
 // no cluster ("" when it names one): its host is no service, the port it
 // resolves to is not one of the host's (for gRPC: not an HTTP one), or its

@@ -122,8 +122,7 @@ const meshGateway = "mesh"
 func (t *Translator) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRoute, host string, port uint32, ns string, chk *destChecker) {
 	all := r.GetRoute()
 	ds := validDests(all, ns, "tcp", chk)
-	if len(ds) == 0 || len(all) > 1 && !anyWeight(ds) {
-		chk.dropped("tcp")
+	if dropRoute(all, ds, "tcp", chk) {
 		return
 	}
 	if len(all) == 1 {
@@ -285,8 +284,7 @@ func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatc
 func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name, authority, host string, port uint32, ns string, chk *destChecker) *route.RouteAction {
 	all := hr.GetRoute()
 	dests := validDests(all, ns, name, chk)
-	if len(all) > 0 && (len(dests) == 0 || len(all) > 1 && !anyWeight(dests)) {
-		chk.dropped(name)
+	if len(all) > 0 && dropRoute(all, dests, name, chk) {
 		return nil
 	}
 	a := &route.RouteAction{Timeout: durationpb.New(0)}
