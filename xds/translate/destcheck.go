@@ -49,10 +49,17 @@ func (c *destChecker) ok(d *networking.Destination, route string) bool {
 	return false
 }
 
-// dropped notes that route, with no destination left, is left out.
+// dropped notes that route, with no destination left, is left out (once
+// per route: a route with several matches is dropped for each).
 func (c *destChecker) dropped(route string) {
-	c.notes = append(c.notes, TrafficNote{Client: string(c.client),
-		Note: "port " + uitoa(c.port) + " route " + route + ": no destination left, route left out (the default route applies)"})
+	if c == nil {
+		return
+	}
+	n := TrafficNote{Client: string(c.client),
+		Note: "port " + uitoa(c.port) + " route " + route + ": no destination left, route left out (the default route applies)"}
+	if !slices.Contains(c.notes, n) {
+		c.notes = append(c.notes, n)
+	}
 }
 
 // dropRoute reports whether a route whose destinations are all, of which

@@ -185,3 +185,23 @@ spec:
 		}
 	}
 }
+
+// A route with several matches and no destination left is noted once.
+func TestDroppedRouteNotedOnce(t *testing.T) {
+	t.Parallel()
+	cfg := configSnap(t, 1, strings.Replace(typoVS, `match: [{headers: {x-canary: {exact: "1"}}}]`,
+		`match: [{headers: {x-canary: {exact: "1"}}}, {headers: {x-canary: {exact: "2"}}}]`, 1))
+	tr := NewTranslator()
+	s := model.NewSnapshot(1, []*model.Service{testService("a.vm.internal", 80), testService("c.vm.internal", 80)})
+	s.Config = cfg
+	tr.Translate(s)
+	seen := map[string]int{}
+	for _, n := range notesOf(tr, "a.vm.internal") {
+		if seen[n]++; seen[n] == 2 {
+			t.Errorf("note listed twice: %s", n)
+		}
+	}
+	if seen["envoy: port 80 route canary: no destination left, route left out (the default route applies)"] == 0 {
+		t.Errorf("notes = %v, want canary's route left out", notesOf(tr, "a.vm.internal"))
+	}
+}
