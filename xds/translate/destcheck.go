@@ -16,7 +16,12 @@ import (
 // port black-holes the host. meshfed leaves such a destination out of its
 // route (the remaining weights share the traffic), leaves a route with no
 // destination left out (the host's default route then takes what it
-// matched), and lists each as a TrafficNote on /debug/configz. Whether a
+// matched), and lists each as a TrafficNote on /debug/configz. That holds
+// for destinations missing when the host's VirtualService is applied: one
+// that named a cluster under it and disappears later (its service left)
+// keeps its place in the route, and its traffic fails as in Istio rather
+// than going silently to other backends, with a note, until it is back
+// or the VirtualService changes (svcState.reached). Whether a
 // destination names a cluster depends on the destination's service (its
 // port set) and DestinationRule (its subsets): both are route deps
 // (destRules), so the route is rebuilt when they change.
@@ -38,15 +43,25 @@ func (c *destChecker) ok(d *networking.Destination, route string) bool {
 		return true
 	}
 	why := c.t.missingDest(d, c.host, c.port, c.client == ClassGRPC)
+	name := destCluster(d, c.host, c.port, c.t.singlePort)
 	if why == "" {
+		if c.t.reached != nil {
+			c.t.reached[name] = true
+		}
 		return true
 	}
 	n := TrafficNote{Client: string(c.client), Note: "port " + uitoa(c.port) + " route " + route + ": destination " +
-		destCluster(d, c.host, c.port, c.t.singlePort) + " left out: " + why}
+		name + " left out: " + why}
+	kept := c.t.wasReached[name]
+	if kept {
+		c.t.reached[name] = true
+		n.Note = "port " + uitoa(c.port) + " route " + route + ": destination " + name + " kept, its traffic fails until it is back: " + why +
+			" (it named a cluster when the VirtualService was applied)"
+	}
 	if !slices.Contains(c.notes, n) {
 		c.notes = append(c.notes, n)
 	}
-	return false
+	return kept
 }
 
 // dropped notes that route, with no destination left, is left out (once

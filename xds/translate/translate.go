@@ -92,6 +92,9 @@ type svcState struct {
 	mcp     map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
 	envoy   map[uint32]*envoyPort     // its part of each Envoy port listener
 	notes   []TrafficNote             // traffic config a client kind does not get (Host unset)
+	// reached: the route destinations (cluster names) that have named a
+	// cluster since its applied VirtualService was applied (destChecker).
+	reached map[string]bool
 	// deps: what its routes need of each other host its VirtualService
 	// routes to, as built (destRules).
 	deps map[string]destDep
@@ -104,6 +107,9 @@ type built struct {
 	subs  map[string]*claState
 	envoy map[uint32]*envoyPort
 	notes []TrafficNote
+	// reached: the route destinations (cluster names) that named a
+	// cluster under its VirtualService (destChecker).
+	reached map[string]bool
 }
 
 // Translator turns snapshots into xDS resources, incrementally. It keeps,
@@ -142,6 +148,10 @@ type Translator struct {
 	// to the host itself take that rule (destRule).
 	building   string
 	buildingDR *model.ConfigObject
+	// reached and wasReached: the destinations that name a cluster in
+	// this build, and in the builds since its VirtualService was applied
+	// (destChecker).
+	reached, wasReached map[string]bool
 }
 
 // NewTranslator returns a translator with no resources.
@@ -273,7 +283,7 @@ func (t *Translator) translateService(svc *model.Service, ch Changes, dirty map[
 	if err != nil {
 		t.invalid[svc.Hostname] = err.Error()
 	} else {
-		next.res, next.clas, next.subs, next.envoy, next.notes = b.res, b.clas, b.subs, b.envoy, b.notes
+		next.res, next.clas, next.subs, next.envoy, next.notes, next.reached = b.res, b.clas, b.subs, b.envoy, b.notes, b.reached
 		next.ports = servicePorts(svc)
 		if t.mcp {
 			var prev map[string]any
@@ -425,7 +435,11 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 	envoyParts := map[uint32]*envoyPort{}
 	var notes []TrafficNote
 	t.building, t.buildingDR = svc.Hostname, hc.dr
-	defer func() { t.building, t.buildingDR = "", nil }()
+	t.reached, t.wasReached = map[string]bool{}, nil
+	if old != nil && hc.vs != nil && old.applied.vs == hc.vs {
+		t.wasReached = old.reached
+	}
+	defer func() { t.building, t.buildingDR, t.reached, t.wasReached = "", nil, nil, nil }()
 	dr := hc.destinationRule()
 	add := func(k Kind, r types.Resource) {
 		if res[k] == nil {
@@ -554,7 +568,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 	if len(errs) > 0 {
 		return built{}, errors.Join(errs...)
 	}
-	return built{res: res, clas: clas, subs: subs, envoy: envoyParts, notes: notes}, nil
+	return built{res: res, clas: clas, subs: subs, envoy: envoyParts, notes: notes, reached: t.reached}, nil
 }
 
 // rebuildPort recomputes the Envoy listener (and route configuration) of a
