@@ -231,3 +231,29 @@ spec:
 		})
 	}
 }
+
+// With no last good config, a VirtualService that builds invalid routes
+// leaves the host its own DestinationRule (TLS kept), not nothing.
+func TestInvalidVirtualServiceKeepsOwnRule(t *testing.T) {
+	badVS := lastGoodDR + `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: a, namespace: shop}
+spec:
+  hosts: [a.vm.internal]
+  http:
+  - match: [{headers: {"": {exact: "1"}}}]
+    route: [{destination: {host: a.vm.internal}}]
+`
+	tr := NewTranslator()
+	s := model.NewSnapshot(1, []*model.Service{testService("a.vm.internal", 80)})
+	s.Config = rawConfigSnap(t, 1, badVS)
+	tr.Translate(s)
+	c := tr.Resources(KindOf(ClassEnvoy, ClusterType))["outbound|80||a.vm.internal"].(*cluster.Cluster)
+	if c.GetTransportSocket() == nil {
+		t.Errorf("cluster lost its TLS (invalid %v)", tr.Invalid())
+	}
+	if inv := tr.Invalid(); len(inv) != 1 || !strings.Contains(inv[0].Error, "only DestinationRule shop/a") {
+		t.Errorf("Invalid = %+v, want the DestinationRule alone applied", inv)
+	}
+}
