@@ -74,13 +74,14 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 			// send it again, unless a cluster fails (the aggregator would
 			// take the re-send for a confirmation of a state that may lack
 			// what the cluster cannot show): retry after another period.
-			if st := kubeStatus(src.Parts()); st.State != registries.Synced {
+			st := kubeStatus(src.Parts()) // Parts clones every object: once
+			if st.State != registries.Synced {
 				confirm.Reset(confirmAfter)
 				continue
 			}
 			services, rejected := pub.State()
 			pub.Put(0, registries.Converted{Services: services, Rejected: rejected})
-			pub.Flush(kubeStatus(src.Parts()))
+			pub.Flush(st)
 			continue
 		case <-changes:
 		}

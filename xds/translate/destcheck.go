@@ -16,7 +16,12 @@ import (
 // port black-holes the host. meshfed leaves such a destination out of its
 // route (the remaining weights share the traffic), leaves a route with no
 // destination left out (the host's default route then takes what it
-// matched), and lists each as a TrafficNote on /debug/configz. Whether a
+// matched), and lists each as a TrafficNote on /debug/configz. That holds
+// for destinations missing when the host's VirtualService is applied: one
+// that named a cluster under it and disappears later (its service left)
+// keeps its place in the route, and its traffic fails as in Istio rather
+// than going silently to other backends, with a note, until it is back
+// or the VirtualService changes (svcState.reached). Whether a
 // destination names a cluster depends on the destination's service (its
 // port set) and DestinationRule (its subsets): both are route deps
 // (destRules), so the route is rebuilt when they change.
@@ -38,27 +43,57 @@ func (c *destChecker) ok(d *networking.Destination, route string) bool {
 		return true
 	}
 	why := c.t.missingDest(d, c.host, c.port, c.client == ClassGRPC)
+	name := destCluster(d, c.host, c.port, c.t.singlePort)
 	if why == "" {
+		if c.t.reached != nil {
+			c.t.reached[name] = true
+		}
 		return true
 	}
 	n := TrafficNote{Client: string(c.client), Note: "port " + uitoa(c.port) + " route " + route + ": destination " +
-		destCluster(d, c.host, c.port, c.t.singlePort) + " left out: " + why}
+		name + " left out: " + why}
+	kept := c.t.wasReached[name]
+	if kept {
+		c.t.reached[name] = true
+		n.Note = "port " + uitoa(c.port) + " route " + route + ": destination " + name + " kept, its traffic fails until it is back: " + why +
+			" (it named a cluster when the VirtualService was applied)"
+	}
 	if !slices.Contains(c.notes, n) {
 		c.notes = append(c.notes, n)
 	}
-	return false
+	return kept
 }
 
-// dropped notes that route, with no destination left, is left out.
+// dropped notes that route, with no destination left, is left out (once
+// per route: a route with several matches is dropped for each).
 func (c *destChecker) dropped(route string) {
-	c.notes = append(c.notes, TrafficNote{Client: string(c.client),
-		Note: "port " + uitoa(c.port) + " route " + route + ": no destination left, route left out (the default route applies)"})
+	if c == nil {
+		return
+	}
+	n := TrafficNote{Client: string(c.client),
+		Note: "port " + uitoa(c.port) + " route " + route + ": no destination left, route left out (the default route applies)"}
+	if !slices.Contains(c.notes, n) {
+		c.notes = append(c.notes, n)
+	}
+}
+
+// dropRoute reports whether a route whose destinations are all, of which
+// dests name a cluster (validDests), is left out, and notes it (chk): when
+// no destination is left, or of a split only destinations of weight 0. The
+// one rule of Envoy http and tcp routes and gRPC routes.
+func dropRoute[D weightedDest](all, dests []D, route string, chk *destChecker) bool {
+	if len(dests) > 0 && (len(all) == 1 || anyWeight(dests)) {
+		return false
+	}
+	chk.dropped(route)
+	return true
 }
 
 // missingDest tells why the destination d of a route of host's port names
 // no cluster ("" when it names one): its host is no service, the port it
 // resolves to is not one of the host's (for gRPC: not an HTTP one), or its
-// subset is defined by no DestinationRule of the host.
+// subset is defined by no DestinationRule its clusters are built with
+// (destRule).
 func (t *Translator) missingDest(d *networking.Destination, host string, port uint32, grpc bool) string {
 	svc, ok := t.snap.Service(d.GetHost())
 	if !ok {
@@ -73,7 +108,7 @@ func (t *Translator) missingDest(d *networking.Destination, host string, port ui
 		return "port " + uitoa(p) + " of " + d.GetHost() + " is not HTTP"
 	}
 	if s := d.GetSubset(); s != "" {
-		dr := t.hostCfg.lookup(d.GetHost()).destinationRule()
+		dr := t.destRule(d.GetHost()).destinationRule()
 		if !slices.ContainsFunc(dr.GetSubsets(), func(ss *networking.Subset) bool { return ss.GetName() == s }) {
 			return "subset " + s + " is defined by no DestinationRule of " + d.GetHost()
 		}
@@ -119,4 +154,24 @@ func unionDeps(a, b map[string]destDep) map[string]destDep {
 	}
 	maps.Copy(out, b)
 	return out
+}
+
+// destRule is the DestinationRule a route to host takes its subsets and
+// hash policy from: the one host's clusters are built with. That is the
+// rule in force, except while host is held on its last good config (or
+// none) because the rule in force made invalid resources: then the held
+// one, so a route never names a subset cluster that is not served or
+// carries the invalid rule's hash policy (docs/architecture.md §3.6).
+// A host not translated yet for this snapshot counts with the rule in
+// force; Translate translates again the hosts whose routes that changes.
+// Routes to the host being built take the rule it is built with.
+func (t *Translator) destRule(host string) hostConfig {
+	if host == t.building {
+		return hostConfig{dr: t.buildingDR}
+	}
+	hc := t.hostCfg.lookup(host)
+	if st := t.services[host]; st != nil && st.cfg == hc && st.applied.dr != hc.dr && st.res != nil {
+		return hostConfig{dr: st.applied.dr}
+	}
+	return hostConfig{dr: hc.dr}
 }

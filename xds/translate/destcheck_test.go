@@ -185,3 +185,103 @@ spec:
 		}
 	}
 }
+
+// A route with several matches and no destination left is noted once.
+func TestDroppedRouteNotedOnce(t *testing.T) {
+	t.Parallel()
+	cfg := configSnap(t, 1, strings.Replace(typoVS, `match: [{headers: {x-canary: {exact: "1"}}}]`,
+		`match: [{headers: {x-canary: {exact: "1"}}}, {headers: {x-canary: {exact: "2"}}}]`, 1))
+	tr := NewTranslator()
+	s := model.NewSnapshot(1, []*model.Service{testService("a.vm.internal", 80), testService("c.vm.internal", 80)})
+	s.Config = cfg
+	tr.Translate(s)
+	seen := map[string]int{}
+	for _, n := range notesOf(tr, "a.vm.internal") {
+		if seen[n]++; seen[n] == 2 {
+			t.Errorf("note listed twice: %s", n)
+		}
+	}
+	if seen["envoy: port 80 route canary: no destination left, route left out (the default route applies)"] == 0 {
+		t.Errorf("notes = %v, want canary's route left out", notesOf(tr, "a.vm.internal"))
+	}
+}
+
+// A destination that named a cluster when the VirtualService was applied
+// and disappears later (its service leaves) keeps its place in the route:
+// its traffic fails as in Istio rather than going to the routed host's own
+// backends, with a note; when it is back the route is as before. Only a
+// destination missing when the VirtualService is applied is left out.
+func TestVanishedDestinationKeptInRoute(t *testing.T) {
+	t.Parallel()
+	const vs = `apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: legacy, namespace: shop}
+spec:
+  hosts: [legacy.vm.internal]
+  http:
+  - route: [{destination: {host: new.vm.internal}}]
+`
+	legacy, next := testService("legacy.vm.internal", 80), testService("new.vm.internal", 80)
+	cfg := configSnap(t, 1, vs)
+	tr := NewTranslator()
+	translate := func(v uint64, cfg *model.ConfigSnapshot, svcs ...*model.Service) {
+		s := model.NewSnapshot(v, svcs)
+		s.Config = cfg
+		tr.Translate(s)
+	}
+	clusters := func(c Class) []string {
+		t.Helper()
+		name := EnvoyRouteName(80)
+		if c == ClassGRPC {
+			name = GRPCListenerName("legacy.vm.internal", 80)
+		}
+		rc, _ := tr.Resources(KindOf(c, RouteType))[name].(*route.RouteConfiguration)
+		var out []string
+		for _, vh := range rc.GetVirtualHosts() {
+			if slices.Contains(vh.GetDomains(), "legacy.vm.internal") {
+				for _, r := range vh.GetRoutes() {
+					out = append(out, r.GetRoute().GetCluster())
+				}
+			}
+		}
+		return out
+	}
+	want := []string{"outbound|80||new.vm.internal"}
+	translate(1, cfg, legacy, next)
+	translate(2, cfg, legacy) // new leaves
+	for _, c := range []Class{ClassEnvoy, ClassGRPC} {
+		if got := clusters(c); !slices.Equal(got, want) {
+			t.Errorf("%s: after new left, routes of legacy = %v, want %v (fail, not misroute)", c, got, want)
+		}
+	}
+	if n := notesOf(tr, "legacy.vm.internal"); len(n) != 0 {
+		t.Errorf("kept destination noted as left out: %v", n)
+	}
+	var kept int
+	for _, n := range tr.TrafficNotes() {
+		if n.Host == "legacy.vm.internal" && strings.Contains(n.Note, "destination outbound|80||new.vm.internal kept") {
+			kept++
+		}
+	}
+	if kept != 2 {
+		t.Errorf("notes = %v, want one 'kept' note per client kind", tr.TrafficNotes())
+	}
+	translate(3, cfg, legacy, next) // back
+	for _, c := range []Class{ClassEnvoy, ClassGRPC} {
+		if got := clusters(c); !slices.Equal(got, want) {
+			t.Errorf("%s: after new came back, routes = %v, want %v", c, got, want)
+		}
+	}
+	if len(tr.TrafficNotes()) != 0 {
+		t.Errorf("notes after new came back: %v", tr.TrafficNotes())
+	}
+	// A VirtualService applied while its destination is missing (a typo)
+	// has it left out: the default route applies.
+	tr2 := NewTranslator()
+	s := model.NewSnapshot(1, []*model.Service{legacy})
+	s.Config = configSnap(t, 1, vs)
+	tr2.Translate(s)
+	if got := routeClusters(t, tr2, ClassEnvoy, "legacy.vm.internal", 80); len(got) != 1 || got[0][0] != "outbound|80||legacy.vm.internal" {
+		t.Errorf("destination missing at apply: routes = %v, want the default route", got)
+	}
+}

@@ -122,8 +122,7 @@ const meshGateway = "mesh"
 func (t *Translator) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRoute, host string, port uint32, ns string, chk *destChecker) {
 	all := r.GetRoute()
 	ds := validDests(all, ns, "tcp", chk)
-	if len(ds) == 0 || len(all) > 1 && !anyWeight(ds) {
-		chk.dropped("tcp")
+	if dropRoute(all, ds, "tcp", chk) {
 		return
 	}
 	if len(all) == 1 {
@@ -285,8 +284,7 @@ func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatc
 func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name, authority, host string, port uint32, ns string, chk *destChecker) *route.RouteAction {
 	all := hr.GetRoute()
 	dests := validDests(all, ns, name, chk)
-	if len(all) > 0 && (len(dests) == 0 || len(all) > 1 && !anyWeight(dests)) {
-		chk.dropped(name)
+	if len(all) > 0 && dropRoute(all, dests, name, chk) {
 		return nil
 	}
 	a := &route.RouteAction{Timeout: durationpb.New(0)}
@@ -615,7 +613,7 @@ func resolveDest(d *networking.Destination, ns string) *networking.Destination {
 // its host's DestinationRule, merged for its subset and port (Istio's
 // hashForVirtualService). grpc: in the form grpc-go reads (header only).
 func (t *Translator) destHash(d *networking.Destination, host string, port uint32, grpc bool) []*route.RouteAction_HashPolicy {
-	dr := t.hostCfg.lookup(d.GetHost()).destinationRule()
+	dr := t.destRule(d.GetHost()).destinationRule()
 	if dr == nil {
 		return nil
 	}
@@ -652,7 +650,8 @@ func appendHash(hp, add []*route.RouteAction_HashPolicy) []*route.RouteAction_Ha
 
 // destRules lists what the routes of the host's VirtualService need of
 // each other host they name (route, mirror and tcp destinations): its
-// DestinationRule in force (the consistent hash and subsets) and its
+// DestinationRule its clusters are built with (destRule: the consistent
+// hash and subsets) and its
 // ports (the single-port default, whether the cluster exists), so a
 // change of either rebuilds the host (Translate).
 func (t *Translator) destRules(host string, hc hostConfig) map[string]destDep {
@@ -672,7 +671,7 @@ func (t *Translator) destRules(host string, hc hostConfig) map[string]destDep {
 		if out == nil {
 			out = map[string]destDep{}
 		}
-		out[h] = destDep{dr: t.hostCfg.lookup(h).dr, ports: t.portsKey(h)}
+		out[h] = destDep{dr: t.destRule(h).dr, ports: t.portsKey(h)}
 	}
 	for _, hr := range vs.GetHttp() {
 		for _, d := range hr.GetRoute() {

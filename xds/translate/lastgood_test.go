@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/meshfed/meshfed/model"
 )
@@ -136,8 +137,9 @@ func TestLastGoodConfigFollowsItsDestinations(t *testing.T) {
 	vs := func(dest string) string {
 		return "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a, namespace: shop}\nspec:\n  hosts: [a.vm.internal]\n  http:\n  - route: [{destination: {host: " + dest + "}}]\n---\n"
 	}
-	// c's rule makes a's route to c invalid (the route carries c's hash policy).
-	bad := strings.ReplaceAll(lastGoodDR, "a.vm.internal", "c.vm.internal") + `    loadBalancer: {consistentHash: {httpCookie: {name: sid, ttl: 0s, attributes: [{name: ""}]}}}
+	// a's own rule makes its routes invalid (its route to itself carries
+	// the rule's hash policy).
+	bad := lastGoodDR + `    loadBalancer: {consistentHash: {httpCookie: {name: sid, ttl: 0s, attributes: [{name: ""}]}}}
 `
 	a, c := testService("a.vm.internal", 80), testService("c.vm.internal", 80)
 	tr := NewTranslator()
@@ -148,7 +150,8 @@ func TestLastGoodConfigFollowsItsDestinations(t *testing.T) {
 	}
 	tr.Translate(snap(1, rawConfigSnap(t, 1, vs("b.vm.internal")), testService("b.vm.internal", 9090)))
 	// The edit moves the route to c and breaks the rule: the old route stays.
-	cfg2 := rawConfigSnap(t, 2, vs("c.vm.internal")+bad)
+	self := "  - match: [{headers: {self: {exact: \"1\"}}}]\n    route: [{destination: {host: a.vm.internal}}]\n"
+	cfg2 := rawConfigSnap(t, 2, strings.Replace(vs("c.vm.internal"), "  http:\n", "  http:\n"+self, 1)+bad)
 	tr.Translate(snap(2, cfg2, testService("b.vm.internal", 9090)))
 	if got := routeClusters(t, tr, ClassEnvoy, "a.vm.internal", 80); len(got) != 1 || got[0][0] != "outbound|9090||b.vm.internal" {
 		t.Fatalf("kept route = %v (invalid %v)", got, tr.Invalid())
@@ -158,5 +161,99 @@ func TestLastGoodConfigFollowsItsDestinations(t *testing.T) {
 		if got := routeClusters(t, tr, cl, "a.vm.internal", 80); len(got) != 1 || got[0][0] != "outbound|7070||b.vm.internal" {
 			t.Errorf("%s route after b's port changed = %v, want outbound|7070||b.vm.internal", cl, got)
 		}
+	}
+}
+
+// A bad DestinationRule on host b holds b on its last good rule and costs
+// host a nothing: a routing to b keeps its own TLS and routes, which take
+// b's held rule (no hash policy of the invalid rule), and a route to a
+// subset only the invalid rule defines is left out rather than pointing
+// at a cluster that is not served. Hosts are translated in both orders.
+func TestBadRuleOfDestinationKeepsRoutingHost(t *testing.T) {
+	for _, hosts := range [][2]string{{"a.vm.internal", "b.vm.internal"}, {"z.vm.internal", "b.vm.internal"}} {
+		t.Run(hosts[0], func(t *testing.T) {
+			a, b := hosts[0], hosts[1]
+			aCfg := strings.ReplaceAll(lastGoodDR, "a.vm.internal", a) + `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: a, namespace: shop}
+spec:
+  hosts: [` + a + `]
+  http:
+  - match: [{headers: {canary: {exact: "1"}}}]
+    route: [{destination: {host: ` + b + `, subset: v2}}]
+  - route: [{destination: {host: ` + b + `, subset: v1}}]
+---
+`
+			bGood := `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: b, namespace: shop}
+spec:
+  host: ` + b + `
+  subsets: [{name: v1, labels: {v: "1"}}]
+`
+			bBad := strings.Replace(bGood, "subsets: [", "trafficPolicy: {loadBalancer: {consistentHash: {httpCookie: {name: sid, ttl: 0s, attributes: [{name: \"\"}]}}}}\n  subsets: [{name: v2, labels: {v: \"2\"}}, ", 1)
+			tr := NewTranslator()
+			snap := func(v uint64, cfg string) *model.Snapshot {
+				s := model.NewSnapshot(v, []*model.Service{testService(a, 80), testService(b, 80)})
+				s.Config = rawConfigSnap(t, v, cfg)
+				return s
+			}
+			aCluster := "outbound|80||" + a
+			check := func(step string) {
+				t.Helper()
+				cds := tr.Resources(KindOf(ClassEnvoy, ClusterType))
+				c, ok := cds[aCluster].(*cluster.Cluster)
+				if !ok || c.GetTransportSocket() == nil {
+					t.Errorf("%s: %s lost its TLS (invalid %v)", step, aCluster, tr.Invalid())
+				}
+				got := routeClusters(t, tr, ClassEnvoy, a, 80)
+				if len(got) != 1 || len(got[0]) != 1 || got[0][0] != "outbound|80|v1|"+b {
+					t.Errorf("%s: routes of %s = %v, want [[outbound|80|v1|%s]] (invalid %v)", step, a, got, b, tr.Invalid())
+				}
+				vh := tr.Resources(KindOf(ClassEnvoy, RouteType))["80"].(*route.RouteConfiguration)
+				for _, h := range vh.GetVirtualHosts() {
+					for _, r := range h.GetRoutes() {
+						if len(r.GetRoute().GetHashPolicy()) > 0 {
+							t.Errorf("%s: route %s of %s carries hash policy %v", step, r.GetName(), h.GetName(), r.GetRoute().GetHashPolicy())
+						}
+					}
+				}
+			}
+			tr.Translate(snap(1, aCfg+bGood))
+			check("good")
+			tr.Translate(snap(2, aCfg+bBad))
+			check("b's rule broken")
+			inv := tr.Invalid()
+			if len(inv) != 1 || inv[0].Host != b || !strings.Contains(inv[0].Error, "last good config kept") {
+				t.Errorf("Invalid = %+v, want only %s on its last good config", inv, b)
+			}
+		})
+	}
+}
+
+// With no last good config, a VirtualService that builds invalid routes
+// leaves the host its own DestinationRule (TLS kept), not nothing.
+func TestInvalidVirtualServiceKeepsOwnRule(t *testing.T) {
+	badVS := lastGoodDR + `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: a, namespace: shop}
+spec:
+  hosts: [a.vm.internal]
+  http:
+  - match: [{headers: {"": {exact: "1"}}}]
+    route: [{destination: {host: a.vm.internal}}]
+`
+	tr := NewTranslator()
+	s := model.NewSnapshot(1, []*model.Service{testService("a.vm.internal", 80)})
+	s.Config = rawConfigSnap(t, 1, badVS)
+	tr.Translate(s)
+	c := tr.Resources(KindOf(ClassEnvoy, ClusterType))["outbound|80||a.vm.internal"].(*cluster.Cluster)
+	if c.GetTransportSocket() == nil {
+		t.Errorf("cluster lost its TLS (invalid %v)", tr.Invalid())
+	}
+	if inv := tr.Invalid(); len(inv) != 1 || !strings.Contains(inv[0].Error, "only DestinationRule shop/a") {
+		t.Errorf("Invalid = %+v, want the DestinationRule alone applied", inv)
 	}
 }

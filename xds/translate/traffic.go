@@ -100,8 +100,7 @@ func grpcRoutes(vs *networking.VirtualService, host string, port uint32, ns stri
 		}
 		all := hr.GetRoute()
 		dests := validDests(all, ns, name, chk)
-		if len(all) > 0 && (len(dests) == 0 || len(all) > 1 && len(dests) < len(all) && !anyWeight(dests)) {
-			chk.dropped(name)
+		if len(all) > 0 && dropRoute(all, dests, name, chk) {
 			dropped = true
 			continue
 		}

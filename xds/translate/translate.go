@@ -92,6 +92,9 @@ type svcState struct {
 	mcp     map[string]any            // by MCP kind: to rebuild MCP resources incrementally (addMCP)
 	envoy   map[uint32]*envoyPort     // its part of each Envoy port listener
 	notes   []TrafficNote             // traffic config a client kind does not get (Host unset)
+	// reached: the route destinations (cluster names) that have named a
+	// cluster since its applied VirtualService was applied (destChecker).
+	reached map[string]bool
 	// deps: what its routes need of each other host its VirtualService
 	// routes to, as built (destRules).
 	deps map[string]destDep
@@ -104,6 +107,9 @@ type built struct {
 	subs  map[string]*claState
 	envoy map[uint32]*envoyPort
 	notes []TrafficNote
+	// reached: the route destinations (cluster names) that named a
+	// cluster under its VirtualService (destChecker).
+	reached map[string]bool
 }
 
 // Translator turns snapshots into xDS resources, incrementally. It keeps,
@@ -138,6 +144,14 @@ type Translator struct {
 	hostCfg  *hostIndex                     // of the snapshot being translated
 	snap     *model.Snapshot                // the snapshot being translated
 	mcp      bool                           // build per-service MCP resources (EnableMCP)
+	// building is the host buildService builds, with buildingDR: routes
+	// to the host itself take that rule (destRule).
+	building   string
+	buildingDR *model.ConfigObject
+	// reached and wasReached: the destinations that name a cluster in
+	// this build, and in the builds since its VirtualService was applied
+	// (destChecker).
+	reached, wasReached map[string]bool
 }
 
 // NewTranslator returns a translator with no resources.
@@ -194,43 +208,20 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	t.hostCfg, t.snap = configByHost(cfg, t.hostCfg), snap
 	t.hostCfg.trimMemo(snap.Len())
 	defer func() { t.snap = nil }()
+	// A host held on its last good config (or none) gives its routes'
+	// destinations the rule its clusters were built with (destRule), which
+	// is known only once it is translated: hosts translated before it that
+	// route to it are translated again when what they need changed.
+	held := false
 	for _, svc := range snap.Services() {
-		old := t.services[svc.Hostname]
-		hc := t.hostCfg.lookup(svc.Hostname)
-		deps := t.destRules(svc.Hostname, hc)
-		if old != nil && old.cfg == hc && old.applied != hc {
-			// Still on its last good config: what its routes need of
-			// that config's destinations counts too.
-			deps = unionDeps(deps, t.destRules(svc.Hostname, old.applied))
-		}
-		if old != nil && old.svc == svc && old.cfg == hc && maps.Equal(old.deps, deps) {
-			continue
-		}
-		next := &svcState{svc: svc, cfg: hc, applied: hc, deps: deps}
-		b, err := t.buildService(svc, old, hc)
-		if err != nil && (hc.vs != nil || hc.dr != nil) {
-			b, next.applied, err = t.keepLastGood(svc, old, err)
-			if next.applied != hc {
-				next.deps = unionDeps(t.destRules(svc.Hostname, hc), t.destRules(svc.Hostname, next.applied))
-			}
-		} else if err == nil {
-			delete(t.invalid, svc.Hostname)
-		}
-		if err != nil {
-			t.invalid[svc.Hostname] = err.Error()
-		} else {
-			next.res, next.clas, next.subs, next.envoy, next.notes = b.res, b.clas, b.subs, b.envoy, b.notes
-			next.ports = servicePorts(svc)
-			if t.mcp {
-				var prev map[string]any
-				if old != nil {
-					prev = old.mcp
-				}
-				next.mcp = addMCP(svc, prev, next.res)
+		held = t.translateService(svc, ch, dirty) || held
+	}
+	if held {
+		for _, svc := range snap.Services() {
+			if st := t.services[svc.Hostname]; st != nil && st.deps != nil && !maps.Equal(st.deps, t.serviceDeps(svc.Hostname, st)) {
+				t.translateService(svc, ch, dirty)
 			}
 		}
-		t.replace(old, next, ch, dirty)
-		t.services[svc.Hostname] = next
 	}
 	for host, old := range t.services {
 		if _, ok := snap.Service(host); !ok {
@@ -255,17 +246,77 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	return ch
 }
 
-// keepLastGood builds svc when its traffic config in force made invalid
-// resources (cfgErr): with the last config that built for the host (old's
-// applied config) when there is one, else without traffic config, so one
-// bad field never strips the host's TLS, subsets or routes that were
-// served (docs/architecture.md §3.6). The reason is listed in Invalid. It
-// returns the build, the config it used and the error when none built.
-func (t *Translator) keepLastGood(svc *model.Service, old *svcState, cfgErr error) (built, hostConfig, error) {
+// serviceDeps is what the routes of host need of other hosts (destRules)
+// given its state old (nil when new): of the config in force and, while
+// it is on its last good config, of that config too.
+func (t *Translator) serviceDeps(host string, old *svcState) map[string]destDep {
+	hc := t.hostCfg.lookup(host)
+	deps := t.destRules(host, hc)
+	if old != nil && old.cfg == hc && old.applied != hc {
+		deps = unionDeps(deps, t.destRules(host, old.applied))
+	}
+	return deps
+}
+
+// translateService brings svc's state to the snapshot being translated,
+// recording changes in ch and the ports to rebuild in dirty. It reports
+// whether the host's resources are built with a config other than the one
+// in force (held on its last good config or none) or were until now.
+func (t *Translator) translateService(svc *model.Service, ch Changes, dirty map[uint32]bool) bool {
+	old := t.services[svc.Hostname]
+	hc := t.hostCfg.lookup(svc.Hostname)
+	deps := t.serviceDeps(svc.Hostname, old)
+	if old != nil && old.svc == svc && old.cfg == hc && maps.Equal(old.deps, deps) {
+		return false
+	}
+	wasHeld := old != nil && old.applied != old.cfg
+	next := &svcState{svc: svc, cfg: hc, applied: hc, deps: deps}
+	b, err := t.buildService(svc, old, hc)
+	if err != nil && (hc.vs != nil || hc.dr != nil) {
+		b, next.applied, err = t.keepLastGood(svc, old, hc, err)
+		if next.applied != hc {
+			next.deps = unionDeps(t.destRules(svc.Hostname, hc), t.destRules(svc.Hostname, next.applied))
+		}
+	} else if err == nil {
+		delete(t.invalid, svc.Hostname)
+	}
+	if err != nil {
+		t.invalid[svc.Hostname] = err.Error()
+	} else {
+		next.res, next.clas, next.subs, next.envoy, next.notes, next.reached = b.res, b.clas, b.subs, b.envoy, b.notes, b.reached
+		next.ports = servicePorts(svc)
+		if t.mcp {
+			var prev map[string]any
+			if old != nil {
+				prev = old.mcp
+			}
+			next.mcp = addMCP(svc, prev, next.res)
+		}
+	}
+	t.replace(old, next, ch, dirty)
+	t.services[svc.Hostname] = next
+	return wasHeld || next.applied != hc
+}
+
+// keepLastGood builds svc when its traffic config in force (hc) made
+// invalid resources (cfgErr): with the last config that built for the host
+// (old's applied config) when there is one, else with hc's DestinationRule
+// alone (a VirtualService whose routes carry another host's invalid rule
+// must not cost the host its own TLS and subsets), else without traffic
+// config, so one bad field never strips what was served
+// (docs/architecture.md §3.6). The reason is listed in Invalid. It returns
+// the build, the config it used and the error when none built.
+func (t *Translator) keepLastGood(svc *model.Service, old *svcState, hc hostConfig, cfgErr error) (built, hostConfig, error) {
 	if old != nil && old.res != nil && (old.applied.vs != nil || old.applied.dr != nil) {
 		if b, err := t.buildService(svc, old, old.applied); err == nil {
 			t.invalid[svc.Hostname] = "traffic config not applied, last good config kept (" + old.applied.describe() + "): " + cfgErr.Error()
 			return b, old.applied, nil
+		}
+	}
+	if own := (hostConfig{dr: hc.dr}); hc.vs != nil && hc.dr != nil {
+		if b, err := t.buildService(svc, old, own); err == nil {
+			t.invalid[svc.Hostname] = "traffic config not applied, only " + own.describe() + " applied: " + cfgErr.Error()
+			return b, own, nil
 		}
 	}
 	b, err := t.buildService(svc, old, hostConfig{})
@@ -383,6 +434,12 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 	res := map[Kind]map[string]types.Resource{}
 	envoyParts := map[uint32]*envoyPort{}
 	var notes []TrafficNote
+	t.building, t.buildingDR = svc.Hostname, hc.dr
+	t.reached, t.wasReached = map[string]bool{}, nil
+	if old != nil && hc.vs != nil && old.applied.vs == hc.vs {
+		t.wasReached = old.reached
+	}
+	defer func() { t.building, t.buildingDR, t.reached, t.wasReached = "", nil, nil, nil }()
 	dr := hc.destinationRule()
 	add := func(k Kind, r types.Resource) {
 		if res[k] == nil {
@@ -511,7 +568,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 	if len(errs) > 0 {
 		return built{}, errors.Join(errs...)
 	}
-	return built{res: res, clas: clas, subs: subs, envoy: envoyParts, notes: notes}, nil
+	return built{res: res, clas: clas, subs: subs, envoy: envoyParts, notes: notes, reached: t.reached}, nil
 }
 
 // rebuildPort recomputes the Envoy listener (and route configuration) of a
