@@ -86,7 +86,7 @@ func (a *Aggregator) Serve(ctx context.Context) error {
 // visible reports whether rs's accepted state is served at now. Called with
 // mu held.
 func visible(rs *regState, now time.Time) bool {
-	return rs.opts.Outage.Policy != registries.OutageExpire || rs.outageSince.IsZero() ||
+	return rs.opts.Outage.Policy != OutageExpire || rs.outageSince.IsZero() ||
 		now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter))
 }
 
@@ -106,8 +106,8 @@ func (a *Aggregator) tick(now time.Time) (expired bool, next time.Time) {
 			dl := rs.outageSince.Add(rs.opts.Outage.ExpireAfter)
 			if now.Before(dl) {
 				earliest(dl)
-			} else if rs.state == registries.Degraded {
-				a.setState(rs, registries.Stale, dl)
+			} else if rs.state == Degraded {
+				a.setState(rs, Stale, dl)
 				stale = append(stale, name)
 			}
 		}
