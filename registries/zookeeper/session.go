@@ -178,7 +178,7 @@ func (w *watcher) work() error {
 				return nil
 			}
 			w.resyncAfter = time.Now().Add(w.resyncBackoff.Next())
-			w.report("reading ZooKeeper: "+errText(err))
+			w.report("reading ZooKeeper: " + errText(err))
 			w.r.log.Warn("zookeeper resync failed", "error", err)
 		}
 		return nil
@@ -217,7 +217,7 @@ func (w *watcher) handle(evs []timedEvent) {
 	for _, ev := range evs {
 		if ev.dialErr != nil {
 			if !w.hasSession && !w.pub.Condition().Failing() {
-				w.report("cannot reach ZooKeeper: "+ev.dialErr.Error())
+				w.report("cannot reach ZooKeeper: " + ev.dialErr.Error())
 			}
 			continue
 		}
