@@ -1,32 +1,43 @@
 // Package aggregate merges the full state every registry publishes into one
-// immutable, versioned model.Snapshot. It implements registries.Sink.
+// immutable, versioned model.Snapshot. It implements registries.Sink, whose
+// one method, Publish, hands it a registries.Update: what a registry knows
+// (its state if any, whether that state is complete, its backend's
+// condition, the end of a Run). Every policy about what that makes a
+// registry show and serve lives here: the registry states (State:
+// Starting, Synced, Degraded, Stale, Failed, Held), freshness (Outage),
+// the hold of a partial first state, the hold-down and expiry.
 //
 // Per registry (shard) it keeps the last accepted state and passes every
-// Replace through a normalization gate: invalid or duplicate items are
+// state through a normalization gate: invalid or duplicate items are
 // quarantined alone and listed as Conflicts, the rest of each service is
 // served; a service outside its registry's domain is rejected. Registries of
 // kind kubernetes that share a domain form a multicluster set whose
 // same-named services merge their endpoints.
 //
-// Freshness: a registry reporting Degraded (or Failed) keeps serving its
-// last good state. Once the outage lasts longer than Outage.ExpireAfter the
+// Freshness: a registry whose updates say its backend fails (Degraded, or
+// Failed after a Permanent end of its Run) keeps serving its last good
+// state. Once the outage lasts longer than Outage.ExpireAfter the
 // registry is Stale: with policy expire its services are withdrawn from the
 // snapshot, with keep they stay (RegistryStatus.State shows Stale). A
-// Replace or a Report(Synced) ends the outage and, with expire, brings
-// the services back. Only an unreachable backend is an outage: a Degraded
-// report with Status.Invalid (the backend answered with data that does not
+// state or a healthy condition ends the outage and, with expire, brings
+// the services back. Only an unreachable backend is an outage: a failing
+// condition with Invalid (the backend answered with data that does not
 // parse) keeps the last good state served but never makes it Stale or
 // withdraws it, and ends an outage in progress.
 //
-// Hold-down: with RegistryOptions.MaxDeleteRatio r > 0, a Replace that
+// Partial first state: a state that is not Complete, the first of a
+// registry's Run, is held while a state of the shard is served (restored,
+// or from an earlier Run or instance); see Publish.
+//
+// Hold-down: with RegistryOptions.MaxDeleteRatio r > 0, a state that
 // would drop more than r of the registry's served endpoints (counting
 // endpoints: served minus new, over served) is not applied at once: the old
 // state stays served, a Conflict of category "hold-down" is listed and the
 // registry is Held (RegistryStatus.Hold says since when, what is served and
-// what is pending). The held update is applied when the next Replace again
+// what is pending). The held update is applied when the next state again
 // drops more than r of the served endpoints (confirmation: it was seen
 // again; the newer update is applied), when Options.HoldDown has passed, or
-// when an operator calls Release (the held update is applied). A Replace
+// when an operator calls Release (the held update is applied). A state
 // within the ratio clears the hold and is applied.
 //
 // Warm start: Restore hands a registry the state persisted by a previous
@@ -44,7 +55,7 @@
 // Nothing is deleted before a shard's first sync: a registry that has not
 // published yet contributes nothing and removes nothing.
 //
-// Replace, Report, AddRegistry and RemoveRegistry only store and signal;
+// Publish, Swap, AddRegistry and RemoveRegistry only store and signal;
 // normalization, merging and snapshot building happen in Serve's goroutine
 // after a debounce (Options.Quiet, Options.MaxWait).
 package aggregate
@@ -108,7 +119,7 @@ type Options struct {
 	// false (see Ready).
 	SyncTimeout time.Duration
 	// OnAccepted, when set, is called from Serve's goroutine with a
-	// registry's full input (as given to Replace) each time a different
+	// registry's full input (as given to Publish) each time a different
 	// one becomes its accepted state (applied, not held; restored states
 	// excluded). It must return promptly, not modify the slices and not
 	// call the Aggregator: it runs with the aggregator's lock held, so that
@@ -204,7 +215,7 @@ type regState struct {
 	release     chan struct{} // Release waits; closed once the loop applied it
 
 	// Written back by the Serve loop.
-	applied             bool // first Replace is in the published snapshot
+	applied             bool // first state is in the published snapshot
 	withdrawn, restored bool
 	hold                *HoldStatus
 	shown               State // in the state metric
@@ -585,7 +596,7 @@ func (a *Aggregator) Release(ctx context.Context, name string) (RegistryStatus, 
 // previous process accepted from it (persisted through
 // Options.OnAccepted). It is served as soon as Serve builds the next
 // snapshot, marked Restored, and counts as the first sync for Ready; the
-// registry's own first Replace supersedes it (through the hold-down). It
+// registry's own first applied state supersedes it (through the hold-down). It
 // reports false, and does nothing, for an unknown registry or one that
 // already published.
 func (a *Aggregator) Restore(shard model.ShardKey, services []model.Service, rejected []model.Rejection) bool {

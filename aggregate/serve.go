@@ -20,7 +20,7 @@ type loopReg struct {
 	gen     uint64
 	cur     shardState // accepted state
 	raw     *input     // input cur was built from
-	applied bool       // cur holds a Replace (or a restored state)
+	applied bool       // cur holds a published (or a restored) state
 	visible bool       // cur is served (not withdrawn)
 	saved   *input     // last input handed to OnAccepted
 	hold    *hold
@@ -355,7 +355,7 @@ func (a *Aggregator) servicesInOrder(changed map[string]bool) []*model.Service {
 	return out
 }
 
-// offer passes a Replace through normalization and the hold-down.
+// offer passes a published state through normalization and the hold-down.
 func (a *Aggregator) offer(lr *loopReg, in *input, now time.Time, touched map[string]bool, log *slog.Logger) {
 	st, memo := normalizeWith(lr.opts, in.services, in.rejected, lr.memo)
 	lr.memo = memo

@@ -229,7 +229,7 @@ func (s *Sink) only() (State, bool) {
 // WaitFor waits until cond holds for the sink's only shard and returns the
 // state it held for. Before the first call cond sees a zero State. It fails
 // t if timeout passes first, or if the sink heard of several shards (use
-// WaitForShard then). cond is re-evaluated after every Replace and Report,
+// WaitForShard then). cond is re-evaluated after every Publish,
 // never on a timer.
 func (s *Sink) WaitFor(t testing.TB, timeout time.Duration, cond func(State) bool) State {
 	t.Helper()
