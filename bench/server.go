@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
 )
 
@@ -63,8 +64,10 @@ func NewMeshfed(quiet, maxWait time.Duration, log *slog.Logger) *Meshfed {
 	return m
 }
 
-// Write implements Impl: Sink.Replace of the bench shard.
-func (m *Meshfed) Write(services []model.Service) { m.agg.Replace(Shard, services, nil) }
+// Write implements Impl: a complete state of the bench shard, published.
+func (m *Meshfed) Write(services []model.Service) {
+	m.agg.Publish(Shard, registries.FullState(services, nil))
+}
 
 // Ready implements Impl: the aggregator has applied the first write (as
 // the gateway waits for before it serves xDS).

@@ -18,7 +18,6 @@ import (
 
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
 )
 
@@ -259,7 +258,7 @@ func (g *Gateway) registryHealth(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		code := http.StatusOK
-		if h.State != registries.Synced {
+		if h.State != aggregate.Synced {
 			code = http.StatusServiceUnavailable
 		}
 		writeJSON(w, code, h)

@@ -25,6 +25,7 @@ import (
 
 	"go.yaml.in/yaml/v4"
 
+	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
@@ -226,7 +227,7 @@ type Registry struct {
 	Locality string `yaml:"locality,omitempty"`
 	// Outage is what happens to the registry's endpoints while its backend
 	// is unreachable.
-	Outage registries.Outage `yaml:"outage"`
+	Outage aggregate.Outage `yaml:"outage"`
 	// MaxDeleteRatio, when in (0, 1], refuses to drop more than this share
 	// of the registry's endpoints in one update (hold-down); 0 is off; nil
 	// (unset) is DefaultMaxDeleteRatio after defaults.
@@ -256,7 +257,7 @@ type Duration = registries.Duration
 //	syncTimeout             30s
 //	xds.limits              maxTypeURLs 64, maxNames 100000, maxResponseBytes 4194304 (XDSLimits)
 //	state.maxAge            24h (state.dir has no default: unset is off)
-//	registries[].outage     keep, expireAfter 10m (registries.Outage)
+//	registries[].outage     keep, expireAfter 10m (aggregate.Outage)
 //	registries[].maxDeleteRatio  0.5
 //
 // Kind blocks default themselves (registries.Config.ApplyDefaults).

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
 
+	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/file"
 )
@@ -247,7 +248,7 @@ func TestLoadGood(t *testing.T) {
 						Name:           "vms",
 						Kind:           "file",
 						Domain:         "vm.internal", // lowercased, trailing dot dropped
-						Outage:         registries.Outage{Policy: registries.OutageKeep, ExpireAfter: 10 * time.Minute},
+						Outage:         aggregate.Outage{Policy: aggregate.OutageKeep, ExpireAfter: 10 * time.Minute},
 						MaxDeleteRatio: ptr(0.5),
 						Block:          &file.Config{Path: abs(t, "testdata/good/services.yaml"), Settle: registries.Duration(time.Second)},
 					}},
@@ -275,7 +276,7 @@ func TestLoadGood(t *testing.T) {
 							Kind:           "file",
 							Domain:         "vm.internal",
 							Locality:       "us-east/us-east-1a/rack-1",
-							Outage:         registries.Outage{Policy: registries.OutageExpire, ExpireAfter: 90 * time.Second},
+							Outage:         aggregate.Outage{Policy: aggregate.OutageExpire, ExpireAfter: 90 * time.Second},
 							MaxDeleteRatio: ptr(0.25),
 							Block:          &file.Config{Path: "/srv/services.yaml", Settle: registries.Duration(time.Second)},
 						},
@@ -283,7 +284,7 @@ func TestLoadGood(t *testing.T) {
 							Name:           "vms-2",
 							Kind:           "file",
 							Domain:         "vm2.internal",
-							Outage:         registries.Outage{Policy: registries.OutageKeep, ExpireAfter: 10 * time.Minute},
+							Outage:         aggregate.Outage{Policy: aggregate.OutageKeep, ExpireAfter: 10 * time.Minute},
 							MaxDeleteRatio: ptr(1.0),
 							Block:          &file.Config{Path: abs(t, "testdata/services.yaml"), Settle: registries.Duration(time.Second)},
 						},
@@ -407,7 +408,7 @@ registries:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want2 := registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
+	want2 := aggregate.Outage{Policy: aggregate.OutageExpire, ExpireAfter: time.Minute}
 	if got := cfg.Registries[1].Outage; got != want2 {
 		t.Errorf("aliased outage = %+v, want %+v", got, want2)
 	}

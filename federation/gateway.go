@@ -362,7 +362,7 @@ func (g *Gateway) newRunner(e *entry, sink registries.Sink) *registries.Runner {
 	reg, err := r.Block.New(c, rlog)
 	if err != nil {
 		rlog.Error("registry cannot start", "error", err)
-		g.agg.Report(c.Shard(), registries.Status{State: registries.Failed, Err: err.Error()})
+		g.agg.Publish(c.Shard(), registries.Update{Condition: registries.Condition{Err: err.Error()}, Ended: true, Permanent: true})
 		return nil
 	}
 	if lu, ok := reg.(registries.LauncherUser); ok {

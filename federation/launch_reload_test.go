@@ -40,7 +40,7 @@ type discoveringParent struct {
 func (p *discoveringParent) SetLauncher(l registries.Launcher) { p.launcher = l }
 
 func (p *discoveringParent) Run(ctx context.Context, sink registries.Sink) error {
-	sink.Replace(p.common.Shard(), []model.Service{}, nil)
+	sink.Publish(p.common.Shard(), registries.FullState([]model.Service{}, nil))
 	p.mu.Lock()
 	for _, name := range p.block.remotes {
 		if p.launched[name] {
@@ -83,11 +83,11 @@ type remoteRegistry struct {
 func (r *remoteRegistry) Run(ctx context.Context, sink registries.Sink) error {
 	r.running.add(r.addr, 1)
 	defer r.running.add(r.addr, -1)
-	sink.Replace(r.shard, []model.Service{{
+	sink.Publish(r.shard, registries.FullState([]model.Service{{
 		Hostname:  "orders.shop.svc.cluster.local",
 		Ports:     []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
 		Endpoints: []model.Endpoint{{Address: r.addr}},
-	}}, nil)
+	}}, nil))
 	<-ctx.Done()
 	return ctx.Err()
 }

@@ -24,11 +24,11 @@ type oneService struct {
 
 func (o *oneService) Run(ctx context.Context, sink registries.Sink) error {
 	defer close(o.done)
-	sink.Replace(o.shard, []model.Service{{
+	sink.Publish(o.shard, registries.FullState([]model.Service{{
 		Hostname:  "orders.shop.svc.cluster.local",
 		Ports:     []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
 		Endpoints: []model.Endpoint{{Address: "192.0.2.1"}},
-	}}, nil)
+	}}, nil))
 	<-ctx.Done()
 	return ctx.Err()
 }

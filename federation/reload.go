@@ -142,7 +142,7 @@ func (g *Gateway) replace(ctx context.Context, r Registry) {
 	e := g.newEntry(r)
 	runner, err := g.newRunnerQuiet(e, gate)
 	if err != nil {
-		gate.report = &registries.Status{State: registries.Failed, Err: err.Error()}
+		gate.updates = []registries.Update{{Condition: registries.Condition{Err: err.Error()}, Ended: true, Permanent: true}}
 	}
 	e.runner = runner
 	g.dyn.mu.Lock()
@@ -198,9 +198,11 @@ func (g *Gateway) newRunnerQuiet(e *entry, sink registries.Sink) (*registries.Ru
 	return registries.NewRunner(c, reg, sink, rlog), nil
 }
 
-// gateSink holds back a new registry instance's updates until open: the
-// latest Replace and Report are kept, and first is closed at the first
-// Replace. Once open, calls pass straight to the aggregator.
+// gateSink holds back a new registry instance's updates until open: they
+// are kept in order, and first is closed at the first state the aggregator
+// would apply (not a partial first state it would hold: see
+// aggregate.Aggregator.Publish). Once open, updates pass straight to the
+// aggregator.
 type gateSink struct {
 	agg interface {
 		registries.Sink
@@ -209,75 +211,49 @@ type gateSink struct {
 	shard model.ShardKey
 	first chan struct{}
 
-	mu       sync.Mutex
-	opened   bool
-	replaced bool
-	services []model.Service
-	rejected []model.Rejection
-	report   *registries.Status // latest Report after the latest Replace
+	mu        sync.Mutex
+	opened    bool
+	published bool                // first is closed
+	applied   bool                // a state of the instance's current Run would be applied
+	updates   []registries.Update // kept until open, oldest first
 }
 
 type swapper interface {
-	Swap(o aggregate.RegistryOptions, services []model.Service, rejected []model.Rejection)
+	Swap(o aggregate.RegistryOptions, us ...registries.Update)
 	AddRegistry(o aggregate.RegistryOptions)
+	HoldsFirst(shard model.ShardKey, u registries.Update) bool
 }
 
-// Serving implements registries.ServingSink: the aggregator serves a state
-// of the shard (restored, or the running instance's during a reload).
-func (s *gateSink) Serving(shard model.ShardKey) bool {
-	if sv, ok := s.agg.(registries.ServingSink); ok {
-		return sv.Serving(shard)
-	}
-	return true
-}
-
-func (s *gateSink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
-	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
-}
-
-func (s *gateSink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
+// Publish implements registries.Sink.
+func (s *gateSink) Publish(shard model.ShardKey, u registries.Update) {
 	s.mu.Lock()
 	if s.opened {
 		s.mu.Unlock()
-		s.agg.ReplaceStatus(shard, services, rejected, st)
+		s.agg.Publish(shard, u)
 		return
 	}
-	if !s.replaced {
-		close(s.first)
+	defer s.mu.Unlock()
+	switch {
+	case u.Ended:
+		s.applied = false // the next state is the first of a new Run
+	case u.HasState && (s.applied || !s.agg.HoldsFirst(s.shard, u)):
+		s.applied = true
+		if !s.published {
+			s.published = true
+			close(s.first)
+		}
 	}
-	s.replaced, s.services, s.rejected, s.report = true, services, rejected, nil
-	if st.State != registries.Synced {
-		s.report = &st
-	}
-	s.mu.Unlock()
+	s.updates = append(s.updates, u)
 }
 
-func (s *gateSink) Report(shard model.ShardKey, st registries.Status) {
-	s.mu.Lock()
-	if s.opened {
-		s.mu.Unlock()
-		s.agg.Report(shard, st)
-		return
-	}
-	s.report = &st
-	s.mu.Unlock()
-}
-
-// open swaps the new instance in: its options, and its latest state if it
-// published one (also one that arrived after syncTimeout, while the old
-// instance was stopping), in one step; then its latest report, if any.
+// open swaps the new instance in: its options and everything it published
+// (also what arrived after syncTimeout, while the old instance was
+// stopping), as the first Run of the registry, in one step.
 func (s *gateSink) open(o aggregate.RegistryOptions) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.replaced {
-		s.agg.Swap(o, s.services, s.rejected)
-	} else {
-		s.agg.AddRegistry(o)
-	}
-	if s.report != nil {
-		s.agg.Report(s.shard, *s.report)
-	}
-	s.opened, s.services, s.rejected, s.report = true, nil, nil, nil
+	s.agg.Swap(o, s.updates...)
+	s.opened, s.updates = true, nil
 }
 
 // keptSettings lists the settings outside registries that differ.

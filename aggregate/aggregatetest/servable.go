@@ -1,4 +1,10 @@
-package registrytest
+// Package aggregatetest holds test helpers on the aggregate side of the
+// registry → aggregate seam: CheckServable, the invariant fuzz targets of
+// registry conversions assert, which passes a registry's state through the
+// aggregator's normalization gate and xDS translation. Registry packages
+// (and their tests) do not import it: they import nothing downstream; the
+// fuzz targets live here, over the registries' exported conversions.
+package aggregatetest
 
 import (
 	"math"
