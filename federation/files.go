@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf"
 )
 
 // CheckFiles opens every file c names — the xDS TLS certificate, key and

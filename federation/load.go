@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf"
 )
 
 // Problem is one thing wrong with a clusters.yaml: file, line, column,
