@@ -1,3 +1,8 @@
+// Package gateway runs one clusters.yaml (package config): a supervised
+// registry per entry, the aggregator, the xDS server, the config sources
+// and the admin listener (package admin, which reads the gateway through
+// admin.Gateway); registries started at runtime (launch.go); and reloads
+// of clusters.yaml, make-before-break (reload.go).
 package gateway
 
 import (
