@@ -263,7 +263,7 @@ func RunS6(t testing.TB, row S6Row, o S6Options) S6Result {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // s6Pipeline is meshfed's aggregate and xds serving one registry, wired as
-// federation.Gateway wires them, on a loopback gRPC listener.
+// gateway.Gateway wires them, on a loopback gRPC listener.
 type s6Pipeline struct {
 	agg    *aggregate.Aggregator
 	xds    *xds.Server

@@ -35,7 +35,7 @@ type Impl interface {
 }
 
 // Meshfed wires the real aggregate and xds packages exactly as
-// federation.Gateway does (aggregate.New → Subscribe(xds.Server.Update)),
+// gateway.Gateway does (aggregate.New → Subscribe(xds.Server.Update)),
 // with one registry shard that the bench churn driver writes through
 // Sink.Replace.
 type Meshfed struct {
@@ -86,7 +86,7 @@ func (m *Meshfed) Close() {
 	<-m.done
 }
 
-// GRPCServer returns a gRPC server with the options federation.Gateway
+// GRPCServer returns a gRPC server with the options gateway.Gateway
 // uses (no TLS), plus opts (the meshfed bench server passes
 // xds.ServerOptions, as the gateway does).
 func GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
