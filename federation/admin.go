@@ -20,6 +20,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 // RegistryHealth is one registry on /healthz/registries.
@@ -29,7 +30,7 @@ type RegistryHealth struct {
 }
 
 // ProxySync is one proxy on /debug/syncz.
-type ProxySync = xds.ProxyStatus
+type ProxySync = ads.ProxyStatus
 
 // ServiceInfo is one merged service on /debug/registryz.
 type ServiceInfo struct {

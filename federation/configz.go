@@ -2,7 +2,7 @@ package federation
 
 import (
 	"github.com/meshfed/meshfed/istioconfig"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // Configz is /debug/configz: the traffic objects in force and rejected
@@ -14,7 +14,7 @@ type Configz struct {
 	// client kind does not get: proxyless gRPC (TLS origination from files,
 	// cookie hashing, rewrites...), and Envoy (matches on the calling
 	// workload's labels).
-	NotForClients []xds.TrafficNote `json:"notForClients"`
+	NotForClients []translate.TrafficNote `json:"notForClients"`
 }
 
 // Configz returns /debug/configz.
