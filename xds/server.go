@@ -17,6 +17,11 @@
 // and applies the changes; ServiceEntries for istiod are built from the
 // first MCP subscription on (Translator.EnableMCP).
 //
+// xds re-exports nothing of the two: its own names are Server and
+// Options, Collectors, LevelTrace and the bootstrap files (GRPCBootstrap,
+// EnvoyBootstrap, IstioMeshConfig); callers name translate.Kind,
+// ads.Limits and the like in the package that defines them.
+//
 // Naming follows docs/architecture.md §4: clusters and ClusterLoadAssignments
 // outbound|<port>||<host>; Envoy listeners 0.0.0.0_<port> with route
 // configuration <port>; gRPC listeners and route configurations
