@@ -144,13 +144,17 @@ func TestListerWatcher(t *testing.T) {
 	lw := &flakyLW{}
 	lw.failures.Store(1)
 	tlw := tr.ListerWatcher("secrets/istio-system", lw.listWatch(), nil)
-	if _, err := tlw.List(metav1.ListOptions{}); err == nil {
+	lwc, ok := tlw.(cache.ListerWatcherWithContext)
+	if !ok {
+		t.Fatalf("%T does not take a context", tlw)
+	}
+	if _, err := lwc.ListWithContext(t.Context(), metav1.ListOptions{}); err == nil {
 		t.Fatal("first list succeeded")
 	}
 	if err := tr.Err(); err == nil || err.Error() != "secrets/istio-system: connection refused" {
 		t.Errorf("Err = %v", err)
 	}
-	if _, err := tlw.List(metav1.ListOptions{}); err != nil {
+	if _, err := lwc.ListWithContext(t.Context(), metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Err(); err != nil {
