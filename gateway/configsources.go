@@ -9,6 +9,7 @@ import (
 	"github.com/meshfed/meshfed/config"
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/istioconfig/crd"
+	"github.com/meshfed/meshfed/kubeclient"
 )
 
 // newTrafficSource builds the config sources of cfg: directories, and a
@@ -32,8 +33,8 @@ func newTrafficSource(cfg *config.Config, log *slog.Logger) *istioconfig.Source 
 		opts := crd.Options{Name: c.Name, Namespaces: c.Kubernetes.Namespaces,
 			Logger: log.With("configSource", c.Name)}
 		for _, name := range c.Kubernetes.Clusters {
-			cl := crd.Cluster{Name: name, Connect: noConnector(name)}
-			if conn, ok := regs[name].Block.(crd.Connector); ok {
+			cl := kubeclient.Cluster{Name: name, Connect: noConnector(name)}
+			if conn, ok := regs[name].Block.(kubeclient.Connector); ok {
 				cl.Connect = conn.Connect
 			}
 			opts.Clusters = append(opts.Clusters, cl)

@@ -3,39 +3,19 @@
 // Kubernetes clusters — those of registries of kind kubernetes, with
 // their credentials — and hands them to istioconfig as a Feed, so they go
 // through the same per-object gate, debounce and incremental translation
-// as the objects of a directory (docs/architecture.md §3.6). The
-// serviceentry registry reads ServiceEntries and WorkloadEntries through
-// the same Source (Options.Kinds), as FeedParts.
+// as the objects of a directory (docs/architecture.md §3.6).
 //
-// # Types and versions
-//
-// The objects are read with istio.io/client-go's typed clientset
-// (networking.istio.io/v1) into client-go informers — built by
-// kube.Tracker rather than istio.io/client-go's informer factory, so that
-// every list and watch outcome is tracked the way the kubernetes registry
-// tracks its own (a failing call makes the cluster Degraded). The API server
-// converts objects written as v1beta1 or v1alpha3 (Istio's CRDs convert
-// between these versions without a webhook: the schemas are one), so
-// every version Istio accepts is read; a cluster whose CRDs do not serve
-// v1 (Istio before 1.22) is reported with that reason. Specs are
-// istio.io/api networking messages; v1 and v1beta1 alias v1alpha3, the
-// type istioconfig uses.
-//
-// A typed informer decodes a whole list at once: an object whose spec
-// cannot be decoded would fail the list. The CRDs' structural schemas
-// make the API server refuse such objects, so that does not happen with
-// Istio's CRDs installed; if it did, the cluster is Degraded with the
-// decode error and its last read objects stay.
+// The clusters are read by a kubeclient.IstioWatch (typed informers of
+// istio.io/client-go's networking.istio.io/v1, every list and watch call
+// tracked; kubeclient/istio.go says how versions, outages and refusals
+// are handled); this package turns its parts into istioconfig's.
 //
 // # Objects, sources, states
 //
 // Each object is listed on /debug/configz with source
 // "namespace/name (cluster)". The same object (same kind, namespace, name
 // and spec) in several clusters is one object; differing ones are a
-// conflict and the later cluster's is rejected. Informers are per listed
-// namespace, or cluster wide; the objects are slimmed (managed fields and
-// annotations dropped) before they are cached and are never modified:
-// specs are cloned when read.
+// conflict and the later cluster's is rejected.
 //
 // A cluster is Starting until every informer has listed once; the source
 // keeps the gateway unready until then, bounded by the gateway (twice
@@ -51,134 +31,39 @@ package crd
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
-	"sync"
-	"time"
-
-	"google.golang.org/protobuf/proto"
-	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	"istio.io/client-go/pkg/clientset/versioned"
-	networkingclient "istio.io/client-go/pkg/clientset/versioned/typed/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshfed/meshfed/istioconfig"
-	"github.com/meshfed/meshfed/registries/kube"
+	"github.com/meshfed/meshfed/kubeclient"
 )
-
-// retryConnect is how long a cluster whose credentials failed waits
-// before it tries them again.
-const retryConnect = 30 * time.Second
-
-// Cluster is one cluster the source reads.
-type Cluster struct {
-	// Name is the registry's name; it names the cluster in sources.
-	Name string
-	// Connect returns a REST config for the cluster and a func that closes
-	// its connections (kube.Config.Connect).
-	Connect func() (*rest.Config, func(), error)
-}
-
-// Connector is what a registry's kind block offers to reach its cluster
-// (kube.Config implements it).
-type Connector interface {
-	Connect() (*rest.Config, func(), error)
-}
 
 // Options configure a Source.
 type Options struct {
 	// Name is the config source's name.
 	Name     string
-	Clusters []Cluster
+	Clusters []kubeclient.Cluster
 	// Namespaces limits the source to these namespaces; empty: all.
 	Namespaces []string
-	// Kinds are the kinds read (KindServiceEntry, KindWorkloadEntry,
-	// istioconfig.KindVirtualService, istioconfig.KindDestinationRule);
-	// empty: VirtualServices and DestinationRules.
-	Kinds  []string
-	Logger *slog.Logger
+	Logger     *slog.Logger
 }
 
-// Kinds read besides istioconfig's (by the serviceentry registry).
-const (
-	KindServiceEntry  = "ServiceEntry"
-	KindWorkloadEntry = "WorkloadEntry"
-)
-
-// resource is how one kind is listed and watched in a namespace.
-type resource struct {
-	plural string
-	object runtime.Object
-	list   func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch
-}
-
-// resources are the kinds a Source can read.
-var resources = map[string]resource{
-	istioconfig.KindVirtualService: {"virtualservices", &networkingv1.VirtualService{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
-		return listWatch(nw.VirtualServices(ns).List, nw.VirtualServices(ns).Watch)
-	}},
-	istioconfig.KindDestinationRule: {"destinationrules", &networkingv1.DestinationRule{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
-		return listWatch(nw.DestinationRules(ns).List, nw.DestinationRules(ns).Watch)
-	}},
-	KindServiceEntry: {"serviceentries", &networkingv1.ServiceEntry{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
-		return listWatch(nw.ServiceEntries(ns).List, nw.ServiceEntries(ns).Watch)
-	}},
-	KindWorkloadEntry: {"workloadentries", &networkingv1.WorkloadEntry{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
-		return listWatch(nw.WorkloadEntries(ns).List, nw.WorkloadEntries(ns).Watch)
-	}},
-}
-
-func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: w,
-	}
-}
-
-// Source reads the CRDs of its clusters. It implements istioconfig.Feed.
+// Source reads the VirtualServices and DestinationRules of its clusters.
+// It implements istioconfig.Feed.
 type Source struct {
-	name       string
-	namespaces []string
-	kinds      []string
-	log        *slog.Logger
-	clusters   []*cluster
+	name  string
+	watch *kubeclient.IstioWatch
 }
 
 var _ istioconfig.Feed = (*Source)(nil)
 
 // New returns a Source; it does no I/O.
 func New(o Options) *Source {
-	log := o.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Source{name: o.Name, namespaces: slices.Clone(o.Namespaces), log: log}
-	if len(s.namespaces) == 0 {
-		s.namespaces = []string{metav1.NamespaceAll}
-	}
-	s.kinds = slices.Clone(o.Kinds)
-	if len(s.kinds) == 0 {
-		s.kinds = []string{istioconfig.KindVirtualService, istioconfig.KindDestinationRule}
-	}
-	for _, k := range s.kinds {
-		if _, ok := resources[k]; !ok {
-			panic("crd.New: unknown kind " + k)
-		}
-	}
-	for _, c := range o.Clusters {
-		s.clusters = append(s.clusters, &cluster{Cluster: c, kinds: s.kinds, log: log.With("cluster", c.Name)})
-	}
-	return s
+	return &Source{name: o.Name, watch: kubeclient.NewIstioWatch(kubeclient.IstioOptions{
+		Clusters:   o.Clusters,
+		Namespaces: o.Namespaces,
+		Kinds:      []string{istioconfig.KindVirtualService, istioconfig.KindDestinationRule},
+		Logger:     o.Logger,
+	})}
 }
 
 // Name implements istioconfig.Feed.
@@ -186,229 +71,28 @@ func (s *Source) Name() string { return s.name }
 
 // Run implements istioconfig.Feed: one goroutine per cluster.
 func (s *Source) Run(ctx context.Context, changed func()) error {
-	var wg sync.WaitGroup
-	for _, c := range s.clusters {
-		wg.Go(func() { c.run(ctx, s.namespaces, changed) })
-	}
-	wg.Wait()
-	return ctx.Err()
+	return s.watch.Run(ctx, changed)
 }
 
 // Parts implements istioconfig.Feed: one part per cluster, in the
 // configured order.
 func (s *Source) Parts() []istioconfig.FeedPart {
-	out := make([]istioconfig.FeedPart, 0, len(s.clusters))
-	for _, c := range s.clusters {
-		out = append(out, c.part())
+	parts := s.watch.Parts()
+	out := make([]istioconfig.FeedPart, len(parts))
+	for i, p := range parts {
+		out[i] = istioconfig.FeedPart{Name: p.Name, Synced: p.Synced, Failed: p.Failed, Err: p.Err}
+		if len(p.Objects) > 0 {
+			out[i].Objects = make([]istioconfig.FeedObject, 0, len(p.Objects))
+		}
+		for _, o := range p.Objects {
+			out[i].Objects = append(out[i].Objects, feedObject(o))
+		}
 	}
 	return out
 }
 
-// cluster is the state of one cluster.
-type cluster struct {
-	Cluster
-	kinds []string
-	log   *slog.Logger
-
-	mu        sync.Mutex
-	failed    error // credentials could not be used
-	tracker   *kube.Tracker
-	informers []cache.SharedIndexInformer // nil until connected
-	synced    bool                        // every informer listed once
-}
-
-func (c *cluster) part() istioconfig.FeedPart {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := istioconfig.FeedPart{Name: c.Name, Synced: c.synced}
-	switch {
-	case c.failed != nil:
-		p.Failed, p.Err = true, c.failed.Error()
-	case c.tracker != nil:
-		if err := c.tracker.Err(); err != nil {
-			p.Err = c.explain(err)
-			// Before the first list, an answer that will not change by
-			// itself (no CRDs: 404, no rights: 403, bad token: 401) is not
-			// waited for: the cluster is Failed and keeps being retried.
-			p.Failed = !c.synced && permanent(err)
-		}
-	}
-	if !c.synced {
-		return p
-	}
-	for _, inf := range c.informers {
-		for _, obj := range inf.GetStore().List() {
-			if o, ok := Convert(obj, c.Name); ok {
-				p.Objects = append(p.Objects, o)
-			}
-		}
-	}
-	return p
-}
-
-// permanent reports whether err is an API server's answer that retrying
-// will not change until someone acts (a 4xx other than 408 Request
-// Timeout, 409 Conflict, 410 Gone and 429 Too Many Requests).
-func permanent(err error) bool {
-	var se apierrors.APIStatus
-	if !errors.As(err, &se) {
-		return false
-	}
-	code := se.Status().Code
-	return code >= 400 && code < 500 && code != 408 && code != 409 && code != 410 && code != 429
-}
-
-// explain adds what to do to the error of a cluster without Istio's CRDs
-// or without the rights to read them.
-func (c *cluster) explain(err error) string {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		switch se.Status().Code {
-		case 404:
-			return err.Error() + " (networking.istio.io/v1 is not served: install Istio's CRDs, Istio 1.22 or later)"
-		case 403:
-			plurals := make([]string, len(c.kinds))
-			for i, k := range c.kinds {
-				plurals[i] = resources[k].plural
-			}
-			return err.Error() + " (grant get, list and watch on " + strings.Join(plurals, ", ") + " of networking.istio.io, as the Helm chart's ClusterRole does)"
-		}
-	}
-	return err.Error()
-}
-
-func (c *cluster) run(ctx context.Context, namespaces []string, changed func()) {
-	for {
-		rc, closeConns, err := c.Connect()
-		var cs versioned.Interface
-		if err == nil {
-			cs, err = versioned.NewForConfig(rc)
-			if err != nil {
-				closeConns()
-			}
-		}
-		if err != nil {
-			c.log.Error("Kubernetes config source cannot connect; retrying", "err", err, "retryIn", retryConnect)
-			c.mu.Lock()
-			c.failed = err
-			c.mu.Unlock()
-			changed()
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(retryConnect):
-				continue
-			}
-		}
-		c.watch(ctx, cs, namespaces, changed)
-		closeConns()
-		return
-	}
-}
-
-// watch runs the informers until ctx ends.
-func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces []string, changed func()) {
-	tr := kube.NewTracker()
-	var infs []cache.SharedIndexInformer
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { changed() },
-		UpdateFunc: func(any, any) { changed() },
-		DeleteFunc: func(any) { changed() },
-	}
-	for _, ns := range namespaces {
-		suffix := ""
-		if ns != "" {
-			suffix = "/" + ns
-		}
-		nw := cs.NetworkingV1()
-		for _, k := range c.kinds {
-			res := resources[k]
-			infs = append(infs, tr.Informer(res.plural+suffix, res.list(nw, ns), res.object,
-				cache.SharedIndexInformerOptions{ObjectDescription: res.plural + suffix}))
-		}
-	}
-	for _, inf := range infs {
-		if err := inf.SetTransform(slim); err != nil {
-			panic(err) // only after Run: a bug here
-		}
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			panic(err)
-		}
-	}
-	c.mu.Lock()
-	c.failed, c.tracker, c.informers = nil, tr, infs
-	c.mu.Unlock()
-	changed()
-
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	for _, inf := range infs {
-		wg.Go(func() { inf.RunWithContext(ctx) })
-	}
-	wg.Go(func() {
-		// Every change of the connection's health is a change of state.
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tr.Changed():
-				if err := tr.Err(); err != nil {
-					c.log.Warn("Kubernetes config source degraded; last objects kept", "err", c.explain(err))
-				} else {
-					c.log.Info("Kubernetes config source connected")
-				}
-				changed()
-			}
-		}
-	})
-	syncs := make([]cache.InformerSynced, len(infs))
-	for i, inf := range infs {
-		syncs[i] = inf.HasSynced
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
-		return
-	}
-	c.mu.Lock()
-	c.synced = true
-	c.mu.Unlock()
-	c.log.Info("Kubernetes config source synced")
-	changed()
-	<-ctx.Done()
-}
-
-// slim drops what conversion does not read before an object is cached:
-// managed fields, annotations (kubectl's last-applied copy), labels.
-func slim(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-		m.SetAnnotations(nil)
-		m.SetLabels(nil)
-	}
-	return obj, nil
-}
-
-// Convert turns a cached VirtualService, DestinationRule, ServiceEntry or
-// WorkloadEntry of cluster into a feed object with a copy of its spec; ok
-// is false for anything else (including cache tombstones).
-func Convert(obj any, cluster string) (o istioconfig.FeedObject, ok bool) {
-	var spec proto.Message
-	var meta metav1.ObjectMeta
-	switch t := obj.(type) {
-	case *networkingv1.VirtualService:
-		o.Kind, meta, spec = istioconfig.KindVirtualService, t.ObjectMeta, &t.Spec
-	case *networkingv1.DestinationRule:
-		o.Kind, meta, spec = istioconfig.KindDestinationRule, t.ObjectMeta, &t.Spec
-	case *networkingv1.ServiceEntry:
-		o.Kind, meta, spec = KindServiceEntry, t.ObjectMeta, &t.Spec
-	case *networkingv1.WorkloadEntry:
-		o.Kind, meta, spec = KindWorkloadEntry, t.ObjectMeta, &t.Spec
-	default:
-		return o, false
-	}
-	o.Namespace, o.Name = meta.Namespace, meta.Name
-	o.Source = fmt.Sprintf("%s/%s (%s)", meta.Namespace, meta.Name, cluster)
-	o.Created = meta.CreationTimestamp.Time
-	o.Spec = proto.Clone(spec)
-	return o, true
+// feedObject is o as istioconfig reads it (kubeclient's kind names are
+// istioconfig's: KindVirtualService, KindDestinationRule).
+func feedObject(o kubeclient.Object) istioconfig.FeedObject {
+	return istioconfig.FeedObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source, Created: o.Created, Spec: o.Spec}
 }

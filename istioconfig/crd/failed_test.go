@@ -12,12 +12,14 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/kubeclient"
 )
 
 // TestRefusedClusterIsFailed: a cluster whose API server refuses the first
-// list for good (404: no Istio CRDs, 403: no rights) is Failed with the
-// reason, so the gateway does not wait for it; one that answers 503 stays
-// Starting (it may come).
+// list for good (404: no Istio CRDs, 403: no rights) is a Failed feed part
+// with the reason, so the gateway does not wait for it; one that answers
+// 503 stays Starting (it may come). (kubeclient tests the same of its
+// IstioWatch; this is what the source hands istioconfig.)
 func TestRefusedClusterIsFailed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -35,7 +37,7 @@ func TestRefusedClusterIsFailed(t *testing.T) {
 			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"refused","code":` + strconv.Itoa(tc.code) + `}`))
 		}))
 		t.Cleanup(srv.Close)
-		s := New(Options{Name: "k8s", Clusters: []Cluster{{Name: "east", Connect: func() (*rest.Config, func(), error) {
+		s := New(Options{Name: "k8s", Clusters: []kubeclient.Cluster{{Name: "east", Connect: func() (*rest.Config, func(), error) {
 			return &rest.Config{Host: srv.URL}, func() {}, nil
 		}}}})
 		ctx, cancel := context.WithCancel(context.Background())

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/registries/kube"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -44,13 +44,21 @@ func istioClient(t *testing.T, api *servers.KubeAPIServer) versioned.Interface {
 	return cs
 }
 
+// connector reaches the cluster of a kubeconfig file and context as a
+// registry's kubernetes block does (kube.Config.Connect, with its default
+// qps and burst).
+type connector struct{ kubeconfig, context string }
+
+func (c connector) Connect() (*rest.Config, func(), error) {
+	return kubeclient.Connect(c.kubeconfig, c.context, 50, 100)
+}
+
 // clusterOf is the cluster as clusters.yaml names it: a registry's
 // kubernetes block.
-func clusterOf(t *testing.T, api *servers.KubeAPIServer, name string) Cluster {
+func clusterOf(t *testing.T, api *servers.KubeAPIServer, name string) kubeclient.Cluster {
 	t.Helper()
-	c := &kube.Config{Kubeconfig: api.WriteKubeconfig(t, name, servers.AdminToken), Context: name}
-	c.ApplyDefaults()
-	return Cluster{Name: name, Connect: c.Connect}
+	c := connector{api.WriteKubeconfig(t, name, servers.AdminToken), name}
+	return kubeclient.Cluster{Name: name, Connect: c.Connect}
 }
 
 // running is an istioconfig.Source over one crd.Source, running.
@@ -139,7 +147,7 @@ func TestRealFollowsCRDs(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "ignored"}, Spec: apinetworking.DestinationRule{Host: "x.other.svc.cluster.local"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r := run(t, Options{Name: "k8s", Clusters: []Cluster{clusterOf(t, api, "east")}, Namespaces: []string{"shop"}})
+	r := run(t, Options{Name: "k8s", Clusters: []kubeclient.Cluster{clusterOf(t, api, "east")}, Namespaces: []string{"shop"}})
 	r.waitFor(t, "the first sync", func(st istioconfig.Status) bool { ok, _ := r.src.Ready(); return ok })
 	if st := r.src.Status(); len(st.InForce) != 0 || !slices.Equal(st.Sources, []istioconfig.SourceState{{Name: "k8s", Kind: "kubernetes", Cluster: "east", State: "Synced"}}) {
 		t.Fatalf("after sync: in force %v, sources %+v", inForce(st), st.Sources)
@@ -269,7 +277,7 @@ func TestRealTwoClusters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := run(t, Options{Name: "k8s", Clusters: []Cluster{clusterOf(t, east, "east"), clusterOf(t, west, "west"), clusterOf(t, bare, "bare")}})
+	r := run(t, Options{Name: "k8s", Clusters: []kubeclient.Cluster{clusterOf(t, east, "east"), clusterOf(t, west, "west"), clusterOf(t, bare, "bare")}})
 	st := r.waitFor(t, "both clusters synced, bare failed", func(st istioconfig.Status) bool {
 		return len(st.Sources) == 3 && st.Sources[0].State == "Synced" && st.Sources[1].State == "Synced" && st.Sources[2].State == "Failed"
 	})
@@ -319,22 +327,21 @@ func TestRealRBACIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := &kube.Config{Kubeconfig: api.WriteKubeconfig(t, "east", token), Context: "east"}
-	c.ApplyDefaults()
-	r := run(t, Options{Name: "k8s", Clusters: []Cluster{{Name: "east", Connect: c.Connect}}})
+	c := connector{api.WriteKubeconfig(t, "east", token), "east"}
+	r := run(t, Options{Name: "k8s", Clusters: []kubeclient.Cluster{{Name: "east", Connect: c.Connect}}})
 	st := r.waitFor(t, "the VirtualService read with the chart's RBAC", func(st istioconfig.Status) bool { return len(st.InForce) == 1 })
 	if len(st.Sources) != 1 || st.Sources[0].State != "Synced" {
 		t.Errorf("sources = %+v", st.Sources)
 	}
 
 	// ServiceEntries and WorkloadEntries (the serviceentry registry's
-	// read) too.
+	// read through kubeclient.IstioWatch) too.
 	if _, err := istioClient(t, api).NetworkingV1().ServiceEntries("shop").Create(ctx, &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "pay"},
 		Spec: apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
 			Resolution: apinetworking.ServiceEntry_DNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	seSrc := New(Options{Name: "vms", Clusters: []Cluster{{Name: "east", Connect: c.Connect}}, Kinds: []string{KindServiceEntry, KindWorkloadEntry}})
+	seSrc := kubeclient.NewIstioWatch(kubeclient.IstioOptions{Clusters: []kubeclient.Cluster{{Name: "east", Connect: c.Connect}}, Kinds: []string{kubeclient.KindServiceEntry, kubeclient.KindWorkloadEntry}})
 	seCtx, seCancel := context.WithCancel(ctx)
 	seDone := make(chan struct{})
 	go func() { defer close(seDone); _ = seSrc.Run(seCtx, func() {}) }()

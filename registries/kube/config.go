@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/registries"
 )
 
@@ -154,7 +155,7 @@ func (c *Config) ResolvePaths(dir string) {
 // New implements registries.Config. It does no I/O.
 func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Registry, error) {
 	cfg := c.clone()
-	return newRegistry(common, cfg, fileCredentials(cfg.Kubeconfig, cfg.Context), log), nil
+	return newRegistry(common, cfg, kubeclient.Credentials(cfg.Kubeconfig, cfg.Context), log), nil
 }
 
 func (c *Config) clone() Config {

@@ -2,8 +2,6 @@ package kube
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -12,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
@@ -44,7 +42,7 @@ type clusterWatch struct {
 	nsSel      labels.Selector
 	all        []cache.SharedIndexInformer
 	queue      *workqueue.Typed[svcKey]
-	health     *health
+	tracker    *kubeclient.Tracker
 
 	pub     *registries.Publisher[svcKey] // each Service as last computed
 	mu      sync.Mutex
@@ -63,32 +61,16 @@ func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *cluster
 		eventAt: map[svcKey]time.Time{},
 		dirty:   make(chan struct{}, 1),
 	}
-	w.health = newHealth()
+	w.tracker = kubeclient.NewTracker()
 	return w
 }
 
 // informer builds one informer whose list and watch calls are tracked.
 func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) cache.SharedIndexInformer {
-	inf := trackedInformer(w.health, name, lw, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name},
+	inf := w.tracker.Informer(name, lw, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name},
 		func() { w.r.m.watchError(resource) })
 	must(inf.SetTransform(slim))
 	w.all = append(w.all, inf)
-	return inf
-}
-
-// trackedInformer builds an informer over lw whose list and watch calls,
-// and the watch errors its reflector sees, are recorded in h under name;
-// onError is called for every failure.
-func trackedInformer(h *health, name string, lw *cache.ListWatch, obj runtime.Object, opts cache.SharedIndexInformerOptions, onError func()) cache.SharedIndexInformer {
-	t := &trackedLW{lw: lw, name: name, health: h, onError: onError}
-	inf := cache.NewSharedIndexInformerWithOptions(t, obj, opts)
-	must(inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
-		// An expired resource version only means "relist"; not an outage.
-		if ctx.Err() == nil && !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) && !errors.Is(err, io.EOF) {
-			onError()
-			h.set(name, err)
-		}
-	}))
 	return inf
 }
 
@@ -317,8 +299,8 @@ func (w *clusterWatch) worker() {
 
 // status is the connection's health as the sink should hear it.
 func (w *clusterWatch) status() registries.Condition {
-	if msg := w.health.err(); msg != "" {
-		return registries.Condition{Err: msg}
+	if err := w.tracker.Err(); err != nil {
+		return registries.Condition{Err: err.Error()}
 	}
 	return registries.Condition{}
 }
@@ -375,7 +357,7 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-w.health.changed():
+		case <-w.tracker.Changed():
 			w.report()
 		case <-tick.C:
 			synced = w.hasSynced()
@@ -405,7 +387,7 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 			return ctx.Err()
 		case <-w.dirty:
 			w.publish()
-		case <-w.health.changed():
+		case <-w.tracker.Changed():
 			w.report()
 		}
 	}

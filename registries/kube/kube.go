@@ -50,10 +50,11 @@
 //
 // kube.go builds and runs a Registry; informers.go holds one connection to
 // a cluster (the informers, the work queue, the publish loop); handlers.go
-// turns informer events into keys of affected Services; health.go tracks
-// the outcome of every list and watch call; convert.go turns a Service and
-// its EndpointSlices into a model.Service; remote.go is secretDiscovery;
-// shared.go is the tracked informers other packages build.
+// turns informer events into keys of affected Services; convert.go turns a
+// Service and its EndpointSlices into a model.Service; remote.go is
+// secretDiscovery; shared.go is Config.Connect, what other packages reach
+// the cluster with. Connecting, the tracking of every list and watch
+// call, and the checks of remote kubeconfigs are package kubeclient's.
 //
 // # Remote clusters
 //
@@ -68,17 +69,13 @@ package kube
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"sync"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/util/connrotation"
 
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/registries"
 )
 
@@ -138,53 +135,16 @@ func NewForClient(common registries.Common, cfg Config, client kubernetes.Interf
 	return r
 }
 
-// fileCredentials reads a kubeconfig file (with a context), or the
-// in-cluster service account when path is "".
-func fileCredentials(path, kubeContext string) func() (*rest.Config, error) {
-	return func() (*rest.Config, error) {
-		if path == "" {
-			c, err := rest.InClusterConfig()
-			if err != nil {
-				return nil, fmt.Errorf("in-cluster credentials (no kubeconfig set): %w", err)
-			}
-			return c, nil
-		}
-		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: path}
-		c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-			&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
-		}
-		return c, nil
-	}
-}
-
 // connect builds a clientset from rc with its own dialer, so that close
 // ends every connection it opened (client-go would otherwise share and
 // keep transports process-wide).
 func (r *Registry) connect(rc *rest.Config) (kubernetes.Interface, func(), error) {
-	rc, closeAll := ownConnections(rc, r.cfg.QPS, r.cfg.Burst)
+	rc, closeAll := kubeclient.OwnConnections(rc, r.cfg.QPS, r.cfg.Burst)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, err
 	}
 	return client, closeAll, nil
-}
-
-// ownConnections returns a copy of rc with the given rate limits and a
-// dialer of its own, and a func that closes every connection made through
-// it.
-func ownConnections(rc *rest.Config, qps float32, burst int) (*rest.Config, func()) {
-	rc = rest.CopyConfig(rc)
-	rc.QPS, rc.Burst = qps, burst
-	rc.UserAgent = "meshfed"
-	if rc.Dial == nil {
-		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-		rc.Dial = d.DialContext
-	}
-	dialer := connrotation.NewDialer(connrotation.DialFunc(rc.Dial))
-	rc.Dial = dialer.DialContext
-	return rc, dialer.CloseAll
 }
 
 // Run implements registries.Registry.

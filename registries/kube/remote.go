@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -17,10 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
@@ -100,7 +98,7 @@ func (r *Registry) parseSecret(s *corev1.Secret) (good map[string]clusterSpec, b
 			bad[name] = fmt.Sprintf("cluster name %q is not a DNS label: %v", name, msgs)
 			continue
 		}
-		if err := checkRemoteKubeconfig(kc); err != nil {
+		if err := kubeclient.CheckRemoteKubeconfig(kc); err != nil {
 			bad[name] = err.Error()
 			continue
 		}
@@ -109,54 +107,9 @@ func (r *Registry) parseSecret(s *corev1.Secret) (good map[string]clusterSpec, b
 	return good, bad
 }
 
-// checkRemoteKubeconfig accepts kubeconfigs with inline credentials only:
-// a Secret must not make meshfed run programs (exec, auth providers) or
-// read its own files (paths to tokens, keys, certificates).
-func checkRemoteKubeconfig(b []byte) error {
-	kc, err := clientcmd.Load(b)
-	if err != nil {
-		return fmt.Errorf("not a kubeconfig: %w", err)
-	}
-	// Checked before clientcmd.Validate, which reads the files it names.
-	for _, c := range kc.Clusters {
-		if c.CertificateAuthority != "" {
-			return errors.New("kubeconfig refers to a CA file; only inline certificate-authority-data is accepted")
-		}
-	}
-	for _, a := range kc.AuthInfos {
-		if bad := unsafeAuth(a); bad != "" {
-			return fmt.Errorf("kubeconfig uses %s; only inline credentials are accepted from Secrets", bad)
-		}
-	}
-	if _, ok := kc.Contexts[kc.CurrentContext]; !ok {
-		return errors.New("kubeconfig has no current context")
-	}
-	if err := clientcmd.Validate(*kc); err != nil {
-		return fmt.Errorf("invalid kubeconfig: %w", err)
-	}
-	return nil
-}
-
-func unsafeAuth(a *clientcmdapi.AuthInfo) string {
-	switch {
-	case a.Exec != nil:
-		return "an exec plugin"
-	case a.AuthProvider != nil:
-		return "an auth provider"
-	case a.TokenFile != "":
-		return "a token file"
-	case a.ClientCertificate != "" || a.ClientKey != "":
-		return "certificate files"
-	}
-	return ""
-}
-
 // connectKubeconfig is the default clientFor.
 func (r *Registry) connectKubeconfig(kc []byte) (kubernetes.Interface, func(), error) {
-	if err := checkRemoteKubeconfig(kc); err != nil {
-		return nil, nil, err
-	}
-	rc, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	rc, err := kubeclient.RemoteConfig(kc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -169,7 +122,7 @@ func (r *Registry) connectKubeconfig(kc []byte) (kubernetes.Interface, func(), e
 func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interface) {
 	sd := r.cfg.SecretDiscovery
 	log := r.log.With("secretNamespace", sd.Namespace, "secretSelector", sd.Selector)
-	h := newHealth()
+	tr := kubeclient.NewTracker()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sd.Selector
@@ -180,8 +133,7 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 			return client.CoreV1().Secrets(sd.Namespace).Watch(ctx, o)
 		},
 	}
-	t := &trackedLW{lw: lw, name: "secrets/" + sd.Namespace, health: h,
-		onError: func() { r.m.watchError(resSecret) }}
+	t := tr.ListerWatcher("secrets/"+sd.Namespace, lw, func() { r.m.watchError(resSecret) })
 	inf := cache.NewSharedIndexInformerWithOptions(t, &corev1.Secret{}, cache.SharedIndexInformerOptions{ObjectDescription: "remote secrets"})
 	must(inf.SetTransform(slim))
 	queue := workqueue.NewTyped[string]()
@@ -216,8 +168,12 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 			select {
 			case <-ctx.Done():
 				return
-			case <-h.changed():
-				if msg := h.err(); msg != last {
+			case <-tr.Changed():
+				msg := ""
+				if err := tr.Err(); err != nil {
+					msg = err.Error()
+				}
+				if msg != last {
 					if msg != "" {
 						log.Warn("cannot list or watch remote secrets", "error", msg)
 					}

@@ -21,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
@@ -101,10 +102,7 @@ func remoteSecret(name string, labels map[string]string, data map[string][]byte)
 type fakeClusters map[string]kubernetes.Interface
 
 func (f fakeClusters) clientFor(kc []byte) (kubernetes.Interface, func(), error) {
-	if err := checkRemoteKubeconfig(kc); err != nil {
-		return nil, nil, err
-	}
-	rc, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	rc, err := kubeclient.RemoteConfig(kc)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/meshfed/meshfed/istioconfig/crd"
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
 )
@@ -31,7 +31,7 @@ type Config struct {
 	Kubernetes *Kubernetes `yaml:"kubernetes,omitempty"`
 
 	// connectors are the named clusters' blocks (UseClusters).
-	connectors map[string]crd.Connector
+	connectors map[string]kubeclient.Connector
 }
 
 // Kubernetes is the `serviceentry.kubernetes:` block.
@@ -92,20 +92,20 @@ func (c *Config) ClusterRefs() []registries.ClusterRef {
 
 // UseClusters implements registries.ClusterUser.
 func (c *Config) UseClusters(blocks map[string]registries.Config) {
-	c.connectors = map[string]crd.Connector{}
+	c.connectors = map[string]kubeclient.Connector{}
 	for name, b := range blocks {
-		if conn, ok := b.(crd.Connector); ok {
+		if conn, ok := b.(kubeclient.Connector); ok {
 			c.connectors[name] = conn
 		}
 	}
 }
 
-// clusters returns the crd clusters of the kubernetes block; a cluster
+// clusters returns the clusters of the kubernetes block; a cluster
 // without a usable block fails when connecting.
-func (c *Config) clusters() []crd.Cluster {
-	var out []crd.Cluster
+func (c *Config) clusters() []kubeclient.Cluster {
+	var out []kubeclient.Cluster
 	for _, name := range c.Kubernetes.Clusters {
-		cl := crd.Cluster{Name: name, Connect: func() (*rest.Config, func(), error) {
+		cl := kubeclient.Cluster{Name: name, Connect: func() (*rest.Config, func(), error) {
 			return nil, nil, fmt.Errorf("registry %q is not a usable registry of kind kubernetes", name)
 		}}
 		if conn, ok := c.connectors[name]; ok {

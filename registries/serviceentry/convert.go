@@ -11,7 +11,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/istioconfig"
-	"github.com/meshfed/meshfed/istioconfig/crd"
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/yamlconf"
@@ -19,8 +19,8 @@ import (
 
 // Kinds this registry reads.
 const (
-	KindServiceEntry  = crd.KindServiceEntry
-	KindWorkloadEntry = crd.KindWorkloadEntry
+	KindServiceEntry  = kubeclient.KindServiceEntry
+	KindWorkloadEntry = kubeclient.KindWorkloadEntry
 )
 
 // kinds are the Istio kinds read, with their specs (v1, v1beta1 and

@@ -12,8 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/meshfed/meshfed/istioconfig"
-	"github.com/meshfed/meshfed/istioconfig/crd"
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
 )
@@ -22,9 +21,9 @@ import (
 // converts the clusters' objects again.
 const kubeQuiet = 100 * time.Millisecond
 
-// runKube reads the objects of the configured clusters with the
-// Kubernetes config source's informers (istioconfig/crd, the same
-// connection handling as VirtualServices and DestinationRules:
+// runKube reads the objects of the configured clusters with a
+// kubeclient.IstioWatch (the same informers and connection handling as
+// the Kubernetes config source's VirtualServices and DestinationRules:
 // docs/architecture.md §3.6) and publishes them through the same checks,
 // merge and conversion as objects read from files:
 //
@@ -44,7 +43,7 @@ const kubeQuiet = 100 * time.Millisecond
 //     confirming it to the aggregator's hold-down, as filewatch does for
 //     files.
 func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
-	src := crd.New(r.kube)
+	src := kubeclient.NewIstioWatch(r.kube)
 	m := &merger{common: r.common, lastGood: map[string]Object{}}
 	pub := registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[int]{Compare: cmp.Compare[int]})
 	changes := make(chan struct{}, 1)
@@ -121,7 +120,7 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 
 // decided: every cluster has listed its objects once, or cannot be read
 // (then the Flush only reports Degraded until something was published).
-func decided(parts []istioconfig.FeedPart) bool {
+func decided(parts []kubeclient.Part) bool {
 	for _, p := range parts {
 		if !p.Synced && !p.Failed && p.Err == "" {
 			return false
@@ -131,7 +130,7 @@ func decided(parts []istioconfig.FeedPart) bool {
 }
 
 // kubeStatus is Synced, or Degraded naming every cluster that fails.
-func kubeStatus(parts []istioconfig.FeedPart) registries.Condition {
+func kubeStatus(parts []kubeclient.Part) registries.Condition {
 	var errs []string
 	for _, p := range parts {
 		if p.Err != "" {
@@ -147,7 +146,7 @@ func kubeStatus(parts []istioconfig.FeedPart) registries.Condition {
 // kubeObjects turns the synced clusters' objects into checked Objects,
 // cluster by cluster, each by kind, namespace and name; an object equal
 // to one of an earlier cluster is left out (it is the same object).
-func kubeObjects(parts []istioconfig.FeedPart) []Object {
+func kubeObjects(parts []kubeclient.Part) []Object {
 	var out []Object
 	seen := map[string]proto.Message{}
 	for _, p := range parts {
@@ -155,7 +154,7 @@ func kubeObjects(parts []istioconfig.FeedPart) []Object {
 			continue
 		}
 		objs := slices.Clone(p.Objects)
-		slices.SortFunc(objs, func(a, b istioconfig.FeedObject) int {
+		slices.SortFunc(objs, func(a, b kubeclient.Object) int {
 			return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 		})
 		for _, f := range objs {

@@ -7,11 +7,11 @@ import (
 
 	apinetworking "istio.io/api/networking/v1alpha3"
 
-	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/kubeclient"
 )
 
-func feedWE(cluster, name, addr string) istioconfig.FeedObject {
-	return istioconfig.FeedObject{Kind: KindWorkloadEntry, Namespace: "shop", Name: name, Source: "shop/" + name + " (" + cluster + ")",
+func feedWE(cluster, name, addr string) kubeclient.Object {
+	return kubeclient.Object{Kind: KindWorkloadEntry, Namespace: "shop", Name: name, Source: "shop/" + name + " (" + cluster + ")",
 		Spec: &apinetworking.WorkloadEntry{Address: addr, Labels: map[string]string{"app": "pay"}}}
 }
 
@@ -20,13 +20,13 @@ func feedWE(cluster, name, addr string) istioconfig.FeedObject {
 // merge; an unsynced cluster adds nothing; checks name the source.
 func TestKubeObjects(t *testing.T) {
 	t.Parallel()
-	se := istioconfig.FeedObject{Kind: KindServiceEntry, Namespace: "shop", Name: "pay", Source: "shop/pay (east)",
+	se := kubeclient.Object{Kind: KindServiceEntry, Namespace: "shop", Name: "pay", Source: "shop/pay (east)",
 		Spec: &apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
 			WorkloadSelector: &apinetworking.WorkloadSelector{Labels: map[string]string{"app": "pay"}}}}
-	parts := []istioconfig.FeedPart{
-		{Name: "east", Synced: true, Objects: []istioconfig.FeedObject{feedWE("east", "vm-2", "10.0.0.2"), se, feedWE("east", "vm-1", "10.0.0.1")}},
-		{Name: "west", Synced: true, Objects: []istioconfig.FeedObject{feedWE("west", "vm-1", "10.0.0.1"), feedWE("west", "vm-2", "10.0.0.99"), feedWE("west", "vm-3", "")}},
-		{Name: "north", Objects: []istioconfig.FeedObject{feedWE("north", "vm-4", "10.0.0.4")}},
+	parts := []kubeclient.Part{
+		{Name: "east", Synced: true, Objects: []kubeclient.Object{feedWE("east", "vm-2", "10.0.0.2"), se, feedWE("east", "vm-1", "10.0.0.1")}},
+		{Name: "west", Synced: true, Objects: []kubeclient.Object{feedWE("west", "vm-1", "10.0.0.1"), feedWE("west", "vm-2", "10.0.0.99"), feedWE("west", "vm-3", "")}},
+		{Name: "north", Objects: []kubeclient.Object{feedWE("north", "vm-4", "10.0.0.4")}},
 	}
 	objs := kubeObjects(parts)
 	var got []string
@@ -52,14 +52,14 @@ func TestKubeObjects(t *testing.T) {
 
 func TestKubeStatus(t *testing.T) {
 	t.Parallel()
-	starting := []istioconfig.FeedPart{{Name: "east", Synced: true}, {Name: "west"}}
+	starting := []kubeclient.Part{{Name: "east", Synced: true}, {Name: "west"}}
 	if decided(starting) {
 		t.Error("decided with west neither listed nor failing")
 	}
 	if st := kubeStatus(starting); st.Failing() {
 		t.Errorf("status = %+v, want Synced (nothing failing)", st)
 	}
-	failing := []istioconfig.FeedPart{{Name: "east", Synced: true}, {Name: "west", Err: "connection refused"}, {Name: "north", Failed: true, Err: "no kubeconfig"}}
+	failing := []kubeclient.Part{{Name: "east", Synced: true}, {Name: "west", Err: "connection refused"}, {Name: "north", Failed: true, Err: "no kubeconfig"}}
 	if !decided(failing) {
 		t.Error("not decided with every cluster listed or failing")
 	}

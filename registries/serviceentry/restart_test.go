@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/meshfed/meshfed/istioconfig/crd"
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
@@ -30,8 +30,8 @@ func TestKubeDownAtRestartKeepsState(t *testing.T) {
 	sink.Publish(common.Shard(), registries.FullState(prior, nil))
 
 	r := &Registry{common: common, confirmAfter: confirm,
-		kube: crd.Options{Name: "istio", Kinds: []string{KindServiceEntry, KindWorkloadEntry},
-			Clusters: []crd.Cluster{{Name: "east", Connect: func() (*rest.Config, func(), error) {
+		kube: kubeclient.IstioOptions{Kinds: []string{KindServiceEntry, KindWorkloadEntry},
+			Clusters: []kubeclient.Cluster{{Name: "east", Connect: func() (*rest.Config, func(), error) {
 				return nil, nil, errors.New("dial tcp: connection refused")
 			}}}}}
 	ctx, cancel := context.WithCancel(context.Background())

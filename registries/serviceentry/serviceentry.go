@@ -30,7 +30,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshfed/meshfed/istioconfig/crd"
+	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
@@ -49,7 +49,7 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 		return &Registry{
 			common: common,
 			log:    log.With("clusters", strings.Join(k.Clusters, ",")),
-			kube:   crd.Options{Name: common.Name, Clusters: c.clusters(), Namespaces: k.Namespaces, Kinds: []string{KindServiceEntry, KindWorkloadEntry}, Logger: log},
+			kube:   kubeclient.IstioOptions{Clusters: c.clusters(), Namespaces: k.Namespaces, Kinds: []string{KindServiceEntry, KindWorkloadEntry}, Logger: log},
 		}, nil
 	}
 	return &Registry{
@@ -76,7 +76,7 @@ type Registry struct {
 	// quiet, maxWait, interval: zero is filewatch's default (tests set them).
 	quiet, maxWait, interval time.Duration
 	// kube, with Clusters, reads clusters instead of files (kube.go).
-	kube crd.Options
+	kube kubeclient.IstioOptions
 	// confirmAfter: zero is filewatch.DefaultConfirmAfter (tests set it).
 	confirmAfter time.Duration
 }

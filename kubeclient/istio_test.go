@@ -1,4 +1,4 @@
-package crd
+package kubeclient
 
 import (
 	"errors"
@@ -14,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/meshfed/meshfed/istioconfig"
 )
 
 func TestConvert(t *testing.T) {
@@ -49,9 +47,9 @@ func TestConvert(t *testing.T) {
 		wantSource string
 		wantSpec   proto.Message
 	}{
-		{name: "virtual service", obj: vs, wantOK: true, wantKind: istioconfig.KindVirtualService, wantName: "orders",
+		{name: "virtual service", obj: vs, wantOK: true, wantKind: KindVirtualService, wantName: "orders",
 			wantSource: "shop/orders (east)", wantSpec: &vs.Spec},
-		{name: "destination rule", obj: dr, wantOK: true, wantKind: istioconfig.KindDestinationRule, wantName: "orders-dr",
+		{name: "destination rule", obj: dr, wantOK: true, wantKind: KindDestinationRule, wantName: "orders-dr",
 			wantSource: "shop/orders-dr (east)", wantSpec: &dr.Spec},
 		{name: "service entry", obj: se, wantOK: true, wantKind: KindServiceEntry, wantName: "pay",
 			wantSource: "shop/pay (east)", wantSpec: &se.Spec},
@@ -87,7 +85,8 @@ func TestConvert(t *testing.T) {
 }
 
 // TestConvertedSpecsPassTheGate: what Convert returns is what the
-// istioconfig gate reads (the v1alpha3 message types).
+// istioconfig gate and the serviceentry registry read (the v1alpha3
+// message types).
 func TestConvertedSpecsPassTheGate(t *testing.T) {
 	t.Parallel()
 	o, _ := Convert(&networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "b"}}, "c")
@@ -124,13 +123,13 @@ func TestExplain(t *testing.T) {
 		{name: "no rights", err: fmt.Errorf("virtualservices: %w", apierrors.NewForbidden(gr, "", errors.New("no"))), want: "grant get, list and watch on virtualservices, destinationrules of"},
 		{name: "other", err: errors.New("connection refused"), want: "connection refused"},
 	}
-	c := New(Options{Clusters: []Cluster{{Name: "east"}}}).clusters[0]
+	c := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService, KindDestinationRule}}).clusters[0]
 	for _, tc := range tests {
 		if got := c.explain(tc.err); !strings.Contains(got, tc.want) || !strings.HasPrefix(got, tc.err.Error()) {
 			t.Errorf("%s: explain = %q, want the error and %q", tc.name, got, tc.want)
 		}
 	}
-	se := New(Options{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindServiceEntry, KindWorkloadEntry}}).clusters[0]
+	se := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindServiceEntry, KindWorkloadEntry}}).clusters[0]
 	if got := se.explain(tests[1].err); !strings.Contains(got, "grant get, list and watch on serviceentries, workloadentries of networking.istio.io") {
 		t.Errorf("explain for a ServiceEntry reader = %q, want the resources it reads named", got)
 	}

@@ -1,0 +1,414 @@
+package kubeclient
+
+// Reading Istio's networking CRDs from clusters.
+//
+// The objects are read with istio.io/client-go's typed clientset
+// (networking.istio.io/v1) into client-go informers — built by a Tracker
+// rather than istio.io/client-go's informer factory, so that every list
+// and watch outcome is tracked the way the kubernetes registry tracks its
+// own (a failing call makes the cluster Degraded). The API server
+// converts objects written as v1beta1 or v1alpha3 (Istio's CRDs convert
+// between these versions without a webhook: the schemas are one), so
+// every version Istio accepts is read; a cluster whose CRDs do not serve
+// v1 (Istio before 1.22) is reported with that reason. Specs are
+// istio.io/api networking messages; v1 and v1beta1 alias v1alpha3.
+//
+// A typed informer decodes a whole list at once: an object whose spec
+// cannot be decoded would fail the list. The CRDs' structural schemas
+// make the API server refuse such objects, so that does not happen with
+// Istio's CRDs installed; if it did, the cluster is Degraded with the
+// decode error and its last read objects stay.
+//
+// Informers are per listed namespace, or cluster wide; the objects are
+// slimmed (managed fields, annotations and labels dropped) before they
+// are cached and are never modified: specs are cloned when read.
+//
+// A cluster is Starting until every informer has listed once. A cluster
+// whose first list is refused for good (404: Istio's CRDs not installed,
+// 403: no rights, 401) is Failed instead, and syncs when the cause is
+// fixed (client-go keeps relisting). When the API server becomes
+// unreachable the cluster is Degraded: its informers' caches — the last
+// objects seen — stay in force (stale beats empty), and client-go relists
+// once it answers again. A cluster whose credentials cannot be read is
+// Failed and retried every 30s.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/client-go/pkg/clientset/versioned"
+	networkingclient "istio.io/client-go/pkg/clientset/versioned/typed/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// retryConnect is how long a cluster whose credentials failed waits
+// before it tries them again.
+const retryConnect = 30 * time.Second
+
+// The kinds an IstioWatch reads (the names of Istio's documents).
+const (
+	KindVirtualService  = "VirtualService"
+	KindDestinationRule = "DestinationRule"
+	KindServiceEntry    = "ServiceEntry"
+	KindWorkloadEntry   = "WorkloadEntry"
+)
+
+// Cluster is one cluster an IstioWatch reads.
+type Cluster struct {
+	// Name is the registry's name; it names the cluster in sources.
+	Name string
+	// Connect returns a REST config for the cluster and a func that closes
+	// its connections (a Connector's Connect).
+	Connect func() (*rest.Config, func(), error)
+}
+
+// IstioOptions configure an IstioWatch.
+type IstioOptions struct {
+	Clusters []Cluster
+	// Namespaces limits the watch to these namespaces; empty: all.
+	Namespaces []string
+	// Kinds are the kinds read (KindVirtualService, KindDestinationRule,
+	// KindServiceEntry, KindWorkloadEntry); at least one.
+	Kinds  []string
+	Logger *slog.Logger
+}
+
+// Part is the state of one cluster of an IstioWatch.
+type Part struct {
+	// Name of the cluster.
+	Name string
+	// Synced: every informer listed once; Objects is complete. It stays
+	// true while the API server is unreachable: Objects is then the last
+	// known state.
+	Synced bool
+	// Failed: the cluster cannot be used as configured (credentials, or a
+	// first list refused for good).
+	Failed bool
+	// Err is the last list or watch error (with what to do, for missing
+	// CRDs or rights), "" while connected.
+	Err string
+	// Objects are the cluster's objects, only when Synced.
+	Objects []Object
+}
+
+// Object is one object read from a cluster.
+type Object struct {
+	// Kind is one of the Kind constants.
+	Kind            string
+	Namespace, Name string
+	// Source names it, "namespace/name (cluster)".
+	Source string
+	// Created is its creation time.
+	Created time.Time
+	// Spec is a copy of its spec, an istio.io/api networking/v1alpha3
+	// message (*networking.VirtualService, …).
+	Spec proto.Message
+}
+
+// resource is how one kind is listed and watched in a namespace.
+type resource struct {
+	plural string
+	object runtime.Object
+	list   func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch
+}
+
+// resources are the kinds an IstioWatch can read.
+var resources = map[string]resource{
+	KindVirtualService: {"virtualservices", &networkingv1.VirtualService{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.VirtualServices(ns).List, nw.VirtualServices(ns).Watch)
+	}},
+	KindDestinationRule: {"destinationrules", &networkingv1.DestinationRule{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.DestinationRules(ns).List, nw.DestinationRules(ns).Watch)
+	}},
+	KindServiceEntry: {"serviceentries", &networkingv1.ServiceEntry{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.ServiceEntries(ns).List, nw.ServiceEntries(ns).Watch)
+	}},
+	KindWorkloadEntry: {"workloadentries", &networkingv1.WorkloadEntry{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.WorkloadEntries(ns).List, nw.WorkloadEntries(ns).Watch)
+	}},
+}
+
+func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: w,
+	}
+}
+
+// IstioWatch reads Istio's CRDs of some kinds from clusters.
+type IstioWatch struct {
+	namespaces []string
+	clusters   []*cluster
+}
+
+// NewIstioWatch returns an IstioWatch; it does no I/O. It panics without
+// kinds or with an unknown one.
+func NewIstioWatch(o IstioOptions) *IstioWatch {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	w := &IstioWatch{namespaces: slices.Clone(o.Namespaces)}
+	if len(w.namespaces) == 0 {
+		w.namespaces = []string{metav1.NamespaceAll}
+	}
+	kinds := slices.Clone(o.Kinds)
+	if len(kinds) == 0 {
+		panic("kubeclient.NewIstioWatch: no kinds")
+	}
+	for _, k := range kinds {
+		if _, ok := resources[k]; !ok {
+			panic("kubeclient.NewIstioWatch: unknown kind " + k)
+		}
+	}
+	for _, c := range o.Clusters {
+		w.clusters = append(w.clusters, &cluster{Cluster: c, kinds: kinds, log: log.With("cluster", c.Name)})
+	}
+	return w
+}
+
+// Run watches every cluster, one goroutine each, until ctx ends; then it
+// returns ctx.Err(). It calls changed, which must not block, after every
+// change of what Parts returns. Run is called once.
+func (w *IstioWatch) Run(ctx context.Context, changed func()) error {
+	var wg sync.WaitGroup
+	for _, c := range w.clusters {
+		wg.Go(func() { c.run(ctx, w.namespaces, changed) })
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// Parts returns one part per cluster, in the configured order. It may be
+// called at any time, before and concurrently with Run.
+func (w *IstioWatch) Parts() []Part {
+	out := make([]Part, 0, len(w.clusters))
+	for _, c := range w.clusters {
+		out = append(out, c.part())
+	}
+	return out
+}
+
+// cluster is the state of one cluster.
+type cluster struct {
+	Cluster
+	kinds []string
+	log   *slog.Logger
+
+	mu        sync.Mutex
+	failed    error // credentials could not be used
+	tracker   *Tracker
+	informers []cache.SharedIndexInformer // nil until connected
+	synced    bool                        // every informer listed once
+}
+
+func (c *cluster) part() Part {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := Part{Name: c.Name, Synced: c.synced}
+	switch {
+	case c.failed != nil:
+		p.Failed, p.Err = true, c.failed.Error()
+	case c.tracker != nil:
+		if err := c.tracker.Err(); err != nil {
+			p.Err = c.explain(err)
+			// Before the first list, an answer that will not change by
+			// itself (no CRDs: 404, no rights: 403, bad token: 401) is not
+			// waited for: the cluster is Failed and keeps being retried.
+			p.Failed = !c.synced && permanent(err)
+		}
+	}
+	if !c.synced {
+		return p
+	}
+	for _, inf := range c.informers {
+		for _, obj := range inf.GetStore().List() {
+			if o, ok := Convert(obj, c.Name); ok {
+				p.Objects = append(p.Objects, o)
+			}
+		}
+	}
+	return p
+}
+
+// permanent reports whether err is an API server's answer that retrying
+// will not change until someone acts (a 4xx other than 408 Request
+// Timeout, 409 Conflict, 410 Gone and 429 Too Many Requests).
+func permanent(err error) bool {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Status().Code
+	return code >= 400 && code < 500 && code != 408 && code != 409 && code != 410 && code != 429
+}
+
+// explain adds what to do to the error of a cluster without Istio's CRDs
+// or without the rights to read them.
+func (c *cluster) explain(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		switch se.Status().Code {
+		case 404:
+			return err.Error() + " (networking.istio.io/v1 is not served: install Istio's CRDs, Istio 1.22 or later)"
+		case 403:
+			plurals := make([]string, len(c.kinds))
+			for i, k := range c.kinds {
+				plurals[i] = resources[k].plural
+			}
+			return err.Error() + " (grant get, list and watch on " + strings.Join(plurals, ", ") + " of networking.istio.io, as the Helm chart's ClusterRole does)"
+		}
+	}
+	return err.Error()
+}
+
+func (c *cluster) run(ctx context.Context, namespaces []string, changed func()) {
+	for {
+		rc, closeConns, err := c.Connect()
+		var cs versioned.Interface
+		if err == nil {
+			cs, err = versioned.NewForConfig(rc)
+			if err != nil {
+				closeConns()
+			}
+		}
+		if err != nil {
+			c.log.Error("Kubernetes config source cannot connect; retrying", "err", err, "retryIn", retryConnect)
+			c.mu.Lock()
+			c.failed = err
+			c.mu.Unlock()
+			changed()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retryConnect):
+				continue
+			}
+		}
+		c.watch(ctx, cs, namespaces, changed)
+		closeConns()
+		return
+	}
+}
+
+// watch runs the informers until ctx ends.
+func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces []string, changed func()) {
+	tr := NewTracker()
+	var infs []cache.SharedIndexInformer
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	}
+	for _, ns := range namespaces {
+		suffix := ""
+		if ns != "" {
+			suffix = "/" + ns
+		}
+		nw := cs.NetworkingV1()
+		for _, k := range c.kinds {
+			res := resources[k]
+			infs = append(infs, tr.Informer(res.plural+suffix, res.list(nw, ns), res.object,
+				cache.SharedIndexInformerOptions{ObjectDescription: res.plural + suffix}, nil))
+		}
+	}
+	for _, inf := range infs {
+		if err := inf.SetTransform(slim); err != nil {
+			panic(err) // only after Run: a bug here
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			panic(err)
+		}
+	}
+	c.mu.Lock()
+	c.failed, c.tracker, c.informers = nil, tr, infs
+	c.mu.Unlock()
+	changed()
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, inf := range infs {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
+	wg.Go(func() {
+		// Every change of the connection's health is a change of state.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tr.Changed():
+				if err := tr.Err(); err != nil {
+					c.log.Warn("Kubernetes config source degraded; last objects kept", "err", c.explain(err))
+				} else {
+					c.log.Info("Kubernetes config source connected")
+				}
+				changed()
+			}
+		}
+	})
+	syncs := make([]cache.InformerSynced, len(infs))
+	for i, inf := range infs {
+		syncs[i] = inf.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+		return
+	}
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+	c.log.Info("Kubernetes config source synced")
+	changed()
+	<-ctx.Done()
+}
+
+// slim drops what conversion does not read before an object is cached:
+// managed fields, annotations (kubectl's last-applied copy), labels.
+func slim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		m.SetAnnotations(nil)
+		m.SetLabels(nil)
+	}
+	return obj, nil
+}
+
+// Convert turns a cached VirtualService, DestinationRule, ServiceEntry or
+// WorkloadEntry of cluster into an Object with a copy of its spec; ok is
+// false for anything else (including cache tombstones).
+func Convert(obj any, cluster string) (o Object, ok bool) {
+	var spec proto.Message
+	var meta metav1.ObjectMeta
+	switch t := obj.(type) {
+	case *networkingv1.VirtualService:
+		o.Kind, meta, spec = KindVirtualService, t.ObjectMeta, &t.Spec
+	case *networkingv1.DestinationRule:
+		o.Kind, meta, spec = KindDestinationRule, t.ObjectMeta, &t.Spec
+	case *networkingv1.ServiceEntry:
+		o.Kind, meta, spec = KindServiceEntry, t.ObjectMeta, &t.Spec
+	case *networkingv1.WorkloadEntry:
+		o.Kind, meta, spec = KindWorkloadEntry, t.ObjectMeta, &t.Spec
+	default:
+		return o, false
+	}
+	o.Namespace, o.Name = meta.Namespace, meta.Name
+	o.Source = fmt.Sprintf("%s/%s (%s)", meta.Namespace, meta.Name, cluster)
+	o.Created = meta.CreationTimestamp.Time
+	o.Spec = proto.Clone(spec)
+	return o, true
+}
