@@ -402,4 +402,3 @@ func (w *watch) get(ctx context.Context, ep endpoint, path string) (*payload, ti
 	}
 	return p, at, nil
 }
-

@@ -194,4 +194,3 @@ func sign(data, secretKey string) string {
 	m.Write([]byte(data))
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
-
