@@ -30,7 +30,7 @@ func TestConfigGood(t *testing.T) {
 	want := Config{
 		Address: "consul.internal:8501", Scheme: "https", Datacenter: "dc2",
 		TokenFile: filepath.Join(dir, "secrets/consul.token"),
-		TLS: TLS{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "client.pem"),
+		TLS: registries.TLS{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "client.pem"),
 			KeyFile: filepath.Join(dir, "client-key.pem"), ServerName: "consul.internal"},
 		PassingOnly: true, Tags: []string{"mesh"}, WaitTime: registries.Duration(2 * time.Minute), AllowStale: true,
 		MaxConcurrentWatches: 64,

@@ -36,7 +36,7 @@ func TestConfigGood(t *testing.T) {
 		Services: []string{"order*", "billing"}, ListInterval: registries.Duration(5 * time.Second),
 		PollInterval: registries.Duration(3 * time.Second), ResyncInterval: DefaultResyncInterval, Timeout: registries.Duration(2 * time.Second),
 		UsernameFile: dir + "/secrets/user", PasswordFile: dir + "/secrets/password",
-		TLS:      TLS{Enabled: true, CAFile: dir + "/ca.pem", ServerName: "nacos.internal"},
+		TLS:      TLS{Enabled: true, TLS: registries.TLS{CAFile: dir + "/ca.pem", ServerName: "nacos.internal"}},
 		Protocol: model.ProtocolGRPC,
 	}
 	if !reflect.DeepEqual(*c, want) {
