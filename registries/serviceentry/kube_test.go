@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 func feedWE(cluster, name, addr string) istioconfig.FeedObject {
@@ -77,7 +78,7 @@ func TestConfigKubernetes(t *testing.T) {
 		want string
 	}{
 		{Config{Kubernetes: &Kubernetes{Clusters: []string{"east"}}}, ""},
-		{Config{Path: "x.yaml", Kubernetes: &Kubernetes{Clusters: []string{"east"}}}, "kubernetes: path/paths and kubernetes are exclusive"},
+		{Config{Options: filewatch.Options{Path: "x.yaml"}, Kubernetes: &Kubernetes{Clusters: []string{"east"}}}, "kubernetes: path/paths and kubernetes are exclusive"},
 		{Config{Kubernetes: &Kubernetes{}}, "kubernetes.clusters: want at least one registry of kind kubernetes"},
 		{Config{Kubernetes: &Kubernetes{Clusters: []string{"east", "east"}}}, `kubernetes.clusters[1]: "east" is named twice`},
 		{Config{Kubernetes: &Kubernetes{Clusters: []string{"east"}, Namespaces: []string{""}}}, "kubernetes.namespaces[0]: is empty"},
