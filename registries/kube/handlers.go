@@ -97,15 +97,21 @@ func (w *clusterWatch) sliceHandler() cache.ResourceEventHandler {
 // value, in every scope.
 func (w *clusterWatch) enqueueByIndex(index, value string) {
 	for _, sc := range w.scopes {
-		objs, err := sc.slices.GetIndexer().ByIndex(index, value)
-		if err != nil {
-			continue
-		}
-		for _, o := range objs {
-			s := o.(*discoveryv1.EndpointSlice)
-			if n := s.Labels[labelServiceName]; n != "" {
-				w.enqueue(svcKey{s.Namespace, n})
-			}
+		w.enqueueSlices(sc, index, value)
+	}
+}
+
+// enqueueSlices enqueues the services of the slices of scope sc found
+// under an index value.
+func (w *clusterWatch) enqueueSlices(sc *scope, index, value string) {
+	objs, err := sc.slices.GetIndexer().ByIndex(index, value)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		s := o.(*discoveryv1.EndpointSlice)
+		if n := s.Labels[labelServiceName]; n != "" {
+			w.enqueue(svcKey{s.Namespace, n})
 		}
 	}
 }
@@ -141,18 +147,7 @@ func (w *clusterWatch) podHandler(sc *scope) cache.ResourceEventHandler {
 	}
 }
 
-func (w *clusterWatch) enqueuePod(sc *scope, key string) {
-	objs, err := sc.slices.GetIndexer().ByIndex(idxPod, key)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		s := o.(*discoveryv1.EndpointSlice)
-		if n := s.Labels[labelServiceName]; n != "" {
-			w.enqueue(svcKey{s.Namespace, n})
-		}
-	}
-}
+func (w *clusterWatch) enqueuePod(sc *scope, key string) { w.enqueueSlices(sc, idxPod, key) }
 
 func (w *clusterWatch) nodeHandler() cache.ResourceEventHandler {
 	on := func(ev string) func(obj any) {
