@@ -42,6 +42,7 @@ test-deps:
 test: test-deps lint
 	MESHFED_REQUIRE_SERVERS=1 $(GO) test -timeout 40m -count=1 $(PKGS)
 	MESHFED_REQUIRE_SERVERS=1 $(GO) -C tools/dist test -count=1 ./...
+	MESHFED_REQUIRE_SERVERS=1 $(GO) -C deploy/chart test -count=1 ./...
 
 # unit runs the fast tests only; tests that need real servers skip.
 unit:
@@ -50,16 +51,19 @@ unit:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@$(GO) -C deploy/chart mod tidy -diff >/dev/null || { echo "deploy/chart/go.mod is not tidy: run go -C deploy/chart mod tidy"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
 	$(GO) -C tools/dist vet ./...
-	@tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; $(GO) run ./deploy/chart/cmd/render -o $$tmp && \
+	$(GO) -C deploy/chart vet ./...
+	@./tools/check-imports.sh
+	@tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; $(GO) -C deploy/chart run ./cmd/render -o $$tmp && \
 	  diff -u deploy/kubernetes/meshfed.yaml $$tmp || { echo "deploy/kubernetes/meshfed.yaml differs from deploy/helm/meshfed: run make manifests"; exit 1; }
 
 # manifests renders the Helm chart with its default values into the plain
 # manifest (make lint fails when they differ).
 manifests:
-	$(GO) run ./deploy/chart/cmd/render -o deploy/kubernetes/meshfed.yaml
+	$(GO) -C deploy/chart run ./cmd/render -o $(CURDIR)/deploy/kubernetes/meshfed.yaml
 
 $(DIST)/build/linux_%/meshfed: FORCE
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o $@ ./cmd/meshfed

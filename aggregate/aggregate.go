@@ -1,32 +1,43 @@
 // Package aggregate merges the full state every registry publishes into one
-// immutable, versioned model.Snapshot. It implements registries.Sink.
+// immutable, versioned model.Snapshot. It implements registries.Sink, whose
+// one method, Publish, hands it a registries.Update: what a registry knows
+// (its state if any, whether that state is complete, its backend's
+// condition, the end of a Run). Every policy about what that makes a
+// registry show and serve lives here: the registry states (State:
+// Starting, Synced, Degraded, Stale, Failed, Held), freshness (Outage),
+// the hold of a partial first state, the hold-down and expiry.
 //
 // Per registry (shard) it keeps the last accepted state and passes every
-// Replace through a normalization gate: invalid or duplicate items are
+// state through a normalization gate: invalid or duplicate items are
 // quarantined alone and listed as Conflicts, the rest of each service is
 // served; a service outside its registry's domain is rejected. Registries of
 // kind kubernetes that share a domain form a multicluster set whose
 // same-named services merge their endpoints.
 //
-// Freshness: a registry reporting Degraded (or Failed) keeps serving its
-// last good state. Once the outage lasts longer than Outage.ExpireAfter the
+// Freshness: a registry whose updates say its backend fails (Degraded, or
+// Failed after a Permanent end of its Run) keeps serving its last good
+// state. Once the outage lasts longer than Outage.ExpireAfter the
 // registry is Stale: with policy expire its services are withdrawn from the
 // snapshot, with keep they stay (RegistryStatus.State shows Stale). A
-// Replace or a Report(Synced) ends the outage and, with expire, brings
-// the services back. Only an unreachable backend is an outage: a Degraded
-// report with Status.Invalid (the backend answered with data that does not
+// state or a healthy condition ends the outage and, with expire, brings
+// the services back. Only an unreachable backend is an outage: a failing
+// condition with Invalid (the backend answered with data that does not
 // parse) keeps the last good state served but never makes it Stale or
 // withdraws it, and ends an outage in progress.
 //
-// Hold-down: with RegistryOptions.MaxDeleteRatio r > 0, a Replace that
+// Partial first state: a state that is not Complete, the first of a
+// registry's Run, is held while a state of the shard is served (restored,
+// or from an earlier Run or instance); see Publish.
+//
+// Hold-down: with RegistryOptions.MaxDeleteRatio r > 0, a state that
 // would drop more than r of the registry's served endpoints (counting
 // endpoints: served minus new, over served) is not applied at once: the old
 // state stays served, a Conflict of category "hold-down" is listed and the
 // registry is Held (RegistryStatus.Hold says since when, what is served and
-// what is pending). The held update is applied when the next Replace again
+// what is pending). The held update is applied when the next state again
 // drops more than r of the served endpoints (confirmation: it was seen
 // again; the newer update is applied), when Options.HoldDown has passed, or
-// when an operator calls Release (the held update is applied). A Replace
+// when an operator calls Release (the held update is applied). A state
 // within the ratio clears the hold and is applied.
 //
 // Warm start: Restore hands a registry the state persisted by a previous
@@ -44,7 +55,7 @@
 // Nothing is deleted before a shard's first sync: a registry that has not
 // published yet contributes nothing and removes nothing.
 //
-// Replace, Report, AddRegistry and RemoveRegistry only store and signal;
+// Publish, Swap, AddRegistry and RemoveRegistry only store and signal;
 // normalization, merging and snapshot building happen in Serve's goroutine
 // after a debounce (Options.Quiet, Options.MaxWait).
 package aggregate
@@ -75,10 +86,10 @@ const (
 type RegistryOptions struct {
 	registries.Common // Name, Kind, Domain, Locality (default locality of endpoints)
 	// Outage is the registry's `outage:` block (the one type,
-	// registries.Outage, validated by the clusters.yaml loader); zero
+	// Outage, validated by the clusters.yaml loader); zero
 	// fields mean the defaults (keep, 10m), and a policy other than expire
 	// keeps.
-	Outage registries.Outage
+	Outage Outage
 	// MaxDeleteRatio enables the hold-down (see the package doc) when > 0,
 	// e.g. 0.5.
 	MaxDeleteRatio float64
@@ -108,7 +119,7 @@ type Options struct {
 	// false (see Ready).
 	SyncTimeout time.Duration
 	// OnAccepted, when set, is called from Serve's goroutine with a
-	// registry's full input (as given to Replace) each time a different
+	// registry's full input (as given to Publish) each time a different
 	// one becomes its accepted state (applied, not held; restored states
 	// excluded). It must return promptly, not modify the slices and not
 	// call the Aggregator: it runs with the aggregator's lock held, so that
@@ -122,13 +133,13 @@ type Options struct {
 
 // RegistryStatus is one registry's state as shown on /healthz/registries.
 type RegistryStatus struct {
-	Name      string           `json:"name"`
-	Kind      string           `json:"kind"`
-	Domain    string           `json:"domain"`
-	State     registries.State `json:"state"`
-	Since     time.Time        `json:"since"`             // when State last changed
-	LastSync  time.Time        `json:"lastSync,omitzero"` // last Replace received; zero if never
-	LastError string           `json:"lastError,omitempty"`
+	Name      string    `json:"name"`
+	Kind      string    `json:"kind"`
+	Domain    string    `json:"domain"`
+	State     State     `json:"state"`
+	Since     time.Time `json:"since"`             // when State last changed
+	LastSync  time.Time `json:"lastSync,omitzero"` // last Replace received; zero if never
+	LastError string    `json:"lastError,omitempty"`
 	// Services and Endpoints count what is served from this registry now
 	// (0 while nothing is served or its services are withdrawn).
 	Services  int `json:"services"`
@@ -192,20 +203,22 @@ type regState struct {
 	// late: added after the aggregator was ready; it never blocks Ready.
 	late bool
 
-	state       registries.State
+	state       State
 	since       time.Time
 	lastSync    time.Time
 	lastError   string
 	outageSince time.Time     // zero when not in an outage
-	synced      bool          // a Replace was received
+	synced      bool          // a state was received
+	runApplied  bool          // a state of the registry's current Run was applied
+	runHeld     bool          // a partial first state of the current Run was held (logged)
 	pending     *input        // latest Replace not yet taken by the loop
 	release     chan struct{} // Release waits; closed once the loop applied it
 
 	// Written back by the Serve loop.
-	applied             bool // first Replace is in the published snapshot
+	applied             bool // first state is in the published snapshot
 	withdrawn, restored bool
 	hold                *HoldStatus
-	shown               registries.State // in the state metric
+	shown               State // in the state metric
 	services, endpoints int
 }
 
@@ -266,7 +279,7 @@ func (a *Aggregator) AddRegistry(o RegistryOptions) {
 		rs.gen++
 	} else {
 		a.regs[o.Name] = &regState{opts: o, added: now, since: now, late: a.wasReady}
-		setStateMetric(o.Name, registries.Starting)
+		setStateMetric(o.Name, Starting)
 		// Series exist at 0 from the start, for rate() and alerts.
 		holddownsTotal.WithLabelValues(o.Name)
 		registryServices.WithLabelValues(o.Name)
@@ -277,12 +290,14 @@ func (a *Aggregator) AddRegistry(o RegistryOptions) {
 	a.wake()
 }
 
-// Swap replaces a registry's options and its state in one step, for a
-// registry reconfigured make-before-break: services and rejected (the
-// first full state of the new instance) are the registry's next input, as
-// if given to Replace, and no snapshot is built between the two. A
-// different kind drops the old state as AddRegistry does.
-func (a *Aggregator) Swap(o RegistryOptions, services []model.Service, rejected []model.Rejection) {
+// Swap replaces a registry's options and starts a new Run of it in one
+// step, for a registry reconfigured make-before-break: us, everything the
+// new instance published while staged (its first full state among them,
+// if it published one), are applied in order as Publish would apply them
+// to the first Run of the registry (a partial first state is held while
+// the old instance's state is served), and no snapshot is built in
+// between. A different kind drops the old state as AddRegistry does.
+func (a *Aggregator) Swap(o RegistryOptions, us ...registries.Update) {
 	o = o.withDefaults()
 	now := a.now()
 	a.mu.Lock()
@@ -293,17 +308,28 @@ func (a *Aggregator) Swap(o RegistryOptions, services []model.Service, rejected 
 	} else {
 		rs = &regState{opts: o, added: now, since: now, late: a.wasReady}
 		a.regs[o.Name] = rs
+		setStateMetric(o.Name, Starting)
+		holddownsTotal.WithLabelValues(o.Name)
+		registryServices.WithLabelValues(o.Name)
+		registryEndpoints.WithLabelValues(o.Name)
 	}
-	rs.pending = &input{services: services, rejected: rejected}
-	rs.synced = true
-	rs.lastSync = now
-	rs.lastError = ""
-	rs.outageSince = time.Time{}
-	if _, changed := a.setState(rs, registries.Synced, now); !changed {
-		setStateMetric(o.Name, rs.effective())
+	rs.runApplied, rs.runHeld = false, false
+	type logged struct {
+		ev      published
+		old     State
+		changed bool
+	}
+	var logs []logged
+	for _, u := range us {
+		ev := rs.publish(u, now)
+		old, changed := a.setState(rs, ev.next, now)
+		logs = append(logs, logged{ev, old, changed})
 	}
 	delete(a.unknown, o.Shard())
 	a.mu.Unlock()
+	for _, l := range logs {
+		a.logPublish(o.Shard(), l.ev, l.old, l.changed)
+	}
 	a.wake()
 }
 
@@ -323,17 +349,36 @@ func (a *Aggregator) RemoveRegistry(name string) {
 	}
 }
 
-// Replace implements registries.Sink: it stores the shard's full state and
-// marks the registry Synced. The slices are kept, not copied.
-func (a *Aggregator) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
-	a.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
-}
+// HeldPrefix starts the error shown for a registry whose partial first
+// state of a Run is held while a state of its shard is served (see
+// Publish).
+const HeldPrefix = "first update held, restored state kept until all parts read: "
 
-// ReplaceStatus implements registries.Sink: Replace, and with a status
-// other than Synced the registry's state becomes Degraded (or Stale) as a
-// Report of st would make it, in the same step, so it is never Synced in
-// between.
-func (a *Aggregator) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
+// Publish implements registries.Sink, the one way a registry (and its
+// Runner) tells the aggregator anything. The update's slices are kept, not
+// copied. What it makes of u:
+//
+//   - A state (u.HasState) becomes the shard's next input and the
+//     registry is Synced, or, with a failing condition, Degraded (or
+//     Stale) in the same step, never Synced in between. A complete state,
+//     or the ending of an outage, resets the outage clock; a Degraded
+//     update with Invalid is not an outage (never Stale, never withdrawn)
+//     and ends one in progress.
+//   - Except a partial first state: a state that is not Complete, the
+//     first of the registry's Run, while a state of the shard is served
+//     or about to be (restored from disk, or from an earlier Run or
+//     instance) is held: not applied (a file or cluster that cannot be
+//     read after a restart must not drop what it held), the registry is
+//     Degraded with the error prefixed by HeldPrefix (also for condition
+//     updates until a state of the Run is applied), and a warning is
+//     logged once per Run. With nothing served (a fresh start) it is
+//     applied, so the readable part is served.
+//   - A condition only (no state): a healthy one ends an outage (the
+//     registry is Starting until its first state); a failing one starts
+//     or continues one (a Stale registry stays Stale).
+//   - u.Ended (the Run ended): Degraded, or Failed with u.Permanent; the
+//     next state is the first of a new Run.
+func (a *Aggregator) Publish(shard model.ShardKey, u registries.Update) {
 	now := a.now()
 	a.mu.Lock()
 	rs := a.lookup(shard)
@@ -341,105 +386,136 @@ func (a *Aggregator) ReplaceStatus(shard model.ShardKey, services []model.Servic
 		a.mu.Unlock()
 		return
 	}
-	seen := now
-	if rs.pending != nil && !rs.pending.seen.IsZero() {
-		seen = rs.pending.seen // replaces an update not yet built: keep its age
-	}
-	rs.pending = &input{services: services, rejected: rejected, seen: seen}
-	rs.synced = true
-	rs.lastSync = now
-	next := registries.Synced
-	if st.State == registries.Synced {
-		rs.lastError = ""
-		rs.outageSince = time.Time{}
-	} else {
-		next = rs.degraded(st, now)
-	}
-	old, changed := a.setState(rs, next, now)
+	ev := rs.publish(u, now)
+	old, changed := a.setState(rs, ev.next, now)
 	a.mu.Unlock()
-	switch {
-	case changed && next == registries.Synced:
-		a.log.Info("registry synced", "registry", shard.Name, "was", old)
-	case changed:
-		a.log.Warn("registry state changed", "registry", shard.Name, "state", next, "was", old, "error", st.Err)
-	}
+	a.logPublish(shard, ev, old, changed)
 	a.wake()
 }
 
-// Serving implements registries.ServingSink: it reports whether a state of
-// the shard is served or about to be (restored from disk, or received from
-// an earlier Run of the registry), so a registry holds back a partial
-// first state instead of replacing it.
-func (a *Aggregator) Serving(shard model.ShardKey) bool {
+// published is what publish made of an update, for the log.
+type published struct {
+	next     State
+	state    bool   // a state was applied
+	heldWarn bool   // a partial first state was held for the first time in the Run
+	err      string // the error shown
+}
+
+// HoldsFirst reports whether u, as the first state of a new Run of shard,
+// would be held (see Publish): it is partial while a state of the shard is
+// served or about to be. A gate that stages a new registry instance asks,
+// to know whether the instance published.
+func (a *Aggregator) HoldsFirst(shard model.ShardKey, u registries.Update) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// Not lookup: asking is no update, so an unknown shard is not logged.
 	rs := a.regs[shard.Name]
-	return rs != nil && rs.opts.Kind == shard.Kind && (rs.applied || rs.pending != nil)
+	return rs != nil && rs.opts.Kind == shard.Kind && partial(u) && rs.serving()
 }
 
-// Report implements registries.Sink: it records the health of the
-// registry's backend connection. Synced ends an outage (the state is
-// Starting until the first Replace); Degraded and Failed start one, or
-// continue it (a Stale registry stays Stale).
-func (a *Aggregator) Report(shard model.ShardKey, st registries.Status) {
-	now := a.now()
-	a.mu.Lock()
-	rs := a.lookup(shard)
-	if rs == nil {
-		a.mu.Unlock()
-		return
-	}
-	var next registries.State
-	switch st.State {
-	case registries.Starting:
-		a.mu.Unlock() // a (re)starting registry: what is known stays
-		return
-	case registries.Synced:
+// partial: u carries a state that does not cover all of the backend.
+func partial(u registries.Update) bool { return u.HasState && !u.Complete }
+
+// serving reports whether a state of the shard is served or about to be:
+// restored from disk, or received from an earlier Run. Called with mu
+// held.
+func (rs *regState) serving() bool { return rs.applied || rs.pending != nil }
+
+// publish applies u to rs at now (see Publish) and returns the state it
+// makes. Called with mu held.
+func (rs *regState) publish(u registries.Update, now time.Time) published {
+	switch {
+	case u.Ended:
+		rs.runApplied, rs.runHeld = false, false
+		if u.Permanent {
+			rs.lastError = u.Err
+			if rs.outageSince.IsZero() {
+				rs.outageSince = now
+			}
+			return published{next: Failed, err: u.Err}
+		}
+		return published{next: rs.degraded(u.Condition, now), err: u.Err}
+	case partial(u) && !rs.runApplied && rs.serving():
+		// Held until the backend reads in full (a typo must never
+		// black-hole restored services), and said so: in the status
+		// (/healthz/registries) and once per Run in the log.
+		warn := !rs.runHeld
+		rs.runHeld = true
+		c := u.Condition
+		c.Err = HeldPrefix + c.Err
+		return published{next: rs.degraded(c, now), heldWarn: warn, err: c.Err}
+	case u.HasState:
+		seen := now
+		if rs.pending != nil && !rs.pending.seen.IsZero() {
+			seen = rs.pending.seen // replaces an update not yet built: keep its age
+		}
+		rs.pending = &input{services: u.Services, rejected: u.Rejected, seen: seen}
+		rs.synced = true
+		rs.runApplied = true
+		rs.lastSync = now
+		if !u.Failing() {
+			rs.lastError = ""
+			rs.outageSince = time.Time{}
+			return published{next: Synced, state: true}
+		}
+		return published{next: rs.degraded(u.Condition, now), state: true, err: u.Err}
+	case !u.Failing():
 		rs.lastError = ""
 		rs.outageSince = time.Time{}
-		next = registries.Starting
 		if rs.synced {
-			next = registries.Synced
+			return published{next: Synced}
 		}
-	case registries.Failed:
-		rs.lastError = st.Err
-		if rs.outageSince.IsZero() {
-			rs.outageSince = now
+		return published{next: Starting}
+	default:
+		c := u.Condition
+		if rs.runHeld && !rs.runApplied {
+			c.Err = HeldPrefix + c.Err // the first state is still held
 		}
-		next = registries.Failed
-	default: // Degraded; Stale is derived here, a registry reporting it means Degraded
-		next = rs.degraded(st, now)
+		return published{next: rs.degraded(c, now), err: c.Err}
 	}
-	old, changed := a.setState(rs, next, now)
-	a.mu.Unlock()
-	if changed {
+}
+
+// logPublish logs what Publish did: a held first state once per Run, and
+// every change of state.
+func (a *Aggregator) logPublish(shard model.ShardKey, ev published, old State, changed bool) {
+	if ev.heldWarn {
+		a.log.Warn("first update held: the state already served is kept until every part of the backend reads",
+			"registry", shard.Name, "error", ev.err)
+	}
+	if !changed {
+		return
+	}
+	switch {
+	case ev.state && ev.next == Synced:
+		a.log.Info("registry synced", "registry", shard.Name, "was", old)
+	case ev.state:
+		a.log.Warn("registry state changed", "registry", shard.Name, "state", ev.next, "was", old, "error", ev.err)
+	default:
 		lvl := slog.LevelWarn
-		if next == registries.Synced || next == registries.Starting {
+		if ev.next == Synced || ev.next == Starting {
 			lvl = slog.LevelInfo
 		}
-		a.log.Log(context.Background(), lvl, "registry state changed", "registry", shard.Name, "state", next, "was", old, "error", st.Err)
+		a.log.Log(context.Background(), lvl, "registry state changed", "registry", shard.Name, "state", ev.next, "was", old, "error", ev.err)
 	}
-	a.wake()
 }
 
 // degraded records a Degraded status st at now and returns the state it
 // makes: Degraded, or Stale once an outage lasted the outage window.
 // Called with mu held.
-func (rs *regState) degraded(st registries.Status, now time.Time) registries.State {
+func (rs *regState) degraded(st registries.Condition, now time.Time) State {
 	rs.lastError = st.Err
 	if st.Invalid {
 		// The backend answered: not an outage (never Stale, never withdrawn).
 		rs.outageSince = time.Time{}
-		return registries.Degraded
+		return Degraded
 	}
 	if rs.outageSince.IsZero() {
 		rs.outageSince = now
 	}
 	if !now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter)) {
-		return registries.Stale
+		return Stale
 	}
-	return registries.Degraded
+	return Degraded
 }
 
 // lookup returns the registry for shard, or nil (logged once) if it is
@@ -458,7 +534,7 @@ func (a *Aggregator) lookup(shard model.ShardKey) *regState {
 
 // setState changes rs's state, keeping Since when it does not change.
 // Called with mu held.
-func (a *Aggregator) setState(rs *regState, s registries.State, at time.Time) (old registries.State, changed bool) {
+func (a *Aggregator) setState(rs *regState, s State, at time.Time) (old State, changed bool) {
 	old = rs.state
 	if old == s {
 		return old, false
@@ -472,9 +548,9 @@ func (a *Aggregator) setState(rs *regState, s registries.State, at time.Time) (o
 
 // effective is the state shown: Held while an update is held and the
 // registry is otherwise Synced. Called with mu held.
-func (rs *regState) effective() registries.State {
-	if rs.hold != nil && rs.state == registries.Synced {
-		return registries.Held
+func (rs *regState) effective() State {
+	if rs.hold != nil && rs.state == Synced {
+		return Held
 	}
 	return rs.state
 }
@@ -520,7 +596,7 @@ func (a *Aggregator) Release(ctx context.Context, name string) (RegistryStatus, 
 // previous process accepted from it (persisted through
 // Options.OnAccepted). It is served as soon as Serve builds the next
 // snapshot, marked Restored, and counts as the first sync for Ready; the
-// registry's own first Replace supersedes it (through the hold-down). It
+// registry's own first applied state supersedes it (through the hold-down). It
 // reports false, and does nothing, for an unknown registry or one that
 // already published.
 func (a *Aggregator) Restore(shard model.ShardKey, services []model.Service, rejected []model.Rejection) bool {
@@ -600,7 +676,7 @@ func (rs *regState) status() RegistryStatus {
 	if rs.hold != nil {
 		h := *rs.hold
 		hold = &h
-		if state == registries.Held {
+		if state == Held {
 			since = h.Since
 		}
 	}
@@ -663,7 +739,7 @@ func (a *Aggregator) readyLocked(now time.Time) (bool, string) {
 		}
 		desc += ")"
 		switch {
-		case rs.state == registries.Failed:
+		case rs.state == Failed:
 			failed = append(failed, desc)
 		case rs.late:
 			added = append(added, desc)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -27,21 +28,21 @@ func TestNothingDeletedBeforeFirstSync(t *testing.T) {
 	if ok, reason := a.Ready(); ok || !strings.Contains(reason, "east (Starting)") || !strings.Contains(reason, "west (Starting)") {
 		t.Errorf("Ready() = %v, %q before any sync; want false naming east and west", ok, reason)
 	}
-	a.Report(shard(west), registries.Status{State: registries.Degraded, Err: "connection refused"})
-	a.Replace(shard(east), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil)
+	report(a, shard(west), status{State: Degraded, Err: "connection refused"})
+	replace(a, shard(east), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil)
 	snap := waitVersion(t, a, 1)
 	if got := addrs(snap, "a.ns.svc.cluster.local"); !slices.Equal(got, []string{"10.0.0.1"}) {
 		t.Errorf("served %v, want east's endpoint while west has not synced", got)
 	}
 	st, _ := a.Registry("west")
-	if st.State != registries.Degraded || !st.LastSync.IsZero() || st.LastError != "connection refused" {
+	if st.State != Degraded || !st.LastSync.IsZero() || st.LastError != "connection refused" {
 		t.Errorf("west = %+v, want Degraded with no LastSync and its error", st)
 	}
 	if ok, reason := a.Ready(); ok || !strings.Contains(reason, "west (Degraded: connection refused)") || strings.Contains(reason, "east") {
 		t.Errorf("Ready() = %v, %q; want false waiting for west only", ok, reason)
 	}
 
-	a.Replace(shard(west), []model.Service{svc("a.ns.svc.cluster.local", "10.1.0.1")}, nil)
+	replace(a, shard(west), []model.Service{svc("a.ns.svc.cluster.local", "10.1.0.1")}, nil)
 	snap = waitVersion(t, a, 2)
 	if got := addrs(snap, "a.ns.svc.cluster.local"); !slices.Equal(got, []string{"10.0.0.1", "10.1.0.1"}) {
 		t.Errorf("served %v, want both clusters' endpoints", got)
@@ -49,7 +50,7 @@ func TestNothingDeletedBeforeFirstSync(t *testing.T) {
 	eventually(t, "ready", func() bool { ok, _ := a.Ready(); return ok })
 
 	// After the first sync an empty Replace does delete.
-	a.Replace(shard(west), nil, nil)
+	replace(a, shard(west), nil, nil)
 	snap = waitVersion(t, a, 3)
 	if got := addrs(snap, "a.ns.svc.cluster.local"); !slices.Equal(got, []string{"10.0.0.1"}) {
 		t.Errorf("served %v after west emptied, want east's only", got)
@@ -60,7 +61,7 @@ func TestReadySyncTimeoutAndFailed(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	a := New(Options{Registries: []RegistryOptions{reg("a", "file", "a"), reg("b", "consul", "b")}, Now: clock.Now, SyncTimeout: time.Minute})
-	a.Report(model.ShardKey{Kind: "consul", Name: "b"}, registries.Status{State: registries.Failed, Err: "bad token"})
+	report(a, model.ShardKey{Kind: "consul", Name: "b"}, status{State: Failed, Err: "bad token"})
 	if ok, _ := a.Ready(); ok {
 		t.Errorf("ready while a never synced and the timeout has not passed")
 	}
@@ -75,7 +76,7 @@ func TestDomainRejectedAndListed(t *testing.T) {
 	t.Parallel()
 	o := reg("vms", "file", "vm.internal")
 	a := newRunning(t, newFakeClock(), o)
-	a.Replace(shard(o), []model.Service{svc("orders.vm.internal", "10.0.0.1"), svc("orders.consul", "10.0.0.2")},
+	replace(a, shard(o), []model.Service{svc("orders.vm.internal", "10.0.0.1"), svc("orders.consul", "10.0.0.2")},
 		[]model.Rejection{{Subject: "services.yaml:7", Reason: "unknown key"}})
 	snap := waitVersion(t, a, 1)
 	if snap.Len() != 1 || addrs(snap, "orders.consul") != nil {
@@ -104,8 +105,8 @@ func TestMulticlusterMergeAndPortMismatch(t *testing.T) {
 	eastSvc := svc(host, "10.0.0.1")
 	westSvc := svc(host, "10.1.0.1")
 	westSvc.Ports = []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}}
-	a.Replace(shard(east), []model.Service{eastSvc}, nil)
-	a.Replace(shard(west), []model.Service{westSvc}, nil)
+	replace(a, shard(east), []model.Service{eastSvc}, nil)
+	replace(a, shard(west), []model.Service{westSvc}, nil)
 	eventually(t, "both clusters merged", func() bool { return len(addrs(a.Snapshot(), host)) == 2 })
 	s, _ := a.Snapshot().Service(host)
 	if !slices.Equal(s.Sources, []string{"east", "west"}) || s.Ports[0].Number != 80 {
@@ -119,7 +120,7 @@ func TestMulticlusterMergeAndPortMismatch(t *testing.T) {
 	}
 
 	// Fixing the ports clears the conflict.
-	a.Replace(shard(west), []model.Service{svc(host, "10.1.0.1")}, nil)
+	replace(a, shard(west), []model.Service{svc(host, "10.1.0.1")}, nil)
 	eventually(t, "conflict cleared", func() bool { return len(a.Conflicts()) == 0 })
 }
 
@@ -127,15 +128,15 @@ func TestUnchangedServicesKeepTheirPointer(t *testing.T) {
 	t.Parallel()
 	x, y := reg("x", "file", "x"), reg("y", "consul", "y")
 	a := newRunning(t, newFakeClock(), x, y)
-	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.1"), svc("b.x", "10.0.0.2")}, nil)
-	a.Replace(shard(y), []model.Service{svc("c.y", "10.0.0.3")}, nil)
+	replace(a, shard(x), []model.Service{svc("a.x", "10.0.0.1"), svc("b.x", "10.0.0.2")}, nil)
+	replace(a, shard(y), []model.Service{svc("c.y", "10.0.0.3")}, nil)
 	eventually(t, "all three services", func() bool { return a.Snapshot().Len() == 3 })
 	s1 := a.Snapshot()
 
 	// An identical Replace (new slices, equal content) publishes nothing;
 	// a change to a.x replaces that pointer only.
-	a.Replace(shard(y), []model.Service{svc("c.y", "10.0.0.3")}, nil)
-	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.9"), svc("b.x", "10.0.0.2")}, nil)
+	replace(a, shard(y), []model.Service{svc("c.y", "10.0.0.3")}, nil)
+	replace(a, shard(x), []model.Service{svc("a.x", "10.0.0.9"), svc("b.x", "10.0.0.2")}, nil)
 	s2 := waitVersion(t, a, s1.Version+1)
 	if s2.Version != s1.Version+1 {
 		t.Errorf("version %d after one change, want %d", s2.Version, s1.Version+1)
@@ -161,33 +162,33 @@ func TestFreshness(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name          string
-		policy        registries.OutagePolicy
-		report        registries.State
-		wantState     registries.State // after ExpireAfter
+		policy        OutagePolicy
+		report        State
+		wantState     State // after ExpireAfter
 		wantWithdrawn bool
 	}{
-		{name: "keep serves a stale registry", policy: registries.OutageKeep, report: registries.Degraded, wantState: registries.Stale},
-		{name: "default policy is keep", policy: "", report: registries.Degraded, wantState: registries.Stale},
-		{name: "expire withdraws a stale registry", policy: registries.OutageExpire, report: registries.Degraded, wantState: registries.Stale, wantWithdrawn: true},
-		{name: "expire withdraws a failed registry", policy: registries.OutageExpire, report: registries.Failed, wantState: registries.Failed, wantWithdrawn: true},
-		{name: "keep serves a failed registry", policy: registries.OutageKeep, report: registries.Failed, wantState: registries.Failed},
+		{name: "keep serves a stale registry", policy: OutageKeep, report: Degraded, wantState: Stale},
+		{name: "default policy is keep", policy: "", report: Degraded, wantState: Stale},
+		{name: "expire withdraws a stale registry", policy: OutageExpire, report: Degraded, wantState: Stale, wantWithdrawn: true},
+		{name: "expire withdraws a failed registry", policy: OutageExpire, report: Failed, wantState: Failed, wantWithdrawn: true},
+		{name: "keep serves a failed registry", policy: OutageKeep, report: Failed, wantState: Failed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
 			o := reg("dc1", "consul", "consul")
-			o.Outage = registries.Outage{Policy: tt.policy, ExpireAfter: 5 * time.Minute}
+			o.Outage = Outage{Policy: tt.policy, ExpireAfter: 5 * time.Minute}
 			other := reg("vms", "file", "vm")
 			a := newRunning(t, clock, o, other)
-			a.Replace(shard(other), []model.Service{svc("b.vm", "10.9.0.1")}, nil)
-			a.Replace(shard(o), []model.Service{svc("a.consul", "10.0.0.1")}, nil)
+			replace(a, shard(other), []model.Service{svc("b.vm", "10.9.0.1")}, nil)
+			replace(a, shard(o), []model.Service{svc("a.consul", "10.0.0.1")}, nil)
 			eventually(t, "both served", func() bool { return a.Snapshot().Len() == 2 })
 			before, _ := a.Snapshot().Service("a.consul")
 
-			a.Report(shard(o), registries.Status{State: tt.report, Err: "dial tcp: connection refused"})
+			report(a, shard(o), status{State: tt.report, Err: "dial tcp: connection refused"})
 			clock.Advance(time.Minute)
-			a.Report(shard(o), registries.Status{State: tt.report, Err: "still down"})
+			report(a, shard(o), status{State: tt.report, Err: "still down"})
 			st := waitState(t, a, "dc1", tt.report)
 			if st.Since != clock.Now().Add(-time.Minute) || st.LastError != "still down" {
 				t.Errorf("status %+v: want Since at the first report and the latest error", st)
@@ -209,8 +210,8 @@ func TestFreshness(t *testing.T) {
 				t.Errorf("another registry's service was withdrawn")
 			}
 
-			a.Report(shard(o), registries.Status{State: registries.Synced})
-			waitState(t, a, "dc1", registries.Synced)
+			report(a, shard(o), status{State: Synced})
+			waitState(t, a, "dc1", Synced)
 			eventually(t, "served again", func() bool { return addrs(a.Snapshot(), "a.consul") != nil })
 			if after, _ := a.Snapshot().Service("a.consul"); after != before {
 				t.Errorf("the service came back as a new pointer; it did not change")
@@ -224,14 +225,14 @@ func TestDegradedReportAfterExpiryIsStale(t *testing.T) {
 	clock := newFakeClock()
 	o := reg("dc1", "consul", "consul") // default ExpireAfter 10m
 	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now})
-	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "down"})
-	clock.Advance(registries.DefaultExpireAfter)
-	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "down"})
-	if st, _ := a.Registry("dc1"); st.State != registries.Stale {
+	report(a, shard(o), status{State: Degraded, Err: "down"})
+	clock.Advance(DefaultExpireAfter)
+	report(a, shard(o), status{State: Degraded, Err: "down"})
+	if st, _ := a.Registry("dc1"); st.State != Stale {
 		t.Errorf("state %s, want Stale", st.State)
 	}
-	a.Replace(shard(o), nil, nil)
-	if st, _ := a.Registry("dc1"); st.State != registries.Synced || st.LastError != "" || st.LastSync != clock.Now() {
+	replace(a, shard(o), nil, nil)
+	if st, _ := a.Registry("dc1"); st.State != Synced || st.LastError != "" || st.LastSync != clock.Now() {
 		t.Errorf("after Replace: %+v, want Synced with LastSync now and no error", st)
 	}
 }
@@ -246,7 +247,7 @@ func TestHoldDown(t *testing.T) {
 	}{{
 		name: "confirmed by the next drop",
 		next: func(a *Aggregator, _ *fakeClock, o RegistryOptions) {
-			a.Replace(shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
+			replace(a, shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
 		},
 		wantAddrs: 2,
 	}, {
@@ -256,14 +257,14 @@ func TestHoldDown(t *testing.T) {
 	}, {
 		name: "cleared by an update within the ratio",
 		next: func(a *Aggregator, _ *fakeClock, o RegistryOptions) {
-			a.Replace(shard(o), []model.Service{svc("a.consul", ips(9)...)}, nil)
+			replace(a, shard(o), []model.Service{svc("a.consul", ips(9)...)}, nil)
 		},
 		wantAddrs: 9,
 	}, {
 		name: "released by an operator",
 		next: func(a *Aggregator, _ *fakeClock, o RegistryOptions) {
 			st, err := a.Release(context.Background(), o.Name)
-			if err != nil || st.State != registries.Synced || st.Hold != nil || st.Endpoints != 3 {
+			if err != nil || st.State != Synced || st.Hold != nil || st.Endpoints != 3 {
 				panic(fmt.Sprintf("Release = %+v, %v; want Synced with the 3 held endpoints served", st, err))
 			}
 		},
@@ -278,10 +279,10 @@ func TestHoldDown(t *testing.T) {
 			a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now, HoldDown: time.Minute})
 			start(t, a)
 			holds0 := testutil.ToFloat64(holddownsTotal.WithLabelValues(o.Name))
-			a.Replace(shard(o), []model.Service{svc("a.consul", ips(10)...)}, nil)
+			replace(a, shard(o), []model.Service{svc("a.consul", ips(10)...)}, nil)
 			waitVersion(t, a, 1)
 
-			a.Replace(shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
+			replace(a, shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
 			eventually(t, "hold-down listed", func() bool { return hasConflict(a.Conflicts(), CategoryHoldDown, "") })
 			c := a.Conflicts()[0]
 			if want := "update would remove 7 of 10 endpoints (70% > 50%)"; !strings.HasPrefix(c.Reason, want) || c.Registry != o.Name {
@@ -291,7 +292,7 @@ func TestHoldDown(t *testing.T) {
 				t.Errorf("served %d endpoints during the hold, want the old 10", n)
 			}
 			st, _ := a.Registry(o.Name)
-			if st.State != registries.Held || !st.HeldDown || st.Endpoints != 10 || st.Hold == nil {
+			if st.State != Held || !st.HeldDown || st.Endpoints != 10 || st.Hold == nil {
 				t.Fatalf("status %+v, want Held, HeldDown, 10 endpoints", st)
 			}
 			if h := *st.Hold; h.Served != 10 || h.Pending != 3 || h.Reason != c.Reason || !h.Since.Equal(clock.Now()) {
@@ -307,7 +308,7 @@ func TestHoldDown(t *testing.T) {
 			tt.next(a, clock, o)
 			eventually(t, "update applied", func() bool { return len(addrs(a.Snapshot(), "a.consul")) == tt.wantAddrs })
 			eventually(t, "hold-down cleared", func() bool { return len(a.Conflicts()) == 0 })
-			if st, _ := a.Registry(o.Name); st.HeldDown || st.Hold != nil || st.State != registries.Synced || st.Endpoints != tt.wantAddrs {
+			if st, _ := a.Registry(o.Name); st.HeldDown || st.Hold != nil || st.State != Synced || st.Endpoints != tt.wantAddrs {
 				t.Errorf("status %+v, want Synced, no hold and %d endpoints", st, tt.wantAddrs)
 			}
 			if _, err := a.Release(context.Background(), o.Name); !errors.Is(err, ErrNothingHeld) {
@@ -332,16 +333,16 @@ func TestInvalidDataIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	o := reg("vms", "file", "vm")
-	o.Outage = registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
+	o.Outage = Outage{Policy: OutageExpire, ExpireAfter: time.Minute}
 	a := newRunning(t, clock, o)
-	a.Replace(shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil)
+	replace(a, shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil)
 	waitVersion(t, a, 1)
 
-	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "services.yaml:3:5: bad key", Invalid: true})
+	report(a, shard(o), status{State: Degraded, Err: "services.yaml:3:5: bad key", Invalid: true})
 	advance(a, clock, 2*time.Minute)
-	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "services.yaml:3:5: bad key", Invalid: true})
+	report(a, shard(o), status{State: Degraded, Err: "services.yaml:3:5: bad key", Invalid: true})
 	advance(a, clock, 2*time.Minute)
-	if st, _ := a.Registry("vms"); st.State != registries.Degraded || st.Withdrawn || st.Endpoints != 2 {
+	if st, _ := a.Registry("vms"); st.State != Degraded || st.Withdrawn || st.Endpoints != 2 {
 		t.Errorf("invalid data past expireAfter: %+v, want Degraded and still served", st)
 	}
 	if n := len(addrs(a.Snapshot(), "a.vm")); n != 2 {
@@ -349,9 +350,9 @@ func TestInvalidDataIsNotAnOutage(t *testing.T) {
 	}
 
 	// The file disappears: that is an outage, and expire withdraws.
-	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "open services.yaml: no such file"})
+	report(a, shard(o), status{State: Degraded, Err: "open services.yaml: no such file"})
 	advance(a, clock, 2*time.Minute)
-	waitState(t, a, "vms", registries.Stale)
+	waitState(t, a, "vms", Stale)
 	eventually(t, "withdrawn", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 0 })
 }
 
@@ -363,28 +364,28 @@ func TestReplaceStatusDegraded(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	o := reg("vms", "file", "vm")
-	o.Outage = registries.Outage{Policy: registries.OutageExpire, ExpireAfter: time.Minute}
+	o.Outage = Outage{Policy: OutageExpire, ExpireAfter: time.Minute}
 	a := newRunning(t, clock, o)
-	a.Replace(shard(o), []model.Service{svc("a.vm", ips(1)...)}, nil)
+	replace(a, shard(o), []model.Service{svc("a.vm", ips(1)...)}, nil)
 	waitVersion(t, a, 1)
-	bad := registries.Status{State: registries.Degraded, Err: "b.yaml:3:5: bad key", Invalid: true}
-	a.Report(shard(o), bad)
+	bad := status{State: Degraded, Err: "b.yaml:3:5: bad key", Invalid: true}
+	report(a, shard(o), bad)
 	since := clock.Now()
 
 	clock.Advance(time.Second)
-	a.ReplaceStatus(shard(o), []model.Service{svc("a.vm", ips(3)...)}, nil, bad)
+	replaceStatus(a, shard(o), []model.Service{svc("a.vm", ips(3)...)}, nil, bad)
 	st, _ := a.Registry("vms")
-	if st.State != registries.Degraded || st.LastError != bad.Err || st.Since != since || st.LastSync != clock.Now() {
+	if st.State != Degraded || st.LastError != bad.Err || st.Since != since || st.LastSync != clock.Now() {
 		t.Errorf("after ReplaceStatus: %+v, want Degraded since the report, with its error, synced now", st)
 	}
 	eventually(t, "new state served", func() bool { return len(addrs(a.Snapshot(), "a.vm")) == 3 })
 	advance(a, clock, 2*time.Minute)
-	if st, _ := a.Registry("vms"); st.State != registries.Degraded || st.Withdrawn {
+	if st, _ := a.Registry("vms"); st.State != Degraded || st.Withdrawn {
 		t.Errorf("invalid data past expireAfter: %+v, want Degraded and served", st)
 	}
 
-	a.ReplaceStatus(shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil, registries.Status{State: registries.Synced})
-	if st, _ := a.Registry("vms"); st.State != registries.Synced || st.LastError != "" {
+	replaceStatus(a, shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil, status{State: Synced})
+	if st, _ := a.Registry("vms"); st.State != Synced || st.LastError != "" {
 		t.Errorf("after ReplaceStatus Synced: %+v, want Synced without error", st)
 	}
 }
@@ -396,9 +397,9 @@ func TestHoldDownDisabledAndWithinRatio(t *testing.T) {
 		o := reg("r", "consul", "consul")
 		o.MaxDeleteRatio = ratio
 		a := newRunning(t, clock, o)
-		a.Replace(shard(o), []model.Service{svc("a.consul", ips(10)...)}, nil)
+		replace(a, shard(o), []model.Service{svc("a.consul", ips(10)...)}, nil)
 		waitVersion(t, a, 1)
-		a.Replace(shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
+		replace(a, shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
 		snap := waitVersion(t, a, 2)
 		if n := len(addrs(snap, "a.consul")); n != 3 || len(a.Conflicts()) != 0 {
 			t.Errorf("ratio %v: served %d endpoints, conflicts %v; want the drop applied at once", ratio, n, a.Conflicts())
@@ -413,14 +414,14 @@ func TestAddAndRemoveRegistry(t *testing.T) {
 		t.Errorf("no registries: Ready() = %v, %q; want true", ok, reason)
 	}
 	remote := reg("remote", "kubernetes", "svc.cluster.local")
-	a.Replace(shard(remote), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil) // unknown: ignored
+	replace(a, shard(remote), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil) // unknown: ignored
 	a.AddRegistry(remote)
 	if _, ok := a.Registry("remote"); !ok {
 		t.Fatalf("added registry not listed")
 	}
-	a.Replace(shard(remote), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil)
+	replace(a, shard(remote), []model.Service{svc("a.ns.svc.cluster.local", "10.0.0.1")}, nil)
 	waitVersion(t, a, 1)
-	a.Replace(model.ShardKey{Kind: "consul", Name: "remote"}, nil, nil) // wrong kind: ignored
+	replace(a, model.ShardKey{Kind: "consul", Name: "remote"}, nil, nil) // wrong kind: ignored
 
 	// Changing the domain re-checks the state already received.
 	moved := remote
@@ -468,7 +469,7 @@ func TestRegistryAddedWhileReadyDoesNotUnready(t *testing.T) {
 			local := reg("local", "file", "vm")
 			a := newRunning(t, newFakeClock(), local)
 			if tt.syncFirst {
-				a.Replace(shard(local), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
+				replace(a, shard(local), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
 				eventually(t, "local applied", func() bool { st, _ := a.Registry("local"); return st.Services == 1 })
 			}
 			if tt.askReady {
@@ -482,8 +483,8 @@ func TestRegistryAddedWhileReadyDoesNotUnready(t *testing.T) {
 				t.Errorf("Ready() = %v, %q; want %v, %q", ok, why, tt.wantReady, tt.wantWhy)
 			}
 			// Once the remote syncs it is reflected like any other registry.
-			a.Replace(shard(local), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
-			a.Replace(shard(remote), []model.Service{svc("b.ns.svc.cluster.local", "10.0.0.2")}, nil)
+			replace(a, shard(local), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
+			replace(a, shard(remote), []model.Service{svc("b.ns.svc.cluster.local", "10.0.0.2")}, nil)
 			eventually(t, "ready with no reason", func() bool { ok, why := a.Ready(); return ok && why == "" })
 		})
 	}
@@ -493,7 +494,7 @@ func TestJSON(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	a := New(Options{Registries: []RegistryOptions{reg("b", "file", "b"), reg("a", "consul", "a")}, Now: clock.Now})
-	a.Report(model.ShardKey{Kind: "file", Name: "b"}, registries.Status{State: registries.Degraded, Err: "no such file"})
+	report(a, model.ShardKey{Kind: "file", Name: "b"}, status{State: Degraded, Err: "no such file"})
 	out, err := json.Marshal(a.Registries())
 	if err != nil {
 		t.Fatal(err)
@@ -549,7 +550,7 @@ func TestRestartedServeRedelivers(t *testing.T) {
 			panic("subscriber failed")
 		}
 	})
-	a.Replace(shard(o), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
+	replace(a, shard(o), []model.Service{svc("a.vm", "10.0.0.1")}, nil)
 	panicked := make(chan any, 1)
 	go func() {
 		defer func() { panicked <- recover() }()
@@ -581,15 +582,15 @@ func TestRestore(t *testing.T) {
 	start(t, a)
 	waitVersion(t, a, 1)
 	st, _ := a.Registry("dc1")
-	if !st.Restored || st.State != registries.Starting || st.Endpoints != 4 {
+	if !st.Restored || st.State != Starting || st.Endpoints != 4 {
 		t.Errorf("restored: %+v, want Starting, Restored, 4 endpoints", st)
 	}
 	if ok, _ := a.Ready(); !ok {
 		t.Error("Ready() = false with a restored state")
 	}
-	a.Replace(shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
+	replace(a, shard(o), []model.Service{svc("a.consul", ips(3)...)}, nil)
 	eventually(t, "own state served", func() bool { return len(addrs(a.Snapshot(), "a.consul")) == 3 })
-	if st, _ := a.Registry("dc1"); st.Restored || st.State != registries.Synced {
+	if st, _ := a.Registry("dc1"); st.Restored || st.State != Synced {
 		t.Errorf("after the first sync: %+v, want Synced, not Restored", st)
 	}
 	if got := <-accepted; len(got) != 1 || len(got[0].Endpoints) != 3 {
@@ -607,7 +608,7 @@ func TestConfigFlowsWithSnapshot(t *testing.T) {
 	t.Parallel()
 	x := reg("x", "file", "x")
 	a := newRunning(t, newFakeClock(), x)
-	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.1")}, nil)
+	replace(a, shard(x), []model.Service{svc("a.x", "10.0.0.1")}, nil)
 	s1 := waitVersion(t, a, 1)
 
 	// A config change alone publishes a snapshot with the same services.
@@ -622,14 +623,14 @@ func TestConfigFlowsWithSnapshot(t *testing.T) {
 		t.Error("a config change rebuilt an unchanged service")
 	}
 	// A registry change keeps the config.
-	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.2")}, nil)
+	replace(a, shard(x), []model.Service{svc("a.x", "10.0.0.2")}, nil)
 	s3 := waitVersion(t, a, s2.Version+1)
 	if s3.Config != cfg {
 		t.Error("a registry change dropped the config")
 	}
 	// Setting the same config again publishes nothing.
 	a.SetConfig(cfg)
-	a.Replace(shard(x), []model.Service{svc("a.x", "10.0.0.2")}, nil)
+	replace(a, shard(x), []model.Service{svc("a.x", "10.0.0.2")}, nil)
 	a.wake()
 	time.Sleep(50 * time.Millisecond) // nothing to wait for: assert no publish happened meanwhile
 	if v := a.Snapshot().Version; v != s3.Version {
@@ -657,7 +658,7 @@ func TestNoAcceptAfterRemoveRegistry(t *testing.T) {
 		})
 	}})
 	start(t, a)
-	a.Replace(shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
+	replace(a, shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
 	<-entered
 	removed := make(chan struct{})
 	go func() { a.RemoveRegistry("dc1"); record("removed"); close(removed) }()
@@ -674,29 +675,33 @@ func TestNoAcceptAfterRemoveRegistry(t *testing.T) {
 	}
 }
 
-// TestServing: a shard is served once a state was received or restored,
-// so a registry's partial first state after a restart is held back
-// (registries.ServingSink); a fresh shard is not.
-func TestServing(t *testing.T) {
+// TestHoldsFirst: a shard is served once a state was received or
+// restored, so a registry's partial first state after a restart would be
+// held back; on a fresh shard it would not, nor would a complete one.
+func TestHoldsFirst(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	o, r := reg("fresh", "file", "fresh"), reg("restored", "file", "restored")
 	a := newRunning(t, clock, o, r)
-	if a.Serving(shard(o)) || a.Serving(shard(r)) {
+	part := registries.Update{HasState: true, Services: []model.Service{}, Condition: registries.Condition{Err: "b.yaml: bad"}}
+	if a.HoldsFirst(shard(o), part) || a.HoldsFirst(shard(r), part) {
 		t.Fatal("a shard that received nothing is served")
 	}
 	if !a.Restore(shard(r), []model.Service{svc("a.restored", ips(1)...)}, nil) {
 		t.Fatal("Restore refused")
 	}
-	if !a.Serving(shard(r)) {
+	if !a.HoldsFirst(shard(r), part) {
 		t.Error("a restored shard is not served")
 	}
-	a.Replace(shard(o), []model.Service{svc("a.fresh", ips(1)...)}, nil)
-	if !a.Serving(shard(o)) {
+	if a.HoldsFirst(shard(r), registries.FullState([]model.Service{}, nil)) {
+		t.Error("a complete first state would be held")
+	}
+	replace(a, shard(o), []model.Service{svc("a.fresh", ips(1)...)}, nil)
+	if !a.HoldsFirst(shard(o), part) {
 		t.Error("a shard that received a state is not served")
 	}
 	unknown := model.ShardKey{Name: "unknown", Kind: "file"}
-	if a.Serving(unknown) || a.Serving(model.ShardKey{Name: "fresh", Kind: "consul"}) {
+	if a.HoldsFirst(unknown, part) || a.HoldsFirst(model.ShardKey{Name: "fresh", Kind: "consul"}, part) {
 		t.Error("an unknown shard is served")
 	}
 	// Asking is not an update: it is not recorded (nor logged) as one from
@@ -705,6 +710,71 @@ func TestServing(t *testing.T) {
 	recorded := a.unknown[unknown]
 	a.mu.Unlock()
 	if recorded {
-		t.Error("Serving recorded an update from an unknown registry")
+		t.Error("HoldsFirst recorded an update from an unknown registry")
+	}
+}
+
+// TestPartialFirstStateHeld (formerly the Publisher's): a partial first
+// state of a Run is not applied while a state of the shard is served
+// (restored after a restart): the registry is Degraded saying the update
+// is held, with one warning; the first complete state is applied. A
+// partial state once a state of the Run was applied is applied; a Run's
+// end starts holding again.
+func TestPartialFirstStateHeld(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("restored", "file", "restored")
+	var logs logBuffer
+	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if !a.Restore(shard(o), []model.Service{svc("a.restored", ips(2)...)}, nil) {
+		t.Fatal("Restore refused")
+	}
+	restored := a.inputOf("restored")
+	part := registries.Update{HasState: true, Services: []model.Service{svc("a.restored", ips(1)...)},
+		Condition: registries.Condition{Err: "cluster east: connection refused"}}
+	for range 2 {
+		a.Publish(shard(o), part)
+	}
+	report(a, shard(o), status{State: Degraded, Err: "cluster east: connection refused"})
+	held := HeldPrefix + "cluster east: connection refused"
+	if st, _ := a.Registry("restored"); st.State != Degraded || st.LastError != held || !st.LastSync.IsZero() || a.inputOf("restored") != restored {
+		t.Fatalf("want Degraded saying the update is held, and nothing applied: %+v", st)
+	}
+	if n := strings.Count(logs.String(), `msg="first update held`); n != 1 {
+		t.Errorf("held warning logged %d times, want once:\n%s", n, logs.String())
+	}
+	full := registries.FullState([]model.Service{svc("a.restored", ips(1)...)}, nil)
+	a.Publish(shard(o), full)
+	if st, _ := a.Registry("restored"); st.State != Synced || st.LastError != "" || a.inputOf("restored") == restored || a.inputOf("restored").restored {
+		t.Fatalf("after the first complete state: %+v", st)
+	}
+	a.Publish(shard(o), part)
+	if st, _ := a.Registry("restored"); st.State != Degraded || st.LastError != part.Err || len(a.inputOf("restored").services[0].Endpoints) != 1 {
+		t.Fatalf("a partial state after the Run's first was not applied: %+v", st)
+	}
+	// The Run ends; the next Run's partial first state is held again.
+	a.Publish(shard(o), registries.Update{Condition: registries.Condition{Err: "boom"}, Ended: true})
+	before := a.inputOf("restored")
+	a.Publish(shard(o), part)
+	if st, _ := a.Registry("restored"); st.LastError != held || a.inputOf("restored") != before {
+		t.Fatalf("a new Run's partial first state was applied: %+v", st)
+	}
+	if n := strings.Count(logs.String(), `msg="first update held`); n != 2 {
+		t.Errorf("held warning logged %d times over two Runs, want twice", n)
+	}
+}
+
+// TestPartialFirstStateAppliedWhenNothingServed: with nothing served yet
+// (a fresh start), a partial first state is applied (one bad file must
+// not keep the good ones from being served), Degraded in the same step.
+func TestPartialFirstStateAppliedWhenNothingServed(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("fresh", "file", "fresh")
+	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now})
+	down := registries.Condition{Err: "b.yaml:3:1: bad key", Invalid: true}
+	a.Publish(shard(o), registries.Update{HasState: true, Services: []model.Service{svc("a.fresh", ips(1)...)}, Condition: down})
+	if st, _ := a.Registry("fresh"); st.State != Degraded || st.LastError != down.Err || st.LastSync.IsZero() || a.inputOf("fresh") == nil {
+		t.Fatalf("want a.fresh applied with the Degraded status: %+v", st)
 	}
 }

@@ -78,7 +78,7 @@ func BenchmarkAggregateFlip(b *testing.B) {
 			o := reg("bench", "bench", "bench.local")
 			a := New(Options{Registries: []RegistryOptions{o}})
 			state := benchShard(1000, 10)
-			a.Replace(shard(o), state, nil)
+			replace(a, shard(o), state, nil)
 			a.rebuild(a.now())
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -90,7 +90,7 @@ func BenchmarkAggregateFlip(b *testing.B) {
 					in = deepCopy(state)
 				}
 				b.StartTimer()
-				a.Replace(shard(o), in, nil)
+				replace(a, shard(o), in, nil)
 				a.rebuild(a.now())
 			}
 			b.StopTimer()

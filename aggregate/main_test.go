@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -85,7 +86,7 @@ func waitVersion(t *testing.T, a *Aggregator, v uint64) *model.Snapshot {
 	return a.Snapshot()
 }
 
-func waitState(t *testing.T, a *Aggregator, name string, want registries.State) RegistryStatus {
+func waitState(t *testing.T, a *Aggregator, name string, want State) RegistryStatus {
 	t.Helper()
 	var st RegistryStatus
 	eventually(t, fmt.Sprintf("registry %s %s", name, want), func() bool {
@@ -141,4 +142,67 @@ func hasConflict(cs []Conflict, category, subjectOrHost string) bool {
 		}
 	}
 	return false
+}
+
+// status is a registry's condition in the terms the tests were written
+// in: Synced (healthy), Degraded (failing, Invalid or not) or Failed (the
+// Run ended with a Permanent error).
+type status struct {
+	State   State
+	Err     string
+	Invalid bool
+}
+
+// update is the registries.Update a registry publishes for st, without a
+// state.
+func (st status) update() registries.Update {
+	u := registries.Update{Condition: registries.Condition{Err: st.Err, Invalid: st.Invalid}}
+	if st.State == Failed {
+		u.Ended, u.Permanent = true, true
+	}
+	return u
+}
+
+// replace publishes a complete state with a healthy backend.
+func replace(s registries.Sink, shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
+	s.Publish(shard, registries.FullState(services, rejected))
+}
+
+// replaceStatus publishes a complete state with st's condition.
+func replaceStatus(s registries.Sink, shard model.ShardKey, services []model.Service, rejected []model.Rejection, st status) {
+	u := st.update()
+	u.HasState, u.Services, u.Rejected, u.Complete = true, services, rejected, true
+	s.Publish(shard, u)
+}
+
+// report publishes st without a state.
+func report(s registries.Sink, shard model.ShardKey, st status) { s.Publish(shard, st.update()) }
+
+// inputOf is the registry's input not yet taken by a Serve loop (nil if
+// none): with no loop running, the latest state applied.
+func (a *Aggregator) inputOf(name string) *input {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if rs := a.regs[name]; rs != nil {
+		return rs.pending
+	}
+	return nil
+}
+
+// logBuffer is a bytes.Buffer safe for concurrent use, for a log handler.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

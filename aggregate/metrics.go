@@ -2,8 +2,6 @@ package aggregate
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/meshfed/meshfed/registries"
 )
 
 var (
@@ -49,8 +47,8 @@ func Collectors() []prometheus.Collector {
 		snapshotsTotal, snapshotBuildSeconds, holddownsTotal}
 }
 
-func setStateMetric(registry string, s registries.State) {
-	for _, st := range registries.AllStates {
+func setStateMetric(registry string, s State) {
+	for _, st := range AllStates {
 		v := 0.0
 		if st == s {
 			v = 1

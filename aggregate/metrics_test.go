@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/registries"
 )
 
 func TestMetrics(t *testing.T) {
@@ -21,11 +20,11 @@ func TestMetrics(t *testing.T) {
 	o := reg("metrics-test", "file", "vm")
 	a := New(Options{Registries: []RegistryOptions{o}})
 	start(t, a)
-	a.Replace(shard(o), []model.Service{svc("a.vm", "10.0.0.1", "10.0.0.2")}, nil)
+	replace(a, shard(o), []model.Service{svc("a.vm", "10.0.0.1", "10.0.0.2")}, nil)
 	eventually(t, "endpoints gauge", func() bool {
 		return testutil.ToFloat64(registryEndpoints.WithLabelValues(o.Name)) == 2
 	})
-	a.Report(shard(o), registries.Status{State: registries.Degraded, Err: "x"})
+	report(a, shard(o), status{State: Degraded, Err: "x"})
 	for state, want := range map[string]float64{"Degraded": 1, "Synced": 0, "Starting": 0} {
 		if got := testutil.ToFloat64(registryState.WithLabelValues(o.Name, state)); got != want {
 			t.Errorf("meshfed_registry_state{state=%q} = %v, want %v", state, got, want)

@@ -20,7 +20,7 @@ type shardState struct {
 	conflicts []Conflict // Since unset
 }
 
-// normalize is the gate every Replace passes: it validates services, ports
+// normalize is the gate every published state passes: it validates services, ports
 // and endpoints, fills defaults, and quarantines each bad item alone. It is
 // a pure function; the result shares no mutable state with the input.
 //

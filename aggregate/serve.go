@@ -20,7 +20,7 @@ type loopReg struct {
 	gen     uint64
 	cur     shardState // accepted state
 	raw     *input     // input cur was built from
-	applied bool       // cur holds a Replace (or a restored state)
+	applied bool       // cur holds a published (or a restored) state
 	visible bool       // cur is served (not withdrawn)
 	saved   *input     // last input handed to OnAccepted
 	hold    *hold
@@ -86,7 +86,7 @@ func (a *Aggregator) Serve(ctx context.Context) error {
 // visible reports whether rs's accepted state is served at now. Called with
 // mu held.
 func visible(rs *regState, now time.Time) bool {
-	return rs.opts.Outage.Policy != registries.OutageExpire || rs.outageSince.IsZero() ||
+	return rs.opts.Outage.Policy != OutageExpire || rs.outageSince.IsZero() ||
 		now.Before(rs.outageSince.Add(rs.opts.Outage.ExpireAfter))
 }
 
@@ -106,8 +106,8 @@ func (a *Aggregator) tick(now time.Time) (expired bool, next time.Time) {
 			dl := rs.outageSince.Add(rs.opts.Outage.ExpireAfter)
 			if now.Before(dl) {
 				earliest(dl)
-			} else if rs.state == registries.Degraded {
-				a.setState(rs, registries.Stale, dl)
+			} else if rs.state == Degraded {
+				a.setState(rs, Stale, dl)
 				stale = append(stale, name)
 			}
 		}
@@ -355,7 +355,7 @@ func (a *Aggregator) servicesInOrder(changed map[string]bool) []*model.Service {
 	return out
 }
 
-// offer passes a Replace through normalization and the hold-down.
+// offer passes a published state through normalization and the hold-down.
 func (a *Aggregator) offer(lr *loopReg, in *input, now time.Time, touched map[string]bool, log *slog.Logger) {
 	st, memo := normalizeWith(lr.opts, in.services, in.rejected, lr.memo)
 	lr.memo = memo

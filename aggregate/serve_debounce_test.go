@@ -30,7 +30,7 @@ func TestServeDebounces(t *testing.T) {
 	var duringBurst int64
 	for i := range updates {
 		<-burst.C
-		a.Replace(shard(o), []model.Service{svc("a.vm", fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))}, nil)
+		replace(a, shard(o), []model.Service{svc("a.vm", fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))}, nil)
 		if i == updates-1 {
 			duringBurst = published.Load()
 		}

@@ -128,13 +128,19 @@ func holds(services []model.Service, c *S6Change) bool {
 	return false
 }
 
-func (s *s6Sink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
-	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
+// Publish implements registries.Sink: it notes every state, then passes
+// the update on.
+func (s *s6Sink) Publish(shard model.ShardKey, u registries.Update) {
+	if u.HasState {
+		s.observe(u.Services)
+	}
+	s.next.Publish(shard, u)
 }
 
-func (s *s6Sink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
+func (s *s6Sink) observe(services []model.Service) {
 	now := time.Now()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.last, s.lastAt = services, now
 	if s.want != nil && holds(services, s.want) {
 		s.want = nil
@@ -148,11 +154,7 @@ func (s *s6Sink) ReplaceStatus(shard model.ShardKey, services []model.Service, r
 			}
 		}
 	}
-	s.mu.Unlock()
-	s.next.ReplaceStatus(shard, services, rejected, st)
 }
-
-func (s *s6Sink) Report(shard model.ShardKey, st registries.Status) { s.next.Report(shard, st) }
 
 // awaitReplace returns when a Replace held ch: at once if the last one
 // did, else when the next one that does arrives; false after s6Timeout.
@@ -261,7 +263,7 @@ func RunS6(t testing.TB, row S6Row, o S6Options) S6Result {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // s6Pipeline is meshfed's aggregate and xds serving one registry, wired as
-// federation.Gateway wires them, on a loopback gRPC listener.
+// gateway.Gateway wires them, on a loopback gRPC listener.
 type s6Pipeline struct {
 	agg    *aggregate.Aggregator
 	xds    *xds.Server

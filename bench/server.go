@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
 )
 
@@ -34,7 +35,7 @@ type Impl interface {
 }
 
 // Meshfed wires the real aggregate and xds packages exactly as
-// federation.Gateway does (aggregate.New → Subscribe(xds.Server.Update)),
+// gateway.Gateway does (aggregate.New → Subscribe(xds.Server.Update)),
 // with one registry shard that the bench churn driver writes through
 // Sink.Replace.
 type Meshfed struct {
@@ -63,8 +64,10 @@ func NewMeshfed(quiet, maxWait time.Duration, log *slog.Logger) *Meshfed {
 	return m
 }
 
-// Write implements Impl: Sink.Replace of the bench shard.
-func (m *Meshfed) Write(services []model.Service) { m.agg.Replace(Shard, services, nil) }
+// Write implements Impl: a complete state of the bench shard, published.
+func (m *Meshfed) Write(services []model.Service) {
+	m.agg.Publish(Shard, registries.FullState(services, nil))
+}
 
 // Ready implements Impl: the aggregator has applied the first write (as
 // the gateway waits for before it serves xDS).
@@ -83,7 +86,7 @@ func (m *Meshfed) Close() {
 	<-m.done
 }
 
-// GRPCServer returns a gRPC server with the options federation.Gateway
+// GRPCServer returns a gRPC server with the options gateway.Gateway
 // uses (no TLS), plus opts (the meshfed bench server passes
 // xds.ServerOptions, as the gateway does).
 func GRPCServer(opts ...grpc.ServerOption) *grpc.Server {

@@ -15,9 +15,11 @@ import (
 // (docs/architecture.md §3.1.1). A platform watches its backend its own way
 // and hands each converted item (a service, a file...) to a Publisher
 // under a key; the Publisher keeps the last conversion of every key,
-// assembles the shard's state in key order, hands it to the Sink only when
-// it changed or the registry's status did, reports Synced/Degraded
-// transitions once, and observes meshfed_registry_ingest_latency_seconds.
+// assembles the shard's state in key order, hands it to the Sink as an
+// Update only when it changed or the backend's condition did (never the
+// same Update twice), logs failure/recovery transitions once, and observes
+// meshfed_registry_ingest_latency_seconds. It holds no policy: what the
+// Sink serves, and when, is the Sink's.
 // As in Prometheus' discovery/refresh, the platform supplies the function
 // (what a key converts to, when the state is complete) and the loop's tail
 // is shared.
@@ -73,20 +75,19 @@ type PublisherOptions[K comparable] struct {
 	// nil (empty for none).
 	Assemble func(entries []Entry[K]) (services []model.Service, rejected []model.Rejection)
 	// CompleteWhileDegraded says the state is complete whenever the
-	// platform calls Flush, even with a non-Synced status (the kube
+	// platform calls Flush, even with a failing condition (the kube
 	// registry flushes only once its informers listed everything; its
-	// status is the connection's health). Without it, a non-Synced Flush
-	// before anything was published in the Run only reports the status:
-	// a partial first state (a cluster or file that cannot be read after
-	// a restart) would replace the complete one the sink already serves
-	// (restored or from the previous Run) and drop what it cannot see.
+	// condition is the connection's health). Without it, a state flushed
+	// with a failing condition is published as not Complete (Update): a
+	// partial state, e.g. a cluster or file that cannot be read, which the
+	// sink may refuse as a Run's first state while it serves another.
 	CompleteWhileDegraded bool
 }
 
 // Publisher is one Run's publishing tail. Build one per Run with
 // NewPublisher. Set, Put, Delete, Retain, Changed, Forget, State and Len
-// may be called from any goroutine. Flush, Report, Status and Published
-// read and write the status the sink last heard without a lock: call them
+// may be called from any goroutine. Flush, Report, Condition and Published
+// read and write the condition the sink last heard without a lock: call them
 // from one goroutine (the Run's loop), never concurrently with each
 // other.
 type Publisher[K comparable] struct {
@@ -102,9 +103,8 @@ type Publisher[K comparable] struct {
 	pending time.Time // oldest change not yet published; zero if none
 
 	// Owned by the flushing goroutine.
-	published bool   // a state went out in this Run
-	held      bool   // a partial first state was held (logged once)
-	told      Status // the status the sink last heard (Starting: none yet)
+	sent bool      // a state went out in this Run
+	told Condition // the condition the sink last heard (healthy: none yet)
 }
 
 // NewPublisher returns the publishing tail of one Run of the registry c,
@@ -222,43 +222,23 @@ func (p *Publisher[K]) Forget() {
 	p.mu.Unlock()
 }
 
-// Flush publishes the assembled state with status st when the state
+// Flush publishes the assembled state with condition c when the state
 // changed since the last publish, nothing was published yet in this Run,
-// or st is Synced while the sink last heard otherwise (an outage ended: the
-// state is published again, which says Synced). Otherwise it only reports
-// st if it differs from what the sink last heard. st is Synced, or
-// Degraded for a state that is current as far as it goes while part of the
-// backend is failing (one broken file of a directory): it is published
-// with Sink.ReplaceStatus, so the registry never shows Synced in between.
-// A non-Synced Flush before anything was published in this Run only
-// reports st (unless PublisherOptions.CompleteWhileDegraded) when the
-// sink already serves a state of the shard (a restored state, the
-// previous Run's; see ServingSink): the sink keeps it until the backend is
-// read in full, and the reported error says so (HeldPrefix; a warning is
-// logged once). With nothing served yet (a fresh start) the partial state
-// is published, so the readable part is served while the rest is broken. Flush reports whether it published.
-func (p *Publisher[K]) Flush(st Status) bool {
-	if st.State != Synced {
-		st.State = Degraded
-		if !p.published && !p.opts.CompleteWhileDegraded && p.sinkServes() {
-			// Held until the backend reads in full (a typo must never
-			// black-hole restored services), and said so: in the status
-			// (/healthz/registries) and once in the log.
-			p.Forget()
-			if !p.held {
-				p.held = true
-				p.log.Warn("first update held: the state already served is kept until every part of the backend reads", "error", st.Err)
-			}
-			st.Err = HeldPrefix + st.Err
-			p.Report(st)
-			return false
-		}
-	}
+// or the backend is healthy again while the sink last heard it failing
+// (an outage ended: the state is published again, which says so).
+// Otherwise it only reports c, if it differs from what the sink last heard
+// (Report). A state flushed with a failing c is current as far as it goes
+// while part of the backend fails (one broken file of a directory): it is
+// published with c in the same Update, marked not Complete unless
+// PublisherOptions.CompleteWhileDegraded. What the sink does with a
+// partial state (it may keep one it already serves) is its business.
+// Flush reports whether it published.
+func (p *Publisher[K]) Flush(c Condition) bool {
 	p.mu.Lock()
-	if !p.dirty && p.published && (st.State != Synced || p.told.State == Synced) {
+	if !p.dirty && p.sent && (c.Failing() || !p.told.Failing()) {
 		p.pending = time.Time{} // the changes recorded changed nothing
 		p.mu.Unlock()
-		p.Report(st)
+		p.Report(c)
 		return false
 	}
 	services, rejected := p.assemble()
@@ -266,29 +246,18 @@ func (p *Publisher[K]) Flush(st Status) bool {
 	p.dirty, p.pending = false, time.Time{}
 	p.mu.Unlock()
 
-	if st.State == Synced {
-		p.sink.Replace(p.shard, services, rejected)
-	} else {
-		p.sink.ReplaceStatus(p.shard, services, rejected, st)
-	}
+	p.sink.Publish(p.shard, Update{
+		HasState:  true,
+		Services:  services,
+		Rejected:  rejected,
+		Complete:  !c.Failing() || p.opts.CompleteWhileDegraded,
+		Condition: c,
+	})
 	if !pending.IsZero() {
 		p.ingest.Observe(time.Since(pending).Seconds())
 	}
-	p.transition(st, len(services))
-	p.published, p.told = true, st
-	return true
-}
-
-// HeldPrefix starts the status error of a registry whose partial first
-// state the Publisher holds back while the sink serves an earlier one.
-const HeldPrefix = "first update held, restored state kept until all parts read: "
-
-// sinkServes reports whether the sink already serves a state of the
-// shard (see ServingSink); a sink that cannot say is assumed to.
-func (p *Publisher[K]) sinkServes() bool {
-	if s, ok := p.sink.(ServingSink); ok {
-		return s.Serving(p.shard)
-	}
+	p.transition(c, len(services))
+	p.sent, p.told = true, c
 	return true
 }
 
@@ -313,41 +282,41 @@ func (p *Publisher[K]) assemble() ([]model.Service, []model.Rejection) {
 	return services, rejected
 }
 
-// Report tells the sink st without publishing, once: a status equal to
-// the one the sink last heard is not repeated. A Synced report before the
-// first publish of the Run is not passed on (the sink would take it for
-// "starting"); the first Flush says Synced.
-func (p *Publisher[K]) Report(st Status) {
-	if st == p.told || (st.State == Synced && !p.published) {
+// Report tells the sink c without publishing a state, once: a condition
+// equal to the one the sink last heard is not repeated. A healthy report
+// before the first publish of the Run is not passed on: the first Flush
+// says it with the state.
+func (p *Publisher[K]) Report(c Condition) {
+	if c == p.told || (!c.Failing() && !p.sent) {
 		return
 	}
-	p.transition(st, -1)
-	p.told = st
-	p.sink.Report(p.shard, st)
+	p.transition(c, -1)
+	p.told = c
+	p.sink.Publish(p.shard, Update{Condition: c})
 }
 
-// Status is the status the sink last heard in this Run (Starting before
-// the first publish or report).
-func (p *Publisher[K]) Status() Status { return p.told }
+// Condition is the condition the sink last heard in this Run (healthy
+// before the first publish or report).
+func (p *Publisher[K]) Condition() Condition { return p.told }
 
 // Published reports whether a state went out in this Run.
-func (p *Publisher[K]) Published() bool { return p.published }
+func (p *Publisher[K]) Published() bool { return p.sent }
 
-// transition logs a change of the status the sink hears: the first
+// transition logs a change of the condition the sink hears: the first
 // failure as a warning, a changed failure at debug level, the recovery as
 // info. services < 0: not known (a report without a publish).
-func (p *Publisher[K]) transition(st Status, services int) {
+func (p *Publisher[K]) transition(c Condition, services int) {
 	was := p.told
 	switch {
-	case st.State == Synced && was.State != Synced && was.State != Starting:
+	case !c.Failing() && was.Failing():
 		args := []any{"was", was.Err}
 		if services >= 0 {
 			args = append(args, "services", services)
 		}
 		p.log.Info("registry backend answers again; state resynced", args...)
-	case st.State != Synced && was.State != st.State:
-		p.log.Warn("registry backend failing; keeping the last good state", "error", st.Err, "invalid", st.Invalid)
-	case st.State != Synced && was.Err != st.Err:
-		p.log.Debug("registry backend still failing", "error", st.Err, "invalid", st.Invalid)
+	case c.Failing() && !was.Failing():
+		p.log.Warn("registry backend failing; keeping the last good state", "error", c.Err, "invalid", c.Invalid)
+	case c.Failing() && was.Err != c.Err:
+		p.log.Debug("registry backend still failing", "error", c.Err, "invalid", c.Invalid)
 	}
 }

@@ -58,7 +58,7 @@ func ingestCount(t *testing.T, c registries.Common) uint64 {
 func TestPublisherAssemblesInKeyOrderAndDedupes(t *testing.T) {
 	t.Parallel()
 	p, sink, c := newPub(t)
-	synced := registries.Status{State: registries.Synced}
+	synced := registries.Condition{}
 	rej := model.Rejection{Registry: c.Name, Subject: "x", Reason: "bad"}
 
 	if !p.Set("b", registries.One(pubService("b.test", "10.0.0.2"), true, nil)) ||
@@ -71,7 +71,7 @@ func TestPublisherAssemblesInKeyOrderAndDedupes(t *testing.T) {
 		t.Fatal("first Flush did not publish")
 	}
 	st := sink.State(c.Shard())
-	if hostnames(st.Services) != "b.test,c.test" || len(st.Rejected) != 1 || st.Status.State != registries.Synced {
+	if hostnames(st.Services) != "b.test,c.test" || len(st.Rejected) != 1 || !st.Healthy() || !st.Complete {
 		t.Fatalf("published %s", st)
 	}
 	if n := ingestCount(t, c); n != 1 {
@@ -112,8 +112,9 @@ func TestPublisherAssemblesInKeyOrderAndDedupes(t *testing.T) {
 func TestPublisherReportsTransitionsOnce(t *testing.T) {
 	t.Parallel()
 	p, sink, c := newPub(t)
-	synced := registries.Status{State: registries.Synced}
-	down := registries.Status{State: registries.Degraded, Err: "connection refused"}
+	synced := registries.Condition{}
+	down := registries.Condition{Err: "connection refused"}
+	downSt := registrytest.Status{Err: down.Err}
 
 	// Synced before anything was published says nothing: the first Flush
 	// does.
@@ -127,14 +128,14 @@ func TestPublisherReportsTransitionsOnce(t *testing.T) {
 	p.Report(down)
 	p.Report(down)
 	p.Flush(down) // nothing changed: no publish, no repeated report
-	if st := sink.State(c.Shard()); len(st.Reports) != 1 || st.Status != down || st.Replaces != 1 {
+	if st := sink.State(c.Shard()); len(st.Reports) != 1 || st.Status != downSt || st.Replaces != 1 {
 		t.Fatalf("repeated Degraded: %s", st)
 	}
 	// An outage ends: the unchanged state is published again (Synced).
 	if !p.Flush(synced) {
 		t.Fatal("Flush after an outage did not publish")
 	}
-	if st := sink.State(c.Shard()); st.Replaces != 2 || st.Status.State != registries.Synced {
+	if st := sink.State(c.Shard()); st.Replaces != 2 || !st.Healthy() {
 		t.Fatalf("after the outage: %s", st)
 	}
 
@@ -151,12 +152,15 @@ func TestPublisherReportsTransitionsOnce(t *testing.T) {
 		t.Errorf("published %s", st)
 	}
 	for _, h := range st.History[before:] {
-		if h != down {
-			t.Errorf("status %+v while degraded, want %+v throughout", h, down)
+		if h != downSt {
+			t.Errorf("status %+v while degraded, want %+v throughout", h, downSt)
 		}
 	}
-	if p.Status() != down {
-		t.Errorf("Status() = %+v", p.Status())
+	if st.Complete {
+		t.Error("a state flushed while part of the backend fails is marked Complete")
+	}
+	if p.Condition() != down {
+		t.Errorf("Condition() = %+v", p.Condition())
 	}
 }
 
@@ -177,7 +181,7 @@ func TestPublisherCustomAssemble(t *testing.T) {
 	for i, h := range []string{"c", "a", "b"} {
 		p.Put(3-i, registries.One(pubService(h, "10.0.0.1"), true, nil))
 	}
-	p.Flush(registries.Status{State: registries.Synced})
+	p.Flush(registries.Condition{})
 	if strings.Join(got, ",") != "b,a,c" {
 		t.Errorf("Assemble saw %v, want key order b,a,c", got)
 	}
@@ -186,59 +190,59 @@ func TestPublisherCustomAssemble(t *testing.T) {
 	}
 }
 
-// TestPublisherHoldsPartialFirstState: a non-Synced Flush before anything
-// was published in the Run only reports (the sink keeps the state it
-// serves, e.g. restored after a restart); the first Synced Flush
-// publishes. With CompleteWhileDegraded the Degraded Flush publishes.
-func TestPublisherHoldsPartialFirstState(t *testing.T) {
+// TestPublisherPublishesPartialState: a failing Flush publishes what is
+// readable as a state that is not Complete, with the condition in the same
+// Update, also as the first of the Run (holding it while another state is
+// served is the aggregator's policy: aggregate.TestPartialFirstStateHeld);
+// the first healthy Flush publishes a complete state. With
+// CompleteWhileDegraded the failing Flush publishes a complete state.
+func TestPublisherPublishesPartialState(t *testing.T) {
 	t.Parallel()
 	p, sink, c := newPub(t)
-	sink.Seed(c.Shard()) // restored from state.dir
-	down := registries.Status{State: registries.Degraded, Err: "cluster east: connection refused"}
+	down := registries.Condition{Err: "cluster east: connection refused"}
 	p.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
-	for range 2 {
-		if p.Flush(down) {
-			t.Fatal("a Degraded first Flush published")
-		}
+	if !p.Flush(down) {
+		t.Fatal("a failing first Flush did not publish")
 	}
-	held := registries.Status{State: registries.Degraded, Err: "first update held, restored state kept until all parts read: cluster east: connection refused"}
-	if st := sink.State(c.Shard()); st.Replaces != 0 || len(st.Reports) != 1 || st.Status != held {
-		t.Fatalf("want one Degraded report saying the update is held, and no publish: %s", st)
+	if p.Flush(down) {
+		t.Fatal("an unchanged failing Flush published again")
 	}
-	if !p.Flush(registries.Status{State: registries.Synced}) {
-		t.Fatal("the first Synced Flush did not publish")
+	if st := sink.State(c.Shard()); st.Replaces != 1 || st.Complete || len(st.Reports) != 1 || st.Status != (registrytest.Status{Err: down.Err}) {
+		t.Fatalf("want one partial state with the failing condition: %s", st)
 	}
-	if st := sink.State(c.Shard()); st.Replaces != 1 || hostnames(st.Services) != "a.test" {
-		t.Fatalf("after the first Synced Flush: %s", st)
+	if !p.Flush(registries.Condition{}) {
+		t.Fatal("the first healthy Flush did not publish")
+	}
+	if st := sink.State(c.Shard()); st.Replaces != 2 || hostnames(st.Services) != "a.test" || !st.Complete || !st.Healthy() {
+		t.Fatalf("after the first healthy Flush: %s", st)
 	}
 
 	c2 := registries.Common{Name: c.Name + "-complete", Kind: "test"}
-	sink.Seed(c2.Shard())
 	p2 := registries.NewPublisher(c2, sink, nil, registries.PublisherOptions[string]{Compare: strings.Compare, CompleteWhileDegraded: true})
 	p2.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
 	if !p2.Flush(down) {
-		t.Fatal("CompleteWhileDegraded: a Degraded first Flush did not publish")
+		t.Fatal("CompleteWhileDegraded: a failing first Flush did not publish")
 	}
-	if st := sink.State(c2.Shard()); st.Replaces != 1 || st.Status != down {
+	if st := sink.State(c2.Shard()); st.Replaces != 1 || !st.Complete || st.Status != (registrytest.Status{Err: down.Err}) {
 		t.Fatalf("CompleteWhileDegraded: %s", st)
 	}
 }
 
-// TestPublisherPublishesPartialFirstStateWhenNothingServed: with nothing
-// served yet, a Degraded first Flush publishes what is readable (one bad
-// file must not keep the good ones from being served on a fresh start),
-// with the Degraded status in the same step.
+// TestPublisherPublishesPartialFirstStateWhenNothingServed: a failing
+// first Flush publishes what is readable (one bad file must not keep the
+// good ones from being served on a fresh start), with the failing
+// condition in the same step.
 func TestPublisherPublishesPartialFirstStateWhenNothingServed(t *testing.T) {
 	t.Parallel()
 	c := registries.Common{Name: strings.ToLower(t.Name()), Kind: "test", Domain: "test"}
 	sink := registrytest.NewSink() // a fresh start: nothing served
 	p := registries.NewPublisher(c, sink, nil, registries.PublisherOptions[string]{Compare: strings.Compare})
-	down := registries.Status{State: registries.Degraded, Err: "b.yaml:3:1: bad key", Invalid: true}
+	down := registries.Condition{Err: "b.yaml:3:1: bad key", Invalid: true}
 	p.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
 	if !p.Flush(down) {
 		t.Fatal("a Degraded first Flush with nothing served did not publish")
 	}
-	if st := sink.State(c.Shard()); st.Replaces != 1 || hostnames(st.Services) != "a.test" || st.Status != down {
+	if st := sink.State(c.Shard()); st.Replaces != 1 || hostnames(st.Services) != "a.test" || st.Status != (registrytest.Status{Err: down.Err, Invalid: true}) {
 		t.Fatalf("want a.test published with the Degraded status: %s", st)
 	}
 }

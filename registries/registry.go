@@ -6,7 +6,6 @@ package registries
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/meshfed/meshfed/model"
@@ -18,89 +17,78 @@ type Registry interface {
 	// Run publishes the complete state to sink after the initial sync and
 	// after every change. It returns ctx.Err() when ctx ends; any other
 	// return is a failure and the supervisor restarts it with backoff,
-	// except an error wrapped by Permanent, which marks the registry Failed.
+	// except an error wrapped by Permanent, which marks the registry failed
+	// (retried on the slow FailedRetry schedule).
 	//
 	// On backend errors Run keeps the last published state (stale is better
-	// than partial), reports Degraded and retries. It never publishes a
-	// partial list.
+	// than partial), publishes the failing Condition and retries. A state it
+	// publishes while part of the backend fails is marked not Complete.
 	Run(ctx context.Context, sink Sink) error
 }
 
-// Sink receives full state per shard. The aggregator implements it. Its
-// methods are safe for concurrent use and do not block on downstream work.
+// Sink receives what registries know about their shards. The aggregator
+// implements it; all policy about what a shard shows and serves (freshness,
+// outages, hold-down, a partial first state) is the Sink's. Publish is safe
+// for concurrent use and does not block on downstream work.
 type Sink interface {
-	// Replace sets the complete state of a shard: services is every service
-	// the shard has now (empty means none, not unknown), rejected is every
-	// item the registry could not turn into a service or endpoint. A Replace
-	// also means the registry is connected and current (Synced).
-	// The caller must not modify the slices afterwards.
-	Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
-	// ReplaceStatus is Replace with the registry's status in the same step.
-	// With status Synced it is Replace. With Degraded it sets the state the
-	// same way while the registry stays Degraded with status (its Err and
-	// Invalid as for Report): the registry publishes what it has while part
-	// of its backend is failing (one broken file of a directory), and never
-	// shows Synced in between. Other states count as Degraded.
-	ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, status Status)
-	// Report tells the health of the connection to the backend.
-	Report(shard model.ShardKey, status Status)
+	// Publish tells the sink everything the registry knows about shard now
+	// (see Update). The caller must not modify u's slices afterwards.
+	Publish(shard model.ShardKey, u Update)
 }
 
-// State is a registry's health as shown on /healthz/registries.
-type State int
-
-// States. Registries report Synced, Degraded and Failed; the aggregator
-// derives Starting (no first sync yet), Stale (Degraded longer than the
-// outage window) and Held (Synced, but its latest update would drop more
-// than maxDeleteRatio of its endpoints and is held back; the previous
-// state is served until it is confirmed, times out or is released).
-const (
-	Starting State = iota
-	Synced
-	Degraded
-	Stale
-	Failed
-	Held
-)
-
-var stateNames = [...]string{"Starting", "Synced", "Degraded", "Stale", "Failed", "Held"}
-
-// AllStates lists every State, for one-hot metrics.
-var AllStates = []State{Starting, Synced, Degraded, Stale, Failed, Held}
-
-func (s State) String() string {
-	if s >= 0 && int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return "Unknown"
-}
-
-// MarshalText writes the state's name, for JSON.
-func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText reads a state's name, as MarshalText writes it.
-func (s *State) UnmarshalText(b []byte) error {
-	for i, n := range stateNames {
-		if n == string(b) {
-			*s = State(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown registry state %q", b)
-}
-
-// Status is a registry's report on its backend connection.
-type Status struct {
-	State State
-	// Err says why the state is not Synced. It may be shown to users, so it
-	// never holds credentials.
+// Condition is a registry's backend condition as the registry sees it.
+// The zero Condition is healthy: the backend answers and what the registry
+// publishes is current.
+type Condition struct {
+	// Err says why the backend is failing; "" when it is not. It may be
+	// shown to users, so it never holds credentials.
 	Err string
-	// Invalid, with Degraded, says the backend answered but what it holds
-	// is invalid (a services file that does not parse): the registry is
-	// Degraded, its last good state stays served, and it is not an outage,
-	// so outage.policy expire never withdraws it. Without Invalid, Degraded
-	// means the backend is unreachable.
+	// Invalid, with Err, says the backend answered but what it holds is
+	// invalid (a services file that does not parse); without it a failing
+	// backend is unreachable (an outage).
 	Invalid bool
+}
+
+// Failing reports whether the backend is failing (Err is set).
+func (c Condition) Failing() bool { return c.Err != "" }
+
+// Update is the one value that crosses from a registry to its Sink: what
+// the registry knows about its shard, and nothing it does not (how long it
+// has been failing, what is served, what the last update was: the Sink
+// decides all that).
+//
+//   - HasState: the update carries the shard's state. Services is every
+//     service the shard has now (never nil; empty means none, not
+//     unknown), Rejected every item the registry could not turn into a
+//     service or endpoint. Without HasState the update only tells the
+//     backend's condition, and the state last published stays.
+//   - Complete, with HasState: the state covers all of the backend. A
+//     state that is not complete holds what could be read while part of
+//     the backend fails (one broken file of a directory; Condition says
+//     what fails); the sink may keep a state it already serves instead of
+//     a partial first one.
+//   - Condition: Err and Invalid as the backend shows them now. A state
+//     published with a failing Condition is current as far as it goes,
+//     and the registry never appears healthy in between.
+//   - Ended: the registry's Run ended (the Runner says so; Err says why):
+//     the registry keeps no state of its own until it runs again, and the
+//     next state it publishes is the first of a new Run. Permanent, with
+//     Ended, says restarting soon will not cure it (see Permanent): the
+//     registry is failed until a Run publishes.
+type Update struct {
+	HasState bool
+	Services []model.Service
+	Rejected []model.Rejection
+	Complete bool
+	Condition
+	Ended     bool
+	Permanent bool
+}
+
+// FullState returns an Update carrying a complete state with a healthy backend,
+// as published after a full read.
+func FullState(services []model.Service, rejected []model.Rejection) Update {
+	return Update{HasState: true, Services: services, Rejected: rejected, Complete: true}
 }
 
 // Common holds the settings every clusters.yaml registry entry has.
@@ -159,8 +147,8 @@ func (e permanentError) Error() string { return e.err.Error() }
 func (e permanentError) Unwrap() error { return e.err }
 
 // Permanent marks err as one that restarting soon will not cure (bad
-// credentials, a config the backend rejects): the registry becomes Failed
-// and is restarted only on the slow FailedRetry schedule (each Run re-reads
+// credentials, a config the backend rejects): the registry is failed
+// (Update.Permanent) and is restarted only on the slow FailedRetry schedule (each Run re-reads
 // its credential files, so a rotated token is picked up without a restart
 // of meshfed).
 func Permanent(err error) error {
@@ -218,13 +206,4 @@ type ClusterUser interface {
 // ClusterRef is one registry a ClusterUser names, at Key.
 type ClusterRef struct {
 	Key, Name string
-}
-
-// ServingSink is a Sink that can say whether it already serves a state of
-// a shard: one restored from disk at start, or published by a previous Run
-// of the registry. A Publisher asks before publishing a partial first state
-// (a non-Synced Flush), which would replace that state and drop what the
-// registry cannot read yet.
-type ServingSink interface {
-	Serving(shard model.ShardKey) bool
 }

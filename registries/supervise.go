@@ -39,8 +39,8 @@ const (
 	FailedRetry = 30 * time.Second
 )
 
-// Runner is the suture.Service that runs one Registry, reports its failures
-// to the sink and counts its restarts. A Runner is added to exactly one
+// Runner is the suture.Service that runs one Registry, publishes the end of
+// every failed Run to the sink (Update.Ended) and counts its restarts. A Runner is added to exactly one
 // supervisor.
 type Runner struct {
 	common Common
@@ -90,11 +90,11 @@ func (r *Runner) WithBackoff(initial, maxDelay time.Duration) *Runner {
 
 // Serve implements suture.Service. It runs the registry until ctx ends and
 // then returns ctx.Err(). Any other end of Run (an error, a panic, or a nil
-// return before ctx ended) is reported to the sink as Degraded, counted as a
-// restart and returned, so that the supervisor runs Serve again; Serve first
-// waits the restart delay. An error marked by Permanent is reported as
-// Failed and retried after FailedRetry (the registry stays Failed until a
-// run publishes or reports otherwise).
+// return before ctx ended) is published to the sink as an Update that says
+// the Run Ended (with the error), counted as a restart and returned, so
+// that the supervisor runs Serve again; Serve first waits the restart
+// delay. An error marked by Permanent is published with Permanent and
+// retried after FailedRetry.
 func (r *Runner) Serve(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -126,10 +126,10 @@ func (r *Runner) Serve(ctx context.Context) error {
 	r.restarts.Add(1)
 	if r.permanent = IsPermanent(err); r.permanent {
 		r.log.Error("registry failed; retrying on the slow schedule (credential files are re-read)", "error", err, "retry", r.failedRetry)
-		r.sink.Report(shard, Status{State: Failed, Err: err.Error()})
+		r.sink.Publish(shard, Update{Condition: Condition{Err: err.Error()}, Ended: true, Permanent: true})
 		return err
 	}
-	r.sink.Report(shard, Status{State: Degraded, Err: err.Error()})
+	r.sink.Publish(shard, Update{Condition: Condition{Err: err.Error()}, Ended: true})
 	return err
 }
 

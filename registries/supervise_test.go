@@ -36,7 +36,7 @@ func (f *fakeRegistry) Run(ctx context.Context, sink registries.Sink) error {
 
 // syncAndWait publishes one service for c and blocks until ctx ends.
 func syncAndWait(ctx context.Context, c registries.Common, sink registries.Sink) error {
-	sink.Replace(c.Shard(), []model.Service{{Hostname: "a." + c.Domain}}, nil)
+	sink.Publish(c.Shard(), registries.FullState([]model.Service{{Hostname: "a." + c.Domain}}, nil))
 	<-ctx.Done()
 	return fmt.Errorf("watch stopped: %w", ctx.Err())
 }
@@ -48,7 +48,14 @@ func common(name string) registries.Common {
 func reportStates(st registrytest.State) []string {
 	var out []string
 	for _, r := range st.Reports {
-		out = append(out, r.State.String()+": "+r.Err)
+		kind := "Failing"
+		switch {
+		case r.Permanent:
+			kind = "Ended permanently"
+		case r.Ended:
+			kind = "Ended"
+		}
+		out = append(out, kind+": "+r.Err)
 	}
 	return out
 }
@@ -60,33 +67,33 @@ func TestRunnerServe(t *testing.T) {
 		name         string
 		run          func(ctx context.Context, cancel func()) error
 		wantErr      error // errors.Is
-		wantReport   *registries.Status
+		wantReport   *registrytest.Status
 		wantRestarts int
 	}{
 		{
-			name:         "error is reported Degraded and returned for a restart",
+			name:         "error is published as the Run's end and returned for a restart",
 			run:          func(context.Context, func()) error { return boom },
 			wantErr:      boom,
-			wantReport:   &registries.Status{State: registries.Degraded, Err: "boom"},
+			wantReport:   &registrytest.Status{Err: "boom", Ended: true},
 			wantRestarts: 1,
 		},
 		{
-			name:         "permanent error is reported Failed and returned for a slow retry",
+			name:         "permanent error is published as a permanent end and returned for a slow retry",
 			run:          func(context.Context, func()) error { return registries.Permanent(boom) },
 			wantErr:      boom,
-			wantReport:   &registries.Status{State: registries.Failed, Err: "boom"},
+			wantReport:   &registrytest.Status{Err: "boom", Ended: true, Permanent: true},
 			wantRestarts: 1,
 		},
 		{
 			name:         "panic is recovered and reported like an error",
 			run:          func(context.Context, func()) error { panic("kaput") },
-			wantReport:   &registries.Status{State: registries.Degraded, Err: "panic: kaput"},
+			wantReport:   &registrytest.Status{Err: "panic: kaput", Ended: true},
 			wantRestarts: 1,
 		},
 		{
 			name:         "nil return before cancel is a failure",
 			run:          func(context.Context, func()) error { return nil },
-			wantReport:   &registries.Status{State: registries.Degraded, Err: "registry stopped without an error before it was asked to"},
+			wantReport:   &registrytest.Status{Err: "registry stopped without an error before it was asked to", Ended: true},
 			wantRestarts: 1,
 		},
 		{
@@ -197,7 +204,7 @@ func TestSupervisorRestartsFailingRegistry(t *testing.T) {
 	if got := r.Restarts(); got != failures {
 		t.Errorf("Restarts() = %d, want %d", got, failures)
 	}
-	want := []string{"Degraded: connection refused #1", "Degraded: connection refused #2", "Degraded: connection refused #3"}
+	want := []string{"Ended: connection refused #1", "Ended: connection refused #2", "Ended: connection refused #3"}
 	if got := reportStates(st); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("reports = %q, want %q", got, want)
 	}
@@ -217,7 +224,7 @@ func TestSupervisorRetriesFailedSlowly(t *testing.T) {
 		if call < 2 {
 			return registries.Permanent(errors.New("401 unauthorized"))
 		}
-		sink.Replace(c.Shard(), nil, nil)
+		sink.Publish(c.Shard(), registries.FullState(nil, nil))
 		<-ctx.Done()
 		return ctx.Err()
 	}}
@@ -229,7 +236,7 @@ func TestSupervisorRetriesFailedSlowly(t *testing.T) {
 	done := child.ServeBackground(ctx)
 	defer func() { cancel(); <-done }()
 
-	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Status.State == registries.Failed })
+	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Failed() })
 	if st.Status.Err != "401 unauthorized" {
 		t.Errorf("Failed status error = %q", st.Status.Err)
 	}
@@ -248,7 +255,7 @@ func TestOneFailingRegistryNeverPausesAnother(t *testing.T) {
 	a := &fakeRegistry{script: func(context.Context, int, registries.Sink) error { return errors.New("a is down") }}
 	failB := make(chan struct{})
 	b := &fakeRegistry{script: func(ctx context.Context, n int, sink registries.Sink) error {
-		sink.Replace(cb.Shard(), []model.Service{{Hostname: "b.b.internal"}}, nil)
+		sink.Publish(cb.Shard(), registries.FullState([]model.Service{{Hostname: "b.b.internal"}}, nil))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -278,7 +285,7 @@ func TestOneFailingRegistryNeverPausesAnother(t *testing.T) {
 	if ra.Restarts() != failedA {
 		t.Errorf("a restarted %d more times during its supervisor's pause", ra.Restarts()-failedA)
 	}
-	if st := sink.State(cb.Shard()); st.Status.State != registries.Synced {
+	if st := sink.State(cb.Shard()); !st.Healthy() {
 		t.Errorf("b status = %v", st.Status)
 	}
 }

@@ -37,11 +37,12 @@ type scaleSink struct {
 	wake   chan struct{}
 }
 
-func (s *scaleSink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
-	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
-}
-
-func (s *scaleSink) ReplaceStatus(_ model.ShardKey, services []model.Service, _ []model.Rejection, _ registries.Status) {
+// Publish implements registries.Sink: it notes every state.
+func (s *scaleSink) Publish(_ model.ShardKey, u registries.Update) {
+	if !u.HasState {
+		return
+	}
+	services := u.Services
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -62,8 +63,6 @@ func (s *scaleSink) ReplaceStatus(_ model.ShardKey, services []model.Service, _ 
 	default:
 	}
 }
-
-func (s *scaleSink) Report(model.ShardKey, registries.Status) {}
 
 // await waits until cond holds (checked after every Replace) or timeout.
 func (s *scaleSink) await(timeout time.Duration, cond func() bool) bool {

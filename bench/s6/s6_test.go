@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/meshfed/meshfed/bench"
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/config"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/test/servers"
 )
@@ -31,8 +31,8 @@ var (
 	n       = flag.Int("s6.n", 200, "writes per row (with -s6.out)")
 	clients = flag.Int("s6.clients", 10, "ADS clients subscribed to the row's host")
 	only    = flag.String("s6.only", "", "run only this row")
-	quiet   = flag.Duration("s6.quiet", federation.DefaultDebounceQuiet.Std(), "debounce quiet")
-	maxWait = flag.Duration("s6.max", federation.DefaultDebounceMax.Std(), "debounce max")
+	quiet   = flag.Duration("s6.quiet", config.DefaultDebounceQuiet.Std(), "debounce quiet")
+	maxWait = flag.Duration("s6.max", config.DefaultDebounceMax.Std(), "debounce max")
 )
 
 // rows are registered by the <kind>_test.go files.

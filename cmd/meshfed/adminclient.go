@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/config"
 )
 
 // adminFlags are the flags every command that reads a running meshfed's
@@ -51,7 +51,7 @@ func (f *adminFlags) clients(cmd *cobra.Command) ([]*adminClient, error) {
 	admins := f.admins
 	tokenFile, ca, cert, key := f.tokenFile, f.caFile, f.certFile, f.keyFile
 	if len(admins) == 0 || cmd.Flags().Changed("config") {
-		cfg, err := federation.Load(f.config)
+		cfg, err := config.Load(f.config)
 		if err != nil {
 			if len(admins) == 0 {
 				return nil, fmt.Errorf("%w (or give --admin)", err)
@@ -77,7 +77,7 @@ func (f *adminFlags) clients(cmd *cobra.Command) ([]*adminClient, error) {
 	}
 	var token string
 	if tokenFile != "" {
-		t, err := federation.ReadToken(tokenFile)
+		t, err := config.ReadToken(tokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("token file: %w", err)
 		}

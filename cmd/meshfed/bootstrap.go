@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/config"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds"
 )
@@ -15,7 +15,7 @@ import (
 func bootstrapCmd() *cobra.Command {
 	var (
 		grpcClient, envoy, istio bool
-		config, addr             string
+		cfgPath, addr            string
 		nodeID, locality         string
 		cluster                  string
 		caFile, sni              string
@@ -48,7 +48,7 @@ turns TLS on.`,
 			}
 			var tlsOn, mtls bool
 			if addr == "" || (istio && !cmd.Flags().Changed("ca")) {
-				cfg, err := federation.Load(config)
+				cfg, err := config.Load(cfgPath)
 				switch {
 				case err == nil:
 					if addr == "" {
@@ -63,7 +63,7 @@ turns TLS on.`,
 			if istio {
 				return printIstio(cmd, addr, tlsOn, mtls, caFile, sni)
 			}
-			clientTLS, err := bootstrapTLS(cmd, tlsOn || tlsFlag, mtls, envoy, config, caFile, certFile, keyFile)
+			clientTLS, err := bootstrapTLS(cmd, tlsOn || tlsFlag, mtls, envoy, cfgPath, caFile, certFile, keyFile)
 			if err != nil {
 				return err
 			}
@@ -93,7 +93,7 @@ turns TLS on.`,
 	f := c.Flags()
 	f.BoolVar(&grpcClient, "grpc", false, "bootstrap for proxyless gRPC (grpc-go, grpc-js-xds); sets GENERATOR: grpc")
 	f.BoolVar(&envoy, "envoy", false, "bootstrap for Envoy")
-	f.StringVar(&config, "config", "clusters.yaml", "cluster registry file (for the xDS address)")
+	f.StringVar(&cfgPath, "config", "clusters.yaml", "cluster registry file (for the xDS address)")
 	f.StringVar(&addr, "xds", "", "xDS server address (overrides --config)")
 	f.StringVar(&nodeID, "node-id", "", "node id (default grpc-client, or sidecar~127.0.0.1~envoy~default.svc.cluster.local)")
 	f.StringVar(&locality, "locality", "local/local", "node locality region/zone/subzone (grpc-js-xds requires one)")

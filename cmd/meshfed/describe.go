@@ -11,16 +11,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/xds"
 )
 
 // description is what `meshfed describe HOST -o json|yaml` prints.
 type description struct {
-	Service   federation.ServiceInfo    `json:"service"`
-	Endpoints []federation.EndpointInfo `json:"endpoints"`
-	Conflicts []conflictJSON            `json:"conflicts"`
-	Routes    []routeRef                `json:"routes"`
+	Service   admin.ServiceInfo    `json:"service"`
+	Endpoints []admin.EndpointInfo `json:"endpoints"`
+	Conflicts []conflictJSON       `json:"conflicts"`
+	Routes    []routeRef           `json:"routes"`
 }
 
 // conflictJSON is a /debug/conflictz entry (aggregate.Conflict's JSON form).
@@ -76,7 +76,7 @@ func describeCmd() *cobra.Command {
 }
 
 func readDescription(c *adminClient, host string) (*description, error) {
-	var svcs []federation.ServiceInfo
+	var svcs []admin.ServiceInfo
 	if err := c.get("/debug/registryz", &svcs); err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func readDescription(c *adminClient, host string) (*description, error) {
 			d.Conflicts = append(d.Conflicts, cf)
 		}
 	}
-	i := slices.IndexFunc(svcs, func(s federation.ServiceInfo) bool { return s.Host == host })
+	i := slices.IndexFunc(svcs, func(s admin.ServiceInfo) bool { return s.Host == host })
 	if i < 0 {
 		msg := fmt.Sprintf("no service %q is served", host)
 		if len(d.Conflicts) > 0 {
@@ -107,7 +107,7 @@ func readDescription(c *adminClient, host string) (*description, error) {
 	if err := c.get("/debug/endpointz?host="+url.QueryEscape(host), &d.Endpoints); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(d.Endpoints, func(a, b federation.EndpointInfo) int {
+	slices.SortFunc(d.Endpoints, func(a, b admin.EndpointInfo) int {
 		return cmp.Or(cmp.Compare(a.Locality, b.Locality), cmp.Compare(a.Health, b.Health), cmp.Compare(a.Address, b.Address))
 	})
 	for _, p := range d.Service.Ports {
@@ -123,7 +123,7 @@ func readDescription(c *adminClient, host string) (*description, error) {
 }
 
 // nearHosts suggests hosts sharing the first label of host.
-func nearHosts(svcs []federation.ServiceInfo, host string) []string {
+func nearHosts(svcs []admin.ServiceInfo, host string) []string {
 	first, _, _ := strings.Cut(host, ".")
 	var out []string
 	for _, s := range svcs {

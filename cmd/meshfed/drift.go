@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 )
 
 // exitDrift is the exit code of `meshfed status` with several --admin
@@ -24,7 +24,7 @@ const overallRow = "(overall)"
 // error when a replica cannot be read.
 func runDrift(w io.Writer, clients []*adminClient) error {
 	admins := make([]string, len(clients))
-	digests := make([]federation.DigestInfo, len(clients))
+	digests := make([]admin.DigestInfo, len(clients))
 	for i, c := range clients {
 		admins[i] = c.base
 		if err := c.get("/debug/digestz", &digests[i]); err != nil {
@@ -42,7 +42,7 @@ func runDrift(w io.Writer, clients []*adminClient) error {
 
 // writeDrift prints the table and returns the rows (registries, or
 // overallRow) whose digests differ between replicas.
-func writeDrift(w io.Writer, admins []string, digests []federation.DigestInfo) []string {
+func writeDrift(w io.Writer, admins []string, digests []admin.DigestInfo) []string {
 	var names []string
 	for _, d := range digests {
 		for n := range d.Registries {
@@ -55,7 +55,7 @@ func writeDrift(w io.Writer, admins []string, digests []federation.DigestInfo) [
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REGISTRY\t"+strings.Join(admins, "\t")+"\t")
 	var drifted []string
-	row := func(name string, get func(federation.DigestInfo) (string, bool)) {
+	row := func(name string, get func(admin.DigestInfo) (string, bool)) {
 		cells := make([]string, len(digests))
 		same := true
 		for i, d := range digests {
@@ -76,9 +76,9 @@ func writeDrift(w io.Writer, admins []string, digests []federation.DigestInfo) [
 		}
 		fmt.Fprintln(tw, name+"\t"+strings.Join(cells, "\t")+"\t"+mark)
 	}
-	row(overallRow, func(d federation.DigestInfo) (string, bool) { return d.Overall, true })
+	row(overallRow, func(d admin.DigestInfo) (string, bool) { return d.Overall, true })
 	for _, n := range names {
-		row(n, func(d federation.DigestInfo) (string, bool) { h, ok := d.Registries[n]; return h, ok })
+		row(n, func(d admin.DigestInfo) (string, bool) { h, ok := d.Registries[n]; return h, ok })
 	}
 	tw.Flush()
 	return drifted

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 )
 
 // digestServer answers /debug/digestz with d, as a replica's admin API
 // does, and reports no registries and no proxies (a healthy status).
-func digestServer(t *testing.T, d federation.DigestInfo) string {
+func digestServer(t *testing.T, d admin.DigestInfo) string {
 	t.Helper()
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -32,10 +32,10 @@ func digestServer(t *testing.T, d federation.DigestInfo) string {
 func TestStatusDrift(t *testing.T) {
 	t.Parallel()
 	const h1, h2, h3 = "aaaaaaaaaaaa1111", "bbbbbbbbbbbb2222", "cccccccccccc3333"
-	a := digestServer(t, federation.DigestInfo{Version: 4, Overall: h1, Registries: map[string]string{"vms": h2, "spring": h3}})
-	same := digestServer(t, federation.DigestInfo{Version: 9, Overall: h1, Registries: map[string]string{"vms": h2, "spring": h3}})
-	other := digestServer(t, federation.DigestInfo{Version: 4, Overall: h2, Registries: map[string]string{"vms": h2, "spring": h1}})
-	missing := digestServer(t, federation.DigestInfo{Version: 4, Overall: h1, Registries: map[string]string{"vms": h2}})
+	a := digestServer(t, admin.DigestInfo{Version: 4, Overall: h1, Registries: map[string]string{"vms": h2, "spring": h3}})
+	same := digestServer(t, admin.DigestInfo{Version: 9, Overall: h1, Registries: map[string]string{"vms": h2, "spring": h3}})
+	other := digestServer(t, admin.DigestInfo{Version: 4, Overall: h2, Registries: map[string]string{"vms": h2, "spring": h1}})
+	missing := digestServer(t, admin.DigestInfo{Version: 4, Overall: h1, Registries: map[string]string{"vms": h2}})
 
 	tests := []struct {
 		name     string

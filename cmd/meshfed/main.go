@@ -14,7 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
+	"github.com/meshfed/meshfed/config"
+	"github.com/meshfed/meshfed/gateway"
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/registries/serviceentry"
 )
@@ -54,7 +56,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 
 func runCmd() *cobra.Command {
 	var (
-		config    string
+		cfgPath   string
 		logLevel  string
 		logFormat string
 	)
@@ -68,7 +70,7 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, err := federation.Load(config)
+			cfg, err := config.Load(cfgPath)
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
@@ -76,7 +78,7 @@ func runCmd() *cobra.Command {
 			// Files the xDS listener needs stop the start, with their line;
 			// registries re-read theirs on every start: a warning.
 			fatal := false
-			for _, p := range federation.CheckFiles(cfg) {
+			for _, p := range config.CheckFiles(cfg) {
 				if strings.HasPrefix(p.Key, "xds.") {
 					fmt.Fprintln(cmd.ErrOrStderr(), p)
 					fatal = true
@@ -90,7 +92,7 @@ func runCmd() *cobra.Command {
 			bi := readBuildInfo()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			gw, err := federation.NewGateway(cfg, federation.GatewayOptions{Logger: log, Level: level, Version: bi.Version, Revision: bi.Revision})
+			gw, err := gateway.NewGateway(cfg, gateway.GatewayOptions{Logger: log, Level: level, Version: bi.Version, Revision: bi.Revision})
 			if err != nil {
 				return err
 			}
@@ -107,8 +109,8 @@ func runCmd() *cobra.Command {
 					case <-ctx.Done():
 						return
 					case <-hup:
-						log.Info("SIGHUP: reloading clusters.yaml", "path", config)
-						_ = gw.Reload(ctx, config) // logged and shown on /readyz
+						log.Info("SIGHUP: reloading clusters.yaml", "path", cfgPath)
+						_ = gw.Reload(ctx, cfgPath) // logged and shown on /readyz
 					}
 				}
 			}()
@@ -118,7 +120,7 @@ func runCmd() *cobra.Command {
 			return err
 		},
 	}
-	c.Flags().StringVar(&config, "config", "clusters.yaml", "cluster registry file")
+	c.Flags().StringVar(&cfgPath, "config", "clusters.yaml", "cluster registry file")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "trace, debug, info, warn or error (trace adds go-control-plane's per-watch lines)")
 	c.Flags().StringVar(&logFormat, "log-format", "text", "text or json")
 	return c
@@ -127,7 +129,7 @@ func runCmd() *cobra.Command {
 // newLogger builds the process logger; lv holds its level, which PUT
 // /debug/loglevel changes at run time.
 func newLogger(w io.Writer, lv *slog.LevelVar, level, format string) (*slog.Logger, error) {
-	l, err := federation.ParseLevel(level)
+	l, err := admin.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
@@ -170,13 +172,13 @@ when meshfed runs (see /debug/configz).`,
 			}
 			var dirs []istioconfig.Dir
 			if len(args) == 1 {
-				cfg, err := federation.Load(args[0])
+				cfg, err := config.Load(args[0])
 				if err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), err)
 					return exitError{1}
 				}
-				if probs := federation.CheckFiles(cfg); len(probs) > 0 {
-					fmt.Fprintln(cmd.ErrOrStderr(), &federation.LoadError{Problems: probs})
+				if probs := config.CheckFiles(cfg); len(probs) > 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), &config.LoadError{Problems: probs})
 					return exitError{1}
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/xds"
 )
 
@@ -129,13 +129,13 @@ func TestBootstrapIstio(t *testing.T) {
 func TestWriteStatus(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	rep := statusReport{Registries: []federation.RegistryReport{{
+	rep := statusReport{Registries: []admin.RegistryReport{{
 		Name: "dc1", Kind: "consul", State: "Degraded",
 		LastSync: now.Add(-90 * time.Second), LastError: "dial tcp 127.0.0.1:8500: connection refused", Services: 3, Endpoints: 12,
 		Restarts: 2,
 	}, {
 		Name: "vms", Kind: "file", State: "Held", Services: 1, Endpoints: 10,
-		Hold: &federation.HoldReport{Since: now.Add(-time.Minute), Served: 10, Pending: 2, Reason: "would drop 80% of endpoints"},
+		Hold: &admin.HoldReport{Since: now.Add(-time.Minute), Served: 10, Pending: 2, Reason: "would drop 80% of endpoints"},
 	}}, Proxies: []proxyReport{{ID: "sidecar~10.0.0.1~a~ns", Class: "envoy", Stream: "delta", Types: []typeReport{
 		{Type: "CDS", State: xds.StateSynced, SentVersion: "7", AckedVersion: "7"},
 		{Type: "EDS", State: xds.StateNacked, SentVersion: "8", AckedVersion: "7",

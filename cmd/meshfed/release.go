@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 )
 
 func releaseCmd() *cobra.Command {
@@ -26,7 +26,7 @@ func releaseCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
-			var h federation.RegistryReport
+			var h admin.RegistryReport
 			if err := c.post("/debug/registries/"+url.PathEscape(args[0])+"/release", &h); err != nil {
 				msg := err.Error()
 				var ae apiError

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/xds"
 )
 
@@ -23,9 +23,9 @@ const (
 
 // statusReport is what `meshfed status -o json|yaml` prints.
 type statusReport struct {
-	Admin      string                      `json:"admin"`
-	Registries []federation.RegistryReport `json:"registries"`
-	Proxies    []proxyReport               `json:"proxies"`
+	Admin      string                 `json:"admin"`
+	Registries []admin.RegistryReport `json:"registries"`
+	Proxies    []proxyReport          `json:"proxies"`
 	// Healthy is false when a registry is not Synced or a proxy NACKs;
 	// the exit code is then 2.
 	Healthy bool `json:"healthy"`

@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meshfed/meshfed/config"
 	"github.com/meshfed/meshfed/deploy/chart"
-	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -91,7 +91,7 @@ var nonDefault = chart.Options{
 
 // clustersYAML validates the clusters.yaml of the rendered ConfigMap (and
 // the services files beside it) with meshfed's own loader.
-func clustersYAML(t *testing.T, objs []*unstructured.Unstructured) *federation.Config {
+func clustersYAML(t *testing.T, objs []*unstructured.Unstructured) *config.Config {
 	t.Helper()
 	cm := find(objs, "ConfigMap")
 	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
@@ -114,7 +114,7 @@ func clustersYAML(t *testing.T, objs []*unstructured.Unstructured) *federation.C
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := federation.Load(p)
+	c, err := config.Load(p)
 	if err != nil {
 		t.Fatalf("meshfed rejects the chart's clusters.yaml: %v\n%s", err, cfg)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/validate"
+	"github.com/meshfed/meshfed/validate"
 )
 
 // Defaults of the `consul:` block.

@@ -443,7 +443,7 @@ func (w *watch) onService(ev serviceEvent) {
 }
 
 func (w *watch) degrade(what string, err error) {
-	w.pub.Report(registries.Status{State: registries.Degraded, Err: fmt.Sprintf("consul %s: %v", what, err)})
+	w.pub.Report(registries.Condition{Err: fmt.Sprintf("consul %s: %v", what, err)})
 }
 
 // maybePublish publishes the full state when it changed (or an outage
@@ -457,7 +457,7 @@ func (w *watch) maybePublish() {
 			return
 		}
 	}
-	w.pub.Flush(registries.Status{State: registries.Synced})
+	w.pub.Flush(registries.Condition{})
 }
 
 // queue hands watched services to workers, first in first out.

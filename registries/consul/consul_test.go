@@ -224,7 +224,7 @@ func TestOutageKeepsStateAndResyncs(t *testing.T) {
 	})
 
 	agent.Stop(t)
-	st := sink.WaitFor(t, wait, func(st registrytest.State) bool { return st.Status.State == registries.Degraded })
+	st := sink.WaitFor(t, wait, func(st registrytest.State) bool { return st.Failing() })
 	// While it shuts down the agent may fail a blocking query (its
 	// streaming connection closes first: "grpc: the client connection is
 	// closing") and still answer the retry and every other query a few ms
@@ -243,7 +243,7 @@ func TestOutageKeepsStateAndResyncs(t *testing.T) {
 	agent.Start(t)
 	sink.WaitFor(t, wait, func(st registrytest.State) bool {
 		_, ok := find(st.Services, "web.consul")
-		return st.Status.State == registries.Synced && ok
+		return st.Healthy() && ok
 	})
 	if err := cl.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "api-1", Name: "api", Port: 81, Address: "192.0.2.21"}); err != nil {
 		t.Fatal(err)
@@ -469,7 +469,7 @@ func TestRotatedTokenRecoversFromFailed(t *testing.T) {
 	done := sup.ServeBackground(ctx)
 	defer func() { cancel(); <-done }()
 
-	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Status.State == registries.Failed })
+	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Failed() })
 	if !contains(st.Status.Err, "403") {
 		t.Errorf("Failed with %q, want the agent's 403", st.Status.Err)
 	}

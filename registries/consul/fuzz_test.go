@@ -6,9 +6,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/meshfed/meshfed/aggregate/aggregatetest"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
 // FuzzConsulCatalog feeds a /v1/health/service/<name> answer (and the
@@ -34,6 +34,6 @@ func FuzzConsulCatalog(f *testing.F) {
 		if c.OK() {
 			services = append(services, c.Service())
 		}
-		registrytest.CheckServable(t, common, services, c.Rejected)
+		aggregatetest.CheckServable(t, common, services, c.Rejected)
 	})
 }

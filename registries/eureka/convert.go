@@ -12,7 +12,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/portplan"
-	"github.com/meshfed/meshfed/registries/validate"
+	"github.com/meshfed/meshfed/validate"
 )
 
 // Keys read from instance metadata.

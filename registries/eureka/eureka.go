@@ -292,11 +292,11 @@ func (w *watch) publish(changed bool, at time.Time) {
 	if changed {
 		w.pub.Changed(at)
 	}
-	w.pub.Flush(registries.Status{State: registries.Synced})
+	w.pub.Flush(registries.Condition{})
 }
 
 func (w *watch) degrade(err error) {
-	w.pub.Report(registries.Status{State: registries.Degraded, Err: err.Error()})
+	w.pub.Report(registries.Condition{Err: err.Error()})
 }
 
 // statusError is an answer with a non-2xx status.

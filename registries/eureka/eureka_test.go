@@ -137,7 +137,7 @@ func TestPolarisOutageKeepsStateAndResyncs(t *testing.T) {
 	replaces := st.Replaces
 
 	p.Stop(t)
-	st = sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Status.State == registries.Degraded })
+	st = sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Failing() })
 	if st.Replaces != replaces {
 		t.Errorf("Replace called during the outage: %d → %d", replaces, st.Replaces)
 	}
@@ -148,7 +148,7 @@ func TestPolarisOutageKeepsStateAndResyncs(t *testing.T) {
 	p.Start(t)
 	p.Register(t, servers.EurekaInstance{App: "BILLING", ID: "billing-2", IP: "10.0.1.2", Port: 9090})
 	sink.WaitFor(t, visible, hasEndpoints("billing.eureka", "10.0.1.1:9090/HEALTHY", "10.0.1.2:9090/HEALTHY"))
-	if got := sink.State(reg.common.Shard()).Status.State; got != registries.Synced {
+	if got := sink.State(reg.common.Shard()); !got.Healthy() {
 		t.Errorf("after restart: %v, want Synced", got)
 	}
 }
@@ -167,7 +167,7 @@ func TestFailoverToNextURL(t *testing.T) {
 		t.Errorf("failovers = %v, want ≥ 1", got)
 	}
 	for _, s := range sink.Statuses(reg.common.Shard()) {
-		if s.State == registries.Degraded {
+		if s.Failing() {
 			t.Errorf("reported %v although the second URL answered", s)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/meshfed/meshfed/registries/registrytest"
+	"github.com/meshfed/meshfed/aggregate/aggregatetest"
 )
 
 // fuzzPayload decodes an /apps answer with decode, converts it as a full
@@ -19,7 +19,7 @@ func fuzzPayload(t *testing.T, body []byte, decode func([]byte) (*payload, error
 	w := fixtureWatch(t, Config{})
 	w.applyFull(p)
 	services, rejected := w.state()
-	registrytest.CheckServable(t, w.r.common, services, rejected)
+	aggregatetest.CheckServable(t, w.r.common, services, rejected)
 }
 
 func addSeeds(f *testing.F, names ...string) {

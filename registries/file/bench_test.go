@@ -87,13 +87,13 @@ func BenchmarkParse100kRSS(b *testing.B) {
 	runtime.KeepAlive(services)
 }
 
-// discardSink is a registries.Sink that only counts Replaces.
+// discardSink is a registries.Sink that only counts the states published.
 type discardSink struct{ replaces int }
 
-func (s *discardSink) Replace(model.ShardKey, []model.Service, []model.Rejection) { s.replaces++ }
-func (s *discardSink) Report(model.ShardKey, registries.Status)                   {}
-func (s *discardSink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, _ registries.Status) {
-	s.Replace(shard, services, rejected)
+func (s *discardSink) Publish(_ model.ShardKey, u registries.Update) {
+	if u.HasState {
+		s.replaces++
+	}
 }
 
 // BenchmarkEdit is the CPU cost of one edit of one endpoint in a registry

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/aggregate"
-	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -73,10 +72,10 @@ func TestHeldFileUpdateIsConfirmed(t *testing.T) {
 	replace(t, path, servicesYAML("10.0.0.1"))
 	waitFor("the update held", func() bool {
 		st, _ := agg.Registry(c.Name)
-		return st.State == registries.Held && endpoints() == 4
+		return st.State == aggregate.Held && endpoints() == 4
 	})
 	waitFor("the held update applied by confirmation", func() bool {
 		st, _ := agg.Registry(c.Name)
-		return endpoints() == 1 && st.Hold == nil && st.State == registries.Synced
+		return endpoints() == 1 && st.Hold == nil && st.State == aggregate.Synced
 	})
 }

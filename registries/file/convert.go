@@ -11,8 +11,8 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/validate"
-	"github.com/meshfed/meshfed/registries/yamlconf"
+	"github.com/meshfed/meshfed/validate"
+	"github.com/meshfed/meshfed/yamlconf"
 )
 
 // The services file, as decoded. Numbers are int64 and optional values
@@ -74,7 +74,7 @@ func (es Errors) Error() string {
 }
 
 // Parse reads a services file's content (YAML 1.2, through
-// registries/yamlconf like clusters.yaml). name is the file's base name,
+// package yamlconf like clusters.yaml). name is the file's base name,
 // used in errors and in each endpoint's Origin ("services.yaml:LINE"). It
 // returns the services under c (hostnames <name>.<c.Domain>, sources
 // c.Name), never a nil slice, or an Errors listing every problem (at most

@@ -87,7 +87,7 @@ func hasAddresses(want ...string) func(registrytest.State) bool {
 
 func degradedWith(msg string) func(registrytest.State) bool {
 	return func(s registrytest.State) bool {
-		return s.Status.State == registries.Degraded && strings.Contains(s.Status.Err, msg)
+		return s.Failing() && strings.Contains(s.Status.Err, msg)
 	}
 }
 
@@ -218,7 +218,7 @@ func TestBrokenEditKeepsLastGoodState(t *testing.T) {
 
 	// Restoring the very content last published must still mark it Synced.
 	replace(t, path, good)
-	st = sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Status.State == registries.Synced })
+	st = sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Healthy() })
 	if st.Replaces != 2 || strings.Join(addresses(st), ",") != "10.0.0.1" {
 		t.Errorf("after the fix: %d replaces, addresses %v; want a second Replace of the good state", st.Replaces, addresses(st))
 	}

@@ -105,7 +105,7 @@ func TestDirectoryReadsOnlyTheFileThatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = sink.WaitFor(t, wait, hosts("beta", "delta", "gamma"))
-	if st.Status.State != registries.Synced {
+	if !st.Healthy() {
 		t.Errorf("status after removing a file from the directory = %+v, want Synced", st.Status)
 	}
 	if a, b, c, d := pc.get("a.yaml"), pc.get("b.yml"), pc.get("c.json"), pc.get("d.yaml"); a != 1 || b != 2 || c != 1 || d != 1 {
@@ -188,25 +188,27 @@ func TestBrokenFileAmongGoodOnes(t *testing.T) {
 	replace(t, good, svcYAML("10.0.0.3", "alpha"))
 	st = sink.WaitFor(t, wait, func(s registrytest.State) bool {
 		return strings.Join(addresses(s), ",") == "10.0.0.3,10.0.0.2" &&
-			s.Status.State == registries.Degraded && s.Status.Err == brokenErr
+			s.Failing() && s.Status.Err == brokenErr
 	})
 	for i, h := range st.History[brokenAt:] {
-		if h.State != registries.Degraded || h.Err != brokenErr || !h.Invalid {
+		if !h.Failing() || h.Err != brokenErr || !h.Invalid {
 			t.Errorf("status #%d after the break = %+v, want Degraded (invalid) with %q throughout", brokenAt+i, h, brokenErr)
 		}
 	}
 	// Fixing the broken file clears the error.
 	replace(t, bad, servicesYAML("10.0.0.4"))
 	sink.WaitFor(t, wait, func(s registrytest.State) bool {
-		return s.Status.State == registries.Synced && strings.Join(addresses(s), ",") == "10.0.0.3,10.0.0.4"
+		return s.Healthy() && strings.Join(addresses(s), ",") == "10.0.0.3,10.0.0.4"
 	})
 }
 
-// TestBrokenFileAtRestartHoldsTheFirstPublish: after a restart (the sink
-// serves the shard's saved state, with the broken file's last good
-// services), a Run whose first read finds a file broken publishes nothing,
-// and reports Degraded naming the file and saying the update is held; once
-// the file is fixed every file is published.
+// TestBrokenFileAtRestartHoldsTheFirstPublish: a Run whose first read
+// finds a file broken publishes the good files only as a partial state
+// (not Complete, invalid, naming the file), which the aggregator holds
+// while it serves the shard's saved state, saying the update is held
+// (aggregatetest.TestBrokenFileAtRestartHoldsTheFirstPublish checks that
+// through a real aggregator); once the file is fixed every file is
+// published, complete.
 func TestBrokenFileAtRestartHoldsTheFirstPublish(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -215,15 +217,16 @@ func TestBrokenFileAtRestartHoldsTheFirstPublish(t *testing.T) {
 	write(t, bad, broken)
 	r, _ := newMulti(t, Config{Options: filewatch.Options{Path: dir}})
 	sink := registrytest.NewSink()
-	sink.Seed(r.common.Shard()) // restored from state.dir
 	registrytest.Start(t, r, sink)
 	st := sink.WaitFor(t, wait, degradedWith(brokenErr))
-	if st.Replaces != 0 || !st.Status.Invalid || !strings.HasPrefix(st.Status.Err, registries.HeldPrefix) {
-		t.Errorf("want Degraded (invalid, held) and nothing published while a file is broken at restart: %s", st)
+	for i, u := range st.Updates {
+		if u.HasState && (u.Complete || !u.Invalid || !strings.Contains(u.Err, brokenErr)) {
+			t.Errorf("update #%d: want only partial (invalid) states while a file is broken at restart: %+v", i+1, st)
+		}
 	}
 	replace(t, bad, servicesYAML("10.0.0.2"))
 	sink.WaitFor(t, wait, func(s registrytest.State) bool {
-		return s.Status.State == registries.Synced && strings.Join(addresses(s), ",") == "10.0.0.1,10.0.0.2"
+		return s.Healthy() && s.Complete && strings.Join(addresses(s), ",") == "10.0.0.1,10.0.0.2"
 	})
 }
 
@@ -240,13 +243,13 @@ func TestBrokenFileAtFreshStartPublishesTheGoodOne(t *testing.T) {
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Replaces > 0 })
-	if strings.Join(addresses(st), ",") != "10.0.0.1" || st.Status.State != registries.Degraded ||
+	if strings.Join(addresses(st), ",") != "10.0.0.1" || !st.Failing() ||
 		!strings.Contains(st.Status.Err, brokenErr) || strings.Contains(st.Status.Err, "held") {
 		t.Errorf("want a.yaml's service published, Degraded naming the broken file: %s", st)
 	}
 	replace(t, bad, servicesYAML("10.0.0.2"))
 	sink.WaitFor(t, wait, func(s registrytest.State) bool {
-		return s.Status.State == registries.Synced && strings.Join(addresses(s), ",") == "10.0.0.1,10.0.0.2"
+		return s.Healthy() && strings.Join(addresses(s), ",") == "10.0.0.1,10.0.0.2"
 	})
 }
 

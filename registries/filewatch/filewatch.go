@@ -84,9 +84,10 @@ type File[T any] struct {
 // Status.Invalid (not an outage: outage.policy expire never withdraws it),
 // with the error; either way that file's last good parse stays merged
 // while the other files update, Run keeps watching and recovers when the
-// file is fixed. A Run whose first read finds a file broken publishes
-// nothing until every file reads well (registries.Publisher): the sink
-// keeps what it serves. An update that removed endpoints (and the first of a
+// file is fixed. While a file is broken the merge of the others is
+// published as a partial state (registries.Update.Complete false): the
+// aggregator keeps what it serves rather than take a Run's partial first
+// state. An update that removed endpoints (and the first of a
 // Run) is sent again once the files stayed unchanged and without errors
 // for Confirm, which confirms it to the aggregator's hold-down
 // (confirm.go). A Watch holds no state between Run calls.
@@ -199,11 +200,11 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 			if !deb.Pending() {
 				read(true)
 			}
-			if s.conf.due(seq, deb.Pending(), s.pub.Status().State != registries.Synced) {
+			if s.conf.due(seq, deb.Pending(), s.pub.Condition().Failing()) {
 				services, rejected := s.pub.State()
 				log.Info("files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
 					"services", len(services), "endpoints", s.conf.endpoints)
-				s.sink.Replace(s.Shard, services, rejected)
+				s.sink.Publish(s.Shard, registries.FullState(services, rejected))
 			}
 		}
 	}
@@ -296,29 +297,29 @@ func (s *runState[T]) reload(full bool) bool {
 		}
 	}
 	errs = append(patErrs, errs...)
-	status := registries.Status{State: registries.Synced}
+	status := registries.Condition{}
 	if msg := errors.Join(errs...); msg != nil {
 		// A file that exists but does not parse is invalid data, not an
 		// outage; a missing or unreadable one is an outage.
-		status = registries.Status{State: registries.Degraded, Err: msg.Error(), Invalid: true}
+		status = registries.Condition{Err: msg.Error(), Invalid: true}
 		for _, e := range errs {
 			var pathErr *fs.PathError
 			if errors.As(e, &pathErr) {
 				status.Invalid = false
 			}
 		}
-		if status != s.pub.Status() {
+		if status != s.pub.Condition() {
 			s.log.Warn("file rejected; keeping its last good state", "error", status.Err, "invalid", status.Invalid)
 		}
 	}
 	// While some files are broken the others' changes are still published,
-	// with the Degraded status in the same step (no Synced in between),
-	// once a state went out in this Run: before that the Publisher only
-	// reports Degraded, so a restart with a file missing keeps the state
-	// served (restored or the previous Run's) instead of dropping that
-	// file's services. With no good file at all there is nothing to
-	// publish yet.
-	if anyGood || status.State == registries.Synced {
+	// with the failing condition in the same step (never healthy between),
+	// as a state that is not Complete: the aggregator holds such a state
+	// when it is the Run's first and a state is already served (restored
+	// or the previous Run's), so a restart with a file missing does not
+	// drop that file's services. With no good file at all there is nothing
+	// to publish yet.
+	if anyGood || !status.Failing() {
 		if s.merge {
 			services, rejected := s.Merge(files)
 			s.pub.Put("", registries.Converted{Services: services, Rejected: rejected})

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -85,7 +84,7 @@ func TestMergeKeepsLastGoodPerFile(t *testing.T) {
 	put(t, filepath.Join(dir, "a.yaml"), "a1\n!\n")
 	put(t, filepath.Join(dir, "b.yaml"), "b2\n")
 	st := sink.WaitFor(t, wait, func(s registrytest.State) bool {
-		return hostnames(s) == "a1,a2,b2" && s.Status.State == registries.Degraded
+		return hostnames(s) == "a1,a2,b2" && s.Failing()
 	})
 	if !st.Status.Invalid || st.Status.Err != "a.yaml: invalid" {
 		t.Errorf("status = %+v, want Degraded, invalid, naming a.yaml", st.Status)
@@ -95,7 +94,7 @@ func TestMergeKeepsLastGoodPerFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink.WaitFor(t, wait, func(s registrytest.State) bool {
-		return hostnames(s) == "b2" && s.Status.State == registries.Synced
+		return hostnames(s) == "b2" && s.Healthy()
 	})
 }
 

@@ -316,11 +316,11 @@ func (w *clusterWatch) worker() {
 }
 
 // status is the connection's health as the sink should hear it.
-func (w *clusterWatch) status() registries.Status {
+func (w *clusterWatch) status() registries.Condition {
 	if msg := w.health.err(); msg != "" {
-		return registries.Status{State: registries.Degraded, Err: msg}
+		return registries.Condition{Err: msg}
 	}
-	return registries.Status{State: registries.Synced}
+	return registries.Condition{}
 }
 
 // publish hands the full state to the sink if it changed, with the
@@ -338,7 +338,7 @@ func (w *clusterWatch) report() {
 }
 
 func (w *clusterWatch) setSynced() {
-	if w.pub.Published() && w.pub.Status().State == registries.Synced {
+	if w.pub.Published() && !w.pub.Condition().Failing() {
 		w.r.m.synced.Set(1)
 	} else {
 		w.r.m.synced.Set(0)

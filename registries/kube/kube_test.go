@@ -329,7 +329,7 @@ func TestUnreachableAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- reg.Run(ctx, sink) }()
-	st := sink.WaitFor(t, waitTimeout, func(st registrytest.State) bool { return st.Status.State == registries.Degraded })
+	st := sink.WaitFor(t, waitTimeout, func(st registrytest.State) bool { return st.Failing() })
 	if st.Replaces != 0 {
 		t.Errorf("published before the first sync: %s", st)
 	}

@@ -140,7 +140,7 @@ func TestRealRBACIsEnough(t *testing.T) {
 		t.Errorf("endpoint = %+v, want pod labels, node locality and the target port", e)
 	}
 	for _, r := range st.Reports {
-		if r.State != registries.Synced {
+		if r.Failing() {
 			t.Errorf("reported %v with the deployed RBAC", r)
 		}
 	}
@@ -195,7 +195,7 @@ func TestRealOutage(t *testing.T) {
 	replaces := sink.Replaces(shard("east"))
 
 	api.Stop(t)
-	st := sink.WaitFor(t, realTimeout, func(st registrytest.State) bool { return st.Status.State == registries.Degraded })
+	st := sink.WaitFor(t, realTimeout, func(st registrytest.State) bool { return st.Failing() })
 	if st.Replaces != replaces || !hasAddrs(host, healthy("192.0.2.1")...)(st) {
 		t.Errorf("state changed while the API server is down: %s", st)
 	}
@@ -206,7 +206,7 @@ func TestRealOutage(t *testing.T) {
 
 	api.Start(t)
 	st = sink.WaitFor(t, realTimeout, func(st registrytest.State) bool {
-		return st.Status.State == registries.Synced && hasAddrs(host, healthy("192.0.2.1", "192.0.2.2")...)(st)
+		return st.Healthy() && hasAddrs(host, healthy("192.0.2.1", "192.0.2.2")...)(st)
 	})
 	if p := sink.Problems(); len(p) > 0 {
 		t.Error(p)
@@ -214,7 +214,7 @@ func TestRealOutage(t *testing.T) {
 	// Between the first sync and the end, the service was never published
 	// without its first endpoint.
 	for _, r := range st.Reports {
-		if r.State != registries.Synced && r.State != registries.Degraded {
+		if r.Failing() && !r.Failing() {
 			t.Errorf("reported %v", r)
 		}
 	}

@@ -445,63 +445,51 @@ func (r *Registry) runRemote(ctx context.Context, sink registries.Sink) error {
 	}
 }
 
-// gate passes a watch's calls to the sink once open; until then it keeps
-// the last Replace (and drops Reports) and closes synced at the first
-// Replace.
+// gate passes a watch's updates to the sink once open; until then it
+// keeps the last update with a state (and drops the others) and closes
+// synced at the first.
 type gate struct {
 	mu       sync.Mutex
 	sink     registries.Sink
 	live     bool
-	held     *heldReplace
+	held     *heldUpdate
 	synced   chan struct{}
 	isSynced bool
 }
 
-type heldReplace struct {
-	shard    model.ShardKey
-	services []model.Service
-	rejected []model.Rejection
-	status   registries.Status
+type heldUpdate struct {
+	shard model.ShardKey
+	u     registries.Update
 }
 
 func newGate(sink registries.Sink, live bool) *gate {
 	return &gate{sink: sink, live: live, synced: make(chan struct{})}
 }
 
-func (g *gate) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
-	g.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
-}
-
-func (g *gate) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, st registries.Status) {
+// Publish implements registries.Sink.
+func (g *gate) Publish(shard model.ShardKey, u registries.Update) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.isSynced {
+	if u.HasState && !g.isSynced {
 		g.isSynced = true
 		close(g.synced)
 	}
-	if g.live {
-		g.sink.ReplaceStatus(shard, services, rejected, st)
-		return
-	}
-	g.held = &heldReplace{shard, services, rejected, st}
-}
-
-func (g *gate) Report(shard model.ShardKey, st registries.Status) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.live {
-		g.sink.Report(shard, st)
+	switch {
+	case g.live:
+		g.sink.Publish(shard, u)
+	case u.HasState:
+		g.held = &heldUpdate{shard, u}
 	}
 }
 
-// open makes the gate pass calls through, starting with the held Replace.
+// open makes the gate pass updates through, starting with the held one.
 func (g *gate) open() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.live = true
 	if h := g.held; h != nil {
 		g.held = nil
-		g.sink.ReplaceStatus(h.shard, h.services, h.rejected, h.status)
+		g.sink.Publish(h.shard, h.u)
 	}
 }
 

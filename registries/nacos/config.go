@@ -13,7 +13,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/validate"
+	"github.com/meshfed/meshfed/validate"
 )
 
 // Defaults of the `nacos:` block.

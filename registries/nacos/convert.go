@@ -15,7 +15,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/portplan"
-	"github.com/meshfed/meshfed/registries/validate"
+	"github.com/meshfed/meshfed/validate"
 )
 
 // instance is one Nacos instance as both the gRPC API (serviceInfo.hosts)

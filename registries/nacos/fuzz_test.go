@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/meshfed/meshfed/registries/registrytest"
+	"github.com/meshfed/meshfed/aggregate/aggregatetest"
 )
 
 // FuzzNacosServiceInfo fuzzes a service's instance list as Nacos sends it
@@ -32,6 +32,6 @@ func FuzzNacosServiceInfo(f *testing.F) {
 		st.set(serviceKey{group: group, name: info.Name}, info.Hosts, info.LastRefTime)
 		st.set(serviceKey{group: DefaultGroup, name: "other"}, info.Hosts, 0)
 		services, rejected := st.pub.State()
-		registrytest.CheckServable(t, testCommon, services, rejected)
+		aggregatetest.CheckServable(t, testCommon, services, rejected)
 	})
 }

@@ -185,7 +185,7 @@ func (r *Registry) session(ctx context.Context, cl *client, st *state, i int) er
 		r.log.Info("nacos: connected to another server", "server", r.cfg.Servers[i])
 	}
 	cl.current = i
-	if st.pub.Status().State == registries.Degraded || st.pub.Published() {
+	if st.pub.Condition().Failing() || st.pub.Published() {
 		r.m.reconnects.Inc()
 	}
 

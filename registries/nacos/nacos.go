@@ -179,11 +179,11 @@ func (s *state) publish(changed bool, at time.Time) {
 	if changed {
 		s.pub.Changed(at)
 	}
-	s.pub.Flush(registries.Status{State: registries.Synced})
+	s.pub.Flush(registries.Condition{})
 }
 
 func (s *state) degrade(err error) {
-	s.pub.Report(registries.Status{State: registries.Degraded, Err: err.Error()})
+	s.pub.Report(registries.Condition{Err: err.Error()})
 }
 
 // authError is credentials the server refused.

@@ -200,7 +200,7 @@ func TestPolarisOutageKeepsStateAndResyncs(t *testing.T) {
 	replaces := st.Replaces
 
 	p.Stop(t)
-	st = sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Status.State == registries.Degraded })
+	st = sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Failing() })
 	if st.Replaces != replaces {
 		t.Errorf("Replace called during the outage: %d → %d", replaces, st.Replaces)
 	}
@@ -212,7 +212,7 @@ func TestPolarisOutageKeepsStateAndResyncs(t *testing.T) {
 	c2 := p.NacosClient(t, "")
 	c2.Register(t, servers.NacosInstance{Service: "billing", IP: "10.0.2.2", Port: 9090})
 	sink.WaitFor(t, visible, hasEndpoints("billing.nacos", "http", "10.0.2.1:9090/HEALTHY/100", "10.0.2.2:9090/HEALTHY/100"))
-	if got := sink.State(reg.common.Shard()).Status.State; got != registries.Synced {
+	if got := sink.State(reg.common.Shard()); !got.Healthy() {
 		t.Errorf("after restart: %v, want Synced", got)
 	}
 	if got := testutil.ToFloat64(reconnects.WithLabelValues("outage")); got < 1 {
@@ -271,7 +271,7 @@ func TestFailoverToNextServer(t *testing.T) {
 	registrytest.Start(t, reg, sink)
 	sink.WaitFor(t, visible, hasEndpoints("edge.nacos", "http", "10.0.5.1:8080/HEALTHY/100"))
 	for _, s := range sink.Statuses(reg.common.Shard()) {
-		if s.State == registries.Degraded {
+		if s.Failing() {
 			t.Errorf("reported %v although the second server answered", s)
 		}
 	}

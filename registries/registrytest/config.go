@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf"
 )
 
 // LoadConfig reads a kind block from path into c with the clusters.yaml
-// loader's own decoding path (registries/yamlconf: strict, defaults, paths
+// loader's own decoding path (package yamlconf: strict, defaults, paths
 // resolved against the file's directory, validation). It returns a
 // *yamlconf.Error listing every problem, keys relative to the block; a
 // file that cannot be read fails the test.

@@ -40,7 +40,8 @@ type Mutation struct {
 //     consistent services (non-empty unique hostnames, non-zero unique port
 //     numbers with known protocols, endpoint port names that name a service
 //     port, endpoint Source.Registry equal to the shard name);
-//   - never reports Starting or Stale (the aggregator derives those);
+//   - never says its Run ended (Update.Ended, Permanent: the Runner says
+//     that) nor breaks registries.Update's rules (see Sink.Problems);
 //   - returns ctx.Err() within StopTimeout after cancel, before and after
 //     the first sync;
 //   - can be called again on the same value after it returned (supervisors
@@ -56,7 +57,7 @@ func Conformance(t *testing.T, newRegistry func(t *testing.T) registries.Registr
 		st := sink.WaitFor(t, SyncTimeout, State.Synced)
 		checkState(t, sink)
 		if len(st.Services) == 0 {
-			t.Errorf("first Replace published no service; Conformance needs a backend with at least one")
+			t.Errorf("first state published no service; Conformance needs a backend with at least one")
 		}
 		stop()
 	})
@@ -148,14 +149,14 @@ func checkState(t testing.TB, sink *Sink) {
 	defer sink.mu.Unlock()
 	for _, shard := range sink.order {
 		r := sink.shards[shard]
-		for _, st := range r.Reports {
-			if st.State == registries.Starting || st.State == registries.Stale {
-				t.Errorf("%s: registry reported %s; registries report only Synced, Degraded or Failed", shard, st.State)
+		for i, u := range r.Updates {
+			if u.Ended || u.Permanent {
+				t.Errorf("%s: update #%d says the Run ended; only the Runner says so, a registry returns from Run", shard, i+1)
 			}
 		}
 		for i, p := range r.published {
 			for _, err := range CheckServices(shard, p.services) {
-				t.Errorf("%s: Replace #%d: %v", shard, i+1, err)
+				t.Errorf("%s: state #%d: %v", shard, i+1, err)
 			}
 		}
 	}

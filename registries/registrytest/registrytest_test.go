@@ -35,11 +35,11 @@ func TestWaitForWakesOnChange(t *testing.T) {
 	t.Parallel()
 	sink := NewSink()
 	go func() {
-		sink.Report(shard, registries.Status{State: registries.Degraded, Err: "down"})
-		sink.Replace(shard, []model.Service{svc("a.vm")}, nil)
+		sink.Publish(shard, registries.Update{Condition: registries.Condition{Err: "down"}})
+		sink.Publish(shard, registries.FullState([]model.Service{svc("a.vm")}, nil))
 	}()
 	st := sink.WaitFor(t, 5*time.Second, State.Synced)
-	if st.Status.State != registries.Synced || st.Replaces != 1 || len(st.Reports) != 1 || st.Shard != shard {
+	if !st.Healthy() || st.Replaces != 1 || len(st.Reports) != 1 || st.Shard != shard || len(st.Updates) != 2 {
 		t.Errorf("state = %s", st)
 	}
 }
@@ -59,7 +59,7 @@ func TestWaitForFails(t *testing.T) {
 			t.Parallel()
 			sink := NewSink()
 			for _, s := range tt.shards {
-				sink.Report(s, registries.Status{State: registries.Degraded})
+				sink.Publish(s, registries.Update{Condition: registries.Condition{Err: "down"}})
 			}
 			ft := &fakeT{TB: t}
 			sink.WaitFor(ft, 10*time.Millisecond, State.Synced)
@@ -73,12 +73,16 @@ func TestWaitForFails(t *testing.T) {
 func TestProblems(t *testing.T) {
 	t.Parallel()
 	sink := NewSink()
-	sink.Replace(shard, nil, nil)
+	sink.Publish(shard, registries.FullState(nil, nil))
 	published := []model.Service{svc("a.vm", "10.0.0.1")}
-	sink.Replace(shard, published, nil)
+	sink.Publish(shard, registries.FullState(published, nil))
 	published[0].Endpoints[0].Address = "10.0.0.2" // the registry changes what it published
+	sink.Publish(shard, registries.Update{Condition: registries.Condition{Invalid: true}})
+	sink.Publish(shard, registries.Update{Permanent: true, Condition: registries.Condition{Err: "x"}})
+	sink.Publish(shard, registries.Update{Complete: true})
 	got := strings.Join(sink.Problems(), "\n")
-	for _, want := range []string{"1 Replace calls passed a nil services slice", "slices of Replace #2 were modified"} {
+	for _, want := range []string{"1 states passed a nil services slice", "slices of state #2 were modified",
+		"update #3 is Invalid without an Err", "update #4 is Permanent without Ended", "update #5 carries state fields without HasState"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("problems %q lack %q", got, want)
 		}
@@ -95,13 +99,13 @@ func TestReplaced(t *testing.T) {
 		t.Errorf("Replaced before any call = %v, want nil", got)
 	}
 	first := []model.Service{svc("a.vm", "10.0.0.1")}
-	sink.Replace(shard, first, nil)
-	sink.Report(shard, registries.Status{State: registries.Degraded, Err: "down"})
-	sink.ReplaceStatus(shard, []model.Service{}, nil, registries.Status{State: registries.Degraded, Err: "one bad"})
+	sink.Publish(shard, registries.FullState(first, nil))
+	sink.Publish(shard, registries.Update{Condition: registries.Condition{Err: "down"}})
+	sink.Publish(shard, registries.Update{HasState: true, Services: []model.Service{}, Condition: registries.Condition{Err: "one bad"}})
 	first[0].Endpoints[0].Address = "10.0.0.9" // changed after publishing: Replaced keeps what was published
 	got := sink.Replaced(shard)
 	if len(got) != 2 || sink.Replaces(shard) != 2 {
-		t.Fatalf("Replaced = %v after %d replaces, want the 2 Replace/ReplaceStatus calls", got, sink.Replaces(shard))
+		t.Fatalf("Replaced = %v after %d replaces, want the 2 states", got, sink.Replaces(shard))
 	}
 	if d := DiffServices([]model.Service{svc("a.vm", "10.0.0.1")}, got[0]); d != "" {
 		t.Errorf("Replaced[0] (-want +got):\n%s", d)

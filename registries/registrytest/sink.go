@@ -1,5 +1,6 @@
-// Package registrytest helps test registries: a recording Sink that tests
-// wait on, comparisons of service lists that ignore order, and Conformance,
+// Package registrytest helps test registries: a Sink that records every
+// Publish (no policy: what the aggregator makes of updates is tested in
+// aggregate) and that tests wait on, comparisons of service lists that ignore order, and Conformance,
 // the checks every Registry must pass.
 package registrytest
 
@@ -15,33 +16,66 @@ import (
 	"github.com/meshfed/meshfed/registries"
 )
 
+// Status is what one Publish said about the backend, as the registry (or
+// its Runner) said it: no policy is applied (the aggregator derives what
+// a registry shows from these).
+type Status struct {
+	Err     string // the backend fails: why ("" when healthy)
+	Invalid bool   // with Err: the backend answered with invalid data
+	// Ended and Permanent: the Runner said the Run ended (Permanent: with
+	// an error marked registries.Permanent).
+	Ended, Permanent bool
+}
+
+// Failing reports whether the update said the backend fails.
+func (s Status) Failing() bool { return s.Err != "" }
+
+// StatusOf is the Status an update says.
+func StatusOf(u registries.Update) Status {
+	return Status{Err: u.Err, Invalid: u.Invalid, Ended: u.Ended, Permanent: u.Permanent}
+}
+
 // State is what a Sink recorded for one shard.
 type State struct {
 	Shard model.ShardKey
-	// Services and Rejected are the arguments of the last Replace; both nil
-	// before the first Replace.
+	// Services and Rejected are those of the last Publish with a state;
+	// both nil before the first.
 	Services []model.Service
 	Rejected []model.Rejection
-	// Replaces counts Replace and ReplaceStatus calls.
+	// Complete is the last state's Update.Complete.
+	Complete bool
+	// Replaces counts Publish calls with a state.
 	Replaces int
-	// Reports is every Report, and the status of every ReplaceStatus
-	// that was not Synced, oldest first.
-	Reports []registries.Status
-	// Status is the shard's status as the aggregator derives it: Starting
-	// before anything happened, Synced after a Replace, else the last
-	// Report or ReplaceStatus.
-	Status registries.Status
-	// History is every Status the shard passed through, oldest first: one
-	// per Replace (Synced), ReplaceStatus and Report. A Replace followed
-	// by a Report of Degraded shows as a brief Synced here.
-	History []registries.Status
+	// Reports is the Status of every Publish other than a state with a
+	// healthy backend (every condition-only update, and every state
+	// published while the backend fails), oldest first.
+	Reports []Status
+	// Status is what the last Publish said (zero before the first).
+	Status Status
+	// History is the Status of every Publish, oldest first.
+	History []Status
+	// Updates is every Publish, oldest first, as received.
+	Updates []registries.Update
 }
 
-// Synced reports whether the shard was replaced at least once.
+// Synced reports whether a state was published at least once.
 func (s State) Synced() bool { return s.Replaces > 0 }
 
-// Sink is a registries.Sink that records every call. It is safe for
-// concurrent use; the zero value is not usable, call NewSink.
+// Healthy reports whether something was published and the last Publish
+// said the backend is healthy.
+func (s State) Healthy() bool { return len(s.History) > 0 && !s.Status.Failing() }
+
+// Failing reports whether the last Publish said the backend fails, not
+// for good (a Degraded registry, as the aggregator shows it).
+func (s State) Failing() bool { return s.Status.Failing() && !s.Status.Permanent }
+
+// Failed reports whether the last Publish said the Run ended with a
+// Permanent error.
+func (s State) Failed() bool { return s.Status.Permanent }
+
+// Sink is a registries.Sink that records every Publish, and nothing else:
+// it applies no policy. It is safe for concurrent use; the zero value is
+// not usable, call NewSink.
 type Sink struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every call
@@ -51,37 +85,17 @@ type Sink struct {
 
 type shardRecord struct {
 	State
-	// published keeps each Replace's slices with a deep copy taken at the
+	// published keeps each state's slices with a deep copy taken at the
 	// time, to detect a registry that changes what it already published.
 	published []published
-	nilLists  int // Replace calls whose services slice was nil
-	seeded    bool
+	nilLists  int // states whose services slice was nil
+	// contract violations of the Update's own rules
+	misuse []string
 }
 
 type published struct {
 	services, servicesCopy []model.Service
 	rejected, rejectedCopy []model.Rejection
-}
-
-var _ registries.ServingSink = (*Sink)(nil)
-
-// Serving implements registries.ServingSink as the aggregator does: a
-// shard is served once it had a Replace (an earlier Run's state) or was
-// seeded (a state restored from disk), so a registry's partial first
-// state is held back; a fresh shard is not served.
-func (s *Sink) Serving(shard model.ShardKey) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.shards[shard]
-	return ok && (r.Replaces > 0 || r.seeded)
-}
-
-// Seed marks shard as served without recording a Replace, as a state
-// restored from state.dir is: the next Run's partial first state is held.
-func (s *Sink) Seed(shard model.ShardKey) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.record(shard).seeded = true
 }
 
 // NewSink returns an empty recording sink.
@@ -104,44 +118,38 @@ func (s *Sink) notify() {
 	s.changed = make(chan struct{})
 }
 
-// Replace implements registries.Sink.
-func (s *Sink) Replace(shard model.ShardKey, services []model.Service, rejected []model.Rejection) {
-	s.ReplaceStatus(shard, services, rejected, registries.Status{State: registries.Synced})
-}
-
-// ReplaceStatus implements registries.Sink. A status other than Synced is
-// recorded like a Report (in Reports and Status) of a Degraded status.
-func (s *Sink) ReplaceStatus(shard model.ShardKey, services []model.Service, rejected []model.Rejection, status registries.Status) {
+// Publish implements registries.Sink: it records u.
+func (s *Sink) Publish(shard model.ShardKey, u registries.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.record(shard)
-	r.Services, r.Rejected = services, rejected
-	r.Replaces++
-	r.Status = registries.Status{State: registries.Synced}
-	if status.State != registries.Synced {
-		status.State = registries.Degraded
-		r.Status = status
-		r.Reports = append(r.Reports, status)
+	st := StatusOf(u)
+	r.Updates = append(r.Updates, u)
+	r.Status = st
+	r.History = append(r.History, st)
+	if !u.HasState || st.Failing() {
+		r.Reports = append(r.Reports, st)
 	}
-	r.History = append(r.History, r.Status)
-	if services == nil {
-		r.nilLists++
+	n := len(r.Updates)
+	switch {
+	case u.Invalid && u.Err == "":
+		r.misuse = append(r.misuse, fmt.Sprintf("update #%d is Invalid without an Err", n))
+	case u.Permanent && !u.Ended:
+		r.misuse = append(r.misuse, fmt.Sprintf("update #%d is Permanent without Ended", n))
+	case !u.HasState && (u.Complete || u.Services != nil || u.Rejected != nil):
+		r.misuse = append(r.misuse, fmt.Sprintf("update #%d carries state fields without HasState", n))
 	}
-	r.published = append(r.published, published{
-		services: services, servicesCopy: CloneServices(services),
-		rejected: rejected, rejectedCopy: slices.Clone(rejected),
-	})
-	s.notify()
-}
-
-// Report implements registries.Sink.
-func (s *Sink) Report(shard model.ShardKey, status registries.Status) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.record(shard)
-	r.Reports = append(r.Reports, status)
-	r.Status = status
-	r.History = append(r.History, status)
+	if u.HasState {
+		r.Services, r.Rejected, r.Complete = u.Services, u.Rejected, u.Complete
+		r.Replaces++
+		if u.Services == nil {
+			r.nilLists++
+		}
+		r.published = append(r.published, published{
+			services: u.Services, servicesCopy: CloneServices(u.Services),
+			rejected: u.Rejected, rejectedCopy: slices.Clone(u.Rejected),
+		})
+	}
 	s.notify()
 }
 
@@ -168,24 +176,25 @@ func (s *Sink) stateLocked(shard model.ShardKey) State {
 	st := r.State
 	st.Reports = slices.Clone(st.Reports)
 	st.History = slices.Clone(st.History)
+	st.Updates = slices.Clone(st.Updates)
 	return st
 }
 
-// Last returns the services and rejections of shard's last Replace, and
+// Last returns the services and rejections of shard's last state, and
 // whether there was one.
 func (s *Sink) Last(shard model.ShardKey) ([]model.Service, []model.Rejection, bool) {
 	st := s.State(shard)
 	return st.Services, st.Rejected, st.Synced()
 }
 
-// Statuses returns every status reported for shard, oldest first.
-func (s *Sink) Statuses(shard model.ShardKey) []registries.Status {
+// Statuses returns shard's Reports (see State), oldest first.
+func (s *Sink) Statuses(shard model.ShardKey) []Status {
 	return s.State(shard).Reports
 }
 
-// Replaced returns what every Replace and ReplaceStatus of shard
-// published, oldest first, as copied when it was called: Replaced(shard)[i]
-// is the services of Replace number i+1 (State.Replaces counts them), so
+// Replaced returns the services of every state published for shard,
+// oldest first, as copied when it was published: Replaced(shard)[i] is
+// the services of state number i+1 (State.Replaces counts them), so
 // Replaced(shard)[before.Replaces:] is everything published since a State
 // before was taken.
 func (s *Sink) Replaced(shard model.ShardKey) [][]model.Service {
@@ -202,7 +211,7 @@ func (s *Sink) Replaced(shard model.ShardKey) [][]model.Service {
 	return out
 }
 
-// Replaces counts the Replace calls for shard.
+// Replaces counts the states published for shard.
 func (s *Sink) Replaces(shard model.ShardKey) int { return s.State(shard).Replaces }
 
 // only returns the state of the sink's one shard (zero before any call);
@@ -220,7 +229,7 @@ func (s *Sink) only() (State, bool) {
 // WaitFor waits until cond holds for the sink's only shard and returns the
 // state it held for. Before the first call cond sees a zero State. It fails
 // t if timeout passes first, or if the sink heard of several shards (use
-// WaitForShard then). cond is re-evaluated after every Replace and Report,
+// WaitForShard then). cond is re-evaluated after every Publish,
 // never on a timer.
 func (s *Sink) WaitFor(t testing.TB, timeout time.Duration, cond func(State) bool) State {
 	t.Helper()
@@ -266,12 +275,14 @@ func (s *Sink) wait(t testing.TB, timeout time.Duration, cond func(State) bool, 
 
 // String summarizes the state for failure messages.
 func (s State) String() string {
-	return fmt.Sprintf("shard %s: status %s %q, %d replaces, %d services, %d rejected, reports %v",
-		s.Shard, s.Status.State, s.Status.Err, s.Replaces, len(s.Services), len(s.Rejected), s.Reports)
+	return fmt.Sprintf("shard %s: status %+v, %d replaces (last complete %v), %d services, %d rejected, reports %v",
+		s.Shard, s.Status, s.Replaces, s.Complete, len(s.Services), len(s.Rejected), s.Reports)
 }
 
-// Problems lists contract violations the sink saw: Replace with a nil
-// services slice, and published slices changed after Replace. Conformance
+// Problems lists contract violations the sink saw: a state with a nil
+// services slice, published slices changed afterwards, and updates that
+// break registries.Update's rules (Invalid without Err, Permanent without
+// Ended, state fields without HasState). Conformance
 // checks it; other tests may too.
 func (s *Sink) Problems() []string {
 	s.mu.Lock()
@@ -280,18 +291,21 @@ func (s *Sink) Problems() []string {
 	for _, shard := range s.order {
 		r := s.shards[shard]
 		if r.nilLists > 0 {
-			out = append(out, fmt.Sprintf("%s: %d Replace calls passed a nil services slice; pass an empty one for none", shard, r.nilLists))
+			out = append(out, fmt.Sprintf("%s: %d states passed a nil services slice; pass an empty one for none", shard, r.nilLists))
 		}
 		for i, p := range r.published {
 			if !reflect.DeepEqual(p.services, p.servicesCopy) || !reflect.DeepEqual(p.rejected, p.rejectedCopy) {
-				out = append(out, fmt.Sprintf("%s: the slices of Replace #%d were modified after publishing", shard, i+1))
+				out = append(out, fmt.Sprintf("%s: the slices of state #%d were modified after publishing", shard, i+1))
 			}
+		}
+		for _, m := range r.misuse {
+			out = append(out, fmt.Sprintf("%s: %s", shard, m))
 		}
 	}
 	return out
 }
 
-// ChangedSince returns a channel closed at the next Replace or Report;
+// ChangedSince returns a channel closed at the next Publish;
 // useful to wait for "something happened" with a select of one's own.
 func (s *Sink) ChangedSince() <-chan struct{} {
 	s.mu.Lock()

@@ -14,7 +14,7 @@ import (
 	"github.com/meshfed/meshfed/istioconfig/crd"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf"
 )
 
 // Kinds this registry reads.

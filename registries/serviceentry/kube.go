@@ -34,11 +34,11 @@ const kubeQuiet = 100 * time.Millisecond
 //     is one object, a differing one in a later cluster is rejected.
 //   - The first publish waits until every cluster has listed its objects
 //     once. A cluster that cannot be read (credentials, no CRDs, RBAC, API
-//     server down) makes the registry Degraded with the reason; before
-//     the first publish nothing is published (registries.Publisher), so
-//     the state the aggregator serves (restored after a restart) stays,
-//     and afterwards the cluster's last listed objects stay served (stale
-//     beats empty).
+//     server down) makes the registry Degraded with the reason; what the
+//     others list is published as a partial state (not Complete), which
+//     the aggregator does not take as a Run's first state while it serves
+//     one (restored after a restart), and afterwards the cluster's last
+//     listed objects stay served (stale beats empty).
 //   - An update that removed endpoints is sent again after confirmAfter
 //     when nothing changed meanwhile and every cluster is read,
 //     confirming it to the aggregator's hold-down, as filewatch does for
@@ -75,7 +75,7 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 			// take the re-send for a confirmation of a state that may lack
 			// what the cluster cannot show): retry after another period.
 			st := kubeStatus(src.Parts()) // Parts clones every object: once
-			if st.State != registries.Synced {
+			if st.Failing() {
 				confirm.Reset(confirmAfter)
 				continue
 			}
@@ -97,7 +97,7 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 		parts := src.Parts()
 		st := kubeStatus(parts)
 		if !decided(parts) {
-			if st.State != registries.Synced {
+			if st.Failing() {
 				pub.Report(st)
 			}
 			continue
@@ -131,7 +131,7 @@ func decided(parts []istioconfig.FeedPart) bool {
 }
 
 // kubeStatus is Synced, or Degraded naming every cluster that fails.
-func kubeStatus(parts []istioconfig.FeedPart) registries.Status {
+func kubeStatus(parts []istioconfig.FeedPart) registries.Condition {
 	var errs []string
 	for _, p := range parts {
 		if p.Err != "" {
@@ -139,9 +139,9 @@ func kubeStatus(parts []istioconfig.FeedPart) registries.Status {
 		}
 	}
 	if len(errs) == 0 {
-		return registries.Status{State: registries.Synced}
+		return registries.Condition{}
 	}
-	return registries.Status{State: registries.Degraded, Err: strings.Join(errs, "; ")}
+	return registries.Condition{Err: strings.Join(errs, "; ")}
 }
 
 // kubeObjects turns the synced clusters' objects into checked Objects,

@@ -8,7 +8,6 @@ import (
 	apinetworking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/istioconfig"
-	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
@@ -58,14 +57,14 @@ func TestKubeStatus(t *testing.T) {
 	if decided(starting) {
 		t.Error("decided with west neither listed nor failing")
 	}
-	if st := kubeStatus(starting); st.State != registries.Synced {
+	if st := kubeStatus(starting); st.Failing() {
 		t.Errorf("status = %+v, want Synced (nothing failing)", st)
 	}
 	failing := []istioconfig.FeedPart{{Name: "east", Synced: true}, {Name: "west", Err: "connection refused"}, {Name: "north", Failed: true, Err: "no kubeconfig"}}
 	if !decided(failing) {
 		t.Error("not decided with every cluster listed or failing")
 	}
-	if st := kubeStatus(failing); st.State != registries.Degraded || st.Invalid ||
+	if st := kubeStatus(failing); !st.Failing() || st.Invalid ||
 		st.Err != "cluster west: connection refused; cluster north: no kubeconfig" {
 		t.Errorf("status = %+v, want Degraded naming west and north", st)
 	}

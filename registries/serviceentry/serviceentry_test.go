@@ -101,7 +101,7 @@ func TestBrokenFileKeepsLastGood(t *testing.T) {
 	sink.WaitFor(t, wait, func(s registrytest.State) bool { return len(endpointsOf(s.Services, "pay.ext.example")) == 2 })
 
 	write(t, we, workloads+"---\nkind: [\n")
-	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Status.State == registries.Degraded })
+	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Failing() })
 	if !st.Status.Invalid || !strings.Contains(st.Status.Err, "workloads.yaml: YAML syntax error") {
 		t.Errorf("status = %+v, want Degraded, invalid, naming workloads.yaml", st.Status)
 	}
@@ -112,7 +112,7 @@ func TestBrokenFileKeepsLastGood(t *testing.T) {
 	// An invalid WorkloadEntry is rejected alone; the other stays selected.
 	write(t, we, strings.Replace(workloads, "address: 10.1.0.1", "address: unix:///x.sock", 1))
 	st = sink.WaitFor(t, wait, func(s registrytest.State) bool {
-		return s.Status.State == registries.Synced && len(s.Rejected) == 1
+		return s.Healthy() && len(s.Rejected) == 1
 	})
 	if !strings.Contains(st.Rejected[0].String(), "workloads.yaml:1 WorkloadEntry shop/vm-1: object rejected: spec.address") ||
 		!strings.Contains(st.Rejected[0].Reason, "last good version") {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/validate"
+	"github.com/meshfed/meshfed/validate"
 )
 
 // Layout is how services are laid out under the root znode.

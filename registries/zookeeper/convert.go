@@ -16,7 +16,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/portplan"
-	"github.com/meshfed/meshfed/registries/validate"
+	"github.com/meshfed/meshfed/validate"
 )
 
 // Port names of the curator layout.

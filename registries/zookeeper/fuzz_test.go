@@ -3,9 +3,9 @@ package zookeeper
 import (
 	"testing"
 
+	"github.com/meshfed/meshfed/aggregate/aggregatetest"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
 var fuzzCommon = registries.Common{Name: "zk", Kind: "zookeeper", Domain: "zk", Locality: model.Locality{Region: "r1"}}
@@ -23,7 +23,7 @@ func checkTree(t *testing.T, layout Layout, key, path string, in, sibling instan
 	if in.bad != "" && quarantined == 0 {
 		t.Errorf("instance quarantined for %q is not counted", in.bad)
 	}
-	registrytest.CheckServable(t, fuzzCommon, services, rejected)
+	aggregatetest.CheckServable(t, fuzzCommon, services, rejected)
 	if len(services) == 0 && len(rejected) == 0 {
 		t.Errorf("service %q neither published nor rejected", key)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshfed/meshfed/registries/validate"
+	"github.com/meshfed/meshfed/validate"
 )
 
 type addrResult struct {

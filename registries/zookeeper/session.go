@@ -178,7 +178,7 @@ func (w *watcher) work() error {
 				return nil
 			}
 			w.resyncAfter = time.Now().Add(w.resyncBackoff.Next())
-			w.report(registries.Degraded, "reading ZooKeeper: "+errText(err))
+			w.report("reading ZooKeeper: " + errText(err))
 			w.r.log.Warn("zookeeper resync failed", "error", err)
 		}
 		return nil
@@ -216,8 +216,8 @@ func (e rootDeniedError) Unwrap() error { return e.err }
 func (w *watcher) handle(evs []timedEvent) {
 	for _, ev := range evs {
 		if ev.dialErr != nil {
-			if !w.hasSession && w.pub.Status().State != registries.Degraded {
-				w.report(registries.Degraded, "cannot reach ZooKeeper: "+ev.dialErr.Error())
+			if !w.hasSession && !w.pub.Condition().Failing() {
+				w.report("cannot reach ZooKeeper: " + ev.dialErr.Error())
 			}
 			continue
 		}
@@ -298,11 +298,11 @@ func (w *watcher) lost(why string) {
 	w.hasSession = false
 	w.authSent = false
 	w.r.m.connected.Set(0)
-	w.report(registries.Degraded, why)
+	w.report(why)
 }
 
-func (w *watcher) report(state registries.State, msg string) {
-	w.pub.Report(registries.Status{State: state, Err: msg})
+func (w *watcher) report(msg string) {
+	w.pub.Report(registries.Condition{Err: msg})
 }
 
 // sendAuth adds the digest credentials once per connection; the client

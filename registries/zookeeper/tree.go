@@ -394,6 +394,6 @@ func (w *watcher) publish() {
 	w.deb.Done()
 	services, rejected, quarantined := build(w.r.common, w.r.cfg.Layout, w.tree)
 	w.pub.Set("", registries.Converted{Services: services, Rejected: rejected})
-	w.pub.Flush(registries.Status{State: registries.Synced})
+	w.pub.Flush(registries.Condition{})
 	w.r.m.quarantined.Set(float64(quarantined))
 }

@@ -637,7 +637,7 @@ func TestOutage(t *testing.T) {
 
 	z.Stop()
 	stopped := time.Now()
-	st = sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Status.State == registries.Degraded })
+	st = sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Failing() })
 	t.Logf("Degraded %v after the server stopped: %q", time.Since(stopped), st.Status.Err)
 	provider.Close() // cannot reach the server: its session will expire
 
@@ -673,7 +673,7 @@ func TestOutage(t *testing.T) {
 	if st.Replaces != replaces {
 		t.Errorf("%d publishes while ZooKeeper was away; want none", st.Replaces-replaces)
 	}
-	if st.Status.State != registries.Degraded {
+	if !st.Failing() {
 		t.Errorf("status while away: %v, want Degraded", st.Status)
 	}
 	if d := fmt.Sprint(endpointsByHost(st.Services)); d != fmt.Sprint(before) {
@@ -706,10 +706,10 @@ func TestOutage(t *testing.T) {
 	// again with the same state.
 	replaces = st.Replaces
 	z.Stop()
-	sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Status.State == registries.Degraded })
+	sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Failing() })
 	z.Start()
 	st = sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Replaces > replaces })
-	if st.Status.State != registries.Synced || fmt.Sprint(endpointsByHost(st.Services)) != "map[payments.zk:[192.0.2.3 http=9091]]" {
+	if !st.Healthy() || fmt.Sprint(endpointsByHost(st.Services)) != "map[payments.zk:[192.0.2.3 http=9091]]" {
 		t.Errorf("after a short outage: %s %v", st, endpointsByHost(st.Services))
 	}
 	if p := sink.Problems(); len(p) > 0 {
@@ -724,7 +724,7 @@ func TestUnreachable(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
 	reg := testRegistry(t, addr, LayoutCurator, "/services", nil)
 	sink := start(t, reg)
-	st := sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Status.State == registries.Degraded })
+	st := sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Failing() })
 	if !strings.Contains(st.Status.Err, "cannot reach ZooKeeper") || st.Synced() {
 		t.Errorf("state %s, want Degraded 'cannot reach ZooKeeper' and no publish", st)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hudl/fargo"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -71,7 +71,7 @@ func TestEurekaRegistryToGRPCClient(t *testing.T) {
 	// Server stopped: Degraded, endpoints kept, the client keeps calling.
 	p.Stop(t)
 	eventually(t, 30*time.Second, "legacy Degraded", func() error {
-		var h federation.RegistryHealth
+		var h admin.RegistryHealth
 		code := m.getJSON(t, "/healthz/registries/legacy", &h)
 		if code != 503 || h.State.String() != "Degraded" {
 			return fmt.Errorf("code %d state %s", code, h.State)
@@ -86,7 +86,7 @@ func TestEurekaRegistryToGRPCClient(t *testing.T) {
 	// Restarted: Synced again.
 	p.Start(t)
 	eventually(t, 30*time.Second, "legacy Synced again", func() error {
-		var h federation.RegistryHealth
+		var h admin.RegistryHealth
 		if code := m.getJSON(t, "/healthz/registries/legacy", &h); code != 200 {
 			return fmt.Errorf("code %d state %s: %s", code, h.State, h.LastError)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 )
 
 func servicesYAML(endpoints ...string) string {
@@ -91,7 +91,7 @@ func TestFileRegistryToGRPCClient(t *testing.T) {
 	// client keeps reaching b2.
 	writeFile(t, svcFile, servicesYAML(localEndpoint(b2, "v2"))+"      - {address: 10.0.0.9, health: SICK}\n")
 	eventually(t, 10*time.Second, "vms shows Degraded", func() error {
-		var h federation.RegistryHealth
+		var h admin.RegistryHealth
 		code := m.getJSON(t, "/healthz/registries/vms", &h)
 		if code != 503 || h.State.String() != "Degraded" {
 			return fmt.Errorf("code %d state %s", code, h.State)
@@ -99,7 +99,7 @@ func TestFileRegistryToGRPCClient(t *testing.T) {
 		return contains(h.LastError, "services.yaml:", "SICK")
 	})
 	c.waitFor(t, "b2", 10, 10*time.Second)
-	var eps []federation.EndpointInfo
+	var eps []admin.EndpointInfo
 	m.getJSON(t, "/debug/endpointz?host=echo.vm.internal", &eps)
 	if len(eps) != 1 || eps[0].Ports["grpc"] != uint32(b2.port) || eps[0].Locality != "test/zone-a" {
 		t.Errorf("endpointz after broken edit = %+v, want only b2 on port %d", eps, b2.port)
@@ -115,7 +115,7 @@ func TestFileRegistryToGRPCClient(t *testing.T) {
 		return contains(string(body), "not-an-ip", "echo.vm.internal")
 	})
 	eventually(t, 10*time.Second, "vms back to Synced", func() error {
-		var h federation.RegistryHealth
+		var h admin.RegistryHealth
 		if code := m.getJSON(t, "/healthz/registries/vms", &h); code != 200 {
 			return fmt.Errorf("code %d state %s: %s", code, h.State, h.LastError)
 		}
@@ -146,7 +146,7 @@ func proxyConnected(t *testing.T, m *meshfed, id string) time.Time {
 	t.Helper()
 	var at time.Time
 	eventually(t, 10*time.Second, "proxy "+id+" in /debug/syncz", func() error {
-		var proxies []federation.ProxySync
+		var proxies []admin.ProxySync
 		_, body, err := m.get("/debug/syncz")
 		if err != nil {
 			return err
@@ -246,7 +246,7 @@ func TestFileRegistryDirectory(t *testing.T) {
 	// last good endpoint, the other files keep serving.
 	writeFile(t, teamB, other("orders", "10.1.0.1")+"        health: SICK\n")
 	eventually(t, 10*time.Second, "vms shows Degraded naming team-b.yaml", func() error {
-		var h federation.RegistryHealth
+		var h admin.RegistryHealth
 		code := m.getJSON(t, "/healthz/registries/vms", &h)
 		if code != 503 || h.State.String() != "Degraded" {
 			return fmt.Errorf("code %d state %s", code, h.State)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/test/servers"
 )
@@ -41,9 +41,9 @@ func TestHAReplicasAgree(t *testing.T) {
 
 	// agree waits until both replicas serve wantHosts' endpoint counts and
 	// have equal digests, and returns them.
-	agree := func(what string, want map[string]int) federation.DigestInfo {
+	agree := func(what string, want map[string]int) admin.DigestInfo {
 		t.Helper()
-		var da, db federation.DigestInfo
+		var da, db admin.DigestInfo
 		eventually(t, 30*time.Second, what, func() error {
 			for _, m := range []*meshfed{a, b} {
 				for host, n := range want {

@@ -24,7 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -366,7 +366,7 @@ type claEndpoint struct {
 // proxy was served, once the proxy ACKed the latest EDS response.
 func servedCLA(m *meshfed, proxy, host string, port int) ([]claEndpoint, error) {
 	// ACKed: the client accepted what it was last sent.
-	var proxies []federation.ProxySync
+	var proxies []admin.ProxySync
 	_, body, err := m.get("/debug/syncz")
 	if err != nil {
 		return nil, err
@@ -447,7 +447,7 @@ func hostEndpoints(m *meshfed, host string) (int, error) {
 	if code != 200 {
 		return 0, fmt.Errorf("status %d: %s", code, body)
 	}
-	var eps []federation.EndpointInfo
+	var eps []admin.EndpointInfo
 	err = json.Unmarshal(body, &eps)
 	return len(eps), err
 }

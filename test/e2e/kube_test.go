@@ -36,8 +36,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/aggregate"
-	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -275,7 +275,7 @@ func waitCLA(t *testing.T, m *meshfed, proxy string, timeout time.Duration, want
 }
 
 func registryState(m *meshfed, name string) (string, error) {
-	var h federation.RegistryHealth
+	var h admin.RegistryHealth
 	code, body, err := m.get("/healthz/registries/" + name)
 	if err != nil {
 		return "", err
@@ -346,7 +346,7 @@ func TestKubernetesMulticlusterToGRPCClient(t *testing.T) {
 		claEndpoint{westAddr, "HEALTHY", "west-1", "west-1a"})
 
 	// Each endpoint names its cluster and network.
-	var eps []federation.EndpointInfo
+	var eps []admin.EndpointInfo
 	m.getJSON(t, "/debug/endpointz?host="+kubeHost, &eps)
 	for _, e := range eps {
 		if want := map[string]string{eastAddr: "east", westAddr: "west"}[e.Address]; e.Cluster != want || e.Network != "mesh-net" {
@@ -452,7 +452,7 @@ func TestKubernetesRemoteClusterBySecret(t *testing.T) {
 		claEndpoint{eastAddr, "HEALTHY", "east-1", "east-1a"},
 		claEndpoint{westAddr, "HEALTHY", "west-1", "west-1a"})
 	c.waitBackends(t, 20*time.Second, "east-1", "west-1")
-	var regs []federation.RegistryHealth
+	var regs []admin.RegistryHealth
 	m.getJSON(t, "/healthz/registries", &regs)
 	if len(regs) != 2 {
 		t.Errorf("/healthz/registries lists %d registries, want east and west", len(regs))

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/statestore"
 )
 
@@ -143,12 +143,12 @@ listen:
 		}
 	}
 
-	var reg federation.RegistryHealth
+	var reg admin.RegistryHealth
 	m.getJSON(t, "/healthz/registries/vms", &reg)
 	if !reg.Restored || reg.Endpoints != 2 {
 		t.Errorf("registry vms %+v, want restored with 2 endpoints", reg)
 	}
-	var infos []federation.ServiceInfo
+	var infos []admin.ServiceInfo
 	m.getJSON(t, "/debug/registryz", &infos)
 	if len(infos) != 1 || !infos[0].Restored || infos[0].Host != "orders.vm.internal" {
 		t.Errorf("/debug/registryz = %+v, want orders.vm.internal marked restored", infos)
@@ -157,7 +157,7 @@ listen:
 	// The backend comes back: the registry syncs and is no longer restored.
 	writeFile(t, services, ordersFile("127.0.0.1", "127.0.0.2", "127.0.0.3"))
 	eventually(t, 10*time.Second, "registry synced, not restored", func() error {
-		var reg federation.RegistryHealth
+		var reg admin.RegistryHealth
 		m.getJSON(t, "/healthz/registries/vms", &reg)
 		if reg.Restored || reg.Endpoints != 3 {
 			return fmt.Errorf("%+v", reg)
@@ -216,7 +216,7 @@ func TestStateSurvivesSIGKILLMidWrite(t *testing.T) {
 	}
 	m = startMeshfed(t, config, xdsAddr, adminAddr)
 	eventually(t, 10*time.Second, "previous state restored", func() error {
-		var eps []federation.EndpointInfo
+		var eps []admin.EndpointInfo
 		if code, body, err := m.get("/debug/endpointz?host=orders.vm.internal"); err != nil || code != 200 {
 			return fmt.Errorf("endpointz: %d %s %v", code, body, err)
 		} else if err := json.Unmarshal(body, &eps); err != nil {

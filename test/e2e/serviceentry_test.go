@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -107,12 +107,12 @@ func TestServiceEntryRegistryToGRPCClient(t *testing.T) {
 		}
 		return contains(string(body), `999.0.0.1 (`, `workloads.yaml:10 WorkloadEntry shop/bad`, "echo.mesh.example", `"registry": "istio"`)
 	})
-	var eps []federation.EndpointInfo
+	var eps []admin.EndpointInfo
 	m.getJSON(t, "/debug/endpointz?host=echo.mesh.example", &eps)
 	if len(eps) != 2 {
 		t.Errorf("endpointz = %+v, want b1 and b2 served, the bad one quarantined", eps)
 	}
-	var h federation.RegistryHealth
+	var h admin.RegistryHealth
 	if code := m.getJSON(t, "/healthz/registries/istio", &h); code != 200 || h.Kind != "serviceentry" {
 		t.Errorf("/healthz/registries/istio: %d %+v, want 200 Synced, kind serviceentry", code, h)
 	}
@@ -206,7 +206,7 @@ func TestServiceEntryFromKubernetesToGRPCClient(t *testing.T) {
 		}
 		return contains(string(body), `999.0.0.1 (shop/bad (east) WorkloadEntry shop/bad)`, "echo.mesh.example", `"registry": "istio"`)
 	})
-	var eps []federation.EndpointInfo
+	var eps []admin.EndpointInfo
 	m.getJSON(t, "/debug/endpointz?host=echo.mesh.example", &eps)
 	if len(eps) != 2 {
 		t.Errorf("endpointz = %+v, want b1 (now on b2's port) and b3 served, the bad one quarantined", eps)

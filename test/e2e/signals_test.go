@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/admin"
 )
 
 // TestHoldDownAndRelease: `services: []` written over a live services file
@@ -32,7 +32,7 @@ func TestHoldDownAndRelease(t *testing.T) {
 	c.waitFor(t, "b1", 5, 30*time.Second)
 
 	writeFile(t, f.svcFile, "services: []\n")
-	var h federation.RegistryHealth
+	var h admin.RegistryHealth
 	eventually(t, 10*time.Second, "vms Held", func() error {
 		code := m.getJSON(t, "/healthz/registries/vms", &h)
 		if code != 503 || h.State.String() != "Held" || h.Hold == nil {
@@ -66,7 +66,7 @@ func TestHoldDownAndRelease(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "released vms: Synced") {
 		t.Fatalf("release: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
-	var infos []federation.ServiceInfo
+	var infos []admin.ServiceInfo
 	m.getJSON(t, "/debug/registryz", &infos)
 	if len(infos) != 0 {
 		t.Errorf("after release: /debug/registryz = %+v, want nothing", infos)
@@ -109,7 +109,7 @@ func TestSIGHUPReload(t *testing.T) {
 		}
 	}
 	hosts := func() []string {
-		var infos []federation.ServiceInfo
+		var infos []admin.ServiceInfo
 		m.getJSON(t, "/debug/registryz", &infos)
 		var out []string
 		for _, i := range infos {
@@ -118,9 +118,9 @@ func TestSIGHUPReload(t *testing.T) {
 		return out
 	}
 	type readyz struct {
-		Ready  bool                     `json:"ready"`
-		Reason string                   `json:"reason"`
-		Reload *federation.ReloadStatus `json:"reload"`
+		Ready  bool                `json:"ready"`
+		Reason string              `json:"reason"`
+		Reload *admin.ReloadStatus `json:"reload"`
 	}
 
 	// Added.
@@ -159,7 +159,7 @@ func TestSIGHUPReload(t *testing.T) {
 	writeFile(t, f.config, strings.Replace(string(base), "services.yaml", "services2.yaml", 1)+more)
 	hup()
 	eventually(t, 15*time.Second, "changed registry serves b2", func() error {
-		var eps []federation.EndpointInfo
+		var eps []admin.EndpointInfo
 		m.getJSON(t, "/debug/endpointz?host=echo.vm.internal", &eps)
 		if len(eps) != 2 {
 			return fmt.Errorf("%+v", eps)
@@ -186,7 +186,7 @@ func TestSIGHUPReload(t *testing.T) {
 		}
 		return nil
 	})
-	var regs []federation.RegistryHealth
+	var regs []admin.RegistryHealth
 	m.getJSON(t, "/healthz/registries", &regs)
 	if b, _ := json.Marshal(regs); len(regs) != 1 || regs[0].Name != "vms" {
 		t.Errorf("registries after removal: %s", b)

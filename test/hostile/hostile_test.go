@@ -233,7 +233,7 @@ func TestObservedHostileDataIsServedAcceptably(t *testing.T) {
 func serveAndCheck(t *testing.T, inputs map[string][]model.Service) (*model.Snapshot, *xds.Server) {
 	agg := aggregate.New(aggregate.Options{Registries: hostileRegs})
 	for _, r := range hostileRegs {
-		agg.Replace(model.ShardKey{Kind: r.Kind, Name: r.Name}, inputs[r.Name], nil)
+		agg.Publish(model.ShardKey{Kind: r.Kind, Name: r.Name}, registries.FullState(inputs[r.Name], nil))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/bench"
-	"github.com/meshfed/meshfed/federation"
+	meshfedconfig "github.com/meshfed/meshfed/config"
 )
 
 var (
 	// defDebounce is clusters.yaml's default.
-	defDebounce = debounce{name: "default", quiet: time.Duration(federation.DefaultDebounceQuiet), max: time.Duration(federation.DefaultDebounceMax)}
+	defDebounce = debounce{name: "default", quiet: time.Duration(meshfedconfig.DefaultDebounceQuiet), max: time.Duration(meshfedconfig.DefaultDebounceMax)}
 	lowDebounce = debounce{name: "low", quiet: time.Millisecond, max: 50 * time.Millisecond}
 	mfT         = target{label: "meshfed", impl: "meshfed", args: defDebounce.args()}
 	mfLowT      = target{label: "meshfed low", impl: "meshfed", args: lowDebounce.args()}

@@ -53,7 +53,7 @@ func run() error {
 	switch *impl {
 	case "meshfed":
 		srv = bench.NewMeshfed(*quiet, *maxWait, log)
-		grpcOpts = xds.ServerOptions() // as federation.Gateway passes them
+		grpcOpts = xds.ServerOptions() // as gateway.Gateway passes them
 	case "baseline":
 		srv = bench.NewBaseline(log)
 	case "floor":

@@ -1,7 +1,11 @@
 // Command render writes the Helm chart deploy/helm/meshfed rendered as
 // `helm template` would (make manifests, the drift check of make lint).
 //
-//	go run ./deploy/chart/cmd/render [-f values.yaml] [--set k=v] [-o FILE]
+//	go -C deploy/chart run ./cmd/render [-f values.yaml] [--set k=v] [-o FILE]
+//
+// (deploy/chart is a module of its own, so that Helm stays out of the
+// binary's module graph; relative -f and -o paths are read from
+// deploy/chart.)
 package main
 
 import (
