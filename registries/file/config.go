@@ -3,7 +3,6 @@ package file
 import (
 	"log/slog"
 	"path/filepath"
-	"strings"
 
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
@@ -46,10 +45,7 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{
-		common:   common,
-		patterns: c.Patterns().Cleaned(),
-		log:      log.With("path", strings.Join(c.Patterns().All(), ",")),
-		timing:   filewatch.Timing{Settle: c.Settle.Std()},
-	}, nil
+	r := &Registry{common: common}
+	r.patterns, r.timing, r.log = c.Watched(log)
+	return r, nil
 }

@@ -1,6 +1,8 @@
 package filewatch
 
 import (
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,14 @@ func (o *Options) ResolvePaths(dir string) { Resolve(dir, &o.Path, o.Paths) }
 
 // Patterns returns Path and Paths.
 func (o *Options) Patterns() Patterns { return Patterns{Path: o.Path, Paths: o.Paths} }
+
+// Watched returns what a registry built from the block watches: its
+// patterns cleaned (for Watch.Patterns), the Watch timing with its settle
+// time (the other waits default), and log naming its paths.
+func (o *Options) Watched(log *slog.Logger) ([]string, Timing, *slog.Logger) {
+	p := o.Patterns()
+	return p.Cleaned(), Timing{Settle: o.Settle.Std()}, log.With("path", strings.Join(p.All(), ","))
+}
 
 // Timing of a Watch: how long it waits before reading. Zero fields mean
 // the defaults (Default*; Confirm: DefaultConfirmAfter).

@@ -52,12 +52,9 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 			kube:   crd.Options{Name: common.Name, Clusters: c.clusters(), Namespaces: k.Namespaces, Kinds: []string{KindServiceEntry, KindWorkloadEntry}, Logger: log},
 		}, nil
 	}
-	return &Registry{
-		common:   common,
-		patterns: c.Patterns().Cleaned(),
-		log:      log.With("path", strings.Join(c.Patterns().All(), ",")),
-		timing:   filewatch.Timing{Settle: c.Settle.Std()},
-	}, nil
+	r := &Registry{common: common}
+	r.patterns, r.timing, r.log = c.Watched(log)
+	return r, nil
 }
 
 // Registry publishes the services of the ServiceEntries and
