@@ -124,49 +124,36 @@ func labelsOf(obj any) map[string]string {
 }
 
 func (w *clusterWatch) podHandler(sc *scope) cache.ResourceEventHandler {
-	on := func(ev string) func(obj any) {
-		return func(obj any) {
-			w.r.m.event(resPod, ev)
-			if m, ok := metaOf(obj); ok {
-				w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName())
-			}
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: on(evAdd),
-		UpdateFunc: func(oldObj, newObj any) {
-			w.r.m.event(resPod, evUpdate)
-			if reflect.DeepEqual(labelsOf(oldObj), labelsOf(newObj)) {
-				return
-			}
-			if m, ok := metaOf(newObj); ok {
-				w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName())
-			}
-		},
-		DeleteFunc: on(evDelete),
-	}
+	return w.labelsHandler(resPod, func(m metav1.Object) { w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName()) })
 }
 
 func (w *clusterWatch) enqueuePod(sc *scope, key string) { w.enqueueSlices(sc, idxPod, key) }
 
 func (w *clusterWatch) nodeHandler() cache.ResourceEventHandler {
+	return w.labelsHandler(resNode, func(m metav1.Object) { w.enqueueByIndex(idxNode, m.GetName()) })
+}
+
+// labelsHandler counts resource's events and hands the object to enqueue
+// when it is added or deleted, and when an update changed its labels
+// (what endpoints read of pods and nodes).
+func (w *clusterWatch) labelsHandler(resource string, enqueue func(metav1.Object)) cache.ResourceEventHandler {
 	on := func(ev string) func(obj any) {
 		return func(obj any) {
-			w.r.m.event(resNode, ev)
+			w.r.m.event(resource, ev)
 			if m, ok := metaOf(obj); ok {
-				w.enqueueByIndex(idxNode, m.GetName())
+				enqueue(m)
 			}
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: on(evAdd),
 		UpdateFunc: func(oldObj, newObj any) {
-			w.r.m.event(resNode, evUpdate)
+			w.r.m.event(resource, evUpdate)
 			if reflect.DeepEqual(labelsOf(oldObj), labelsOf(newObj)) {
 				return
 			}
 			if m, ok := metaOf(newObj); ok {
-				w.enqueueByIndex(idxNode, m.GetName())
+				enqueue(m)
 			}
 		},
 		DeleteFunc: on(evDelete),
