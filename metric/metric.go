@@ -31,3 +31,8 @@ func GaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
 func HistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
+
+// Histogram is a histogram with buckets, without labels.
+func Histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
