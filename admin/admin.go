@@ -20,6 +20,8 @@ import (
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // RegistryHealth is one registry on /healthz/registries.
@@ -29,7 +31,7 @@ type RegistryHealth struct {
 }
 
 // ProxySync is one proxy on /debug/syncz.
-type ProxySync = xds.ProxyStatus
+type ProxySync = ads.ProxyStatus
 
 // ServiceInfo is one merged service on /debug/registryz.
 type ServiceInfo struct {
@@ -83,7 +85,7 @@ type Configz struct {
 	// client kind does not get: proxyless gRPC (TLS origination from files,
 	// cookie hashing, rewrites...), and Envoy (matches on the calling
 	// workload's labels).
-	NotForClients []xds.TrafficNote `json:"notForClients"`
+	NotForClients []translate.TrafficNote `json:"notForClients"`
 }
 
 // ReloadStatus is the outcome of the last reload of clusters.yaml (SIGHUP),

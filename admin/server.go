@@ -17,7 +17,7 @@ import (
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/config"
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 // Gateway is what the admin API reads and changes of the running gateway.
@@ -53,7 +53,7 @@ type Gateway interface {
 	Configz() Configz
 	Digest() DigestInfo
 	// Proxies, ConfigDump and XDSVersion are the xDS server's.
-	Proxies() []xds.ProxyStatus
+	Proxies() []ads.ProxyStatus
 	ConfigDump(proxyID string) ([]byte, bool)
 	XDSVersion() uint64
 	// Metrics gathers every metric the process exports.

@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/aggregate"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // The status page (GET /) and the per-registry page (GET /registries/{name})
@@ -32,7 +33,7 @@ var pageTmpl = template.Must(template.New("").Funcs(template.FuncMap{
 	"stateCls":  stateClass,
 	"lower":     strings.ToLower,
 	"rfc3339":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"shortType": xds.ShortType,
+	"shortType": translate.ShortType,
 }).ParseFS(uiFS, "ui/*.html"))
 
 // RegistryReport is one registry as /healthz/registries reports it. The page
@@ -97,10 +98,10 @@ type pageData struct {
 }
 
 type proxyRow struct {
-	xds.ProxyStatus
+	ads.ProxyStatus
 	Cells    []proxyCell // one per pageData.Types
 	Nacking  bool
-	LastNack *xds.Nack
+	LastNack *ads.Nack
 	NackType string
 }
 
@@ -110,23 +111,23 @@ type proxyCell struct {
 	Acked string
 }
 
-var proxyTypes = []string{xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType}
+var proxyTypes = []string{translate.ClusterType, translate.EndpointType, translate.ListenerType, translate.RouteType}
 
 // ProxyRows is proxies one row each, with a column per served type.
-func proxyRows(ps []xds.ProxyStatus) []proxyRow {
+func proxyRows(ps []ads.ProxyStatus) []proxyRow {
 	out := make([]proxyRow, 0, len(ps))
 	for _, p := range ps {
 		r := proxyRow{ProxyStatus: p, Cells: make([]proxyCell, len(proxyTypes))}
 		for _, t := range p.Types {
-			st := xds.SyncState(t)
+			st := ads.SyncState(t)
 			if i := slices.Index(proxyTypes, t.TypeURL); i >= 0 {
 				r.Cells[i] = proxyCell{State: st, Sent: t.SentVersion, Acked: t.AckedVersion}
 			}
-			if st == xds.StateNacked {
+			if st == ads.StateNacked {
 				r.Nacking = true
 			}
 			if t.LastNack != nil && (r.LastNack == nil || t.LastNack.At.After(r.LastNack.At)) {
-				r.LastNack, r.NackType = t.LastNack, xds.ShortType(t.TypeURL)
+				r.LastNack, r.NackType = t.LastNack, translate.ShortType(t.TypeURL)
 			}
 		}
 		out = append(out, r)
@@ -148,7 +149,7 @@ func (s *Server) pageData() *pageData {
 		Proxies:     proxyRows(s.gw.Proxies()),
 	}
 	for _, t := range proxyTypes {
-		d.Types = append(d.Types, xds.ShortType(t))
+		d.Types = append(d.Types, translate.ShortType(t))
 	}
 	if !d.Ready && d.ReadyReason == "" {
 		d.ReadyReason = "xDS not serving"
@@ -253,9 +254,9 @@ func pageAgo(now, t time.Time) string {
 // stateClass maps a registry or proxy state to a CSS class.
 func stateClass(s string) string {
 	switch s {
-	case "Synced", xds.StateSynced:
+	case "Synced", ads.StateSynced:
 		return "ok"
-	case "Starting", xds.StateNotSent, xds.StateStale, "Held":
+	case "Starting", ads.StateNotSent, ads.StateStale, "Held":
 		return "warn"
 	case "":
 		return "none"

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/aggregate"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 func TestStatusPageShowsHold(t *testing.T) {
@@ -17,9 +18,9 @@ func TestStatusPageShowsHold(t *testing.T) {
 		Registries: []RegistryReport{{Name: "dc1", Kind: "consul", State: "Held", Services: 3, Endpoints: 10, Restored: true,
 			Hold: &HoldReport{Since: now.Add(-2 * time.Minute), Served: 10, Pending: 1, Reason: "would drop 90% of endpoints"}}},
 		Conflicts: []aggregate.Conflict{{Category: aggregate.CategoryHoldDown, Since: now}},
-		Proxies: proxyRows([]xds.ProxyStatus{{ID: "sidecar~10.0.0.1~a~ns", Class: "envoy", Stream: "sotw", Types: []xds.TypeStatus{
-			{TypeURL: xds.EndpointType, SentVersion: "4", SentNonce: "4", AckedVersion: "3", AckedNonce: "3",
-				LastNack: &xds.Nack{Version: "4", Nonce: "4", Error: "bad <endpoint>", At: now}},
+		Proxies: proxyRows([]ads.ProxyStatus{{ID: "sidecar~10.0.0.1~a~ns", Class: "envoy", Stream: "sotw", Types: []ads.TypeStatus{
+			{TypeURL: translate.EndpointType, SentVersion: "4", SentNonce: "4", AckedVersion: "3", AckedNonce: "3",
+				LastNack: &ads.Nack{Version: "4", Nonce: "4", Error: "bad <endpoint>", At: now}},
 		}}}),
 	}
 	var b bytes.Buffer

@@ -18,7 +18,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 func commonOf() registries.Common {
@@ -26,7 +26,7 @@ func commonOf() registries.Common {
 }
 
 // Baseline is a plain go-control-plane control plane: on every change it
-// translates the whole model again (a fresh xds.Translator, so every
+// translates the whole model again (a fresh translate.Translator, so every
 // resource is a new object, as in a server without incremental
 // translation), builds one full snapshot per client class and
 // SetSnapshot()s it for every known node of a SnapshotCache. (Building a
@@ -47,9 +47,9 @@ type Baseline struct {
 	pending []model.Service
 	dirty   bool
 	wake    chan struct{}
-	cur     map[xds.Class]*cache.Snapshot
+	cur     map[translate.Class]*cache.Snapshot
 	ver     uint64
-	nodes   map[string]xds.Class
+	nodes   map[string]translate.Class
 	version atomic.Uint64
 }
 
@@ -63,7 +63,7 @@ func NewBaseline(log *slog.Logger) *Baseline {
 		stop:  cancel,
 		done:  make(chan struct{}),
 		wake:  make(chan struct{}, 1),
-		nodes: map[string]xds.Class{},
+		nodes: map[string]translate.Class{},
 	}
 	cb := serverv3.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
@@ -91,7 +91,7 @@ func (b *Baseline) seen(n *core.Node) {
 	if _, ok := b.nodes[id]; ok {
 		return
 	}
-	cl := xds.ClassifyNode(n)
+	cl := translate.ClassifyNode(n)
 	b.nodes[id] = cl
 	if b.cur != nil {
 		b.set(id, b.cur[cl])
@@ -143,17 +143,17 @@ func (b *Baseline) rebuild(services []model.Service) {
 		s := services[i]
 		ptrs[i] = &s
 	}
-	tr := xds.NewTranslator()
+	tr := translate.NewTranslator()
 	tr.Translate(model.NewSnapshot(1, ptrs))
 	b.mu.Lock()
 	b.ver++
 	ver := b.ver
 	b.mu.Unlock()
-	snaps := map[xds.Class]*cache.Snapshot{}
-	for _, cl := range []xds.Class{xds.ClassEnvoy, xds.ClassGRPC} {
+	snaps := map[translate.Class]*cache.Snapshot{}
+	for _, cl := range []translate.Class{translate.ClassEnvoy, translate.ClassGRPC} {
 		res := map[string][]types.Resource{}
-		for _, url := range xds.TypeURLs {
-			for _, r := range tr.Resources(xds.KindOf(cl, url)) {
+		for _, url := range translate.TypeURLs {
+			for _, r := range tr.Resources(translate.KindOf(cl, url)) {
 				res[url] = append(res[url], r)
 			}
 		}
@@ -166,7 +166,7 @@ func (b *Baseline) rebuild(services []model.Service) {
 	}
 	b.mu.Lock()
 	b.cur = snaps
-	nodes := make(map[string]xds.Class, len(b.nodes))
+	nodes := make(map[string]translate.Class, len(b.nodes))
 	for id, cl := range b.nodes {
 		nodes[id] = cl
 	}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -115,7 +115,7 @@ func TestMaxSeq(t *testing.T) {
 	st.Flip(2)
 	st.Flip(2)
 	svcs := st.Services()
-	tr := xds.NewTranslator()
+	tr := translate.NewTranslator()
 	tr.Translate(model.NewSnapshot(1, []*model.Service{&svcs[0], &svcs[2]}))
 	for _, tc := range []struct {
 		svc     int
@@ -125,7 +125,7 @@ func TestMaxSeq(t *testing.T) {
 		{svc: 0, wantOK: false},
 		{svc: 2, wantSeq: 2, wantOK: true},
 	} {
-		cla := tr.Resources(xds.KindOf("", xds.EndpointType))[ClusterName(tc.svc)]
+		cla := tr.Resources(translate.KindOf("", translate.EndpointType))[ClusterName(tc.svc)]
 		b, err := cache.MarshalResource(cla)
 		if err != nil {
 			t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"strconv"
 
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // Fixture shape: every service has one HTTP port; the registry is one shard.
@@ -26,7 +26,7 @@ var Shard = model.ShardKey{Kind: Kind, Name: Registry}
 func Host(i int) string { return fmt.Sprintf("s%04d.%s", i, Domain) }
 
 // ClusterName is the xDS cluster (and CLA) name of service i.
-func ClusterName(i int) string { return xds.ClusterName(Host(i), Port) }
+func ClusterName(i int) string { return translate.ClusterName(Host(i), Port) }
 
 // endpointAddr is the address of slot j of service i in generation gen.
 // Within a service, addresses of different slots never collide.

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // Floor is the floor of S1 (issue #16): a bare grpc-go delta ADS server
@@ -43,7 +43,7 @@ func NewFloor() *Floor {
 }
 
 // FloorServerOptions are the floor's gRPC server options: meshfed's
-// transport settings (xds.ServerOptions' flow-control windows) with a codec
+// transport settings (ads.ServerOptions' flow-control windows) with a codec
 // that sends pre-serialized frames as they are.
 func FloorServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
@@ -86,7 +86,7 @@ func (f *Floor) Write(services []model.Service) {
 		f.ready.Store(true)
 		return
 	}
-	tr := xds.NewTranslator()
+	tr := translate.NewTranslator()
 	tr.Translate(model.NewSnapshot(1, changed))
 	type frame struct {
 		name string
@@ -95,17 +95,17 @@ func (f *Floor) Write(services []model.Service) {
 	var frames []frame
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, url := range []string{xds.ClusterType, xds.EndpointType} {
+	for _, url := range []string{translate.ClusterType, translate.EndpointType} {
 		if f.res[url] == nil {
 			f.res[url] = map[string]*anypb.Any{}
 		}
-		for name, m := range tr.Resources(xds.KindOf(xds.ClassGRPC, url)) {
+		for name, m := range tr.Resources(translate.KindOf(translate.ClassGRPC, url)) {
 			a, err := anypb.New(m)
 			if err != nil {
 				continue
 			}
 			f.res[url][name] = a
-			if url != xds.EndpointType || !f.ready.Load() {
+			if url != translate.EndpointType || !f.ready.Load() {
 				continue
 			}
 			b, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{TypeUrl: url, Nonce: ver,
@@ -196,7 +196,7 @@ func (a floorADS) DeltaAggregatedResources(st discovery.AggregatedDiscoveryServi
 			resp := &discovery.DeltaDiscoveryResponse{TypeUrl: url, Nonce: "init"}
 			f.mu.Lock()
 			for _, n := range names {
-				if url == xds.EndpointType {
+				if url == translate.EndpointType {
 					if f.subs[n] == nil {
 						f.subs[n] = map[*floorStream]bool{}
 					}

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // LoadOptions configure a load generator.
@@ -306,7 +306,7 @@ func (s *lgStream) run(ctx context.Context, cl discovery.AggregatedDiscoveryServ
 	s.session.Add(1)
 	s.synced.Store(0)
 	s.lg.sessions.Add(1)
-	se := &session{s: s, have: map[string]map[string]bool{xds.ClusterType: {}, xds.EndpointType: {}},
+	se := &session{s: s, have: map[string]map[string]bool{translate.ClusterType: {}, translate.EndpointType: {}},
 		edsSet: map[string]bool{}, acked: map[string]string{}, nonce: map[string]string{}}
 	if s.lg.o.Delta {
 		st, err := cl.DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
@@ -324,7 +324,7 @@ func (s *lgStream) run(ctx context.Context, cl discovery.AggregatedDiscoveryServ
 
 func (se *session) wantEDS() int {
 	if se.s.lg.o.Wildcard {
-		return len(se.have[xds.ClusterType])
+		return len(se.have[translate.ClusterType])
 	}
 	return len(se.s.names)
 }
@@ -339,7 +339,7 @@ func (se *session) wantCDS() int {
 // eds notes one received CLA and returns a record if it carries a newer
 // marker.
 func (se *session) eds(name string, raw []byte, ack int64, out []Record) []Record {
-	se.have[xds.EndpointType][name] = true
+	se.have[translate.EndpointType][name] = true
 	seq, ok := MaxSeq(raw)
 	if se.s.lg.o.AddrMarker {
 		seq, ok = MaxSeqAddr(raw)
@@ -359,7 +359,7 @@ func (se *session) checkSync(ack int64) {
 	if se.synced {
 		return
 	}
-	if len(se.have[xds.ClusterType]) >= se.wantCDS() && se.wantEDS() > 0 && len(se.have[xds.EndpointType]) >= se.wantEDS() {
+	if len(se.have[translate.ClusterType]) >= se.wantCDS() && se.wantEDS() > 0 && len(se.have[translate.EndpointType]) >= se.wantEDS() {
 		se.synced = true
 		se.s.synced.Store(ack)
 	}
@@ -368,11 +368,11 @@ func (se *session) checkSync(ack int64) {
 func (se *session) delta(st discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient) error {
 	s := se.s
 	send := func(r *discovery.DeltaDiscoveryRequest) error { return st.Send(r) }
-	if err := send(&discovery.DeltaDiscoveryRequest{Node: s.node, TypeUrl: xds.ClusterType, ResourceNamesSubscribe: s.names}); err != nil {
+	if err := send(&discovery.DeltaDiscoveryRequest{Node: s.node, TypeUrl: translate.ClusterType, ResourceNamesSubscribe: s.names}); err != nil {
 		return err
 	}
 	if !s.lg.o.Wildcard {
-		if err := send(&discovery.DeltaDiscoveryRequest{Node: s.node, TypeUrl: xds.EndpointType, ResourceNamesSubscribe: s.names}); err != nil {
+		if err := send(&discovery.DeltaDiscoveryRequest{Node: s.node, TypeUrl: translate.EndpointType, ResourceNamesSubscribe: s.names}); err != nil {
 			return err
 		}
 	}
@@ -393,10 +393,10 @@ func (se *session) delta(st discovery.AggregatedDiscoveryService_DeltaAggregated
 				se.have[url] = map[string]bool{}
 			}
 			switch url {
-			case xds.EndpointType:
+			case translate.EndpointType:
 				names = append(names, r.GetName())
 				raws = append(raws, r.GetResource().GetValue())
-			case xds.ClusterType:
+			case translate.ClusterType:
 				se.have[url][r.GetName()] = true
 				if s.lg.o.Wildcard && !se.edsSet[r.GetName()] {
 					se.edsSet[r.GetName()] = true
@@ -419,7 +419,7 @@ func (se *session) delta(st discovery.AggregatedDiscoveryService_DeltaAggregated
 		}
 		s.lg.record(recs)
 		if len(newEDS) > 0 {
-			req := &discovery.DeltaDiscoveryRequest{TypeUrl: xds.EndpointType, ResourceNamesSubscribe: newEDS}
+			req := &discovery.DeltaDiscoveryRequest{TypeUrl: translate.EndpointType, ResourceNamesSubscribe: newEDS}
 			if firstEDS {
 				req.Node = s.node
 				firstEDS = false
@@ -434,12 +434,12 @@ func (se *session) delta(st discovery.AggregatedDiscoveryService_DeltaAggregated
 
 func (se *session) sotw(st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient) error {
 	s := se.s
-	if err := st.Send(&discovery.DiscoveryRequest{Node: s.node, TypeUrl: xds.ClusterType, ResourceNames: s.names}); err != nil {
+	if err := st.Send(&discovery.DiscoveryRequest{Node: s.node, TypeUrl: translate.ClusterType, ResourceNames: s.names}); err != nil {
 		return err
 	}
 	if !s.lg.o.Wildcard {
 		se.edsSubs = s.names
-		if err := st.Send(&discovery.DiscoveryRequest{Node: s.node, TypeUrl: xds.EndpointType, ResourceNames: s.names}); err != nil {
+		if err := st.Send(&discovery.DiscoveryRequest{Node: s.node, TypeUrl: translate.EndpointType, ResourceNames: s.names}); err != nil {
 			return err
 		}
 	}
@@ -457,14 +457,14 @@ func (se *session) sotw(st discovery.AggregatedDiscoveryService_StreamAggregated
 		for _, a := range resp.GetResources() {
 			n := firstName(a.GetValue())
 			cur[n] = true
-			if url == xds.EndpointType {
+			if url == translate.EndpointType {
 				names = append(names, n)
 				raws = append(raws, a.GetValue())
 			}
 		}
 		// CDS and LDS responses are the full state; EDS/RDS may carry only
 		// changed resources (Envoy keeps the others).
-		if url == xds.ClusterType || url == xds.ListenerType {
+		if url == translate.ClusterType || url == translate.ListenerType {
 			se.have[url] = cur
 		} else {
 			if se.have[url] == nil {
@@ -476,9 +476,9 @@ func (se *session) sotw(st discovery.AggregatedDiscoveryService_StreamAggregated
 		}
 		var subs []string
 		switch url {
-		case xds.ClusterType:
+		case translate.ClusterType:
 			subs = s.names
-		case xds.EndpointType:
+		case translate.EndpointType:
 			subs = se.edsSubs
 		}
 		se.acked[url], se.nonce[url] = resp.GetVersionInfo(), resp.GetNonce()
@@ -492,7 +492,7 @@ func (se *session) sotw(st discovery.AggregatedDiscoveryService_StreamAggregated
 			recs = se.eds(names[i], raws[i], ack, recs)
 		}
 		s.lg.record(recs)
-		if url == xds.ClusterType && s.lg.o.Wildcard {
+		if url == translate.ClusterType && s.lg.o.Wildcard {
 			changed := false
 			for n := range cur {
 				if !se.edsSet[n] {
@@ -502,9 +502,9 @@ func (se *session) sotw(st discovery.AggregatedDiscoveryService_StreamAggregated
 				}
 			}
 			if changed {
-				req := &discovery.DiscoveryRequest{TypeUrl: xds.EndpointType, ResourceNames: se.edsSubs,
-					VersionInfo: se.acked[xds.EndpointType], ResponseNonce: se.nonce[xds.EndpointType]}
-				if se.nonce[xds.EndpointType] == "" {
+				req := &discovery.DiscoveryRequest{TypeUrl: translate.EndpointType, ResourceNames: se.edsSubs,
+					VersionInfo: se.acked[translate.EndpointType], ResponseNonce: se.nonce[translate.EndpointType]}
+				if se.nonce[translate.EndpointType] == "" {
 					req.Node = s.node
 				}
 				if err := st.Send(req); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // S6Row is one registry's row of S6 (registry ingest to client): a write in
@@ -218,7 +219,7 @@ func RunS6(t testing.TB, row S6Row, o S6Options) S6Result {
 	sink.mu.Lock()
 	var clusters []string
 	for _, port := range sink.ports {
-		clusters = append(clusters, xds.ClusterName(tg.Host, port.Number))
+		clusters = append(clusters, translate.ClusterName(tg.Host, port.Number))
 	}
 	sink.mu.Unlock()
 	clients, err = startS6Clients(p.addr, clusters, o.Clients)
@@ -358,7 +359,7 @@ func (cs *s6Clients) stream(ctx context.Context, i int, cl discovery.AggregatedD
 	if err != nil {
 		return err
 	}
-	for _, typ := range []string{xds.ClusterType, xds.EndpointType} {
+	for _, typ := range []string{translate.ClusterType, translate.EndpointType} {
 		if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: typ, ResourceNames: clusters}); err != nil {
 			return err
 		}
@@ -369,7 +370,7 @@ func (cs *s6Clients) stream(ctx context.Context, i int, cl discovery.AggregatedD
 			return err
 		}
 		var addrs []string
-		if resp.GetTypeUrl() == xds.EndpointType {
+		if resp.GetTypeUrl() == translate.EndpointType {
 			for _, a := range resp.GetResources() {
 				var cla endpointv3.ClusterLoadAssignment
 				if err := proto.Unmarshal(a.GetValue(), &cla); err != nil {

@@ -14,7 +14,8 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/file"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // The file scenario's services file is read by the real file registry as
@@ -48,10 +49,10 @@ func TestServicesYAMLAndAddrMarker(t *testing.T) {
 		}
 	}
 	ptrs := []*model.Service{&got[0], &got[1]}
-	tr := xds.NewTranslator()
+	tr := translate.NewTranslator()
 	tr.Translate(model.NewSnapshot(1, ptrs))
 	for i, wantSeq := range []int64{0, seq + 1} {
-		b, err := cache.MarshalResource(tr.Resources(xds.KindOf("", xds.EndpointType))[ClusterName(i)])
+		b, err := cache.MarshalResource(tr.Resources(translate.KindOf("", translate.EndpointType))[ClusterName(i)])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +86,7 @@ func TestLoadgenReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := GRPCServer(xds.ServerOptions()...)
+	g := GRPCServer(ads.ServerOptions()...)
 	impl.Register(g)
 	go func() { _ = g.Serve(l) }()
 	t.Cleanup(g.Stop)

@@ -22,6 +22,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // Impl is a control plane under test: meshfed or the baseline.
@@ -88,7 +89,7 @@ func (m *Meshfed) Close() {
 
 // GRPCServer returns a gRPC server with the options gateway.Gateway
 // uses (no TLS), plus opts (the meshfed bench server passes
-// xds.ServerOptions, as the gateway does).
+// ads.ServerOptions, as the gateway does).
 func GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	return grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(100000),
@@ -299,9 +300,9 @@ func DistinctResources(services []model.Service) int64 {
 	for i := range services {
 		ptrs[i] = &services[i]
 	}
-	tr := xds.NewTranslator()
+	tr := translate.NewTranslator()
 	tr.Translate(model.NewSnapshot(1, ptrs))
-	return int64(len(tr.Resources(xds.KindOf(xds.ClassGRPC, xds.ClusterType))) + len(tr.Resources(xds.KindOf(xds.ClassGRPC, xds.EndpointType))))
+	return int64(len(tr.Resources(translate.KindOf(translate.ClassGRPC, translate.ClusterType))) + len(tr.Resources(translate.KindOf(translate.ClassGRPC, translate.EndpointType))))
 }
 
 // Listen listens on a loopback address ("127.0.0.1:0" picks a port).

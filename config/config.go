@@ -32,7 +32,7 @@ import (
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 // Defaults of clusters.yaml. The ApplyDefaults methods are the only place
@@ -91,7 +91,7 @@ type XDS struct {
 }
 
 // XDSLimits bound what one ADS stream may subscribe to; a request beyond
-// them ends the stream with RESOURCE_EXHAUSTED (see xds.Limits).
+// them ends the stream with RESOURCE_EXHAUSTED (see ads.Limits).
 type XDSLimits struct {
 	// MaxTypeURLs is how many type URLs one stream may subscribe to.
 	MaxTypeURLs int `yaml:"maxTypeURLs" yamlconf:"positive"`
@@ -101,20 +101,20 @@ type XDSLimits struct {
 	// MaxResponseBytes is the largest response sent to a client that is a
 	// gRPC library (their default receive limit is 4 MiB): larger ones are
 	// split where the protocol allows, and a resource larger on its own is
-	// not sent (see xds.Limits and README "Response size").
+	// not sent (see ads.Limits and README "Response size").
 	MaxResponseBytes int `yaml:"maxResponseBytes" yamlconf:"positive"`
 }
 
 // ApplyDefaults sets 64 type URLs, 100,000 names and 4 MiB responses.
 func (l *XDSLimits) ApplyDefaults() {
 	if l.MaxTypeURLs == 0 {
-		l.MaxTypeURLs = xds.DefaultMaxTypeURLs
+		l.MaxTypeURLs = ads.DefaultMaxTypeURLs
 	}
 	if l.MaxNames == 0 {
-		l.MaxNames = xds.DefaultMaxNames
+		l.MaxNames = ads.DefaultMaxNames
 	}
 	if l.MaxResponseBytes == 0 {
-		l.MaxResponseBytes = xds.DefaultMaxResponseBytes
+		l.MaxResponseBytes = ads.DefaultMaxResponseBytes
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 var _ admin.Gateway = (*Gateway)(nil)
@@ -64,7 +64,7 @@ func (g *Gateway) Release(ctx context.Context, name string) (aggregate.RegistryS
 func (g *Gateway) Snapshot() *model.Snapshot { return g.agg.Snapshot() }
 
 // Proxies returns the sync status of every connected proxy.
-func (g *Gateway) Proxies() []xds.ProxyStatus { return g.xds.Proxies() }
+func (g *Gateway) Proxies() []ads.ProxyStatus { return g.xds.Proxies() }
 
 // ConfigDump returns the resources last sent to the proxy with this ID, as
 // JSON; false if none is connected.

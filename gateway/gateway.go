@@ -35,6 +35,7 @@ import (
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/statestore"
 	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 // drainTimeout bounds how long shutdown waits for xDS streams to close.
@@ -134,7 +135,7 @@ func NewGateway(cfg *config.Config, o GatewayOptions) (*Gateway, error) {
 		OnAccepted:  onAccepted,
 		Logger:      log.With("component", "aggregate"),
 	})
-	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds"), Limits: xds.Limits{
+	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds"), Limits: ads.Limits{
 		MaxTypeURLs: cfg.XDS.Limits.MaxTypeURLs, MaxNames: cfg.XDS.Limits.MaxNames,
 		MaxResponseBytes: cfg.XDS.Limits.MaxResponseBytes,
 	}})
@@ -329,7 +330,7 @@ func (g *Gateway) grpcServer() (*grpc.Server, error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	return grpc.NewServer(append(xds.ServerOptions(), opts...)...), nil
+	return grpc.NewServer(append(ads.ServerOptions(), opts...)...), nil
 }
 
 func serverTLS(t *config.TLS) (*tls.Config, error) {

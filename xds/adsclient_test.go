@@ -17,6 +17,9 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	mcp "istio.io/api/mcp/v1alpha1"
+
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 const waitFor = 15 * time.Second
@@ -28,7 +31,7 @@ func startServer(t *testing.T, srv *Server) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(ServerOptions()...)
+	g := grpc.NewServer(ads.ServerOptions()...)
 	srv.Register(g)
 	done := make(chan struct{})
 	go func() {
@@ -206,7 +209,7 @@ func (c *adsClient) answer(m message, nackMsg string) {
 // apply records what the client holds after an accepted response.
 func (c *adsClient) apply(m message) {
 	st := c.state[m.typeURL]
-	if st == nil || (!c.delta && (cache.ResourceRequiresFullStateInSotw(m.typeURL) || IsMCPType(m.typeURL))) {
+	if st == nil || (!c.delta && (cache.ResourceRequiresFullStateInSotw(m.typeURL) || translate.IsMCPType(m.typeURL))) {
 		st = map[string]proto.Message{}
 		c.state[m.typeURL] = st
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 func TestGRPCBootstrap(t *testing.T) {
@@ -104,15 +106,15 @@ func TestNodeClassification(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
-		class    Class
+		class    translate.Class
 		id       string
 		wantType string
 		grpcNode bool
 	}{
-		{name: "sidecar", id: "sidecar~10.0.0.1~a~ns.svc.cluster.local", class: ClassEnvoy, wantType: "sidecar"},
-		{name: "router", id: "router~10.0.0.1~gw~ns.svc.cluster.local", class: ClassEnvoy, wantType: "router"},
-		{name: "plain envoy id", id: "envoy-1", class: ClassEnvoy},
-		{name: "proxyless", id: "grpc-1", class: ClassGRPC, grpcNode: true},
+		{name: "sidecar", id: "sidecar~10.0.0.1~a~ns.svc.cluster.local", class: translate.ClassEnvoy, wantType: "sidecar"},
+		{name: "router", id: "router~10.0.0.1~gw~ns.svc.cluster.local", class: translate.ClassEnvoy, wantType: "router"},
+		{name: "plain envoy id", id: "envoy-1", class: translate.ClassEnvoy},
+		{name: "proxyless", id: "grpc-1", class: translate.ClassGRPC, grpcNode: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -120,10 +122,10 @@ func TestNodeClassification(t *testing.T) {
 			if tc.grpcNode {
 				n = grpcNode(tc.id)
 			}
-			if got := ClassifyNode(n); got != tc.class {
+			if got := translate.ClassifyNode(n); got != tc.class {
 				t.Errorf("ClassifyNode = %q, want %q", got, tc.class)
 			}
-			if got := NodeType(tc.id); got != tc.wantType {
+			if got := ads.NodeType(tc.id); got != tc.wantType {
 				t.Errorf("NodeType = %q, want %q", got, tc.wantType)
 			}
 		})

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // metric reads the series of name whose label has value from the
@@ -78,7 +80,7 @@ func TestConvergenceIsMeasuredFromTheRegistryChange(t *testing.T) {
 	skew.Store(int64(age))
 	srv.Update(changed)
 	srv.Update(withZZ)
-	c.until(all(hasCurrentCLA(srv), holdsCurrent(srv, ClusterType), holdsCurrent(srv, ListenerType)), nil)
+	c.until(all(hasCurrentCLA(srv), holdsCurrent(srv, translate.ClusterType), holdsCurrent(srv, translate.ListenerType)), nil)
 	eventually(t, "CDS and EDS convergence observed", func() bool {
 		n, _ := convergenceSamples(t, "CDS")
 		e, _ := convergenceSamples(t, "EDS")

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 func TestGRPCClassConfigDumpAndClose(t *testing.T) {
@@ -20,16 +23,16 @@ func TestGRPCClassConfigDumpAndClose(t *testing.T) {
 	c := dialADS(t, addr, grpcNode(id), false)
 	// As grpc-go does: the listener by dial target, then what it names.
 	const lds, cds = "orders.vm.internal:8080", "outbound|8080||orders.vm.internal"
-	c.subscribe(ListenerType, lds)
-	c.until(holds(ListenerType, lds), nil)
-	c.subscribe(RouteType, lds)
-	c.subscribe(ClusterType, cds)
-	c.subscribe(EndpointType, cds)
-	c.until(all(holds(RouteType, lds), holds(ClusterType, cds), holds(EndpointType, cds)), nil)
+	c.subscribe(translate.ListenerType, lds)
+	c.until(holds(translate.ListenerType, lds), nil)
+	c.subscribe(translate.RouteType, lds)
+	c.subscribe(translate.ClusterType, cds)
+	c.subscribe(translate.EndpointType, cds)
+	c.until(all(holds(translate.RouteType, lds), holds(translate.ClusterType, cds), holds(translate.EndpointType, cds)), nil)
 	srv.mu.RLock()
-	for _, url := range TypeURLs {
+	for _, url := range translate.TypeURLs {
 		for n, r := range c.state[url] {
-			if want := srv.Resources(KindOf(ClassGRPC, url))[n]; !proto.Equal(r, want) {
+			if want := srv.Resources(translate.KindOf(translate.ClassGRPC, url))[n]; !proto.Equal(r, want) {
 				t.Errorf("%s %s is not the gRPC-class resource", url, n)
 			}
 		}
@@ -62,7 +65,7 @@ func TestGRPCClassConfigDumpAndClose(t *testing.T) {
 	if dump.ID != id || dump.Class != "grpc" || len(dump.Resources) != 4 {
 		t.Errorf("dump = %s", b)
 	}
-	if l := dump.Resources[ListenerType]; len(l) != 1 || l[0]["name"] != lds {
+	if l := dump.Resources[translate.ListenerType]; len(l) != 1 || l[0]["name"] != lds {
 		t.Errorf("dumped listeners = %v, want %s", l, lds)
 	}
 	if _, ok := srv.ConfigDump("nobody"); ok {
@@ -80,6 +83,6 @@ func TestGRPCClassConfigDumpAndClose(t *testing.T) {
 		}
 	}
 	eventually(t, "the proxy gone from Proxies()", func() bool {
-		return !slices.ContainsFunc(srv.Proxies(), func(p ProxyStatus) bool { return p.ID == id })
+		return !slices.ContainsFunc(srv.Proxies(), func(p ads.ProxyStatus) bool { return p.ID == id })
 	})
 }

@@ -36,7 +36,7 @@ func TestGRPCGoNacksOverflowingWeights(t *testing.T) {
 	}}))
 	// What the gate and translation no longer let through, put in the store
 	// directly.
-	name := ClusterName("orders.test", 8080)
+	name := translate.ClusterName("orders.test", 8080)
 	lb := func(addr string) *endpoint.LbEndpoint {
 		return &endpoint.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(math.MaxUint32),
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: translate.SocketAddress(addr, 1)}}}
@@ -49,7 +49,7 @@ func TestGRPCGoNacksOverflowingWeights(t *testing.T) {
 		t.Fatalf("the CLA should pass ValidateAll (grpc-go's rule is beyond it): %v", err)
 	}
 	srv.mu.Lock()
-	srv.ads.Apply(Changes{KindOf("", EndpointType): {Updated: map[string]types.Resource{name: bad}}})
+	srv.ads.Apply(translate.Changes{translate.KindOf("", translate.EndpointType): {Updated: map[string]types.Resource{name: bad}}})
 	srv.mu.Unlock()
 	addr := startServer(t, srv)
 
@@ -72,7 +72,7 @@ func TestGRPCGoNacksOverflowingWeights(t *testing.T) {
 	var nack string
 	eventually(t, "grpc-go's NACK of the CLA", func() bool {
 		if p := proxy(srv, "nack-client"); p != nil {
-			if n := typeStatus(p, EndpointType).LastNack; n != nil {
+			if n := typeStatus(p, translate.EndpointType).LastNack; n != nil {
 				nack = n.Error
 				return true
 			}

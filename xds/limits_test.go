@@ -9,6 +9,9 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // recvErr waits for the stream to fail and returns its status.
@@ -55,26 +58,26 @@ func TestStreamLimitsEndTheStreamWithResourceExhausted(t *testing.T) {
 				c.subscribe(fmt.Sprintf("type.googleapis.com/test.T%d", i))
 			}
 		}},
-		{"sotw names", false, "names", func(c *adsClient) { c.subscribe(EndpointType, names(11, 10)...) }},
+		{"sotw names", false, "names", func(c *adsClient) { c.subscribe(translate.EndpointType, names(11, 10)...) }},
 		{"delta names over two requests", true, "names", func(c *adsClient) {
-			c.subscribe(EndpointType, names(6, 10)...)
-			c.subscribe(ClusterType, names(6, 10)...)
+			c.subscribe(translate.EndpointType, names(6, 10)...)
+			c.subscribe(translate.ClusterType, names(6, 10)...)
 		}},
 		{"delta initial versions", true, "names", func(c *adsClient) {
 			initial := map[string]string{}
 			for _, n := range names(11, 10) {
 				initial[n] = "v"
 			}
-			if err := c.dstr.Send(&discovery.DeltaDiscoveryRequest{Node: c.node, TypeUrl: ClusterType, InitialResourceVersions: initial}); err != nil {
+			if err := c.dstr.Send(&discovery.DeltaDiscoveryRequest{Node: c.node, TypeUrl: translate.ClusterType, InitialResourceVersions: initial}); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"sotw name size", false, "nameBytes", func(c *adsClient) { c.subscribe(EndpointType, names(1, MaxNameBytes+1)...) }},
-		{"delta name size", true, "nameBytes", func(c *adsClient) { c.subscribe(EndpointType, names(1, MaxNameBytes+1)...) }},
+		{"sotw name size", false, "nameBytes", func(c *adsClient) { c.subscribe(translate.EndpointType, names(1, ads.MaxNameBytes+1)...) }},
+		{"delta name size", true, "nameBytes", func(c *adsClient) { c.subscribe(translate.EndpointType, names(1, ads.MaxNameBytes+1)...) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := metricValue(t, "meshfed_xds_stream_limit_exceeded_total", "limit", tc.limit)
-			srv := NewServer(Options{Limits: Limits{MaxTypeURLs: 2, MaxNames: 10}})
+			srv := NewServer(Options{Limits: ads.Limits{MaxTypeURLs: 2, MaxNames: 10}})
 			addr := startServer(t, srv)
 			c := dialADS(t, addr, envoyNode("n1"), tc.delta)
 			tc.send(c)
@@ -88,12 +91,12 @@ func TestStreamLimitsEndTheStreamWithResourceExhausted(t *testing.T) {
 		})
 	}
 	// Within the limits, nothing happens.
-	srv := NewServer(Options{Limits: Limits{MaxTypeURLs: 2, MaxNames: 10}})
+	srv := NewServer(Options{Limits: ads.Limits{MaxTypeURLs: 2, MaxNames: 10}})
 	addr := startServer(t, srv)
 	c := dialADS(t, addr, envoyNode("n1"), true)
-	c.subscribe(EndpointType, names(10, 10)...)
-	c.subscribe(ClusterType)
-	if m := c.next(); m.typeURL != ClusterType {
+	c.subscribe(translate.EndpointType, names(10, 10)...)
+	c.subscribe(translate.ClusterType)
+	if m := c.next(); m.typeURL != translate.ClusterType {
 		t.Errorf("got %s, want the CDS response", m.typeURL)
 	}
 }
@@ -109,7 +112,7 @@ func TestUnknownTypeURLsAreAnsweredEmpty(t *testing.T) {
 		addr := startServer(t, srv)
 		c := dialADS(t, addr, envoyNode("n1"), delta)
 		c.subscribe(unknown, "a", "b")
-		c.subscribe(ClusterType)
+		c.subscribe(translate.ClusterType)
 		got := map[string]message{}
 		for len(got) < 2 {
 			m := c.next()
@@ -142,10 +145,12 @@ func TestStreamWithoutNodeIsCountedAndListed(t *testing.T) {
 	srv := NewServer(Options{})
 	srv.Update(nil)
 	addr := startServer(t, srv)
-	gauge := func() float64 { return metricValue(t, "meshfed_xds_connected_proxies", "class", string(ClassEnvoy)) }
+	gauge := func() float64 {
+		return metricValue(t, "meshfed_xds_connected_proxies", "class", string(translate.ClassEnvoy))
+	}
 	before := gauge()
 	c := dialADS(t, addr, nil, false)
-	c.subscribe(ClusterType)
+	c.subscribe(translate.ClusterType)
 	c.next()
 	var id string
 	eventually(t, "the stream in Proxies()", func() bool {
@@ -164,7 +169,7 @@ func TestStreamWithoutNodeIsCountedAndListed(t *testing.T) {
 		t.Errorf("no config dump for %s", id)
 	}
 	// A later request naming the node renames the stream, counted once.
-	if err := c.sotw.Send(&discovery.DiscoveryRequest{Node: envoyNode("late"), TypeUrl: RouteType}); err != nil {
+	if err := c.sotw.Send(&discovery.DiscoveryRequest{Node: envoyNode("late"), TypeUrl: translate.RouteType}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the stream renamed", func() bool { return proxy(srv, "late") != nil })

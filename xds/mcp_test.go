@@ -6,6 +6,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds/internal/testfixture"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 var seOf = testfixture.ServiceEntryOf
@@ -20,17 +21,17 @@ func TestMCPOverADS(t *testing.T) {
 	srv.Update(first)
 	addr := startServer(t, srv)
 	// ServiceEntries are built once an MCP client subscribes (S3a).
-	if n := len(srv.Resources(KindOf(ClassEnvoy, ServiceEntryTypeURL))); n != 0 {
+	if n := len(srv.Resources(translate.KindOf(translate.ClassEnvoy, translate.ServiceEntryTypeURL))); n != 0 {
 		t.Errorf("%d ServiceEntries built before any MCP client subscribed", n)
 	}
 	var all []string // one per service
 	for _, svc := range first.Services() {
-		all = append(all, MCPNamespace+"/"+svc.Hostname)
+		all = append(all, translate.MCPNamespace+"/"+svc.Hostname)
 	}
 	slices.Sort(all)
 
 	sotw := dialADS(t, addr, envoyNode("istiod"), false)
-	for _, u := range []string{ServiceEntryTypeURL, "networking.istio.io/v1/VirtualService", "core/v1alpha1/MeshConfig"} {
+	for _, u := range []string{translate.ServiceEntryTypeURL, "networking.istio.io/v1/VirtualService", "core/v1alpha1/MeshConfig"} {
 		sotw.subscribe(u)
 	}
 	got := map[string]int{}
@@ -38,7 +39,7 @@ func TestMCPOverADS(t *testing.T) {
 		m := sotw.step(nil)
 		got[m.typeURL] = len(m.resources)
 	}
-	if got[ServiceEntryTypeURL] != len(all) || got["networking.istio.io/v1/VirtualService"] != 0 || got["core/v1alpha1/MeshConfig"] != 0 {
+	if got[translate.ServiceEntryTypeURL] != len(all) || got["networking.istio.io/v1/VirtualService"] != 0 || got["core/v1alpha1/MeshConfig"] != 0 {
 		t.Errorf("first responses: %v", got)
 	}
 
@@ -56,7 +57,7 @@ func TestMCPOverADS(t *testing.T) {
 	}
 	// SotW carries the full set again (absence would mean removal).
 	m = sotw.step(nil)
-	if m.typeURL != ServiceEntryTypeURL || !slices.Equal(m.names(), all) {
+	if m.typeURL != translate.ServiceEntryTypeURL || !slices.Equal(m.names(), all) {
 		t.Errorf("SotW update %s %v, want the full set", m.typeURL, m.names())
 	}
 	_, se := seOf(t, m.resources["meshfed/orders.vm.internal"])

@@ -27,12 +27,12 @@ var (
 // and alerts see a counter's first increase.
 func init() {
 	var labels []string
-	for _, u := range TypeURLs {
+	for _, u := range translate.TypeURLs {
 		t := translate.TypeLabel(u)
 		pushesTotal.WithLabelValues(t)
 		labels = append(labels, t)
 	}
-	ads.InitSeries([]Class{ClassEnvoy, ClassGRPC}, labels)
+	ads.InitSeries([]translate.Class{translate.ClassEnvoy, translate.ClassGRPC}, labels)
 }
 
 // Collectors returns the Prometheus collectors of xds and its packages;
@@ -41,7 +41,7 @@ func Collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{pushesTotal, pushSeconds, resourcesGauge}, ads.Collectors()...)
 }
 
-func classLabel(c Class) string {
+func classLabel(c translate.Class) string {
 	if c == "" {
 		return "all"
 	}

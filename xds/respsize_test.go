@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // sizedServices returns n services of m endpoints each and one service,
@@ -73,10 +75,10 @@ func TestOversizedResponses(t *testing.T) {
 	for _, delta := range []bool{false, true} {
 		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
 			t.Parallel()
-			srv := NewServer(Options{Limits: Limits{MaxResponseBytes: limit}})
+			srv := NewServer(Options{Limits: ads.Limits{MaxResponseBytes: limit}})
 			srv.Update(model.NewSnapshot(1, sizedServices(20, 40)))
 			addr := startServer(t, srv)
-			clas := resourceNames(srv.Resources(KindOf(ClassGRPC, EndpointType)))
+			clas := resourceNames(srv.Resources(translate.KindOf(translate.ClassGRPC, translate.EndpointType)))
 			if len(clas) != 21 {
 				t.Fatalf("%d CLAs, want 21", len(clas))
 			}
@@ -86,8 +88,8 @@ func TestOversizedResponses(t *testing.T) {
 			md, _ := structpb.NewStruct(map[string]any{"GENERATOR": "grpc"})
 			node := &core.Node{Id: "grpc-client", Metadata: md, UserAgentName: "gRPC Go"}
 			c := dialADS(t, addr, node, delta, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit)))
-			c.subscribe(EndpointType, clas...)
-			seen := c.until(holds(EndpointType, want...), nil)
+			c.subscribe(translate.EndpointType, clas...)
+			seen := c.until(holds(translate.EndpointType, want...), nil)
 			if len(seen) < 2 {
 				t.Errorf("%d responses, want the endpoints split over several", len(seen))
 			}
@@ -102,7 +104,7 @@ func TestOversizedResponses(t *testing.T) {
 				if p == nil {
 					return false
 				}
-				o := typeStatus(p, EndpointType).Oversized
+				o := typeStatus(p, translate.EndpointType).Oversized
 				return o != nil && o.Limit == limit && o.Split > 0 && len(o.Rejected) > 0 && o.Rejected[0].Name == hugeCLA && o.Rejected[0].Bytes > limit
 			})
 
@@ -112,13 +114,13 @@ func TestOversizedResponses(t *testing.T) {
 			srv.Update(model.NewSnapshot(2, svcs))
 			first := "outbound|8080||s00.vm.internal"
 			c.until(func(st map[string]map[string]proto.Message) bool {
-				cla, _ := st[EndpointType][first].(*endpoint.ClusterLoadAssignment)
+				cla, _ := st[translate.EndpointType][first].(*endpoint.ClusterLoadAssignment)
 				return cla != nil && len(cla.GetEndpoints()) == 1 && len(cla.GetEndpoints()[0].GetLbEndpoints()) == 1
 			}, nil)
 
 			// Envoy sets no receive limit: it gets everything at once.
 			e := dialADS(t, addr, &core.Node{Id: "envoy-client", UserAgentName: "envoy"}, delta)
-			e.subscribe(EndpointType, clas...)
+			e.subscribe(translate.EndpointType, clas...)
 			m := e.next()
 			if got := m.names(); !slices.Equal(got, clas) {
 				t.Errorf("envoy got %d CLAs in its first response, want all %d", len(got), len(clas))
@@ -128,7 +130,7 @@ func TestOversizedResponses(t *testing.T) {
 				if p == nil {
 					return false
 				}
-				o := typeStatus(p, EndpointType).Oversized
+				o := typeStatus(p, translate.EndpointType).Oversized
 				return o != nil && o.Sent > 0 && o.Limit == 0
 			})
 		})
@@ -154,13 +156,13 @@ func TestOversizedFullStateKeepsResources(t *testing.T) {
 	// The limit: the short resources fit alone (with the response's and the
 	// Any's overhead), the long ones do not.
 	limit := 0
-	for _, typ := range []string{ListenerType, ClusterType} {
-		for n, r := range probe.Resources(KindOf(ClassGRPC, typ)) {
+	for _, typ := range []string{translate.ListenerType, translate.ClusterType} {
+		for n, r := range probe.Resources(translate.KindOf(translate.ClassGRPC, typ)) {
 			if s := proto.Size(r) + 180; !strings.Contains(n, long) && s > limit {
 				limit = s
 			}
 		}
-		for n, r := range probe.Resources(KindOf(ClassGRPC, typ)) {
+		for n, r := range probe.Resources(translate.KindOf(translate.ClassGRPC, typ)) {
 			if strings.Contains(n, long) && proto.Size(r) <= limit {
 				t.Fatalf("%s %s is %d bytes, want above the limit %d", typ, n, proto.Size(r), limit)
 			}
@@ -168,13 +170,13 @@ func TestOversizedFullStateKeepsResources(t *testing.T) {
 	}
 	probe.Close()
 
-	srv := NewServer(Options{Limits: Limits{MaxResponseBytes: limit}})
+	srv := NewServer(Options{Limits: ads.Limits{MaxResponseBytes: limit}})
 	srv.Update(model.NewSnapshot(1, svcs))
 	addr := startServer(t, srv)
 	md, _ := structpb.NewStruct(map[string]any{"GENERATOR": "grpc"})
 	c := dialADS(t, addr, &core.Node{Id: "grpc-client", Metadata: md, UserAgentName: "gRPC Go"}, false)
-	for _, typ := range []string{ListenerType, ClusterType} {
-		want := resourceNames(srv.Resources(KindOf(ClassGRPC, typ)))
+	for _, typ := range []string{translate.ListenerType, translate.ClusterType} {
+		want := resourceNames(srv.Resources(translate.KindOf(translate.ClassGRPC, typ)))
 		if len(want) < 2 {
 			t.Fatalf("%s: %v, want the long and the short host's", typ, want)
 		}
@@ -196,8 +198,8 @@ func TestOversizedFullStateKeepsResources(t *testing.T) {
 	// sent a state without the long host's cluster.
 	lim := dialADS(t, addr, &core.Node{Id: "grpc-limited", Metadata: md, UserAgentName: "gRPC Go"}, false,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit)))
-	want := resourceNames(srv.Resources(KindOf(ClassGRPC, ClusterType)))
-	lim.subscribe(ClusterType, want...)
+	want := resourceNames(srv.Resources(translate.KindOf(translate.ClassGRPC, translate.ClusterType)))
+	lim.subscribe(translate.ClusterType, want...)
 	select {
 	case m, ok := <-lim.msgs:
 		if ok {
@@ -211,7 +213,7 @@ func TestOversizedFullStateKeepsResources(t *testing.T) {
 		if p == nil {
 			return false
 		}
-		for _, typ := range []string{ListenerType, ClusterType} {
+		for _, typ := range []string{translate.ListenerType, translate.ClusterType} {
 			o := typeStatus(p, typ).Oversized
 			if o == nil || o.Sent == 0 || len(o.Rejected) != 0 || o.Limit != limit {
 				return false

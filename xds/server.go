@@ -17,6 +17,11 @@
 // and applies the changes; ServiceEntries for istiod are built from the
 // first MCP subscription on (Translator.EnableMCP).
 //
+// xds re-exports nothing of the two: its own names are Server and
+// Options, Collectors, LevelTrace and the bootstrap files (GRPCBootstrap,
+// EnvoyBootstrap, IstioMeshConfig); callers name translate.Kind,
+// ads.Limits and the like in the package that defines them.
+//
 // Naming follows docs/architecture.md §4: clusters and ClusterLoadAssignments
 // outbound|<port>||<host>; Envoy listeners 0.0.0.0_<port> with route
 // configuration <port>; gRPC listeners and route configurations
@@ -48,7 +53,7 @@ type Options struct {
 	// discards them.
 	Logger *slog.Logger
 	// Limits bound each stream; zero fields take the defaults.
-	Limits Limits
+	Limits ads.Limits
 
 	now func() time.Time // the status clock; nil is time.Now (tests skew it)
 }
@@ -59,7 +64,7 @@ type Server struct {
 	log *slog.Logger
 
 	mu      sync.RWMutex // guards tr and invalid; held while the store updates
-	tr      *Translator
+	tr      *translate.Translator
 	invalid map[string]string
 
 	ads     *ads.Server
@@ -77,12 +82,12 @@ func NewServer(o Options) *Server {
 	}
 	s := &Server{
 		log:     log,
-		tr:      NewTranslator(),
+		tr:      translate.NewTranslator(),
 		invalid: map[string]string{},
 	}
 	s.ads = ads.NewServer(ads.Config{
 		Collections: translate.Collections(),
-		Classify:    ClassifyNode,
+		Classify:    translate.ClassifyNode,
 		Label:       translate.TypeLabel,
 		Changed: func() time.Time {
 			if n := s.changed.Load(); n != 0 {
@@ -128,7 +133,7 @@ func (s *Server) Update(snap *model.Snapshot) {
 // current service, and they are in the store before that subscription is
 // answered.
 func (s *Server) subscribed(typeURL string) {
-	if !IsMCPType(typeURL) || s.mcpOn.Load() {
+	if !translate.IsMCPType(typeURL) || s.mcpOn.Load() {
 		return
 	}
 	s.mu.Lock()
@@ -143,9 +148,9 @@ func (s *Server) subscribed(typeURL string) {
 
 // applyLocked installs translated changes in the store and counts them.
 // Callers hold s.mu.
-func (s *Server) applyLocked(ch Changes) {
+func (s *Server) applyLocked(ch translate.Changes) {
 	s.ads.Apply(ch)
-	for _, k := range Kinds {
+	for _, k := range translate.Kinds {
 		if ch[k] == nil {
 			continue
 		}
@@ -171,7 +176,7 @@ func (s *Server) Version() uint64 { return s.version.Load() }
 
 // Skipped lists service ports without an Envoy listener because another
 // service owns the port number (see Translator.rebuildPort).
-func (s *Server) Skipped() []Skipped {
+func (s *Server) Skipped() []translate.Skipped {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.tr.Skipped()
@@ -179,7 +184,7 @@ func (s *Server) Skipped() []Skipped {
 
 // Invalid lists services not served because their resources failed
 // validation.
-func (s *Server) Invalid() []Invalid {
+func (s *Server) Invalid() []translate.Invalid {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.tr.Invalid()
@@ -187,14 +192,14 @@ func (s *Server) Invalid() []Invalid {
 
 // Resources returns a copy of the current resources of a collection; the
 // resources themselves must not be modified.
-func (s *Server) Resources(k Kind) map[string]types.Resource {
+func (s *Server) Resources(k translate.Kind) map[string]types.Resource {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return maps.Clone(s.tr.Resources(k))
 }
 
 // Proxies returns every connected stream's sync status, sorted by node id.
-func (s *Server) Proxies() []ProxyStatus { return s.ads.Proxies() }
+func (s *Server) Proxies() []ads.ProxyStatus { return s.ads.Proxies() }
 
 // ConfigDump returns, as indented JSON, the resources the newest stream
 // of proxyID is currently served, per type URL:
@@ -210,7 +215,7 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 	}
 	out := struct {
 		ID        string                       `json:"id"`
-		Class     Class                        `json:"class"`
+		Class     translate.Class              `json:"class"`
 		Resources map[string][]json.RawMessage `json:"resources"`
 	}{ID: proxyID, Class: class, Resources: map[string][]json.RawMessage{}}
 	for url, current := range served {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/ads"
 	"github.com/meshfed/meshfed/xds/internal/testfixture"
 	"github.com/meshfed/meshfed/xds/translate"
 )
@@ -36,13 +37,13 @@ func fixtureSnapshots() (first, endpointChanged, withZZ *model.Snapshot) {
 // named EDS and RDS (as Envoy derives them from clusters and listeners).
 func envoySubscribe(c *adsClient, srv *Server) {
 	srv.mu.RLock()
-	clas := resourceNames(srv.Resources(KindOf(ClassEnvoy, EndpointType)))
-	routes := resourceNames(srv.Resources(KindOf(ClassEnvoy, RouteType)))
+	clas := resourceNames(srv.Resources(translate.KindOf(translate.ClassEnvoy, translate.EndpointType)))
+	routes := resourceNames(srv.Resources(translate.KindOf(translate.ClassEnvoy, translate.RouteType)))
 	srv.mu.RUnlock()
-	c.subscribe(ClusterType)
-	c.subscribe(ListenerType)
-	c.subscribe(EndpointType, clas...)
-	c.subscribe(RouteType, routes...)
+	c.subscribe(translate.ClusterType)
+	c.subscribe(translate.ListenerType)
+	c.subscribe(translate.EndpointType, clas...)
+	c.subscribe(translate.RouteType, routes...)
 }
 
 // servedEnvoy is a condition: the client holds every Envoy resource the
@@ -51,8 +52,8 @@ func servedEnvoy(srv *Server) func(map[string]map[string]proto.Message) bool {
 	srv.mu.RLock()
 	defer srv.mu.RUnlock()
 	var conds []func(map[string]map[string]proto.Message) bool
-	for _, url := range TypeURLs {
-		conds = append(conds, holds(url, resourceNames(srv.Resources(KindOf(ClassEnvoy, url)))...))
+	for _, url := range translate.TypeURLs {
+		conds = append(conds, holds(url, resourceNames(srv.Resources(translate.KindOf(translate.ClassEnvoy, url)))...))
 	}
 	return all(conds...)
 }
@@ -61,10 +62,10 @@ func servedEnvoy(srv *Server) func(map[string]map[string]proto.Message) bool {
 // orders CLA.
 func hasCurrentCLA(srv *Server) func(map[string]map[string]proto.Message) bool {
 	srv.mu.RLock()
-	want := srv.Resources(KindOf("", EndpointType))[ordersCLA]
+	want := srv.Resources(translate.KindOf("", translate.EndpointType))[ordersCLA]
 	srv.mu.RUnlock()
 	return func(st map[string]map[string]proto.Message) bool {
-		return proto.Equal(st[EndpointType][ordersCLA], want)
+		return proto.Equal(st[translate.EndpointType][ordersCLA], want)
 	}
 }
 
@@ -73,7 +74,7 @@ func hasCurrentCLA(srv *Server) func(map[string]map[string]proto.Message) bool {
 func holdsCurrent(srv *Server, typeURL string) func(map[string]map[string]proto.Message) bool {
 	srv.mu.RLock()
 	defer srv.mu.RUnlock()
-	return holds(typeURL, resourceNames(srv.Resources(KindOf(ClassEnvoy, typeURL)))...)
+	return holds(typeURL, resourceNames(srv.Resources(translate.KindOf(translate.ClassEnvoy, typeURL)))...)
 }
 
 // synced reports whether every type of every stream of proxy id has
@@ -98,7 +99,7 @@ func synced(srv *Server, id string) bool {
 
 func sameState(t *testing.T, a, b map[string]map[string]proto.Message) {
 	t.Helper()
-	for _, url := range TypeURLs {
+	for _, url := range translate.TypeURLs {
 		if len(a[url]) != len(b[url]) {
 			t.Errorf("%s: %d vs %d resources", url, len(a[url]), len(b[url]))
 		}
@@ -136,8 +137,8 @@ func TestDeltaAndSotwSeeSameResources(t *testing.T) {
 	// listener of zz, and nothing else.
 	got := map[string][]string{}
 	seen := delta.until(func(st map[string]map[string]proto.Message) bool {
-		_, z := st[ClusterType][zzCluster]
-		_, l := st[ListenerType][zzLDS]
+		_, z := st[translate.ClusterType][zzCluster]
+		_, l := st[translate.ListenerType][zzLDS]
 		return z && l && hasCurrentCLA(srv)(st)
 	}, nil)
 	for _, m := range seen {
@@ -146,7 +147,7 @@ func TestDeltaAndSotwSeeSameResources(t *testing.T) {
 			t.Errorf("delta %s removed %v, want no removals", m.typeURL, m.removed)
 		}
 	}
-	want := map[string][]string{EndpointType: {ordersCLA}, ClusterType: {zzCluster}, ListenerType: {zzLDS}}
+	want := map[string][]string{translate.EndpointType: {ordersCLA}, translate.ClusterType: {zzCluster}, translate.ListenerType: {zzLDS}}
 	for url, names := range want {
 		if !slices.Equal(got[url], names) {
 			t.Errorf("delta client got %s %v, want only %v", translate.TypeLabel(url), got[url], names)
@@ -158,14 +159,14 @@ func TestDeltaAndSotwSeeSameResources(t *testing.T) {
 
 	// SotW catches up too (it gets the full clusters and listeners), and
 	// both clients hold the same resources again.
-	seen = sotw.until(all(hasCurrentCLA(srv), holdsCurrent(srv, ClusterType), holdsCurrent(srv, ListenerType)), nil)
+	seen = sotw.until(all(hasCurrentCLA(srv), holdsCurrent(srv, translate.ClusterType), holdsCurrent(srv, translate.ListenerType)), nil)
 	sameState(t, sotw.state, delta.state)
 	// SotW EDS is not full-state: it too carries only the changed CLA.
 	for _, m := range seen {
-		if m.typeURL == EndpointType && !slices.Equal(m.names(), []string{ordersCLA}) {
+		if m.typeURL == translate.EndpointType && !slices.Equal(m.names(), []string{ordersCLA}) {
 			t.Errorf("sotw EDS response carries %v, want only %s", m.names(), ordersCLA)
 		}
-		if m.typeURL == RouteType {
+		if m.typeURL == translate.RouteType {
 			t.Errorf("sotw got RDS %v, want none (no route changed)", m.names())
 		}
 	}
@@ -189,7 +190,7 @@ func TestNackIsRecordedAndDoesNotStopUpdates(t *testing.T) {
 
 			const goodID, badID = "sidecar~10.1.0.3~good~ns", "router~10.1.0.4~bad~ns"
 			const reason = "endpoint 10.0.0.5: rejected by test"
-			nack := map[string]string{EndpointType: reason}
+			nack := map[string]string{translate.EndpointType: reason}
 			good := dialADS(t, addr, envoyNode(goodID), false)
 			bad := dialADS(t, addr, envoyNode(badID), tc.delta)
 			envoySubscribe(good, srv)
@@ -197,35 +198,35 @@ func TestNackIsRecordedAndDoesNotStopUpdates(t *testing.T) {
 			good.until(servedEnvoy(srv), nil)
 			// The NACKing client holds everything but endpoints.
 			srv.mu.RLock()
-			clusters := resourceNames(srv.Resources(KindOf(ClassEnvoy, ClusterType)))
+			clusters := resourceNames(srv.Resources(translate.KindOf(translate.ClassEnvoy, translate.ClusterType)))
 			srv.mu.RUnlock()
-			seen := bad.until(all(holds(ClusterType, clusters...), func(st map[string]map[string]proto.Message) bool {
-				return len(st[ListenerType]) == 4 && len(st[RouteType]) == 3
+			seen := bad.until(all(holds(translate.ClusterType, clusters...), func(st map[string]map[string]proto.Message) bool {
+				return len(st[translate.ListenerType]) == 4 && len(st[translate.RouteType]) == 3
 			}), nack)
 			// The EDS response may come after the others: read until it
 			// was received (and NACKed).
-			for !slices.ContainsFunc(seen, func(m message) bool { return m.typeURL == EndpointType }) {
+			for !slices.ContainsFunc(seen, func(m message) bool { return m.typeURL == translate.EndpointType }) {
 				seen = append(seen, bad.step(nack))
 			}
 			eventually(t, "the NACK in Proxies()", func() bool {
 				p := proxy(srv, badID)
-				return p != nil && typeStatus(p, EndpointType).LastNack != nil
+				return p != nil && typeStatus(p, translate.EndpointType).LastNack != nil
 			})
 			bad.drainEDS(seen, nack)
 
 			srv.Update(changed)
 			srv.Update(withZZ)
 			// The good client gets the new endpoints and the new cluster.
-			good.until(all(hasCurrentCLA(srv), holdsCurrent(srv, ClusterType), holdsCurrent(srv, ListenerType)), nil)
+			good.until(all(hasCurrentCLA(srv), holdsCurrent(srv, translate.ClusterType), holdsCurrent(srv, translate.ListenerType)), nil)
 			// The NACKing client still gets its other types: the new cluster.
 			seen = bad.until(func(st map[string]map[string]proto.Message) bool {
-				_, ok := st[ClusterType][zzCluster]
+				_, ok := st[translate.ClusterType][zzCluster]
 				return ok
 			}, nack)
 			// After a NACK the server does not resend the rejected resources
 			// at once: the next EDS response carries the changed CLA.
 			for _, m := range seen {
-				if m.typeURL == EndpointType && !slices.Contains(m.names(), ordersCLA) {
+				if m.typeURL == translate.EndpointType && !slices.Contains(m.names(), ordersCLA) {
 					t.Errorf("EDS response %v after the NACK does not carry the changed %s", m.names(), ordersCLA)
 				}
 			}
@@ -235,27 +236,27 @@ func TestNackIsRecordedAndDoesNotStopUpdates(t *testing.T) {
 				if p == nil {
 					return false
 				}
-				eds, cds := typeStatus(p, EndpointType), typeStatus(p, ClusterType)
+				eds, cds := typeStatus(p, translate.EndpointType), typeStatus(p, translate.ClusterType)
 				return eds.LastNack != nil && eds.LastNack.Nonce == eds.SentNonce &&
 					cds.AckedNonce == cds.SentNonce && synced(srv, goodID)
 			})
 			p := proxy(srv, badID)
-			eds := typeStatus(p, EndpointType)
+			eds := typeStatus(p, translate.EndpointType)
 			if eds.LastNack.Error != reason || eds.LastNack.Version != eds.SentVersion || eds.LastNack.At.IsZero() {
 				t.Errorf("LastNack = %+v, want error %q for version %q", eds.LastNack, reason, eds.SentVersion)
 			}
 			if eds.AckedNonce != "" {
 				t.Errorf("EDS AckedNonce = %q, want none (every EDS response was NACKed)", eds.AckedNonce)
 			}
-			if cds := typeStatus(p, ClusterType); cds.LastNack != nil || cds.AckedVersion == "" || cds.AckedVersion != cds.SentVersion {
+			if cds := typeStatus(p, translate.ClusterType); cds.LastNack != nil || cds.AckedVersion == "" || cds.AckedVersion != cds.SentVersion {
 				t.Errorf("CDS status = %+v, want acked at the sent version without NACK", cds)
 			}
 			wantStream := map[bool]string{false: "sotw", true: "delta"}[tc.delta]
 			if p.Class != "envoy" || p.NodeType != "router" || p.Stream != wantStream || p.Connected.IsZero() {
 				t.Errorf("proxy = %+v, want class envoy, node type router, stream %s", p, wantStream)
 			}
-			if g := proxy(srv, goodID); typeStatus(g, EndpointType).LastNack != nil {
-				t.Errorf("good proxy has a NACK: %+v", typeStatus(g, EndpointType))
+			if g := proxy(srv, goodID); typeStatus(g, translate.EndpointType).LastNack != nil {
+				t.Errorf("good proxy has a NACK: %+v", typeStatus(g, translate.EndpointType))
 			}
 			// /debug/syncz renders camelCase JSON.
 			b, err := json.Marshal(srv.Proxies())
@@ -271,7 +272,7 @@ func TestNackIsRecordedAndDoesNotStopUpdates(t *testing.T) {
 func (c *adsClient) drainEDS(seen []message, nack map[string]string) {
 	c.t.Helper()
 	for _, m := range seen {
-		if m.typeURL == EndpointType {
+		if m.typeURL == translate.EndpointType {
 			return
 		}
 	}
@@ -286,7 +287,7 @@ func (c *adsClient) drainEDS(seen []message, nack map[string]string) {
 	}
 }
 
-func proxy(srv *Server, id string) *ProxyStatus {
+func proxy(srv *Server, id string) *ads.ProxyStatus {
 	for _, p := range srv.Proxies() {
 		if p.ID == id {
 			return &p
@@ -295,11 +296,11 @@ func proxy(srv *Server, id string) *ProxyStatus {
 	return nil
 }
 
-func typeStatus(p *ProxyStatus, url string) TypeStatus {
+func typeStatus(p *ads.ProxyStatus, url string) ads.TypeStatus {
 	for _, ts := range p.Types {
 		if ts.TypeURL == url {
 			return ts
 		}
 	}
-	return TypeStatus{}
+	return ads.TypeStatus{}
 }

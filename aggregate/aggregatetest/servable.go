@@ -18,7 +18,7 @@ import (
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // CheckServable is the invariant fuzz targets of registry conversions
@@ -61,12 +61,12 @@ func CheckServable(t testing.TB, c registries.Common, services []model.Service, 
 		}
 	}
 
-	tr := xds.NewTranslator()
+	tr := translate.NewTranslator()
 	tr.Translate(model.NewSnapshot(1, served))
 	if inv := tr.Invalid(); len(inv) > 0 {
 		t.Errorf("translation left out services the gate let through: %v", inv)
 	}
-	for _, k := range xds.Kinds {
+	for _, k := range translate.Kinds {
 		for name, r := range tr.Resources(k) {
 			if v, ok := r.(interface{ ValidateAll() error }); ok {
 				if err := v.ValidateAll(); err != nil {

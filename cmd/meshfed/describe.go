@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/admin"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // description is what `meshfed describe HOST -o json|yaml` prints.
@@ -113,10 +113,10 @@ func readDescription(c *adminClient, host string) (*description, error) {
 	for _, p := range d.Service.Ports {
 		d.Routes = append(d.Routes, routeRef{
 			Port:         p.Port,
-			Cluster:      xds.ClusterName(host, p.Port),
-			EnvoyRoute:   xds.EnvoyRouteName(p.Port),
+			Cluster:      translate.ClusterName(host, p.Port),
+			EnvoyRoute:   translate.EnvoyRouteName(p.Port),
 			EnvoyDomains: fmt.Sprintf("%s, %s:%d", host, host, p.Port),
-			GRPCTarget:   "xds:///" + xds.GRPCListenerName(host, p.Port),
+			GRPCTarget:   "xds:///" + translate.GRPCListenerName(host, p.Port),
 		})
 	}
 	return d, nil

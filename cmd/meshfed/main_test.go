@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/admin"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 func execute(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -137,9 +137,9 @@ func TestWriteStatus(t *testing.T) {
 		Name: "vms", Kind: "file", State: "Held", Services: 1, Endpoints: 10,
 		Hold: &admin.HoldReport{Since: now.Add(-time.Minute), Served: 10, Pending: 2, Reason: "would drop 80% of endpoints"},
 	}}, Proxies: []proxyReport{{ID: "sidecar~10.0.0.1~a~ns", Class: "envoy", Stream: "delta", Types: []typeReport{
-		{Type: "CDS", State: xds.StateSynced, SentVersion: "7", AckedVersion: "7"},
-		{Type: "EDS", State: xds.StateNacked, SentVersion: "8", AckedVersion: "7",
-			LastNack: &xds.Nack{Version: "8", Nonce: "10", Error: "bad endpoint", At: now.Add(-5 * time.Second)}},
+		{Type: "CDS", State: ads.StateSynced, SentVersion: "7", AckedVersion: "7"},
+		{Type: "EDS", State: ads.StateNacked, SentVersion: "8", AckedVersion: "7",
+			LastNack: &ads.Nack{Version: "8", Nonce: "10", Error: "bad endpoint", At: now.Add(-5 * time.Second)}},
 	}}}}
 	var b bytes.Buffer
 	writeStatus(&b, painter{}, rep, now)
@@ -161,7 +161,7 @@ func TestWriteStatus(t *testing.T) {
 	// istiod reading MCP shows its collections in their own column.
 	mcp := rep
 	mcp.Proxies = append(mcp.Proxies, proxyReport{ID: "istiod-1", Class: "envoy", Stream: "delta", Types: []typeReport{
-		{Type: "v1/ServiceEntry", State: xds.StateSynced, SentVersion: "3", AckedVersion: "3"},
+		{Type: "v1/ServiceEntry", State: ads.StateSynced, SentVersion: "3", AckedVersion: "3"},
 	}})
 	b.Reset()
 	writeStatus(&b, painter{}, mcp, now)

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 // outputFormat is the -o flag of commands that print tables.
@@ -73,9 +73,9 @@ func (p painter) paint(color, s string) string {
 func (p painter) state(s string) string {
 	word, _, _ := strings.Cut(s, " (")
 	switch word {
-	case "Synced", xds.StateSynced:
+	case "Synced", ads.StateSynced:
 		return p.paint(green, s)
-	case "Starting", "Held", xds.StateStale, xds.StateNotSent:
+	case "Starting", "Held", ads.StateStale, ads.StateNotSent:
 		return p.paint(yellow, s)
 	case "", "-":
 		return p.paint(plain, s)

@@ -11,7 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // configDump is /debug/config_dump?proxy=ID.
@@ -22,10 +23,10 @@ type configDump struct {
 }
 
 var proxyConfigTypes = map[string]string{
-	"clusters":  xds.ClusterType,
-	"endpoints": xds.EndpointType,
-	"listeners": xds.ListenerType,
-	"routes":    xds.RouteType,
+	"clusters":  translate.ClusterType,
+	"endpoints": translate.EndpointType,
+	"listeners": translate.ListenerType,
+	"routes":    translate.RouteType,
 }
 
 func proxyConfigCmd() *cobra.Command {
@@ -78,7 +79,7 @@ PROXY is a node id or a unique part of one (see meshfed status).`,
 // readDump finds the proxy whose id is, or uniquely contains, proxy and
 // reads its config dump.
 func readDump(c *adminClient, proxy string) (*configDump, error) {
-	var ps []xds.ProxyStatus
+	var ps []ads.ProxyStatus
 	if err := c.get("/debug/syncz", &ps); err != nil {
 		return nil, err
 	}

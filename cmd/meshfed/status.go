@@ -11,7 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/admin"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // Exit codes of `meshfed status`.
@@ -46,7 +47,7 @@ type typeReport struct {
 	SentVersion  string    `json:"sentVersion,omitempty"`
 	AckedVersion string    `json:"ackedVersion,omitempty"`
 	Resources    int       `json:"resources"`
-	LastNack     *xds.Nack `json:"lastNack,omitempty"`
+	LastNack     *ads.Nack `json:"lastNack,omitempty"`
 }
 
 func statusCmd() *cobra.Command {
@@ -140,7 +141,7 @@ func readStatus(c *adminClient, proxy string) (statusReport, error) {
 	if err := c.get("/healthz/registries", &rep.Registries); err != nil {
 		return rep, err
 	}
-	var ps []xds.ProxyStatus
+	var ps []ads.ProxyStatus
 	if err := c.get("/debug/syncz", &ps); err != nil {
 		return rep, err
 	}
@@ -156,11 +157,11 @@ func readStatus(c *adminClient, proxy string) (statusReport, error) {
 		}
 		pr := proxyReport{ID: p.ID, Class: p.Class, Stream: p.Stream, Connected: p.Connected}
 		for _, t := range p.Types {
-			st := xds.SyncState(t)
-			if st == xds.StateNacked {
+			st := ads.SyncState(t)
+			if st == ads.StateNacked {
 				rep.Healthy = false
 			}
-			pr.Types = append(pr.Types, typeReport{Type: xds.ShortType(t.TypeURL), State: st,
+			pr.Types = append(pr.Types, typeReport{Type: translate.ShortType(t.TypeURL), State: st,
 				SentVersion: t.SentVersion, AckedVersion: t.AckedVersion, Resources: t.Resources, LastNack: t.LastNack})
 		}
 		rep.Proxies = append(rep.Proxies, pr)
@@ -226,7 +227,7 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 			for i, name := range statusTypes {
 				if t.Type == name {
 					cells[i] = t.State
-					if t.State != xds.StateSynced && t.SentVersion != "" {
+					if t.State != ads.StateSynced && t.SentVersion != "" {
 						cells[i] += " (" + t.SentVersion + ")"
 					}
 				}

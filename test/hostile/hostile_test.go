@@ -28,6 +28,8 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // childEnv makes the test binary act as a proxyless gRPC client that
@@ -222,7 +224,7 @@ func TestObservedHostileDataIsServedAcceptably(t *testing.T) {
 			t.Errorf("%s: served %v, want %d endpoints", host, s, want)
 		}
 	}
-	cla := srv.Resources(xds.Kind{TypeURL: xds.EndpointType})[xds.ClusterName("orders.vm", 8080)]
+	cla := srv.Resources(translate.Kind{TypeURL: translate.EndpointType})[translate.ClusterName("orders.vm", 8080)]
 	if cla == nil {
 		t.Fatal("no CLA for orders.vm")
 	}
@@ -284,17 +286,17 @@ func serveAndCheck(t *testing.T, inputs map[string][]model.Service) (*model.Snap
 	}
 	var targets []string
 	clusters, eds := 0, 0
-	for _, k := range xds.Kinds {
+	for _, k := range translate.Kinds {
 		for name, r := range srv.Resources(k) {
 			if v, ok := r.(interface{ ValidateAll() error }); ok {
 				if err := v.ValidateAll(); err != nil {
 					t.Errorf("%s %s: %v", k.TypeURL, name, err)
 				}
 			}
-			if k.Class == xds.ClassGRPC && k.TypeURL == xds.ListenerType {
+			if k.Class == translate.ClassGRPC && k.TypeURL == translate.ListenerType {
 				targets = append(targets, "xds:///"+name)
 			}
-			if c, ok := r.(*cluster.Cluster); ok && k.Class == xds.ClassGRPC {
+			if c, ok := r.(*cluster.Cluster); ok && k.Class == translate.ClassGRPC {
 				clusters++
 				if c.GetEdsClusterConfig() != nil {
 					eds++
@@ -306,7 +308,7 @@ func serveAndCheck(t *testing.T, inputs map[string][]model.Service) (*model.Snap
 		t.Log("this round generated no servable gRPC service")
 		return snap, srv
 	}
-	checkGRPCClientAccepts(t, srv, map[string]int{xds.ListenerType: len(targets), xds.ClusterType: clusters, xds.EndpointType: eds}, targets)
+	checkGRPCClientAccepts(t, srv, map[string]int{translate.ListenerType: len(targets), translate.ClusterType: clusters, translate.EndpointType: eds}, targets)
 	return snap, srv
 }
 
@@ -330,7 +332,7 @@ func checkGRPCClientAccepts(t *testing.T, srv *xds.Server, want map[string]int, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(xds.ServerOptions()...)
+	g := grpc.NewServer(ads.ServerOptions()...)
 	srv.Register(g)
 	served := make(chan struct{})
 	go func() { defer close(served); _ = g.Serve(lis) }()
@@ -379,15 +381,15 @@ func checkGRPCClientAccepts(t *testing.T, srv *xds.Server, want map[string]int, 
 				}
 				acked[ts.TypeURL] = ts.SentNonce != "" && ts.AckedNonce == ts.SentNonce && ts.Resources > 0
 			}
-			if acked[xds.ListenerType] && acked[xds.RouteType] && acked[xds.ClusterType] {
+			if acked[translate.ListenerType] && acked[translate.RouteType] && acked[translate.ClusterType] {
 				synced++
-				if acked[xds.EndpointType] {
+				if acked[translate.EndpointType] {
 					withEDS++
 				}
 			}
 			summary = append(summary, fmt.Sprint(acked))
 		}
-		if synced == len(targets) && (withEDS > 0 || want[xds.EndpointType] == 0) {
+		if synced == len(targets) && (withEDS > 0 || want[translate.EndpointType] == 0) {
 			return
 		}
 		if time.Now().After(deadline) {

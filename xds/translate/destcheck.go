@@ -29,7 +29,7 @@ import (
 // destChecker checks the destinations of one service port's routes for a
 // client kind and collects the notes of those left out.
 type destChecker struct {
-	t      *Translator
+	b      *build
 	host   string
 	port   uint32
 	client Class
@@ -42,19 +42,19 @@ func (c *destChecker) ok(d *networking.Destination, route string) bool {
 	if c == nil {
 		return true
 	}
-	why := c.t.missingDest(d, c.host, c.port, c.client == ClassGRPC)
-	name := destCluster(d, c.host, c.port, c.t.singlePort)
+	why := c.b.missingDest(d, c.host, c.port, c.client == ClassGRPC)
+	name := destCluster(d, c.host, c.port, c.b.singlePort)
 	if why == "" {
-		if c.t.reached != nil {
-			c.t.reached[name] = true
+		if c.b.reached != nil {
+			c.b.reached[name] = true
 		}
 		return true
 	}
 	n := TrafficNote{Client: string(c.client), Note: "port " + uitoa(c.port) + " route " + route + ": destination " +
 		name + " left out: " + why}
-	kept := c.t.wasReached[name]
+	kept := c.b.wasReached[name]
 	if kept {
-		c.t.reached[name] = true
+		c.b.reached[name] = true
 		n.Note = "port " + uitoa(c.port) + " route " + route + ": destination " + name + " kept, its traffic fails until it is back: " + why +
 			" (it named a cluster when the VirtualService was applied)"
 	}
@@ -94,12 +94,12 @@ func dropRoute[D weightedDest](all, dests []D, route string, chk *destChecker) b
 // resolves to is not one of the host's (for gRPC: not an HTTP one), or its
 // subset is defined by no DestinationRule its clusters are built with
 // (destRule).
-func (t *Translator) missingDest(d *networking.Destination, host string, port uint32, grpc bool) string {
-	svc, ok := t.snap.Service(d.GetHost())
+func (b *build) missingDest(d *networking.Destination, host string, port uint32, grpc bool) string {
+	svc, ok := b.snap.Service(d.GetHost())
 	if !ok {
 		return "host " + d.GetHost() + " is no known service"
 	}
-	p := destPort(d, host, port, t.singlePort)
+	p := destPort(d, host, port, b.singlePort)
 	i := slices.IndexFunc(svc.Ports, func(sp model.Port) bool { return sp.Number == p })
 	if i < 0 {
 		return "service " + d.GetHost() + " has no port " + uitoa(p)
@@ -108,7 +108,7 @@ func (t *Translator) missingDest(d *networking.Destination, host string, port ui
 		return "port " + uitoa(p) + " of " + d.GetHost() + " is not HTTP"
 	}
 	if s := d.GetSubset(); s != "" {
-		dr := t.destRule(d.GetHost()).destinationRule()
+		dr := b.destRule(d.GetHost()).destinationRule()
 		if !slices.ContainsFunc(dr.GetSubsets(), func(ss *networking.Subset) bool { return ss.GetName() == s }) {
 			return "subset " + s + " is defined by no DestinationRule of " + d.GetHost()
 		}
@@ -126,20 +126,20 @@ type destDep struct {
 
 // portsKey sums up the ports of the snapshot's service host ("" when
 // there is none).
-func (t *Translator) portsKey(host string) string {
-	svc, ok := t.snap.Service(host)
+func (b *build) portsKey(host string) string {
+	svc, ok := b.snap.Service(host)
 	if !ok {
 		return ""
 	}
-	var b strings.Builder
-	b.WriteByte('+')
+	var sb strings.Builder
+	sb.WriteByte('+')
 	for _, p := range svc.Ports {
-		b.WriteString(uitoa(p.Number))
-		b.WriteByte('/')
-		b.WriteString(string(p.Protocol))
-		b.WriteByte(',')
+		sb.WriteString(uitoa(p.Number))
+		sb.WriteByte('/')
+		sb.WriteString(string(p.Protocol))
+		sb.WriteByte(',')
 	}
-	return b.String()
+	return sb.String()
 }
 
 // unionDeps is the route deps of a and b together (b's win; both are of
@@ -165,12 +165,12 @@ func unionDeps(a, b map[string]destDep) map[string]destDep {
 // A host not translated yet for this snapshot counts with the rule in
 // force; Translate translates again the hosts whose routes that changes.
 // Routes to the host being built take the rule it is built with.
-func (t *Translator) destRule(host string) hostConfig {
-	if host == t.building {
-		return hostConfig{dr: t.buildingDR}
+func (b *build) destRule(host string) hostConfig {
+	if host == b.building {
+		return hostConfig{dr: b.buildingDR}
 	}
-	hc := t.hostCfg.lookup(host)
-	if st := t.services[host]; st != nil && st.cfg == hc && st.applied.dr != hc.dr && st.res != nil {
+	hc := b.hostCfg.lookup(host)
+	if st := b.t.services[host]; st != nil && st.cfg == hc && st.applied.dr != hc.dr && st.res != nil {
 		return hostConfig{dr: st.applied.dr}
 	}
 	return hostConfig{dr: hc.dr}

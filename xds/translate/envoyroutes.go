@@ -61,15 +61,15 @@ func (e *envoyPort) equal(o *envoyPort) bool {
 // hash) or the tcp_proxy (the default cluster, or the first tcp route
 // for the port). Short destination hosts resolve in the VirtualService's
 // namespace.
-func (t *Translator) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig) *envoyPort {
+func (b *build) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig) *envoyPort {
 	vs := hc.virtualService()
 	dr := hc.destinationRule()
-	chk := &destChecker{t: t, host: svc.Hostname, port: p.Number, client: ClassEnvoy}
+	chk := &destChecker{b: b, host: svc.Hostname, port: p.Number, client: ClassEnvoy}
 	if !p.Protocol.IsHTTP() {
 		name := ClusterName(svc.Hostname, p.Number)
 		tp := &tcpproxy.TcpProxy{StatPrefix: name, ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: name}}
 		if r := tcpRouteFor(vs, p.Number); r != nil {
-			t.setTCPClusters(tp, r, svc.Hostname, p.Number, hc.namespace(), chk)
+			b.setTCPClusters(tp, r, svc.Hostname, p.Number, hc.namespace(), chk)
 		}
 		return &envoyPort{tcp: tp, notes: chk.notes}
 	}
@@ -79,7 +79,7 @@ func (t *Translator) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig
 	vh.Routes[0].GetRoute().RetryPolicy = envoyRetry(nil, len(hash) > 0)
 	out := &envoyPort{vhost: vh}
 	if vs != nil {
-		routes, dropped := t.envoyRoutes(vs, svc.Hostname, p.Number, hc.namespace(), chk)
+		routes, dropped := b.envoyRoutes(vs, svc.Hostname, p.Number, hc.namespace(), chk)
 		vh.Routes = withDefault(routes, dropped, vh.Routes[0])
 		out.notes = chk.notes
 	}
@@ -119,14 +119,14 @@ const meshGateway = "mesh"
 
 // setTCPClusters points tp at the destinations of a tcp route that name
 // a cluster (chk); with none, tp keeps its default cluster.
-func (t *Translator) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRoute, host string, port uint32, ns string, chk *destChecker) {
+func (b *build) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRoute, host string, port uint32, ns string, chk *destChecker) {
 	all := r.GetRoute()
 	ds := validDests(all, ns, "tcp", chk)
 	if dropRoute(all, ds, "tcp", chk) {
 		return
 	}
 	if len(all) == 1 {
-		tp.ClusterSpecifier = &tcpproxy.TcpProxy_Cluster{Cluster: destCluster(resolveDest(ds[0].GetDestination(), ns), host, port, t.singlePort)}
+		tp.ClusterSpecifier = &tcpproxy.TcpProxy_Cluster{Cluster: destCluster(resolveDest(ds[0].GetDestination(), ns), host, port, b.singlePort)}
 		return
 	}
 	wc := &tcpproxy.TcpProxy_WeightedCluster{}
@@ -135,7 +135,7 @@ func (t *Translator) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRout
 			continue // Istio leaves out 0-weight destinations of a split
 		}
 		wc.Clusters = append(wc.Clusters, &tcpproxy.TcpProxy_WeightedCluster_ClusterWeight{
-			Name:   destCluster(resolveDest(d.GetDestination(), ns), host, port, t.singlePort),
+			Name:   destCluster(resolveDest(d.GetDestination(), ns), host, port, b.singlePort),
 			Weight: uint32(d.GetWeight()),
 		})
 	}
@@ -159,7 +159,7 @@ func meshMatch(m *networking.HTTPMatchRequest) bool {
 // envoyRoutes translates the http routes of vs that apply to port, in
 // order, stopping after a catch-all as Istio does. Routes whose
 // destinations all name no cluster are left out (dropped reports any).
-func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, port uint32, ns string, chk *destChecker) (out []*route.Route, dropped bool) {
+func (b *build) envoyRoutes(vs *networking.VirtualService, host string, port uint32, ns string, chk *destChecker) (out []*route.Route, dropped bool) {
 	for i, hr := range vs.GetHttp() {
 		matches := hr.GetMatch()
 		if len(matches) == 0 {
@@ -169,7 +169,7 @@ func (t *Translator) envoyRoutes(vs *networking.VirtualService, host string, por
 			if m.GetPort() != 0 && m.GetPort() != port || !meshMatch(m) {
 				continue
 			}
-			r := t.envoyRoute(hr, m, i, host, port, ns, chk)
+			r := b.envoyRoute(hr, m, i, host, port, ns, chk)
 			if r == nil {
 				dropped = true
 				continue
@@ -233,7 +233,7 @@ func catchAll(r *route.Route) bool {
 
 // envoyRoute translates one match of an http route; nil when the route
 // has destinations and none names a cluster.
-func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatchRequest, i int, host string, port uint32, ns string, chk *destChecker) *route.Route {
+func (b *build) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatchRequest, i int, host string, port uint32, ns string, chk *destChecker) *route.Route {
 	name := hr.GetName()
 	if name == "" {
 		name = "http-" + strconv.Itoa(i)
@@ -250,15 +250,15 @@ func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatc
 		r.Action = redirectAction(hr.GetRedirect(), port)
 	case hr.GetDirectResponse() != nil:
 		dr := &route.DirectResponseAction{Status: hr.GetDirectResponse().GetStatus()}
-		switch b := hr.GetDirectResponse().GetBody().GetSpecifier().(type) {
+		switch body := hr.GetDirectResponse().GetBody().GetSpecifier().(type) {
 		case *networking.HTTPBody_String_:
-			dr.Body = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: b.String_}}
+			dr.Body = &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: body.String_}}
 		case *networking.HTTPBody_Bytes:
-			dr.Body = &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: b.Bytes}}
+			dr.Body = &core.DataSource{Specifier: &core.DataSource_InlineBytes{InlineBytes: body.Bytes}}
 		}
 		r.Action = &route.Route_DirectResponse{DirectResponse: dr}
 	default:
-		a := t.envoyAction(hr, r, name, ops.authority, host, port, ns, chk)
+		a := b.envoyAction(hr, r, name, ops.authority, host, port, ns, chk)
 		if a == nil {
 			return nil
 		}
@@ -281,7 +281,7 @@ func (t *Translator) envoyRoute(hr *networking.HTTPRoute, m *networking.HTTPMatc
 // policies of the destinations' DestinationRules. Destinations and
 // mirrors that name no cluster are left out (chk); nil when no
 // destination is left.
-func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name, authority, host string, port uint32, ns string, chk *destChecker) *route.RouteAction {
+func (b *build) envoyAction(hr *networking.HTTPRoute, r *route.Route, name, authority, host string, port uint32, ns string, chk *destChecker) *route.RouteAction {
 	all := hr.GetRoute()
 	dests := validDests(all, ns, name, chk)
 	if len(all) > 0 && dropRoute(all, dests, name, chk) {
@@ -312,7 +312,7 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name,
 			return
 		}
 		a.RequestMirrorPolicies = append(a.RequestMirrorPolicies, &route.RouteAction_RequestMirrorPolicy{
-			Cluster:         destCluster(resolveDest(d, ns), host, port, t.singlePort),
+			Cluster:         destCluster(resolveDest(d, ns), host, port, b.singlePort),
 			RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: p},
 		})
 	}
@@ -327,12 +327,12 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name,
 	}
 	for _, d := range dests {
 		if len(all) == 1 || d.GetWeight() > 0 {
-			a.HashPolicy = appendHash(a.HashPolicy, t.destHash(resolveDest(d.GetDestination(), ns), host, port, false))
+			a.HashPolicy = appendHash(a.HashPolicy, b.destHash(resolveDest(d.GetDestination(), ns), host, port, false))
 		}
 	}
 	if len(all) == 1 {
 		d := dests[0]
-		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(resolveDest(d.GetDestination(), ns), host, port, t.singlePort)}
+		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: destCluster(resolveDest(d.GetDestination(), ns), host, port, b.singlePort)}
 		ops := headerOps(d.GetHeaders())
 		r.RequestHeadersToAdd = append(r.RequestHeadersToAdd, ops.reqAdd...)
 		r.RequestHeadersToRemove = append(r.RequestHeadersToRemove, ops.reqRemove...)
@@ -349,7 +349,7 @@ func (t *Translator) envoyAction(hr *networking.HTTPRoute, r *route.Route, name,
 			}
 			ops := headerOps(d.GetHeaders())
 			cw := &route.WeightedCluster_ClusterWeight{
-				Name:                    destCluster(resolveDest(d.GetDestination(), ns), host, port, t.singlePort),
+				Name:                    destCluster(resolveDest(d.GetDestination(), ns), host, port, b.singlePort),
 				Weight:                  wrapperspb.UInt32(uint32(d.GetWeight())),
 				RequestHeadersToAdd:     ops.reqAdd,
 				RequestHeadersToRemove:  ops.reqRemove,
@@ -612,8 +612,8 @@ func resolveDest(d *networking.Destination, ns string) *networking.Destination {
 // destHash is the hash policy of a destination: the consistent hash of
 // its host's DestinationRule, merged for its subset and port (Istio's
 // hashForVirtualService). grpc: in the form grpc-go reads (header only).
-func (t *Translator) destHash(d *networking.Destination, host string, port uint32, grpc bool) []*route.RouteAction_HashPolicy {
-	dr := t.destRule(d.GetHost()).destinationRule()
+func (b *build) destHash(d *networking.Destination, host string, port uint32, grpc bool) []*route.RouteAction_HashPolicy {
+	dr := b.destRule(d.GetHost()).destinationRule()
 	if dr == nil {
 		return nil
 	}
@@ -624,7 +624,7 @@ func (t *Translator) destHash(d *networking.Destination, host string, port uint3
 			break
 		}
 	}
-	tp := mergedPolicy(dr.GetTrafficPolicy(), sub, destPort(d, host, port, t.singlePort))
+	tp := mergedPolicy(dr.GetTrafficPolicy(), sub, destPort(d, host, port, b.singlePort))
 	if grpc {
 		return hashPolicy(tp)
 	}
@@ -632,9 +632,9 @@ func (t *Translator) destHash(d *networking.Destination, host string, port uint3
 }
 
 // grpcHashOf is destHash for the gRPC routes of host's port.
-func (t *Translator) grpcHashOf(host string, port uint32) func(*networking.Destination) []*route.RouteAction_HashPolicy {
+func (b *build) grpcHashOf(host string, port uint32) func(*networking.Destination) []*route.RouteAction_HashPolicy {
 	return func(d *networking.Destination) []*route.RouteAction_HashPolicy {
-		return t.destHash(d, host, port, true)
+		return b.destHash(d, host, port, true)
 	}
 }
 
@@ -654,7 +654,7 @@ func appendHash(hp, add []*route.RouteAction_HashPolicy) []*route.RouteAction_Ha
 // hash and subsets) and its
 // ports (the single-port default, whether the cluster exists), so a
 // change of either rebuilds the host (Translate).
-func (t *Translator) destRules(host string, hc hostConfig) map[string]destDep {
+func (b *build) destRules(host string, hc hostConfig) map[string]destDep {
 	vs := hc.virtualService()
 	if vs == nil {
 		return nil
@@ -671,7 +671,7 @@ func (t *Translator) destRules(host string, hc hostConfig) map[string]destDep {
 		if out == nil {
 			out = map[string]destDep{}
 		}
-		out[h] = destDep{dr: t.destRule(h).dr, ports: t.portsKey(h)}
+		out[h] = destDep{dr: b.destRule(h).dr, ports: b.portsKey(h)}
 	}
 	for _, hr := range vs.GetHttp() {
 		for _, d := range hr.GetRoute() {

@@ -133,6 +133,8 @@ type built struct {
 // change, and only MCP clients read it (BENCHMARKS.md, S3a).
 //
 // Translate is pure (no I/O, no clock) and not safe for concurrent use.
+// A Translator's fields hold only what persists between snapshots; the
+// state of one Translate call is a build.
 type Translator struct {
 	services map[string]*svcState
 	current  map[Kind]map[string]types.Resource
@@ -141,16 +143,26 @@ type Translator struct {
 	invalid  map[string]string
 	meta     metaCache
 	config   map[string]*model.ConfigObject // by Key: objects served over MCP
-	hostCfg  *hostIndex                     // of the snapshot being translated
-	snap     *model.Snapshot                // the snapshot being translated
-	mcp      bool                           // build per-service MCP resources (EnableMCP)
+	// hostCfg indexes the config of the snapshot last translated; the
+	// next Translate reuses it (configByHost).
+	hostCfg *hostIndex
+	mcp     bool // build per-service MCP resources (EnableMCP)
+}
+
+// build is the state of one Translate, which the Translator does not keep
+// between snapshots: the snapshot being translated and its config index,
+// and, while buildService builds a host, that build's scratch state.
+type build struct {
+	t       *Translator
+	snap    *model.Snapshot // the snapshot being translated
+	hostCfg *hostIndex      // of snap
 	// building is the host buildService builds, with buildingDR: routes
 	// to the host itself take that rule (destRule).
 	building   string
 	buildingDR *model.ConfigObject
 	// reached and wasReached: the destinations that name a cluster in
-	// this build, and in the builds since its VirtualService was applied
-	// (destChecker).
+	// the host's build, and in its builds since its VirtualService was
+	// applied (destChecker).
 	reached, wasReached map[string]bool
 }
 
@@ -205,21 +217,21 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	if snap != nil {
 		cfg = snap.Config
 	}
-	t.hostCfg, t.snap = configByHost(cfg, t.hostCfg), snap
-	t.hostCfg.trimMemo(snap.Len())
-	defer func() { t.snap = nil }()
+	b := &build{t: t, snap: snap, hostCfg: configByHost(cfg, t.hostCfg)}
+	t.hostCfg = b.hostCfg
+	b.hostCfg.trimMemo(snap.Len())
 	// A host held on its last good config (or none) gives its routes'
 	// destinations the rule its clusters were built with (destRule), which
 	// is known only once it is translated: hosts translated before it that
 	// route to it are translated again when what they need changed.
 	held := false
 	for _, svc := range snap.Services() {
-		held = t.translateService(svc, ch, dirty) || held
+		held = b.translateService(svc, ch, dirty) || held
 	}
 	if held {
 		for _, svc := range snap.Services() {
-			if st := t.services[svc.Hostname]; st != nil && st.deps != nil && !maps.Equal(st.deps, t.serviceDeps(svc.Hostname, st)) {
-				t.translateService(svc, ch, dirty)
+			if st := t.services[svc.Hostname]; st != nil && st.deps != nil && !maps.Equal(st.deps, b.serviceDeps(svc.Hostname, st)) {
+				b.translateService(svc, ch, dirty)
 			}
 		}
 	}
@@ -249,11 +261,11 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 // serviceDeps is what the routes of host need of other hosts (destRules)
 // given its state old (nil when new): of the config in force and, while
 // it is on its last good config, of that config too.
-func (t *Translator) serviceDeps(host string, old *svcState) map[string]destDep {
-	hc := t.hostCfg.lookup(host)
-	deps := t.destRules(host, hc)
+func (b *build) serviceDeps(host string, old *svcState) map[string]destDep {
+	hc := b.hostCfg.lookup(host)
+	deps := b.destRules(host, hc)
 	if old != nil && old.cfg == hc && old.applied != hc {
-		deps = unionDeps(deps, t.destRules(host, old.applied))
+		deps = unionDeps(deps, b.destRules(host, old.applied))
 	}
 	return deps
 }
@@ -262,20 +274,21 @@ func (t *Translator) serviceDeps(host string, old *svcState) map[string]destDep 
 // recording changes in ch and the ports to rebuild in dirty. It reports
 // whether the host's resources are built with a config other than the one
 // in force (held on its last good config or none) or were until now.
-func (t *Translator) translateService(svc *model.Service, ch Changes, dirty map[uint32]bool) bool {
+func (b *build) translateService(svc *model.Service, ch Changes, dirty map[uint32]bool) bool {
+	t := b.t
 	old := t.services[svc.Hostname]
-	hc := t.hostCfg.lookup(svc.Hostname)
-	deps := t.serviceDeps(svc.Hostname, old)
+	hc := b.hostCfg.lookup(svc.Hostname)
+	deps := b.serviceDeps(svc.Hostname, old)
 	if old != nil && old.svc == svc && old.cfg == hc && maps.Equal(old.deps, deps) {
 		return false
 	}
 	wasHeld := old != nil && old.applied != old.cfg
 	next := &svcState{svc: svc, cfg: hc, applied: hc, deps: deps}
-	b, err := t.buildService(svc, old, hc)
+	out, err := b.buildService(svc, old, hc)
 	if err != nil && (hc.vs != nil || hc.dr != nil) {
-		b, next.applied, err = t.keepLastGood(svc, old, hc, err)
+		out, next.applied, err = b.keepLastGood(svc, old, hc, err)
 		if next.applied != hc {
-			next.deps = unionDeps(t.destRules(svc.Hostname, hc), t.destRules(svc.Hostname, next.applied))
+			next.deps = unionDeps(b.destRules(svc.Hostname, hc), b.destRules(svc.Hostname, next.applied))
 		}
 	} else if err == nil {
 		delete(t.invalid, svc.Hostname)
@@ -283,7 +296,7 @@ func (t *Translator) translateService(svc *model.Service, ch Changes, dirty map[
 	if err != nil {
 		t.invalid[svc.Hostname] = err.Error()
 	} else {
-		next.res, next.clas, next.subs, next.envoy, next.notes, next.reached = b.res, b.clas, b.subs, b.envoy, b.notes, b.reached
+		next.res, next.clas, next.subs, next.envoy, next.notes, next.reached = out.res, out.clas, out.subs, out.envoy, out.notes, out.reached
 		next.ports = servicePorts(svc)
 		if t.mcp {
 			var prev map[string]any
@@ -306,25 +319,26 @@ func (t *Translator) translateService(svc *model.Service, ch Changes, dirty map[
 // config, so one bad field never strips what was served
 // (docs/architecture.md §3.6). The reason is listed in Invalid. It returns
 // the build, the config it used and the error when none built.
-func (t *Translator) keepLastGood(svc *model.Service, old *svcState, hc hostConfig, cfgErr error) (built, hostConfig, error) {
+func (b *build) keepLastGood(svc *model.Service, old *svcState, hc hostConfig, cfgErr error) (built, hostConfig, error) {
+	t := b.t
 	if old != nil && old.res != nil && (old.applied.vs != nil || old.applied.dr != nil) {
-		if b, err := t.buildService(svc, old, old.applied); err == nil {
+		if out, err := b.buildService(svc, old, old.applied); err == nil {
 			t.invalid[svc.Hostname] = "traffic config not applied, last good config kept (" + old.applied.describe() + "): " + cfgErr.Error()
-			return b, old.applied, nil
+			return out, old.applied, nil
 		}
 	}
 	if own := (hostConfig{dr: hc.dr}); hc.vs != nil && hc.dr != nil {
-		if b, err := t.buildService(svc, old, own); err == nil {
+		if out, err := b.buildService(svc, old, own); err == nil {
 			t.invalid[svc.Hostname] = "traffic config not applied, only " + own.describe() + " applied: " + cfgErr.Error()
-			return b, own, nil
+			return out, own, nil
 		}
 	}
-	b, err := t.buildService(svc, old, hostConfig{})
+	out, err := b.buildService(svc, old, hostConfig{})
 	if err != nil {
 		return built{}, hostConfig{}, err
 	}
 	t.invalid[svc.Hostname] = "traffic config left out: " + cfgErr.Error()
-	return b, hostConfig{}, nil
+	return out, hostConfig{}, nil
 }
 
 func servicePorts(svc *model.Service) map[uint32]model.Protocol {
@@ -430,16 +444,17 @@ func sameResource(prev, next types.Resource) bool {
 // route configurations, its DestinationRule the gRPC clusters, and each
 // subset becomes a gRPC cluster outbound|<port>|<subset>|<host> with its
 // own ClusterLoadAssignment of the endpoints carrying the subset labels.
-func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConfig) (built, error) {
+func (b *build) buildService(svc *model.Service, old *svcState, hc hostConfig) (built, error) {
+	t := b.t
 	res := map[Kind]map[string]types.Resource{}
 	envoyParts := map[uint32]*envoyPort{}
 	var notes []TrafficNote
-	t.building, t.buildingDR = svc.Hostname, hc.dr
-	t.reached, t.wasReached = map[string]bool{}, nil
+	b.building, b.buildingDR = svc.Hostname, hc.dr
+	b.reached, b.wasReached = map[string]bool{}, nil
 	if old != nil && hc.vs != nil && old.applied.vs == hc.vs {
-		t.wasReached = old.reached
+		b.wasReached = old.reached
 	}
-	defer func() { t.building, t.buildingDR, t.reached, t.wasReached = "", nil, nil, nil }()
+	defer func() { b.building, b.buildingDR, b.reached, b.wasReached = "", nil, nil, nil }()
 	dr := hc.destinationRule()
 	add := func(k Kind, r types.Resource) {
 		if res[k] == nil {
@@ -493,7 +508,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		if hc.vs != nil || hc.dr != nil {
 			// Without rules, rebuildPort serves the default virtual host
 			// or tcp_proxy: nothing to build per service.
-			envoyParts[p.Number] = t.envoyPortOf(svc, p, hc)
+			envoyParts[p.Number] = b.envoyPortOf(svc, p, hc)
 			notes = append(notes, envoyParts[p.Number].notes...)
 		}
 		if err := t.buildSubsets(svc, p, dr, old, add, &subs, &notes); err != nil {
@@ -519,8 +534,8 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 		vh.Routes[0].GetRoute().RetryPolicy = grpcRetry(nil)
 		withFault := false
 		if vs := hc.virtualService(); vs != nil {
-			chk := &destChecker{t: t, host: svc.Hostname, port: p.Number, client: ClassGRPC}
-			routes, f, dropped := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), t.singlePort, t.grpcHashOf(svc.Hostname, p.Number), chk)
+			chk := &destChecker{b: b, host: svc.Hostname, port: p.Number, client: ClassGRPC}
+			routes, f, dropped := grpcRoutes(vs, svc.Hostname, p.Number, hc.namespace(), b.singlePort, b.grpcHashOf(svc.Hostname, p.Number), chk)
 			if len(routes) > 0 {
 				withFault = f
 			}
@@ -568,7 +583,7 @@ func (t *Translator) buildService(svc *model.Service, old *svcState, hc hostConf
 	if len(errs) > 0 {
 		return built{}, errors.Join(errs...)
 	}
-	return built{res: res, clas: clas, subs: subs, envoy: envoyParts, notes: notes, reached: t.reached}, nil
+	return built{res: res, clas: clas, subs: subs, envoy: envoyParts, notes: notes, reached: b.reached}, nil
 }
 
 // rebuildPort recomputes the Envoy listener (and route configuration) of a
@@ -657,8 +672,8 @@ func (t *Translator) setAggregate(k Kind, name string, r types.Resource, ch Chan
 
 // singlePort returns the port of a service of the snapshot being
 // translated that has exactly one.
-func (t *Translator) singlePort(host string) (uint32, bool) {
-	svc, ok := t.snap.Service(host)
+func (b *build) singlePort(host string) (uint32, bool) {
+	svc, ok := b.snap.Service(host)
 	if !ok || len(svc.Ports) != 1 {
 		return 0, false
 	}

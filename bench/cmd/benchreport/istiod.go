@@ -19,7 +19,7 @@ import (
 
 	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/test/servers"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // runIS measures registry write → ACK of the changed endpoints by a client
@@ -79,9 +79,9 @@ func (r *runner) eventLatency(srv *proc, addr string, svcs []int) (bench.Summary
 	node := &core.Node{Id: "sidecar~127.0.0.1~bench.default~default.svc.cluster.local", Cluster: "bench"}
 	names := make([]string, len(svcs))
 	for i, s := range svcs {
-		names[i] = xds.ClusterName(bench.Host(s), bench.Port)
+		names[i] = translate.ClusterName(bench.Host(s), bench.Port)
 	}
-	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: xds.EndpointType, ResourceNames: names}); err != nil {
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: translate.EndpointType, ResourceNames: names}); err != nil {
 		return bench.Summary{}, err
 	}
 	// got receives, per response, the cluster names it carried and when

@@ -36,7 +36,7 @@ func (r *runner) runS3a() error {
 	s := bench.Summarize(lat)
 	r.rep.add(row{id: "S3a", figure: "EDS build+marshal, 10,000 endpoints, 1 core", unit: "ms",
 		mf: &s, goal: "p99 ≤ 2 ms", met: ptr(s.P99 <= 2),
-		note: fmt.Sprintf("xds.Translator rebuild of the changed service (all its resources; its CLA incrementally: only the changed endpoint's LbEndpoint is built and validated, the rest reused) + MarshalResource of its %d-byte CLA (assembled from cached encodings); %d runs. The baseline uses the same builders.", size, s.N)})
+		note: fmt.Sprintf("translate.Translator rebuild of the changed service (all its resources; its CLA incrementally: only the changed endpoint's LbEndpoint is built and validated, the rest reused) + MarshalResource of its %d-byte CLA (assembled from cached encodings); %d runs. The baseline uses the same builders.", size, s.N)})
 	return nil
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/translate"
 )
 
 // debounce is a meshfed debounce setting.
@@ -196,8 +196,8 @@ func (r *runner) withStreams(t target, n int, lgArgs []string, srvArgs ...string
 // S3a: build + marshal of one 10,000-endpoint service's EDS on one core.
 func s3a(iters, endpoints int) ([]float64, int) {
 	big := bench.BigService(endpoints)
-	tr := xds.NewTranslator()
-	name := xds.ClusterName(big.Hostname, bench.Port)
+	tr := translate.NewTranslator()
+	name := translate.ClusterName(big.Hostname, bench.Port)
 	var out []float64
 	size := 0
 	for i := range iters + 3 {
@@ -206,7 +206,7 @@ func s3a(iters, endpoints int) ([]float64, int) {
 		svc.Endpoints[i%endpoints].Health = model.Health((i + 1) % 2)
 		t0 := time.Now()
 		tr.Translate(model.NewSnapshot(uint64(i+1), []*model.Service{&svc}))
-		cla := tr.Resources(xds.KindOf("", xds.EndpointType))[name]
+		cla := tr.Resources(translate.KindOf("", translate.EndpointType))[name]
 		b, err := cache.MarshalResource(cla)
 		d := time.Since(t0)
 		if err != nil {

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/meshfed/meshfed/bench"
-	"github.com/meshfed/meshfed/xds"
+	"github.com/meshfed/meshfed/xds/ads"
 )
 
 func main() {
@@ -53,7 +53,7 @@ func run() error {
 	switch *impl {
 	case "meshfed":
 		srv = bench.NewMeshfed(*quiet, *maxWait, log)
-		grpcOpts = xds.ServerOptions() // as gateway.Gateway passes them
+		grpcOpts = ads.ServerOptions() // as gateway.Gateway passes them
 	case "baseline":
 		srv = bench.NewBaseline(log)
 	case "floor":
