@@ -2,38 +2,19 @@ package aggregate
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/metric"
 )
 
 var (
-	registryState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_registry_state",
-		Help: "Registry state, one-hot: 1 for the registry's current state, 0 for the others.",
-	}, []string{"registry", "state"})
-	registryServices = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_registry_services",
-		Help: "Services served from the registry.",
-	}, []string{"registry"})
-	registryEndpoints = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_registry_endpoints",
-		Help: "Endpoints served from the registry.",
-	}, []string{"registry"})
-	conflictsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_conflicts",
-		Help: "Items rejected or quarantined, by category (as listed on /debug/conflictz).",
-	}, []string{"category"})
-	snapshotsTotal = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "meshfed_snapshots_total",
-		Help: "Snapshots published by the aggregator.",
-	})
-	snapshotBuildSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "meshfed_snapshot_build_seconds",
-		Help:    "Time to normalize, merge and build a snapshot after a debounced change.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs .. ~26s
-	})
-	holddownsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_holddowns_total",
-		Help: "Updates held back because they would drop more than maxDeleteRatio of a registry's endpoints.",
-	}, []string{"registry"})
+	registryState        = metric.GaugeVec("meshfed_registry_state", "Registry state, one-hot: 1 for the registry's current state, 0 for the others.", "registry", "state")
+	registryServices     = metric.GaugeVec("meshfed_registry_services", "Services served from the registry.", "registry")
+	registryEndpoints    = metric.GaugeVec("meshfed_registry_endpoints", "Endpoints served from the registry.", "registry")
+	conflictsGauge       = metric.GaugeVec("meshfed_conflicts", "Items rejected or quarantined, by category (as listed on /debug/conflictz).", "category")
+	snapshotsTotal       = metric.Counter("meshfed_snapshots_total", "Snapshots published by the aggregator.")
+	snapshotBuildSeconds = metric.Histogram("meshfed_snapshot_build_seconds", "Time to normalize, merge and build a snapshot after a debounced change.",
+		prometheus.ExponentialBuckets(0.0001, 4, 10)) // 100µs .. ~26s
+	holddownsTotal = metric.CounterVec("meshfed_holddowns_total", "Updates held back because they would drop more than maxDeleteRatio of a registry's endpoints.", "registry")
 )
 
 var allCategories = []string{CategoryInvalid, CategoryDuplicate, CategoryDomain, CategoryPortMismatch,

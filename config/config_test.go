@@ -16,6 +16,7 @@ import (
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/file"
+	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 func TestMain(m *testing.M) {
@@ -250,7 +251,7 @@ func TestLoadGood(t *testing.T) {
 						Domain:         "vm.internal", // lowercased, trailing dot dropped
 						Outage:         aggregate.Outage{Policy: aggregate.OutageKeep, ExpireAfter: 10 * time.Minute},
 						MaxDeleteRatio: ptr(0.5),
-						Block:          &file.Config{Path: abs(t, "testdata/good/services.yaml"), Settle: registries.Duration(time.Second)},
+						Block:          &file.Config{Options: filewatch.Options{Path: abs(t, "testdata/good/services.yaml"), Settle: registries.Duration(time.Second)}},
 					}},
 					Path: "testdata/good/minimal.yaml",
 				}
@@ -278,7 +279,7 @@ func TestLoadGood(t *testing.T) {
 							Locality:       "us-east/us-east-1a/rack-1",
 							Outage:         aggregate.Outage{Policy: aggregate.OutageExpire, ExpireAfter: 90 * time.Second},
 							MaxDeleteRatio: ptr(0.25),
-							Block:          &file.Config{Path: "/srv/services.yaml", Settle: registries.Duration(time.Second)},
+							Block:          &file.Config{Options: filewatch.Options{Path: "/srv/services.yaml", Settle: registries.Duration(time.Second)}},
 						},
 						{
 							Name:           "vms-2",
@@ -286,7 +287,7 @@ func TestLoadGood(t *testing.T) {
 							Domain:         "vm2.internal",
 							Outage:         aggregate.Outage{Policy: aggregate.OutageKeep, ExpireAfter: 10 * time.Minute},
 							MaxDeleteRatio: ptr(1.0),
-							Block:          &file.Config{Path: abs(t, "testdata/services.yaml"), Settle: registries.Duration(time.Second)},
+							Block:          &file.Config{Options: filewatch.Options{Path: abs(t, "testdata/services.yaml"), Settle: registries.Duration(time.Second)}},
 						},
 					},
 					Path: "testdata/good/full.yaml",

@@ -1,20 +1,15 @@
 package istioconfig
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/metric"
+)
 
 var (
-	objectsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_config_objects",
-		Help: "Traffic config objects after the last read of the config sources, by kind and state (in_force, rejected; kind unknown for documents that could not be read as an object).",
-	}, []string{"kind", "state"})
-	snapshotsTotal = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "meshfed_config_snapshots_total",
-		Help: "Config snapshots published: reads that changed what is in force.",
-	})
-	sourceState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_config_source_state",
-		Help: "One-hot state of each config source as of the last read (cluster: the registry name of a Kubernetes source's cluster, \"\" for a directory); states Starting, Synced, Degraded, Failed.",
-	}, []string{"source", "cluster", "state"})
+	objectsGauge   = metric.GaugeVec("meshfed_config_objects", "Traffic config objects after the last read of the config sources, by kind and state (in_force, rejected; kind unknown for documents that could not be read as an object).", "kind", "state")
+	snapshotsTotal = metric.Counter("meshfed_config_snapshots_total", "Config snapshots published: reads that changed what is in force.")
+	sourceState    = metric.GaugeVec("meshfed_config_source_state", "One-hot state of each config source as of the last read (cluster: the registry name of a Kubernetes source's cluster, \"\" for a directory); states Starting, Synced, Degraded, Failed.", "source", "cluster", "state")
 )
 
 // Collectors returns the package's metrics, for the gateway's registry.

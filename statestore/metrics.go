@@ -1,11 +1,12 @@
 package statestore
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
 
-var writes = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "meshfed_state_writes_total",
-	Help: "Registry states written to state.dir, by result (ok, error).",
-}, []string{"result"})
+	"github.com/meshfed/meshfed/metric"
+)
+
+var writes = metric.CounterVec("meshfed_state_writes_total", "Registry states written to state.dir, by result (ok, error).", "result")
 
 // Collectors returns the package's metrics, for the wiring to register once.
 func Collectors() []prometheus.Collector { return []prometheus.Collector{writes} }

@@ -11,9 +11,9 @@ import (
 	"github.com/meshfed/meshfed/xds/translate"
 )
 
-// metric reads the series of name whose label has value from the
+// series reads the series of name whose label has value from the
 // package's collectors, as /metrics serves it; nil when absent.
-func metric(t *testing.T, name, label, value string) *dto.Metric {
+func series(t *testing.T, name, label, value string) *dto.Metric {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(Collectors()...)
@@ -39,14 +39,14 @@ func metric(t *testing.T, name, label, value string) *dto.Metric {
 // metricValue is the value of a counter or gauge series (0 when absent).
 func metricValue(t *testing.T, name, label, value string) float64 {
 	t.Helper()
-	m := metric(t, name, label, value)
+	m := series(t, name, label, value)
 	return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 }
 
 // convergenceSamples reads meshfed_xds_convergence_seconds{type=typ}.
 func convergenceSamples(t *testing.T, typ string) (count uint64, sum float64) {
 	t.Helper()
-	m := metric(t, "meshfed_xds_convergence_seconds", "type", typ)
+	m := series(t, "meshfed_xds_convergence_seconds", "type", typ)
 	if m == nil {
 		t.Fatalf("no meshfed_xds_convergence_seconds{type=%q}", typ)
 	}

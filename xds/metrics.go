@@ -3,24 +3,16 @@ package xds
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshfed/meshfed/metric"
 	"github.com/meshfed/meshfed/xds/ads"
 	"github.com/meshfed/meshfed/xds/translate"
 )
 
 var (
-	pushesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_xds_pushes_total",
-		Help: "Cache updates pushed per xDS type (CDS, EDS, LDS, RDS); one per snapshot that changed the type.",
-	}, []string{"type"})
-	pushSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "meshfed_xds_push_seconds",
-		Help:    "Time from a snapshot handed to the xDS server to its caches being updated.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-	})
-	resourcesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_xds_resources",
-		Help: "Resources served, per client class and xDS type (endpoints are shared: class \"all\").",
-	}, []string{"class", "type"})
+	pushesTotal = metric.CounterVec("meshfed_xds_pushes_total", "Cache updates pushed per xDS type (CDS, EDS, LDS, RDS); one per snapshot that changed the type.", "type")
+	pushSeconds = metric.Histogram("meshfed_xds_push_seconds", "Time from a snapshot handed to the xDS server to its caches being updated.",
+		prometheus.ExponentialBuckets(0.0001, 4, 10))
+	resourcesGauge = metric.GaugeVec("meshfed_xds_resources", "Resources served, per client class and xDS type (endpoints are shared: class \"all\").", "class", "type")
 )
 
 // Series of every served type exist from the start (at zero), so rate()

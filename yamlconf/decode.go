@@ -310,8 +310,18 @@ func infoOf(t reflect.Type) *structInfo {
 			continue
 		}
 		tag := f.Tag.Get("yaml")
-		name, _, _ := strings.Cut(tag, ",")
+		name, tagOpts, _ := strings.Cut(tag, ",")
 		if name == "-" {
+			continue
+		}
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(tagOpts, ","), "inline") {
+			// `yaml:",inline"`: the embedded struct's keys are this one's.
+			in := infoOf(f.Type)
+			for _, g := range in.fields {
+				g.index = append(slices.Clone(f.Index), g.index...)
+				si.fields = append(si.fields, g)
+			}
+			si.keys = append(si.keys, in.keys...)
 			continue
 		}
 		if name == "" {

@@ -160,3 +160,43 @@ func TestLookupAndPaths(t *testing.T) {
 		t.Errorf("parentPath = %q", got)
 	}
 }
+
+type inlineOuter struct {
+	Files `yaml:",inline"`
+	Kind  string `yaml:"kind"`
+}
+
+// Files is exported so that it can be embedded and decoded.
+type Files struct {
+	Path   string   `yaml:"path"`
+	Paths  []string `yaml:"paths"`
+	Settle string   `yaml:"settle" yamlconf:"required"`
+}
+
+// TestInline: the keys of a struct embedded with `yaml:",inline"` are the
+// outer struct's own, with their positions, options and suggestions.
+func TestInline(t *testing.T) {
+	t.Parallel()
+	var o inlineOuter
+	if err := Decode("x.yaml", "/cfg", []byte("path: a\npaths: [b, c]\nsettle: 1s\nkind: k\n"), &o); err != nil {
+		t.Fatal(err)
+	}
+	if want := (inlineOuter{Files: Files{Path: "a", Paths: []string{"b", "c"}, Settle: "1s"}, Kind: "k"}); !cmp.Equal(o, want) {
+		t.Errorf("decoded %+v, want %+v", o, want)
+	}
+	err := Decode("x.yaml", "/cfg", []byte("pth: a\nkind: k\n"), new(inlineOuter))
+	var ye *Error
+	if !errors.As(err, &ye) {
+		t.Fatalf("error %v, want problems", err)
+	}
+	var msgs []string
+	for _, p := range ye.Problems {
+		msgs = append(msgs, p.String())
+	}
+	if diff := cmp.Diff([]string{
+		`x.yaml:1:1: pth: unknown key (did you mean "path"?)`,
+		`x.yaml:1:1: settle: missing required key`,
+	}, msgs); diff != "" {
+		t.Errorf("problems mismatch (-want +got):\n%s", diff)
+	}
+}

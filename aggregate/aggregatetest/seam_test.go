@@ -12,6 +12,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/file"
+	"github.com/meshfed/meshfed/registries/filewatch"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -50,7 +51,7 @@ func TestBrokenFileAtRestartHoldsTheFirstPublish(t *testing.T) {
 	bad := filepath.Join(dir, "services.yaml")
 	write(t, bad, broken)
 	c := registries.Common{Name: "vms", Kind: "file", Domain: "vm.internal"}
-	cfg := &file.Config{Path: dir}
+	cfg := &file.Config{Options: filewatch.Options{Path: dir}}
 	cfg.ApplyDefaults()
 	reg, err := cfg.New(c, nil)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/file"
+	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 // The file registry row: each write rewrites the services file atomically
@@ -39,7 +40,7 @@ func fileSetup(t testing.TB) bench.S6Target {
 		t.Fatal(err)
 	}
 	c := registries.Common{Name: "vms", Kind: "file", Domain: "vm.internal"}
-	reg, err := (&file.Config{Path: path}).New(c, nil)
+	reg, err := (&file.Config{Options: filewatch.Options{Path: path}}).New(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/file"
+	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 // The file registry at the size of issue #16: 1,000 services × 10
@@ -62,7 +63,7 @@ func fileScaleSetup(t testing.TB, files int) bench.S6Target {
 		}
 	}
 	c := registries.Common{Name: "vms", Kind: "file", Domain: "vm.internal"}
-	reg, err := (&file.Config{Path: dir}).New(c, nil)
+	reg, err := (&file.Config{Options: filewatch.Options{Path: dir}}).New(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

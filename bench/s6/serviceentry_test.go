@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
 	"github.com/meshfed/meshfed/registries/serviceentry"
 )
 
@@ -45,7 +46,7 @@ func serviceEntrySetup(t testing.TB) bench.S6Target {
 		t.Fatal(err)
 	}
 	c := registries.Common{Name: "istio", Kind: "serviceentry", Domain: "mesh.example"}
-	reg := newRegistry(t, &serviceentry.Config{Path: dir}, c)
+	reg := newRegistry(t, &serviceentry.Config{Options: filewatch.Options{Path: dir}}, c)
 	return bench.S6Target{Registry: reg, Common: c, Host: "s6.mesh.example",
 		Write: func(_ context.Context, n int) (bench.S6Change, error) {
 			return bench.S6Change{Host: "s6.mesh.example", Address: fmt.Sprintf("10.78.%d.%d", n/250, n%250+1)}, write(n)

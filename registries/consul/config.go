@@ -37,7 +37,8 @@ type Config struct {
 	// Relative paths are resolved against the directory of clusters.yaml.
 	// The token itself never appears in logs, errors or debug output.
 	TokenFile string `yaml:"tokenFile"`
-	TLS       TLS    `yaml:"tls"`
+	// TLS configures HTTPS to the agent.
+	TLS registries.TLS `yaml:"tls"`
 	// PassingOnly drops instances whose checks are not all passing.
 	PassingOnly bool `yaml:"passingOnly"`
 	// Tags keeps only instances that carry every one of these tags.
@@ -56,18 +57,6 @@ type Config struct {
 	// 200ms initial, 30s max.
 	Backoff BackoffConfig `yaml:"backoff"`
 }
-
-// TLS configures HTTPS to the agent. File paths are resolved against the
-// directory of clusters.yaml.
-type TLS struct {
-	CAFile             string `yaml:"caFile"`
-	CertFile           string `yaml:"certFile"`
-	KeyFile            string `yaml:"keyFile"`
-	ServerName         string `yaml:"serverName"`
-	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"`
-}
-
-func (t TLS) isSet() bool { return t != TLS{} }
 
 // BackoffConfig bounds reconnect delays.
 type BackoffConfig struct {
@@ -88,7 +77,7 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Scheme == "" {
 		c.Scheme = DefaultScheme
-		if c.TLS.isSet() {
+		if c.TLS.IsSet() {
 			c.Scheme = "https"
 		}
 	}
@@ -114,11 +103,11 @@ func (c *Config) Validate() error {
 	if c.Scheme != "http" && c.Scheme != "https" {
 		return registries.FieldErr("scheme", "%q is not http or https", c.Scheme)
 	}
-	if c.TLS.isSet() && c.Scheme != "https" {
+	if c.TLS.IsSet() && c.Scheme != "https" {
 		return registries.FieldErr("tls", "is set but scheme is %s", c.Scheme)
 	}
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return registries.FieldErr("tls.keyFile", "certFile and keyFile go together")
+	if err := c.TLS.CheckPair(); err != nil {
+		return err
 	}
 	for i, t := range c.Tags {
 		if strings.TrimSpace(t) == "" {
@@ -142,7 +131,7 @@ func (c *Config) Validate() error {
 
 // ResolvePaths implements registries.PathResolver.
 func (c *Config) ResolvePaths(dir string) {
-	for _, p := range []*string{&c.TokenFile, &c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile} {
+	for _, p := range append([]*string{&c.TokenFile}, c.TLS.FilePaths()...) {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
@@ -172,16 +161,7 @@ func (c *Config) Files() []registries.FileRef {
 	if c.TokenFile != "" {
 		out = append(out, registries.FileRef{Key: "tokenFile", Path: c.TokenFile, Check: registries.CheckNotEmpty})
 	}
-	if c.TLS.CAFile != "" {
-		out = append(out, registries.FileRef{Key: "tls.caFile", Path: c.TLS.CAFile, Check: registries.CheckPEMCertificates})
-	}
-	if c.TLS.CertFile != "" {
-		out = append(out, registries.FileRef{Key: "tls.certFile", Path: c.TLS.CertFile, Check: registries.CheckPEMCertificates})
-	}
-	if c.TLS.KeyFile != "" {
-		out = append(out, registries.FileRef{Key: "tls.keyFile", Path: c.TLS.KeyFile, Check: registries.CheckKeyPair(c.TLS.CertFile)})
-	}
-	return out
+	return append(out, c.TLS.Files()...)
 }
 
 func init() {

@@ -45,15 +45,7 @@ func newRegistry(t *testing.T, c *servers.Consul, name string, edit func(*Config
 	if edit != nil {
 		edit(cfg)
 	}
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := cfg.New(registries.Common{Name: name, Kind: "consul", Domain: "consul"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg.(*Registry)
+	return registrytest.NewRegistry[*Registry](t, cfg, registries.Common{Name: name, Kind: "consul", Domain: "consul"}, nil)
 }
 
 func find(svcs []model.Service, host string) (model.Service, bool) {

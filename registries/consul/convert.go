@@ -18,10 +18,6 @@ const (
 	// metaProtocol in service meta sets the port protocol (http, http2,
 	// grpc, tcp), like Consul's service-defaults protocol. Default tcp.
 	metaProtocol = "protocol"
-	// Node meta keys that set an endpoint's locality.
-	metaRegion  = "region"
-	metaZone    = "zone"
-	metaSubZone = "subzone"
 )
 
 // convert turns the health entries of one Consul service into a service;
@@ -135,23 +131,14 @@ func labels(tags []string, meta map[string]string) map[string]string {
 	return l
 }
 
-// locality: node meta region/zone/subzone win; else the registry's default
-// locality; else the datacenter as region.
+// locality: node meta region/zone/subzone win (registries.MetaLocality);
+// else the registry's default locality; else the datacenter as region.
 func locality(def model.Locality, dc string, nodeMeta map[string]string) model.Locality {
 	l := def
 	if l.IsZero() {
 		l.Region = dc
 	}
-	if v := nodeMeta[metaRegion]; v != "" {
-		l.Region = v
-	}
-	if v := nodeMeta[metaZone]; v != "" {
-		l.Zone = v
-	}
-	if v := nodeMeta[metaSubZone]; v != "" {
-		l.SubZone = v
-	}
-	return l
+	return registries.MetaLocality(l, nodeMeta)
 }
 
 // health maps Consul's aggregated check status: passing → HEALTHY,

@@ -1,6 +1,10 @@
 package consul
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/metric"
+)
 
 // Query kinds, the bounded "query" label.
 const (
@@ -9,22 +13,10 @@ const (
 )
 
 var (
-	inFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_consul_blocking_queries_in_flight",
-		Help: "Blocking queries a Consul registry has open against its agent.",
-	}, []string{"registry"})
-	queries = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_consul_queries_total",
-		Help: "Blocking queries that returned without error; changed=true when the index moved.",
-	}, []string{"registry", "query", "changed"})
-	queryErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_consul_query_errors_total",
-		Help: "Consul queries that failed.",
-	}, []string{"registry", "query"})
-	watchedServices = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_consul_watched_services",
-		Help: "Consul services a registry watches.",
-	}, []string{"registry"})
+	inFlight        = metric.GaugeVec("meshfed_consul_blocking_queries_in_flight", "Blocking queries a Consul registry has open against its agent.", "registry")
+	queries         = metric.CounterVec("meshfed_consul_queries_total", "Blocking queries that returned without error; changed=true when the index moved.", "registry", "query", "changed")
+	queryErrors     = metric.CounterVec("meshfed_consul_query_errors_total", "Consul queries that failed.", "registry", "query")
+	watchedServices = metric.GaugeVec("meshfed_consul_watched_services", "Consul services a registry watches.", "registry")
 )
 
 // Collectors returns the package's collectors; the wiring registers them

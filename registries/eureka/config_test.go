@@ -1,8 +1,6 @@
 package eureka
 
 import (
-	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,44 +10,28 @@ import (
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
-// load reads a testdata block as the clusters.yaml loader does.
-func load(t *testing.T, name string) (*Config, error) {
-	t.Helper()
-	var c Config
-	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", "config", name), &c)
-}
-
 func TestConfigGood(t *testing.T) {
 	t.Parallel()
-	c, err := load(t, "good.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Config{
+	registrytest.CheckGoodConfigs[Config](t, []registrytest.GoodConfig[Config]{{File: "good.yaml", Want: Config{
 		URLs:         []string{"http://eureka-1:8761/eureka/", "http://user:secret@eureka-2:8761/eureka"},
 		PollInterval: registries.Duration(15 * time.Second), Timeout: registries.Duration(5 * time.Second),
 		Format: FormatXML, UseHostName: true, Protocol: model.ProtocolGRPC,
-	}
-	if !reflect.DeepEqual(*c, want) {
-		t.Errorf("config:\n got %+v\nwant %+v", *c, want)
-	}
-	reg, err := c.New(registries.Common{Name: "legacy", Kind: "eureka", Domain: "eureka"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eps := reg.(*Registry).endpoints
-	if eps[0].raw != "http://eureka-1:8761/eureka" || strings.Contains(eps[1].redacted, "secret") {
-		t.Errorf("endpoints = %+v: want trailing slash trimmed and the password redacted", eps)
-	}
+	}, Check: func(t *testing.T, c *Config) {
+		reg, err := c.New(registries.Common{Name: "legacy", Kind: "eureka", Domain: "eureka"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps := reg.(*Registry).endpoints
+		if eps[0].raw != "http://eureka-1:8761/eureka" || strings.Contains(eps[1].redacted, "secret") {
+			t.Errorf("endpoints = %+v: want trailing slash trimmed and the password redacted", eps)
+		}
+	}}}, nil)
 }
 
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	var c Config
-	c.ApplyDefaults()
-	if err := c.Validate(); err != nil {
-		t.Fatalf("empty block after defaults: %v", err)
-	}
+	registrytest.CheckDefaults(t, &c)
 	if len(c.URLs) != 1 || c.URLs[0] != DefaultURL || c.PollInterval.Std() != 30*time.Second ||
 		c.Timeout.Std() != 10*time.Second || c.Format != FormatJSON || c.Protocol != model.ProtocolHTTP || c.UseHostName {
 		t.Errorf("defaults = %+v", c)
@@ -58,7 +40,7 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	registrytest.CheckBadConfigs(t, filepath.Join("testdata", "config"), func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+	registrytest.BadConfigs[Config](t, []registrytest.BadConfig{
 		{File: "bad-url-scheme.yaml", Key: "urls[0]", Err: "not an http or https URL"},
 		{File: "bad-url-host.yaml", Key: "urls[0]", Err: "has no host"},
 		{File: "bad-url-twice.yaml", Key: "urls[1]", Err: "listed twice"},

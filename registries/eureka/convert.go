@@ -22,11 +22,6 @@ const (
 	// app's instances give wins. It is not a label. (Not "protocol":
 	// Polaris, a Eureka-compatible server, overwrites that key.)
 	metaProtocol = "meshfed.protocol"
-	// Keys that set an endpoint's locality; zone is what Spring Cloud's
-	// eureka.instance.metadata-map.zone uses.
-	metaRegion  = "region"
-	metaZone    = "zone"
-	metaSubZone = "subzone"
 )
 
 // Service port names.
@@ -185,7 +180,7 @@ func health(s fargo.StatusType) model.Health {
 // locality starts from the registry's default locality; on AWS
 // (dataCenterInfo Amazon) the availability zone sets zone and region
 // (us-east-1a → us-east-1/us-east-1a); metadata region, zone and subzone
-// win over both.
+// win over both (registries.MetaLocality).
 func locality(def model.Locality, meta map[string]string, dci fargo.DataCenterInfo) model.Locality {
 	l := def
 	if az := dci.Metadata.AvailabilityZone; dci.Name == fargo.Amazon && az != "" {
@@ -194,14 +189,5 @@ func locality(def model.Locality, meta map[string]string, dci fargo.DataCenterIn
 			l.Region = r
 		}
 	}
-	if v := meta[metaRegion]; v != "" {
-		l.Region = v
-	}
-	if v := meta[metaZone]; v != "" {
-		l.Zone = v
-	}
-	if v := meta[metaSubZone]; v != "" {
-		l.SubZone = v
-	}
-	return l
+	return registries.MetaLocality(l, meta)
 }

@@ -43,9 +43,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -378,13 +376,13 @@ func (w *watch) get(ctx context.Context, ep endpoint, path string) (*payload, ti
 	req.Header.Set("Accept", accept)
 	resp, err := w.http.Do(req)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("%s%s: %s", ep.redacted, path, netReason(err))
+		return nil, time.Time{}, fmt.Errorf("%s%s: %s", ep.redacted, path, registries.NetReason(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	at := time.Now()
 	if err != nil {
-		return nil, at, fmt.Errorf("%s%s: reading the answer: %s", ep.redacted, path, netReason(err))
+		return nil, at, fmt.Errorf("%s%s: reading the answer: %s", ep.redacted, path, registries.NetReason(err))
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		c := resp.StatusCode
@@ -403,18 +401,4 @@ func (w *watch) get(ctx context.Context, ep endpoint, path string) (*payload, ti
 		return nil, at, fmt.Errorf("%s%s: %w", ep.redacted, path, err)
 	}
 	return p, at, nil
-}
-
-// netReason describes a transport error without the URL (which may hold
-// credentials; net/http redacts them, this keeps messages short).
-func netReason(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
-	}
-	return err.Error()
 }

@@ -3,10 +3,8 @@ package eureka
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,27 +23,12 @@ import (
 // a registration after ~1-5s, the registry polls every second.
 const visible = 30 * time.Second
 
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // newRegistry builds a registry over urls with a 1s poll, named after the
 // test so that its metrics are its own.
 func newRegistry(t *testing.T, name string, cfg Config) *Registry {
 	t.Helper()
 	cfg.PollInterval = registries.Duration(time.Second)
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := cfg.New(registries.Common{Name: name, Kind: "eureka", Domain: "eureka"}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg.(*Registry)
+	return registrytest.NewRegistry[*Registry](t, &cfg, registries.Common{Name: name, Kind: "eureka", Domain: "eureka"}, registrytest.Logger())
 }
 
 func fetchCount(name, typ, result string) int {

@@ -1,6 +1,10 @@
 package eureka
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/metric"
+)
 
 // Fetch types, the bounded "type" label.
 const (
@@ -9,22 +13,10 @@ const (
 )
 
 var (
-	fetches = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_eureka_fetches_total",
-		Help: "Registry fetches from Eureka by type (full = /apps, delta = /apps/delta) and result (ok, error); an error counts once after every URL failed.",
-	}, []string{"registry", "type", "result"})
-	hashMismatches = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_eureka_hashcode_mismatches_total",
-		Help: "Deltas after which the merged local state did not match the server's apps__hashcode; each one leads to a full fetch.",
-	}, []string{"registry"})
-	failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_eureka_url_failovers_total",
-		Help: "Requests that failed on one Eureka URL and moved on to the next.",
-	}, []string{"registry"})
-	instances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_eureka_instances",
-		Help: "Eureka instances in a registry's merged state, malformed ones included.",
-	}, []string{"registry"})
+	fetches        = metric.CounterVec("meshfed_eureka_fetches_total", "Registry fetches from Eureka by type (full = /apps, delta = /apps/delta) and result (ok, error); an error counts once after every URL failed.", "registry", "type", "result")
+	hashMismatches = metric.CounterVec("meshfed_eureka_hashcode_mismatches_total", "Deltas after which the merged local state did not match the server's apps__hashcode; each one leads to a full fetch.", "registry")
+	failovers      = metric.CounterVec("meshfed_eureka_url_failovers_total", "Requests that failed on one Eureka URL and moved on to the next.", "registry")
+	instances      = metric.GaugeVec("meshfed_eureka_instances", "Eureka instances in a registry's merged state, malformed ones included.", "registry")
 )
 
 // Collectors returns the package's collectors; the wiring registers them

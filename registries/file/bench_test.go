@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 // genServices returns a services file of n services with m endpoints each,
@@ -114,7 +115,7 @@ func BenchmarkEdit(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			reg, err := (&Config{Path: dir}).New(registries.Common{Name: "bench", Kind: "file", Domain: "vm.internal"}, nil)
+			reg, err := (&Config{Options: filewatch.Options{Path: dir}}).New(registries.Common{Name: "bench", Kind: "file", Domain: "vm.internal"}, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

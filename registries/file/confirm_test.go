@@ -17,7 +17,7 @@ func TestDropIsSentAgainWhenUnchanged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "services.yaml")
 	write(t, path, servicesYAML("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"))
 	reg, c := newRegistry(t, path, time.Hour) // no periodic re-read
-	reg.confirm = 100 * time.Millisecond
+	reg.timing.Confirm = 100 * time.Millisecond
 	sink := registrytest.NewSink()
 	registrytest.Start(t, reg, sink)
 	sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Replaces == 2 && len(addresses(s)) == 4 })
@@ -41,7 +41,7 @@ func TestHeldFileUpdateIsConfirmed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "services.yaml")
 	write(t, path, servicesYAML("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"))
 	reg, c := newRegistry(t, path, time.Hour)
-	reg.confirm = time.Second
+	reg.timing.Confirm = time.Second
 	agg := aggregate.New(aggregate.Options{HoldDown: time.Hour})
 	agg.AddRegistry(aggregate.RegistryOptions{Common: c, MaxDeleteRatio: 0.5})
 	ctx, cancel := context.WithCancel(context.Background())

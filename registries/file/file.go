@@ -10,7 +10,6 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
-	"time"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
@@ -62,11 +61,9 @@ type Registry struct {
 	common   registries.Common
 	patterns []string // files, directories or globs; cleaned
 	log      *slog.Logger
-	quiet    time.Duration
-	maxWait  time.Duration
-	settle   time.Duration
-	interval time.Duration
-	confirm  time.Duration // see DefaultConfirmAfter
+	// timing: zero fields are filewatch's defaults, DefaultSettle and
+	// DefaultConfirmAfter (tests set them).
+	timing filewatch.Timing
 	// parsed, when set (tests), is called after each parse of a file.
 	parsed func(path string)
 }
@@ -85,21 +82,11 @@ func (r *Registry) watch() *filewatch.Watch[[]model.Service] {
 		Parse: func(path string, data []byte) ([]model.Service, error) {
 			return Parse(filepath.Base(path), data, r.common)
 		},
-		Merge:    r.merge,
-		Shard:    r.common.Shard(),
-		Log:      r.log,
-		Quiet:    r.quiet,
-		MaxWait:  r.maxWait,
-		Settle:   r.settle,
-		Interval: r.interval,
-		Confirm:  r.confirm,
-		Read: func(ok bool) {
-			result := "ok"
-			if !ok {
-				result = "error"
-			}
-			reloads.WithLabelValues(r.common.Name, result).Inc()
-		},
+		Merge:  r.merge,
+		Shard:  r.common.Shard(),
+		Log:    r.log,
+		Timing: r.timing,
+		Read:   filewatch.CountReads(reloads, r.common.Name),
 		Parsed: r.parsed,
 	}
 }

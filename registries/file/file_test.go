@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -59,12 +60,12 @@ func replace(t *testing.T, path, content string) {
 func newRegistry(t *testing.T, path string, interval time.Duration) (*Registry, registries.Common) {
 	t.Helper()
 	c := registries.Common{Name: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), Kind: "file", Domain: "vm.internal"}
-	reg, err := (&Config{Path: path}).New(c, nil)
+	reg, err := (&Config{Options: filewatch.Options{Path: path}}).New(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := reg.(*Registry)
-	r.quiet, r.maxWait, r.interval = 5*time.Millisecond, 50*time.Millisecond, interval
+	r.timing.Quiet, r.timing.MaxWait, r.timing.Interval = 5*time.Millisecond, 50*time.Millisecond, interval
 	return r, c
 }
 
@@ -117,7 +118,7 @@ func TestConformance(t *testing.T) {
 	write(t, path, servicesYAML("10.0.0.1"))
 	c := registries.Common{Name: "conformance", Kind: "file", Domain: "vm.internal"}
 	newReg := func(t *testing.T) registries.Registry {
-		reg, err := (&Config{Path: path}).New(c, nil)
+		reg, err := (&Config{Options: filewatch.Options{Path: path}}).New(c, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +345,7 @@ func TestInPlaceWriteInTwoChunks(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "services.yaml")
 	write(t, path, servicesYAML("10.0.0.1"))
 	r, _ := newRegistry(t, path, time.Hour)
-	r.settle = DefaultSettle
+	r.timing.Settle = DefaultSettle
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	sink.WaitFor(t, wait, hasAddresses("10.0.0.1"))

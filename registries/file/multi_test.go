@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -52,7 +53,7 @@ func newMulti(t *testing.T, cfg Config) (*Registry, *parseCounter) {
 		t.Fatal(err)
 	}
 	r := reg.(*Registry)
-	r.quiet, r.maxWait, r.interval = 5*time.Millisecond, 50*time.Millisecond, time.Hour
+	r.timing.Quiet, r.timing.MaxWait, r.timing.Interval = 5*time.Millisecond, 50*time.Millisecond, time.Hour
 	pc := &parseCounter{n: map[string]int{}}
 	r.parsed = pc.add
 	return r, pc
@@ -78,7 +79,7 @@ func TestDirectoryReadsOnlyTheFileThatChanged(t *testing.T) {
 	write(t, filepath.Join(dir, "c.json"), `{"services": [{"name": "gamma", "ports": [{"name": "http", "port": 80, "protocol": "HTTP"}], "endpoints": []}]}`)
 	write(t, filepath.Join(dir, ".hidden.yaml"), "not: [valid")
 	write(t, filepath.Join(dir, "notes.txt"), "not: [valid")
-	r, pc := newMulti(t, Config{Path: dir})
+	r, pc := newMulti(t, Config{Options: filewatch.Options{Path: dir}})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	sink.WaitFor(t, wait, hosts("alpha", "beta", "gamma"))
@@ -119,7 +120,7 @@ func TestGlobAndPaths(t *testing.T) {
 	write(t, filepath.Join(dir, "team-b.yaml"), svcYAML("10.0.0.2", "beta"))
 	write(t, filepath.Join(dir, "draft.yml"), svcYAML("10.0.0.3", "draft"))
 	write(t, filepath.Join(other, "legacy.yaml"), svcYAML("10.0.0.4", "legacy"))
-	r, pc := newMulti(t, Config{Path: filepath.Join(dir, "team-*.yaml"), Paths: []string{filepath.Join(other, "legacy.yaml")}})
+	r, pc := newMulti(t, Config{Options: filewatch.Options{Path: filepath.Join(dir, "team-*.yaml"), Paths: []string{filepath.Join(other, "legacy.yaml")}}})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	sink.WaitFor(t, wait, hosts("alpha", "beta", "legacy"))
@@ -139,7 +140,7 @@ func TestServiceInTwoFilesIsAConflict(t *testing.T) {
 	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
 	write(t, a, svcYAML("10.0.0.1", "orders"))
 	write(t, b, svcYAML("10.0.0.2", "orders", "billing"))
-	r, _ := newMulti(t, Config{Path: dir})
+	r, _ := newMulti(t, Config{Options: filewatch.Options{Path: dir}})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	st := sink.WaitFor(t, wait, hosts("billing", "orders"))
@@ -170,7 +171,7 @@ func TestBrokenFileAmongGoodOnes(t *testing.T) {
 	good, bad := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "services.yaml")
 	write(t, good, svcYAML("10.0.0.1", "alpha"))
 	write(t, bad, servicesYAML("10.0.0.2"))
-	r, _ := newMulti(t, Config{Path: filepath.Join(dir, "*.yaml")})
+	r, _ := newMulti(t, Config{Options: filewatch.Options{Path: filepath.Join(dir, "*.yaml")}})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	sink.WaitFor(t, wait, hasAddresses("10.0.0.1", "10.0.0.2"))
@@ -214,7 +215,7 @@ func TestBrokenFileAtRestartHoldsTheFirstPublish(t *testing.T) {
 	write(t, filepath.Join(dir, "a.yaml"), svcYAML("10.0.0.1", "alpha"))
 	bad := filepath.Join(dir, "services.yaml")
 	write(t, bad, broken)
-	r, _ := newMulti(t, Config{Path: dir})
+	r, _ := newMulti(t, Config{Options: filewatch.Options{Path: dir}})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	st := sink.WaitFor(t, wait, degradedWith(brokenErr))
@@ -238,7 +239,7 @@ func TestBrokenFileAtFreshStartPublishesTheGoodOne(t *testing.T) {
 	write(t, filepath.Join(dir, "a.yaml"), svcYAML("10.0.0.1", "alpha"))
 	bad := filepath.Join(dir, "services.yaml")
 	write(t, bad, broken)
-	r, _ := newMulti(t, Config{Path: dir})
+	r, _ := newMulti(t, Config{Options: filewatch.Options{Path: dir}})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, r, sink)
 	st := sink.WaitFor(t, wait, func(s registrytest.State) bool { return s.Replaces > 0 })
@@ -259,9 +260,9 @@ func TestConfigPaths(t *testing.T) {
 		key string
 	}{
 		{Config{}, "path"},
-		{Config{Path: "/x/[a"}, "path"},
-		{Config{Path: "/x", Paths: []string{"/y", "/z/[b"}}, "paths[1]"},
-		{Config{Paths: []string{""}}, "paths[0]"},
+		{Config{Options: filewatch.Options{Path: "/x/[a"}}, "path"},
+		{Config{Options: filewatch.Options{Path: "/x", Paths: []string{"/y", "/z/[b"}}}, "paths[1]"},
+		{Config{Options: filewatch.Options{Paths: []string{""}}}, "paths[0]"},
 	} {
 		_, err := tt.cfg.New(registries.Common{Name: "vms"}, nil)
 		var fe *registries.FieldError
@@ -272,7 +273,7 @@ func TestConfigPaths(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "a.yaml"), svcYAML("10.0.0.1", "alpha"))
 	write(t, filepath.Join(dir, "b.yaml"), broken)
-	c := Config{Path: "conf", Paths: []string{"conf/*.yaml"}}
+	c := Config{Options: filewatch.Options{Path: "conf", Paths: []string{"conf/*.yaml"}}}
 	c.ResolvePaths(filepath.Dir(dir))
 	c.Path, c.Paths[0] = dir, filepath.Join(dir, "*.yaml")
 	refs := c.Files()

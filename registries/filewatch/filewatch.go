@@ -108,9 +108,9 @@ type Watch[T any] struct {
 	// Shard is the key the state is published under.
 	Shard model.ShardKey
 	Log   *slog.Logger
-	// Quiet, MaxWait, Settle, Interval and Confirm: zero means the
+	// Timing: Quiet, MaxWait, Settle, Interval and Confirm; zero means the
 	// default above (Confirm: DefaultConfirmAfter).
-	Quiet, MaxWait, Settle, Interval, Confirm time.Duration
+	Timing
 	// Read, when set, is told the result of each file read (for metrics).
 	Read func(ok bool)
 	// Parsed, when set (tests), is called after each parse of a file.
@@ -585,9 +585,8 @@ func Files(pattern string) []string {
 	return []string{pattern}
 }
 
-// Patterns is the `path`/`paths`/`settle` part of a config block whose
-// registry reads files through a Watch. Blocks hold the fields with their
-// yaml tags and hand them to Patterns for validation and path resolution.
+// Patterns are the files, directories and globs a block names (its
+// Options' Path and Paths), for validation and for the files to check.
 type Patterns struct {
 	Path  string
 	Paths []string

@@ -43,8 +43,8 @@ func lines(dir string) *Watch[[]string] {
 			}
 			return svcs, nil
 		},
-		Shard: model.ShardKey{Kind: "test", Name: "lines"}, Confirm: time.Hour,
-		Quiet: 5 * time.Millisecond, MaxWait: 20 * time.Millisecond, Settle: 20 * time.Millisecond, Interval: time.Hour,
+		Shard:  model.ShardKey{Kind: "test", Name: "lines"},
+		Timing: Timing{Confirm: time.Hour, Quiet: 5 * time.Millisecond, MaxWait: 20 * time.Millisecond, Settle: 20 * time.Millisecond, Interval: time.Hour},
 	}
 }
 

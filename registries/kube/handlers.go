@@ -97,15 +97,21 @@ func (w *clusterWatch) sliceHandler() cache.ResourceEventHandler {
 // value, in every scope.
 func (w *clusterWatch) enqueueByIndex(index, value string) {
 	for _, sc := range w.scopes {
-		objs, err := sc.slices.GetIndexer().ByIndex(index, value)
-		if err != nil {
-			continue
-		}
-		for _, o := range objs {
-			s := o.(*discoveryv1.EndpointSlice)
-			if n := s.Labels[labelServiceName]; n != "" {
-				w.enqueue(svcKey{s.Namespace, n})
-			}
+		w.enqueueSlices(sc, index, value)
+	}
+}
+
+// enqueueSlices enqueues the services of the slices of scope sc found
+// under an index value.
+func (w *clusterWatch) enqueueSlices(sc *scope, index, value string) {
+	objs, err := sc.slices.GetIndexer().ByIndex(index, value)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		s := o.(*discoveryv1.EndpointSlice)
+		if n := s.Labels[labelServiceName]; n != "" {
+			w.enqueue(svcKey{s.Namespace, n})
 		}
 	}
 }
@@ -118,60 +124,36 @@ func labelsOf(obj any) map[string]string {
 }
 
 func (w *clusterWatch) podHandler(sc *scope) cache.ResourceEventHandler {
-	on := func(ev string) func(obj any) {
-		return func(obj any) {
-			w.r.m.event(resPod, ev)
-			if m, ok := metaOf(obj); ok {
-				w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName())
-			}
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: on(evAdd),
-		UpdateFunc: func(oldObj, newObj any) {
-			w.r.m.event(resPod, evUpdate)
-			if reflect.DeepEqual(labelsOf(oldObj), labelsOf(newObj)) {
-				return
-			}
-			if m, ok := metaOf(newObj); ok {
-				w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName())
-			}
-		},
-		DeleteFunc: on(evDelete),
-	}
+	return w.labelsHandler(resPod, func(m metav1.Object) { w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName()) })
 }
 
-func (w *clusterWatch) enqueuePod(sc *scope, key string) {
-	objs, err := sc.slices.GetIndexer().ByIndex(idxPod, key)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		s := o.(*discoveryv1.EndpointSlice)
-		if n := s.Labels[labelServiceName]; n != "" {
-			w.enqueue(svcKey{s.Namespace, n})
-		}
-	}
-}
+func (w *clusterWatch) enqueuePod(sc *scope, key string) { w.enqueueSlices(sc, idxPod, key) }
 
 func (w *clusterWatch) nodeHandler() cache.ResourceEventHandler {
+	return w.labelsHandler(resNode, func(m metav1.Object) { w.enqueueByIndex(idxNode, m.GetName()) })
+}
+
+// labelsHandler counts resource's events and hands the object to enqueue
+// when it is added or deleted, and when an update changed its labels
+// (what endpoints read of pods and nodes).
+func (w *clusterWatch) labelsHandler(resource string, enqueue func(metav1.Object)) cache.ResourceEventHandler {
 	on := func(ev string) func(obj any) {
 		return func(obj any) {
-			w.r.m.event(resNode, ev)
+			w.r.m.event(resource, ev)
 			if m, ok := metaOf(obj); ok {
-				w.enqueueByIndex(idxNode, m.GetName())
+				enqueue(m)
 			}
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: on(evAdd),
 		UpdateFunc: func(oldObj, newObj any) {
-			w.r.m.event(resNode, evUpdate)
+			w.r.m.event(resource, evUpdate)
 			if reflect.DeepEqual(labelsOf(oldObj), labelsOf(newObj)) {
 				return
 			}
 			if m, ok := metaOf(newObj); ok {
-				w.enqueueByIndex(idxNode, m.GetName())
+				enqueue(m)
 			}
 		},
 		DeleteFunc: on(evDelete),

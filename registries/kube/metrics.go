@@ -3,6 +3,7 @@ package kube
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshfed/meshfed/metric"
 	"github.com/meshfed/meshfed/registries"
 )
 
@@ -24,22 +25,10 @@ const (
 )
 
 var (
-	informerEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_kube_informer_events_total",
-		Help: "Events the Kubernetes informers delivered, by cluster registry, resource and event.",
-	}, []string{"registry", "resource", "event"})
-	watchErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_kube_watch_errors_total",
-		Help: "Failed list or watch calls and dropped watches of the Kubernetes informers.",
-	}, []string{"registry", "resource"})
-	clusterSynced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_kube_cluster_synced",
-		Help: "1 while a cluster registry's informers are synced and its API server answers, else 0.",
-	}, []string{"registry"})
-	remoteClusters = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_kube_remote_clusters",
-		Help: "Remote cluster registries a registry with secretDiscovery runs.",
-	}, []string{"registry"})
+	informerEvents = metric.CounterVec("meshfed_kube_informer_events_total", "Events the Kubernetes informers delivered, by cluster registry, resource and event.", "registry", "resource", "event")
+	watchErrors    = metric.CounterVec("meshfed_kube_watch_errors_total", "Failed list or watch calls and dropped watches of the Kubernetes informers.", "registry", "resource")
+	clusterSynced  = metric.GaugeVec("meshfed_kube_cluster_synced", "1 while a cluster registry's informers are synced and its API server answers, else 0.", "registry")
+	remoteClusters = metric.GaugeVec("meshfed_kube_remote_clusters", "Remote cluster registries a registry with secretDiscovery runs.", "registry")
 )
 
 // Collectors returns the package's collectors; the wiring registers them

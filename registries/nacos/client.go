@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meshfed/meshfed/registries"
 )
 
 // maxAnswer bounds the size of one answer read from Nacos.
@@ -140,7 +142,7 @@ func (c *client) login(ctx context.Context, i int) error {
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("nacos login at %s: %s", c.cfg.Servers[i], netReason(err))
+		return fmt.Errorf("nacos login at %s: %s", c.cfg.Servers[i], registries.NetReason(err))
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -191,18 +193,4 @@ func sign(data, secretKey string) string {
 	m := hmac.New(sha1.New, []byte(secretKey))
 	m.Write([]byte(data))
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
-}
-
-// netReason describes a transport error without the URL (which may carry
-// a token in its query).
-func netReason(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
-	}
-	return err.Error()
 }

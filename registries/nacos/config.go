@@ -105,18 +105,12 @@ type Config struct {
 	Protocol model.Protocol `yaml:"protocol"`
 }
 
-// TLS configures TLS to the servers. File paths are resolved against the
-// directory of clusters.yaml.
+// TLS configures TLS to the servers: the shared block plus enabled, for
+// TLS with the system's CAs and nothing else set.
 type TLS struct {
-	Enabled            bool   `yaml:"enabled"`
-	CAFile             string `yaml:"caFile"`
-	CertFile           string `yaml:"certFile"`
-	KeyFile            string `yaml:"keyFile"`
-	ServerName         string `yaml:"serverName"`
-	InsecureSkipVerify bool   `yaml:"insecureSkipVerify"`
+	Enabled        bool `yaml:"enabled"`
+	registries.TLS `yaml:",inline"`
 }
-
-func (t TLS) isSet() bool { return t != TLS{} }
 
 var (
 	_ registries.Config       = (*Config)(nil)
@@ -159,7 +153,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Protocol == "" {
 		c.Protocol = DefaultProtocol
 	}
-	if c.TLS.isSet() {
+	if c.TLS.IsSet() {
 		c.TLS.Enabled = true
 	}
 }
@@ -233,8 +227,8 @@ func (c *Config) Validate() error {
 	if (c.AccessKeyFile == "") != (c.SecretKeyFile == "") {
 		return registries.FieldErr("secretKeyFile", "accessKeyFile and secretKeyFile go together")
 	}
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return registries.FieldErr("tls.keyFile", "certFile and keyFile go together")
+	if err := c.TLS.CheckPair(); err != nil {
+		return err
 	}
 	p, err := model.ParseProtocol(string(c.Protocol))
 	if err != nil {
@@ -246,8 +240,8 @@ func (c *Config) Validate() error {
 
 // ResolvePaths implements registries.PathResolver.
 func (c *Config) ResolvePaths(dir string) {
-	for _, p := range []*string{&c.UsernameFile, &c.PasswordFile, &c.AccessKeyFile, &c.SecretKeyFile,
-		&c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile} {
+	for _, p := range append([]*string{&c.UsernameFile, &c.PasswordFile, &c.AccessKeyFile, &c.SecretKeyFile},
+		c.TLS.FilePaths()...) {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
@@ -266,16 +260,7 @@ func (c *Config) Files() []registries.FileRef {
 			out = append(out, registries.FileRef{Key: f.key, Path: f.path, Check: registries.CheckNotEmpty})
 		}
 	}
-	if c.TLS.CAFile != "" {
-		out = append(out, registries.FileRef{Key: "tls.caFile", Path: c.TLS.CAFile, Check: registries.CheckPEMCertificates})
-	}
-	if c.TLS.CertFile != "" {
-		out = append(out, registries.FileRef{Key: "tls.certFile", Path: c.TLS.CertFile, Check: registries.CheckPEMCertificates})
-	}
-	if c.TLS.KeyFile != "" {
-		out = append(out, registries.FileRef{Key: "tls.keyFile", Path: c.TLS.KeyFile, Check: registries.CheckKeyPair(c.TLS.CertFile)})
-	}
-	return out
+	return append(out, c.TLS.Files()...)
 }
 
 // New implements registries.Config. It does no network I/O; credential

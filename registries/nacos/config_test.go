@@ -13,56 +13,37 @@ import (
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
-// load reads a testdata block as the clusters.yaml loader does.
-func load(t *testing.T, name string) (*Config, error) {
-	t.Helper()
-	var c Config
-	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", "config", name), &c)
-}
-
 func TestConfigGood(t *testing.T) {
 	t.Parallel()
-	c, err := load(t, "good.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := filepath.Abs(filepath.Join("testdata", "config")) // relative paths resolve against the file's directory
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Config{
+	dir := registrytest.ConfigPath(t, "") // relative paths resolve against the file's directory
+	registrytest.CheckGoodConfigs[Config](t, []registrytest.GoodConfig[Config]{{File: "good.yaml", Want: Config{
 		Servers: []string{"nacos-1:8848", "nacos-2:8848"}, ContextPath: "/nacos/", Transport: TransportHTTP,
 		GRPCPortOffset: 1001, Namespace: "prod", Groups: []string{"DEFAULT_GROUP", "payments"},
 		Services: []string{"order*", "billing"}, ListInterval: registries.Duration(5 * time.Second),
 		PollInterval: registries.Duration(3 * time.Second), ResyncInterval: DefaultResyncInterval, Timeout: registries.Duration(2 * time.Second),
 		UsernameFile: dir + "/secrets/user", PasswordFile: dir + "/secrets/password",
-		TLS:      TLS{Enabled: true, CAFile: dir + "/ca.pem", ServerName: "nacos.internal"},
+		TLS:      TLS{Enabled: true, TLS: registries.TLS{CAFile: dir + "/ca.pem", ServerName: "nacos.internal"}},
 		Protocol: model.ProtocolGRPC,
-	}
-	if !reflect.DeepEqual(*c, want) {
-		t.Errorf("config:\n got %+v\nwant %+v", *c, want)
-	}
-	var keys []string
-	for _, f := range c.Files() {
-		keys = append(keys, f.Key+"="+f.Path)
-	}
-	if got, want := strings.Join(keys, " "), "usernameFile="+dir+"/secrets/user passwordFile="+dir+"/secrets/password tls.caFile="+dir+"/ca.pem"; got != want {
-		t.Errorf("Files = %s, want %s", got, want)
-	}
-	for name, ok := range map[string]bool{"orders": true, "order": true, "billing": true, "billing2": false, "cart": false} {
-		if c.wanted(name) != ok {
-			t.Errorf("wanted(%q) = %v, want %v", name, !ok, ok)
+	}, Check: func(t *testing.T, c *Config) {
+		var keys []string
+		for _, f := range c.Files() {
+			keys = append(keys, f.Key+"="+f.Path)
 		}
-	}
+		if got, want := strings.Join(keys, " "), "usernameFile="+dir+"/secrets/user passwordFile="+dir+"/secrets/password tls.caFile="+dir+"/ca.pem"; got != want {
+			t.Errorf("Files = %s, want %s", got, want)
+		}
+		for name, ok := range map[string]bool{"orders": true, "order": true, "billing": true, "billing2": false, "cart": false} {
+			if c.wanted(name) != ok {
+				t.Errorf("wanted(%q) = %v, want %v", name, !ok, ok)
+			}
+		}
+	}}}, nil)
 }
 
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	var c Config
-	c.ApplyDefaults()
-	if err := c.Validate(); err != nil {
-		t.Fatalf("empty block after defaults: %v", err)
-	}
+	registrytest.CheckDefaults(t, &c)
 	want := Config{
 		Servers: []string{DefaultServer}, ContextPath: "/nacos", Transport: TransportGRPC, GRPCPortOffset: 1000,
 		Namespace: "public", Groups: []string{"DEFAULT_GROUP"}, ListInterval: DefaultListInterval,
@@ -75,7 +56,7 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	registrytest.CheckBadConfigs(t, filepath.Join("testdata", "config"), func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+	registrytest.BadConfigs[Config](t, []registrytest.BadConfig{
 		{File: "bad-server.yaml", Key: "servers[0]", Err: "not host:port"},
 		{File: "bad-server-port.yaml", Key: "servers[0]", Err: "port is not 1-65535"},
 		{File: "bad-server-twice.yaml", Key: "servers[1]", Err: "listed twice"},

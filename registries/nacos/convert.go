@@ -61,10 +61,6 @@ const (
 	metaDubboEndpoints = "dubbo.endpoints"
 	// metaSecure is Spring Cloud Alibaba's flag for an https port.
 	metaSecure = "secure"
-	// Locality keys, as the eureka and consul registries read them.
-	metaRegion  = "region"
-	metaZone    = "zone"
-	metaSubZone = "subzone"
 	// polarisInternal prefixes metadata that Polaris, a Nacos-compatible
 	// server, adds to every instance; it is not the user's and not a label.
 	polarisInternal = "internal-nacos-"
@@ -165,7 +161,7 @@ func convertService(c registries.Common, cfg *Config, key serviceKey, insts []in
 			Endpoint: model.Endpoint{
 				Address:  addr,
 				Labels:   labels,
-				Locality: locality(c.Locality, in.Metadata),
+				Locality: registries.MetaLocality(c.Locality, in.Metadata),
 				Weight:   w,
 				Health:   h,
 				Source:   model.Source{Registry: c.Name, Cluster: c.Name},
@@ -318,22 +314,6 @@ func health(in *instance) (model.Health, uint32) {
 		return model.Draining, w
 	}
 	return model.Healthy, w
-}
-
-// locality starts from the registry's default locality; metadata region,
-// zone and subzone override its parts.
-func locality(def model.Locality, meta map[string]string) model.Locality {
-	l := def
-	if v := meta[metaRegion]; v != "" {
-		l.Region = v
-	}
-	if v := meta[metaZone]; v != "" {
-		l.Zone = v
-	}
-	if v := meta[metaSubZone]; v != "" {
-		l.SubZone = v
-	}
-	return l
 }
 
 // assemble builds the published lists from every service's conversion,

@@ -146,12 +146,12 @@ func (c *client) getJSON(ctx context.Context, i int, path string, q url.Values, 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: %s", u, netReason(err))
+		return fmt.Errorf("%s: %s", u, registries.NetReason(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
-		return fmt.Errorf("%s: reading the answer: %s", u, netReason(err))
+		return fmt.Errorf("%s: reading the answer: %s", u, registries.NetReason(err))
 	}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:

@@ -1,6 +1,10 @@
 package nacos
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/metric"
+)
 
 // Request kinds, the bounded "request" label.
 const (
@@ -11,30 +15,12 @@ const (
 )
 
 var (
-	requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_nacos_requests_total",
-		Help: "Requests to Nacos by kind (list, subscribe, instances, connect) and result (ok, error).",
-	}, []string{"registry", "request", "result"})
-	pushes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_nacos_pushes_total",
-		Help: "Service instance lists pushed by Nacos over the gRPC stream (NotifySubscriberRequest).",
-	}, []string{"registry"})
-	reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_nacos_reconnects_total",
-		Help: "Times the registry lost its connection to Nacos and connected again (to the same or the next server).",
-	}, []string{"registry"})
-	repairs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_nacos_resync_repairs_total",
-		Help: "Services whose instances the periodic resync (resyncInterval) found changed although no push had said so.",
-	}, []string{"registry"})
-	watched = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_nacos_services",
-		Help: "Nacos services a registry watches (subscribed or polled).",
-	}, []string{"registry"})
-	instancesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_nacos_instances",
-		Help: "Nacos instances in a registry's state, malformed ones included.",
-	}, []string{"registry"})
+	requests       = metric.CounterVec("meshfed_nacos_requests_total", "Requests to Nacos by kind (list, subscribe, instances, connect) and result (ok, error).", "registry", "request", "result")
+	pushes         = metric.CounterVec("meshfed_nacos_pushes_total", "Service instance lists pushed by Nacos over the gRPC stream (NotifySubscriberRequest).", "registry")
+	reconnects     = metric.CounterVec("meshfed_nacos_reconnects_total", "Times the registry lost its connection to Nacos and connected again (to the same or the next server).", "registry")
+	repairs        = metric.CounterVec("meshfed_nacos_resync_repairs_total", "Services whose instances the periodic resync (resyncInterval) found changed although no push had said so.", "registry")
+	watched        = metric.GaugeVec("meshfed_nacos_services", "Nacos services a registry watches (subscribed or polled).", "registry")
+	instancesGauge = metric.GaugeVec("meshfed_nacos_instances", "Nacos instances in a registry's state, malformed ones included.", "registry")
 )
 
 // Collectors returns the package's collectors; the wiring registers them

@@ -2,8 +2,6 @@ package nacos
 
 import (
 	"fmt"
-	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,28 +20,13 @@ import (
 // second.
 const visible = 30 * time.Second
 
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // newRegistry builds a registry with 1s intervals, named after the test so
 // that its metrics are its own.
 func newRegistry(t *testing.T, name string, cfg Config) *Registry {
 	t.Helper()
 	cfg.ListInterval = registries.Duration(time.Second)
 	cfg.PollInterval = registries.Duration(time.Second)
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := cfg.New(registries.Common{Name: name, Kind: "nacos", Domain: "nacos"}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg.(*Registry)
+	return registrytest.NewRegistry[*Registry](t, &cfg, registries.Common{Name: name, Kind: "nacos", Domain: "nacos"}, registrytest.Logger())
 }
 
 // endpointsOf returns "address:port/health/weight" of every endpoint of

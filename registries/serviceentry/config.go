@@ -12,20 +12,12 @@ import (
 )
 
 // Config is the `serviceentry:` block of a clusters.yaml entry: files
-// (path, paths) or Kubernetes clusters (kubernetes), one or the other.
+// (path, paths, settle: filewatch.Options, whose ApplyDefaults and
+// ResolvePaths it has) of ServiceEntries and WorkloadEntries
+// (multi-document, kubectl-style YAML), or Kubernetes clusters
+// (kubernetes), one or the other.
 type Config struct {
-	// Path of a YAML file of ServiceEntries and WorkloadEntries
-	// (multi-document, kubectl-style), or a directory (every *.yaml, *.yml
-	// and *.json file directly in it, hidden files left out) or a glob
-	// ("istio/*.yaml"; filepath.Match syntax) of such files. Relative
-	// paths are resolved against the directory of clusters.yaml.
-	Path string `yaml:"path"`
-	// Paths: more files, directories or globs, as Path.
-	Paths []string `yaml:"paths"`
-	// Settle: a file written in place is read only once it has not changed
-	// for this long (default 1s); a file replaced by a rename is read at
-	// once.
-	Settle registries.Duration `yaml:"settle,omitempty"`
+	filewatch.Options `yaml:",inline"`
 	// Kubernetes reads the ServiceEntries and WorkloadEntries of
 	// Kubernetes clusters instead of files.
 	Kubernetes *Kubernetes `yaml:"kubernetes,omitempty"`
@@ -44,18 +36,18 @@ type Kubernetes struct {
 	Namespaces []string `yaml:"namespaces,omitempty"`
 }
 
-// ApplyDefaults implements registries.Config: settle 1s.
-func (c *Config) ApplyDefaults() {
-	if c.Settle == 0 {
-		c.Settle = registries.Duration(filewatch.DefaultSettle)
-	}
-}
+var (
+	_ registries.Config       = (*Config)(nil)
+	_ registries.PathResolver = (*Config)(nil)
+	_ registries.FileReferrer = (*Config)(nil)
+	_ registries.ClusterUser  = (*Config)(nil)
+)
 
 // Validate implements registries.Config.
 func (c *Config) Validate() error {
 	k := c.Kubernetes
 	if k == nil {
-		return c.patterns().Validate()
+		return c.Options.Validate()
 	}
 	switch {
 	case c.Path != "" || len(c.Paths) > 0:
@@ -116,14 +108,6 @@ func (c *Config) clusters() []kubeclient.Cluster {
 	return out
 }
 
-func (c *Config) patterns() filewatch.Patterns {
-	return filewatch.Patterns{Path: c.Path, Paths: c.Paths}
-}
-
-// ResolvePaths makes Path and Paths absolute against dir, the directory of
-// clusters.yaml.
-func (c *Config) ResolvePaths(dir string) { filewatch.Resolve(dir, &c.Path, c.Paths) }
-
 // Files implements registries.FileReferrer for `meshfed validate`: every
 // file matched now must be YAML, and every ServiceEntry and WorkloadEntry
 // in it valid; each problem names its file:line and object. (Hosts
@@ -133,7 +117,7 @@ func (c *Config) Files() []registries.FileRef {
 	if c.Kubernetes != nil {
 		return nil
 	}
-	return c.patterns().FileRefs(func(path string, data []byte) error {
+	return c.Patterns().FileRefs(func(path string, data []byte) error {
 		objs, err := Parse(path, data)
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	apinetworking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/kubeclient"
+	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 func feedWE(cluster, name, addr string) kubeclient.Object {
@@ -76,7 +77,7 @@ func TestConfigKubernetes(t *testing.T) {
 		want string
 	}{
 		{Config{Kubernetes: &Kubernetes{Clusters: []string{"east"}}}, ""},
-		{Config{Path: "x.yaml", Kubernetes: &Kubernetes{Clusters: []string{"east"}}}, "kubernetes: path/paths and kubernetes are exclusive"},
+		{Config{Options: filewatch.Options{Path: "x.yaml"}, Kubernetes: &Kubernetes{Clusters: []string{"east"}}}, "kubernetes: path/paths and kubernetes are exclusive"},
 		{Config{Kubernetes: &Kubernetes{}}, "kubernetes.clusters: want at least one registry of kind kubernetes"},
 		{Config{Kubernetes: &Kubernetes{Clusters: []string{"east", "east"}}}, `kubernetes.clusters[1]: "east" is named twice`},
 		{Config{Kubernetes: &Kubernetes{Clusters: []string{"east"}, Namespaces: []string{""}}}, "kubernetes.namespaces[0]: is empty"},

@@ -1,21 +1,19 @@
 package serviceentry
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/metric"
+)
 
 var (
 	// reloads counts reads of a registry's files by result (ok, or error:
 	// missing, unreadable, or not YAML).
-	reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "meshfed_serviceentry_reloads_total",
-		Help: "Reads of a serviceentry registry's files, by result (ok, error).",
-	}, []string{"registry", "result"})
+	reloads = metric.CounterVec("meshfed_serviceentry_reloads_total", "Reads of a serviceentry registry's files, by result (ok, error).", "registry", "result")
 	// objects is the number of ServiceEntries and WorkloadEntries of a
 	// registry by kind and state: in_force (served, including a last good
 	// version kept) or rejected (invalid or a duplicate, as last read).
-	objects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "meshfed_serviceentry_objects",
-		Help: "ServiceEntries and WorkloadEntries of a serviceentry registry, by kind and state (in_force, rejected).",
-	}, []string{"registry", "kind", "state"})
+	objects = metric.GaugeVec("meshfed_serviceentry_objects", "ServiceEntries and WorkloadEntries of a serviceentry registry, by kind and state (in_force, rejected).", "registry", "kind", "state")
 )
 
 // Collectors returns the package's metrics for the wiring to register once.

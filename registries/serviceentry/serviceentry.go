@@ -52,12 +52,9 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 			kube:   kubeclient.IstioOptions{Clusters: c.clusters(), Namespaces: k.Namespaces, Kinds: []string{KindServiceEntry, KindWorkloadEntry}, Logger: log},
 		}, nil
 	}
-	return &Registry{
-		common:   common,
-		patterns: c.patterns().Cleaned(),
-		log:      log.With("path", strings.Join(c.patterns().All(), ",")),
-		settle:   c.Settle.Std(),
-	}, nil
+	r := &Registry{common: common}
+	r.patterns, r.timing, r.log = c.Watched(log)
+	return r, nil
 }
 
 // Registry publishes the services of the ServiceEntries and
@@ -72,9 +69,8 @@ type Registry struct {
 	common   registries.Common
 	patterns []string
 	log      *slog.Logger
-	settle   time.Duration
-	// quiet, maxWait, interval: zero is filewatch's default (tests set them).
-	quiet, maxWait, interval time.Duration
+	// timing: zero fields are filewatch's defaults (tests set them).
+	timing filewatch.Timing
 	// kube, with Clusters, reads clusters instead of files (kube.go).
 	kube kubeclient.IstioOptions
 	// confirmAfter: zero is filewatch.DefaultConfirmAfter (tests set it).
@@ -95,17 +91,8 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		Equal:    sameObjects,
 		Shard:    r.common.Shard(),
 		Log:      r.log,
-		Quiet:    r.quiet,
-		MaxWait:  r.maxWait,
-		Settle:   r.settle,
-		Interval: r.interval,
-		Read: func(ok bool) {
-			result := "ok"
-			if !ok {
-				result = "error"
-			}
-			reloads.WithLabelValues(r.common.Name, result).Inc()
-		},
+		Timing:   r.timing,
+		Read:     filewatch.CountReads(reloads, r.common.Name),
 	}
 	return w.Run(ctx, sink)
 }

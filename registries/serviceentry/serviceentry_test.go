@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -40,14 +41,14 @@ func write(t *testing.T, path, content string) {
 func newDirRegistry(t *testing.T, dir string) (*Registry, registries.Common) {
 	t.Helper()
 	c := registries.Common{Name: strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), Kind: "serviceentry", Domain: "ext.example"}
-	cfg := &Config{Path: dir}
+	cfg := &Config{Options: filewatch.Options{Path: dir}}
 	cfg.ApplyDefaults()
 	reg, err := cfg.New(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := reg.(*Registry)
-	r.quiet, r.maxWait, r.settle, r.interval = 5*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond, time.Hour
+	r.timing = filewatch.Timing{Quiet: 5 * time.Millisecond, MaxWait: 50 * time.Millisecond, Settle: 20 * time.Millisecond, Interval: time.Hour}
 	return r, c
 }
 

@@ -11,51 +11,23 @@ import (
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
-// loadBlock reads a testdata block as the clusters.yaml loader does.
-func loadBlock(t *testing.T, file string) (*Config, error) {
-	t.Helper()
-	var c Config
-	return &c, registrytest.LoadConfig(t, filepath.Join("testdata", "config", file), &c)
-}
-
 func TestConfigGood(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		file string
-		want Config
-	}{
-		{file: "good-minimal.yaml", want: Config{
+	registrytest.CheckGoodConfigs[Config](t, []registrytest.GoodConfig[Config]{
+		{File: "good-minimal.yaml", Want: Config{
 			Servers: []string{"127.0.0.1:2181"}, Layout: LayoutCurator, Root: "/services",
 			SessionTimeout: registries.Duration(10 * time.Second),
 		}},
-		{file: "good-flow.yaml", want: Config{
+		{File: "good-flow.yaml", Want: Config{
 			Servers: []string{"127.0.0.1:2181", "zk-2.internal:2181"}, Layout: LayoutCurator, Root: "/services",
 			SessionTimeout: registries.Duration(10 * time.Second),
 		}},
-		{file: "good-full.yaml", want: Config{
+		{File: "good-full.yaml", Want: Config{
 			Servers: []string{"zk-1.internal:2181", "zk-2.internal:2181", "[::1]:2181"}, Layout: LayoutDubbo,
-			Root: "/dubbo-prod", SessionTimeout: registries.Duration(30 * time.Second), AuthFile: "testdata/config/secrets/zk-auth",
+			Root: "/dubbo-prod", SessionTimeout: registries.Duration(30 * time.Second),
+			AuthFile: registrytest.ConfigPath(t, "secrets/zk-auth"), // relative paths resolve against the file's directory
 		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.file, func(t *testing.T) {
-			t.Parallel()
-			got, err := loadBlock(t, tt.file)
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
-			}
-			if tt.want.AuthFile != "" { // relative paths resolve against the file's directory
-				abs, err := filepath.Abs(tt.want.AuthFile)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tt.want.AuthFile = abs
-			}
-			if !equalConfig(*got, tt.want) {
-				t.Errorf("got %+v, want %+v", *got, tt.want)
-			}
-		})
-	}
+	}, equalConfig)
 }
 
 func equalConfig(a, b Config) bool {
@@ -65,7 +37,7 @@ func equalConfig(a, b Config) bool {
 
 func TestConfigBad(t *testing.T) {
 	t.Parallel()
-	registrytest.CheckBadConfigs(t, filepath.Join("testdata", "config"), func() registries.Config { return new(Config) }, []registrytest.BadConfig{
+	registrytest.BadConfigs[Config](t, []registrytest.BadConfig{
 		{File: "bad-no-servers.yaml", Key: "servers", Err: "is required"},
 		{File: "bad-server-port.yaml", Key: "servers[1]", Err: "want host:port"},
 		{File: "bad-server-chroot.yaml", Key: "servers[0]", Err: "a chroot goes in root"},
