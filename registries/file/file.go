@@ -71,6 +71,12 @@ type Registry struct {
 	parsed func(path string)
 }
 
+// SetConfirmAfter sets how long the files must stay unchanged before an
+// update that removed endpoints (and the first of a Run) is sent again,
+// confirming it to the hold-down: DefaultConfirmAfter as Config.New
+// builds the Registry, and when d is zero. Call it before Run.
+func (r *Registry) SetConfirmAfter(d time.Duration) { r.confirm = d }
+
 // Run implements registries.Registry. It fails only when the file watcher
 // cannot be created or breaks.
 func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
