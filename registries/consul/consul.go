@@ -437,7 +437,7 @@ func (w *watch) onService(ev serviceEvent) {
 	}
 	st.failing = false
 	st.fetched = true
-	if w.pub.Set(ev.e.name, convert(w.r.common, w.r.cfg.Datacenter, ev.e.name, ev.entries)) {
+	if w.pub.Set(ev.e.name, Convert(w.r.common, w.r.cfg.Datacenter, ev.e.name, ev.entries)) {
 		w.pub.Changed(ev.at)
 	}
 }

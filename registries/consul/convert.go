@@ -20,10 +20,13 @@ const (
 	metaProtocol = "protocol"
 )
 
-// convert turns the health entries of one Consul service into a service;
-// dc is the configured datacenter, used when a node does not name its own.
-// Malformed instances are rejected one by one; the rest are kept.
-func convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) registries.Converted {
+// Convert turns the health entries of one Consul service (the answer to
+// /v1/health/service/<name>, as the API client decodes it) into what a Run
+// publishes for it: at most one service, <name lower-cased>.<c.Domain>,
+// and the rejections. dc is the configured datacenter, used when a node
+// does not name its own. Malformed instances are rejected one by one; the
+// rest are kept. It does not modify entries and does no I/O.
+func Convert(c registries.Common, dc, name string, entries []*api.ServiceEntry) registries.Converted {
 	var out registries.Converted
 	host := strings.ToLower(name) + "." + c.Domain
 	reject := func(subject, format string, args ...any) {

@@ -91,7 +91,7 @@ func TestConvert(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := convert(common, "", tc.service, tc.entries)
+			got := Convert(common, "", tc.service, tc.entries)
 			if got.OK() != tc.wantOK {
 				t.Fatalf("ok = %v, want %v (rejected %v)", got.OK(), tc.wantOK, got.Rejected)
 			}

@@ -30,6 +30,24 @@ const (
 	portHTTPS = "https" // the instance's securePort, TLS passed through (TCP)
 )
 
+// Convert decodes an /apps answer (JSON or XML, told apart by its first
+// byte, as a Run does) and converts it as a full fetch: it returns the
+// state a Run publishes after that fetch, each app a service named
+// <app-lowercased>.<c.Domain> (or none), and every rejection. cfg is the
+// `eureka:` block after ApplyDefaults. An answer that does not decode is
+// an error, as it is for a Run (which then keeps its last good state). It
+// does no I/O.
+func Convert(c registries.Common, cfg Config, body []byte) ([]model.Service, []model.Rejection, error) {
+	p, err := decodePayload(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	w := newWatch(&Registry{cfg: cfg, common: c}, nil)
+	w.applyFull(p)
+	services, rejected := w.pub.State()
+	return services, rejected, nil
+}
+
 // convertApp turns the instances of one Eureka app into a service named
 // <app-lowercased>.<domain>, in three steps: validate each instance,
 // decide which ports it serves, and materialise the service with the

@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
@@ -67,6 +68,12 @@ type Registry struct {
 	// parsed, when set (tests), is called after each parse of a file.
 	parsed func(path string)
 }
+
+// SetConfirmAfter sets how long the files must stay unchanged before an
+// update that removed endpoints (and the first of a Run) is sent again,
+// confirming it to the hold-down: DefaultConfirmAfter as Config.New
+// builds the Registry, and when d is zero. Call it before Run.
+func (r *Registry) SetConfirmAfter(d time.Duration) { r.timing.Confirm = d }
 
 // Run implements registries.Registry. It fails only when the file watcher
 // cannot be created or breaks.

@@ -206,7 +206,7 @@ func TestBrokenFileAmongGoodOnes(t *testing.T) {
 // finds a file broken publishes the good files only as a partial state
 // (not Complete, invalid, naming the file), which the aggregator holds
 // while it serves the shard's saved state, saying the update is held
-// (aggregatetest.TestBrokenFileAtRestartHoldsTheFirstPublish checks that
+// (test/seam.TestBrokenFileAtRestartHoldsTheFirstPublish checks that
 // through a real aggregator); once the file is fixed every file is
 // published, complete.
 func TestBrokenFileAtRestartHoldsTheFirstPublish(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 // the Watch publishes them only as a partial state (not Complete, failing
 // naming the file), which the aggregator holds as the Run's first while it
 // serves a state (aggregate.TestPartialFirstStateHeld,
-// aggregatetest.TestFileMissingAtRestartKeepsServedState), and sends no
+// test/seam.TestFileMissingAtRestartKeepsServedState), and sends no
 // hold-down confirmation; once the file is back both are published.
 func TestRestartWithFileMissingKeepsState(t *testing.T) {
 	t.Parallel()

@@ -104,6 +104,31 @@ func compareKeys(a, b serviceKey) int {
 	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.name, b.name))
 }
 
+// Convert applies answers in order, as a Run applies the instance lists it
+// receives, and returns the state a Run publishes then: each service
+// converted (hostname <name>.<group>.<c.Domain>, DEFAULT_GROUP left out),
+// services whose hostnames collide rejected, and every rejection. Each
+// answer is one service's instance list as Nacos sends it (subscription
+// answers, pushes and /v1/ns/instance/list share the JSON: name,
+// groupName, hosts, lastRefTime); it is applied to the service it names
+// (an empty groupName is DEFAULT_GROUP), and ignored when its lastRefTime
+// is older than that of a list already applied to that service. cfg is
+// the `nacos:` block after ApplyDefaults. An answer that does not decode
+// is an error: a Run refuses it as a whole. It does no I/O.
+func Convert(c registries.Common, cfg Config, answers ...[]byte) ([]model.Service, []model.Rejection, error) {
+	st := newState(&Registry{cfg: cfg, common: c}, nil)
+	for _, b := range answers {
+		var info serviceInfo
+		if err := json.Unmarshal(b, &info); err != nil {
+			return nil, nil, fmt.Errorf("decode service info: %w", err)
+		}
+		key := serviceKey{group: cmp.Or(info.GroupName, DefaultGroup), name: info.Name}
+		st.set(key, info.Hosts, info.LastRefTime)
+	}
+	services, rejected := st.pub.State()
+	return services, rejected, nil
+}
+
 // convertService turns the instances of one Nacos service into a service.
 // Malformed instances are rejected one by one; the rest are kept. It does
 // not modify insts.

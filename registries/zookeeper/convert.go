@@ -311,6 +311,67 @@ type serviceNode struct {
 	bad       string // non-empty: the service cannot be read, for this reason
 }
 
+// ServiceZnodes is one service as a Run reads it from ZooKeeper.
+type ServiceZnodes struct {
+	// Child is the root's child that holds the service: the service name
+	// (LayoutCurator) or the URL-encoded interface name (LayoutDubbo).
+	Child string
+	// Instances are the service's instance znodes by name: for
+	// LayoutCurator <root>/<Child>/<id> and its data, the instance's JSON;
+	// for LayoutDubbo <root>/<Child>/providers/<URL-encoded provider URL>,
+	// data unused (a provider is all in its name).
+	Instances map[string][]byte
+}
+
+// Convert builds the state a Run publishes from the services it read under
+// cfg.Root in cfg.Layout (cfg: the `zookeeper:` block after
+// ApplyDefaults): the services sorted by hostname with their endpoints
+// sorted by origin, every rejected service and quarantined instance, and
+// quarantined, how many instances are not served for that (the
+// quarantined gauge). An instance address that is an IP literal is served
+// as it is; a hostname is looked up with resolve (a Run asks DNS), and an
+// instance whose hostname does not resolve is quarantined; a nil resolve
+// resolves nothing. It does no I/O of its own.
+func Convert(c registries.Common, cfg Config, services []ServiceZnodes, resolve func(host string) (ip string, err error)) (served []model.Service, rejected []model.Rejection, quarantined int) {
+	address := func(host string) (string, error) {
+		if ip, ok := parseIP(host); ok {
+			return ip, nil
+		}
+		if !validate.Resolvable(host) {
+			return "", fmt.Errorf("address %q is neither an IP address nor a hostname", host)
+		}
+		if resolve == nil {
+			return "", fmt.Errorf("address %q does not resolve: no such host", host)
+		}
+		a, err := resolve(host)
+		if err != nil {
+			return "", fmt.Errorf("address %q does not resolve: %v", host, err)
+		}
+		ip, ok := parseIP(a)
+		if !ok {
+			return "", fmt.Errorf("address %q resolves to no IP address", host)
+		}
+		return ip, nil
+	}
+	w := &watcher{r: &Registry{cfg: cfg, common: c}}
+	tree := make(map[string]*serviceNode, len(services))
+	for _, s := range services {
+		path := w.join(cfg.Root, s.Child)
+		sn := &serviceNode{key: w.serviceKey(s.Child), path: path, instances: make(map[string]*instance, len(s.Instances))}
+		for name, data := range s.Instances {
+			var in instance
+			if cfg.Layout == LayoutDubbo {
+				in = parseDubbo(w.join(w.join(path, "providers"), name), name, address)
+			} else {
+				in = parseCurator(w.join(path, name), data, address)
+			}
+			sn.instances[name] = &in
+		}
+		tree[s.Child] = sn
+	}
+	return build(c, cfg.Layout, tree)
+}
+
 // build turns the tree into the full state of the shard: services sorted
 // by hostname with endpoints sorted by origin, and every rejected or
 // quarantined item. quarantined counts instances not served.

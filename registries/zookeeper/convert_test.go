@@ -361,3 +361,55 @@ func TestLookupErr(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestConvert: Convert reads services as a Run reads them from the tree
+// (paths under the root, Dubbo interfaces URL-decoded), serves IP literals
+// as they are, looks hostnames up with resolve, and quarantines (and
+// counts) an instance whose hostname does not resolve.
+func TestConvert(t *testing.T) {
+	t.Parallel()
+	c := registries.Common{Name: "zk", Kind: "zookeeper", Domain: "zk"}
+	resolve := func(h string) (string, error) {
+		if h == "billing-2.example.test" {
+			return "::ffff:192.0.2.31", nil
+		}
+		return "", errors.New("no such host")
+	}
+	curator := Config{}
+	curator.ApplyDefaults()
+	services, rejected, quarantined := Convert(c, curator, []ServiceZnodes{{Child: "billing", Instances: map[string][]byte{
+		"b1": []byte(`{"name":"billing","address":"192.0.2.30","port":8080}`),
+		"b2": []byte(`{"name":"billing","address":"billing-2.example.test","port":8080}`),
+		"b3": []byte(`{"name":"billing","address":"gone.example.test","port":8080}`),
+	}}}, resolve)
+	var addrs []string
+	for _, s := range services {
+		for _, e := range s.Endpoints {
+			addrs = append(addrs, s.Hostname+" "+e.Address+" "+e.Origin)
+		}
+	}
+	if d := cmp.Diff([]string{"billing.zk 192.0.2.30 /services/billing/b1", "billing.zk 192.0.2.31 /services/billing/b2"}, addrs); d != "" {
+		t.Errorf("curator endpoints (-want +got):\n%s", d)
+	}
+	if quarantined != 1 || len(rejected) != 1 || rejected[0].Subject != "/services/billing/b3" ||
+		!strings.Contains(rejected[0].Reason, `address "gone.example.test" does not resolve: no such host`) {
+		t.Errorf("curator: quarantined %d, rejected %v; want b3, not resolved", quarantined, rejected)
+	}
+
+	if _, rejected, quarantined := Convert(c, curator, []ServiceZnodes{{Child: "billing", Instances: map[string][]byte{
+		"b2": []byte(`{"name":"billing","address":"billing-2.example.test","port":8080}`),
+	}}}, nil); quarantined != 1 || len(rejected) != 1 {
+		t.Errorf("nil resolve: quarantined %d, rejected %v; want the hostname instance quarantined", quarantined, rejected)
+	}
+
+	dubbo := Config{Layout: LayoutDubbo}
+	dubbo.ApplyDefaults()
+	node := url.QueryEscape("dubbo://192.0.2.40:20880/com.foo.DemoService?side=provider")
+	services, rejected, quarantined = Convert(c, dubbo, []ServiceZnodes{{Child: url.QueryEscape("com.foo.DemoService"), Instances: map[string][]byte{node: nil}}}, nil)
+	if len(services) != 1 || len(services[0].Endpoints) != 1 || len(rejected) != 0 || quarantined != 0 {
+		t.Fatalf("dubbo: services %v, rejected %v, quarantined %d", services, rejected, quarantined)
+	}
+	if e := services[0].Endpoints[0]; e.Address != "192.0.2.40" || e.Origin != "/dubbo/com.foo.DemoService/providers/"+node {
+		t.Errorf("dubbo endpoint %+v", e)
+	}
+}

@@ -1,10 +1,12 @@
-// Package aggregatetest holds test helpers on the aggregate side of the
-// registry → aggregate seam: CheckServable, the invariant fuzz targets of
-// registry conversions assert, which passes a registry's state through the
-// aggregator's normalization gate and xDS translation. Registry packages
-// (and their tests) do not import it: they import nothing downstream; the
-// fuzz targets live here, over the registries' exported conversions.
-package aggregatetest
+// Package servable holds the invariant fuzz targets of registry
+// conversions assert, CheckServable, and those fuzz targets: a registry's
+// state passed through the aggregator's normalization gate and xDS
+// translation. It is on the test side of the data flow (registries →
+// aggregate → xds): it imports all three, so registry packages (and their
+// tests), which import nothing downstream, do not import it; the fuzz
+// targets live here, over the registries' exported conversions
+// (consul.Convert, eureka.Convert, nacos.Convert, zookeeper.Convert).
+package servable
 
 import (
 	"math"

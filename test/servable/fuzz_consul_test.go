@@ -1,4 +1,4 @@
-package consul
+package servable
 
 import (
 	"encoding/json"
@@ -6,14 +6,14 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/meshfed/meshfed/aggregate/aggregatetest"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/consul"
 )
 
 // FuzzConsulCatalog feeds a /v1/health/service/<name> answer (and the
-// service name) through conversion, the gate and translation: no panic,
-// every resource valid, every quarantined instance listed.
+// service name) through consul.Convert, the gate and translation: no
+// panic, every resource valid, every quarantined instance listed.
 func FuzzConsulCatalog(f *testing.F) {
 	f.Add("orders", []byte(`[{"Node":{"Node":"n1","Address":"127.0.0.1","Datacenter":"dc1","Meta":{"zone":"z1"}},`+
 		`"Service":{"ID":"o1","Service":"orders","Port":8080,"Tags":["v1","env=prod"],"Meta":{"meshfed.protocol":"grpc"},"Weights":{"Passing":4294967295,"Warning":1}},`+
@@ -29,11 +29,11 @@ func FuzzConsulCatalog(f *testing.F) {
 		if err := json.Unmarshal(body, &entries); err != nil {
 			return // the API client refuses the answer
 		}
-		c := convert(common, "dc1", name, entries)
+		c := consul.Convert(common, "dc1", name, entries)
 		var services []model.Service
 		if c.OK() {
 			services = append(services, c.Service())
 		}
-		aggregatetest.CheckServable(t, common, services, c.Rejected)
+		CheckServable(t, common, services, c.Rejected)
 	})
 }
