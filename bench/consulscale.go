@@ -12,11 +12,11 @@ type ConsulScaleResult struct {
 	WaitTime int64  `json:"waitTime"`
 	// Register is how long the catalog registrations took (ms).
 	Register float64 `json:"register"`
-	// Sync is registry start → the first Sink.Replace holding every
+	// Sync is registry start → the first Sink.Publish holding every
 	// service (ms).
 	Sync float64 `json:"sync"`
 	// Change is an agent registration of one more instance → the
-	// registry's Sink.Replace holding it (ms).
+	// registry's Sink.Publish holding it (ms).
 	Change Summary `json:"change"`
 	Lost   int     `json:"lost"` // changes not seen within the timeout
 	// Concurrent: the changes were made at once on different services

@@ -9,7 +9,7 @@
 //
 //	benchreport ──builds and starts──► benchserver -impl meshfed|baseline
 //	     │                              (churn driver inside: stamps each
-//	     │                               write, then Sink.Replace)
+//	     │                               write, then Sink.Publish)
 //	     └──starts──► loadgen (GOMAXPROCS=1, N ADS streams, ACK at once,
 //	                           records when each write's marker is ACKed)
 //

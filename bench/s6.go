@@ -92,7 +92,7 @@ type S6Result struct {
 	// Latency is write → last client ACK of an EDS response holding the
 	// new endpoint.
 	Latency Summary `json:"latency"`
-	// Ingest is write → the registry's Sink.Replace holding it.
+	// Ingest is write → the registry's Sink.Publish holding it.
 	Ingest  Summary `json:"ingest"`
 	Clients int     `json:"clients"`
 	Lost    int     `json:"lost"` // writes never seen within the timeout

@@ -38,7 +38,7 @@ type Impl interface {
 // Meshfed wires the real aggregate and xds packages exactly as
 // gateway.Gateway does (aggregate.New → Subscribe(xds.Server.Update)),
 // with one registry shard that the bench churn driver writes through
-// Sink.Replace.
+// Sink.Publish.
 type Meshfed struct {
 	agg    *aggregate.Aggregator
 	xds    *xds.Server

@@ -84,7 +84,7 @@ func (s *scaleSink) await(timeout time.Duration, cond func() bool) bool {
 
 // TestConsulScale measures the consul registry against a real Consul agent
 // holding many services (one instance each): the initial sync, and how
-// long a new instance takes to reach Sink.Replace, in two watch-budget
+// long a new instance takes to reach Sink.Publish, in two watch-budget
 // modes. With the default budget (maxConcurrentWatches 128, fewer than the
 // services) the service queries take turns (registries/consul/consul.go),
 // so a change waits for its service's turn; with a query per service it is

@@ -504,7 +504,7 @@ func (r *runner) runS6() error {
 	for _, x := range rows {
 		note := x.Note
 		if x.Ingest.N > 0 {
-			note += fmt.Sprintf("; of which registry ingest (write → Sink.Replace) p50 %.1f / p99 %.1f ms", x.Ingest.P50, x.Ingest.P99)
+			note += fmt.Sprintf("; of which registry ingest (write → Sink.Publish) p50 %.1f / p99 %.1f ms", x.Ingest.P50, x.Ingest.P99)
 		}
 		rw := row{id: "S6", figure: fmt.Sprintf("%s write → last of %d ADS clients ACKs it", x.Name, x.Clients), unit: "ms", mf: &x.Latency, note: note}
 		if x.Skipped != "" {

@@ -108,7 +108,7 @@ func (r *runner) runS7() error {
 }
 
 // runS8: 100,000 endpoints (r.c.s8Services × 10) through meshfed's real
-// aggregate and xds in this process: the initial build (Sink.Replace → the
+// aggregate and xds in this process: the initial build (Sink.Publish → the
 // xDS server has translated the first snapshot) and one endpoint flip's
 // aggregate + translation CPU (getrusage; no streams, so no push).
 func (r *runner) runS8() error {
@@ -156,13 +156,13 @@ func (r *runner) runS8() error {
 	w, c := bench.Summarize(wall), bench.Summarize(cpu)
 	r.logf("S8: build %.2f s (CPU %.2f s); flip CPU p50 %.1f p99 %.1f ms", build.Seconds(), buildCPU.Seconds(), c.P50, c.P99)
 	label := strconv.Itoa(services*10) + " endpoints (" + strconv.Itoa(services) + " services × 10)"
-	r.rep.add(row{id: "S8", figure: label + ": initial build, Sink.Replace → xDS translated", unit: "s", mf: one(build.Seconds()),
+	r.rep.add(row{id: "S8", figure: label + ": initial build, Sink.Publish → xDS translated", unit: "s", mf: one(build.Seconds()),
 		goal: "≤ 2 s", met: ptr(build.Seconds() <= 2),
 		note: fmt.Sprintf("meshfed's aggregate (normalize, merge, snapshot) and xds translation of every resource, in the report's process (GOMAXPROCS %d); CPU %.2f s; Go live heap after it %s, all Go memory %s",
 			runtimeProcs(), buildCPU.Seconds(), mb(int64(mem.HeapLive)), mb(int64(mem.Total)))})
 	r.rep.add(row{id: "S8", figure: "one endpoint flip: aggregate + translation CPU", unit: "ms", mf: &c,
 		goal: "p99 ≤ 20 ms", met: ptr(c.P99 <= 20),
-		note: fmt.Sprintf("getrusage of the process across Sink.Replace → translated (GC included; no streams, so no push); wall time p50 %.1f / p99 %.1f ms including the %s debounce quiet; %d flips", w.P50, w.P99, defDebounce.quiet, c.N)})
+		note: fmt.Sprintf("getrusage of the process across Sink.Publish → translated (GC included; no streams, so no push); wall time p50 %.1f / p99 %.1f ms including the %s debounce quiet; %d flips", w.P50, w.P99, defDebounce.quiet, c.N)})
 	return nil
 }
 
@@ -170,7 +170,7 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 
 // runConsulScale: the consul registry against a real Consul agent holding
 // r.c.consulServices services (go test ./bench/s6 -run TestConsulScale):
-// the initial sync and a new instance's latency to Sink.Replace, with the
+// the initial sync and a new instance's latency to Sink.Publish, with the
 // default watch budget (round-robin turns) and with a query per service.
 func (r *runner) runConsulScale() error {
 	r.logf("CS: Consul with %d services (go test ./bench/s6 -run TestConsulScale)", r.c.consulServices)
@@ -200,13 +200,13 @@ func (r *runner) runConsulScale() error {
 		if x.Concurrent {
 			how = "changes made at once on different services"
 		}
-		note := fmt.Sprintf("an agent registration of one more instance → the registry's Sink.Replace holding it; %s%s", how, lostNote(x.Lost))
+		note := fmt.Sprintf("an agent registration of one more instance → the registry's Sink.Publish holding it; %s%s", how, lostNote(x.Lost))
 		if x.Budget < x.Services {
 			turn := max(time.Second, time.Duration(x.WaitTime)*time.Duration(x.Budget)/time.Duration(x.Services))
 			note += fmt.Sprintf(". With %d queries for %d services each query blocks one turn of waitTime×budget/services (at least 1 s): %s here, so one round over all services takes ≈ %s and a change waits for its service's turn (registries/consul/consul.go); raise maxConcurrentWatches (and the agent's limits.http_max_conns_per_client) above the service count to see every change at once",
 				x.Budget, x.Services, turn, (turn * time.Duration((x.Services+x.Budget-1)/x.Budget)).Round(time.Second))
 		}
-		r.rep.add(row{id: "CS", figure: "same: a change → Sink.Replace", unit: "ms", mf: &x.Change, note: note})
+		r.rep.add(row{id: "CS", figure: "same: a change → Sink.Publish", unit: "ms", mf: &x.Change, note: note})
 	}
 	return nil
 }
