@@ -211,7 +211,8 @@ type regState struct {
 	synced      bool          // a state was received
 	runApplied  bool          // a state of the registry's current Run was applied
 	runHeld     bool          // a partial first state of the current Run was held (logged)
-	pending     *input        // latest Replace not yet taken by the loop
+	pending     *input        // latest state not yet taken by the loop
+	taken       bool          // the loop took a state and has not written back yet
 	release     chan struct{} // Release waits; closed once the loop applied it
 
 	// Written back by the Serve loop.
@@ -417,9 +418,20 @@ func (a *Aggregator) HoldsFirst(shard model.ShardKey, u registries.Update) bool 
 func partial(u registries.Update) bool { return u.HasState && !u.Complete }
 
 // serving reports whether a state of the shard is served or about to be:
-// restored from disk, or received from an earlier Run. Called with mu
-// held.
-func (rs *regState) serving() bool { return rs.applied || rs.pending != nil }
+// restored from disk, or received from an earlier Run — pending, or taken
+// by the Serve loop and not yet written back (between the two, a partial
+// first state must still be held). Called with mu held.
+func (rs *regState) serving() bool { return rs.applied || rs.pending != nil || rs.taken }
+
+// take hands the Serve loop the pending state and Release waiter, and
+// remembers that a state is in flight until the loop writes back (see
+// serving). Called with mu held.
+func (rs *regState) take() (*input, chan struct{}) {
+	in, release := rs.pending, rs.release
+	rs.taken = rs.taken || in != nil
+	rs.pending, rs.release = nil, nil
+	return in, release
+}
 
 // publish applies u to rs at now (see Publish) and returns the state it
 // makes. Called with mu held.

@@ -720,6 +720,30 @@ func TestHoldsFirst(t *testing.T) {
 // is held, with one warning; the first complete state is applied. A
 // partial state once a state of the Run was applied is applied; a Run's
 // end starts holding again.
+// TestPartialFirstStateHeldWhileTaken: a restored state the Serve loop has
+// taken but not yet written back is still served: a partial first state
+// arriving in between is held, not applied (it used to slip through that
+// window under load and drop the restored services it could not read).
+func TestPartialFirstStateHeldWhileTaken(t *testing.T) {
+	t.Parallel()
+	o := reg("restored", "file", "restored")
+	a := New(Options{Registries: []RegistryOptions{o}})
+	if !a.Restore(shard(o), []model.Service{svc("a.restored", ips(2)...)}, nil) {
+		t.Fatal("Restore refused")
+	}
+	a.mu.Lock()
+	if in, _ := a.regs["restored"].take(); in == nil || !in.restored {
+		t.Fatalf("took %+v, want the restored state", in)
+	}
+	a.mu.Unlock()
+	part := registries.Update{HasState: true, Services: []model.Service{svc("a.restored", ips(1)...)},
+		Condition: registries.Condition{Err: "b.yaml: no such file"}}
+	a.Publish(shard(o), part)
+	if st, _ := a.Registry("restored"); st.LastError != HeldPrefix+part.Err || !st.LastSync.IsZero() || a.inputOf("restored") != nil {
+		t.Fatalf("a partial first state was applied while the restored one was in flight: %+v", st)
+	}
+}
+
 func TestPartialFirstStateHeld(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()

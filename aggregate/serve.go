@@ -166,8 +166,8 @@ func (a *Aggregator) rebuild(now time.Time) {
 			lr = &loopReg{shared: rs, opts: rs.opts, domain: normDomain(rs.opts.Domain), gen: rs.gen, visible: true}
 			a.loop[name] = lr
 		}
-		j := job{lr: lr, in: rs.pending, visible: visible(rs, now), release: rs.release}
-		rs.pending, rs.release = nil, nil
+		in, release := rs.take()
+		j := job{lr: lr, in: in, visible: visible(rs, now), release: release}
 		if rs.gen != lr.gen {
 			lr.opts, lr.domain, lr.gen = rs.opts, normDomain(rs.opts.Domain), rs.gen
 			j.reopts = true
@@ -285,6 +285,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 		lr := a.loop[n]
 		rs := lr.shared
 		rs.applied = rs.applied || lr.applied
+		rs.taken = false
 		rs.hold = nil
 		if h := lr.hold; h != nil {
 			rs.hold = &HoldStatus{Since: h.since, Served: lr.cur.endpoints, Pending: h.st.endpoints, Reason: h.conflict.Reason}
