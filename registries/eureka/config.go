@@ -1,7 +1,6 @@
 package eureka
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -66,10 +65,18 @@ func (c *Config) ApplyDefaults() {
 	if len(c.URLs) == 0 {
 		c.URLs = []string{DefaultURL}
 	}
-	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
-	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
-	c.Format = cmp.Or(c.Format, DefaultFormat)
-	c.Protocol = cmp.Or(c.Protocol, DefaultProtocol)
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Format == "" {
+		c.Format = DefaultFormat
+	}
+	if c.Protocol == "" {
+		c.Protocol = DefaultProtocol
+	}
 }
 
 // Validate implements registries.Config.

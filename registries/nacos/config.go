@@ -1,7 +1,6 @@
 package nacos
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -124,18 +123,36 @@ func (c *Config) ApplyDefaults() {
 	if len(c.Servers) == 0 {
 		c.Servers = []string{DefaultServer}
 	}
-	c.ContextPath = cmp.Or(c.ContextPath, "/nacos")
-	c.Transport = cmp.Or(c.Transport, DefaultTransport)
-	c.GRPCPortOffset = cmp.Or(c.GRPCPortOffset, DefaultGRPCPortOffset)
-	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
+	if c.ContextPath == "" {
+		c.ContextPath = "/nacos"
+	}
+	if c.Transport == "" {
+		c.Transport = DefaultTransport
+	}
+	if c.GRPCPortOffset == 0 {
+		c.GRPCPortOffset = DefaultGRPCPortOffset
+	}
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
 	if len(c.Groups) == 0 {
 		c.Groups = []string{DefaultGroup}
 	}
-	c.ListInterval = cmp.Or(c.ListInterval, DefaultListInterval)
-	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
-	c.ResyncInterval = cmp.Or(c.ResyncInterval, DefaultResyncInterval)
-	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
-	c.Protocol = cmp.Or(c.Protocol, DefaultProtocol)
+	if c.ListInterval == 0 {
+		c.ListInterval = DefaultListInterval
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = DefaultResyncInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Protocol == "" {
+		c.Protocol = DefaultProtocol
+	}
 	if c.TLS.IsSet() {
 		c.TLS.Enabled = true
 	}
