@@ -31,30 +31,25 @@ var seqPrefixB = []byte(seqPrefix)
 // ClusterLoadAssignment (a byte scan; the address string is followed by a
 // protobuf tag, never a digit or dot). ok is false when none does.
 func MaxSeqAddr(raw []byte) (seq int64, ok bool) {
-	for {
-		i := bytes.Index(raw, seqPrefixB)
-		if i < 0 {
-			return seq, ok
-		}
-		raw = raw[i+len(seqPrefixB):]
-		var a, b int64
-		j, dots := 0, 0
-		for ; j < len(raw) && (raw[j] == '.' || raw[j] >= '0' && raw[j] <= '9'); j++ {
-			switch {
-			case raw[j] == '.':
-				dots++
-			case dots == 0:
-				a = a*10 + int64(raw[j]-'0')
-			default:
-				b = b*10 + int64(raw[j]-'0')
-			}
-		}
-		if dots == 1 && j > 2 {
-			if v := a<<8 | b; !ok || v > seq {
-				seq, ok = v, true
-			}
+	return maxAfter(raw, seqPrefixB, parseSeqAddr)
+}
+
+// parseSeqAddr reads the last two octets of a marker address, `a.b`, as
+// the seq a<<8|b.
+func parseSeqAddr(raw []byte) (int64, bool) {
+	var a, b int64
+	j, dots := 0, 0
+	for ; j < len(raw) && (raw[j] == '.' || raw[j] >= '0' && raw[j] <= '9'); j++ {
+		switch {
+		case raw[j] == '.':
+			dots++
+		case dots == 0:
+			a = a*10 + int64(raw[j]-'0')
+		default:
+			b = b*10 + int64(raw[j]-'0')
 		}
 	}
+	return a<<8 | b, dots == 1 && j > 2
 }
 
 // FlipAddr gives the next endpoint slot of service i the marker address of

@@ -336,6 +336,28 @@ func (se *session) wantCDS() int {
 	return len(se.s.names)
 }
 
+// received counts a response's bytes and returns its type URL.
+func (se *session) received(resp interface {
+	proto.Message
+	GetTypeUrl() string
+}) string {
+	se.s.lg.bytes.Add(int64(proto.Size(resp)))
+	se.s.lg.responses.Add(1)
+	return resp.GetTypeUrl()
+}
+
+// recordAcked notes the CLAs (names and raws) of a response just acked, records
+// those that carry a newer marker, and returns the ack time.
+func (se *session) recordAcked(names []string, raws [][]byte) int64 {
+	ack := time.Now().UnixNano()
+	var recs []Record
+	for i := range raws {
+		recs = se.eds(names[i], raws[i], ack, recs)
+	}
+	se.s.lg.record(recs)
+	return ack
+}
+
 // eds notes one received CLA and returns a record if it carries a newer
 // marker.
 func (se *session) eds(name string, raw []byte, ack int64, out []Record) []Record {
@@ -382,9 +404,7 @@ func (se *session) delta(st discovery.AggregatedDiscoveryService_DeltaAggregated
 		if err != nil {
 			return err
 		}
-		s.lg.bytes.Add(int64(proto.Size(resp)))
-		s.lg.responses.Add(1)
-		url := resp.GetTypeUrl()
+		url := se.received(resp)
 		var newEDS []string
 		var raws [][]byte
 		var names []string
@@ -412,12 +432,7 @@ func (se *session) delta(st discovery.AggregatedDiscoveryService_DeltaAggregated
 		if err := send(&discovery.DeltaDiscoveryRequest{TypeUrl: url, ResponseNonce: resp.GetNonce()}); err != nil {
 			return err
 		}
-		ack := time.Now().UnixNano()
-		var recs []Record
-		for i := range raws {
-			recs = se.eds(names[i], raws[i], ack, recs)
-		}
-		s.lg.record(recs)
+		ack := se.recordAcked(names, raws)
 		if len(newEDS) > 0 {
 			req := &discovery.DeltaDiscoveryRequest{TypeUrl: translate.EndpointType, ResourceNamesSubscribe: newEDS}
 			if firstEDS {
@@ -448,9 +463,7 @@ func (se *session) sotw(st discovery.AggregatedDiscoveryService_StreamAggregated
 		if err != nil {
 			return err
 		}
-		s.lg.bytes.Add(int64(proto.Size(resp)))
-		s.lg.responses.Add(1)
-		url := resp.GetTypeUrl()
+		url := se.received(resp)
 		var names []string
 		var raws [][]byte
 		cur := map[string]bool{}
@@ -486,12 +499,7 @@ func (se *session) sotw(st discovery.AggregatedDiscoveryService_StreamAggregated
 			ResponseNonce: resp.GetNonce(), ResourceNames: subs}); err != nil {
 			return err
 		}
-		ack := time.Now().UnixNano()
-		var recs []Record
-		for i := range raws {
-			recs = se.eds(names[i], raws[i], ack, recs)
-		}
-		s.lg.record(recs)
+		ack := se.recordAcked(names, raws)
 		if url == translate.ClusterType && s.lg.o.Wildcard {
 			changed := false
 			for n := range cur {

@@ -20,13 +20,19 @@ var seqKey = []byte(SeqLabel)
 // entry (key, then Value{string_value}) instead of decoding the message, so
 // a single-core load generator keeps up. ok is false when none is present.
 func MaxSeq(raw []byte) (seq int64, ok bool) {
+	return maxAfter(raw, seqKey, parseSeqValue)
+}
+
+// maxAfter returns the highest value parse reads right after an occurrence
+// of key in raw; ok is false when parse reads none.
+func maxAfter(raw, key []byte, parse func([]byte) (int64, bool)) (seq int64, ok bool) {
 	for {
-		i := bytes.Index(raw, seqKey)
+		i := bytes.Index(raw, key)
 		if i < 0 {
 			return seq, ok
 		}
-		raw = raw[i+len(seqKey):]
-		v, good := parseSeqValue(raw)
+		raw = raw[i+len(key):]
+		v, good := parse(raw)
 		if good && (!ok || v > seq) {
 			seq, ok = v, true
 		}

@@ -364,19 +364,12 @@ func (g *Gateway) config() *config.Config {
 // newRunner builds the registry of instance e publishing to sink, or
 // reports it Failed (nil) when its block cannot build one.
 func (g *Gateway) newRunner(e *entry, sink registries.Sink) *registries.Runner {
-	r := e.cfg
-	c := r.Common()
-	rlog := g.log.With("registry", r.Name, "kind", r.Kind)
-	reg, err := r.Block.New(c, rlog)
+	run, err := g.newRunnerQuiet(e, sink)
 	if err != nil {
-		rlog.Error("registry cannot start", "error", err)
-		g.agg.Publish(c.Shard(), registries.Update{Condition: registries.Condition{Err: err.Error()}, Ended: true, Permanent: true})
+		g.agg.Publish(e.cfg.Common().Shard(), registries.Update{Condition: registries.Condition{Err: err.Error()}, Ended: true, Permanent: true})
 		return nil
 	}
-	if lu, ok := reg.(registries.LauncherUser); ok {
-		lu.SetLauncher(instanceLauncher{g, e})
-	}
-	return registries.NewRunner(c, reg, sink, rlog)
+	return run
 }
 
 // restore hands the aggregator the state saved for r, if state.dir is set

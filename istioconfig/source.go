@@ -106,10 +106,7 @@ func (s *Source) Ready() (bool, string) {
 	var waiting []string
 	for _, st := range s.states {
 		if st.State == StateStarting {
-			d := "config source " + st.Name
-			if st.Cluster != "" {
-				d += " cluster " + st.Cluster
-			}
+			d := st.describe()
 			if st.Error != "" {
 				d += " (" + st.Error + ")"
 			}
@@ -131,14 +128,20 @@ func (s *Source) Failures() []string {
 	var out []string
 	for _, st := range s.states {
 		if st.State == StateFailed {
-			d := "config source " + st.Name
-			if st.Cluster != "" {
-				d += " cluster " + st.Cluster
-			}
-			out = append(out, d+" failed: "+st.Error)
+			out = append(out, st.describe()+" failed: "+st.Error)
 		}
 	}
 	return out
+}
+
+// describe names a config source (and its Kubernetes cluster) in Ready
+// and Failures: "config source k8s cluster east".
+func (st SourceState) describe() string {
+	d := "config source " + st.Name
+	if st.Cluster != "" {
+		d += " cluster " + st.Cluster
+	}
+	return d
 }
 
 // Snapshot returns the objects in force (nil before the first Reload).

@@ -36,3 +36,16 @@ func HistogramVec(name, help string, buckets []float64, labels ...string) *prome
 func Histogram(name, help string, buckets []float64) prometheus.Histogram {
 	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
 }
+
+// Outcomes are the two series of a counter counted by outcome: its last
+// label "ok" or "error".
+type Outcomes struct{ OK, Err prometheus.Counter }
+
+// OutcomesOf curries vec with labels, then "ok" and "error" for its last
+// label.
+func OutcomesOf(vec *prometheus.CounterVec, labels ...string) Outcomes {
+	with := func(outcome string) prometheus.Counter {
+		return vec.WithLabelValues(append(labels[:len(labels):len(labels)], outcome)...)
+	}
+	return Outcomes{OK: with("ok"), Err: with("error")}
+}

@@ -43,36 +43,14 @@ type routeRef struct {
 }
 
 func describeCmd() *cobra.Command {
-	var (
-		af     adminFlags
-		output outputFormat
-	)
-	c := &cobra.Command{
+	return adminView(&cobra.Command{
 		Use:   "describe HOST",
 		Short: "Explain one service: the registries that publish it, its endpoints by locality and health, conflicts and routes",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.check("table", "json", "yaml"); err != nil {
-				return err
-			}
-			c, err := af.one(cmd)
-			if err != nil {
-				return err
-			}
-			d, err := readDescription(c, args[0])
-			if err != nil {
-				return err
-			}
-			if output != "table" {
-				return printData(cmd.OutOrStdout(), output, d)
-			}
-			writeDescription(cmd.OutOrStdout(), newPainter(cmd.OutOrStdout()), d)
-			return nil
-		},
-	}
-	af.register(c)
-	c.Flags().StringVarP((*string)(&output), "output", "o", "table", "table, json or yaml")
-	return c
+	}, readDescription, func(w io.Writer, d *description) error {
+		writeDescription(w, newPainter(w), d)
+		return nil
+	})
 }
 
 func readDescription(c *adminClient, host string) (*description, error) {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshfed/meshfed/xds/ads"
+	"github.com/spf13/cobra"
 )
 
 // outputFormat is the -o flag of commands that print tables.
@@ -27,6 +28,36 @@ func (o *outputFormat) check(allowed ...string) error {
 }
 
 // printData writes v as indented JSON or as YAML.
+// adminView makes c (which takes one argument) read a value with read
+// from one meshfed's admin API (--admin and the other admin flags) and
+// print it with table, or as JSON or YAML (--output).
+func adminView[T any](c *cobra.Command, read func(c *adminClient, arg string) (T, error), table func(w io.Writer, v T) error) *cobra.Command {
+	var (
+		af     adminFlags
+		output outputFormat
+	)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := output.check("table", "json", "yaml"); err != nil {
+			return err
+		}
+		ac, err := af.one(cmd)
+		if err != nil {
+			return err
+		}
+		v, err := read(ac, args[0])
+		if err != nil {
+			return err
+		}
+		if output != "table" {
+			return printData(cmd.OutOrStdout(), output, v)
+		}
+		return table(cmd.OutOrStdout(), v)
+	}
+	af.register(c)
+	c.Flags().StringVarP((*string)(&output), "output", "o", "table", "table, json or yaml")
+	return c
+}
+
 func printData(w io.Writer, format outputFormat, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

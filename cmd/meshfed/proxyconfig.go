@@ -38,40 +38,23 @@ func proxyConfigCmd() *cobra.Command {
 PROXY is a node id or a unique part of one (see meshfed status).`,
 	}
 	for _, kind := range []string{"clusters", "endpoints", "listeners", "routes"} {
-		var (
-			af     adminFlags
-			output outputFormat
-		)
-		sub := &cobra.Command{
+		c.AddCommand(adminView(&cobra.Command{
 			Use:     kind + " PROXY",
 			Aliases: []string{kind[:1], strings.TrimSuffix(kind, "s")},
 			Short:   "Show the " + kind + " a proxy is served",
 			Args:    cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				if err := output.check("table", "json", "yaml"); err != nil {
-					return err
-				}
-				c, err := af.one(cmd)
-				if err != nil {
-					return err
-				}
-				dump, err := readDump(c, args[0])
-				if err != nil {
-					return err
-				}
-				res := dump.Resources[proxyConfigTypes[kind]]
-				if output != "table" {
-					if res == nil {
-						res = []json.RawMessage{}
-					}
-					return printData(cmd.OutOrStdout(), output, res)
-				}
-				return writeResources(cmd.OutOrStdout(), kind, res)
-			},
-		}
-		af.register(sub)
-		sub.Flags().StringVarP((*string)(&output), "output", "o", "table", "table, json or yaml")
-		c.AddCommand(sub)
+		}, func(c *adminClient, proxy string) ([]json.RawMessage, error) {
+			dump, err := readDump(c, proxy)
+			if err != nil {
+				return nil, err
+			}
+			if res := dump.Resources[proxyConfigTypes[kind]]; res != nil {
+				return res, nil
+			}
+			return []json.RawMessage{}, nil // JSON and YAML print [], not null
+		}, func(w io.Writer, res []json.RawMessage) error {
+			return writeResources(w, kind, res)
+		}))
 	}
 	return c
 }

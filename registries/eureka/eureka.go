@@ -140,7 +140,7 @@ func newWatch(r *Registry, sink registries.Sink) *watch {
 func (w *watch) full(ctx context.Context) error {
 	p, at, err := w.fetch(ctx, "/apps")
 	if err != nil {
-		w.r.m.fullErr.Inc()
+		w.r.m.full.Err.Inc()
 		var se *statusError
 		if !w.pub.Published() && errors.As(err, &se) && se.auth {
 			// Refused credentials before the first sync: restarting will
@@ -149,7 +149,7 @@ func (w *watch) full(ctx context.Context) error {
 		}
 		return fmt.Errorf("eureka full fetch: %w", err)
 	}
-	w.r.m.fullOK.Inc()
+	w.r.m.full.OK.Inc()
 	changed := w.applyFull(p)
 	if hc := hashcode(w.apps); p.hashcode != "" && hc != p.hashcode {
 		// Servers compute the hashcode over what they send; a difference
@@ -167,15 +167,15 @@ func (w *watch) delta(ctx context.Context) error {
 	if err != nil {
 		var se *statusError
 		if errors.As(err, &se) && se.noDelta {
-			w.r.m.deltaErr.Inc()
+			w.r.m.delta.Err.Inc()
 			w.r.log.Warn("eureka server refuses deltas, polling with full fetches", "status", se.code)
 			w.noDelta = true
 			return w.full(ctx)
 		}
-		w.r.m.deltaErr.Inc()
+		w.r.m.delta.Err.Inc()
 		return fmt.Errorf("eureka delta fetch: %w", err)
 	}
-	w.r.m.deltaOK.Inc()
+	w.r.m.delta.OK.Inc()
 	touched := w.applyDelta(p)
 	if hc := hashcode(w.apps); hc != p.hashcode {
 		w.r.m.mismatches.Inc()

@@ -27,18 +27,16 @@ func Collectors() []prometheus.Collector {
 
 // metrics are the collectors curried with one registry's name.
 type metrics struct {
-	fullOK, fullErr, deltaOK, deltaErr prometheus.Counter
-	mismatches                         prometheus.Counter
-	failovers                          prometheus.Counter
-	instances                          prometheus.Gauge
+	full, delta metric.Outcomes
+	mismatches  prometheus.Counter
+	failovers   prometheus.Counter
+	instances   prometheus.Gauge
 }
 
 func newMetrics(registry string) metrics {
 	return metrics{
-		fullOK:     fetches.WithLabelValues(registry, fetchFull, "ok"),
-		fullErr:    fetches.WithLabelValues(registry, fetchFull, "error"),
-		deltaOK:    fetches.WithLabelValues(registry, fetchDelta, "ok"),
-		deltaErr:   fetches.WithLabelValues(registry, fetchDelta, "error"),
+		full:       metric.OutcomesOf(fetches, registry, fetchFull),
+		delta:      metric.OutcomesOf(fetches, registry, fetchDelta),
 		mismatches: hashMismatches.WithLabelValues(registry),
 		failovers:  failovers.WithLabelValues(registry),
 		instances:  instances.WithLabelValues(registry),

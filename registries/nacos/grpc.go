@@ -163,13 +163,13 @@ func (r *Registry) session(ctx context.Context, cl *client, st *state, i int) er
 		subscribed: map[serviceKey]bool{},
 	}
 	if err := cl.login(ctx, i); err != nil {
-		r.m.connErr.Inc()
+		r.m.conn.Err.Inc()
 		return st.permanentIfAuth(err)
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel and conn.Close: the receiver has returned
 	if err := s.connect(ctx, &wg); err != nil {
-		r.m.connErr.Inc()
+		r.m.conn.Err.Inc()
 		if s.conn != nil {
 			s.conn.Close()
 		}
@@ -177,7 +177,7 @@ func (r *Registry) session(ctx context.Context, cl *client, st *state, i int) er
 	}
 	defer s.conn.Close()
 	defer cancel()
-	r.m.connOK.Inc()
+	r.m.conn.OK.Inc()
 	// lastRefTime orders the answers of one server; another server's
 	// clock may be behind.
 	clear(st.seen)
@@ -378,10 +378,10 @@ func (s *session) sync(ctx context.Context) error {
 	for _, group := range s.r.cfg.Groups {
 		names, err := s.list(ctx, group)
 		if err != nil {
-			s.r.m.listErr.Inc()
+			s.r.m.list.Err.Inc()
 			return err
 		}
-		s.r.m.listOK.Inc()
+		s.r.m.list.OK.Inc()
 		for _, name := range names {
 			keep[serviceKey{group: group, name: name}] = true
 		}
@@ -394,10 +394,10 @@ func (s *session) sync(ctx context.Context) error {
 		}
 		info, err := s.subscribe(ctx, key, true)
 		if err != nil {
-			s.r.m.subErr.Inc()
+			s.r.m.sub.Err.Inc()
 			return err
 		}
-		s.r.m.subOK.Inc()
+		s.r.m.sub.OK.Inc()
 		s.subscribed[key] = true
 		if s.st.set(key, info.Hosts, info.LastRefTime) {
 			changed = true
@@ -430,10 +430,10 @@ func (s *session) resync(ctx context.Context) error {
 	for key := range s.subscribed {
 		info, err := s.subscribe(ctx, key, true)
 		if err != nil {
-			s.r.m.subErr.Inc()
+			s.r.m.sub.Err.Inc()
 			return err
 		}
-		s.r.m.subOK.Inc()
+		s.r.m.sub.OK.Inc()
 		if s.st.set(key, info.Hosts, info.LastRefTime) {
 			changed = true
 			s.r.m.repairs.Inc()

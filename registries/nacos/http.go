@@ -76,17 +76,17 @@ func (r *Registry) syncHTTP(ctx context.Context, cl *client, st *state) error {
 // fetches its instances.
 func (r *Registry) readAllHTTP(ctx context.Context, cl *client, i int) (map[serviceKey]*serviceInfo, time.Time, error) {
 	if err := cl.login(ctx, i); err != nil {
-		r.m.connErr.Inc()
+		r.m.conn.Err.Inc()
 		return nil, time.Time{}, err
 	}
 	out := map[serviceKey]*serviceInfo{}
 	for _, group := range r.cfg.Groups {
 		names, err := r.listHTTP(ctx, cl, i, group)
 		if err != nil {
-			r.m.listErr.Inc()
+			r.m.list.Err.Inc()
 			return nil, time.Time{}, err
 		}
-		r.m.listOK.Inc()
+		r.m.list.OK.Inc()
 		for _, name := range names {
 			key := serviceKey{group: group, name: name}
 			q := url.Values{
@@ -95,10 +95,10 @@ func (r *Registry) readAllHTTP(ctx context.Context, cl *client, i int) (map[serv
 			}
 			var info serviceInfo
 			if err := cl.getJSON(ctx, i, "/v1/ns/instance/list", q, key.String(), &info); err != nil {
-				r.m.instErr.Inc()
+				r.m.inst.Err.Inc()
 				return nil, time.Time{}, err
 			}
-			r.m.instOK.Inc()
+			r.m.inst.OK.Inc()
 			out[key] = &info
 		}
 	}

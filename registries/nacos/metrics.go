@@ -31,21 +31,17 @@ func Collectors() []prometheus.Collector {
 
 // metrics are the collectors curried with one registry's name.
 type metrics struct {
-	listOK, listErr, subOK, subErr, instOK, instErr, connOK, connErr prometheus.Counter
-	pushes, reconnects, repairs                                      prometheus.Counter
-	watched, instances                                               prometheus.Gauge
+	list, sub, inst, conn       metric.Outcomes
+	pushes, reconnects, repairs prometheus.Counter
+	watched, instances          prometheus.Gauge
 }
 
 func newMetrics(registry string) metrics {
 	return metrics{
-		listOK:     requests.WithLabelValues(registry, reqList, "ok"),
-		listErr:    requests.WithLabelValues(registry, reqList, "error"),
-		subOK:      requests.WithLabelValues(registry, reqSubscribe, "ok"),
-		subErr:     requests.WithLabelValues(registry, reqSubscribe, "error"),
-		instOK:     requests.WithLabelValues(registry, reqInstances, "ok"),
-		instErr:    requests.WithLabelValues(registry, reqInstances, "error"),
-		connOK:     requests.WithLabelValues(registry, reqConnect, "ok"),
-		connErr:    requests.WithLabelValues(registry, reqConnect, "error"),
+		list:       metric.OutcomesOf(requests, registry, reqList),
+		sub:        metric.OutcomesOf(requests, registry, reqSubscribe),
+		inst:       metric.OutcomesOf(requests, registry, reqInstances),
+		conn:       metric.OutcomesOf(requests, registry, reqConnect),
 		pushes:     pushes.WithLabelValues(registry),
 		reconnects: reconnects.WithLabelValues(registry),
 		repairs:    repairs.WithLabelValues(registry),

@@ -26,9 +26,7 @@ const ConsulVersion = "1.22.5"
 // ConsulBinary returns the path of the Consul binary built by
 // `tools/testservers/build.sh consul`, and whether it exists.
 func ConsulBinary() (string, bool) {
-	p := filepath.Join(CacheDir(), "bin", "consul-"+ConsulVersion, "consul")
-	st, err := os.Stat(p)
-	return p, err == nil && !st.IsDir()
+	return builtBinary("consul-"+ConsulVersion, "consul")
 }
 
 // ConsulOptions configures StartConsul.
@@ -63,10 +61,7 @@ type Consul struct {
 // fails, see Missing) if the binary is not built.
 func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 	t.Helper()
-	bin, ok := ConsulBinary()
-	if !ok {
-		Missing(t, "consul "+ConsulVersion, "tools/testservers/build.sh consul")
-	}
+	bin := needBinary(t, ConsulBinary, "consul "+ConsulVersion, "consul")
 	dir := t.TempDir()
 	httpPort := FreePort(t)
 	ports := map[string]int{

@@ -28,9 +28,7 @@ func init() {
 // PolarisBinary returns the path of the Polaris server built by
 // `tools/testservers/build.sh polaris`, and whether it exists.
 func PolarisBinary() (string, bool) {
-	p := filepath.Join(CacheDir(), "bin", "polaris-"+PolarisVersion, "polaris-server")
-	st, err := os.Stat(p)
-	return p, err == nil && !st.IsDir()
+	return builtBinary("polaris-"+PolarisVersion, "polaris-server")
 }
 
 // Polaris is a running Polaris server, standalone with a bolt store in a
@@ -123,10 +121,7 @@ func StartPolaris(t testing.TB, opts ...PolarisOption) *Polaris {
 	for _, f := range opts {
 		f(&o)
 	}
-	bin, ok := PolarisBinary()
-	if !ok {
-		Missing(t, "polaris "+PolarisVersion, "tools/testservers/build.sh polaris")
-	}
+	bin := needBinary(t, PolarisBinary, "polaris "+PolarisVersion, "polaris")
 	dir := t.TempDir()
 	port := FreePort(t)
 	var extra string

@@ -18,9 +18,7 @@ const IstiodVersion = "v0.0.0-20260827124520-eed52ebb66ad-p1"
 // IstiodBinary returns the path of pilot-discovery built by
 // `tools/testservers/build.sh istiod`, and whether it exists.
 func IstiodBinary() (string, bool) {
-	p := filepath.Join(CacheDir(), "bin", "istiod-"+IstiodVersion, "pilot-discovery")
-	st, err := os.Stat(p)
-	return p, err == nil && !st.IsDir()
+	return builtBinary("istiod-"+IstiodVersion, "pilot-discovery")
 }
 
 // IstiodOptions configures StartIstiod.
@@ -49,10 +47,7 @@ type Istiod struct {
 // not built.
 func StartIstiod(t testing.TB, opts IstiodOptions) *Istiod {
 	t.Helper()
-	bin, ok := IstiodBinary()
-	if !ok {
-		Missing(t, "istiod "+IstiodVersion, "tools/testservers/build.sh istiod")
-	}
+	bin := needBinary(t, IstiodBinary, "istiod "+IstiodVersion, "istiod")
 	dir := t.TempDir()
 	addr := func() string { return "127.0.0.1:" + strconv.Itoa(FreePort(t)) }
 	d := &Istiod{GRPCAddr: addr(), HTTPAddr: addr()}

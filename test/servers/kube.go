@@ -63,11 +63,6 @@ func KubeBinaries() (apiserver, etcd string, ok bool) {
 	return apiserver, etcd, isFile(apiserver) && isFile(etcd)
 }
 
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
 // Etcd is an etcd server on loopback owned by one test.
 type Etcd struct {
 	// URL is the client URL, http://127.0.0.1:port.

@@ -75,6 +75,29 @@ func CacheDir() string {
 	return filepath.Join(home, ".cache", "meshfed")
 }
 
+// builtBinary returns the path of exe as `tools/testservers/build.sh`
+// builds it, in CacheDir()/bin/dir, and whether it exists.
+func builtBinary(dir, exe string) (string, bool) {
+	p := filepath.Join(CacheDir(), "bin", dir, exe)
+	return p, isFile(p)
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// needBinary returns the path find returns, or calls Missing: what is not
+// installed, `tools/testservers/build.sh target` builds it.
+func needBinary(t testing.TB, find func() (string, bool), what, target string) string {
+	t.Helper()
+	bin, ok := find()
+	if !ok {
+		Missing(t, what, "tools/testservers/build.sh "+target)
+	}
+	return bin
+}
+
 // httpOK GETs url, with token as a bearer token unless it is "", and wants
 // 200 within 5s.
 func httpOK(c *http.Client, url, token string) error {

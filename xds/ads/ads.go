@@ -113,6 +113,9 @@ func (a *ads) close(st *stream) {
 // asked for does not hang. A new type URL beyond Limits.MaxTypeURLs ends
 // the stream.
 func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, error) {
+	if typeURL == "" {
+		return nil, false, status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+	}
 	if !st.named {
 		st.named = true
 		st.class = a.classify(node)
@@ -144,10 +147,16 @@ func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, 
 	return ts, true, nil
 }
 
-// checkNameCount returns an error if a stream would subscribe to more than
-// Limits.MaxNames names, holding now others plus add (an upper bound:
-// names already subscribed count again).
-func (a *ads) checkNameCount(st *stream, ts *typeSub, add int, replace bool) error {
+// checkNames returns an error if a name a request subscribes to is over
+// MaxNameBytes, or if the stream would subscribe to more than
+// Limits.MaxNames names, holding now others plus names (an upper bound:
+// names already subscribed count again); replace discounts the names ts
+// holds now (a SotW request replaces them).
+func (a *ads) checkNames(st *stream, ts *typeSub, names []string, replace bool) error {
+	if err := checkNameBytes(names); err != nil {
+		return err
+	}
+	add := len(names)
 	a.store.mu.RLock()
 	n := st.w.names
 	if replace {
@@ -228,11 +237,7 @@ func serveStream[R any](a *ads, st *stream, recv func() (R, error), request func
 
 // sotwRequest applies a SotW request and sends what it calls for.
 func (a *ads) sotwRequest(st *stream, req *discovery.DiscoveryRequest, send sotwSend) error {
-	url := req.GetTypeUrl()
-	if url == "" {
-		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
-	}
-	ts, first, err := a.sub(st, req.GetNode(), url)
+	ts, first, err := a.sub(st, req.GetNode(), req.GetTypeUrl())
 	if err != nil {
 		return err
 	}
@@ -241,10 +246,7 @@ func (a *ads) sotwRequest(st *stream, req *discovery.DiscoveryRequest, send sotw
 		return nil // stale: an answer to an older response
 	}
 	names := req.GetResourceNames()
-	if err := checkNames(names); err != nil {
-		return err
-	}
-	if err := a.checkNameCount(st, ts, len(names), true); err != nil {
+	if err := a.checkNames(st, ts, names, true); err != nil {
 		return err
 	}
 	// Clients repeat their list on every ACK: applying the same list
@@ -274,20 +276,13 @@ func (a *ads) sotwRequest(st *stream, req *discovery.DiscoveryRequest, send sotw
 
 // deltaRequest applies a delta request and sends what it calls for.
 func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, send deltaSend) error {
-	url := req.GetTypeUrl()
-	if url == "" {
-		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
-	}
-	ts, first, err := a.sub(st, req.GetNode(), url)
+	ts, first, err := a.sub(st, req.GetNode(), req.GetTypeUrl())
 	if err != nil {
 		return err
 	}
 	a.tracker.deltaRequest(st.status, ts.status, req)
 	sub, unsub := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
-	if err := checkNames(sub); err != nil {
-		return err
-	}
-	if err := a.checkNameCount(st, ts, len(sub), false); err != nil {
+	if err := a.checkNames(st, ts, sub, false); err != nil {
 		return err
 	}
 	if n := len(req.GetInitialResourceVersions()); n > a.limits.MaxNames {

@@ -61,8 +61,8 @@ func limitErr(limit string, format string, args ...any) error {
 	return status.Errorf(codes.ResourceExhausted, "meshfed xDS stream limit %s exceeded: %s", limit, fmt.Sprintf(format, args...))
 }
 
-// checkNames returns an error for a name over MaxNameBytes.
-func checkNames(names []string) error {
+// checkNameBytes returns an error for a name over MaxNameBytes.
+func checkNameBytes(names []string) error {
 	for _, n := range names {
 		if len(n) > MaxNameBytes {
 			return limitErr("nameBytes", "a resource name of %d bytes is over %d", len(n), MaxNameBytes)

@@ -212,41 +212,37 @@ func grpcListener(name, rdsName string, withFault bool) *listener.Listener {
 // envoyHTTPListener is the outbound listener of an HTTP port: an HCM that
 // reads route configuration <port> over ADS.
 func envoyHTTPListener(port uint32) *listener.Listener {
-	name := EnvoyListenerName(port)
-	return &listener.Listener{
-		Name:             name,
-		Address:          SocketAddress("0.0.0.0", port),
-		TrafficDirection: core.TrafficDirection_OUTBOUND,
-		FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
-			Name: wellknown.HTTPConnectionManager,
-			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&hcm.HttpConnectionManager{
-				StatPrefix: "outbound_" + name,
-				CodecType:  hcm.HttpConnectionManager_AUTO,
-				RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-					ConfigSource:    adsSource(),
-					RouteConfigName: EnvoyRouteName(port),
-				}},
-				HttpFilters: []*hcm.HttpFilter{routerFilter()},
-			})},
-		}}}},
-	}
+	return envoyOutboundListener(port, wellknown.HTTPConnectionManager, &hcm.HttpConnectionManager{
+		StatPrefix: "outbound_" + EnvoyListenerName(port),
+		CodecType:  hcm.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: EnvoyRouteName(port),
+		}},
+		HttpFilters: []*hcm.HttpFilter{routerFilter()},
+	})
 }
 
 // envoyTCPListener is the outbound listener of a TCP port: tcp_proxy to one
 // service's cluster.
 func envoyTCPListener(port uint32, host string) *listener.Listener {
-	name := EnvoyListenerName(port)
 	cname := ClusterName(host, port)
+	return envoyOutboundListener(port, wellknown.TCPProxy, &tcpproxy.TcpProxy{
+		StatPrefix:       cname,
+		ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: cname},
+	})
+}
+
+// envoyOutboundListener is the outbound listener on 0.0.0.0:port whose one
+// filter chain is the network filter named filter, configured by cfg.
+func envoyOutboundListener(port uint32, filter string, cfg proto.Message) *listener.Listener {
 	return &listener.Listener{
-		Name:             name,
+		Name:             EnvoyListenerName(port),
 		Address:          SocketAddress("0.0.0.0", port),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
 		FilterChains: []*listener.FilterChain{{Filters: []*listener.Filter{{
-			Name: wellknown.TCPProxy,
-			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(&tcpproxy.TcpProxy{
-				StatPrefix:       cname,
-				ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: cname},
-			})},
+			Name:       filter,
+			ConfigType: &listener.Filter_TypedConfig{TypedConfig: mustAny(cfg)},
 		}}}},
 	}
 }

@@ -33,27 +33,14 @@ func portPolicy(tp *networking.TrafficPolicy, port uint32) *networking.TrafficPo
 	if tp == nil {
 		return nil
 	}
-	out := &networking.TrafficPolicy{LoadBalancer: tp.GetLoadBalancer(), ConnectionPool: tp.GetConnectionPool(),
-		OutlierDetection: tp.GetOutlierDetection(), Tls: tp.GetTls()}
-	for _, pl := range tp.GetPortLevelSettings() {
-		if pl.GetPort().GetNumber() != port {
-			continue
+	var pl *networking.TrafficPolicy_PortTrafficPolicy
+	for _, s := range tp.GetPortLevelSettings() {
+		if s.GetPort().GetNumber() == port {
+			pl = s
+			break
 		}
-		if pl.GetLoadBalancer() != nil {
-			out.LoadBalancer = pl.GetLoadBalancer()
-		}
-		if pl.GetConnectionPool() != nil {
-			out.ConnectionPool = pl.GetConnectionPool()
-		}
-		if pl.GetOutlierDetection() != nil {
-			out.OutlierDetection = pl.GetOutlierDetection()
-		}
-		if pl.GetTls() != nil {
-			out.Tls = pl.GetTls()
-		}
-		break
 	}
-	return out
+	return overlayPolicy(tp, pl)
 }
 
 // mergedPolicy is the policy of a subset on a port (Istio's
@@ -67,19 +54,34 @@ func mergedPolicy(rule, subset *networking.TrafficPolicy, port uint32) *networki
 	if base == nil {
 		return sp
 	}
+	return overlayPolicy(base, sp)
+}
+
+// policyParts are the four policies a TrafficPolicy and its
+// portLevelSettings both carry.
+type policyParts interface {
+	GetLoadBalancer() *networking.LoadBalancerSettings
+	GetConnectionPool() *networking.ConnectionPoolSettings
+	GetOutlierDetection() *networking.OutlierDetection
+	GetTls() *networking.ClientTLSSettings
+}
+
+// overlayPolicy is base's four policies, each overridden by over's where
+// over sets it (over may be a nil pointer: nothing overrides).
+func overlayPolicy(base, over policyParts) *networking.TrafficPolicy {
 	out := &networking.TrafficPolicy{LoadBalancer: base.GetLoadBalancer(), ConnectionPool: base.GetConnectionPool(),
 		OutlierDetection: base.GetOutlierDetection(), Tls: base.GetTls()}
-	if sp.GetLoadBalancer() != nil {
-		out.LoadBalancer = sp.GetLoadBalancer()
+	if over.GetLoadBalancer() != nil {
+		out.LoadBalancer = over.GetLoadBalancer()
 	}
-	if sp.GetConnectionPool() != nil {
-		out.ConnectionPool = sp.GetConnectionPool()
+	if over.GetConnectionPool() != nil {
+		out.ConnectionPool = over.GetConnectionPool()
 	}
-	if sp.GetOutlierDetection() != nil {
-		out.OutlierDetection = sp.GetOutlierDetection()
+	if over.GetOutlierDetection() != nil {
+		out.OutlierDetection = over.GetOutlierDetection()
 	}
-	if sp.GetTls() != nil {
-		out.Tls = sp.GetTls()
+	if over.GetTls() != nil {
+		out.Tls = over.GetTls()
 	}
 	return out
 }
@@ -267,15 +269,7 @@ func envoyOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 			out.ConsecutiveLocalOriginFailure, out.EnforcingConsecutiveLocalOriginFailure = wrapperspb.UInt32(e.GetValue()), enforce(e.GetValue())
 		}
 	}
-	if d := od.GetInterval(); d != nil {
-		out.Interval = durationpb.New(d.AsDuration())
-	}
-	if d := od.GetBaseEjectionTime(); d != nil {
-		out.BaseEjectionTime = durationpb.New(d.AsDuration())
-	}
-	if p := od.GetMaxEjectionPercent(); p > 0 {
-		out.MaxEjectionPercent = wrapperspb.UInt32(uint32(p))
-	}
+	setEjection(out, od)
 	return out
 }
 
@@ -309,6 +303,13 @@ func grpcOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 		out.FailurePercentageRequestVolume = wrapperspb.UInt32(n)
 		out.FailurePercentageMinimumHosts = wrapperspb.UInt32(1)
 	}
+	setEjection(out, od)
+	return out
+}
+
+// setEjection sets the ejection timing of od on out: the interval, the
+// base ejection time and the max ejection percent, those od sets.
+func setEjection(out *cluster.OutlierDetection, od *networking.OutlierDetection) {
 	if d := od.GetInterval(); d != nil {
 		out.Interval = durationpb.New(d.AsDuration())
 	}
@@ -318,7 +319,6 @@ func grpcOutlier(od *networking.OutlierDetection) *cluster.OutlierDetection {
 	if p := od.GetMaxEjectionPercent(); p > 0 {
 		out.MaxEjectionPercent = wrapperspb.UInt32(uint32(p))
 	}
-	return out
 }
 
 // deprecatedConsecutiveErrors is Istio's deprecated consecutiveErrors

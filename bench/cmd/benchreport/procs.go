@@ -108,6 +108,23 @@ func (w *limitWriter) Write(p []byte) (int, error) {
 
 var httpc = &http.Client{Timeout: 30 * time.Minute}
 
+// tickUntil calls f every period until done yields, and returns done's
+// error; the first error of f ends it sooner, returned instead.
+func tickUntil(done <-chan error, period time.Duration, f func() error) error {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if err := f(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
 func getJSON(url string, v any) error { return do(http.MethodGet, url, v) }
 func post(url string, v any) error    { return do(http.MethodPost, url, v) }
 

@@ -168,30 +168,22 @@ func (r *runner) runS2() error {
 			churnDone <- post(url, nil)
 		}()
 		var cpuA, cpuB time.Duration
-		tick := time.NewTicker(500 * time.Millisecond)
-		var churnErr error
-	loop:
-		for {
-			select {
-			case churnErr = <-churnDone:
-				break loop
-			case <-tick.C:
-				el := time.Since(t0)
-				if cpuA == 0 && el >= r.c.s2Ramp {
-					cpuA = srv.cpu()
-				}
-				if cpuB == 0 && el >= r.c.s2Ramp+r.c.s2Hold-time.Second {
-					cpuB = srv.cpu()
-				}
-				recs, err := lgs.records()
-				if err == nil {
-					mu.Lock()
-					ix.add(recs)
-					mu.Unlock()
-				}
+		churnErr := tickUntil(churnDone, 500*time.Millisecond, func() error {
+			el := time.Since(t0)
+			if cpuA == 0 && el >= r.c.s2Ramp {
+				cpuA = srv.cpu()
 			}
-		}
-		tick.Stop()
+			if cpuB == 0 && el >= r.c.s2Ramp+r.c.s2Hold-time.Second {
+				cpuB = srv.cpu()
+			}
+			recs, err := lgs.records()
+			if err == nil {
+				mu.Lock()
+				ix.add(recs)
+				mu.Unlock()
+			}
+			return nil
+		})
 		holdCPU := r.c.s2Hold - time.Second - (time.Since(t0) - r.c.s2Ramp - r.c.s2Hold) // approximate window
 		_ = holdCPU
 		if churnErr != nil {

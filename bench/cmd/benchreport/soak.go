@@ -128,19 +128,10 @@ func (r *runner) runSoak() error {
 	}
 	reconnects := 0
 	nextRe, nextSample := every, time.Duration(0)
-	var churnErr error
-	tick := time.NewTicker(200 * time.Millisecond)
-loop:
-	for {
-		select {
-		case churnErr = <-churnDone:
-			break loop
-		case <-tick.C:
-		}
+	err = tickUntil(churnDone, 200*time.Millisecond, func() error {
 		el := time.Since(t0)
 		if el >= nextSample {
 			if err := sample(); err != nil {
-				tick.Stop()
 				return err
 			}
 			nextSample += sampleEvery
@@ -150,7 +141,6 @@ loop:
 			for _, l := range lgs {
 				var idx []int
 				if err := post(l.ctl+"/reconnect?n="+strconv.Itoa(perLG), &idx); err != nil {
-					tick.Stop()
 					return err
 				}
 				reconnects += len(idx)
@@ -160,19 +150,17 @@ loop:
 			nextRe += every
 		}
 		if err := resynced(); err != nil {
-			tick.Stop()
 			return err
 		}
 		recs, err := lgs.records()
 		if err != nil {
-			tick.Stop()
 			return err
 		}
 		ix.add(recs)
-	}
-	tick.Stop()
-	if churnErr != nil {
-		return churnErr
+		return nil
+	})
+	if err != nil { // the churn's, or the first error of a tick
+		return err
 	}
 	var evs []bench.Event
 	if err := getJSON(srv.ctl+"/events", &evs); err != nil {
