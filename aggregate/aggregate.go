@@ -377,6 +377,9 @@ const HeldPrefix = "first update held, restored state kept until all parts read:
 //   - A condition only (no state): a healthy one ends an outage (the
 //     registry is Starting until its first state); a failing one starts
 //     or continues one (a Stale registry stays Stale).
+//   - u.Confirm (the last state sent again to confirm it): applied as a
+//     state while the hold-down holds an update of the shard back (or one
+//     is on its way to the Serve loop), otherwise ignored.
 //   - u.Ended (the Run ended): Degraded, or Failed with u.Permanent; the
 //     next state is the first of a new Run.
 func (a *Aggregator) Publish(shard model.ShardKey, u registries.Update) {
@@ -447,6 +450,10 @@ func (rs *regState) publish(u registries.Update, now time.Time) published {
 			return published{next: Failed, err: u.Err}
 		}
 		return published{next: rs.degraded(u.Condition, now), err: u.Err}
+	case u.Confirm && u.HasState && rs.hold == nil && rs.pending == nil && !rs.taken:
+		// A re-send to confirm a state nothing holds back: no news (not a
+		// sync: lastSync stays, nothing is rebuilt).
+		return published{next: rs.state, err: rs.lastError}
 	case partial(u) && !rs.runApplied && rs.serving():
 		// Held until the backend reads in full (a typo must never
 		// black-hole restored services), and said so: in the status

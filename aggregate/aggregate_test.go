@@ -251,6 +251,14 @@ func TestHoldDown(t *testing.T) {
 		},
 		wantAddrs: 2,
 	}, {
+		name: "confirmed by a re-send of the held state",
+		next: func(a *Aggregator, _ *fakeClock, o RegistryOptions) {
+			u := registries.FullState([]model.Service{svc("a.consul", ips(3)...)}, nil)
+			u.Confirm = true
+			a.Publish(shard(o), u)
+		},
+		wantAddrs: 3,
+	}, {
 		name:      "applied after HoldDown",
 		next:      func(a *Aggregator, c *fakeClock, _ RegistryOptions) { advance(a, c, time.Minute) },
 		wantAddrs: 3,
@@ -387,6 +395,34 @@ func TestReplaceStatusDegraded(t *testing.T) {
 	replaceStatus(a, shard(o), []model.Service{svc("a.vm", ips(2)...)}, nil, status{State: Synced})
 	if st, _ := a.Registry("vms"); st.State != Synced || st.LastError != "" {
 		t.Errorf("after ReplaceStatus Synced: %+v, want Synced without error", st)
+	}
+}
+
+// TestConfirmWithoutHoldIsNoNews: a state sent again only to confirm it
+// (Update.Confirm) while nothing is held back changes nothing: no new
+// input, no rebuild, and lastSync stays when the state was last synced
+// (a file registry's first update re-sent 30 s after every start moved it).
+func TestConfirmWithoutHoldIsNoNews(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("confirm-no-hold", "file", "vm.internal")
+	o.MaxDeleteRatio = 0.5
+	a := newRunning(t, clock, o)
+	state := []model.Service{svc("a.vm.internal", ips(2)...)}
+	replace(a, shard(o), state, nil)
+	waitVersion(t, a, 1)
+	before, _ := a.Registry(o.Name)
+	clock.Advance(30 * time.Second)
+	u := registries.FullState(state, nil)
+	u.Confirm = true
+	a.Publish(shard(o), u)
+	if in := a.inputOf(o.Name); in != nil {
+		t.Errorf("a confirmation with nothing held became the next input")
+	}
+	st, _ := a.Registry(o.Name)
+	if st.State != Synced || !st.LastSync.Equal(before.LastSync) || a.Snapshot().Version != 1 {
+		t.Errorf("after a confirmation with nothing held: %+v (lastSync was %v), version %d; want Synced, lastSync unchanged, version 1",
+			st, before.LastSync, a.Snapshot().Version)
 	}
 }
 

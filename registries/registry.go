@@ -70,6 +70,11 @@ func (c Condition) Failing() bool { return c.Err != "" }
 //   - Condition: Err and Invalid as the backend shows them now. A state
 //     published with a failing Condition is current as far as it goes,
 //     and the registry never appears healthy in between.
+//   - Confirm, with HasState: the state is the one last published, sent
+//     again only to confirm it (a registry that publishes only changes
+//     confirms a state it suspects the sink holds back, see filewatch).
+//     The sink applies it as a state only while it holds an update of the
+//     shard back; otherwise it is no news and changes nothing.
 //   - Ended: the registry's Run ended (the Runner says so; Err says why):
 //     the registry keeps no state of its own until it runs again, and the
 //     next state it publishes is the first of a new Run. Permanent, with
@@ -80,6 +85,7 @@ type Update struct {
 	Services []model.Service
 	Rejected []model.Rejection
 	Complete bool
+	Confirm  bool
 	Condition
 	Ended     bool
 	Permanent bool

@@ -29,6 +29,7 @@ type confirmation struct {
 	pending   bool        // the last published update is to be sent again
 	seq       uint64      // number of updates published in this Run
 	endpoints int         // endpoints of the last published update
+	removed   bool        // the pending update removed endpoints (else: the Run's first)
 }
 
 func newConfirmation(after time.Duration) *confirmation {
@@ -44,7 +45,8 @@ func (c *confirmation) published(services []model.Service) {
 	for i := range services {
 		n += len(services[i].Endpoints)
 	}
-	c.pending = c.seq == 0 || n < c.endpoints
+	c.removed = c.seq > 0 && n < c.endpoints
+	c.pending = c.seq == 0 || c.removed
 	c.seq++
 	c.endpoints = n
 	c.timer.Stop()

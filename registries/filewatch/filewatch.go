@@ -202,9 +202,16 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 			}
 			if s.conf.due(seq, deb.Pending(), s.pub.Condition().Failing()) {
 				services, rejected := s.pub.State()
-				log.Info("files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
-					"services", len(services), "endpoints", s.conf.endpoints)
-				s.sink.Publish(s.Shard, registries.FullState(services, rejected))
+				u := registries.FullState(services, rejected)
+				u.Confirm = true
+				if s.conf.removed {
+					log.Info("files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
+						"services", len(services), "endpoints", s.conf.endpoints)
+				} else {
+					log.Debug("files unchanged: sending the run's first update again, confirming it if the hold-down holds it",
+						"services", len(services), "endpoints", s.conf.endpoints)
+				}
+				s.sink.Publish(s.Shard, u)
 			}
 		}
 	}

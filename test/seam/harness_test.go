@@ -1,8 +1,11 @@
 package seam_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,10 +35,30 @@ func svcYAML(name, addr string) string {
 // seam is one file registry (config block → New → Run) publishing into a
 // real aggregator that serves snapshots.
 type seam struct {
-	t   *testing.T
-	c   registries.Common
-	reg *file.Registry
-	agg *aggregate.Aggregator
+	t    *testing.T
+	c    registries.Common
+	reg  *file.Registry
+	agg  *aggregate.Aggregator
+	logs *logBuffer // the registry's log, INFO and above
+}
+
+// logBuffer is a bytes.Buffer safe for the registry's goroutine and the
+// test's.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // newSeam builds the file registry name over the files of o, and an
@@ -45,14 +68,15 @@ func newSeam(t *testing.T, name string, o filewatch.Options, opts aggregate.Opti
 	c := registries.Common{Name: name, Kind: "file", Domain: "vm.internal"}
 	cfg := &file.Config{Options: o}
 	cfg.ApplyDefaults()
-	reg, err := cfg.New(c, nil)
+	logs := &logBuffer{}
+	reg, err := cfg.New(c, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	agg := aggregate.New(opts)
 	ro.Common = c
 	agg.AddRegistry(ro)
-	return &seam{t: t, c: c, reg: reg.(*file.Registry), agg: agg}
+	return &seam{t: t, c: c, reg: reg.(*file.Registry), agg: agg, logs: logs}
 }
 
 // restore hands the aggregator a saved state of one endpoint per host
