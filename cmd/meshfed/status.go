@@ -37,6 +37,7 @@ type proxyReport struct {
 	ID        string       `json:"id"`
 	Class     string       `json:"class"`
 	Stream    string       `json:"stream"`
+	StreamID  int64        `json:"streamId"`
 	Connected time.Time    `json:"connected"`
 	Types     []typeReport `json:"types"`
 }
@@ -155,7 +156,7 @@ func readStatus(c *adminClient, proxy string) (statusReport, error) {
 		if proxy != "" && !strings.Contains(p.ID, proxy) {
 			continue
 		}
-		pr := proxyReport{ID: p.ID, Class: p.Class, Stream: p.Stream, Connected: p.Connected}
+		pr := proxyReport{ID: p.ID, Class: p.Class, Stream: p.Stream, StreamID: p.StreamID, Connected: p.Connected}
 		for _, t := range p.Types {
 			st := ads.SyncState(t)
 			if st == ads.StateNacked {
@@ -236,7 +237,7 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 				nack, nackAt = t.Type+" "+ago(now, n.At)+": "+oneLine(n.Error), n.At
 			}
 		}
-		row := append([]string{pr.ID, pr.Class, pr.Stream}, cells...)
+		row := append([]string{pr.ID, pr.Class, fmt.Sprintf("%s #%d", pr.Stream, pr.StreamID)}, cells...)
 		if other {
 			row = append(row, strings.Join(others, ", "))
 		}
@@ -246,6 +247,17 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 		}
 	}
 	pt.write(w)
+	shared := map[string]int{}
+	for _, pr := range rep.Proxies {
+		shared[pr.ID]++
+	}
+	for _, pr := range rep.Proxies {
+		if n := shared[pr.ID]; n > 1 {
+			fmt.Fprintf(w, "%s %d streams share node id %s: proxy-config cannot tell them apart; give each client its own node id\n",
+				p.paint(yellow, "SHARED"), n, pr.ID)
+			delete(shared, pr.ID)
+		}
+	}
 }
 
 func ago(now, t time.Time) string {
