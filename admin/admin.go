@@ -148,7 +148,50 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return s.guard.wrap(mux)
+	return s.guard.wrap(jsonErrors{mux})
+}
+
+// jsonErrors answers the mux's own errors, 404 for a path no route serves
+// and 405 for a method a route does not take, in JSON ({"error": ...}) like
+// every other admin answer; the mux's Allow header stays.
+type jsonErrors struct{ mux *http.ServeMux }
+
+func (j jsonErrors) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, pattern := j.mux.Handler(r)
+	if pattern != "" {
+		j.mux.ServeHTTP(w, r)
+		return
+	}
+	h.ServeHTTP(&errorJSONWriter{ResponseWriter: w, r: r}, r)
+}
+
+// errorJSONWriter replaces the plain-text body of a 404 or 405 with JSON.
+type errorJSONWriter struct {
+	http.ResponseWriter
+	r       *http.Request
+	replace bool
+}
+
+func (e *errorJSONWriter) WriteHeader(code int) {
+	var msg string
+	switch code {
+	case http.StatusMethodNotAllowed:
+		msg = fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", e.r.Method, e.r.URL.Path, e.Header().Get("Allow"))
+	case http.StatusNotFound:
+		msg = "no admin endpoint " + strconv.Quote(e.r.URL.Path)
+	default:
+		e.ResponseWriter.WriteHeader(code)
+		return
+	}
+	e.replace = true
+	writeJSON(e.ResponseWriter, code, map[string]string{"error": msg})
+}
+
+func (e *errorJSONWriter) Write(b []byte) (int, error) {
+	if e.replace {
+		return len(b), nil // the mux's plain text, replaced
+	}
+	return e.ResponseWriter.Write(b)
 }
 
 // getLogLevel answers {"level": "INFO"}.
@@ -386,6 +429,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // an API, not HTML: reasons keep their > and &
 	_ = enc.Encode(v)
 }
 

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"slices"
@@ -44,9 +45,14 @@ type Conflict struct {
 }
 
 // MarshalJSON writes the conflict with camelCase keys: registry, host,
-// subject, reason, category, since.
+// subject, reason, category, since. Reasons keep their < > & verbatim
+// (json.Marshal would write \u003e); an encoder that escapes HTML still
+// escapes them.
 func (c Conflict) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(struct {
 		Registry string    `json:"registry,omitempty"`
 		Host     string    `json:"host,omitempty"`
 		Subject  string    `json:"subject,omitempty"`
@@ -54,6 +60,7 @@ func (c Conflict) MarshalJSON() ([]byte, error) {
 		Category string    `json:"category"`
 		Since    time.Time `json:"since,omitzero"`
 	}{c.Registry, c.Host, c.Subject, c.Reason, c.Category, c.Since})
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
 }
 
 func newConflict(category, registry, host, subject, reason string) Conflict {

@@ -3,6 +3,7 @@ package xds
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func TestGRPCClassConfigDumpAndClose(t *testing.T) {
 	srv.Update(first)
 	addr := startServer(t, srv)
 
-	const id = "proxyless-1"
+	const id = "proxyless-1 <a&b>" // the dump keeps < > & verbatim
 	c := dialADS(t, addr, grpcNode(id), false)
 	// As grpc-go does: the listener by dial target, then what it names.
 	const lds, cds = "orders.vm.internal:8080", "outbound|8080||orders.vm.internal"
@@ -61,6 +62,9 @@ func TestGRPCClassConfigDumpAndClose(t *testing.T) {
 	}
 	if err := json.Unmarshal(b, &dump); err != nil {
 		t.Fatalf("ConfigDump is not JSON: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), `"id": "proxyless-1 <a&b>"`) {
+		t.Errorf("dump escapes HTML in the id:\n%s", b)
 	}
 	if dump.ID != id || dump.Class != "grpc" || len(dump.Resources) != 4 {
 		t.Errorf("dump = %s", b)

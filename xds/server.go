@@ -230,11 +230,13 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 		}
 		out.Resources[url] = list
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // keep < > & of ids and resources (protojson does not escape them)
+	if err := enc.Encode(out); err != nil {
 		return nil, false
 	}
-	return indentJSON(b), true
+	return indentJSON(buf.Bytes()), true
 }
 
 // Close ends every stream, except one blocked sending to a client that

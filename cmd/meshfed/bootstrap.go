@@ -1,9 +1,12 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -74,7 +77,7 @@ turns TLS on.`,
 			var out []byte
 			if grpcClient {
 				if nodeID == "" {
-					nodeID = "grpc-client"
+					nodeID = defaultGRPCNodeID()
 				}
 				out, err = xds.GRPCBootstrap(addr, nodeID, loc, clientTLS)
 			} else {
@@ -95,7 +98,7 @@ turns TLS on.`,
 	f.BoolVar(&envoy, "envoy", false, "bootstrap for Envoy")
 	f.StringVar(&cfgPath, "config", "clusters.yaml", "cluster registry file (for the xDS address)")
 	f.StringVar(&addr, "xds", "", "xDS server address (overrides --config)")
-	f.StringVar(&nodeID, "node-id", "", "node id (default grpc-client, or sidecar~127.0.0.1~envoy~default.svc.cluster.local)")
+	f.StringVar(&nodeID, "node-id", "", "node id (default --grpc: grpc-client-<host>-<random>, unique per bootstrap; --envoy: sidecar~127.0.0.1~envoy~default.svc.cluster.local)")
 	f.StringVar(&locality, "locality", "local/local", "node locality region/zone/subzone (grpc-js-xds requires one)")
 	f.StringVar(&cluster, "cluster", "meshfed", "Envoy node cluster")
 	f.BoolVar(&istio, "istio", false, "print istiod's meshConfig snippet (configSources) that reads meshfed over MCP-over-xDS")
@@ -163,4 +166,20 @@ func bootstrapTLS(cmd *cobra.Command, tlsOn, mtls, envoy bool, config, caFile, c
 		fmt.Fprintln(cmd.ErrOrStderr(), "meshfed bootstrap: warning: no --ca: Envoy will not verify meshfed's certificate")
 	}
 	return t, nil
+}
+
+// defaultGRPCNodeID is the node id of a --grpc bootstrap without
+// --node-id: grpc-client-<host>-<8 random hex digits>, so that two clients
+// bootstrapped alike are two proxies in meshfed status and proxy-config,
+// not one id shared by two streams.
+func defaultGRPCNodeID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	suffix := hex.EncodeToString(b[:])
+	host, err := os.Hostname()
+	host, _, _ = strings.Cut(host, ".")
+	if err != nil || host == "" {
+		return "grpc-client-" + suffix
+	}
+	return "grpc-client-" + host + "-" + suffix
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -164,7 +166,11 @@ the same way, as a serviceentry registry reads them (the domain rule
 needs a registry's domain and is checked when meshfed runs); those of
 serviceentry registries in the clusters.yaml are checked with its files.
 A Kubernetes config source is named but not read: its objects are checked
-when meshfed runs (see /debug/configz).`,
+when meshfed runs (see /debug/configz).
+
+A --config-dir that does not exist is one problem (exit code 1); one that
+holds no Istio objects is reported on stdout ("no Istio objects found in
+DIR") and is not an error (exit code 0), as meshfed serves it, empty.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && len(configDirs) == 0 {
@@ -192,9 +198,25 @@ when meshfed runs (see /debug/configz).`,
 				}
 			}
 			bad := false
+			found := map[string]int{} // objects seen per --config-dir
+			var checked []string
 			for _, d := range configDirs {
+				// A missing directory is one problem, not one per checker.
+				if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+					var pe *fs.PathError
+					if err == nil {
+						err = errors.New("not a directory")
+					} else if errors.As(err, &pe) {
+						err = pe.Err // the path is named once, below
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "rejected: --config-dir %s: %v\n", d, err)
+					bad = true
+					continue
+				}
+				checked = append(checked, d)
 				dirs = append(dirs, istioconfig.Dir{Name: d, Path: d})
 				inForce, rejected := serviceentry.CheckDir(d)
+				found[d] += len(inForce) + len(rejected)
 				for _, o := range inForce {
 					fmt.Fprintln(cmd.OutOrStdout(), "ok:", serviceentry.Describe(o))
 				}
@@ -207,11 +229,18 @@ when meshfed runs (see /debug/configz).`,
 				st := istioconfig.Validate(dirs...)
 				for _, o := range st.InForce {
 					fmt.Fprintf(cmd.OutOrStdout(), "ok: %s %s/%s (%s)\n", o.Kind, o.Namespace, o.Name, o.Source)
+					countIn(found, checked, o.Source)
 				}
 				for _, r := range st.Rejected {
 					fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", r.String())
+					countIn(found, checked, r.Source)
 				}
 				bad = bad || len(st.Rejected) > 0
+			}
+			for _, d := range checked {
+				if found[d] == 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "no Istio objects found in %s (no VirtualService, DestinationRule, ServiceEntry or WorkloadEntry in its YAML files)\n", d)
+				}
 			}
 			if bad {
 				return exitError{1}
@@ -221,4 +250,14 @@ when meshfed runs (see /debug/configz).`,
 	}
 	cmd.Flags().StringArrayVar(&configDirs, "config-dir", nil, "a directory of Istio traffic YAML to check (repeatable)")
 	return cmd
+}
+
+// countIn counts an object whose source ("<file>:<line>") lies in one of
+// dirs under that directory.
+func countIn(found map[string]int, dirs []string, source string) {
+	for _, d := range dirs {
+		if strings.HasPrefix(source, filepath.Clean(d)+string(filepath.Separator)) {
+			found[d]++
+		}
+	}
 }

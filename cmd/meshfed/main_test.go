@@ -340,3 +340,34 @@ func TestValidateConfigDirServiceEntries(t *testing.T) {
 		t.Errorf("stdout %q lists the rejected vm-1 as ok", out)
 	}
 }
+
+// TestValidateConfigDirMissingOrEmpty: a missing --config-dir is reported
+// once (exit 1); an empty one says that it holds no Istio objects (exit 0).
+func TestValidateConfigDirMissingOrEmpty(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope")
+	out, errOut, err := execute(t, "validate", "--config-dir", missing)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Errorf("missing dir: err %v, want exit code 1", err)
+	}
+	if n := strings.Count(errOut, missing); n != 1 {
+		t.Errorf("missing dir named %d times on stderr, want once:\n%s", n, errOut)
+	}
+	if out != "" {
+		t.Errorf("missing dir: stdout %q, want nothing", out)
+	}
+
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err = execute(t, "validate", "--config-dir", empty)
+	if err != nil {
+		t.Errorf("empty dir: %v, want exit code 0 (stderr %q)", err, errOut)
+	}
+	if want := "no Istio objects found in " + empty; !strings.Contains(out, want) {
+		t.Errorf("empty dir: stdout %q, want %q", out, want)
+	}
+}

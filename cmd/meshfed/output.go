@@ -75,12 +75,14 @@ func printData(w io.Writer, format outputFormat, v any) error {
 }
 
 // painter colours states when w is a terminal and NO_COLOR is unset
-// (https://no-color.org).
-type painter struct{ on bool }
+// (https://no-color.org). tty says that w is a terminal: long texts are
+// cut to the screen there, and whole when piped or redirected.
+type painter struct{ on, tty bool }
 
 func newPainter(w io.Writer) painter {
 	f, ok := w.(*os.File)
-	return painter{on: ok && term.IsTerminal(int(f.Fd())) && os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb"}
+	tty := ok && term.IsTerminal(int(f.Fd()))
+	return painter{on: tty && os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb", tty: tty}
 }
 
 // Colours are two-digit SGR codes, so every painted cell of a column

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -82,6 +83,17 @@ func readDump(c *adminClient, proxy string) (*configDump, error) {
 	case 1:
 	default:
 		return nil, fmt.Errorf("%q matches %d proxies: %s", proxy, len(ids), strings.Join(ids, ", "))
+	}
+	var streams []string
+	for _, p := range ps {
+		if p.ID == ids[0] {
+			streams = append(streams, fmt.Sprintf("%s #%d connected %s", p.Stream, p.StreamID, p.Connected.Format(time.RFC3339)))
+		}
+	}
+	if len(streams) > 1 {
+		return nil, fmt.Errorf("%d streams share node id %q (%s): cannot tell which one you mean; "+
+			"give each client its own node id (meshfed bootstrap --grpc does unless --node-id is given)",
+			len(streams), ids[0], strings.Join(streams, "; "))
 	}
 	var d configDump
 	if err := c.get("/debug/config_dump?proxy="+url.QueryEscape(ids[0]), &d); err != nil {

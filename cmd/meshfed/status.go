@@ -37,6 +37,7 @@ type proxyReport struct {
 	ID        string       `json:"id"`
 	Class     string       `json:"class"`
 	Stream    string       `json:"stream"`
+	StreamID  int64        `json:"streamId"`
 	Connected time.Time    `json:"connected"`
 	Types     []typeReport `json:"types"`
 }
@@ -155,7 +156,7 @@ func readStatus(c *adminClient, proxy string) (statusReport, error) {
 		if proxy != "" && !strings.Contains(p.ID, proxy) {
 			continue
 		}
-		pr := proxyReport{ID: p.ID, Class: p.Class, Stream: p.Stream, Connected: p.Connected}
+		pr := proxyReport{ID: p.ID, Class: p.Class, Stream: p.Stream, StreamID: p.StreamID, Connected: p.Connected}
 		for _, t := range p.Types {
 			st := ads.SyncState(t)
 			if st == ads.StateNacked {
@@ -180,7 +181,7 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 			state += " (restored)"
 		}
 		i := rt.row(r.Name, r.Kind, state, fmt.Sprint(r.Services), fmt.Sprint(r.Endpoints),
-			fmt.Sprint(r.Restarts), ago(now, r.LastSync), oneLine(r.LastError))
+			fmt.Sprint(r.Restarts), ago(now, r.LastSync), p.oneLine(r.LastError))
 		rt.color(i, 2, p.state)
 	}
 	rt.write(w)
@@ -189,7 +190,7 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 		case r.Hold != nil:
 			reason := ""
 			if r.Hold.Reason != "" {
-				reason = ": " + oneLine(r.Hold.Reason)
+				reason = ": " + p.oneLine(r.Hold.Reason)
 			}
 			fmt.Fprintf(w, "%s %s: update held since %s, serving %d endpoints, %d pending%s\n  release it: meshfed release %s\n",
 				p.paint(yellow, "HELD"), r.Name, ago(now, r.Hold.Since), r.Hold.Served, r.Hold.Pending, reason, r.Name)
@@ -233,10 +234,10 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 				}
 			}
 			if n := t.LastNack; n != nil && n.At.After(nackAt) {
-				nack, nackAt = t.Type+" "+ago(now, n.At)+": "+oneLine(n.Error), n.At
+				nack, nackAt = t.Type+" "+ago(now, n.At)+": "+p.oneLine(n.Error), n.At
 			}
 		}
-		row := append([]string{pr.ID, pr.Class, pr.Stream}, cells...)
+		row := append([]string{pr.ID, pr.Class, fmt.Sprintf("%s #%d", pr.Stream, pr.StreamID)}, cells...)
 		if other {
 			row = append(row, strings.Join(others, ", "))
 		}
@@ -246,6 +247,17 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 		}
 	}
 	pt.write(w)
+	shared := map[string]int{}
+	for _, pr := range rep.Proxies {
+		shared[pr.ID]++
+	}
+	for _, pr := range rep.Proxies {
+		if n := shared[pr.ID]; n > 1 {
+			fmt.Fprintf(w, "%s %d streams share node id %s: proxy-config cannot tell them apart; give each client its own node id\n",
+				p.paint(yellow, "SHARED"), n, pr.ID)
+			delete(shared, pr.ID)
+		}
+	}
 }
 
 func ago(now, t time.Time) string {
@@ -255,10 +267,12 @@ func ago(now, t time.Time) string {
 	return now.Sub(t).Truncate(time.Second).String() + " ago"
 }
 
-func oneLine(s string) string {
+// oneLine puts s on one line, cut to 80 characters on a terminal only:
+// piped or redirected output keeps the whole text.
+func (p painter) oneLine(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 80 {
-		s = s[:77] + "..."
+	if r := []rune(s); p.tty && len(r) > 80 {
+		s = string(r[:77]) + "..."
 	}
 	return s
 }

@@ -133,10 +133,14 @@ func (t *tracker) close(s *streamState) {
 	t.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.counted {
-		connectedProxies.WithLabelValues(string(s.class)).Dec()
+	if !s.counted { // no request yet: never logged as connected
+		t.log.Debug("xds stream closed", "stream", streamKind(s.key), "streamId", s.key.id)
+		return
 	}
-	t.log.Debug("xds stream closed", "node", s.nodeID, "stream", streamKind(s.key), "streamId", s.key.id)
+	connectedProxies.WithLabelValues(string(s.class)).Dec()
+	// At INFO with the keys of "xds proxy connected", plus how long it was.
+	t.log.Info("xds proxy disconnected", "node", s.nodeID, "class", s.class, "stream", streamKind(s.key), "streamId", s.key.id,
+		"duration", t.now().Sub(s.connected).Round(time.Millisecond))
 }
 
 // learn records the node of the stream's first request; a stream whose
