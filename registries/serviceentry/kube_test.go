@@ -109,7 +109,9 @@ func TestKubeChecksOnlyChangedObjects(t *testing.T) {
 	}
 	var n atomic.Uint64
 	c := &kubeChecks{checked: &n}
-	part := func() []kubeclient.Part { return []kubeclient.Part{{Name: "east", Synced: true, Objects: slices.Clone(objs)}} }
+	part := func() []kubeclient.Part {
+		return []kubeclient.Part{{Name: "east", Synced: true, Objects: slices.Clone(objs)}}
+	}
 	c.objects(part())
 	if n.Load() != 50 {
 		t.Fatalf("first read checked %d, want 50", n.Load())
