@@ -128,7 +128,7 @@ func readFeed(f Feed, memo *objectMemo) (docs []*parsed, keep []string, states [
 		})
 		for _, o := range objs {
 			docs = append(docs, &parsed{kind: o.Kind, namespace: o.Namespace, name: o.Name, source: o.Source, file: group,
-				spec: o.Spec, hash: memo.hash(o), fromFeed: true, created: o.Created})
+				spec: o.Spec, hash: memo.hash(group, o), fromFeed: true, created: o.Created})
 		}
 	}
 	return docs, keep, states

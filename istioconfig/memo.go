@@ -11,9 +11,9 @@ import (
 // read, so that a read after one object changed hashes and validates
 // that object only:
 //
-//   - the hash of a feed object, by (kind, namespace, name) and Spec
-//     pointer: a Feed returns the same Spec for an unchanged object
-//     (FeedObject.Spec);
+//   - the hash of a feed object, by (feed part, kind, namespace, name)
+//     and Spec pointer: a Feed returns the same Spec for an unchanged
+//     object (FeedObject.Spec);
 //   - the validation result of any object, by its hash (kind, namespace,
 //     name and content: files have no resourceVersion, so their objects
 //     are recognised by content).
@@ -31,17 +31,17 @@ type objectMemo struct {
 	hashed, validated atomic.Uint64 // work done, for tests
 }
 
-type feedKey struct{ kind, namespace, name string }
+type feedKey struct{ group, kind, namespace, name string }
 
 type feedHash struct {
 	spec proto.Message
 	hash string
 }
 
-// hash returns o's hash, computed only when o's Spec is not the one of
-// the last read.
-func (m *objectMemo) hash(o FeedObject) string {
-	k := feedKey{o.Kind, o.Namespace, o.Name}
+// hash returns the hash of o, read from the feed part group, computed
+// only when o's Spec is not the one of the last read.
+func (m *objectMemo) hash(group string, o FeedObject) string {
+	k := feedKey{group, o.Kind, o.Namespace, o.Name}
 	m.mu.Lock()
 	h, ok := m.hashes[k]
 	m.mu.Unlock()

@@ -69,6 +69,26 @@ func TestOneChangeOneValidation(t *testing.T) {
 	}
 }
 
+// TestSameObjectsInTwoParts: the same objects in two clusters (distinct
+// Specs, equal content) are hashed once per cluster and validated once,
+// and not again while unchanged.
+func TestSameObjectsInTwoParts(t *testing.T) {
+	t.Parallel()
+	var east, west []FeedObject
+	for i := range 50 {
+		east = append(east, feedVS("east", fmt.Sprintf("svc%02d", i), 90, 10))
+		west = append(west, feedVS("west", fmt.Sprintf("svc%02d", i), 90, 10))
+	}
+	f := &fakeFeed{}
+	f.set(FeedPart{Name: "east", Synced: true, Objects: east}, FeedPart{Name: "west", Synced: true, Objects: west})
+	s := New(nil, nil, f)
+	s.Reload()
+	s.Reload()
+	if h, v := s.Work(); h != 100 || v != 50 || len(s.Snapshot().Objects()) != 50 || len(s.Status().Rejected) != 0 {
+		t.Fatalf("two reads: hashed %d, validated %d, %d in force, rejected %v; want 100, 50, 50, none", h, v, len(s.Snapshot().Objects()), s.Status().Rejected)
+	}
+}
+
 // TestFileObjectsValidatedByContent: objects of files have no
 // resourceVersion; an unchanged document is not validated again.
 func TestFileObjectsValidatedByContent(t *testing.T) {
