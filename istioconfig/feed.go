@@ -59,7 +59,12 @@ type FeedObject struct {
 	Created time.Time
 	// Spec is the *networking.VirtualService or *networking.DestinationRule
 	// (istio.io/api networking/v1alpha3, which v1 and v1beta1 alias). It
-	// is never modified afterwards.
+	// is never modified afterwards. A Feed returns the same pointer again
+	// for an object that did not change (kubeclient.IstioWatch does, per
+	// resourceVersion): the Source then reuses the object's hash and
+	// validation instead of computing them again, so a change of one
+	// object costs one hash and one validation. A new pointer is always
+	// correct, only slower.
 	Spec proto.Message
 }
 
@@ -95,8 +100,9 @@ func feedGroup(feed, part string) string { return feedPrefix + feed + "\x00" + p
 const feedPrefix = "feed\x00"
 
 // readFeed turns the parts of f into documents for the gate, the groups
-// whose last good objects stay (parts not synced) and their states.
-func readFeed(f Feed) (docs []*parsed, keep []string, states []SourceState) {
+// whose last good objects stay (parts not synced) and their states. Each
+// object's hash is taken from memo while its Spec is the same pointer.
+func readFeed(f Feed, memo *objectMemo) (docs []*parsed, keep []string, states []SourceState) {
 	for _, part := range f.Parts() {
 		st := SourceState{Name: f.Name(), Kind: "kubernetes", Cluster: part.Name, Error: part.Err}
 		switch {
@@ -122,7 +128,7 @@ func readFeed(f Feed) (docs []*parsed, keep []string, states []SourceState) {
 		})
 		for _, o := range objs {
 			docs = append(docs, &parsed{kind: o.Kind, namespace: o.Namespace, name: o.Name, source: o.Source, file: group,
-				spec: o.Spec, hash: hashOf(o.Kind, o.Namespace, o.Name, o.Spec), fromFeed: true, created: o.Created})
+				spec: o.Spec, hash: memo.hash(group, o), fromFeed: true, created: o.Created})
 		}
 	}
 	return docs, keep, states

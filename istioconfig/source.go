@@ -71,6 +71,8 @@ type Source struct {
 	dirs  []Dir
 	feeds []Feed
 	log   *slog.Logger
+	// memo: per-object hashes and validation results of the last read.
+	memo objectMemo
 
 	mu       sync.Mutex
 	inForce  map[string]*model.ConfigObject // by Key
@@ -183,6 +185,14 @@ func Hosts(o *model.ConfigObject) []string {
 	return nil
 }
 
+// Work returns how many objects the Source has hashed (feed objects
+// only: a file's are hashed as they are decoded) and validated since it
+// was made. A read hashes and validates only the objects that changed
+// since the previous read (objectMemo). For tests and diagnostics.
+func (s *Source) Work() (hashed, validated uint64) {
+	return s.memo.hashed.Load(), s.memo.validated.Load()
+}
+
 // Reload reads every directory and feed once and applies it: valid
 // objects come into force, objects no longer in any file (or cluster)
 // leave it, and an object that is now invalid or conflicting is rejected
@@ -218,7 +228,7 @@ func (s *Source) Reload() bool {
 		}
 	}
 	for _, f := range s.feeds {
-		ps, keep, st := readFeed(f)
+		ps, keep, st := readFeed(f, &s.memo)
 		docs = append(docs, ps...)
 		states = append(states, st...)
 		for _, g := range keep {
@@ -273,7 +283,7 @@ func (s *Source) Reload() bool {
 			continue
 		}
 		seen[p.key()] = p
-		if err := validate(p); err != nil {
+		if err := s.memo.validate(p); err != nil {
 			reject(p, err.Error())
 			continue
 		}
@@ -350,6 +360,7 @@ func (s *Source) Reload() bool {
 		}
 	}
 	s.inForce, s.fileOf, s.rejected, s.states = next, fileOf, rejected, states
+	s.memo.done()
 	s.merged = mergedRules(next)
 	for _, r := range rejected {
 		s.log.Warn("config object rejected", "source", r.Source, "kind", r.Kind, "object", r.Namespace+"/"+r.Name, "reason", r.Reason, "keptLastGood", r.KeptLastGood)

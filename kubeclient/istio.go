@@ -23,6 +23,13 @@ package kubeclient
 // slimmed (managed fields, annotations and labels dropped) before they
 // are cached and are never modified: specs are cloned when read.
 //
+// Each cluster keeps its conversions per object (kind, namespace, name):
+// Parts converts (clones) an object only when its resourceVersion changed
+// since the last call, and otherwise returns the same Object again (the
+// same Spec pointer). One event therefore costs one conversion, and
+// consumers can key their own per-object caches (validation, checks) on
+// the Spec pointer or on ResourceVersion (see Object).
+//
 // A cluster is Starting until every informer has listed once. A cluster
 // whose first list is refused for good (404: Istio's CRDs not installed,
 // 403: no rights, 401) is Failed instead, and syncs when the cause is
@@ -40,6 +47,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -113,8 +121,14 @@ type Object struct {
 	Source string
 	// Created is its creation time.
 	Created time.Time
+	// ResourceVersion is the API server's version of the object ("" when
+	// it has none).
+	ResourceVersion string
 	// Spec is a copy of its spec, an istio.io/api networking/v1alpha3
-	// message (*networking.VirtualService, …).
+	// message (*networking.VirtualService, …). It is shared: while the
+	// object's ResourceVersion is unchanged, every call of Parts returns
+	// the same pointer (so a consumer may cache what it derives from an
+	// object by Spec pointer), and nobody may modify it.
 	Spec proto.Message
 }
 
@@ -154,7 +168,14 @@ func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) 
 type IstioWatch struct {
 	namespaces []string
 	clusters   []*cluster
+	// conversions counts the objects converted (cloned) by Parts.
+	conversions atomic.Uint64
 }
+
+// Conversions returns how many objects Parts has converted (cloned) so
+// far: one per object whose resourceVersion changed between two calls,
+// not one per object per call. For tests and diagnostics.
+func (w *IstioWatch) Conversions() uint64 { return w.conversions.Load() }
 
 // NewIstioWatch returns an IstioWatch; it does no I/O. It panics without
 // kinds or with an unknown one.
@@ -177,7 +198,7 @@ func NewIstioWatch(o IstioOptions) *IstioWatch {
 		}
 	}
 	for _, c := range o.Clusters {
-		w.clusters = append(w.clusters, &cluster{Cluster: c, kinds: kinds, log: log.With("cluster", c.Name)})
+		w.clusters = append(w.clusters, &cluster{Cluster: c, kinds: kinds, log: log.With("cluster", c.Name), conversions: &w.conversions})
 	}
 	return w
 }
@@ -195,7 +216,9 @@ func (w *IstioWatch) Run(ctx context.Context, changed func()) error {
 }
 
 // Parts returns one part per cluster, in the configured order. It may be
-// called at any time, before and concurrently with Run.
+// called at any time, before and concurrently with Run. An object whose
+// resourceVersion did not change since the previous call is not converted
+// again: its Object is the previous one, with the same Spec pointer.
 func (w *IstioWatch) Parts() []Part {
 	out := make([]Part, 0, len(w.clusters))
 	for _, c := range w.clusters {
@@ -215,7 +238,14 @@ type cluster struct {
 	tracker   *Tracker
 	informers []cache.SharedIndexInformer // nil until connected
 	synced    bool                        // every informer listed once
+	// converted holds the last conversion of each object, by objectKey,
+	// with the resourceVersion it was made from.
+	converted   map[objectKey]Object
+	conversions *atomic.Uint64
 }
+
+// objectKey names an object within a cluster.
+type objectKey struct{ kind, namespace, name string }
 
 func (c *cluster) part() Part {
 	c.mu.Lock()
@@ -236,14 +266,51 @@ func (c *cluster) part() Part {
 	if !c.synced {
 		return p
 	}
+	next := make(map[objectKey]Object, len(c.converted))
 	for _, inf := range c.informers {
 		for _, obj := range inf.GetStore().List() {
-			if o, ok := Convert(obj, c.Name); ok {
-				p.Objects = append(p.Objects, o)
+			o, ok := c.convert(obj)
+			if !ok {
+				continue
+			}
+			next[objectKey{o.Kind, o.Namespace, o.Name}] = o
+			p.Objects = append(p.Objects, o)
+		}
+	}
+	c.converted = next
+	return p
+}
+
+// convert is Convert, reusing the last conversion of an object whose
+// resourceVersion is unchanged. c.mu is held.
+func (c *cluster) convert(obj any) (Object, bool) {
+	if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
+		if kind := kindOf(obj); kind != "" {
+			if o, ok := c.converted[objectKey{kind, m.GetNamespace(), m.GetName()}]; ok && o.ResourceVersion == m.GetResourceVersion() {
+				return o, true
 			}
 		}
 	}
-	return p
+	o, ok := Convert(obj, c.Name)
+	if ok && c.conversions != nil {
+		c.conversions.Add(1)
+	}
+	return o, ok
+}
+
+// kindOf is the Kind constant of a cached object, "" for anything else.
+func kindOf(obj any) string {
+	switch obj.(type) {
+	case *networkingv1.VirtualService:
+		return KindVirtualService
+	case *networkingv1.DestinationRule:
+		return KindDestinationRule
+	case *networkingv1.ServiceEntry:
+		return KindServiceEntry
+	case *networkingv1.WorkloadEntry:
+		return KindWorkloadEntry
+	}
+	return ""
 }
 
 // permanent reports whether err is an API server's answer that retrying
@@ -409,6 +476,7 @@ func Convert(obj any, cluster string) (o Object, ok bool) {
 	o.Namespace, o.Name = meta.Namespace, meta.Name
 	o.Source = fmt.Sprintf("%s/%s (%s)", meta.Namespace, meta.Name, cluster)
 	o.Created = meta.CreationTimestamp.Time
+	o.ResourceVersion = meta.ResourceVersion
 	o.Spec = proto.Clone(spec)
 	return o, true
 }

@@ -134,3 +134,73 @@ func TestExplain(t *testing.T) {
 		t.Errorf("explain for a ServiceEntry reader = %q, want the resources it reads named", got)
 	}
 }
+
+// TestPartsConvertsChangedObjectsOnly: Parts converts an object again only
+// when its resourceVersion changed; an unchanged one is returned with the
+// same Spec pointer, and a deleted one leaves the cache.
+func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
+	t.Parallel()
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &networkingv1.VirtualService{}, 0, cache.Indexers{})
+	store := inf.GetStore()
+	vs := func(i int, rv string) *networkingv1.VirtualService {
+		v := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("vs%02d", i), ResourceVersion: rv}}
+		v.Spec.Hosts = []string{fmt.Sprintf("h%d.shop.svc.cluster.local", i)}
+		return v
+	}
+	for i := range 50 {
+		if err := store.Add(vs(i, "1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
+	c := w.clusters[0]
+	c.informers, c.synced = []cache.SharedIndexInformer{inf}, true
+	specs := func() map[string]proto.Message {
+		out := map[string]proto.Message{}
+		for _, o := range w.Parts()[0].Objects {
+			out[o.Name] = o.Spec
+		}
+		return out
+	}
+	first := specs()
+	if len(first) != 50 || w.Conversions() != 50 {
+		t.Fatalf("first Parts: %d objects, %d conversions; want 50, 50", len(first), w.Conversions())
+	}
+	second := specs()
+	if w.Conversions() != 50 {
+		t.Fatalf("unchanged objects converted again: %d conversions, want 50", w.Conversions())
+	}
+	for n, s := range second {
+		if first[n] != s {
+			t.Fatalf("%s: unchanged object has a new Spec pointer", n)
+		}
+	}
+
+	// One event: one object updated, one deleted.
+	upd := vs(7, "2")
+	upd.Spec.Hosts = []string{"new.shop.svc.cluster.local"}
+	if err := store.Update(upd); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(vs(9, "1")); err != nil {
+		t.Fatal(err)
+	}
+	third := specs()
+	if got := w.Conversions() - 50; got != 1 {
+		t.Fatalf("one update converted %d objects, want 1", got)
+	}
+	if len(third) != 49 || third["vs07"] == first["vs07"] || third["vs07"].(*apinetworking.VirtualService).GetHosts()[0] != "new.shop.svc.cluster.local" {
+		t.Fatalf("after the update: %d objects, vs07 = %v", len(third), third["vs07"])
+	}
+	if third["vs08"] != first["vs08"] || len(c.converted) != 49 {
+		t.Fatalf("unchanged vs08 re-converted or deleted vs09 still cached (%d cached)", len(c.converted))
+	}
+	// An object re-created under the same name with a new resourceVersion
+	// is converted again.
+	if err := store.Add(vs(9, "3")); err != nil {
+		t.Fatal(err)
+	}
+	if specs(); w.Conversions() != 52 {
+		t.Fatalf("re-created object: %d conversions, want 52", w.Conversions())
+	}
+}

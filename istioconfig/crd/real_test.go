@@ -372,3 +372,65 @@ func TestRealRBACIsEnough(t *testing.T) {
 		t.Errorf("create VirtualService with the chart's token: %v, want Forbidden", err)
 	}
 }
+
+// TestRealOneEventOneObject: with 50 VirtualServices in force, updating
+// one converts (clones), hashes and validates that one only, through the
+// real informers; unchanged objects keep their pointers.
+func TestRealOneEventOneObject(t *testing.T) {
+	t.Parallel()
+	api := servers.StartKubeClusters(t, 1).Servers[0]
+	api.InstallIstioCRDs(t)
+	api.EnsureNamespace(t, "shop")
+	ic := istioClient(t, api)
+	ctx := context.Background()
+	const n = 50
+	for i := range n {
+		vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("vs%02d", i)}}
+		setVS(&vs.Spec, 90, 10)
+		vs.Spec.Hosts = []string{fmt.Sprintf("svc%02d.shop.svc.cluster.local", i)}
+		if _, err := ic.NetworkingV1().VirtualServices("shop").Create(ctx, vs, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feed := New(Options{Name: "k8s", Clusters: []kubeclient.Cluster{clusterOf(t, api, "east")}, Namespaces: []string{"shop"}})
+	src := istioconfig.New(nil, nil, feed)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = src.Run(runCtx, func(*model.ConfigSnapshot) {}) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r := &running{src: src}
+	r.waitFor(t, "50 objects in force", func(st istioconfig.Status) bool { return len(st.InForce) == n })
+	conv0 := feed.watch.Conversions()
+	hashed0, validated0 := src.Work()
+	if conv0 != n || hashed0 != n || validated0 != n {
+		t.Errorf("first sync: %d conversions, %d hashed, %d validated; want %d each", conv0, hashed0, validated0, n)
+	}
+	before := map[string]*model.ConfigObject{}
+	for _, o := range src.Snapshot().Objects() {
+		before[o.Name] = o
+	}
+
+	vs, err := ic.NetworkingV1().VirtualServices("shop").Get(ctx, "vs17", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setVS(&vs.Spec, 0, 100)
+	vs.Spec.Hosts = []string{"svc17.shop.svc.cluster.local"}
+	if _, err := ic.NetworkingV1().VirtualServices("shop").Update(ctx, vs, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, "the new weights", func(istioconfig.Status) bool { return slices.Equal(weightsOf(t, src, "vs17"), []int32{0, 100}) })
+	src.Reload() // one more read: nothing changed, nothing done
+	conv := feed.watch.Conversions() - conv0
+	hashed, validated := src.Work()
+	hashed, validated = hashed-hashed0, validated-validated0
+	t.Logf("one update among %d objects: %d conversions, %d hashed, %d validated", n, conv, hashed, validated)
+	if conv != 1 || hashed != 1 || validated != 1 {
+		t.Errorf("one update: %d conversions, %d hashed, %d validated; want 1 each", conv, hashed, validated)
+	}
+	for _, o := range src.Snapshot().Objects() {
+		if changed := before[o.Name] != o; changed != (o.Name == "vs17") {
+			t.Errorf("%s: pointer changed = %v", o.Name, changed)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -44,7 +45,9 @@ const kubeQuiet = 100 * time.Millisecond
 //     files.
 func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 	src := kubeclient.NewIstioWatch(r.kube)
+	r.kubeWatch.Store(src)
 	m := &merger{common: r.common, lastGood: map[string]Object{}}
+	checks := &kubeChecks{checked: &r.kubeChecked}
 	pub := registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[int]{Compare: cmp.Compare[int]})
 	changes := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(ctx)
@@ -73,7 +76,7 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 			// send it again, unless a cluster fails (the aggregator would
 			// take the re-send for a confirmation of a state that may lack
 			// what the cluster cannot show): retry after another period.
-			st := kubeStatus(src.Parts()) // Parts clones every object: once
+			st := kubeStatus(src.Parts())
 			if st.Failing() {
 				confirm.Reset(confirmAfter)
 				continue
@@ -102,7 +105,7 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 			continue
 		}
 		pub.Changed(time.Now())
-		services, rejected := m.mergeObjects(kubeObjects(parts))
+		services, rejected := m.mergeObjects(checks.objects(parts))
 		pub.Set(0, registries.Converted{Services: services, Rejected: rejected})
 		if pub.Flush(st) {
 			n := 0
@@ -143,12 +146,27 @@ func kubeStatus(parts []kubeclient.Part) registries.Condition {
 	return registries.Condition{Err: strings.Join(errs, "; ")}
 }
 
-// kubeObjects turns the synced clusters' objects into checked Objects,
+// kubeChecks keeps the checked Object of every cluster object, by
+// cluster, kind, namespace and name, with the Spec it was checked from.
+// kubeclient.IstioWatch returns the same Spec pointer while an object's
+// resourceVersion is unchanged (kubeclient.Object), so an event that
+// changed one object checks that one only. Used by one goroutine.
+type kubeChecks struct {
+	last map[kubeKey]Object
+	// checked counts the objects checked (tests); may be nil.
+	checked *atomic.Uint64
+}
+
+type kubeKey struct{ cluster, kind, namespace, name string }
+
+// objects turns the synced clusters' objects into checked Objects,
 // cluster by cluster, each by kind, namespace and name; an object equal
 // to one of an earlier cluster is left out (it is the same object).
-func kubeObjects(parts []kubeclient.Part) []Object {
+// Objects whose Spec is the one checked last time are not checked again.
+func (c *kubeChecks) objects(parts []kubeclient.Part) []Object {
 	var out []Object
 	seen := map[string]proto.Message{}
+	next := make(map[kubeKey]Object, len(c.last))
 	for _, p := range parts {
 		if !p.Synced {
 			continue
@@ -159,16 +177,25 @@ func kubeObjects(parts []kubeclient.Part) []Object {
 		})
 		for _, f := range objs {
 			key := f.Kind + "/" + f.Namespace + "/" + f.Name
-			if spec, ok := seen[key]; ok && proto.Equal(spec, f.Spec) {
+			if spec, ok := seen[key]; ok && (spec == f.Spec || proto.Equal(spec, f.Spec)) {
 				continue
 			}
 			if _, ok := seen[key]; !ok {
 				seen[key] = f.Spec
 			}
-			o := Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
-			check(&o)
+			k := kubeKey{p.Name, f.Kind, f.Namespace, f.Name}
+			o, ok := c.last[k]
+			if !ok || o.Spec != f.Spec || o.Source != f.Source {
+				o = Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
+				check(&o)
+				if c.checked != nil {
+					c.checked.Add(1)
+				}
+			}
+			next[k] = o
 			out = append(out, o)
 		}
 	}
+	c.last = next
 	return out
 }

@@ -3,6 +3,7 @@ package serviceentry
 import (
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	apinetworking "istio.io/api/networking/v1alpha3"
@@ -29,7 +30,7 @@ func TestKubeObjects(t *testing.T) {
 		{Name: "west", Synced: true, Objects: []kubeclient.Object{feedWE("west", "vm-1", "10.0.0.1"), feedWE("west", "vm-2", "10.0.0.99"), feedWE("west", "vm-3", "")}},
 		{Name: "north", Objects: []kubeclient.Object{feedWE("north", "vm-4", "10.0.0.4")}},
 	}
-	objs := kubeObjects(parts)
+	objs := (&kubeChecks{}).objects(parts)
 	var got []string
 	for _, o := range objs {
 		got = append(got, o.Source)
@@ -95,5 +96,43 @@ func TestConfigKubernetes(t *testing.T) {
 	}
 	if c.Files() != nil {
 		t.Error("Files() of a kubernetes block names files")
+	}
+}
+
+// TestKubeChecksOnlyChangedObjects: an object whose Spec is the one
+// checked last time is not checked again; a new Spec is.
+func TestKubeChecksOnlyChangedObjects(t *testing.T) {
+	t.Parallel()
+	var objs []kubeclient.Object
+	for i := range 50 {
+		objs = append(objs, feedWE("east", "vm-"+string(rune('A'+i)), "10.0.0.1"))
+	}
+	var n atomic.Uint64
+	c := &kubeChecks{checked: &n}
+	part := func() []kubeclient.Part {
+		return []kubeclient.Part{{Name: "east", Synced: true, Objects: slices.Clone(objs)}}
+	}
+	c.objects(part())
+	if n.Load() != 50 {
+		t.Fatalf("first read checked %d, want 50", n.Load())
+	}
+	c.objects(part())
+	if n.Load() != 50 {
+		t.Fatalf("an unchanged read checked %d more", n.Load()-50)
+	}
+	objs[7] = feedWE("east", objs[7].Name, "") // a new version, invalid
+	out := c.objects(part())
+	if n.Load() != 51 {
+		t.Fatalf("one change checked %d, want 1", n.Load()-50)
+	}
+	for _, o := range out {
+		if (o.Err != nil) != (o.Name == objs[7].Name) {
+			t.Errorf("%s: err = %v", o.Name, o.Err)
+		}
+	}
+	objs = objs[1:] // a deletion: nothing to check, and it leaves the cache
+	c.objects(part())
+	if n.Load() != 51 || len(c.last) != 49 {
+		t.Fatalf("after a deletion: checked %d, %d cached; want 51, 49", n.Load(), len(c.last))
 	}
 }

@@ -5,6 +5,7 @@ package serviceentry
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -242,5 +243,56 @@ current-context: west
 		if u.HasState && (u.Complete || !u.Failing()) {
 			t.Fatalf("update #%d published a complete state while west is unreachable: %s", i+2, st)
 		}
+	}
+}
+
+// TestRealKubernetesOneEventOneCheck: with a ServiceEntry selecting 50
+// WorkloadEntries served, updating one WorkloadEntry converts (clones)
+// and checks that one only, through the real informers.
+func TestRealKubernetesOneEventOneCheck(t *testing.T) {
+	t.Parallel()
+	api := servers.StartKubeClusters(t, 1).Servers[0]
+	api.InstallIstioCRDs(t)
+	api.EnsureNamespace(t, "shop")
+	ic := istioClient(t, api)
+	ctx := context.Background()
+	if _, err := ic.NetworkingV1().ServiceEntries("shop").Create(ctx, &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "pay"},
+		Spec: apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+			Resolution: apinetworking.ServiceEntry_STATIC, WorkloadSelector: &apinetworking.WorkloadSelector{Labels: map[string]string{"app": "pay"}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for i := range n {
+		if _, err := ic.NetworkingV1().WorkloadEntries("shop").Create(ctx, &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("vm-%02d", i)},
+			Spec: apinetworking.WorkloadEntry{Address: fmt.Sprintf("10.1.0.%d", i+1), Labels: map[string]string{"app": "pay"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, _ := kubeRegistry(t, api)
+	sink := registrytest.NewSink()
+	stop := registrytest.Start(t, r, sink)
+	defer stop()
+	sink.WaitFor(t, realWait, func(s registrytest.State) bool { return len(endpointsOf(s.Services, "pay.ext.example")) == n })
+	checked0, conv0 := r.kubeChecked.Load(), r.kubeWatch.Load().Conversions()
+	if checked0 != n+1 || conv0 != n+1 {
+		t.Errorf("first sync converted %d and checked %d objects, want %d", conv0, checked0, n+1)
+	}
+
+	we, err := ic.NetworkingV1().WorkloadEntries("shop").Get(ctx, "vm-17", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	we.Spec.Address = "10.2.0.17"
+	if _, err := ic.NetworkingV1().WorkloadEntries("shop").Update(ctx, we, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitFor(t, realWait, func(s registrytest.State) bool {
+		return slices.Contains(endpointsOf(s.Services, "pay.ext.example"), "10.2.0.17")
+	})
+	checked, conv := r.kubeChecked.Load()-checked0, r.kubeWatch.Load().Conversions()-conv0
+	t.Logf("one update among %d objects: %d converted, %d checked", n+1, conv, checked)
+	if checked != 1 || conv != 1 {
+		t.Errorf("one update converted %d and checked %d objects, want 1 and 1", conv, checked)
 	}
 }

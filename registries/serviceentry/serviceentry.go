@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshfed/meshfed/kubeclient"
@@ -75,6 +76,11 @@ type Registry struct {
 	kube kubeclient.IstioOptions
 	// confirmAfter: zero is filewatch.DefaultConfirmAfter (tests set it).
 	confirmAfter time.Duration
+	// kubeChecked counts the cluster objects checked (kubeChecks): one
+	// per changed object, not one per object per event. For tests.
+	kubeChecked atomic.Uint64
+	// kubeWatch is the watch of the running runKube (tests).
+	kubeWatch atomic.Pointer[kubeclient.IstioWatch]
 }
 
 // Run implements registries.Registry. It fails only when the file watcher
