@@ -261,6 +261,24 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 	return true
 }
 
+// Confirm sends the state last published again, marked Update.Confirm,
+// for a registry that publishes only changes to confirm a state the sink
+// may hold back (the hold-down): the sink applies it only while it holds
+// an update of the shard. It sends nothing, and reports false, before the
+// first publish of the Run, while the backend fails, or when a change is
+// waiting for Flush (Flush sends that).
+func (p *Publisher[K]) Confirm() bool {
+	p.mu.Lock()
+	if !p.sent || p.dirty || p.told.Failing() {
+		p.mu.Unlock()
+		return false
+	}
+	services, rejected := p.assemble()
+	p.mu.Unlock()
+	p.sink.Publish(p.shard, Update{HasState: true, Services: services, Rejected: rejected, Complete: true, Confirm: true})
+	return true
+}
+
 // State returns the state as Flush would publish it now.
 func (p *Publisher[K]) State() ([]model.Service, []model.Rejection) {
 	p.mu.Lock()

@@ -246,3 +246,33 @@ func TestPublisherPublishesPartialFirstStateWhenNothingServed(t *testing.T) {
 		t.Fatalf("want a.test published with the Degraded status: %s", st)
 	}
 }
+
+// TestPublisherConfirm: Confirm re-sends the last published state marked
+// Confirm, and sends nothing before the first publish of the Run, while a
+// change waits for Flush, or while the backend fails.
+func TestPublisherConfirm(t *testing.T) {
+	t.Parallel()
+	p, sink, c := newPub(t)
+	if p.Confirm() {
+		t.Error("Confirm sent before the first publish")
+	}
+	p.Set("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
+	p.Flush(registries.Condition{})
+	if !p.Confirm() {
+		t.Fatal("Confirm sent nothing after a publish")
+	}
+	us := sink.State(c.Shard()).Updates
+	last := us[len(us)-1]
+	if len(us) != 2 || !last.Confirm || !last.HasState || !last.Complete || hostnames(last.Services) != "a.test" {
+		t.Fatalf("updates %+v, want the published state again, marked Confirm", us)
+	}
+	p.Set("b", registries.One(pubService("b.test", "10.0.0.2"), true, nil))
+	if p.Confirm() {
+		t.Error("Confirm sent while a change waits for Flush")
+	}
+	p.Flush(registries.Condition{})
+	p.Report(registries.Condition{Err: "down"})
+	if p.Confirm() {
+		t.Error("Confirm sent while the backend fails")
+	}
+}

@@ -201,17 +201,15 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 				read(true)
 			}
 			if s.conf.due(seq, deb.Pending(), s.pub.Condition().Failing()) {
-				services, rejected := s.pub.State()
-				u := registries.FullState(services, rejected)
-				u.Confirm = true
-				if s.conf.removed {
-					log.Info("files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
-						"services", len(services), "endpoints", s.conf.endpoints)
-				} else {
-					log.Debug("files unchanged: sending the run's first update again, confirming it if the hold-down holds it",
-						"services", len(services), "endpoints", s.conf.endpoints)
+				if s.pub.Confirm() {
+					if s.conf.removed {
+						log.Info("files unchanged: sending the update that removed endpoints again (hold-down confirmation)",
+							"endpoints", s.conf.endpoints)
+					} else {
+						log.Debug("files unchanged: sending the run's first update again, confirming it if the hold-down holds it",
+							"endpoints", s.conf.endpoints)
+					}
 				}
-				s.sink.Publish(s.Shard, u)
 			}
 		}
 	}
@@ -238,8 +236,7 @@ type fileState[T any] struct {
 // runState is what one Run remembers between reads.
 type runState[T any] struct {
 	*Watch[T]
-	log  *slog.Logger
-	sink registries.Sink // for the hold-down confirmation's re-send
+	log *slog.Logger
 	// pub is the shared publishing tail (registries.Publisher): it holds
 	// the merge of the files under one key and publishes it when it
 	// changed, with the status, Synced/Degraded transitions once.
@@ -253,7 +250,7 @@ type runState[T any] struct {
 
 func (wt *Watch[T]) newRunState(sink registries.Sink, w *fsnotify.Watcher, log *slog.Logger) *runState[T] {
 	c := registries.Common{Name: wt.Shard.Name, Kind: wt.Shard.Kind}
-	return &runState[T]{Watch: wt, log: log, sink: sink, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log),
+	return &runState[T]{Watch: wt, log: log, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log),
 		pub:  registries.NewPublisher(c, sink, log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 		conf: newConfirmation(or(wt.Confirm, DefaultConfirmAfter)), merge: true}
 }

@@ -81,9 +81,7 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 				confirm.Reset(confirmAfter)
 				continue
 			}
-			services, rejected := pub.State()
-			pub.Put(0, registries.Converted{Services: services, Rejected: rejected})
-			pub.Flush(st)
+			pub.Confirm()
 			continue
 		case <-changes:
 		}
