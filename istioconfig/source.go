@@ -82,6 +82,10 @@ type Source struct {
 	states   []SourceState
 	version  uint64
 	snap     *model.ConfigSnapshot
+
+	// warned: the rejections already logged (warnKey), so a re-read of
+	// unchanged files does not log them again.
+	warned map[string]bool
 }
 
 // New returns a Source over dirs and feeds; it does no I/O.
@@ -362,9 +366,18 @@ func (s *Source) Reload() bool {
 	s.inForce, s.fileOf, s.rejected, s.states = next, fileOf, rejected, states
 	s.memo.done()
 	s.merged = mergedRules(next)
+	// Each rejection is logged once: again only after it went away (the
+	// object was fixed or removed) or changed (another reason, source or
+	// last good state).
+	warned := make(map[string]bool, len(rejected))
 	for _, r := range rejected {
-		s.log.Warn("config object rejected", "source", r.Source, "kind", r.Kind, "object", r.Namespace+"/"+r.Name, "reason", r.Reason, "keptLastGood", r.KeptLastGood)
+		k := warnKey(r)
+		if !s.warned[k] && !warned[k] {
+			s.log.Warn("config object rejected", "source", r.Source, "kind", r.Kind, "object", r.Namespace+"/"+r.Name, "reason", r.Reason, "keptLastGood", r.KeptLastGood)
+		}
+		warned[k] = true
 	}
+	s.warned = warned
 	inForce, rej := map[string]int{}, map[string]int{}
 	for _, o := range next {
 		inForce[o.Kind]++
@@ -388,6 +401,11 @@ func (s *Source) Reload() bool {
 		s.snap = model.NewConfigSnapshot(s.version, objs)
 	}
 	return changed
+}
+
+// warnKey identifies a rejection for logging it once.
+func warnKey(r Rejection) string {
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%t", r.Kind, r.Namespace, r.Name, r.Source, r.Reason, r.KeptLastGood)
 }
 
 // claims are the hosts o holds exclusively: a DestinationRule's host, the

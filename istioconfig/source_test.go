@@ -1,10 +1,13 @@
 package istioconfig
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -310,3 +313,78 @@ var aliasBomb = func() string {
 	}
 	return b + "kind: VirtualService\n"
 }()
+
+// warnLog captures the WARN records of a Source's logger.
+type warnLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnLog) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnLog) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnLog) WithGroup(string) slog.Handler            { return w }
+func (w *warnLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Level != slog.LevelWarn {
+		return nil
+	}
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "reason" || a.Key == "object" {
+			line += " " + a.Key + "=" + a.Value.String()
+		}
+		return true
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, line)
+	return nil
+}
+
+func (w *warnLog) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.msgs
+	w.msgs = nil
+	return out
+}
+
+// A rejected object is logged once, not on every re-read of unchanged
+// files; a new reason, and a fixed then broken again object, log again.
+func TestRejectionWarnedOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: x, namespace: shop}\nspec:\n  http: [{route: [{destination: {host: a.b}}]}]\n"
+	write(t, dir, "x.yaml", bad)
+	w := &warnLog{}
+	s := New([]Dir{{Name: "d", Path: dir}}, slog.New(w))
+	s.Reload()
+	s.Reload()
+	if got := w.take(); len(got) != 1 || !strings.Contains(got[0], "config object rejected") {
+		t.Fatalf("two reloads of an unchanged bad object logged %q; want one WARN", got)
+	}
+	s.Reload()
+	if got := w.take(); len(got) != 0 {
+		t.Fatalf("third reload logged %q; want nothing", got)
+	}
+
+	// Another reason: a new WARN.
+	write(t, dir, "x.yaml", strings.Replace(bad, "{host: a.b}", "{subset: v1}", 1)+"  hosts: [a.b]\n")
+	s.Reload()
+	s.Reload()
+	if got := w.take(); len(got) != 1 || !strings.Contains(got[0], "destination.host: is required") {
+		t.Fatalf("changed reason logged %q; want one WARN with the new reason", got)
+	}
+
+	// Fixed, then broken again: warned again.
+	write(t, dir, "x.yaml", goodVS)
+	s.Reload()
+	if got := w.take(); len(got) != 0 {
+		t.Fatalf("fixed object logged %q", got)
+	}
+	write(t, dir, "x.yaml", bad)
+	s.Reload()
+	s.Reload()
+	if got := w.take(); len(got) != 1 {
+		t.Fatalf("re-broken object logged %q; want one WARN", got)
+	}
+}
