@@ -92,6 +92,9 @@ type pageData struct {
 	Conflicts   []aggregate.Conflict
 	Proxies     []proxyRow
 	Types       []string
+	// Rules is /debug/configz: the config sources, the objects in force
+	// and those rejected.
+	Rules Configz
 	// Registry page only.
 	Registry *RegistryReport
 	Services []ServiceInfo
@@ -147,6 +150,7 @@ func (s *Server) pageData() *pageData {
 		Registries:  s.Reports(),
 		Conflicts:   s.gw.Conflicts(),
 		Proxies:     proxyRows(s.gw.Proxies()),
+		Rules:       s.gw.Configz(),
 	}
 	for _, t := range proxyTypes {
 		d.Types = append(d.Types, translate.ShortType(t))

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -146,15 +149,80 @@ type (
 			Name    string   `json:"name"`
 			Domains []string `json:"domains"`
 			Routes  []struct {
-				Match struct {
-					Prefix string `json:"prefix"`
-					Path   string `json:"path"`
-				} `json:"match"`
-				Route struct {
-					Cluster string `json:"cluster"`
-				} `json:"route"`
+				Name           string         `json:"name"`
+				Match          routeMatchJSON `json:"match"`
+				Route          *routeAction   `json:"route"`
+				Redirect       *redirectJSON  `json:"redirect"`
+				DirectResponse *struct {
+					Status uint32 `json:"status"`
+				} `json:"directResponse"`
 			} `json:"routes"`
 		} `json:"virtualHosts"`
+	}
+	routeMatchJSON struct {
+		Prefix              *string    `json:"prefix"`
+		Path                *string    `json:"path"`
+		SafeRegex           *regexJSON `json:"safeRegex"`
+		PathSeparatedPrefix *string    `json:"pathSeparatedPrefix"`
+		CaseSensitive       *bool      `json:"caseSensitive"`
+		GRPC                *struct{}  `json:"grpc"`
+		RuntimeFraction     *struct {
+			DefaultValue struct {
+				Numerator   uint32 `json:"numerator"`
+				Denominator string `json:"denominator"`
+			} `json:"defaultValue"`
+		} `json:"runtimeFraction"`
+		Headers []struct {
+			Name           string           `json:"name"`
+			StringMatch    *stringMatchJSON `json:"stringMatch"`
+			PresentMatch   *bool            `json:"presentMatch"`
+			ExactMatch     *string          `json:"exactMatch"`
+			PrefixMatch    *string          `json:"prefixMatch"`
+			SuffixMatch    *string          `json:"suffixMatch"`
+			ContainsMatch  *string          `json:"containsMatch"`
+			SafeRegexMatch *regexJSON       `json:"safeRegexMatch"`
+			RangeMatch     *struct {
+				Start json.Number `json:"start"`
+				End   json.Number `json:"end"`
+			} `json:"rangeMatch"`
+			InvertMatch bool `json:"invertMatch"`
+		} `json:"headers"`
+		QueryParameters []struct {
+			Name         string           `json:"name"`
+			StringMatch  *stringMatchJSON `json:"stringMatch"`
+			PresentMatch *bool            `json:"presentMatch"`
+		} `json:"queryParameters"`
+	}
+	regexJSON struct {
+		Regex string `json:"regex"`
+	}
+	stringMatchJSON struct {
+		Exact      *string    `json:"exact"`
+		Prefix     *string    `json:"prefix"`
+		Suffix     *string    `json:"suffix"`
+		Contains   *string    `json:"contains"`
+		SafeRegex  *regexJSON `json:"safeRegex"`
+		IgnoreCase bool       `json:"ignoreCase"`
+	}
+	routeAction struct {
+		Cluster          string `json:"cluster"`
+		ClusterHeader    string `json:"clusterHeader"`
+		WeightedClusters *struct {
+			Clusters []struct {
+				Name   string  `json:"name"`
+				Weight *uint32 `json:"weight"`
+			} `json:"clusters"`
+			TotalWeight *uint32 `json:"totalWeight"`
+		} `json:"weightedClusters"`
+	}
+	redirectJSON struct {
+		HTTPSRedirect  bool   `json:"httpsRedirect"`
+		SchemeRedirect string `json:"schemeRedirect"`
+		HostRedirect   string `json:"hostRedirect"`
+		PortRedirect   uint32 `json:"portRedirect"`
+		PathRedirect   string `json:"pathRedirect"`
+		PrefixRewrite  string `json:"prefixRewrite"`
+		ResponseCode   string `json:"responseCode"`
 	}
 )
 
@@ -213,19 +281,21 @@ func writeResources(w io.Writer, kind string, res []json.RawMessage) error {
 			l = listenerJSON{}
 		})
 	case "routes":
-		t.row("NAME", "VIRTUAL HOST", "DOMAINS", "MATCH", "CLUSTER")
+		t.row("NAME", "VIRTUAL HOST", "DOMAINS", "ROUTE", "MATCH", "DESTINATION")
 		var r routeJSON
 		err = each(&r, func() {
 			for _, vh := range r.VirtualHosts {
 				for _, rt := range vh.Routes {
-					m := rt.Match.Prefix
-					if rt.Match.Path != "" {
-						m = rt.Match.Path
+					dest := "-"
+					switch {
+					case rt.Route != nil:
+						dest = rt.Route.String()
+					case rt.Redirect != nil:
+						dest = rt.Redirect.String()
+					case rt.DirectResponse != nil:
+						dest = fmt.Sprintf("direct response %d", rt.DirectResponse.Status)
 					}
-					if m == "" {
-						m = "/*"
-					}
-					t.row(r.Name, vh.Name, strings.Join(vh.Domains, ","), m, rt.Route.Cluster)
+					t.row(r.Name, vh.Name, strings.Join(vh.Domains, ","), cmp.Or(rt.Name, "-"), rt.Match.String(), dest)
 				}
 			}
 			r = routeJSON{}
@@ -252,4 +322,163 @@ func splitClusterName(name string) (dir, port, subset, host string) {
 		subset = "-"
 	}
 	return parts[0], parts[1], subset, parts[3]
+}
+
+// String is a route match on one line: the path (/* for every path,
+// /api* for a prefix, /old exactly, regex ...), then each header and
+// query parameter with its match kind, e.g.
+//
+//	/*, header x-canary exact "yes", query v prefix "2"
+func (m routeMatchJSON) String() string {
+	var parts []string
+	switch {
+	case m.Path != nil:
+		parts = append(parts, *m.Path)
+	case m.SafeRegex != nil:
+		parts = append(parts, "regex "+strconv.Quote(m.SafeRegex.Regex))
+	case m.PathSeparatedPrefix != nil:
+		parts = append(parts, *m.PathSeparatedPrefix+"/*")
+	case m.Prefix != nil && *m.Prefix != "":
+		parts = append(parts, *m.Prefix+"*")
+	default: // prefix "" or "/": every path
+		parts = append(parts, "/*")
+	}
+	if m.CaseSensitive != nil && !*m.CaseSensitive {
+		parts[0] += " (ignore case)"
+	}
+	if m.GRPC != nil {
+		parts = append(parts, "grpc")
+	}
+	for _, h := range m.Headers {
+		var kind string
+		switch {
+		case h.StringMatch != nil:
+			kind = h.StringMatch.String()
+		case h.PresentMatch != nil && *h.PresentMatch:
+			kind = "present"
+		case h.PresentMatch != nil:
+			kind = "absent"
+		case h.ExactMatch != nil:
+			kind = "exact " + strconv.Quote(*h.ExactMatch)
+		case h.PrefixMatch != nil:
+			kind = "prefix " + strconv.Quote(*h.PrefixMatch)
+		case h.SuffixMatch != nil:
+			kind = "suffix " + strconv.Quote(*h.SuffixMatch)
+		case h.ContainsMatch != nil:
+			kind = "contains " + strconv.Quote(*h.ContainsMatch)
+		case h.SafeRegexMatch != nil:
+			kind = "regex " + strconv.Quote(h.SafeRegexMatch.Regex)
+		case h.RangeMatch != nil:
+			kind = fmt.Sprintf("in [%s, %s)", cmp.Or(h.RangeMatch.Start.String(), "0"), h.RangeMatch.End)
+		default:
+			kind = "present"
+		}
+		p := "header " + h.Name + " " + kind
+		if h.InvertMatch {
+			p = "not " + p
+		}
+		parts = append(parts, p)
+	}
+	for _, q := range m.QueryParameters {
+		kind := "present"
+		if q.StringMatch != nil {
+			kind = q.StringMatch.String()
+		}
+		parts = append(parts, "query "+q.Name+" "+kind)
+	}
+	if f := m.RuntimeFraction; f != nil {
+		den := map[string]float64{"": 100, "HUNDRED": 100, "TEN_THOUSAND": 10000, "MILLION": 1000000}[f.DefaultValue.Denominator]
+		if den == 0 {
+			den = 100
+		}
+		parts = append(parts, fmt.Sprintf("%s of requests", percent(float64(f.DefaultValue.Numerator), den)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// String is a string match's kind and value, e.g. exact "yes".
+func (s stringMatchJSON) String() string {
+	var out string
+	switch {
+	case s.Exact != nil:
+		out = "exact " + strconv.Quote(*s.Exact)
+	case s.Prefix != nil:
+		out = "prefix " + strconv.Quote(*s.Prefix)
+	case s.Suffix != nil:
+		out = "suffix " + strconv.Quote(*s.Suffix)
+	case s.Contains != nil:
+		out = "contains " + strconv.Quote(*s.Contains)
+	case s.SafeRegex != nil:
+		out = "regex " + strconv.Quote(s.SafeRegex.Regex)
+	default:
+		out = "exact \"\""
+	}
+	if s.IgnoreCase {
+		out += " (ignore case)"
+	}
+	return out
+}
+
+// String is where a route sends its requests: one cluster, or weighted
+// clusters with their shares, e.g. outbound|8080|v1|h 90%, outbound|8080|v2|h 10%.
+func (a routeAction) String() string {
+	switch {
+	case a.Cluster != "":
+		return a.Cluster
+	case a.ClusterHeader != "":
+		return "cluster named by header " + a.ClusterHeader
+	case a.WeightedClusters != nil:
+		var total float64
+		for _, c := range a.WeightedClusters.Clusters {
+			if c.Weight != nil {
+				total += float64(*c.Weight)
+			}
+		}
+		if tw := a.WeightedClusters.TotalWeight; tw != nil && *tw > 0 {
+			total = float64(*tw)
+		}
+		parts := make([]string, 0, len(a.WeightedClusters.Clusters))
+		for _, c := range a.WeightedClusters.Clusters {
+			var w float64
+			if c.Weight != nil {
+				w = float64(*c.Weight)
+			}
+			parts = append(parts, c.Name+" "+percent(w, total))
+		}
+		return strings.Join(parts, ", ")
+	}
+	return "-"
+}
+
+// String is a redirect as redirect [scheme://][host][:port][path] (code).
+func (r redirectJSON) String() string {
+	scheme := r.SchemeRedirect
+	if r.HTTPSRedirect {
+		scheme = "https"
+	}
+	var to string
+	if scheme != "" {
+		to = scheme + "://"
+	}
+	to += r.HostRedirect
+	if r.PortRedirect != 0 {
+		to += ":" + strconv.FormatUint(uint64(r.PortRedirect), 10)
+	}
+	switch {
+	case r.PathRedirect != "":
+		to += r.PathRedirect
+	case r.PrefixRewrite != "":
+		to += r.PrefixRewrite + "*"
+	}
+	code := map[string]string{"": "301", "MOVED_PERMANENTLY": "301", "FOUND": "302", "SEE_OTHER": "303",
+		"TEMPORARY_REDIRECT": "307", "PERMANENT_REDIRECT": "308"}[r.ResponseCode]
+	return strings.TrimSpace("redirect " + cmp.Or(to, "(same URL)") + " (" + cmp.Or(code, r.ResponseCode) + ")")
+}
+
+// percent is part/total as a percentage, without decimals when whole.
+func percent(part, total float64) string {
+	if total == 0 {
+		return "0%"
+	}
+	return strconv.FormatFloat(math.Round(part/total*1000)/10, 'f', -1, 64) + "%"
 }

@@ -11,16 +11,38 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshfed/meshfed/admin"
+	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/xds/ads"
 	"github.com/meshfed/meshfed/xds/translate"
 )
 
-// Exit codes of `meshfed status`.
+// Exit codes of `meshfed status`. When several apply, the first in this
+// order wins: exitFailed, exitUnhealthy (or exitDrift), exitRejected.
 const (
 	exitOK        = 0
 	exitFailed    = 1 // could not read the status
 	exitUnhealthy = 2 // a registry is not Synced or a proxy NACKs
+	exitRejected  = 3 // a traffic object is rejected (listed on /debug/configz)
 )
+
+// worseExit is the exit code of two that wins (see the constants).
+func worseExit(a, b int) int {
+	rank := func(c int) int {
+		switch c {
+		case exitOK:
+			return 0
+		case exitRejected:
+			return 1
+		case exitUnhealthy:
+			return 2
+		}
+		return 3 // exitFailed and anything unknown
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
+}
 
 // statusReport is what `meshfed status -o json|yaml` prints.
 type statusReport struct {
@@ -30,6 +52,17 @@ type statusReport struct {
 	// Healthy is false when a registry is not Synced or a proxy NACKs;
 	// the exit code is then 2.
 	Healthy bool `json:"healthy"`
+	// Rules are the traffic rules (/debug/configz); nil when the admin
+	// API does not serve them. Any rejected object makes the exit code 3.
+	Rules *rulesReport `json:"rules,omitempty"`
+}
+
+// rulesReport is the state of the traffic rules: their config sources,
+// how many objects are in force and those rejected, with the reason.
+type rulesReport struct {
+	Sources  []istioconfig.SourceState `json:"sources"`
+	InForce  int                       `json:"inForce"`
+	Rejected []istioconfig.Rejection   `json:"rejected"`
 }
 
 // proxyReport is one xDS stream, with its per-type state.
@@ -64,8 +97,16 @@ func statusCmd() *cobra.Command {
 connected proxy, one row per xDS stream with a column per type (CDS, EDS,
 LDS, RDS), like istioctl proxy-status.
 
-Exit code: 0 when every registry is Synced and no proxy NACKs its current
-configuration, 2 when one is not, 1 when the status cannot be read.`,
+Then the traffic rules (/debug/configz): each config source and its state,
+the number of objects in force, and each rejected object on one line,
+file:line, kind, namespace/name and reason.
+
+Exit codes (when several apply, the lowest non-zero one wins):
+  0  every registry is Synced, no proxy NACKs, no traffic object rejected
+  1  the status cannot be read
+  2  a registry is not Synced or a proxy NACKs its configuration
+     (with several --admin: the replicas' contents drift)
+  3  a traffic object (VirtualService, DestinationRule...) is rejected`,
 		Example: `  meshfed status
   meshfed status --proxy sidecar~10.0.0.5 -o json
   meshfed status --admin 10.0.0.7:15014 --token-file /etc/meshfed/admin.token`,
@@ -89,8 +130,11 @@ configuration, 2 when one is not, 1 when the status cannot be read.`,
 					code = exitFailed
 					continue
 				}
-				if !rep.Healthy && code == exitOK {
-					code = exitUnhealthy
+				if !rep.Healthy {
+					code = worseExit(code, exitUnhealthy)
+				}
+				if rep.Rules != nil && len(rep.Rules.Rejected) > 0 {
+					code = worseExit(code, exitRejected)
 				}
 				reports = append(reports, rep)
 				if output == "table" {
@@ -111,7 +155,7 @@ configuration, 2 when one is not, 1 when the status cannot be read.`,
 						fmt.Fprintln(cmd.ErrOrStderr(), err)
 						return exitError{exitFailed}
 					}
-					code = max(code, ee.code)
+					code = worseExit(code, ee.code)
 				}
 			}
 			if output != "table" {
@@ -149,6 +193,20 @@ func readStatus(c *adminClient, proxy string) (statusReport, error) {
 	for _, r := range rep.Registries {
 		if r.State != "Synced" {
 			rep.Healthy = false
+		}
+	}
+	var cz admin.Configz
+	switch err := c.get("/debug/configz", &cz); {
+	case errors.Is(err, errNotFound): // a meshfed without traffic rules
+	case err != nil:
+		return rep, err
+	default:
+		rep.Rules = &rulesReport{Sources: cz.Sources, InForce: len(cz.InForce), Rejected: cz.Rejected}
+		if rep.Rules.Sources == nil {
+			rep.Rules.Sources = []istioconfig.SourceState{}
+		}
+		if rep.Rules.Rejected == nil {
+			rep.Rules.Rejected = []istioconfig.Rejection{}
 		}
 	}
 	rep.Proxies = []proxyReport{}
@@ -247,6 +305,7 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 		}
 	}
 	pt.write(w)
+	writeRules(w, p, rep.Rules)
 	shared := map[string]int{}
 	for _, pr := range rep.Proxies {
 		shared[pr.ID]++
@@ -257,6 +316,36 @@ func writeStatus(w io.Writer, p painter, rep statusReport, now time.Time) {
 				p.paint(yellow, "SHARED"), n, pr.ID)
 			delete(shared, pr.ID)
 		}
+	}
+}
+
+// writeRules writes the traffic rules: a line with the counts, the config
+// sources with their state, and one REJECTED line per rejected object.
+func writeRules(w io.Writer, p painter, r *rulesReport) {
+	if r == nil || (len(r.Sources) == 0 && r.InForce == 0 && len(r.Rejected) == 0) {
+		return // no configSources
+	}
+	fmt.Fprintf(w, "\nTRAFFIC RULES: %d in force, %d rejected (details: /debug/configz)\n", r.InForce, len(r.Rejected))
+	if len(r.Sources) > 0 {
+		var st table
+		st.row("CONFIG SOURCE", "KIND", "STATE", "LAST ERROR")
+		for _, s := range r.Sources {
+			name := s.Name
+			if s.Cluster != "" {
+				name += " (" + s.Cluster + ")"
+			}
+			i := st.row(name, s.Kind, s.State, p.oneLine(s.Error))
+			st.color(i, 2, p.state)
+		}
+		st.write(w)
+	}
+	for _, rj := range r.Rejected {
+		kept := ""
+		if rj.KeptLastGood {
+			kept = " (its last good version stays in force)"
+		}
+		rj.Reason = p.oneLine(rj.Reason)
+		fmt.Fprintf(w, "%s %s%s\n", p.paint(red, "REJECTED"), rj, kept)
 	}
 }
 
