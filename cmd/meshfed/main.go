@@ -232,7 +232,9 @@ DIR") and is not an error (exit code 0), as meshfed serves it, empty.`,
 					countIn(found, checked, o.Source)
 				}
 				for _, r := range st.Rejected {
-					fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", r.String())
+					for _, line := range strings.Split(r.String(), "\n") { // one line per problem
+						fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", line)
+					}
 					countIn(found, checked, r.Source)
 				}
 				bad = bad || len(st.Rejected) > 0
