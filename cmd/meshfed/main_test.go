@@ -401,3 +401,56 @@ func TestValidateConfigDirPositions(t *testing.T) {
 		t.Errorf("%d problems reported, want 6:\n%s", n, errOut)
 	}
 }
+
+// TestValidateConfigSourcesDespiteErrors (issue 24 item 6): a clusters.yaml
+// with problems still has the traffic rules of its configSources
+// directories checked, reported after its own problems (exit code 1).
+func TestValidateConfigSourcesDespiteErrors(t *testing.T) {
+	t.Parallel()
+	const config = "testdata/issue24/clusters.yaml"
+	abs, err := filepath.Abs("testdata/issue24/traffic/orders.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := execute(t, "validate", config)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate: err %v, want exit code 1; stderr:\n%s", err, errOut)
+	}
+	if out != "" {
+		t.Errorf("stdout %q, want nothing", out)
+	}
+	first := strings.Index(errOut, config+":4:5: registries[0].domian")
+	rules := strings.Index(errOut, "rejected: "+abs+":9:7 VirtualService shop/orders: spec.http[0].route[0].wieght")
+	if first < 0 || rules < 0 || rules < first {
+		t.Errorf("stderr, want the clusters.yaml problem, then the traffic rules' problems:\n%s", errOut)
+	}
+	for _, w := range []string{`did you mean "domain"`, abs + `:13:16 VirtualService shop/orders: spec.http[0].retries.retryOn "sometimes"`,
+		abs + `:27:11 DestinationRule shop/orders: spec.subsets[1].name "V2"`} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errOut)
+		}
+	}
+
+	// A clusters.yaml that decodes but names files that are missing: the
+	// missing config source directory is one problem, the other is checked.
+	dir := t.TempDir()
+	config2 := filepath.Join(dir, "clusters.yaml")
+	body := "registries:\n  - name: vms\n    kind: file\n    domain: vm.internal\n    file: {path: services.yaml}\n" +
+		"configSources:\n  - name: traffic\n    dir: " + filepath.Dir(abs) + "\n  - name: gone\n    dir: gone\n"
+	if err := os.WriteFile(config2, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, err = execute(t, "validate", config2)
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate: err %v, want exit code 1; stderr:\n%s", err, errOut)
+	}
+	if n := strings.Count(errOut, filepath.Join(dir, "gone")); n != 1 {
+		t.Errorf("missing config source dir named %d times, want once:\n%s", n, errOut)
+	}
+	first = strings.Index(errOut, config2+":5:")
+	rules = strings.Index(errOut, "rejected: "+abs+":10:14 VirtualService shop/orders: spec.http[0].timeout")
+	if first < 0 || rules < first {
+		t.Errorf("stderr, want the missing services file, then the traffic rules' problems:\n%s", errOut)
+	}
+}
