@@ -52,17 +52,55 @@ type Rejection struct {
 	Name      string `json:"name,omitempty"`
 	// Source is "<file>:<line>" of the document.
 	Source string `json:"source"`
+	// Reason is every problem found, one a line ("LINE:COL: MESSAGE" when
+	// Problems places them).
 	Reason string `json:"reason"`
+	// Problems are the problems of a document of a file, each where it is
+	// written in the file.
+	Problems []Problem `json:"problems,omitempty"`
 	// KeptLastGood: an earlier version of this object stays in force.
 	KeptLastGood bool `json:"keptLastGood"`
 }
 
+// String is "SOURCE KIND NS/NAME: REASON", or, for a rejection with
+// Problems, one line per problem: "FILE:LINE:COL KIND NS/NAME: MESSAGE".
 func (r Rejection) String() string {
-	id := r.Source
+	obj := ""
 	if r.Kind != "" {
-		id += " " + r.Kind + " " + r.Namespace + "/" + r.Name
+		obj = " " + r.Kind + " " + r.Namespace + "/" + r.Name
 	}
-	return id + ": " + r.Reason
+	if len(r.Problems) == 0 {
+		return r.Source + obj + ": " + r.Reason
+	}
+	file := r.Source
+	if i := strings.LastIndexByte(file, ':'); i >= 0 {
+		file = file[:i]
+	}
+	lines := make([]string, len(r.Problems))
+	for i, p := range r.Problems {
+		lines[i] = fmt.Sprintf("%s:%d:%d%s: %s", file, p.Line, p.Column, obj, p.Message)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// rejectionOf is the rejection of p for err (errors joined), its problems
+// placed in p's document when p was read from a file.
+func rejectionOf(p *parsed, err error) Rejection {
+	r := Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source}
+	r.Problems = problemsOf(p.node, err)
+	lines := make([]string, 0, len(r.Problems))
+	for _, pr := range r.Problems {
+		lines = append(lines, fmt.Sprintf("%d:%d: %s", pr.Line, pr.Column, pr.Message))
+	}
+	if len(lines) == 0 {
+		for _, e := range leafErrors(err) {
+			lines = append(lines, e.Error())
+		}
+		r.Reason = strings.Join(lines, "; ")
+		return r
+	}
+	r.Reason = strings.Join(lines, "\n")
+	return r
 }
 
 // parsed is one decoded document: an object with its spec, or a document
@@ -91,6 +129,7 @@ const maxNodes = 1 << 20
 type walk struct {
 	budget int
 	open   map[*yaml.Node]bool
+	drop   map[*yaml.Node]bool // mapping keys and values, list items to leave out
 }
 
 // trafficKinds are the kinds the config source reads, with their specs.
@@ -136,7 +175,7 @@ func decodeFileKinds(file string, data []byte, kinds map[string]func() proto.Mes
 		v, err := nodeValue(body, &walk{budget: maxNodes, open: map[*yaml.Node]bool{}})
 		p := &parsed{}
 		if err == nil {
-			p = decodeDoc(v, kinds)
+			p = decodeDoc(v, body, kinds)
 		} else {
 			p.err = err
 		}
@@ -173,6 +212,9 @@ func nodeValue(n *yaml.Node, w *walk) (any, error) {
 			if k.Kind != yaml.ScalarNode {
 				return nil, fmt.Errorf("line %d: a mapping key must be a scalar", k.Line)
 			}
+			if w.drop[k] || w.drop[n.Content[i+1]] {
+				continue
+			}
 			v, err := nodeValue(n.Content[i+1], w)
 			if err != nil {
 				return nil, err
@@ -183,6 +225,9 @@ func nodeValue(n *yaml.Node, w *walk) (any, error) {
 	case yaml.SequenceNode:
 		l := make([]any, 0, len(n.Content))
 		for _, c := range n.Content {
+			if w.drop[c] {
+				continue
+			}
 			v, err := nodeValue(c, w)
 			if err != nil {
 				return nil, err
@@ -215,8 +260,13 @@ func nodeValue(n *yaml.Node, w *walk) (any, error) {
 	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
 }
 
-// decodeDoc decodes one document; nil for a kind not in kinds.
-func decodeDoc(v any, kinds map[string]func() proto.Message) *parsed {
+// decodeDoc decodes one document (v, the value of the YAML body); nil for
+// a kind not in kinds. A spec protojson refuses is checked field by field
+// against its message (checkSchema): every unknown field and value of the
+// wrong type is reported where it is written, and the rest of the spec,
+// decoded without them, is validated too, so that one reading reports
+// every problem of the object.
+func decodeDoc(v any, body *yaml.Node, kinds map[string]func() proto.Message) *parsed {
 	root, ok := v.(map[string]any)
 	if !ok {
 		return &parsed{err: errors.New("want a mapping with apiVersion, kind, metadata and spec")}
@@ -261,11 +311,38 @@ func decodeDoc(v any, kinds map[string]func() proto.Message) *parsed {
 	msg := newSpec()
 	if err := protojson.Unmarshal(js, msg); err != nil {
 		p.err = fmt.Errorf("spec: %v", cleanProtoErr(err))
+		if _, traffic := trafficKinds[kind]; !traffic {
+			return p // other kinds (DecodeDocuments) keep protojson's message
+		}
+		if errs := schemaErrors(body, newSpec); len(errs) > 0 {
+			p.err = errors.Join(errs...)
+		}
 		return p
 	}
 	p.spec = msg
 	p.hash = hashOf(p.kind, p.namespace, p.name, msg)
 	return p
+}
+
+// schemaErrors are the problems checkSchema finds in the spec of body,
+// then those of the semantic validation of the rest of the spec.
+func schemaErrors(body *yaml.Node, newSpec func() proto.Message) []error {
+	msg := newSpec()
+	errs, drop := checkSchema(body, msg.ProtoReflect().Descriptor())
+	if len(errs) == 0 {
+		return nil
+	}
+	rest, err := nodeValue(body, &walk{budget: maxNodes, open: map[*yaml.Node]bool{}, drop: drop})
+	root, _ := rest.(map[string]any)
+	if err != nil || root["spec"] == nil {
+		return errs
+	}
+	normalizeDurations(root["spec"])
+	js, err := json.Marshal(root["spec"])
+	if err != nil || protojson.Unmarshal(js, msg) != nil {
+		return errs
+	}
+	return append(errs, leafErrors(validateSpec(msg))...)
 }
 
 // cleanProtoErr drops protojson's "proto: " prefix, its unstable

@@ -2,6 +2,7 @@ package istioconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -252,12 +253,14 @@ func (s *Source) Reload() bool {
 			next[k], fileOf[k] = o, f
 		}
 	}
-	reject := func(p *parsed, reason string) {
+	reject := func(p *parsed, err error) {
 		_, kept := prev[p.key()]
 		if p.kind == "" {
 			kept = false
 		}
-		rejected = append(rejected, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Reason: reason, KeptLastGood: kept})
+		r := rejectionOf(p, err)
+		r.KeptLastGood = kept
+		rejected = append(rejected, r)
 		if o := prev[p.key()]; o != nil && p.kind != "" {
 			if _, taken := next[p.key()]; !taken {
 				next[p.key()], fileOf[p.key()] = o, s.fileOf[p.key()]
@@ -273,7 +276,7 @@ func (s *Source) Reload() bool {
 	}
 	for _, p := range docs {
 		if p.err != nil {
-			reject(p, p.err.Error())
+			reject(p, p.err)
 			continue
 		}
 		if first, dup := seen[p.key()]; dup {
@@ -288,7 +291,7 @@ func (s *Source) Reload() bool {
 		}
 		seen[p.key()] = p
 		if err := s.memo.validate(p); err != nil {
-			reject(p, err.Error())
+			reject(p, err)
 			continue
 		}
 		valid = append(valid, p)
@@ -346,7 +349,7 @@ func (s *Source) Reload() bool {
 			break
 		}
 		if clash != "" {
-			reject(p, clash)
+			reject(p, errors.New(clash))
 			continue
 		}
 		for _, h := range claims(o) {
@@ -427,11 +430,9 @@ func claims(o *model.ConfigObject) []string {
 }
 
 func validate(p *parsed) error {
-	switch sp := p.spec.(type) {
-	case *networking.VirtualService:
-		return validateVirtualService(sp)
-	case *networking.DestinationRule:
-		return validateDestinationRule(sp)
+	switch p.spec.(type) {
+	case *networking.VirtualService, *networking.DestinationRule:
+		return validateSpec(p.spec)
 	}
 	return fmt.Errorf("unsupported kind %q", p.kind)
 }
@@ -545,7 +546,7 @@ func ParseObjects(file string, data []byte) ([]*model.ConfigObject, []Rejection)
 			p.err = validate(p)
 		}
 		if p.err != nil {
-			rej = append(rej, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Reason: p.err.Error()})
+			rej = append(rej, rejectionOf(p, p.err))
 			continue
 		}
 		o := &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash, File: p.file, Spec: p.spec}

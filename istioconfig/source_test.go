@@ -145,7 +145,7 @@ func TestRejections(t *testing.T) {
 		{"unknown field", hdr + "  hosts: [a.b]\n  htp: []\n", `unknown field "htp"`},
 		{"no destination host", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {subset: v1}}]}]\n", "spec.http[0].route[0].destination.host: is required"},
 		{"bad regex", hdr + "  hosts: [a.b]\n  http: [{match: [{uri: {regex: '('}}], route: [{destination: {host: a.b}}]}]\n", "spec.http[0].match[0].uri: regex"},
-		{"bad duration", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], timeout: 10}]\n", "spec:"},
+		{"bad duration", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], timeout: 10}]\n", `spec.http[0].timeout: want a duration string like "5s", got 10`},
 		{"tiny timeout", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], timeout: 0.0001s}]\n", "want at least 1ms"},
 		{"bad grpc abort", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], fault: {abort: {grpcStatus: NOPE}}}]\n", `grpcStatus "NOPE"`},
 		{"bad retryOn", hdr + "  hosts: [a.b]\n  http: [{route: [{destination: {host: a.b}}], retries: {attempts: 2, retryOn: sometimes}}]\n", `retryOn "sometimes"`},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
 )
@@ -30,81 +31,105 @@ func dns1123Subdomain(s string) bool { return len(s) <= 253 && subdomainRE.Match
 // validHost: a DNS name, optionally with a leading "*." wildcard, or "*".
 func validHost(h string) bool { return h == "*" || (len(h) <= 253 && hostRE.MatchString(h)) }
 
-// validateVirtualService checks what every route of vs needs.
-func validateVirtualService(vs *networking.VirtualService) error {
-	if len(vs.GetHosts()) == 0 {
-		return errors.New("spec.hosts: at least one host is required")
-	}
-	for i, h := range vs.GetHosts() {
-		if !validHost(h) {
-			return fmt.Errorf("spec.hosts[%d] %q: not a valid host name", i, h)
-		}
-	}
-	if len(vs.GetTls()) > 0 {
-		return errors.New("spec.tls: TLS (SNI) routes are not supported yet")
-	}
-	if len(vs.GetHttp()) == 0 && len(vs.GetTcp()) == 0 {
-		return errors.New("spec.http/spec.tcp: at least one http or tcp route is required")
-	}
-	for i, r := range vs.GetHttp() {
-		if err := validateHTTPRoute(r); err != nil {
-			return fmt.Errorf("spec.http[%d]%s", i, err)
-		}
-	}
-	for i, r := range vs.GetTcp() {
-		if err := validateTCPRoute(r); err != nil {
-			return fmt.Errorf("spec.tcp[%d]%s", i, err)
-		}
+// validateSpec validates a VirtualService or DestinationRule spec: every
+// problem found, joined; nil for other messages.
+func validateSpec(spec proto.Message) error {
+	switch sp := spec.(type) {
+	case *networking.VirtualService:
+		return validateVirtualService(sp)
+	case *networking.DestinationRule:
+		return validateDestinationRule(sp)
 	}
 	return nil
 }
 
+// validateVirtualService checks what every route of vs needs.
+// Every problem is reported (joined), at most one per part checked.
+func validateVirtualService(vs *networking.VirtualService) error {
+	var errs []error
+	if len(vs.GetHosts()) == 0 {
+		errs = append(errs, errors.New("spec.hosts: at least one host is required"))
+	}
+	for i, h := range vs.GetHosts() {
+		if !validHost(h) {
+			errs = append(errs, fmt.Errorf("spec.hosts[%d] %q: not a valid host name", i, h))
+		}
+	}
+	if len(vs.GetTls()) > 0 {
+		errs = append(errs, errors.New("spec.tls: TLS (SNI) routes are not supported yet"))
+	}
+	if len(vs.GetHttp()) == 0 && len(vs.GetTcp()) == 0 && len(vs.GetTls()) == 0 {
+		errs = append(errs, errors.New("spec.http/spec.tcp: at least one http or tcp route is required"))
+	}
+	for i, r := range vs.GetHttp() {
+		if err := validateHTTPRoute(r); err != nil {
+			errs = append(errs, prefixed(fmt.Sprintf("spec.http[%d]", i), err))
+		}
+	}
+	for i, r := range vs.GetTcp() {
+		if err := validateTCPRoute(r); err != nil {
+			errs = append(errs, prefixed(fmt.Sprintf("spec.tcp[%d]", i), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // validateHTTPRoute returns errors that start with the field path below
-// the route (".route[0].weight: ...").
+// the route (".route[0].weight: ..."), joined: every part of the route
+// (matches, actions, destinations, timeout, retries, fault) is checked.
 func validateHTTPRoute(r *networking.HTTPRoute) error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for i, m := range r.GetMatch() {
 		if err := validateMatch(m); err != nil {
-			return fmt.Errorf(".match[%d]%s", i, err)
+			add(fmt.Errorf(".match[%d]%s", i, err))
 		}
 	}
 	if r.GetDelegate() != nil {
-		return errors.New(".delegate: delegate VirtualServices are not supported yet")
+		add(errors.New(".delegate: delegate VirtualServices are not supported yet"))
+		return errors.Join(errs...)
 	}
-	if err := validateHTTPActions(r); err != nil {
-		return err
-	}
+	add(validateHTTPActions(r))
 	if r.GetRedirect() == nil && r.GetDirectResponse() == nil {
 		if len(r.GetRoute()) == 0 {
-			return errors.New(".route: at least one destination is required")
+			add(errors.New(".route: at least one destination is required"))
 		}
 		for i, d := range r.GetRoute() {
 			if err := checkHeaders(d.GetHeaders()); err != nil {
-				return fmt.Errorf(".route[%d].headers%s", i, err)
+				add(fmt.Errorf(".route[%d].headers%s", i, err))
 			}
 		}
 	}
-	if err := checkDestinations(r.GetRoute(), func(d *networking.HTTPRouteDestination) (*networking.Destination, int32) {
+	add(checkDestinations(r.GetRoute(), func(d *networking.HTTPRouteDestination) (*networking.Destination, int32) {
 		return d.GetDestination(), d.GetWeight()
-	}); err != nil {
-		return err
-	}
+	}))
 	if err := checkDuration(r.GetTimeout(), true); err != nil {
-		return fmt.Errorf(".timeout: %v", err)
+		add(fmt.Errorf(".timeout: %v", err))
 	}
 	if rp := r.GetRetries(); rp != nil {
 		if rp.GetAttempts() < 0 {
-			return fmt.Errorf(".retries.attempts %d: must not be negative", rp.GetAttempts())
+			add(fmt.Errorf(".retries.attempts %d: must not be negative", rp.GetAttempts()))
 		}
 		if err := checkDuration(rp.GetPerTryTimeout(), false); err != nil {
-			return fmt.Errorf(".retries.perTryTimeout: %v", err)
+			add(fmt.Errorf(".retries.perTryTimeout: %v", err))
 		}
 		for _, on := range strings.Split(rp.GetRetryOn(), ",") {
 			if on = strings.TrimSpace(on); on != "" && !knownRetryOn(on) {
-				return fmt.Errorf(".retries.retryOn %q: unknown retry condition", on)
+				add(fmt.Errorf(".retries.retryOn %q: unknown retry condition", on))
 			}
 		}
 	}
-	if f := r.GetFault(); f != nil {
+	add(validateFault(r.GetFault()))
+	return errors.Join(errs...)
+}
+
+// validateFault checks a route's fault injection.
+func validateFault(f *networking.HTTPFaultInjection) error {
+	if f != nil {
 		if f.GetDelay() == nil && f.GetAbort() == nil {
 			return errors.New(".fault: delay or abort is required")
 		}
@@ -254,82 +279,89 @@ var GRPCRetryOn = map[string]uint32{
 }
 
 // validateDestinationRule checks dr.
+// Every problem is reported (joined), at most one per part checked.
 func validateDestinationRule(dr *networking.DestinationRule) error {
-	if dr.GetHost() == "" {
-		return errors.New("spec.host: is required")
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if !validHost(dr.GetHost()) {
-		return fmt.Errorf("spec.host %q: not a valid host name", dr.GetHost())
+	if dr.GetHost() == "" {
+		add(errors.New("spec.host: is required"))
+	} else if !validHost(dr.GetHost()) {
+		add(fmt.Errorf("spec.host %q: not a valid host name", dr.GetHost()))
 	}
 	if dr.GetWorkloadSelector() != nil {
-		return errors.New("spec.workloadSelector: not supported (meshfed serves one translation to every client; applying the rule to all would widen it)")
+		add(errors.New("spec.workloadSelector: not supported (meshfed serves one translation to every client; applying the rule to all would widen it)"))
 	}
-	if err := validatePolicy("spec.trafficPolicy", dr.GetTrafficPolicy()); err != nil {
-		return err
-	}
+	add(validatePolicy("spec.trafficPolicy", dr.GetTrafficPolicy()))
 	seen := map[string]bool{}
 	for i, s := range dr.GetSubsets() {
 		p := fmt.Sprintf("spec.subsets[%d]", i)
 		if !dns1123Label(s.GetName()) {
-			return fmt.Errorf("%s.name %q: want a DNS-1123 label", p, s.GetName())
-		}
-		if seen[s.GetName()] {
-			return fmt.Errorf("%s.name %q: duplicate subset name", p, s.GetName())
+			add(fmt.Errorf("%s.name %q: want a DNS-1123 label", p, s.GetName()))
+		} else if seen[s.GetName()] {
+			add(fmt.Errorf("%s.name %q: duplicate subset name", p, s.GetName()))
 		}
 		seen[s.GetName()] = true
 		for k := range s.GetLabels() {
 			if k == "" {
-				return fmt.Errorf("%s.labels: empty label key", p)
+				add(fmt.Errorf("%s.labels: empty label key", p))
 			}
 		}
-		if err := validatePolicy(p+".trafficPolicy", s.GetTrafficPolicy()); err != nil {
-			return err
-		}
+		add(validatePolicy(p+".trafficPolicy", s.GetTrafficPolicy()))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // maxRingSize is grpc-go's upper bound on a ring hash size.
 const maxRingSize = 8 * 1024 * 1024
 
+// validatePolicy checks a traffic policy: every problem, joined, at most
+// one per part checked.
 func validatePolicy(path string, tp *networking.TrafficPolicy) error {
 	if tp == nil {
 		return nil
+	}
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if lb := tp.GetLoadBalancer(); lb != nil {
 		if ch := lb.GetConsistentHash(); ch != nil {
 			switch k := ch.GetHashKey().(type) {
 			case *networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
 				if k.HttpHeaderName == "" {
-					return fmt.Errorf("%s.loadBalancer.consistentHash.httpHeaderName: must not be empty", path)
+					add(fmt.Errorf("%s.loadBalancer.consistentHash.httpHeaderName: must not be empty", path))
 				}
 			case nil:
-				return fmt.Errorf("%s.loadBalancer.consistentHash: a hash key is required", path)
+				add(fmt.Errorf("%s.loadBalancer.consistentHash: a hash key is required", path))
 			}
 			// grpc-go refuses ring sizes above 8M (8388608) in CDS.
 			if n := ch.GetRingHash().GetMinimumRingSize(); n > maxRingSize {
-				return fmt.Errorf("%s.loadBalancer.consistentHash: minimumRingSize %d: want at most %d", path, n, maxRingSize)
+				add(fmt.Errorf("%s.loadBalancer.consistentHash: minimumRingSize %d: want at most %d", path, n, maxRingSize))
 			}
 		}
 	}
 	if cp := tp.GetConnectionPool(); cp != nil {
 		if h := cp.GetHttp(); h != nil && h.GetHttp2MaxRequests() < 0 {
-			return fmt.Errorf("%s.connectionPool.http.http2MaxRequests %d: must not be negative", path, h.GetHttp2MaxRequests())
+			add(fmt.Errorf("%s.connectionPool.http.http2MaxRequests %d: must not be negative", path, h.GetHttp2MaxRequests()))
 		}
 	}
-	if err := validatePolicyMore(path, tp); err != nil {
-		return err
-	}
+	add(validatePolicyMore(path, tp))
 	if od := tp.GetOutlierDetection(); od != nil {
 		if err := checkDuration(od.GetInterval(), false); err != nil {
-			return fmt.Errorf("%s.outlierDetection.interval: %v", path, err)
+			add(fmt.Errorf("%s.outlierDetection.interval: %v", path, err))
 		}
 		if err := checkDuration(od.GetBaseEjectionTime(), false); err != nil {
-			return fmt.Errorf("%s.outlierDetection.baseEjectionTime: %v", path, err)
+			add(fmt.Errorf("%s.outlierDetection.baseEjectionTime: %v", path, err))
 		}
 		if p := od.GetMaxEjectionPercent(); p < 0 || p > 100 {
-			return fmt.Errorf("%s.outlierDetection.maxEjectionPercent %d: want 0-100", path, p)
+			add(fmt.Errorf("%s.outlierDetection.maxEjectionPercent %d: want 0-100", path, p))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -255,38 +255,26 @@ func isPrime(n uint64) bool {
 // validatePolicyMore checks the parts of a traffic policy that only Envoy
 // translation reads, and refuses what meshfed does not translate.
 func validatePolicyMore(path string, tp *networking.TrafficPolicy) error {
+	var errs []error
 	if tp.GetTunnel() != nil || tp.GetProxyProtocol() != nil || tp.GetRetryBudget() != nil {
-		return fmt.Errorf("%s: tunnel, proxyProtocol and retryBudget are not supported", path)
+		errs = append(errs, fmt.Errorf("%s: tunnel, proxyProtocol and retryBudget are not supported", path))
 	}
-	if err := checkLB(path+".loadBalancer", tp.GetLoadBalancer()); err != nil {
-		return err
-	}
-	if err := checkPool(path+".connectionPool", tp.GetConnectionPool()); err != nil {
-		return err
-	}
-	if err := checkOutlier(path+".outlierDetection", tp.GetOutlierDetection()); err != nil {
-		return err
-	}
-	if err := checkTLS(path+".tls", tp.GetTls()); err != nil {
-		return err
-	}
+	errs = append(errs, checkLB(path+".loadBalancer", tp.GetLoadBalancer()), checkPool(path+".connectionPool", tp.GetConnectionPool()),
+		checkOutlier(path+".outlierDetection", tp.GetOutlierDetection()), checkTLS(path+".tls", tp.GetTls()))
 	seen := map[uint32]bool{}
 	for i, pl := range tp.GetPortLevelSettings() {
 		p := fmt.Sprintf("%s.portLevelSettings[%d]", path, i)
 		n := pl.GetPort().GetNumber()
 		if n == 0 || n > 65535 {
-			return fmt.Errorf("%s.port.number %d: want 1-65535", p, n)
-		}
-		if seen[n] {
-			return fmt.Errorf("%s.port.number %d: port already has settings", p, n)
+			errs = append(errs, fmt.Errorf("%s.port.number %d: want 1-65535", p, n))
+		} else if seen[n] {
+			errs = append(errs, fmt.Errorf("%s.port.number %d: port already has settings", p, n))
 		}
 		seen[n] = true
-		if err := validatePolicy(p, &networking.TrafficPolicy{LoadBalancer: pl.GetLoadBalancer(),
-			ConnectionPool: pl.GetConnectionPool(), OutlierDetection: pl.GetOutlierDetection(), Tls: pl.GetTls()}); err != nil {
-			return err
-		}
+		errs = append(errs, validatePolicy(p, &networking.TrafficPolicy{LoadBalancer: pl.GetLoadBalancer(),
+			ConnectionPool: pl.GetConnectionPool(), OutlierDetection: pl.GetOutlierDetection(), Tls: pl.GetTls()}))
 	}
-	return nil
+	return errors.Join(errs...) // nil when every check passed
 }
 
 func checkLB(path string, lb *networking.LoadBalancerSettings) error {

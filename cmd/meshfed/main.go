@@ -15,12 +15,14 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/config"
 	"github.com/meshfed/meshfed/gateway"
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/registries/serviceentry"
+	"github.com/meshfed/meshfed/yamlconf"
 )
 
 // exitError carries a process exit code through cobra without printing.
@@ -155,12 +157,15 @@ func validateCmd() *cobra.Command {
 (names, domains, listeners on the same port), and every file it names (TLS
 certificate, key and CA, token and auth files, kubeconfigs, services files):
 missing, unreadable or not parsing. Every problem is printed as
-FILE:LINE:COL: KEY: MESSAGE; the exit code is then 1.
+FILE:LINE:COL: KEY: MESSAGE; the exit code is then 1. The traffic rules of
+the configSources directories the file names are checked even then, and
+their problems printed after the file's own.
 
 The Istio VirtualServices and DestinationRules of the configSources
 directories it names, and of every --config-dir, are checked too, offline:
 "ok: KIND NS/NAME (FILE:LINE)" on stdout per valid object, "rejected:
-FILE:LINE KIND NS/NAME: REASON" on stderr per refused one (exit code 1).
+FILE:LINE:COL KIND NS/NAME: FIELD: REASON" on stderr per problem of a
+refused one, each at its field (exit code 1).
 The ServiceEntries and WorkloadEntries of every --config-dir are checked
 the same way, as a serviceentry registry reads them (the domain rule
 needs a registry's domain and is checked when meshfed runs); those of
@@ -177,27 +182,32 @@ DIR") and is not an error (exit code 0), as meshfed serves it, empty.`,
 				return errors.New("want a clusters.yaml FILE, --config-dir DIR, or both")
 			}
 			var dirs []istioconfig.Dir
+			bad := false
 			if len(args) == 1 {
 				cfg, err := config.Load(args[0])
-				if err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), err)
-					return exitError{1}
-				}
-				if probs := config.CheckFiles(cfg); len(probs) > 0 {
-					fmt.Fprintln(cmd.ErrOrStderr(), &config.LoadError{Problems: probs})
-					return exitError{1}
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())
-				for _, c := range cfg.ConfigSources {
-					if k := c.Kubernetes; k != nil {
-						fmt.Fprintf(cmd.OutOrStdout(), "config source %s: the Istio CRDs of kubernetes clusters %s, read at run time (not checked offline)\n",
-							c.Name, strings.Join(k.Clusters, ", "))
-						continue
+				if err == nil {
+					if probs := config.CheckFiles(cfg); len(probs) > 0 {
+						err = &config.LoadError{Problems: probs}
 					}
-					dirs = append(dirs, istioconfig.Dir{Name: c.Name, Path: c.Dir})
+				}
+				if err != nil {
+					// The traffic rules of the configSources directories
+					// that the file names are checked all the same.
+					fmt.Fprintln(cmd.ErrOrStderr(), err)
+					bad = true
+					dirs = configSourceDirs(args[0], cfg != nil)
+				} else {
+					fmt.Fprintln(cmd.OutOrStdout(), cfg.Summary())
+					for _, c := range cfg.ConfigSources {
+						if k := c.Kubernetes; k != nil {
+							fmt.Fprintf(cmd.OutOrStdout(), "config source %s: the Istio CRDs of kubernetes clusters %s, read at run time (not checked offline)\n",
+								c.Name, strings.Join(k.Clusters, ", "))
+							continue
+						}
+						dirs = append(dirs, istioconfig.Dir{Name: c.Name, Path: c.Dir})
+					}
 				}
 			}
-			bad := false
 			found := map[string]int{} // objects seen per --config-dir
 			var checked []string
 			for _, d := range configDirs {
@@ -232,7 +242,9 @@ DIR") and is not an error (exit code 0), as meshfed serves it, empty.`,
 					countIn(found, checked, o.Source)
 				}
 				for _, r := range st.Rejected {
-					fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", r.String())
+					for _, line := range strings.Split(r.String(), "\n") { // one line per problem
+						fmt.Fprintln(cmd.ErrOrStderr(), "rejected:", line)
+					}
 					countIn(found, checked, r.Source)
 				}
 				bad = bad || len(st.Rejected) > 0
@@ -250,6 +262,76 @@ DIR") and is not an error (exit code 0), as meshfed serves it, empty.`,
 	}
 	cmd.Flags().StringArrayVar(&configDirs, "config-dir", nil, "a directory of Istio traffic YAML to check (repeatable)")
 	return cmd
+}
+
+// configSourceDirs are the directories of the configSources entries of
+// the clusters.yaml at path that has problems, as far as they can be read
+// from it: every entry that names a dir (made absolute against the file's
+// directory). When the file decoded (loaded: its problems are missing
+// files), a directory that cannot be read is left out: it is one of the
+// problems already printed.
+func configSourceDirs(path string, loaded bool) []istioconfig.Dir {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	root, probs := yamlconf.Parse(path, data)
+	if len(probs) > 0 || root == nil {
+		return nil
+	}
+	base, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		base = filepath.Dir(path)
+	}
+	list, ok := yamlconf.Lookup(root, "configSources")
+	if !ok || list == nil {
+		return nil
+	}
+	// Lookup points at the key of a list: its value follows it.
+	if m := yamlconf.Resolve(root); m != nil && m.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if m.Content[i] == list {
+				list = yamlconf.Resolve(m.Content[i+1])
+			}
+		}
+	}
+	if list == nil || list.Kind != yaml.SequenceNode {
+		return nil
+	}
+	var dirs []istioconfig.Dir
+	for i, item := range list.Content {
+		item = yamlconf.Resolve(item)
+		if item == nil || item.Kind != yaml.MappingNode {
+			continue
+		}
+		var name, dir string
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			v := yamlconf.Resolve(item.Content[j+1])
+			if v == nil || v.Kind != yaml.ScalarNode {
+				continue
+			}
+			switch item.Content[j].Value {
+			case "name":
+				name = v.Value
+			case "dir":
+				dir = v.Value
+			}
+		}
+		if dir == "" {
+			continue
+		}
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(base, dir)
+		}
+		if fi, err := os.Stat(dir); loaded && (err != nil || !fi.IsDir()) {
+			continue
+		}
+		if name == "" {
+			name = yamlconf.Index("configSources", i)
+		}
+		dirs = append(dirs, istioconfig.Dir{Name: name, Path: dir})
+	}
+	return dirs
 }
 
 // countIn counts an object whose source ("<file>:<line>") lies in one of

@@ -294,7 +294,7 @@ func TestValidateConfigDir(t *testing.T) {
 	if !strings.Contains(out, "ok: DestinationRule default/a") {
 		t.Errorf("stdout %q lacks the valid DestinationRule", out)
 	}
-	if want := "x.yaml:6 VirtualService default/b: spec.http[0].timeout"; !strings.Contains(errOut, want) {
+	if want := "x.yaml:11:57 VirtualService default/b: spec.http[0].timeout"; !strings.Contains(errOut, want) {
 		t.Errorf("stderr %q, want %q", errOut, want)
 	}
 }
@@ -369,5 +369,88 @@ func TestValidateConfigDirMissingOrEmpty(t *testing.T) {
 	}
 	if want := "no Istio objects found in " + empty; !strings.Contains(out, want) {
 		t.Errorf("empty dir: stdout %q, want %q", out, want)
+	}
+}
+
+// TestValidateConfigDirPositions (issue 24 item 5): every problem of every
+// object is printed at its field's FILE:LINE:COL, an unknown field with
+// the nearest known name, a wrong type with what the field wants.
+func TestValidateConfigDirPositions(t *testing.T) {
+	t.Parallel()
+	const f = "testdata/issue24/traffic/orders.yaml"
+	out, errOut, err := execute(t, "validate", "--config-dir", "testdata/issue24/traffic")
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate: err %v, want exit code 1; stderr:\n%s", err, errOut)
+	}
+	if strings.Contains(out, "ok:") {
+		t.Errorf("stdout %q, want no valid object", out)
+	}
+	for _, w := range []string{
+		"rejected: " + f + `:9:7 VirtualService shop/orders: spec.http[0].route[0].wieght: unknown field "wieght" of HTTPRouteDestination (did you mean "weight"?)`,
+		"rejected: " + f + `:10:14 VirtualService shop/orders: spec.http[0].timeout: want a duration string like "5s", got 5`,
+		"rejected: " + f + `:13:16 VirtualService shop/orders: spec.http[0].retries.retryOn "sometimes": unknown retry condition`,
+		"rejected: " + f + `:21:28 DestinationRule shop/orders: spec.trafficPolicy.loadBalancer.simple: want one of`,
+		"rejected: " + f + `:27:11 DestinationRule shop/orders: spec.subsets[1].name "V2": want a DNS-1123 label`,
+	} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr lacks\n%s\nstderr:\n%s", w, errOut)
+		}
+	}
+	if n := strings.Count(errOut, "rejected: "); n != 6 {
+		t.Errorf("%d problems reported, want 6:\n%s", n, errOut)
+	}
+}
+
+// TestValidateConfigSourcesDespiteErrors (issue 24 item 6): a clusters.yaml
+// with problems still has the traffic rules of its configSources
+// directories checked, reported after its own problems (exit code 1).
+func TestValidateConfigSourcesDespiteErrors(t *testing.T) {
+	t.Parallel()
+	const config = "testdata/issue24/clusters.yaml"
+	abs, err := filepath.Abs("testdata/issue24/traffic/orders.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := execute(t, "validate", config)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate: err %v, want exit code 1; stderr:\n%s", err, errOut)
+	}
+	if out != "" {
+		t.Errorf("stdout %q, want nothing", out)
+	}
+	first := strings.Index(errOut, config+":4:5: registries[0].domian")
+	rules := strings.Index(errOut, "rejected: "+abs+":9:7 VirtualService shop/orders: spec.http[0].route[0].wieght")
+	if first < 0 || rules < 0 || rules < first {
+		t.Errorf("stderr, want the clusters.yaml problem, then the traffic rules' problems:\n%s", errOut)
+	}
+	for _, w := range []string{`did you mean "domain"`, abs + `:13:16 VirtualService shop/orders: spec.http[0].retries.retryOn "sometimes"`,
+		abs + `:27:11 DestinationRule shop/orders: spec.subsets[1].name "V2"`} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errOut)
+		}
+	}
+
+	// A clusters.yaml that decodes but names files that are missing: the
+	// missing config source directory is one problem, the other is checked.
+	dir := t.TempDir()
+	config2 := filepath.Join(dir, "clusters.yaml")
+	body := "registries:\n  - name: vms\n    kind: file\n    domain: vm.internal\n    file: {path: services.yaml}\n" +
+		"configSources:\n  - name: traffic\n    dir: " + filepath.Dir(abs) + "\n  - name: gone\n    dir: gone\n"
+	if err := os.WriteFile(config2, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, err = execute(t, "validate", config2)
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate: err %v, want exit code 1; stderr:\n%s", err, errOut)
+	}
+	if n := strings.Count(errOut, filepath.Join(dir, "gone")); n != 1 {
+		t.Errorf("missing config source dir named %d times, want once:\n%s", n, errOut)
+	}
+	first = strings.Index(errOut, config2+":5:")
+	rules = strings.Index(errOut, "rejected: "+abs+":10:14 VirtualService shop/orders: spec.http[0].timeout")
+	if first < 0 || rules < first {
+		t.Errorf("stderr, want the missing services file, then the traffic rules' problems:\n%s", errOut)
 	}
 }
