@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 // CheckFiles opens every file c names — the xDS TLS certificate, key and
@@ -23,7 +23,7 @@ import (
 func CheckFiles(c *Config) []Problem {
 	var out []Problem
 	add := func(key string, err error) {
-		n, _ := yamlconf.Lookup(c.root, key)
+		n, _ := yamlpath.Lookup(c.root, key)
 		for line := range strings.SplitSeq(err.Error(), "\n") {
 			p := Problem{File: c.Path, Key: key, Msg: line}
 			if n != nil {
@@ -53,7 +53,7 @@ func CheckFiles(c *Config) []Problem {
 		}
 		for _, ref := range fr.Files() {
 			if err := registries.CheckFile(ref); err != nil {
-				add(yamlconf.JoinPath(yamlconf.Index("registries", i)+"."+r.Kind, ref.Key), err)
+				add(yamlpath.JoinPath(yamlpath.Index("registries", i)+"."+r.Kind, ref.Key), err)
 			}
 		}
 	}
@@ -62,7 +62,7 @@ func CheckFiles(c *Config) []Problem {
 			continue // a Kubernetes source: its clusters' kubeconfigs are checked above
 		}
 		if _, err := os.ReadDir(cs.Dir); err != nil {
-			add(yamlconf.Index("configSources", i)+".dir", fmt.Errorf("config source directory: %v", err))
+			add(yamlpath.Index("configSources", i)+".dir", fmt.Errorf("config source directory: %v", err))
 		}
 	}
 	return out

@@ -20,7 +20,7 @@ type Document struct {
 	// apiVersion, metadata or spec); Kind, Namespace and Name may still be
 	// known.
 	Err error
-	// Node is the document's YAML body: yamlconf.Lookup(Node,
+	// Node is the document's YAML body: yamlpath.Lookup(Node,
 	// "spec.endpoints[2]") points at a part of it.
 	Node *yaml.Node
 }

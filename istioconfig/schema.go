@@ -10,7 +10,7 @@ import (
 	"go.yaml.in/yaml/v4"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/meshfed/meshfed/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 // fieldError is a problem at one node of a document: an unknown field or
@@ -45,7 +45,7 @@ func got(n *yaml.Node) string {
 	if n.Kind == yaml.ScalarNode && n.Tag != "!!str" {
 		return n.Value
 	}
-	return yamlconf.Describe(n)
+	return yamlpath.Describe(n)
 }
 
 func resolveAlias(n *yaml.Node) *yaml.Node {
@@ -83,13 +83,13 @@ func (c *schemaCheck) message(path string, n *yaml.Node, md protoreflect.Message
 		if fd == nil {
 			fd = fields.ByName(protoreflect.Name(k.Value))
 		}
-		p := yamlconf.Child(path, k.Value)
+		p := yamlpath.Child(path, k.Value)
 		if fd == nil {
 			known := make([]string, 0, fields.Len())
 			for j := 0; j < fields.Len(); j++ {
 				known = append(known, fields.Get(j).JSONName())
 			}
-			c.add(p, k, "unknown field %q of %s%s", k.Value, md.Name(), yamlconf.Suggest(k.Value, known))
+			c.add(p, k, "unknown field %q of %s%s", k.Value, md.Name(), yamlpath.Suggest(k.Value, known))
 			continue
 		}
 		c.field(p, v, fd)
@@ -109,7 +109,7 @@ func (c *schemaCheck) field(path string, n *yaml.Node, fd protoreflect.FieldDesc
 			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			c.single(yamlconf.Child(path, n.Content[i].Value), n.Content[i+1], fd.MapValue())
+			c.single(yamlpath.Child(path, n.Content[i].Value), n.Content[i+1], fd.MapValue())
 		}
 	case fd.IsList():
 		if n.Kind != yaml.SequenceNode {
@@ -117,7 +117,7 @@ func (c *schemaCheck) field(path string, n *yaml.Node, fd protoreflect.FieldDesc
 			return
 		}
 		for i, e := range n.Content {
-			c.single(yamlconf.Index(path, i), e, fd)
+			c.single(yamlpath.Index(path, i), e, fd)
 		}
 	default:
 		c.single(path, n, fd)
@@ -174,7 +174,7 @@ func (c *schemaCheck) single(path string, n *yaml.Node, fd protoreflect.FieldDes
 		for i := 0; i < ed.Values().Len(); i++ {
 			names = append(names, string(ed.Values().Get(i).Name()))
 		}
-		c.add(path, n, "want one of %s, got %s%s", strings.Join(names, ", "), got(n), yamlconf.Suggest(n.Value, names))
+		c.add(path, n, "want one of %s, got %s%s", strings.Join(names, ", "), got(n), yamlpath.Suggest(n.Value, names))
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind, protoreflect.Int64Kind,
 		protoreflect.Sint64Kind, protoreflect.Sfixed64Kind, protoreflect.Uint32Kind, protoreflect.Fixed32Kind,
 		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
@@ -279,7 +279,7 @@ func problemsOf(body *yaml.Node, err error) []Problem {
 		n := body
 		if fe, ok := e.(*fieldError); ok && fe.node != nil {
 			n = fe.node
-		} else if at, _ := yamlconf.Lookup(body, leadingPath(e.Error())); at != nil {
+		} else if at, _ := yamlpath.Lookup(body, leadingPath(e.Error())); at != nil {
 			n = at
 		}
 		out = append(out, Problem{Line: n.Line, Column: n.Column, Message: e.Error()})

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 var (
@@ -42,14 +43,14 @@ func (d *Decoder) value(path string, owner, n *yaml.Node, v reflect.Value) {
 			d.Addf(n, path, "unknown alias %q", n.Value)
 			return
 		}
-		d.value(path, owner, Resolve(n), v)
+		d.value(path, owner, yamlpath.Resolve(n), v)
 		return
 	}
 	if n != nil && n.Kind == yaml.DocumentNode {
-		d.value(path, owner, Resolve(n), v)
+		d.value(path, owner, yamlpath.Resolve(n), v)
 		return
 	}
-	if n != nil && isNull(n) {
+	if n != nil && yamlpath.IsNull(n) {
 		n = nil
 	}
 	if v.CanAddr() && v.Addr().Type().Implements(unmarshalerType) {
@@ -150,12 +151,12 @@ func (d *Decoder) value(path string, owner, n *yaml.Node, v reflect.Value) {
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			d.Addf(n, path, "want a list, got %s", Describe(n))
+			d.Addf(n, path, "want a list, got %s", yamlpath.Describe(n))
 			return
 		}
 		out := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, item := range n.Content {
-			d.value(Index(path, i), item, item, out.Index(i))
+			d.value(yamlpath.Index(path, i), item, item, out.Index(i))
 		}
 		v.Set(out)
 	case reflect.Map:
@@ -164,12 +165,12 @@ func (d *Decoder) value(path string, owner, n *yaml.Node, v reflect.Value) {
 			return
 		}
 		if n.Kind != yaml.MappingNode {
-			d.Addf(n, path, "want a mapping, got %s", Describe(n))
+			d.Addf(n, path, "want a mapping, got %s", yamlpath.Describe(n))
 			return
 		}
 		m := reflect.MakeMapWithSize(v.Type(), len(n.Content)/2)
 		d.entries(path, n, func(key string, k, val *yaml.Node) {
-			p := Child(path, key)
+			p := yamlpath.Child(path, key)
 			e := reflect.New(v.Type().Elem()).Elem()
 			d.value(p, k, val, e)
 			m.SetMapIndex(reflect.ValueOf(key).Convert(v.Type().Key()), e)
@@ -248,7 +249,7 @@ func parseFloat(tag, s string) (float64, error) {
 // scalar returns the text of scalar n; collections are problems.
 func (d *Decoder) scalar(path string, n *yaml.Node) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
-		d.Addf(n, path, "want a single value, got %s", Describe(n))
+		d.Addf(n, path, "want a single value, got %s", yamlpath.Describe(n))
 		return "", false
 	}
 	return n.Value, true
@@ -261,14 +262,14 @@ func (d *Decoder) entries(path string, n *yaml.Node, fn func(key string, k, v *y
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind == yaml.AliasNode {
-			k = Resolve(k)
+			k = yamlpath.Resolve(k)
 			if k == nil {
 				d.Addf(n.Content[i], path, "a key must be a single value")
 				continue
 			}
 		}
 		if k.Kind != yaml.ScalarNode {
-			d.Addf(k, path, "a key must be a single value, got %s", Describe(k))
+			d.Addf(k, path, "a key must be a single value, got %s", yamlpath.Describe(k))
 			continue
 		}
 		if k.Tag == "!!merge" || k.Value == "<<" && k.Style == 0 {
@@ -276,7 +277,7 @@ func (d *Decoder) entries(path string, n *yaml.Node, fn func(key string, k, v *y
 			continue
 		}
 		if line, dup := seen[k.Value]; dup {
-			d.Addf(k, Child(path, k.Value), "mapping key %q already defined at line %d", k.Value, line)
+			d.Addf(k, yamlpath.Child(path, k.Value), "mapping key %q already defined at line %d", k.Value, line)
 			continue
 		}
 		seen[k.Value] = k.Line
@@ -345,7 +346,7 @@ type Extra func(key string, k, v *yaml.Node) bool
 // known keys are extraKeys (for "did you mean"). Defaults, paths and
 // validation apply as for Decode.
 func (d *Decoder) Struct(path string, owner, n *yaml.Node, v any, extra Extra, extraKeys []string) {
-	d.structFields(path, owner, Resolve(n), reflect.ValueOf(v).Elem(), extra, extraKeys)
+	d.structFields(path, owner, yamlpath.Resolve(n), reflect.ValueOf(v).Elem(), extra, extraKeys)
 }
 
 func (d *Decoder) structValue(path string, owner, n *yaml.Node, v reflect.Value) {
@@ -354,7 +355,7 @@ func (d *Decoder) structValue(path string, owner, n *yaml.Node, v reflect.Value)
 
 func (d *Decoder) structFields(path string, owner, n *yaml.Node, v reflect.Value, extra Extra, extraKeys []string) {
 	if n != nil && n.Kind != yaml.MappingNode {
-		d.Addf(n, path, "want a mapping, got %s", Describe(n))
+		d.Addf(n, path, "want a mapping, got %s", yamlpath.Describe(n))
 		return
 	}
 	si := infoOf(v.Type())
@@ -366,8 +367,8 @@ func (d *Decoder) structFields(path string, owner, n *yaml.Node, v reflect.Value
 					continue
 				}
 				seen[i] = true
-				p := joinPath(path, key)
-				if f.required && Resolve(val) == nil {
+				p := yamlpath.JoinPath(path, key)
+				if f.required && yamlpath.Resolve(val) == nil {
 					d.Addf(k, p, "missing value")
 					return
 				}
@@ -381,25 +382,25 @@ func (d *Decoder) structFields(path string, owner, n *yaml.Node, v reflect.Value
 			if extra != nil && extra(key, k, val) {
 				return
 			}
-			d.Addf(k, joinPath(path, key), "unknown key%s", Suggest(key, append(si.keys, extraKeys...)))
+			d.Addf(k, yamlpath.JoinPath(path, key), "unknown key%s", yamlpath.Suggest(key, append(si.keys, extraKeys...)))
 		})
 		for i, f := range si.fields {
 			if seen[i] {
 				continue
 			}
 			if f.required {
-				d.Addf(n, joinPath(path, f.key), "missing required key")
+				d.Addf(n, yamlpath.JoinPath(path, f.key), "missing required key")
 				continue
 			}
-			d.absent(joinPath(path, f.key), n, v.FieldByIndex(f.index))
+			d.absent(yamlpath.JoinPath(path, f.key), n, v.FieldByIndex(f.index))
 		}
 	} else {
 		for _, f := range si.fields {
 			if f.required {
-				d.Addf(owner, joinPath(path, f.key), "missing required key")
+				d.Addf(owner, yamlpath.JoinPath(path, f.key), "missing required key")
 				continue
 			}
-			d.absent(joinPath(path, f.key), owner, v.FieldByIndex(f.index))
+			d.absent(yamlpath.JoinPath(path, f.key), owner, v.FieldByIndex(f.index))
 		}
 	}
 	p := v.Addr().Interface()
@@ -417,7 +418,7 @@ func (d *Decoder) structFields(path string, owner, n *yaml.Node, v reflect.Value
 // positive decodes a number field tagged `yamlconf:"positive"`: a value
 // that is given must be at least 1 (an integer) or above 0.
 func (d *Decoder) positive(path string, n *yaml.Node, v reflect.Value) {
-	n = Resolve(n)
+	n = yamlpath.Resolve(n)
 	if n == nil {
 		return
 	}
@@ -446,7 +447,7 @@ func describePlain(n *yaml.Node) string {
 	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
 		return n.Value
 	}
-	return Describe(n)
+	return yamlpath.Describe(n)
 }
 
 // absent gives a struct-valued field whose key is absent its defaults and

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 // fakeBlock stands in for a platform block with nested keys, lists, maps,
@@ -39,14 +40,14 @@ func (b *fakeBlock) Validate() error {
 	var errs []error
 	for i, s := range b.Servers {
 		if s == "bad" {
-			errs = append(errs, registries.FieldErr(Index("servers", i), "bad server %q", s))
+			errs = append(errs, registries.FieldErr(yamlpath.Index("servers", i), "bad server %q", s))
 		}
 	}
 	if b.TLS.CAFile == "" {
 		errs = append(errs, registries.FieldErr("tls.caFile", "is required"))
 	}
 	if b.Labels["x.y"] == "bad" {
-		errs = append(errs, registries.FieldErr(Child("labels", "x.y"), "bad label"))
+		errs = append(errs, registries.FieldErr(yamlpath.Child("labels", "x.y"), "bad label"))
 	}
 	if b.Interval > time.Hour {
 		errs = append(errs, errors.New("interval too long"))
@@ -151,12 +152,12 @@ func TestLookupAndPaths(t *testing.T) {
 		{key: "a.b", line: 2, col: 3, found: true},
 		{key: "a.x.y", line: 1, col: 1, found: false},
 	} {
-		n, found := Lookup(root, tc.key)
+		n, found := yamlpath.Lookup(root, tc.key)
 		if n == nil || n.Line != tc.line || n.Column != tc.col || found != tc.found {
-			t.Errorf("Lookup(%s) = %v, %v; want %d:%d %v", tc.key, n, found, tc.line, tc.col, tc.found)
+			t.Errorf("yamlpath.Lookup(%s) = %v, %v; want %d:%d %v", tc.key, n, found, tc.line, tc.col, tc.found)
 		}
 	}
-	if got := parentPath(`a.b[1]["x.y"]`); got != "a.b[1]" {
+	if got := yamlpath.Parent(`a.b[1]["x.y"]`); got != "a.b[1]" {
 		t.Errorf("parentPath = %q", got)
 	}
 }

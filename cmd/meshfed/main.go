@@ -23,6 +23,7 @@ import (
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/registries/serviceentry"
 	"github.com/meshfed/meshfed/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 // exitError carries a process exit code through cobra without printing.
@@ -283,15 +284,15 @@ func configSourceDirs(path string, loaded bool) []istioconfig.Dir {
 	if err != nil {
 		base = filepath.Dir(path)
 	}
-	list, ok := yamlconf.Lookup(root, "configSources")
+	list, ok := yamlpath.Lookup(root, "configSources")
 	if !ok || list == nil {
 		return nil
 	}
 	// Lookup points at the key of a list: its value follows it.
-	if m := yamlconf.Resolve(root); m != nil && m.Kind == yaml.MappingNode {
+	if m := yamlpath.Resolve(root); m != nil && m.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			if m.Content[i] == list {
-				list = yamlconf.Resolve(m.Content[i+1])
+				list = yamlpath.Resolve(m.Content[i+1])
 			}
 		}
 	}
@@ -300,13 +301,13 @@ func configSourceDirs(path string, loaded bool) []istioconfig.Dir {
 	}
 	var dirs []istioconfig.Dir
 	for i, item := range list.Content {
-		item = yamlconf.Resolve(item)
+		item = yamlpath.Resolve(item)
 		if item == nil || item.Kind != yaml.MappingNode {
 			continue
 		}
 		var name, dir string
 		for j := 0; j+1 < len(item.Content); j += 2 {
-			v := yamlconf.Resolve(item.Content[j+1])
+			v := yamlpath.Resolve(item.Content[j+1])
 			if v == nil || v.Kind != yaml.ScalarNode {
 				continue
 			}
@@ -327,7 +328,7 @@ func configSourceDirs(path string, loaded bool) []istioconfig.Dir {
 			continue
 		}
 		if name == "" {
-			name = yamlconf.Index("configSources", i)
+			name = yamlpath.Index("configSources", i)
 		}
 		dirs = append(dirs, istioconfig.Dir{Name: name, Path: dir})
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/validate"
 	"github.com/meshfed/meshfed/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 // The services file, as decoded. Numbers are int64 and optional values
@@ -145,7 +146,7 @@ func (p *parse) errorf(key, format string, args ...any) {
 	if p.d.HasProblem(key) {
 		return
 	}
-	n, _ := yamlconf.Lookup(p.root, key)
+	n, _ := yamlpath.Lookup(p.root, key)
 	p.d.Addf(n, key, format, args...)
 }
 
@@ -154,7 +155,7 @@ func (p *parse) line(key string) int {
 	if p.fast {
 		return 0
 	}
-	if n, _ := yamlconf.Lookup(p.root, key); n != nil {
+	if n, _ := yamlpath.Lookup(p.root, key); n != nil {
 		return n.Line
 	}
 	return 0
@@ -326,6 +327,6 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // at and child build keys: services[0].endpoints[1].labels["app.kubernetes.io/name"].
-func at(key string, i int) string { return yamlconf.Index(key, i) }
+func at(key string, i int) string { return yamlpath.Index(key, i) }
 
-func child(key, name string) string { return yamlconf.Child(key, name) }
+func child(key, name string) string { return yamlpath.Child(key, name) }

@@ -14,7 +14,7 @@ import (
 	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/yamlconf"
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 // Kinds this registry reads.
@@ -320,7 +320,7 @@ func position(o Object, key string) string {
 	if o.Node == nil { // read from a cluster: "namespace/name (cluster)"
 		return o.Source
 	}
-	if n, _ := yamlconf.Lookup(o.Node, key); n != nil {
+	if n, _ := yamlpath.Lookup(o.Node, key); n != nil {
 		file := o.Source
 		if i := strings.LastIndexByte(file, ':'); i >= 0 {
 			file = file[:i]
