@@ -103,9 +103,14 @@ func run(target string, n int, timeout time.Duration) error {
 	select {
 	case <-d.dialed:
 	case <-ctx.Done():
-		err := <-kick
-		return fmt.Errorf("could not resolve %s via xDS within %s (is meshfed running, does the bootstrap point at it, and does it serve this host and port? Its admin /debug/registryz lists the hosts it serves): %v",
-			target, timeout, innermost(status.Convert(err).Message()))
+		err := fmt.Errorf("could not resolve %s via xDS within %s: no endpoints arrived (is meshfed running, does the bootstrap point at it, and does it serve this host and port? Its admin /debug/registryz lists the hosts it serves)",
+			target, timeout)
+		// grpc-go may know more, e.g. an xDS error or a resource meshfed
+		// said does not exist.
+		if why := innermost(status.Convert(<-kick).Message()); !strings.HasPrefix(why, "context deadline exceeded") {
+			err = fmt.Errorf("%w: %s", err, why)
+		}
+		return err
 	}
 
 	// Give the other endpoints a moment: the channel leaves CONNECTING
