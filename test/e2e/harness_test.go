@@ -29,7 +29,7 @@ import (
 )
 
 // binaries built once by TestMain.
-var meshfedBin, xdsClientBin string
+var meshfedBin, xdsClientBin, exampleClientBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -44,7 +44,8 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	meshfedBin = filepath.Join(dir, "meshfed")
 	xdsClientBin = filepath.Join(dir, "xdsclient")
-	for bin, pkg := range map[string]string{meshfedBin: "../../cmd/meshfed", xdsClientBin: "./xdsclient"} {
+	exampleClientBin = filepath.Join(dir, "grpc-client")
+	for bin, pkg := range map[string]string{meshfedBin: "../../cmd/meshfed", xdsClientBin: "./xdsclient", exampleClientBin: "../../examples/grpc-client"} {
 		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
