@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/istioconfig"
@@ -86,6 +88,35 @@ type Configz struct {
 	// cookie hashing, rewrites...), and Envoy (matches on the calling
 	// workload's labels).
 	NotForClients []translate.TrafficNote `json:"notForClients"`
+	// Specs holds the spec of every object in force, each named by kind,
+	// namespace and name as in InForce (`meshfed describe HOST` reads the
+	// rules of a host here).
+	Specs []ObjectSpec `json:"specs"`
+}
+
+// ObjectSpec is the spec of one traffic object in force on /debug/configz:
+// its istio.io/api message in protojson, as .spec of `kubectl get -o json`.
+type ObjectSpec struct {
+	Kind      string          `json:"kind"`
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	Spec      json.RawMessage `json:"spec"`
+}
+
+// ObjectSpecs returns the specs of objs for Configz.Specs; an object whose
+// spec is no proto message (none in force is) gets a null spec.
+func ObjectSpecs(objs []*model.ConfigObject) []ObjectSpec {
+	out := make([]ObjectSpec, 0, len(objs))
+	for _, o := range objs {
+		spec := json.RawMessage("null")
+		if m, ok := o.Spec.(proto.Message); ok {
+			if b, err := protojson.Marshal(m); err == nil {
+				spec = b
+			}
+		}
+		out = append(out, ObjectSpec{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Spec: spec})
+	}
+	return out
 }
 
 // ReloadStatus is the outcome of the last reload of clusters.yaml (SIGHUP),

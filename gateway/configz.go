@@ -4,5 +4,9 @@ import "github.com/meshfed/meshfed/admin"
 
 // Configz returns /debug/configz.
 func (g *Gateway) Configz() admin.Configz {
-	return admin.Configz{Status: g.TrafficConfig(), NotForClients: g.xds.TrafficNotes()}
+	cz := admin.Configz{Status: g.TrafficConfig(), NotForClients: g.xds.TrafficNotes(), Specs: []admin.ObjectSpec{}}
+	if g.traffic != nil {
+		cz.Specs = admin.ObjectSpecs(g.traffic.Snapshot().Objects())
+	}
+	return cz
 }

@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,6 +70,12 @@ configSources:
 	if st := configz(); len(st.InForce) != 1 || st.InForce[0].Hosts[0] != "a.vm.internal" || len(st.Rejected) != 0 {
 		t.Fatalf("configz = %+v", st)
 	}
+	// The spec of each object in force is served too (meshfed describe).
+	if st := configz(); len(st.Specs) != 1 || st.Specs[0].Name != "a" {
+		t.Errorf("configz specs = %+v", st.Specs)
+	} else if spec := new(bytes.Buffer); json.Compact(spec, st.Specs[0].Spec) != nil || !strings.Contains(spec.String(), `"labels":{"version":"v1"}`) {
+		t.Errorf("configz spec = %s", st.Specs[0].Spec)
+	}
 	// TLS origination from files reaches Envoy; gRPC clients cannot take
 	// it, which configz says.
 	waitUntil(t, func() error {
@@ -91,7 +99,8 @@ configSources:
 	})
 	st := configz()
 	r := st.Rejected[0]
-	if r.Source != filepath.Join(traffic, "a.yaml")+":1" || !r.KeptLastGood || !strings.Contains(r.Reason, `spec.subsets[0].name "V1"`) {
+	if r.Source != filepath.Join(traffic, "a.yaml")+":1" || !r.KeptLastGood || !strings.Contains(r.Reason, `spec.subsets[0].name "V1"`) ||
+		!slices.Equal(r.Hosts, []string{"a.vm.internal"}) {
 		t.Errorf("rejection = %+v", r)
 	}
 	if len(st.InForce) != 1 || g.agg.Snapshot().Config != first {

@@ -60,6 +60,10 @@ type Rejection struct {
 	Problems []Problem `json:"problems,omitempty"`
 	// KeptLastGood: an earlier version of this object stays in force.
 	KeptLastGood bool `json:"keptLastGood"`
+	// Hosts are the hosts the object names (spec.hosts, spec.host) as far
+	// as they could be read, so `meshfed describe HOST` finds what was
+	// rejected for a host.
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // String is "SOURCE KIND NS/NAME: REASON", or, for a rejection with
@@ -86,7 +90,7 @@ func (r Rejection) String() string {
 // rejectionOf is the rejection of p for err (errors joined), its problems
 // placed in p's document when p was read from a file.
 func rejectionOf(p *parsed, err error) Rejection {
-	r := Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source}
+	r := Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hosts: hostsOf(p)}
 	r.Problems = problemsOf(p.node, err)
 	lines := make([]string, 0, len(r.Problems))
 	for _, pr := range r.Problems {
@@ -115,6 +119,48 @@ type parsed struct {
 	hash                  string
 	err                   error
 	node                  *yaml.Node // the document's body, for positions below it
+}
+
+// hostsOf returns the hosts p names: from its decoded spec, else from the
+// scalars under spec.hosts / spec.host of its document; nil if none.
+func hostsOf(p *parsed) []string {
+	switch sp := p.spec.(type) {
+	case *networking.VirtualService:
+		if sp != nil {
+			return slices.Clone(sp.GetHosts())
+		}
+	case *networking.DestinationRule:
+		if sp != nil && sp.GetHost() != "" {
+			return []string{sp.GetHost()}
+		}
+	}
+	spec := mapValue(p.node, "spec")
+	if h := mapValue(spec, "host"); h != nil && h.Kind == yaml.ScalarNode && h.Value != "" {
+		return []string{h.Value}
+	}
+	var out []string
+	if hs := mapValue(spec, "hosts"); hs != nil && hs.Kind == yaml.SequenceNode {
+		for _, h := range hs.Content {
+			if h.Kind == yaml.ScalarNode && h.Value != "" {
+				out = append(out, h.Value)
+			}
+		}
+	}
+	return out
+}
+
+// mapValue is the value of key in the mapping n; nil if n is no mapping or
+// lacks key.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }
 
 func (p *parsed) key() string { return p.kind + "/" + p.namespace + "/" + p.name }

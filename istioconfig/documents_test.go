@@ -1,6 +1,7 @@
 package istioconfig
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,5 +35,28 @@ func TestDecodeDocuments(t *testing.T) {
 	}
 	if err := docs[1].Err; err == nil || !strings.Contains(err.Error(), "alias *a refers to a node that contains it") {
 		t.Errorf("recursive alias: err = %v", err)
+	}
+}
+
+// TestRejectionHosts: a rejected object names the hosts it was written
+// for, read from its spec even when the spec does not decode.
+func TestRejectionHosts(t *testing.T) {
+	_, rej := ParseObjects("r.yaml", []byte(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: a, namespace: ns}
+spec:
+  hosts: [a.vm.internal, b.vm.internal]
+  http: [{route: [{destination: {subset: v1}}]}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: c, namespace: ns}
+spec:
+  host: c.vm.internal
+  subsets: [{name: v1, labels: {version: v1}}]
+  nosuchfield: 1
+`))
+	if len(rej) != 2 || !slices.Equal(rej[0].Hosts, []string{"a.vm.internal", "b.vm.internal"}) || !slices.Equal(rej[1].Hosts, []string{"c.vm.internal"}) {
+		t.Fatalf("rejections = %+v, want both with their hosts", rej)
 	}
 }

@@ -285,7 +285,7 @@ func (s *Source) Reload() bool {
 				// multicluster meshes do): one object, from the first.
 				continue
 			}
-			rejected = append(rejected, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source,
+			rejected = append(rejected, Rejection{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hosts: hostsOf(p),
 				Reason: fmt.Sprintf("%s %s/%s is already defined at %s", p.kind, p.namespace, p.name, first.source)})
 			continue
 		}

@@ -21,6 +21,9 @@ type description struct {
 	Endpoints []admin.EndpointInfo `json:"endpoints"`
 	Conflicts []conflictJSON       `json:"conflicts"`
 	Routes    []routeRef           `json:"routes"`
+	// Traffic is the traffic rules in force and rejected for the host
+	// (/debug/configz).
+	Traffic trafficInfo `json:"traffic"`
 }
 
 // conflictJSON is a /debug/conflictz entry (aggregate.Conflict's JSON form).
@@ -45,7 +48,7 @@ type routeRef struct {
 func describeCmd() *cobra.Command {
 	return adminView(&cobra.Command{
 		Use:   "describe HOST",
-		Short: "Explain one service: the registries that publish it, its endpoints by locality and health, conflicts and routes",
+		Short: "Explain one service: the registries that publish it, its endpoints by locality and health, conflicts, routes and the traffic rules in force for it",
 		Args:  cobra.ExactArgs(1),
 	}, readDescription, func(w io.Writer, d *description) error {
 		writeDescription(w, newPainter(w), d)
@@ -88,6 +91,11 @@ func readDescription(c *adminClient, host string) (*description, error) {
 	slices.SortFunc(d.Endpoints, func(a, b admin.EndpointInfo) int {
 		return cmp.Or(cmp.Compare(a.Locality, b.Locality), cmp.Compare(a.Health, b.Health), cmp.Compare(a.Address, b.Address))
 	})
+	var cz admin.Configz
+	if err := c.get("/debug/configz", &cz); err != nil {
+		return nil, err
+	}
+	d.Traffic = readTraffic(cz, host, d.Endpoints)
 	for _, p := range d.Service.Ports {
 		d.Routes = append(d.Routes, routeRef{
 			Port:         p.Port,
@@ -180,4 +188,6 @@ func writeDescription(w io.Writer, p painter, d *description) {
 	for _, c := range d.Conflicts {
 		fmt.Fprintf(w, "  %s %s %s: %s\n", p.paint(red, c.Category), c.Registry, c.Subject, c.Reason)
 	}
+
+	writeTraffic(w, p, d.Traffic)
 }
