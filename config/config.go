@@ -101,7 +101,7 @@ type XDSLimits struct {
 	// MaxResponseBytes is the largest response sent to a client that is a
 	// gRPC library (their default receive limit is 4 MiB): larger ones are
 	// split where the protocol allows, and a resource larger on its own is
-	// not sent (see ads.Limits and README "Response size").
+	// not sent (see ads.Limits and docs/xds.md "Response size").
 	MaxResponseBytes int `yaml:"maxResponseBytes" yamlconf:"positive"`
 }
 

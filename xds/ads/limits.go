@@ -9,7 +9,7 @@ import (
 )
 
 // Limits bound what one ADS stream may make the server hold
-// (docs/architecture.md §3.5; README "Bounded streams"). A request that would exceed
+// (docs/architecture.md §3.5; docs/xds.md "Bounded streams"). A request that would exceed
 // one ends its stream with codes.ResourceExhausted, a message naming the
 // limit, and a count in meshfed_xds_stream_limit_exceeded_total; the
 // client reconnects and may ask again within the limits.

@@ -1,6 +1,6 @@
 package ads
 
-// Response size protection (docs/architecture.md §3.5, "Response size"; README "Response size").
+// Response size protection (docs/architecture.md §3.5, "Response size"; docs/xds.md "Response size").
 //
 // gRPC's client libraries refuse a message above their receive limit,
 // 4 MiB by default (grpc-go's defaultClientMaxReceiveMessageSize; its xDS

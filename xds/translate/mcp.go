@@ -361,7 +361,7 @@ func validLabel(k, v string) bool {
 // serviceEntryResource translates a service into the ServiceEntry istiod
 // receives, wrapped as an MCP Resource named <MCPNamespace>/<hostname>.
 //
-// Mapping (documented in the README, "Running beside istiod"):
+// Mapping (documented in docs/istiod.md):
 //   - hosts: the hostname; location MESH_INTERNAL (endpoints without an
 //     Istio sidecar get plain text: Istio's auto mTLS only applies to
 //     endpoints labelled security.istio.io/tlsMode=istio); exportTo "*".
