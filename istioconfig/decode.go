@@ -28,6 +28,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 // Kinds this package reads.
@@ -97,7 +99,7 @@ func rejectionOf(p *parsed, err error) Rejection {
 		lines = append(lines, fmt.Sprintf("%d:%d: %s", pr.Line, pr.Column, pr.Message))
 	}
 	if len(lines) == 0 {
-		for _, e := range leafErrors(err) {
+		for _, e := range yamlpath.Leaves(err) {
 			lines = append(lines, e.Error())
 		}
 		r.Reason = strings.Join(lines, "; ")
@@ -388,7 +390,7 @@ func schemaErrors(body *yaml.Node, newSpec func() proto.Message) []error {
 	if err != nil || protojson.Unmarshal(js, msg) != nil {
 		return errs
 	}
-	return append(errs, leafErrors(validateSpec(msg))...)
+	return append(errs, yamlpath.Leaves(validateSpec(msg))...)
 }
 
 // cleanProtoErr drops protojson's "proto: " prefix, its unstable

@@ -212,25 +212,10 @@ func checkSchema(body *yaml.Node, md protoreflect.MessageDescriptor) ([]error, m
 	return nil, nil
 }
 
-// leafErrors flattens errors.Join trees.
-func leafErrors(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, leafErrors(e)...)
-		}
-		return out
-	}
-	return []error{err}
-}
-
 // prefixed puts prefix before the message of every error joined in err.
 func prefixed(prefix string, err error) error {
 	var out []error
-	for _, e := range leafErrors(err) {
+	for _, e := range yamlpath.Leaves(err) {
 		if fe, ok := e.(*fieldError); ok {
 			out = append(out, &fieldError{path: prefix + fe.path, node: fe.node, msg: fe.msg})
 			continue
@@ -275,7 +260,7 @@ func problemsOf(body *yaml.Node, err error) []Problem {
 		return nil
 	}
 	var out []Problem
-	for _, e := range leafErrors(err) {
+	for _, e := range yamlpath.Leaves(err) {
 		n := body
 		if fe, ok := e.(*fieldError); ok && fe.node != nil {
 			n = fe.node

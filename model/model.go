@@ -241,3 +241,15 @@ func (r Rejection) String() string {
 	b.WriteString(r.Reason)
 	return b.String()
 }
+
+// Selects reports whether labels carry every value of selector (a key
+// labels lack reads as ""; an empty selector selects everything), as
+// subsets select endpoints.
+func Selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}

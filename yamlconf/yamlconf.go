@@ -294,7 +294,7 @@ func (d *Decoder) Decode(path string, owner, n *yaml.Node, v any) {
 // at path, as problems: each *registries.FieldError at its key below n,
 // any other error at n (or owner when n is nil).
 func (d *Decoder) Report(path string, owner, n *yaml.Node, err error) {
-	for _, e := range leafErrors(err) {
+	for _, e := range yamlpath.Leaves(err) {
 		var fe *registries.FieldError
 		if !errors.As(e, &fe) {
 			if d.HasProblem(path) {
@@ -335,19 +335,4 @@ func (d *Decoder) Report(path string, owner, n *yaml.Node, err error) {
 		}
 		d.Addf(at, key, "%s", msg)
 	}
-}
-
-// leafErrors flattens errors.Join trees.
-func leafErrors(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, leafErrors(e)...)
-		}
-		return out
-	}
-	return []error{err}
 }

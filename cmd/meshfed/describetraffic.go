@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshfed/meshfed/admin"
 	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds/translate"
 )
 
@@ -161,14 +162,7 @@ func unmarshalSpec(s admin.ObjectSpec, m proto.Message) bool {
 func selected(eps []admin.EndpointInfo, labels map[string]string) int {
 	n := 0
 	for _, e := range eps {
-		ok := true
-		for k, v := range labels {
-			if e.Labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if model.Selects(labels, e.Labels) {
 			n++
 		}
 	}

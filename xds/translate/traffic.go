@@ -343,14 +343,7 @@ func applyPolicy(c *cluster.Cluster, tp *networking.TrafficPolicy) {
 func subsetEndpoints(svc *model.Service, labels map[string]string) []model.Endpoint {
 	var out []model.Endpoint
 	for _, e := range svc.Endpoints {
-		ok := true
-		for k, v := range labels {
-			if e.Labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if model.Selects(labels, e.Labels) {
 			out = append(out, e)
 		}
 	}

@@ -213,3 +213,19 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// Leaves flattens an errors.Join tree into its leaf errors, in order, so
+// that each problem can be reported at its own place.
+func Leaves(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, Leaves(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
