@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/meshfed/meshfed/kubeclient/kubeclienttest"
 )
 
 // TestConnect: the kubeconfig's context (or its current context), with
@@ -21,7 +23,7 @@ func TestConnect(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	write := func(westServer string) {
-		kc := kubeconfigFor(t, "https://east.example:6443", func(c *clientcmdapi.Config) {
+		kc := kubeclienttest.Kubeconfig(t, "https://east.example:6443", func(c *clientcmdapi.Config) {
 			c.Clusters["w"] = &clientcmdapi.Cluster{Server: westServer}
 			c.AuthInfos["w"] = &clientcmdapi.AuthInfo{Token: "w"}
 			c.Contexts["west"] = &clientcmdapi.Context{Cluster: "w", AuthInfo: "w"}

@@ -4,27 +4,10 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-)
 
-// kubeconfigFor returns an inline-token kubeconfig for server.
-func kubeconfigFor(t *testing.T, server string, mut func(*clientcmdapi.Config)) []byte {
-	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server}
-	cfg.AuthInfos["c"] = &clientcmdapi.AuthInfo{Token: "t"}
-	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "c"}
-	cfg.CurrentContext = "c"
-	if mut != nil {
-		mut(cfg)
-	}
-	b, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+	"github.com/meshfed/meshfed/kubeclient/kubeclienttest"
+)
 
 // TestCheckRemoteKubeconfig: only inline credentials are accepted from a
 // Secret (the checks registries/kube's secretDiscovery applies to every
@@ -51,7 +34,7 @@ func TestCheckRemoteKubeconfig(t *testing.T) {
 		{name: "no context", wantBad: "context", mut: func(c *clientcmdapi.Config) { c.CurrentContext = "" }},
 		{name: "context without cluster", wantBad: "invalid kubeconfig", mut: func(c *clientcmdapi.Config) { c.Contexts["c"].Cluster = "gone" }},
 	} {
-		err := CheckRemoteKubeconfig(kubeconfigFor(t, "https://w:6443", tc.mut))
+		err := CheckRemoteKubeconfig(kubeclienttest.Kubeconfig(t, "https://w:6443", tc.mut))
 		switch {
 		case tc.wantBad == "" && err != nil:
 			t.Errorf("%s: %v, want it accepted", tc.name, err)
@@ -66,14 +49,14 @@ func TestCheckRemoteKubeconfig(t *testing.T) {
 
 func TestRemoteConfig(t *testing.T) {
 	t.Parallel()
-	rc, err := RemoteConfig(kubeconfigFor(t, "https://west.example:6443", nil))
+	rc, err := RemoteConfig(kubeclienttest.Kubeconfig(t, "https://west.example:6443", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rc.Host != "https://west.example:6443" || rc.BearerToken != "t" {
 		t.Errorf("REST config host %q token %q, want the kubeconfig's", rc.Host, rc.BearerToken)
 	}
-	exec := kubeconfigFor(t, "https://x.example", func(c *clientcmdapi.Config) {
+	exec := kubeclienttest.Kubeconfig(t, "https://x.example", func(c *clientcmdapi.Config) {
 		c.AuthInfos["c"] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{Command: "/bin/steal", APIVersion: "client.authentication.k8s.io/v1"}}
 	})
 	if rc, err := RemoteConfig(exec); err == nil || rc != nil {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/meshfed/meshfed/kubeclient/kubeclienttest"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
@@ -316,7 +317,7 @@ func TestUnreachableAPIServer(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfigFor(t, "https://"+addr, nil), 0o600); err != nil {
+	if err := os.WriteFile(path, kubeclienttest.Kubeconfig(t, "https://"+addr, nil), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c := &Config{Kubeconfig: path}

@@ -17,11 +17,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/meshfed/meshfed/kubeclient"
+	"github.com/meshfed/meshfed/kubeclient/kubeclienttest"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
@@ -71,24 +71,6 @@ func (l *testLauncher) state() (launched, stopped []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.launched), slices.Clone(l.stopped)
-}
-
-// kubeconfigFor returns an inline-token kubeconfig for server.
-func kubeconfigFor(t *testing.T, server string, mut func(*clientcmdapi.Config)) []byte {
-	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server}
-	cfg.AuthInfos["c"] = &clientcmdapi.AuthInfo{Token: "t"}
-	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "c"}
-	cfg.CurrentContext = "c"
-	if mut != nil {
-		mut(cfg)
-	}
-	b, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func remoteSecret(name string, labels map[string]string, data map[string][]byte) *corev1.Secret {
@@ -155,14 +137,14 @@ func TestSecretDiscovery(t *testing.T) {
 
 	// Added: a registry per cluster of the Secret; its own cluster, a bad
 	// kubeconfig and a taken name are skipped.
-	exec := kubeconfigFor(t, "https://x.example", func(c *clientcmdapi.Config) {
+	exec := kubeclienttest.Kubeconfig(t, "https://x.example", func(c *clientcmdapi.Config) {
 		c.AuthInfos["c"] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{Command: "/bin/steal", APIVersion: "client.authentication.k8s.io/v1"}}
 	})
 	if _, err := secrets.Create(ctx, remoteSecret("istio-remote-secret-west", map[string]string{"istio/multiCluster": "true", labelNetwork: "west-net"}, map[string][]byte{
-		"west":  kubeconfigFor(t, "https://west.example:6443", nil),
-		"east":  kubeconfigFor(t, "https://north.example:6443", nil),
+		"west":  kubeclienttest.Kubeconfig(t, "https://west.example:6443", nil),
+		"east":  kubeclienttest.Kubeconfig(t, "https://north.example:6443", nil),
 		"evil":  exec,
-		"taken": kubeconfigFor(t, "https://north.example:6443", nil),
+		"taken": kubeclienttest.Kubeconfig(t, "https://north.example:6443", nil),
 	}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +160,7 @@ func TestSecretDiscovery(t *testing.T) {
 	// service ever going empty (make-before-break).
 	before := sink.Replaces(shard("west"))
 	if _, err := secrets.Update(ctx, remoteSecret("istio-remote-secret-west", nil, map[string][]byte{
-		"west": kubeconfigFor(t, "https://west2.example:6443", nil),
+		"west": kubeclienttest.Kubeconfig(t, "https://west2.example:6443", nil),
 	}), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +180,7 @@ func TestSecretDiscovery(t *testing.T) {
 	// A kubeconfig whose cluster is slow to list: the old connection keeps
 	// serving, and following its cluster, until the new one synced.
 	if _, err := secrets.Update(ctx, remoteSecret("istio-remote-secret-west", nil, map[string][]byte{
-		"west": kubeconfigFor(t, "https://slow.example:6443", nil),
+		"west": kubeclienttest.Kubeconfig(t, "https://slow.example:6443", nil),
 	}), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +195,7 @@ func TestSecretDiscovery(t *testing.T) {
 
 	// A second Secret adds a cluster; an unusable update keeps it running.
 	if _, err := secrets.Create(ctx, remoteSecret("north", nil, map[string][]byte{
-		"north": kubeconfigFor(t, "https://north.example:6443", nil),
+		"north": kubeclienttest.Kubeconfig(t, "https://north.example:6443", nil),
 	}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +252,7 @@ func TestSecretParsing(t *testing.T) {
 		if name == "" {
 			name = "west"
 		}
-		good, bad := reg.parseSecret(remoteSecret("s", nil, map[string][]byte{name: kubeconfigFor(t, "https://w:6443", tc.mut)}))
+		good, bad := reg.parseSecret(remoteSecret("s", nil, map[string][]byte{name: kubeclienttest.Kubeconfig(t, "https://w:6443", tc.mut)}))
 		switch {
 		case tc.wantBad == "" && (len(good) != 1 || good["west"].network != "remote-net"):
 			t.Errorf("%s: good %v, bad %v; want west on remote-net", tc.name, good, bad)
