@@ -52,6 +52,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -63,6 +64,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshfed/meshfed/registries"
 )
@@ -82,7 +84,8 @@ var _ registries.Registry = (*Registry)(nil)
 
 // Run implements registries.Registry.
 func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
-	client, tr, err := r.newClient()
+	tt := &tokenTransport{m: &r.m}
+	client, tr, err := r.newClient(tt)
 	if err != nil {
 		return registries.Permanent(err)
 	}
@@ -93,27 +96,25 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		ctx:      ctx,
 		r:        r,
 		client:   client,
+		proto:    tt,
 		q:        newQueue(),
 		catalog:  make(chan catalogEvent),
 		service:  make(chan serviceEvent),
 		services: map[string]*serviceState{},
 		pub:      registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { w.watchCatalog(ctx) })
-	for range r.cfg.MaxConcurrentWatches {
-		wg.Go(func() { w.worker(ctx) })
-	}
+	w.wg.Go(func() { w.watchCatalog(ctx) })
 	err = w.loop(ctx)
 	cancel()
-	wg.Wait()
+	w.wg.Wait()
 	r.m.watched.Set(0)
 	return err
 }
 
 // newClient builds the API client from the config alone: the CONSUL_HTTP_*
-// environment variables the api package reads are overridden.
-func (r *Registry) newClient() (*api.Client, *http.Transport, error) {
+// environment variables the api package reads are overridden. tt gets the
+// token and wraps the transport.
+func (r *Registry) newClient(tt *tokenTransport) (*api.Client, *http.Transport, error) {
 	c := r.cfg
 	var token string
 	if c.TokenFile != "" {
@@ -123,7 +124,7 @@ func (r *Registry) newClient() (*api.Client, *http.Transport, error) {
 		}
 		token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
 	}
-	tr := cleanhttp.DefaultPooledTransport()
+	tr := cleanhttp.DefaultPooledTransport() // attempts HTTP/2 over TLS
 	tr.MaxIdleConnsPerHost = c.MaxConcurrentWatches + 2
 	if c.Scheme == "https" {
 		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
@@ -142,19 +143,24 @@ func (r *Registry) newClient() (*api.Client, *http.Transport, error) {
 		Address:    c.Address,
 		Scheme:     c.Scheme,
 		Datacenter: c.Datacenter,
-		HttpClient: &http.Client{Transport: tokenTransport{token: token, next: tr}},
+		HttpClient: &http.Client{Transport: tt},
 	})
+	tt.token, tt.next = token, tr
 	return client, tr, err
 }
 
 // tokenTransport sets the ACL token header to the configured token (or
-// removes one the api package took from the environment).
+// removes one the api package took from the environment). It notes
+// whether the agent answers over HTTP/2 and counts requests and response
+// bytes (the load meshfed puts on the agent).
 type tokenTransport struct {
 	token string
 	next  http.RoundTripper
+	m     *metrics
+	h2    atomic.Bool // the last answer came over HTTP/2
 }
 
-func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Del("Authorization")
 	if t.token == "" {
@@ -162,7 +168,26 @@ func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		req.Header.Set("X-Consul-Token", t.token)
 	}
-	return t.next.RoundTrip(req)
+	t.m.requests.Inc()
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	t.h2.Store(resp.ProtoMajor == 2)
+	resp.Body = countingBody{ReadCloser: resp.Body, n: t.m.respBytes}
+	return resp, nil
+}
+
+// countingBody counts the bytes read from a response body.
+type countingBody struct {
+	io.ReadCloser
+	n prometheus.Counter
+}
+
+func (b countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(float64(n))
+	return n, err
 }
 
 // entry is one watched service as the workers see it. An entry is held by
@@ -202,15 +227,40 @@ type watch struct {
 	ctx     context.Context // of the Run; entries derive theirs from it
 	r       *Registry
 	client  *api.Client
+	proto   *tokenTransport // says whether the agent speaks HTTP/2
 	q       *queue
 	catalog chan catalogEvent
 	service chan serviceEvent
 	active  atomic.Int64 // services watched, for the round-robin wait
+	slots   atomic.Int64 // service queries that may be in flight at once
+	wg      sync.WaitGroup
 
 	// Owned by loop.
 	services  map[string]*serviceState
+	workers   int  // worker goroutines started
 	catalogOK bool // the catalog answered since the last catalog error
 	pub       *registries.Publisher[string]
+}
+
+// h2StreamsPerConn is how many requests a Consul agent serves at once on
+// one HTTP/2 connection (its HTTPS server keeps x/net/http2's default
+// SETTINGS_MAX_CONCURRENT_STREAMS, 250).
+const h2StreamsPerConn = 250
+
+// updateSlots sets how many service queries may block at once: one per
+// connection under HTTP/1.1, h2StreamsPerConn per connection under
+// HTTP/2 (the agent's limits.http_max_conns_per_client counts
+// connections, not requests), and starts workers up to that many, never
+// more than there are services.
+func (w *watch) updateSlots() {
+	slots := w.r.cfg.MaxConcurrentWatches
+	if w.proto.h2.Load() {
+		slots *= h2StreamsPerConn
+	}
+	w.slots.Store(int64(slots))
+	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
+		w.wg.Go(func() { w.worker(w.ctx) })
+	}
 }
 
 func (w *watch) queryOptions(ctx context.Context, index uint64, wait time.Duration) *api.QueryOptions {
@@ -283,8 +333,8 @@ func (w *watch) worker(ctx context.Context) {
 			continue // the service went away
 		}
 		wait := cfg.WaitTime.Std()
-		if n := w.active.Load(); n > int64(cfg.MaxConcurrentWatches) {
-			wait = max(minTurn, time.Duration(int64(wait)*int64(cfg.MaxConcurrentWatches)/n))
+		if n, slots := w.active.Load(), w.slots.Load(); n > slots {
+			wait = max(minTurn, time.Duration(int64(wait)*slots/n))
 		}
 		w.r.m.inFlight.Inc()
 		entries, meta, err := w.client.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(e.ctx, e.index, wait))
@@ -410,6 +460,7 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 		w.q.push(e)
 	}
 	w.active.Store(int64(len(w.services)))
+	w.updateSlots()
 	w.r.m.watched.Set(float64(len(w.services)))
 	return nil
 }
