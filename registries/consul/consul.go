@@ -10,32 +10,57 @@
 // so health changes reach proxies (passing → HEALTHY, warning → DEGRADED,
 // critical → UNHEALTHY, maintenance → DRAINING). Consul keeps a
 // per-service index, so a change to one service wakes only that service's
-// query: nothing else is re-listed.
+// query: one change fetches and converts one service, nothing else is
+// re-listed (the catalog query also returns when instances are added or
+// removed, and its answer is compared, not converted).
 //
-// Every blocking query holds one HTTP connection and one goroutine on the
-// agent for up to waitTime, and an agent refuses more than
-// limits.http_max_conns_per_client (200 by default) connections from one
-// address. So the service queries run on a fixed pool of
-// maxConcurrentWatches goroutines (default 128), not one per service:
+// Every blocking query holds one goroutine on the agent for up to
+// waitTime, and an agent refuses more than limits.http_max_conns_per_client
+// (200 by default) connections from one address. How many queries fit in
+// maxConcurrentWatches connections (default 128) depends on the protocol
+// the agent speaks, which the registry reads off its answers:
 //
-//   - services ≤ maxConcurrentWatches: every service has a query of its
-//     own, blocking for waitTime; a change is seen at once.
-//   - more services: the pool serves them round-robin, each query blocking
-//     for waitTime×maxConcurrentWatches/services (at least 1s). A query
-//     whose index is behind returns at once, so a changed service is seen
-//     at its next turn, within about waitTime; unchanged services cost one
-//     small answer per turn. Raise maxConcurrentWatches (and the agent's
-//     limit) to watch large catalogs without delay.
+//   - HTTPS: the agent speaks HTTP/2, which carries up to 250 requests at
+//     once on one connection (h2StreamsPerConn), so 128 connections hold
+//     32,000 blocking queries: every service of a 10,000-service catalog
+//     has its own, blocking for waitTime, and a change is served at once
+//     (docs/registries/consul.md has the figures). This is the mode for
+//     large catalogs.
+//   - plain HTTP (HTTP/1.1) with more services than maxConcurrentWatches:
+//     the queries take turns on a pool of that many goroutines, each
+//     blocking for waitTime×maxConcurrentWatches/services (at least 1s). A
+//     query whose index is behind returns at once, so a changed service is
+//     seen at its next turn, within about waitTime; unchanged services cost
+//     one answer per turn.
 //
-// The alternatives were worse for a gateway: one goroutine and connection
-// per service, as Prometheus' consul_sd and consul-template do, runs into
-// the agent's connection limit with a few hundred services; polling
-// /v1/health/state/any sees check changes only (not registrations), and
-// re-listing every service on any catalog change costs O(services) per
-// change. A service with more than ~680 instances loses Consul's
-// fine-grained watch (go-memdb's watch limit) and wakes on any health
-// change in the datacenter; the index check then re-fetches only that
-// service.
+// Why not one catalog-wide query that says which services changed? The
+// agent's HTTP API has none that is cheaper than the catalog: every list
+// of the whole catalog is built from every instance on each call, and no
+// filter can select by ModifyIndex (the raft indexes are hidden from
+// bexpr: `bexpr:"-"` in Consul's structs.RaftIndex). Measured on Consul
+// 1.22.5 with 10,000 services × 10 instances on 1,000 nodes (a shared
+// 2-core machine at loadavg ≈ 20, so slower than on a quiet one): to learn
+// which service changed, /v1/health/state/any answers 44 MB in 1.4–11 s
+// (agent CPU 0.85–2.1 s) and still misses instances without checks and
+// in-place re-registrations; /v1/internal/ui/services (per-service counts)
+// 4.6 MB in 3–7 s (agent CPU 1.1–1.9 s) and misses an instance replaced
+// by another; /v1/catalog/services 199 KB in 0.36–1.9 s (agent CPU
+// 0.11–0.52 s) names services and tags only; asking every service for its
+// index alone (/v1/health/service/<name> with a filter that matches
+// nothing, 100 at once) takes 4.5–6.7 s and 4.3 s of agent CPU per
+// sweep. Each of these costs the whole catalog per change, and none
+// serves a change within a second at this size; per-service queries cost
+// the change only. Consul's streaming backend (?cached,
+// use_streaming_backend) changes how the agent learns from the servers,
+// not the HTTP side: each blocking request still holds a connection to
+// the agent; its catalog-wide subscription (pbsubscribe) is served only
+// on the servers' internal RPC port. One goroutine and connection per
+// service over HTTP/1.1, as Prometheus' consul_sd and consul-template do,
+// runs into the agent's connection limit with a few hundred services.
+//
+// A service with more than ~680 instances loses Consul's fine-grained
+// watch (go-memdb's watch limit) and wakes on any health change in the
+// datacenter; the index check then re-fetches only that service.
 //
 // # Outages
 //
@@ -222,6 +247,9 @@ type serviceState struct {
 	failing bool
 }
 
+// ready: the service's last answer can be published.
+func (st *serviceState) ready() bool { return st.fetched && !st.failing }
+
 // watch is the state of one Run.
 type watch struct {
 	ctx     context.Context // of the Run; entries derive theirs from it
@@ -237,7 +265,9 @@ type watch struct {
 
 	// Owned by loop.
 	services  map[string]*serviceState
+	notReady  int  // services whose state is not ready(), so that publishing need not scan them all
 	workers   int  // worker goroutines started
+	warned    bool // logged that services take turns
 	catalogOK bool // the catalog answered since the last catalog error
 	pub       *registries.Publisher[string]
 }
@@ -258,6 +288,11 @@ func (w *watch) updateSlots() {
 		slots *= h2StreamsPerConn
 	}
 	w.slots.Store(int64(slots))
+	if n := len(w.services); n > slots && !w.warned {
+		w.warned = true
+		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise maxConcurrentWatches with the agent's limits.http_max_conns_per_client",
+			"services", n, "maxConcurrentWatches", w.r.cfg.MaxConcurrentWatches, "waitTime", w.r.cfg.WaitTime.Std())
+	}
 	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
 		w.wg.Go(func() { w.worker(w.ctx) })
 	}
@@ -444,6 +479,9 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 	for name, st := range w.services {
 		if !want[name] {
 			st.e.cancel()
+			if !st.ready() {
+				w.notReady--
+			}
 			delete(w.services, name)
 			if w.pub.Delete(name) {
 				w.pub.Changed(ev.at)
@@ -457,6 +495,7 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 		ectx, cancel := context.WithCancel(w.ctx)
 		e := &entry{name: name, ctx: ectx, cancel: cancel}
 		w.services[name] = &serviceState{e: e}
+		w.notReady++
 		w.q.push(e)
 	}
 	w.active.Store(int64(len(w.services)))
@@ -482,9 +521,15 @@ func (w *watch) onService(ev serviceEvent) {
 		return // the service went away meanwhile
 	}
 	if ev.err != nil {
+		if st.ready() {
+			w.notReady++
+		}
 		st.failing = true
 		w.degrade("service "+ev.e.name, ev.err)
 		return
+	}
+	if !st.ready() {
+		w.notReady--
 	}
 	st.failing = false
 	st.fetched = true
@@ -503,10 +548,8 @@ func (w *watch) maybePublish() {
 	if !w.catalogOK {
 		return
 	}
-	for _, st := range w.services {
-		if !st.fetched || st.failing {
-			return
-		}
+	if w.notReady > 0 {
+		return
 	}
 	w.pub.Flush(registries.Condition{})
 }
