@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -219,10 +220,15 @@ func TestConsulScale(t *testing.T) {
 		done := make(chan struct{})
 		start := time.Now()
 		go func() { defer close(done); _ = reg.Run(ctx, sink) }()
+		if *scalePprof != "" {
+			// The agent's own CPU profile over the first 30 s of the sync
+			// (dev agents serve /debug/pprof).
+			go agentProfile(agent.HTTPAddr, filepath.Join(*scalePprof, fmt.Sprintf("consul-agent-%d-%d-sync.pprof", services, mi)), 30)
+		}
 		stop := func() { cancel(); <-done }
-		if !sink.await(5*time.Minute, func() bool { return !sink.synced.IsZero() }) {
+		if !sink.await(15*time.Minute, func() bool { return !sink.synced.IsZero() }) {
 			stop()
-			t.Fatalf("%s: no Replace with all %d services in 5m", m.name, services)
+			t.Fatalf("%s: no Replace with all %d services in 15m", m.name, services)
 		}
 		res.Sync = float64(sink.synced.Sub(start)) / 1e6
 		time.Sleep(2 * time.Second) // the first queries of every service settle
@@ -345,4 +351,19 @@ func profile(t *testing.T, path string) func() {
 		return func() {}
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }
+}
+
+// agentProfile saves the agent's CPU profile over the next seconds.
+func agentProfile(addr, path string, seconds int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
 }

@@ -123,6 +123,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		client:   client,
 		proto:    tt,
 		q:        newQueue(),
+		firsts:   make(chan struct{}, r.cfg.MaxConcurrentWatches),
 		catalog:  make(chan catalogEvent),
 		service:  make(chan serviceEvent),
 		services: map[string]*serviceState{},
@@ -261,6 +262,7 @@ type watch struct {
 	service chan serviceEvent
 	active  atomic.Int64 // services watched, for the round-robin wait
 	slots   atomic.Int64 // service queries that may be in flight at once
+	firsts  chan struct{} // first (non-blocking) service queries in flight
 	wg      sync.WaitGroup
 
 	// Owned by loop.
@@ -352,8 +354,21 @@ func (w *watch) watchCatalog(ctx context.Context) {
 		if !send(ctx, w.catalog, catalogEvent{services: names, at: at}) {
 			return
 		}
+		// Consul builds this list from every instance of the catalog, and
+		// its index moves whenever any instance is added or removed: at
+		// most one list per catalogGap, so that churn in a large catalog
+		// does not keep the agent listing it (changes to existing services
+		// do not wait for it; their own queries carry them).
+		select {
+		case <-time.After(catalogGap):
+		case <-ctx.Done():
+			return
+		}
 	}
 }
+
+// catalogGap is the least time between two changed catalog lists.
+const catalogGap = 250 * time.Millisecond
 
 // worker serves queued services, one blocking query at a time.
 func (w *watch) worker(ctx context.Context) {
@@ -371,9 +386,25 @@ func (w *watch) worker(ctx context.Context) {
 		if n, slots := w.active.Load(), w.slots.Load(); n > slots {
 			wait = max(minTurn, time.Duration(int64(wait)*slots/n))
 		}
+		// A first query (index 0) answers at once with the whole service:
+		// at most maxConcurrentWatches of them run together, so that over
+		// HTTP/2 the agent is not asked for every service of a large
+		// catalog at the same moment (it then spends its time collecting
+		// garbage). Blocking queries cost it nothing while they wait.
+		first := e.index == 0
+		if first {
+			select {
+			case w.firsts <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
 		w.r.m.inFlight.Inc()
 		entries, meta, err := w.client.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(e.ctx, e.index, wait))
 		w.r.m.inFlight.Dec()
+		if first {
+			<-w.firsts
+		}
 		if ctx.Err() != nil {
 			return
 		}
