@@ -229,7 +229,7 @@ func (r *runner) runConsulSize(services int) error {
 		}
 		r.rep.add(row{id: "CS", figure: "same: a change → Sink.Publish", unit: "ms", mf: &x.Change, goal: goal, met: ptr(met), note: note})
 		if x.ChurnRate > 0 {
-			r.rep.add(row{id: "CS", figure: fmt.Sprintf("same, under churn (%.0f registrations/s on different services): a change → Sink.Publish", x.ChurnRate), unit: "ms",
+			r.rep.add(row{id: "CS", figure: fmt.Sprintf("same, under churn (%.0f agent registrations/s on different services, as fast as the agent took them up to 20/s): a change → Sink.Publish", x.ChurnRate), unit: "ms",
 				mf: &x.Churn.Change, goal: "≤ 1000 ms p99", met: ptr(x.Churn.Change.P99 <= 1000 && x.Churn.Lost == 0),
 				note: "load during the churn: " + load(x.Churn) + lostNote(x.Churn.Lost)})
 		}
