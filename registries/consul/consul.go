@@ -58,6 +58,16 @@
 // service over HTTP/1.1, as Prometheus' consul_sd and consul-template do,
 // runs into the agent's connection limit with a few hundred services.
 //
+// Two costs still follow the catalog, both bounded. The first query of a
+// service answers at once with all of it; at most maxConcurrentWatches
+// run together, so the initial sync of a large catalog is paced by the
+// agent's throughput (asking for 10,000 services at one moment over
+// HTTP/2 left a loaded agent collecting garbage for minutes). And the
+// catalog list (/v1/catalog/services) moves whenever any instance is
+// added or removed; Consul builds it from every instance, so it is asked
+// at most once per catalogGap (250ms): a new or removed service is seen
+// up to that much later, changes to existing services are not delayed.
+//
 // A service with more than ~680 instances loses Consul's fine-grained
 // watch (go-memdb's watch limit) and wakes on any health change in the
 // datacenter; the index check then re-fetches only that service.
@@ -260,8 +270,8 @@ type watch struct {
 	q       *queue
 	catalog chan catalogEvent
 	service chan serviceEvent
-	active  atomic.Int64 // services watched, for the round-robin wait
-	slots   atomic.Int64 // service queries that may be in flight at once
+	active  atomic.Int64  // services watched, for the round-robin wait
+	slots   atomic.Int64  // service queries that may be in flight at once
 	firsts  chan struct{} // first (non-blocking) service queries in flight
 	wg      sync.WaitGroup
 
