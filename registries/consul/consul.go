@@ -113,6 +113,9 @@ type Registry struct {
 	common registries.Common
 	log    *slog.Logger
 	m      metrics
+	// converted, when set (by tests), is called with the name of every
+	// service whose answer is converted.
+	converted func(service string)
 }
 
 var _ registries.Registry = (*Registry)(nil)
@@ -574,6 +577,9 @@ func (w *watch) onService(ev serviceEvent) {
 	}
 	st.failing = false
 	st.fetched = true
+	if w.r.converted != nil {
+		w.r.converted(ev.e.name)
+	}
 	if w.pub.Set(ev.e.name, Convert(w.r.common, w.r.cfg.Datacenter, ev.e.name, ev.entries)) {
 		w.pub.Changed(ev.at)
 	}
