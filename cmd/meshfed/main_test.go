@@ -256,7 +256,9 @@ registries:
 		config + ":8:88: registries[3].kubernetes.kubeconfig: " + filepath.Join(dir, "bad.kubeconfig") + `: has no context "b"`,
 		config + ":9:94: registries[4].zookeeper.authFile: " + filepath.Join(dir, "zk.auth") + ": want one line user:password",
 		config + ":10:82: registries[5].serviceentry.path: " + filepath.Join(dir, "istio.yaml") + ": " + filepath.Join(dir, "istio.yaml") +
-			":1: ServiceEntry default/a: spec.ports[0].number: 0 is not a port number (1-65535)",
+			":4:50: ServiceEntry default/a: spec.ports[0].number: 0 is not a port number (1-65535)",
+		config + ":10:82: registries[5].serviceentry.path: " + filepath.Join(dir, "istio.yaml") + ": " + filepath.Join(dir, "istio.yaml") +
+			":4:1: ServiceEntry default/a: spec.resolution: NONE without endpoints",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
@@ -329,7 +331,7 @@ func TestValidateConfigDirServiceEntries(t *testing.T) {
 		}
 	}
 	for _, w := range []string{
-		"rejected: " + dir + "/se.yaml:9 WorkloadEntry shop/vm-1: object rejected: spec.address: \"unix:///x.sock\": Unix domain socket endpoints are not served",
+		"rejected: " + dir + "/se.yaml:13:12 WorkloadEntry shop/vm-1: object rejected: spec.address: \"unix:///x.sock\": Unix domain socket endpoints are not served",
 		"rejected: *.ext.example: ServiceEntry shop/pay host \"*.ext.example\" (" + dir + "/se.yaml:5): host rejected: wildcard hosts",
 	} {
 		if !strings.Contains(errOut, w) {
@@ -338,6 +340,36 @@ func TestValidateConfigDirServiceEntries(t *testing.T) {
 	}
 	if strings.Contains(out, "vm-1") {
 		t.Errorf("stdout %q lists the rejected vm-1 as ok", out)
+	}
+}
+
+// TestValidateConfigDirServiceEntryPositions (issue 24): every problem of
+// every ServiceEntry and WorkloadEntry is printed at its field's
+// FILE:LINE:COL, an unknown field with the nearest known name.
+func TestValidateConfigDirServiceEntryPositions(t *testing.T) {
+	t.Parallel()
+	const dir = "../../registries/serviceentry/testdata/typos"
+	const f = dir + "/entries.yaml"
+	out, errOut, err := execute(t, "validate", "--config-dir", dir)
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != 1 {
+		t.Fatalf("validate: err %v, want exit code 1; stderr:\n%s", err, errOut)
+	}
+	if strings.Contains(out, "ok:") {
+		t.Errorf("stdout %q, want no valid object", out)
+	}
+	for _, w := range []string{
+		"rejected: " + f + `:9:3 ServiceEntry shop/orders: object rejected: spec.resolutoin: unknown field "resolutoin" of ServiceEntry (did you mean "resolution"?)`,
+		"rejected: " + f + `:18:15 ServiceEntry shop/orders: object rejected: spec.endpoints[0].weight: want an integer, got "heavy"`,
+		"rejected: " + f + `:26:3 WorkloadEntry shop/vm-1: object rejected: spec.adress: unknown field "adress" of WorkloadEntry (did you mean "address"?)`,
+		"rejected: " + f + `:29:17 WorkloadEntry shop/vm-1: object rejected: spec.ports["grpc"]: 0 is not a port number`,
+	} {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr lacks\n%s\nstderr:\n%s", w, errOut)
+		}
+	}
+	if n := strings.Count(errOut, "\n"); n != 8 {
+		t.Errorf("%d problems reported, want 8:\n%s", n, errOut)
 	}
 }
 
