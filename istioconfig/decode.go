@@ -348,33 +348,47 @@ func decodeDoc(v any, body *yaml.Node, kinds map[string]Kind) *parsed {
 	}
 	apiVersion := str(root, "apiVersion")
 	spec := root["spec"]
-	switch {
-	case !slices.Contains(apiVersions, apiVersion):
-		p.err = fmt.Errorf("apiVersion %q: want one of %s", apiVersion, strings.Join(apiVersions, ", "))
-	case p.name == "":
-		p.err = errors.New("metadata.name is required")
-	case !dns1123Subdomain(p.name):
-		p.err = fmt.Errorf("metadata.name %q: want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')", p.name)
-	case !dns1123Label(p.namespace):
-		p.err = fmt.Errorf("metadata.namespace %q: want a DNS-1123 label", p.namespace)
-	case spec == nil:
-		p.err = errors.New("spec is required")
+	// Every problem of the object: its apiVersion, its metadata, then
+	// its spec.
+	var errs []error
+	if !slices.Contains(apiVersions, apiVersion) {
+		errs = append(errs, fmt.Errorf("apiVersion %q: want one of %s", apiVersion, strings.Join(apiVersions, ", ")))
 	}
-	if p.err != nil {
+	switch {
+	case p.name == "":
+		errs = append(errs, errors.New("metadata.name is required"))
+	case !dns1123Subdomain(p.name):
+		errs = append(errs, fmt.Errorf("metadata.name %q: want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')", p.name))
+	}
+	if !dns1123Label(p.namespace) {
+		errs = append(errs, fmt.Errorf("metadata.namespace %q: want a DNS-1123 label", p.namespace))
+	}
+	if spec == nil {
+		p.err = errors.Join(append(errs, errors.New("spec is required"))...)
 		return p
 	}
 	normalizeDurations(spec)
 	js, err := json.Marshal(spec)
 	if err != nil {
-		p.err = fmt.Errorf("spec: %v", err)
+		p.err = errors.Join(append(errs, fmt.Errorf("spec: %v", err))...)
 		return p
 	}
 	msg := k.New()
 	if err := protojson.Unmarshal(js, msg); err != nil {
-		p.err = fmt.Errorf("spec: %v", cleanProtoErr(err))
-		if errs := schemaErrors(body, k); len(errs) > 0 {
-			p.err = errors.Join(errs...)
+		specErrs := schemaErrors(body, k)
+		if len(specErrs) == 0 {
+			specErrs = []error{fmt.Errorf("spec: %v", cleanProtoErr(err))}
 		}
+		p.err = errors.Join(append(errs, specErrs...)...)
+		return p
+	}
+	if len(errs) > 0 {
+		// The spec decodes, but the object is invalid: its spec's problems
+		// are reported with the rest.
+		if k.Validate != nil {
+			errs = append(errs, yamlpath.Leaves(k.Validate(msg))...)
+		}
+		p.err = errors.Join(errs...)
 		return p
 	}
 	p.spec = msg

@@ -43,7 +43,8 @@ func TestDecodeDocuments(t *testing.T) {
 // of any kind is placed at its field's line:column, an unknown field with
 // the nearest known name, a value of the wrong type with what the field
 // wants; the kind's Validate runs on what decodes, also when a part of the
-// spec does not.
+// spec does not, and a bad apiVersion or name does not hide the spec's
+// problems.
 func TestDecodeDocumentsProblems(t *testing.T) {
 	t.Parallel()
 	kinds := map[string]Kind{"ServiceEntry": {
@@ -57,7 +58,8 @@ func TestDecodeDocumentsProblems(t *testing.T) {
 	}}
 	data := "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: a}\nspec:\n  hosts: [a.example]\n  resolutoin: STATIC\n" +
 		"  endpoints:\n    - address: 10.0.0.1\n      weight: heavy\n---\n" +
-		"apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: b}\nspec:\n  hosts: [b.example]\n"
+		"apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: b}\nspec:\n  hosts: [b.example]\n---\n" +
+		"apiVersion: networking.istio.io/v2\nkind: ServiceEntry\nmetadata: {name: C}\nspec:\n  hostz: [c.example]\n"
 	docs, err := DecodeDocuments("f.yaml", []byte(data), kinds)
 	if err != nil {
 		t.Fatal(err)
@@ -68,9 +70,14 @@ func TestDecodeDocumentsProblems(t *testing.T) {
 		{4, 1, `spec.ports: at least one port is required`},
 	}, {
 		{14, 1, `spec.ports: at least one port is required`},
+	}, {
+		{17, 13, `apiVersion "networking.istio.io/v2": want one of networking.istio.io/v1, networking.istio.io/v1beta1, networking.istio.io/v1alpha3`},
+		{19, 18, `metadata.name "C": want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')`},
+		{21, 3, `spec.hostz: unknown field "hostz" of ServiceEntry (did you mean "hosts"?)`},
+		{20, 1, `spec.ports: at least one port is required`},
 	}}
-	if len(docs) != 2 {
-		t.Fatalf("%d documents, want 2", len(docs))
+	if len(docs) != 3 {
+		t.Fatalf("%d documents, want 3", len(docs))
 	}
 	for i, d := range docs {
 		if d.Err == nil || d.Spec != nil {

@@ -314,6 +314,7 @@ spec: {hosts: [dup.ext.example], ports: [{number: 1, name: a}]}
 		`f1.yaml:20:1 ServiceEntry default/bad-port: object rejected: spec.resolution: NONE without endpoints or a workloadSelector`,
 		`f1.yaml:27:1 ServiceEntry default/both: object rejected: spec: endpoints and workloadSelector are mutually exclusive`,
 		`f1.yaml:33:13 ServiceEntry default/future: object rejected: apiVersion "networking.istio.io/v2"`,
+		`f1.yaml:36:1 ServiceEntry default/future: object rejected: spec.ports: at least one port is required`,
 		`f1.yaml:41:1 WorkloadEntry default/no-address: object rejected: spec.address: is required`,
 		`f1.yaml:43 ServiceEntry shop/vms: object rejected: ServiceEntry shop/vms is already declared at f0.yaml:1, which is served`,
 		`other.example.org: ServiceEntry default/mixed host "other.example.org" (f1.yaml:5): host rejected: it is outside the registry's domain "ext.example"`,
@@ -327,8 +328,8 @@ spec: {hosts: [dup.ext.example], ports: [{number: 1, name: a}]}
 			t.Errorf("rejections lack %q; got:\n%s", want, text)
 		}
 	}
-	if len(rej) != 12 {
-		t.Errorf("%d rejections, want 12:\n%s", len(rej), text)
+	if len(rej) != 14 {
+		t.Errorf("%d rejections, want 14:\n%s", len(rej), text)
 	}
 }
 
