@@ -3,8 +3,8 @@ package explain
 // Why one endpoint of a host is or is not in each kind of client's EDS,
 // from the rules the translator builds the resources with
 // (translate.EDSMember, ServiceEntryOmission, MergedPolicy, LocalityRules)
-// and how each client uses what it is sent (docs/traffic.md, "Explaining
-// an endpoint").
+// and how each client uses what it is sent (docs/architecture.md §5,
+// "Explain").
 
 import (
 	"fmt"
