@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 	"github.com/meshfed/meshfed/config"
 	"github.com/meshfed/meshfed/explain"
 	"github.com/meshfed/meshfed/gateway"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // describeServices are the services of the describe tests' file registry:
@@ -102,22 +101,6 @@ spec:
     - destination: {host: payments.vm.internal, subset: stable, port: {number: 9090}}
 `
 
-// lowPort returns a loopback port below 32768 (outside Linux's ephemeral
-// range) that was free a moment ago.
-func lowPort(t *testing.T) int {
-	t.Helper()
-	for range 100 {
-		p := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err == nil {
-			l.Close()
-			return p
-		}
-	}
-	t.Fatal("no free loopback port below 32768")
-	return 0
-}
-
 // describeGateway runs a real gateway (file registry, a traffic
 // directory with examples/traffic and describeRules) until the test
 // ends, and returns its admin URL once it serves every rule, and its
@@ -142,7 +125,7 @@ func describeGateway(t *testing.T) (url, dir string) {
 	}
 	writeTestFile(t, filepath.Join(traffic, "policy.yaml"), describeRules)
 	writeTestFile(t, filepath.Join(dir, "services.yaml"), describeServices)
-	admin := fmt.Sprintf("127.0.0.1:%d", lowPort(t))
+	admin := fmt.Sprintf("127.0.0.1:%d", servers.LowPort(t))
 	cfg, err := config.Parse(filepath.Join(dir, "clusters.yaml"), []byte(fmt.Sprintf(`xds: {address: "127.0.0.1:%d"}
 admin: {address: "%s"}
 debounce: {quiet: 1ms, max: 10ms}
@@ -150,7 +133,7 @@ registries:
   - {name: vms, kind: file, domain: vm.internal, file: {path: services.yaml}}
 configSources:
   - {name: local, dir: traffic}
-`, lowPort(t), admin)))
+`, servers.LowPort(t), admin)))
 	if err != nil {
 		t.Fatal(err)
 	}
