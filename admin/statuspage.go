@@ -210,9 +210,14 @@ func (s *Server) registryPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) hostPage(w http.ResponseWriter, r *http.Request) {
 	d := s.pageData()
 	d.HostName, d.Query = r.PathValue("host"), r.URL.Query().Get("endpoint")
-	code := http.StatusOK
+	// An endpoint that is not served still shows the host, under the error.
+	in := s.explainInput()
 	var err error
-	if d.Host, err = s.describe(d.HostName, d.Query); err != nil {
+	if d.Host, err = explain.Describe(in, d.HostName); err == nil && d.Query != "" {
+		d.Host.Endpoint, err = explain.Explain(in, d.HostName, d.Query)
+	}
+	code := http.StatusOK
+	if err != nil {
 		d.HostError, code = err.Error(), http.StatusNotFound
 		var nf *explain.NotFoundError
 		if !errors.As(err, &nf) {

@@ -443,6 +443,9 @@ func checkHostPage(t *testing.T, ctx context.Context, base string, text func(str
 	if err := contains(text(`#host-error`), "no endpoint <b>127.0.0.3</b> of echo.vm.internal is served", "its addresses: 127.0.0.1, 127.0.0.2"); err != nil {
 		t.Errorf("host page, unknown endpoint: %v", err)
 	}
+	if err := contains(text(`#host-endpoints`), "127.0.0.1", "127.0.0.2"); err != nil {
+		t.Errorf("host page, unknown endpoint, shows the host's endpoints: %v", err)
+	}
 	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#host-error b").length`)); err != nil || n != 0 {
 		t.Errorf("the endpoint asked for became markup: %d <b> elements (%v)", n, err)
 	}
