@@ -12,38 +12,15 @@ import (
 )
 
 // yamlKeys returns the yaml keys of t's fields and of the structs they
-// hold (through pointers, slices and maps), as dotted paths under prefix.
-func yamlKeys(t reflect.Type, prefix string, seen map[reflect.Type]bool) []string {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
-		t = t.Elem()
+// hold (through pointers, slices and maps), as dotted paths
+// ("registries.outage.policy"): docPaths without its list and map marks.
+func yamlKeys(t reflect.Type) []string {
+	paths := docPaths(t, "", map[reflect.Type]bool{})
+	unmark := strings.NewReplacer("[]", "", "*.", "")
+	for i, p := range paths {
+		paths[i] = unmark.Replace(p)
 	}
-	if t.Kind() != reflect.Struct || seen[t] {
-		return nil
-	}
-	seen[t] = true
-	defer delete(seen, t)
-	var out []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		tag := f.Tag.Get("yaml")
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "-" {
-			continue
-		}
-		if strings.Contains(","+opts+",", ",inline,") {
-			out = append(out, yamlKeys(f.Type, prefix, seen)...)
-			continue
-		}
-		if name == "" {
-			continue // not a yaml key (no tag)
-		}
-		out = append(out, prefix+name)
-		out = append(out, yamlKeys(f.Type, prefix+name+".", seen)...)
-	}
-	return out
+	return paths
 }
 
 // keyRE finds "key:" in a line of YAML, commented out or not, block or
@@ -75,7 +52,7 @@ func TestDefaultConfigIsReference(t *testing.T) {
 		t.Error("clusters.yaml cites DESIGN, which is not in the repository")
 	}
 	var missing []string
-	for _, k := range yamlKeys(reflect.TypeFor[Config](), "", map[reflect.Type]bool{}) {
+	for _, k := range yamlKeys(reflect.TypeFor[Config]()) {
 		// A key must appear in the section of its top-level key.
 		top, _, _ := strings.Cut(k, ".")
 		if !keysIn(topSection(text, top))[k[strings.LastIndex(k, ".")+1:]] {
@@ -93,7 +70,7 @@ func TestDefaultConfigIsReference(t *testing.T) {
 		if !have[kind] {
 			missing = append(missing, "registries[kind: "+kind+"]."+kind)
 		}
-		for _, key := range yamlKeys(reflect.TypeOf(k.NewConfig()), "", map[reflect.Type]bool{}) {
+		for _, key := range yamlKeys(reflect.TypeOf(k.NewConfig())) {
 			if !have[key[strings.LastIndex(key, ".")+1:]] {
 				missing = append(missing, "registries[kind: "+kind+"]."+kind+"."+key)
 			}
