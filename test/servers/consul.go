@@ -102,10 +102,10 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		httpsPort := FreePort(t)
 		ports["https"] = httpsPort
 		c.HTTPSAddr = "127.0.0.1:" + strconv.Itoa(httpsPort)
-		var certFile, keyFile string
-		c.CAFile, certFile, keyFile = writeTestPKI(t, dir)
+		pki := WriteTestPKI(t, dir)
+		c.CAFile = pki.CA
 		conf["tls"] = map[string]any{"defaults": map[string]any{
-			"ca_file": c.CAFile, "cert_file": certFile, "key_file": keyFile, "verify_incoming": false,
+			"ca_file": pki.CA, "cert_file": pki.ServerCert, "key_file": pki.ServerKey, "verify_incoming": false,
 		}}
 	}
 	if opts.MaxConnsPerClient > 0 {
