@@ -1,5 +1,5 @@
 // Package istioconfig is meshfed's user traffic API: Istio networking
-// objects (VirtualService, DestinationRule) read from watched directories
+// objects (VirtualService, DestinationRule, Sidecar) read from watched directories
 // of multi-document, kubectl-style YAML files. Each object is decoded into
 // its istio.io/api type and validated alone; an invalid or conflicting
 // object is rejected alone, with its source and reason, while the last
@@ -36,6 +36,7 @@ import (
 const (
 	KindVirtualService  = "VirtualService"
 	KindDestinationRule = "DestinationRule"
+	KindSidecar         = "Sidecar"
 )
 
 // DefaultNamespace is the namespace of an object whose metadata has none,
@@ -184,6 +185,7 @@ type walk struct {
 var trafficKinds = map[string]func() proto.Message{
 	KindVirtualService:  func() proto.Message { return &networking.VirtualService{} },
 	KindDestinationRule: func() proto.Message { return &networking.DestinationRule{} },
+	KindSidecar:         func() proto.Message { return &networking.Sidecar{} },
 }
 
 // decodeFile decodes every YAML document of one file. A syntax error
