@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -68,6 +69,7 @@ type Server struct {
 	invalid map[string]string
 
 	ads     *ads.Server
+	epoch   uint64 // the translator's ScopeEpoch streams were last scoped at; guarded by mu
 	version atomic.Uint64
 	changed atomic.Int64 // Snapshot.Changed (unix ns) of the snapshot in the store
 	mcpOn   atomic.Bool  // the translator builds MCP resources (EnableMCP)
@@ -96,6 +98,7 @@ func NewServer(o Options) *Server {
 			return time.Time{}
 		},
 		Now:       o.now,
+		ViewOf:    s.viewOf,
 		Callbacks: ads.Callbacks{OnFirstRequest: s.subscribed},
 		Limits:    o.Limits,
 		Logger:    log,
@@ -118,7 +121,8 @@ func (s *Server) Update(snap *model.Snapshot) {
 	if snap != nil && !snap.Changed.IsZero() {
 		s.changed.Store(snap.Changed.UnixNano()) // before streams wake
 	}
-	s.applyLocked(ch)
+	s.applyLocked(ch, s.tr.ViewUpdates())
+	s.rescopeLocked()
 	s.logInvalid()
 	s.mu.Unlock()
 	if snap != nil {
@@ -141,15 +145,52 @@ func (s *Server) subscribed(typeURL string) {
 	if s.mcpOn.Load() {
 		return
 	}
-	s.applyLocked(s.tr.EnableMCP())
+	s.applyLocked(s.tr.EnableMCP(), nil)
 	s.mcpOn.Store(true)
 	s.log.Info("xds MCP client subscribed: serving ServiceEntries", "typeURL", typeURL)
 }
 
-// applyLocked installs translated changes in the store and counts them.
-// Callers hold s.mu.
-func (s *Server) applyLocked(ch translate.Changes) {
-	s.ads.Apply(ch)
+// viewOf is the view a new stream reads (docs/architecture.md §3.7): an
+// Envoy proxy's scope, made when no stream read it yet.
+func (s *Server) viewOf(node *core.Node, class ads.Class) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.viewOfLocked(node, class)
+}
+
+// viewOfLocked is viewOf; callers hold s.mu.
+func (s *Server) viewOfLocked(node *core.Node, class ads.Class) string {
+	if class != translate.ClassEnvoy {
+		return ""
+	}
+	p := translate.ProxyOf(node)
+	key := s.tr.ScopeKey(p)
+	if ups := s.tr.ViewFor(key, p); len(ups) > 0 {
+		s.ads.ApplyViews(nil, ups)
+	}
+	return key
+}
+
+// rescopeLocked moves the streams whose view changed when the scoping
+// inputs changed (Sidecars, exportTo, source matches), and drops the
+// views no stream reads. Callers hold s.mu.
+func (s *Server) rescopeLocked() {
+	var inUse map[string]int
+	if e := s.tr.ScopeEpoch(); e != s.epoch {
+		s.epoch = e
+		inUse = s.ads.Rescope(s.viewOfLocked)
+	} else {
+		inUse = s.ads.Views()
+	}
+	if drops := s.tr.DropViews(inUse); len(drops) > 0 {
+		s.ads.ApplyViews(nil, drops)
+	}
+}
+
+// applyLocked installs translated changes and view updates in the store
+// and counts them. Callers hold s.mu.
+func (s *Server) applyLocked(ch translate.Changes, views []ads.ViewUpdate) {
+	s.ads.ApplyViews(ch, views)
 	for _, k := range translate.Kinds {
 		if ch[k] == nil {
 			continue

@@ -106,6 +106,9 @@ func (s *Server) Rescope(viewOf func(*core.Node, Class) string) map[string]int {
 	return s.ads.store.rescope(viewOf)
 }
 
+// Views returns the views that have streams, with how many.
+func (s *Server) Views() map[string]int { return s.ads.store.viewsInUse() }
+
 // Proxies returns every connected stream's sync status, sorted by node id.
 func (s *Server) Proxies() []ProxyStatus {
 	return s.ads.tracker.snapshot(s.ads.store.count)

@@ -177,9 +177,9 @@ func (s *store) applyViews(ups []ViewUpdate, woken []*watcher) []*watcher {
 			v = &view{key: u.Key, colls: map[*collection]*viewColl{}}
 			s.views[u.Key] = v
 		}
-		for k, ch := range u.Changes {
-			coll := s.colls[k]
-			if coll == nil {
+		for _, coll := range s.order { // the order streams send types in
+			ch := u.Changes[coll.Kind]
+			if ch == nil {
 				continue
 			}
 			vc := v.colls[coll]
@@ -202,6 +202,21 @@ func (s *store) applyViews(ups []ViewUpdate, woken []*watcher) []*watcher {
 						}
 						sub.markAll()
 						woken = sub.wakeFor(woken)
+					}
+				}
+			}
+			if vc.all != ch.All { // the view changed mode: it starts again
+				vc.all = ch.All
+				clear(vc.entries)
+				for w := range s.watchers {
+					if w.view != v {
+						continue
+					}
+					for _, sub := range w.subs {
+						if sub.coll == coll {
+							sub.markAll()
+							woken = sub.wakeFor(woken)
+						}
 					}
 				}
 			}
@@ -339,15 +354,27 @@ func (s *store) rescope(viewOf func(*core.Node, Class) string) map[string]int {
 		}
 		woken = s.moveLocked(w, to, woken)
 	}
+	inUse := s.viewsInUseLocked()
+	s.mu.Unlock()
+	for _, w := range woken {
+		w.wakeUp()
+	}
+	return inUse
+}
+
+// viewsInUse returns the views that have streams, with how many.
+func (s *store) viewsInUse() map[string]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.viewsInUseLocked()
+}
+
+func (s *store) viewsInUseLocked() map[string]int {
 	inUse := map[string]int{}
 	for k, v := range s.views {
 		if v.streams > 0 {
 			inUse[k] = v.streams
 		}
-	}
-	s.mu.Unlock()
-	for _, w := range woken {
-		w.wakeUp()
 	}
 	return inUse
 }

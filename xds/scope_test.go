@@ -1,0 +1,137 @@
+package xds
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshfed/meshfed/istioconfig"
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/xds/translate"
+)
+
+// scopedService is a service of namespace ns on one port.
+func scopedService(host, ns string, port uint32, proto model.Protocol, exportTo ...string) *model.Service {
+	return &model.Service{Hostname: host, Namespace: ns, ExportTo: exportTo,
+		Ports:     []model.Port{{Name: strings.ToLower(string(proto)), Number: port, Protocol: proto}},
+		Endpoints: []model.Endpoint{{Address: "10.0.0.1"}}}
+}
+
+// configOf parses Istio YAML into a config snapshot.
+func configOf(t *testing.T, version uint64, yaml string) *model.ConfigSnapshot {
+	t.Helper()
+	objs, rej := istioconfig.ParseObjects("scope.yaml", []byte(yaml))
+	if len(rej) > 0 {
+		t.Fatalf("config rejected: %v", rej)
+	}
+	return model.NewConfigSnapshot(version, objs)
+}
+
+func sidecarYAML(hosts ...string) string {
+	return "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec:\n  egress:\n  - hosts: [\"" +
+		strings.Join(hosts, `", "`) + "\"]\n"
+}
+
+// envoyNodeIn is an Envoy sidecar's node in namespace ns, as Istio's
+// proxies name themselves.
+func envoyNodeIn(id, ns string) *core.Node {
+	return &core.Node{Id: "sidecar~10.1.0.1~" + id + "." + ns + "~" + ns + ".svc.cluster.local"}
+}
+
+// vhostsOf lists the virtual hosts of route configuration name a client holds.
+func vhostsOf(st map[string]map[string]proto.Message, name string) []string {
+	rc, _ := st[translate.RouteType][name].(*route.RouteConfiguration)
+	var out []string
+	for _, vh := range rc.GetVirtualHosts() {
+		out = append(out, vh.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestScopedViews: Envoy proxies in two namespaces each receive exactly
+// their scope (a Sidecar's egress hosts; exportTo), over SotW and delta;
+// a Sidecar edit moves the scope without removing a cluster that stays;
+// a change out of a proxy's scope sends it nothing; proxies without a
+// namespace and proxyless gRPC clients see everything, as before.
+func TestScopedViews(t *testing.T) {
+	t.Parallel()
+	a := scopedService("a.shop.svc.cluster.local", "shop", 8080, model.ProtocolHTTP)
+	b := scopedService("b.shop.svc.cluster.local", "shop", 8080, model.ProtocolHTTP)
+	c := scopedService("c.pay.svc.cluster.local", "pay", 8080, model.ProtocolHTTP)
+	d := scopedService("d.pay.svc.cluster.local", "pay", 9090, model.ProtocolTCP, ".")
+	e := scopedService("e.vm.internal", "vms", 8080, model.ProtocolHTTP)
+	snap := func(v uint64, cfg *model.ConfigSnapshot, svcs ...*model.Service) *model.Snapshot {
+		s := model.NewSnapshot(v, svcs)
+		s.Config = cfg
+		return s
+	}
+	cfg1 := configOf(t, 1, sidecarYAML("./*", "vms/*"))
+	srv := NewServer(Options{})
+	srv.Update(snap(1, cfg1, a, b, c, d, e))
+	addr := startServer(t, srv)
+
+	cl := translate.ClusterName
+	shop := dialADS(t, addr, envoyNodeIn("web-1", "shop"), false)
+	md, _ := structpb.NewStruct(map[string]any{"NAMESPACE": "pay"})
+	pay := dialADS(t, addr, &core.Node{Id: "pay-proxy", Metadata: md}, true)
+	plain := dialADS(t, addr, envoyNode("plain"), false)
+	for _, c := range []*adsClient{shop, pay, plain} {
+		c.subscribe(translate.ClusterType)
+		c.subscribe(translate.ListenerType)
+		c.subscribe(translate.RouteType, "8080", "9090")
+	}
+	shop.until(all(
+		holds(translate.ClusterType, cl(a.Hostname, 8080), cl(b.Hostname, 8080), cl(e.Hostname, 8080)),
+		holds(translate.ListenerType, "0.0.0.0_8080"),
+		func(st map[string]map[string]proto.Message) bool {
+			return slices.Equal(vhostsOf(st, "8080"), []string{"a.shop.svc.cluster.local:8080", "b.shop.svc.cluster.local:8080", "e.vm.internal:8080"})
+		}), nil)
+	everything := []string{cl(a.Hostname, 8080), cl(b.Hostname, 8080), cl(c.Hostname, 8080), cl(d.Hostname, 9090), cl(e.Hostname, 8080)}
+	pay.until(all(holds(translate.ClusterType, everything...), holds(translate.ListenerType, "0.0.0.0_8080", "0.0.0.0_9090")), nil)
+	plain.until(all(holds(translate.ClusterType, everything...), // no namespace: not scoped
+		holds(translate.ListenerType, "0.0.0.0_8080", "0.0.0.0_9090"),
+		func(st map[string]map[string]proto.Message) bool { return len(vhostsOf(st, "8080")) == 4 }), nil)
+
+	// An edit of the Sidecar: e leaves the shop's scope, a and b stay.
+	srv.Update(snap(2, configOf(t, 2, sidecarYAML("./*")), a, b, c, d, e))
+	for _, m := range shop.until(holds(translate.ClusterType, cl(a.Hostname, 8080), cl(b.Hostname, 8080)), nil) {
+		if m.typeURL == translate.ClusterType && (m.resources[cl(a.Hostname, 8080)] == nil || m.resources[cl(b.Hostname, 8080)] == nil) {
+			t.Errorf("a CDS response during the move lacks a cluster that stays in scope: %v", m.names())
+		}
+	}
+	shop.until(func(st map[string]map[string]proto.Message) bool {
+		return slices.Equal(vhostsOf(st, "8080"), []string{"a.shop.svc.cluster.local:8080", "b.shop.svc.cluster.local:8080"})
+	}, nil)
+
+	// Out of the shop's scope: c gains a port; then in scope: a does.
+	// The shop's next response is about a: c sent it nothing.
+	c2 := scopedService(c.Hostname, "pay", 8080, model.ProtocolHTTP)
+	c2.Ports = append(c2.Ports, model.Port{Name: "http2", Number: 8081, Protocol: model.ProtocolHTTP})
+	srv.Update(snap(3, configOf(t, 2, sidecarYAML("./*")), a, b, c2, d, e))
+	a2 := scopedService(a.Hostname, "shop", 8080, model.ProtocolHTTP)
+	a2.Ports = append(a2.Ports, model.Port{Name: "http2", Number: 8082, Protocol: model.ProtocolHTTP})
+	srv.mu.Lock()
+	cfg2 := srv.tr.Resources(translate.KindOf(translate.ClassEnvoy, translate.ClusterType))
+	srv.mu.Unlock()
+	if cfg2[cl(c.Hostname, 8081)] == nil {
+		t.Fatal("c's new cluster is not served")
+	}
+	srv.Update(snap(4, configOf(t, 2, sidecarYAML("./*")), a2, b, c2, d, e))
+	m := shop.step(nil)
+	if m.typeURL != translate.ClusterType || !slices.Equal(slices.Sorted(maps.Keys(m.resources)), []string{cl(a.Hostname, 8080), cl(b.Hostname, 8080), cl(a.Hostname, 8082)}) {
+		t.Errorf("first response after an out-of-scope and an in-scope change: %s %v", m.typeURL, m.names())
+	}
+	pay.until(holds(translate.ClusterType, append(slices.Clone(everything), cl(c.Hostname, 8081), cl(a.Hostname, 8082))...), nil)
+
+	// Proxyless gRPC subscribes by name and is not scoped.
+	g := dialADS(t, addr, grpcNode("g"), false)
+	g.subscribe(translate.ListenerType, "e.vm.internal:8080")
+	g.until(holds(translate.ListenerType, "e.vm.internal:8080"), nil)
+}
