@@ -236,6 +236,13 @@ type Registry struct {
 	// of the registry's endpoints in one update (hold-down); 0 is off; nil
 	// (unset) is DefaultMaxDeleteRatio after defaults.
 	MaxDeleteRatio *float64 `yaml:"maxDeleteRatio,omitempty"`
+	// ExportTo is the default exportTo of the registry's services
+	// (Istio's: "*" every namespace, "." the service's own, "~" none, or
+	// namespace names), for those that set none themselves (the
+	// Kubernetes annotation networking.istio.io/exportTo, a
+	// ServiceEntry's exportTo); empty: every namespace
+	// (docs/architecture.md §3.7).
+	ExportTo []string `yaml:"exportTo,omitempty"`
 	// Block is the kind-specific block (`file:`, `consul:`...), decoded,
 	// defaulted, path-resolved and validated.
 	Block registries.Config `yaml:"-"`

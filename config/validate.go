@@ -123,6 +123,9 @@ func (r *Registry) Validate() error {
 			errs = append(errs, registries.FieldErr("locality", "%v", err))
 		}
 	}
+	if err := validate.ExportTo(r.ExportTo); err != nil {
+		errs = append(errs, registries.FieldErr("exportTo", "%v", err))
+	}
 	if m := r.MaxDeleteRatio; m != nil && (*m < 0 || *m > 1) {
 		errs = append(errs, registries.FieldErr("maxDeleteRatio", "want a number between 0 (off) and 1, got %v", *m))
 	}

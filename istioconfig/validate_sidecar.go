@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
+
+	checks "github.com/meshfed/meshfed/validate"
 )
 
 // Checks of Sidecar objects and of exportTo, the structural part of
@@ -71,24 +73,10 @@ func checkSidecarHost(h string) error {
 	return nil
 }
 
-// validateExportTo checks an exportTo list: "*" (every namespace, alone),
-// "." (the object's own), "~" (none, alone) or namespace names.
+// validateExportTo checks an exportTo list (validate.ExportTo).
 func validateExportTo(path string, to []string) error {
-	seen := map[string]bool{}
-	for i, ns := range to {
-		switch {
-		case ns == "*" || ns == "~":
-			if len(to) > 1 {
-				return fmt.Errorf("%s[%d] %q: must be the only entry", path, i, ns)
-			}
-		case ns == ".":
-		case !dns1123Label(ns):
-			return fmt.Errorf("%s[%d] %q: want *, ., ~ or a namespace (DNS-1123 label)", path, i, ns)
-		}
-		if seen[ns] {
-			return fmt.Errorf("%s[%d] %q: duplicate", path, i, ns)
-		}
-		seen[ns] = true
+	if err := checks.ExportTo(to); err != nil {
+		return fmt.Errorf("%s%v", path, err)
 	}
 	return nil
 }
