@@ -425,18 +425,22 @@ func exportedTo(o *model.ConfigObject, ns string) bool {
 	return model.Exported(to, o.Namespace, ns)
 }
 
-// hasSourceMatch reports whether vs has a match with source conditions.
-func hasSourceMatch(vs *networking.VirtualService) bool {
+// meetsSourceMatch reports whether p meets a match of vs with source
+// conditions (its routes then differ from the shared ones).
+func meetsSourceMatch(vs *networking.VirtualService, p *Proxy) bool {
+	met := func(labels map[string]string, ns string) bool {
+		return (ns != "" || len(labels) > 0) && p.meets(labels, ns)
+	}
 	for _, r := range vs.GetHttp() {
 		for _, m := range r.GetMatch() {
-			if m.GetSourceNamespace() != "" || len(m.GetSourceLabels()) > 0 {
+			if met(m.GetSourceLabels(), m.GetSourceNamespace()) {
 				return true
 			}
 		}
 	}
 	for _, r := range vs.GetTcp() {
 		for _, m := range r.GetMatch() {
-			if m.GetSourceNamespace() != "" || len(m.GetSourceLabels()) > 0 {
+			if met(m.GetSourceLabels(), m.GetSourceNamespace()) {
 				return true
 			}
 		}
@@ -456,7 +460,7 @@ func (v *scopeView) ownConfig(st *svcState) (hostConfig, bool) {
 	if !exportedTo(hc.dr, ns) {
 		own.dr = nil
 	}
-	return own, own != hc || (own.vs != nil && hasSourceMatch(own.virtualService()))
+	return own, own != hc || (own.vs != nil && meetsSourceMatch(own.virtualService(), &v.proxy))
 }
 
 // refreshView brings v to the translator's state for the hosts touched
