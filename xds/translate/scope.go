@@ -464,7 +464,8 @@ func (v *scopeView) ownConfig(st *svcState) (hostConfig, bool) {
 }
 
 // refreshView brings v to the translator's state for the hosts touched
-// and the ports dirty (every host and port when full) and returns the
+// and the ports they are on, if the view shows or showed them (every
+// host and port, dirty ones included, when full), and returns the
 // update of its entries.
 func (b *build) refreshView(v *scopeView, touched map[string]bool, dirty map[uint32]bool, full bool) ads.ViewUpdate {
 	t := b.t
@@ -497,10 +498,10 @@ func (b *build) refreshView(v *scopeView, touched map[string]bool, dirty map[uin
 			}
 		}
 	}
-	for p := range dirty {
-		ports[p] = true
-	}
 	if full {
+		for p := range dirty {
+			ports[p] = true
+		}
 		v.seen = map[Kind]map[string]bool{}
 		for _, k := range scopedKinds {
 			viewChange(&up, k, v.all) // the mode of every collection
@@ -509,14 +510,29 @@ func (b *build) refreshView(v *scopeView, touched map[string]bool, dirty map[uin
 	}
 	cds := KindOf(ClassEnvoy, ClusterType)
 	for h := range hosts {
-		for _, p := range v.ports[h] {
-			ports[p] = true
-		}
 		st := t.services[h]
 		want := map[string]ads.ViewEntry{}
+		_, wasOwn := v.own[h]
+		wasShown := v.shows(h) || wasOwn
 		delete(v.own, h)
 		shown := st != nil && v.visible(st.svc)
-		v.setShown(h, shown)
+		if st == nil {
+			delete(v.shown, h)
+		} else {
+			v.setShown(h, shown)
+		}
+		// The ports of a host the view neither showed nor shows do not
+		// change for it.
+		if wasShown || shown || full {
+			for _, p := range v.ports[h] {
+				ports[p] = true
+			}
+			if st != nil {
+				for p := range st.ports {
+					ports[p] = true
+				}
+			}
+		}
 		if st != nil && st.res != nil {
 			base := st.res[cds]
 			switch {
@@ -549,9 +565,6 @@ func (b *build) refreshView(v *scopeView, touched map[string]bool, dirty map[uin
 				}
 			}
 			v.ports[h] = slices.Collect(maps.Keys(st.ports))
-			for p := range st.ports {
-				ports[p] = true
-			}
 		} else {
 			delete(v.ports, h)
 		}

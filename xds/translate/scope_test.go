@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/meshfed/meshfed/istioconfig"
