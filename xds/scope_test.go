@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -137,4 +138,42 @@ func TestScopedViews(t *testing.T) {
 	g := dialADS(t, addr, grpcNode("g"), false)
 	g.subscribe(translate.ListenerType, "e.vm.internal:8080")
 	g.until(holds(translate.ListenerType, "e.vm.internal:8080"), nil)
+}
+
+// TestConfigDumpShowsScope: /debug/config_dump of a scoped proxy names
+// its view, its Sidecar and the hosts it sees; an unscoped one has none.
+func TestConfigDumpShowsScope(t *testing.T) {
+	t.Parallel()
+	a := scopedService("a.shop.svc.cluster.local", "shop", 8080, model.ProtocolHTTP)
+	b := scopedService("b.pay.svc.cluster.local", "pay", 8080, model.ProtocolHTTP)
+	srv := NewServer(Options{})
+	s := model.NewSnapshot(1, []*model.Service{a, b})
+	s.Config = configOf(t, 1, sidecarYAML("./*"))
+	srv.Update(s)
+	addr := startServer(t, srv)
+	shop := dialADS(t, addr, envoyNodeIn("web-1", "shop"), false)
+	shop.subscribe(translate.ClusterType)
+	shop.until(holds(translate.ClusterType, translate.ClusterName(a.Hostname, 8080)), nil)
+	plain := dialADS(t, addr, envoyNode("plain"), false)
+	plain.subscribe(translate.ClusterType)
+	plain.until(holds(translate.ClusterType, translate.ClusterName(a.Hostname, 8080), translate.ClusterName(b.Hostname, 8080)), nil)
+
+	var dump struct {
+		Scope *Scope `json:"scope"`
+	}
+	raw, ok := srv.ConfigDump("sidecar~10.1.0.1~web-1.shop~shop.svc.cluster.local")
+	if !ok {
+		t.Fatal("no dump")
+	}
+	if err := json.Unmarshal(raw, &dump); err != nil {
+		t.Fatal(err)
+	}
+	if dump.Scope == nil || dump.Scope.Sidecar != "shop/default" || !slices.Equal(dump.Scope.Hosts, []string{a.Hostname}) {
+		t.Errorf("scope = %+v", dump.Scope)
+	}
+	raw, _ = srv.ConfigDump("plain")
+	dump.Scope = nil
+	if err := json.Unmarshal(raw, &dump); err != nil || dump.Scope != nil {
+		t.Errorf("unscoped proxy: scope %+v (%v)", dump.Scope, err)
+	}
 }

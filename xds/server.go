@@ -257,8 +257,9 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 	out := struct {
 		ID        string                       `json:"id"`
 		Class     translate.Class              `json:"class"`
+		Scope     *Scope                       `json:"scope,omitempty"`
 		Resources map[string][]json.RawMessage `json:"resources"`
-	}{ID: proxyID, Class: class, Resources: map[string][]json.RawMessage{}}
+	}{ID: proxyID, Class: class, Scope: s.scopeOf(proxyID), Resources: map[string][]json.RawMessage{}}
 	for url, current := range served {
 		ns := slices.Sorted(maps.Keys(current))
 		list := make([]json.RawMessage, 0, len(ns))
@@ -278,6 +279,38 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 		return nil, false
 	}
 	return indentJSON(buf.Bytes()), true
+}
+
+// Scope is what a scoped proxy sees (docs/architecture.md §3.7), as
+// /debug/config_dump shows it.
+type Scope struct {
+	// View is the key of the view the proxy reads (namespace|Sidecar|source matches).
+	View string `json:"view"`
+	// Sidecar is the namespace/name of the Sidecar that selected the
+	// proxy; "" when none.
+	Sidecar string `json:"sidecar,omitempty"`
+	// Hosts are the hosts the view shows; a view without Sidecar starts
+	// with "*" and lists the hosts it hides as "-host".
+	Hosts []string `json:"hosts"`
+}
+
+// scopeOf is the scope of the newest stream of proxyID; nil when it is
+// not scoped.
+func (s *Server) scopeOf(proxyID string) *Scope {
+	key, ok := s.ads.View(proxyID)
+	if !ok || key == "" {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sc, hosts, ok := s.tr.Scope(key)
+	if !ok {
+		return nil
+	}
+	if hosts == nil {
+		hosts = []string{}
+	}
+	return &Scope{View: key, Sidecar: sc, Hosts: hosts}
 }
 
 // Close ends every stream, except one blocked sending to a client that

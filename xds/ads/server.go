@@ -138,6 +138,25 @@ func (s *Server) Served(proxyID string) (Class, map[string]map[string]types.Reso
 	return class, out, true
 }
 
+// View returns the view (Config.ViewOf) the newest stream of proxyID
+// reads: "" when unscoped; false for an unknown proxy.
+func (s *Server) View(proxyID string) (string, bool) {
+	_, _, subs, ok := s.ads.tracker.served(proxyID)
+	if !ok {
+		return "", false
+	}
+	s.ads.store.mu.RLock()
+	defer s.ads.store.mu.RUnlock()
+	var w *watcher // every subscription of a stream has its watcher
+	for _, sub := range subs {
+		w = sub.w
+	}
+	if w == nil || w.view == nil {
+		return "", true
+	}
+	return w.view.key, true
+}
+
 // Close ends every stream, except one blocked sending to a client that
 // stopped reading, which ends when the caller's gRPC server stops.
 func (s *Server) Close() { s.cancel() }
