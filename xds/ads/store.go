@@ -305,17 +305,26 @@ func (sub *Subscription) markDirty(name string, woken []*watcher) []*watcher {
 		sub.dirty = map[string]struct{}{}
 	}
 	sub.dirty[name] = struct{}{}
+	first := sub.queueLocked()
+	w.mu.Unlock()
+	if first {
+		woken = append(woken, w)
+	}
+	return woken
+}
+
+// queueLocked queues sub on its watcher and marks the watcher pending;
+// it reports whether it was not pending (it must be woken). Callers hold
+// the watcher's mu.
+func (sub *Subscription) queueLocked() bool {
+	w := sub.w
 	if !sub.queued {
 		sub.queued = true
 		w.queue = append(w.queue, sub)
 	}
 	first := !w.pending
 	w.pending = true
-	w.mu.Unlock()
-	if first {
-		woken = append(woken, w)
-	}
-	return woken
+	return first
 }
 
 // addDirty records name from the stream's own goroutine, which computes

@@ -187,38 +187,12 @@ func (s *store) applyViews(ups []ViewUpdate, woken []*watcher) []*watcher {
 				vc = &viewColl{all: ch.All, entries: map[string]*cachedRes{}, wild: map[*Subscription]struct{}{}}
 				v.colls[coll] = vc
 				coll.views[vc] = struct{}{}
-				// The view's streams read it from now on.
-				for w := range s.watchers {
-					if w.view != v {
-						continue
-					}
-					for _, sub := range w.subs {
-						if sub.coll != coll {
-							continue
-						}
-						if sub.wildcard {
-							delete(coll.wild, sub)
-							vc.wild[sub] = struct{}{}
-						}
-						sub.markAll()
-						woken = sub.wakeFor(woken)
-					}
-				}
+				woken = s.resync(v, coll, vc, woken) // the view's streams read it from now on
 			}
 			if vc.all != ch.All { // the view changed mode: it starts again
 				vc.all = ch.All
 				clear(vc.entries)
-				for w := range s.watchers {
-					if w.view != v {
-						continue
-					}
-					for _, sub := range w.subs {
-						if sub.coll == coll {
-							sub.markAll()
-							woken = sub.wakeFor(woken)
-						}
-					}
-				}
+				woken = s.resync(v, coll, nil, woken)
 			}
 			for name, e := range ch.Set {
 				var r *cachedRes
@@ -232,6 +206,29 @@ func (s *store) applyViews(ups []ViewUpdate, woken []*watcher) []*watcher {
 				delete(vc.entries, name)
 				woken = vc.mark(v, coll, name, woken)
 			}
+		}
+	}
+	return woken
+}
+
+// resync marks every name the subscriptions of view v's streams to coll
+// read dirty; with to (the view's new part of coll), a wildcard one is
+// first moved from the collection's index to it. Callers hold store.mu.
+func (s *store) resync(v *view, coll *collection, to *viewColl, woken []*watcher) []*watcher {
+	for w := range s.watchers {
+		if w.view != v {
+			continue
+		}
+		for _, sub := range w.subs {
+			if sub.coll != coll {
+				continue
+			}
+			if to != nil && sub.wildcard {
+				delete(coll.wild, sub)
+				to.wild[sub] = struct{}{}
+			}
+			sub.markAll()
+			woken = sub.wakeFor(woken)
 		}
 	}
 	return woken
@@ -298,12 +295,7 @@ func (s *store) moveLocked(w *watcher, to *view, woken []*watcher) []*watcher {
 func (sub *Subscription) wakeFor(woken []*watcher) []*watcher {
 	w := sub.w
 	w.mu.Lock()
-	if !sub.queued {
-		sub.queued = true
-		w.queue = append(w.queue, sub)
-	}
-	first := !w.pending
-	w.pending = true
+	first := sub.queueLocked()
 	w.mu.Unlock()
 	if first {
 		woken = append(woken, w)

@@ -1,7 +1,6 @@
 package translate
 
 import (
-	"bytes"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/xds/ads"
 	"github.com/meshfed/meshfed/xds/internal/testfixture"
 )
 
@@ -129,16 +127,7 @@ func TestScopedViewsGolden(t *testing.T) {
 		view["scope"] = []json.RawMessage{h}
 		out[px.name] = view
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, b, "", "  "); err != nil {
-		t.Fatal(err)
-	}
-	buf.WriteByte('\n')
-	golden(t, "scoped-views.golden", buf.Bytes())
+	golden(t, "scoped-views.golden", indentedJSON(t, out))
 
 	// A proxy with no namespace, and one that sees everything, read the
 	// collections unscoped.
@@ -213,5 +202,4 @@ func TestViewUpdatesFollowChanges(t *testing.T) {
 	if rc, _ := viewResources(tr, key)[KindOf(ClassEnvoy, RouteType)]["81"].(*route.RouteConfiguration); len(rc.GetVirtualHosts()) != 1 {
 		t.Errorf("route configuration 81 of the view = %v", rc)
 	}
-	var _ ads.ViewUpdate
 }
