@@ -39,6 +39,8 @@ import (
 // that applies them.
 const (
 	DefaultXDSAddress    = "127.0.0.1:15010"
+	// DefaultRootNamespace is Istio's root namespace (xds.rootNamespace).
+	DefaultRootNamespace = "istio-system"
 	DefaultAdminAddress  = "127.0.0.1:15014"
 	DefaultDebounceQuiet = Duration(5 * time.Millisecond)
 	// DefaultDebounceMax bounds how long continuous churn (no quiet period)
@@ -88,6 +90,10 @@ type XDS struct {
 	TLS *TLS `yaml:"tls,omitempty"`
 	// Limits bound each ADS stream.
 	Limits XDSLimits `yaml:"limits"`
+	// RootNamespace is Istio's root namespace: its Sidecar without a
+	// workloadSelector is the default of every namespace without one
+	// (docs/architecture.md §3.7).
+	RootNamespace string `yaml:"rootNamespace,omitempty"`
 }
 
 // XDSLimits bound what one ADS stream may subscribe to; a request beyond
@@ -261,6 +267,7 @@ type Duration = registries.Duration
 // ApplyDefaults fills every unset top-level field with its default:
 //
 //	xds.address             127.0.0.1:15010
+//	xds.rootNamespace       istio-system
 //	admin.address           127.0.0.1:15014
 //	admin.pprof             false
 //	debounce.quiet          5ms
@@ -278,10 +285,13 @@ func (c *Config) ApplyDefaults() {
 	}
 }
 
-// ApplyDefaults sets the default listen address.
+// ApplyDefaults sets the default listen address and root namespace.
 func (x *XDS) ApplyDefaults() {
 	if x.Address == "" {
 		x.Address = DefaultXDSAddress
+	}
+	if x.RootNamespace == "" {
+		x.RootNamespace = DefaultRootNamespace
 	}
 }
 

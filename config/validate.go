@@ -67,10 +67,14 @@ func (k *KubernetesConfigSource) Validate() error {
 
 // Validate checks the address.
 func (x *XDS) Validate() error {
+	var errs []error
 	if err := checkAddress(x.Address); err != nil {
-		return registries.FieldErr("address", "%v", err)
+		errs = append(errs, registries.FieldErr("address", "%v", err))
 	}
-	return nil
+	if !validate.Label(x.RootNamespace) {
+		errs = append(errs, registries.FieldErr("rootNamespace", "%q: want a namespace (DNS-1123 label)", x.RootNamespace))
+	}
+	return errors.Join(errs...)
 }
 
 // Validate checks the address and that the token file holds a token.

@@ -55,6 +55,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Limits bound each stream; zero fields take the defaults.
 	Limits ads.Limits
+	// RootNamespace is Istio's root namespace for scoping
+	// (docs/architecture.md §3.7); "" is translate.DefaultRootNamespace.
+	RootNamespace string
 
 	now func() time.Time // the status clock; nil is time.Now (tests skew it)
 }
@@ -87,6 +90,7 @@ func NewServer(o Options) *Server {
 		tr:      translate.NewTranslator(),
 		invalid: map[string]string{},
 	}
+	s.tr.SetRootNamespace(o.RootNamespace)
 	s.ads = ads.NewServer(ads.Config{
 		Collections: translate.Collections(),
 		Classify:    translate.ClassifyNode,

@@ -10,6 +10,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	networking "istio.io/api/networking/v1alpha3"
+
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds/internal/testfixture"
@@ -201,5 +203,25 @@ func TestViewUpdatesFollowChanges(t *testing.T) {
 	}
 	if rc, _ := viewResources(tr, key)[KindOf(ClassEnvoy, RouteType)]["81"].(*route.RouteConfiguration); len(rc.GetVirtualHosts()) != 1 {
 		t.Errorf("route configuration 81 of the view = %v", rc)
+	}
+}
+
+// TestRootNamespace: the root namespace's Sidecar without a selector is
+// every namespace's default; the root namespace is configurable.
+func TestRootNamespace(t *testing.T) {
+	t.Parallel()
+	sc := &model.ConfigObject{Kind: istioconfig.KindSidecar, Namespace: "mesh-root", Name: "default", Spec: &networking.Sidecar{}}
+	snap := model.NewSnapshot(1, testfixture.TrafficServices())
+	snap.Config = model.NewConfigSnapshot(1, []*model.ConfigObject{sc})
+	tr := NewTranslator()
+	tr.Translate(snap)
+	if k := tr.ScopeKey(Proxy{Namespace: "shop"}); k != "" {
+		t.Errorf("a Sidecar outside istio-system selected a shop proxy: key %q", k)
+	}
+	tr = NewTranslator()
+	tr.SetRootNamespace("mesh-root")
+	tr.Translate(snap)
+	if k := tr.ScopeKey(Proxy{Namespace: "shop"}); k != "shop|mesh-root/default|" {
+		t.Errorf("key %q, want the root namespace's Sidecar", k)
 	}
 }
