@@ -9,7 +9,6 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/encoding/protojson"
-
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/istioconfig"
