@@ -38,7 +38,7 @@ import (
 // Defaults of clusters.yaml. The ApplyDefaults methods are the only place
 // that applies them.
 const (
-	DefaultXDSAddress    = "127.0.0.1:15010"
+	DefaultXDSAddress = "127.0.0.1:15010"
 	// DefaultRootNamespace is Istio's root namespace (xds.rootNamespace).
 	DefaultRootNamespace = "istio-system"
 	DefaultAdminAddress  = "127.0.0.1:15014"
