@@ -183,13 +183,7 @@ func TestSidecarScoping(t *testing.T) {
 			"  - {name: pay, kind: file, domain: pay.internal, exportTo: [\".\"], file: {path: pay.yaml}}\n"+
 			"configSources:\n  - {name: local, dir: traffic}\n")
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 20*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 20*time.Second)
 
 	shop := dialScopeClient(t, xdsAddr, &core.Node{Id: "sidecar~10.1.0.1~web-1.shop~shop.svc.cluster.local"}, false)
 	md, _ := structpb.NewStruct(map[string]any{"NAMESPACE": "pay", "LABELS": map[string]any{"app": "billing"}})
