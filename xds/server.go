@@ -156,10 +156,19 @@ func (s *Server) subscribed(typeURL string) {
 
 // viewOf is the view a new stream reads (docs/architecture.md §3.7): an
 // Envoy proxy's scope, made when no stream read it yet.
+// Streams that cannot be scoped (proxyless gRPC, no namespace) do not
+// wait for the translator.
 func (s *Server) viewOf(node *core.Node, class ads.Class) string {
+	if class != translate.ClassEnvoy {
+		return ""
+	}
+	p := translate.ProxyOf(node)
+	if p.Namespace == "" {
+		return ""
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.viewOfLocked(node, class)
+	return s.viewOfProxy(p)
 }
 
 // viewOfLocked is viewOf; callers hold s.mu.
@@ -167,7 +176,12 @@ func (s *Server) viewOfLocked(node *core.Node, class ads.Class) string {
 	if class != translate.ClassEnvoy {
 		return ""
 	}
-	p := translate.ProxyOf(node)
+	return s.viewOfProxy(translate.ProxyOf(node))
+}
+
+// viewOfProxy is the key of p's view, made when it did not exist yet.
+// Callers hold s.mu.
+func (s *Server) viewOfProxy(p translate.Proxy) string {
 	key := s.tr.ScopeKey(p)
 	if ups := s.tr.ViewFor(key, p); len(ups) > 0 {
 		s.ads.ApplyViews(nil, ups)
