@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	networking "istio.io/api/networking/v1alpha3"
 )
 
 // TestSidecarValidation: Sidecars of every apiVersion are read; each
@@ -78,5 +80,33 @@ spec:
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rejections:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestSidecarFromFeed: a Sidecar from a Kubernetes cluster goes through
+// the same gate: a valid one is in force, an invalid one is rejected
+// alone with its reason, its last good version kept.
+func TestSidecarFromFeed(t *testing.T) {
+	t.Parallel()
+	sc := func(name string, hosts ...string) FeedObject {
+		return FeedObject{Kind: KindSidecar, Namespace: "shop", Name: name, Source: "shop/" + name + " (east)",
+			Spec: &networking.Sidecar{Egress: []*networking.IstioEgressListener{{Hosts: hosts}}}}
+	}
+	f := &fakeFeed{}
+	f.set(FeedPart{Name: "east", Synced: true, Objects: []FeedObject{sc("default", "./*"), sc("bad", "nonamespace")}})
+	s := New(nil, nil, f)
+	s.Reload()
+	st := s.Status()
+	if len(st.InForce) != 1 || st.InForce[0].Kind != KindSidecar || st.InForce[0].Name != "default" {
+		t.Errorf("in force = %+v", st.InForce)
+	}
+	if len(st.Rejected) != 1 || !strings.Contains(st.Rejected[0].Reason, `spec.egress[0].hosts[0] "nonamespace": want namespace/dnsName`) {
+		t.Errorf("rejected = %+v", st.Rejected)
+	}
+	f.set(FeedPart{Name: "east", Synced: true, Objects: []FeedObject{sc("default", "./*", "bad/")}})
+	s.Reload()
+	st = s.Status()
+	if len(st.InForce) != 1 || len(st.Rejected) != 1 || !st.Rejected[0].KeptLastGood {
+		t.Errorf("an invalid edit: in force %+v, rejected %+v (want the last good version kept)", st.InForce, st.Rejected)
 	}
 }
