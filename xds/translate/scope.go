@@ -248,6 +248,12 @@ type scopeView struct {
 	seen map[Kind]map[string]bool
 	// fresh: made since the last DropViews.
 	fresh bool
+	// With a Sidecar, the hosts the VirtualServices of the hosts its
+	// egress imports route to are imported too (Istio's
+	// collectImportedServices): imports counts them, dests holds what
+	// each such host added.
+	imports map[string]int
+	dests   map[string][]string
 }
 
 // scope brings the scoping state to the snapshot just translated: the
@@ -390,13 +396,44 @@ func (t *Translator) resetView(v *scopeView) {
 	v.shown, v.own, v.names, v.ports = map[string]bool{}, map[string]built{}, map[string][]string{}, map[string][]uint32{}
 }
 
-// visible reports whether the proxies of v may see svc.
+// visible reports whether the proxies of v may see svc: exported to
+// their namespace, and with a Sidecar imported by an egress host or as
+// a destination of an imported host's VirtualService.
 func (v *scopeView) visible(svc *model.Service) bool {
+	return v.egressVisible(svc) || (v.sidecar != nil && v.imports[svc.Hostname] > 0 && model.Exported(svc.ExportTo, svc.Namespace, v.proxy.Namespace))
+}
+
+// egressVisible is visible without the destinations of VirtualServices.
+func (v *scopeView) egressVisible(svc *model.Service) bool {
 	ns := v.proxy.Namespace
 	if !model.Exported(svc.ExportTo, svc.Namespace, ns) {
 		return false
 	}
 	return v.sidecar == nil || v.egress.imports(svc.Namespace, svc.Hostname)
+}
+
+// destsOf lists the hosts host imports into v (sorted): the
+// destinations of its VirtualService when v's Sidecar imports it and the
+// VirtualService applies to v's proxies.
+func (t *Translator) destsOf(v *scopeView, host string) []string {
+	st := t.services[host]
+	if v.sidecar == nil || st == nil || len(st.deps) == 0 || !v.egressVisible(st.svc) || !exportedTo(st.applied.vs, v.proxy.Namespace) {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(st.deps))
+}
+
+// countImports recomputes v's imports over every host.
+func (t *Translator) countImports(v *scopeView) {
+	v.imports, v.dests = map[string]int{}, map[string][]string{}
+	for h := range t.services {
+		if ds := t.destsOf(v, h); len(ds) > 0 {
+			v.dests[h] = ds
+			for _, d := range ds {
+				v.imports[d]++
+			}
+		}
+	}
 }
 
 // shows reports whether v shows host.
@@ -470,6 +507,17 @@ func (v *scopeView) ownConfig(st *svcState) (hostConfig, bool) {
 func (b *build) refreshView(v *scopeView, touched map[string]bool, dirty map[uint32]bool, full bool) ads.ViewUpdate {
 	t := b.t
 	up := ads.ViewUpdate{Key: v.key, Changes: map[Kind]*ads.ViewChange{}}
+	// A host whose imported destinations changed may change others'
+	// visibility: the view is computed again whole (rare: a route's
+	// destinations, not its endpoints).
+	for h := range touched {
+		if !full && !slices.Equal(t.destsOf(v, h), v.dests[h]) {
+			full = true
+		}
+	}
+	if full && v.sidecar != nil {
+		t.countImports(v)
+	}
 	ports := map[uint32]bool{}
 	hosts := touched
 	if full {

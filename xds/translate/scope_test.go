@@ -86,10 +86,12 @@ func viewResources(tr *Translator, key string) map[Kind]map[string]types.Resourc
 	return out
 }
 
-// TestScopedViewsGolden: the views of proxies in three namespaces, over
+// TestScopedViewsGolden: the views of proxies in four namespaces, over
 // the traffic fixture: a Sidecar's egress hosts, the root namespace's
-// default, a workloadSelector, exportTo, and a sourceLabels match each
-// shape what the view holds; every resource of a view passes ValidateAll.
+// default, a workloadSelector, exportTo, a sourceLabels match, and the
+// destinations of an imported host's VirtualService (Istio imports them)
+// each shape what the view holds; every resource of a view passes
+// ValidateAll.
 func TestScopedViewsGolden(t *testing.T) {
 	t.Parallel()
 	tr := NewTranslator()
@@ -101,7 +103,7 @@ func TestScopedViewsGolden(t *testing.T) {
 		{"shop frontend (the root namespace's default; a sourceLabels match)", Proxy{Namespace: "shop", Labels: map[string]string{"app": "frontend"}}},
 		{"pay (its namespace's Sidecar)", Proxy{Namespace: "pay"}},
 		{"other (the root namespace's default)", Proxy{Namespace: "other"}},
-		{"vms db client (workloadSelector; ~ excludes orders)", Proxy{Namespace: "vms", Labels: map[string]string{"role": "db-client"}}},
+		{"vms db client (workloadSelector; ~ excludes orders, which web's VirtualService imports back)", Proxy{Namespace: "vms", Labels: map[string]string{"role": "db-client"}}},
 	}
 	out := map[string]map[string][]json.RawMessage{}
 	for _, px := range proxies {
@@ -173,7 +175,9 @@ func TestViewUpdatesFollowChanges(t *testing.T) {
 	tr.ViewUpdates()
 	cds := KindOf(ClassEnvoy, ClusterType)
 	names := func() []string { return slices.Sorted(maps.Keys(viewResources(tr, key)[cds])) }
-	want := []string{"outbound|80|v1|web.vm.internal", "outbound|80|v2|web.vm.internal", "outbound|80||web.vm.internal", "outbound|9000||billing.pay.internal"}
+	want := []string{"outbound|8080|v1|orders.vm.internal", "outbound|8080|v2|orders.vm.internal", "outbound|8080||orders.vm.internal",
+		"outbound|8081|v1|orders.vm.internal", "outbound|8081|v2|orders.vm.internal", "outbound|8081||orders.vm.internal", // web's VirtualService mirrors to orders
+		"outbound|80|v1|web.vm.internal", "outbound|80|v2|web.vm.internal", "outbound|80||web.vm.internal", "outbound|9000||billing.pay.internal"}
 	if got := names(); !slices.Equal(got, want) {
 		t.Fatalf("pay's clusters = %v, want %v", got, want)
 	}
