@@ -211,6 +211,15 @@ func TestSidecarScoping(t *testing.T) {
 	}
 	pay.mu.Unlock()
 
+	// proxy-config shows the shop proxy's scope.
+	out, stderr, code := meshfedCmd(t, "proxy-config", "scope", "web-1.shop", "--config", config)
+	if code != 0 {
+		t.Fatalf("proxy-config scope: exit %d: %s", code, stderr)
+	}
+	if err := contains(out, "Sidecar: shop/default", "b.vm.internal", "c.vm.internal"); err != nil || strings.Contains(out, "a.vm.internal") {
+		t.Errorf("proxy-config scope: %v\n%s", err, out)
+	}
+
 	// Proxyless gRPC subscribes by name: not scoped, d is reached.
 	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "sidecar~10.1.0.4~g-1.shop~shop.svc.cluster.local")
 	if code != 0 {
