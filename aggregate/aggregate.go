@@ -96,6 +96,9 @@ type RegistryOptions struct {
 	// Multicluster: registries of the same kind that share a domain and
 	// both set it form a multicluster set (registries.Kind.Multicluster).
 	Multicluster bool
+	// ExportTo is the exportTo of the registry's services that set none
+	// (model.Service.ExportTo); empty: every namespace.
+	ExportTo []string
 }
 
 func (o RegistryOptions) withDefaults() RegistryOptions {

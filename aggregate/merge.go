@@ -57,6 +57,8 @@ func mergeHost(host string, cs []contribution, prev *model.Service) (*model.Serv
 		Ports:      first.svc.Ports,
 		Resolution: first.svc.Resolution,
 		Sources:    make([]string, 0, len(group)),
+		Namespace:  first.svc.Namespace,
+		ExportTo:   first.svc.ExportTo,
 	}
 	n := 0
 	for _, c := range group {
@@ -174,6 +176,7 @@ func reuse(old, next map[string]*model.Service) []string {
 func equalService(a, b *model.Service) bool {
 	return a.Hostname == b.Hostname && a.Resolution == b.Resolution &&
 		slices.Equal(a.Ports, b.Ports) && slices.Equal(a.Sources, b.Sources) &&
+		a.Namespace == b.Namespace && slices.Equal(a.ExportTo, b.ExportTo) &&
 		sameEndpoints(a.Endpoints, b.Endpoints)
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/validate"
 )
 
 // shardState is one registry's normalized state: what it serves when
@@ -118,7 +119,8 @@ func normalizeWith(o RegistryOptions, in []model.Service, rejected []model.Rejec
 // Endpoint slices that are the same array are equal without a look (the
 // model's immutability contract); others are compared element by element.
 func sameInput(a, b *model.Service) bool {
-	if a.Hostname != b.Hostname || a.Resolution != b.Resolution || !slices.Equal(a.Ports, b.Ports) {
+	if a.Hostname != b.Hostname || a.Resolution != b.Resolution || !slices.Equal(a.Ports, b.Ports) ||
+		a.Namespace != b.Namespace || !slices.Equal(a.ExportTo, b.ExportTo) {
 		return false
 	}
 	return sameEndpoints(a.Endpoints, b.Endpoints)
@@ -192,6 +194,15 @@ func normalizeService(o RegistryOptions, domain string, s *model.Service) (*mode
 		Ports:      ports,
 		Resolution: s.Resolution,
 		Sources:    []string{o.Name},
+		Namespace:  cmp.Or(s.Namespace, o.Name),
+		ExportTo:   s.ExportTo,
+	}
+	if len(out.ExportTo) == 0 {
+		out.ExportTo = o.ExportTo
+	}
+	if err := validate.ExportTo(out.ExportTo); err != nil {
+		cs = append(cs, newConflict(CategoryInvalid, o.Name, host, "exportTo", "exportTo ignored (every namespace sees the service): "+err.Error()))
+		out.ExportTo = nil
 	}
 	if len(s.Endpoints) > 0 {
 		out.Endpoints = make([]model.Endpoint, 0, len(s.Endpoints))

@@ -203,7 +203,8 @@ func TestNormalizeFillsDefaults(t *testing.T) {
 			{Address: "10.0.0.1", Weight: 5, Locality: model.Locality{Region: "us"}, Source: model.Source{Registry: "dc1", Cluster: "c", Network: "n"}},
 			{Address: "10.0.0.2", Ports: map[string]uint32{"tcp-9000": 19000, "http": model.NotServed}, Weight: 1, Locality: loc, Source: model.Source{Registry: "dc1", Cluster: "dc1"}},
 		},
-		Sources: []string{"dc1"},
+		Sources:   []string{"dc1"},
+		Namespace: "dc1", // a registry's services without one are in the registry's namespace
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("normalized service (-want +got):\n%s", diff)

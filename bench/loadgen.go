@@ -41,6 +41,10 @@ type LoadOptions struct {
 	// Istio names named-mode nodes as istiod wants a proxyless gRPC
 	// client's (sidecar~IP~pod.namespace~namespace.svc.cluster.local).
 	Istio bool
+	// Namespaces, when set, puts wildcard streams in namespaces
+	// ScopeNamespace(idx, Namespaces) (Istio-style node ids); Scoped is
+	// then the clusters each expects (its Sidecar's), 0: Services.
+	Namespaces, Scoped int
 }
 
 // Record says that a stream ACKed a ClusterLoadAssignment of service Svc
@@ -107,6 +111,10 @@ func NewLoadgen(o LoadOptions) *Loadgen {
 		s := &lgStream{lg: lg, idx: idx, lastSeq: map[string]int64{}}
 		if o.Wildcard {
 			s.node = &core.Node{Id: fmt.Sprintf("sidecar~127.0.0.1~bench-%d~%s", idx, Domain), Cluster: "bench"}
+			if o.Namespaces > 0 {
+				ns := ScopeNamespace(idx, o.Namespaces)
+				s.node.Id = fmt.Sprintf("sidecar~127.0.0.1~bench-%d.%s~%s.svc.cluster.local", idx, ns, ns)
+			}
 		} else {
 			md, _ := structpb.NewStruct(map[string]any{"GENERATOR": "grpc"})
 			s.node = &core.Node{Id: fmt.Sprintf("bench-%d", idx), Metadata: md}
@@ -331,6 +339,9 @@ func (se *session) wantEDS() int {
 
 func (se *session) wantCDS() int {
 	if se.s.lg.o.Wildcard {
+		if se.s.lg.o.Scoped > 0 {
+			return se.s.lg.o.Scoped
+		}
 		return se.s.lg.o.Services
 	}
 	return len(se.s.names)

@@ -38,7 +38,9 @@ import (
 // Defaults of clusters.yaml. The ApplyDefaults methods are the only place
 // that applies them.
 const (
-	DefaultXDSAddress    = "127.0.0.1:15010"
+	DefaultXDSAddress = "127.0.0.1:15010"
+	// DefaultRootNamespace is Istio's root namespace (xds.rootNamespace).
+	DefaultRootNamespace = "istio-system"
 	DefaultAdminAddress  = "127.0.0.1:15014"
 	DefaultDebounceQuiet = Duration(5 * time.Millisecond)
 	// DefaultDebounceMax bounds how long continuous churn (no quiet period)
@@ -88,6 +90,10 @@ type XDS struct {
 	TLS *TLS `yaml:"tls,omitempty"`
 	// Limits bound each ADS stream.
 	Limits XDSLimits `yaml:"limits"`
+	// RootNamespace is Istio's root namespace: its Sidecar without a
+	// workloadSelector is the default of every namespace without one
+	// (docs/architecture.md §3.7).
+	RootNamespace string `yaml:"rootNamespace,omitempty"`
 }
 
 // XDSLimits bound what one ADS stream may subscribe to; a request beyond
@@ -236,6 +242,13 @@ type Registry struct {
 	// of the registry's endpoints in one update (hold-down); 0 is off; nil
 	// (unset) is DefaultMaxDeleteRatio after defaults.
 	MaxDeleteRatio *float64 `yaml:"maxDeleteRatio,omitempty"`
+	// ExportTo is the default exportTo of the registry's services
+	// (Istio's: "*" every namespace, "." the service's own, "~" none, or
+	// namespace names), for those that set none themselves (the
+	// Kubernetes annotation networking.istio.io/exportTo, a
+	// ServiceEntry's exportTo); empty: every namespace
+	// (docs/architecture.md §3.7).
+	ExportTo []string `yaml:"exportTo,omitempty"`
 	// Block is the kind-specific block (`file:`, `consul:`...), decoded,
 	// defaulted, path-resolved and validated.
 	Block registries.Config `yaml:"-"`
@@ -254,6 +267,7 @@ type Duration = registries.Duration
 // ApplyDefaults fills every unset top-level field with its default:
 //
 //	xds.address             127.0.0.1:15010
+//	xds.rootNamespace       istio-system
 //	admin.address           127.0.0.1:15014
 //	admin.pprof             false
 //	debounce.quiet          5ms
@@ -271,10 +285,13 @@ func (c *Config) ApplyDefaults() {
 	}
 }
 
-// ApplyDefaults sets the default listen address.
+// ApplyDefaults sets the default listen address and root namespace.
 func (x *XDS) ApplyDefaults() {
 	if x.Address == "" {
 		x.Address = DefaultXDSAddress
+	}
+	if x.RootNamespace == "" {
+		x.RootNamespace = DefaultRootNamespace
 	}
 }
 

@@ -240,7 +240,7 @@ func TestLoadGood(t *testing.T) {
 			file: "good/minimal.yaml",
 			want: func(t *testing.T) *Config {
 				return &Config{
-					XDS:         XDS{Address: "127.0.0.1:15010", Limits: XDSLimits{MaxTypeURLs: 64, MaxNames: 100000, MaxResponseBytes: 4 << 20}},
+					XDS:         XDS{Address: "127.0.0.1:15010", Limits: XDSLimits{MaxTypeURLs: 64, MaxNames: 100000, MaxResponseBytes: 4 << 20}, RootNamespace: "istio-system"},
 					Admin:       Admin{Address: "127.0.0.1:15014"},
 					Debounce:    Debounce{Quiet: Duration(5 * time.Millisecond), Max: Duration(100 * time.Millisecond)},
 					SyncTimeout: Duration(30 * time.Second),
@@ -266,7 +266,7 @@ func TestLoadGood(t *testing.T) {
 						Cert:     abs(t, "testdata/good/tls/server.crt"),
 						Key:      "/etc/meshfed/server.key",
 						ClientCA: abs(t, "testdata/good/tls/ca.crt"),
-					}, Limits: XDSLimits{MaxTypeURLs: 8, MaxNames: 5000, MaxResponseBytes: 4 << 20}},
+					}, Limits: XDSLimits{MaxTypeURLs: 8, MaxNames: 5000, MaxResponseBytes: 4 << 20}, RootNamespace: "istio-system"},
 					Admin:       Admin{Address: "localhost:16014"},
 					Debounce:    Debounce{Quiet: Duration(50 * time.Millisecond), Max: Duration(2 * time.Second)},
 					SyncTimeout: Duration(time.Minute),

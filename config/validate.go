@@ -67,10 +67,14 @@ func (k *KubernetesConfigSource) Validate() error {
 
 // Validate checks the address.
 func (x *XDS) Validate() error {
+	var errs []error
 	if err := checkAddress(x.Address); err != nil {
-		return registries.FieldErr("address", "%v", err)
+		errs = append(errs, registries.FieldErr("address", "%v", err))
 	}
-	return nil
+	if !validate.Label(x.RootNamespace) {
+		errs = append(errs, registries.FieldErr("rootNamespace", "%q: want a namespace (DNS-1123 label)", x.RootNamespace))
+	}
+	return errors.Join(errs...)
 }
 
 // Validate checks the address and that the token file holds a token.
@@ -122,6 +126,9 @@ func (r *Registry) Validate() error {
 		if _, err := model.ParseLocality(r.Locality); err != nil {
 			errs = append(errs, registries.FieldErr("locality", "%v", err))
 		}
+	}
+	if err := validate.ExportTo(r.ExportTo); err != nil {
+		errs = append(errs, registries.FieldErr("exportTo", "%v", err))
 	}
 	if m := r.MaxDeleteRatio; m != nil && (*m < 0 || *m > 1) {
 		errs = append(errs, registries.FieldErr("maxDeleteRatio", "want a number between 0 (off) and 1, got %v", *m))

@@ -39,8 +39,8 @@ type EndpointReport struct {
 	Scope Scope `json:"scope"`
 }
 
-// Scope is which proxies are sent a host. There is no Sidecar scoping
-// yet (issue 23): every proxy is sent every host.
+// Scope is which Envoy proxies are sent a host (docs/architecture.md
+// §3.7): its exportTo, and whether Sidecars may leave it out.
 type Scope struct {
 	// Scoped: some proxies are not sent the host.
 	Scoped bool `json:"scoped"`
@@ -48,9 +48,24 @@ type Scope struct {
 	Note string `json:"note"`
 }
 
-// everyProxy is the scope of every host while meshfed has no Sidecar
-// scoping.
+// everyProxy is the scope of a host exported everywhere while no
+// Sidecar is in force.
 var everyProxy = Scope{Note: "not scoped: every proxy"}
+
+// scopeOf is the scope of svc under the config cfg.
+func scopeOf(svc *model.Service, cfg *model.ConfigSnapshot) Scope {
+	var notes []string
+	if !model.ExportsAll(svc.ExportTo) {
+		notes = append(notes, fmt.Sprintf("exportTo %v (namespace %s): Envoy proxies of other namespaces are not sent it", svc.ExportTo, svc.Namespace))
+	}
+	if n := len(cfg.OfKind("Sidecar")); n > 0 {
+		notes = append(notes, fmt.Sprintf("%d Sidecar(s) in force: the proxies they select are sent it only if an egress host imports %s/%s", n, svc.Namespace, svc.Hostname))
+	}
+	if len(notes) == 0 {
+		return everyProxy
+	}
+	return Scope{Scoped: true, Note: strings.Join(notes, "; ")}
+}
 
 // EndpointVerdict is one served endpoint and, per cluster and client
 // kind, whether it is in the EDS and used.
@@ -117,7 +132,7 @@ func Explain(in Input, host, addr string) (*EndpointReport, error) {
 		}
 		ip, port = h, uint32(n)
 	}
-	r := &EndpointReport{Host: host, Query: addr, Endpoints: []EndpointVerdict{}, Quarantined: []aggregate.Conflict{}, Scope: everyProxy}
+	r := &EndpointReport{Host: host, Query: addr, Endpoints: []EndpointVerdict{}, Quarantined: []aggregate.Conflict{}, Scope: scopeOf(svc, in.Snapshot.Config)}
 	for _, c := range in.Conflicts {
 		if c.Host == host && (c.Subject == ip || strings.HasPrefix(c.Subject, ip+" ")) {
 			r.Quarantined = append(r.Quarantined, c)

@@ -204,3 +204,20 @@ spec:
 		t.Errorf("policies:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestScopeOfHost: a host exported only to its namespace, or under
+// Sidecars, is reported scoped.
+func TestScopeOfHost(t *testing.T) {
+	t.Parallel()
+	svc := &model.Service{Hostname: "a.vm.internal", Namespace: "vms", ExportTo: []string{"."}}
+	if s := scopeOf(svc, nil); !s.Scoped || !strings.Contains(s.Note, "exportTo [.] (namespace vms)") {
+		t.Errorf("exportTo: %+v", s)
+	}
+	sc := &model.ConfigObject{Kind: "Sidecar", Namespace: "shop", Name: "default"}
+	if s := scopeOf(&model.Service{Hostname: "b.vm.internal", Namespace: "vms"}, model.NewConfigSnapshot(1, []*model.ConfigObject{sc})); !s.Scoped || !strings.Contains(s.Note, "imports vms/b.vm.internal") {
+		t.Errorf("Sidecar: %+v", s)
+	}
+	if s := scopeOf(&model.Service{Hostname: "c.vm.internal"}, nil); s != everyProxy {
+		t.Errorf("unscoped: %+v", s)
+	}
+}

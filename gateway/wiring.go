@@ -13,6 +13,7 @@ func aggregateOptions(r config.Registry) aggregate.RegistryOptions {
 		Multicluster:   config.Multicluster(r.Kind),
 		Outage:         r.Outage,
 		MaxDeleteRatio: maxDeleteRatio(r),
+		ExportTo:       r.ExportTo,
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package istioconfig is meshfed's user traffic API: Istio networking
-// objects (VirtualService, DestinationRule) read from watched directories
+// objects (VirtualService, DestinationRule, Sidecar) read from watched directories
 // of multi-document, kubectl-style YAML files. Each object is decoded into
 // its istio.io/api type and validated alone; an invalid or conflicting
 // object is rejected alone, with its source and reason, while the last
@@ -36,6 +36,7 @@ import (
 const (
 	KindVirtualService  = "VirtualService"
 	KindDestinationRule = "DestinationRule"
+	KindSidecar         = "Sidecar"
 )
 
 // DefaultNamespace is the namespace of an object whose metadata has none,
@@ -197,6 +198,7 @@ type Kind struct {
 var trafficKinds = map[string]Kind{
 	KindVirtualService:  {New: func() proto.Message { return &networking.VirtualService{} }, Validate: validateSpec},
 	KindDestinationRule: {New: func() proto.Message { return &networking.DestinationRule{} }, Validate: validateSpec},
+	KindSidecar:         {New: func() proto.Message { return &networking.Sidecar{} }, Validate: validateSpec},
 }
 
 // decodeFile decodes every YAML document of one file. A syntax error

@@ -49,7 +49,7 @@ type FeedPart struct {
 
 // FeedObject is one object of a FeedPart.
 type FeedObject struct {
-	// Kind is KindVirtualService or KindDestinationRule.
+	// Kind is KindVirtualService, KindDestinationRule or KindSidecar.
 	Kind            string
 	Namespace, Name string
 	// Source names it on /debug/configz, e.g. "shop/orders (east)".
@@ -57,7 +57,8 @@ type FeedObject struct {
 	// Created is its creation time: of two objects that claim one host,
 	// the older wins (as in Istio), unless the other is in force already.
 	Created time.Time
-	// Spec is the *networking.VirtualService or *networking.DestinationRule
+	// Spec is the *networking.VirtualService, *networking.DestinationRule
+	// or *networking.Sidecar
 	// (istio.io/api networking/v1alpha3, which v1 and v1beta1 alias). It
 	// is never modified afterwards. A Feed returns the same pointer again
 	// for an object that did not change (kubeclient.IstioWatch does, per

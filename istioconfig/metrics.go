@@ -19,7 +19,7 @@ func Collectors() []prometheus.Collector {
 
 // setObjectMetrics sets meshfed_config_objects from one read.
 func setObjectMetrics(inForce map[string]int, rejected map[string]int) {
-	for _, k := range []string{KindVirtualService, KindDestinationRule, "unknown"} {
+	for _, k := range []string{KindVirtualService, KindDestinationRule, KindSidecar, "unknown"} {
 		objectsGauge.WithLabelValues(k, "in_force").Set(float64(inForce[k]))
 		objectsGauge.WithLabelValues(k, "rejected").Set(float64(rejected[k]))
 	}

@@ -431,7 +431,7 @@ func claims(o *model.ConfigObject) []string {
 
 func validate(p *parsed) error {
 	switch p.spec.(type) {
-	case *networking.VirtualService, *networking.DestinationRule:
+	case *networking.VirtualService, *networking.DestinationRule, *networking.Sidecar:
 		return validateSpec(p.spec)
 	}
 	return fmt.Errorf("unsupported kind %q", p.kind)

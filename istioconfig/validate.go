@@ -39,6 +39,8 @@ func validateSpec(spec proto.Message) error {
 		return validateVirtualService(sp)
 	case *networking.DestinationRule:
 		return validateDestinationRule(sp)
+	case *networking.Sidecar:
+		return validateSidecar(sp)
 	}
 	return nil
 }
@@ -54,6 +56,9 @@ func validateVirtualService(vs *networking.VirtualService) error {
 		if !validHost(h) {
 			errs = append(errs, fmt.Errorf("spec.hosts[%d] %q: not a valid host name", i, h))
 		}
+	}
+	if err := validateExportTo("spec.exportTo", vs.GetExportTo()); err != nil {
+		errs = append(errs, err)
 	}
 	if len(vs.GetTls()) > 0 {
 		errs = append(errs, errors.New("spec.tls: TLS (SNI) routes are not supported yet"))
@@ -292,6 +297,7 @@ func validateDestinationRule(dr *networking.DestinationRule) error {
 	} else if !validHost(dr.GetHost()) {
 		add(fmt.Errorf("spec.host %q: not a valid host name", dr.GetHost()))
 	}
+	add(validateExportTo("spec.exportTo", dr.GetExportTo()))
 	if dr.GetWorkloadSelector() != nil {
 		add(errors.New("spec.workloadSelector: not supported (meshfed serves one translation to every client; applying the rule to all would widen it)"))
 	}

@@ -72,6 +72,7 @@ const (
 	KindDestinationRule = "DestinationRule"
 	KindServiceEntry    = "ServiceEntry"
 	KindWorkloadEntry   = "WorkloadEntry"
+	KindSidecar         = "Sidecar"
 )
 
 // Cluster is one cluster an IstioWatch reads.
@@ -89,7 +90,7 @@ type IstioOptions struct {
 	// Namespaces limits the watch to these namespaces; empty: all.
 	Namespaces []string
 	// Kinds are the kinds read (KindVirtualService, KindDestinationRule,
-	// KindServiceEntry, KindWorkloadEntry); at least one.
+	// KindServiceEntry, KindWorkloadEntry, KindSidecar); at least one.
 	Kinds  []string
 	Logger *slog.Logger
 }
@@ -152,6 +153,9 @@ var resources = map[string]resource{
 	}},
 	KindWorkloadEntry: {"workloadentries", &networkingv1.WorkloadEntry{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
 		return listWatch(nw.WorkloadEntries(ns).List, nw.WorkloadEntries(ns).Watch)
+	}},
+	KindSidecar: {"sidecars", &networkingv1.Sidecar{}, func(nw networkingclient.NetworkingV1Interface, ns string) *cache.ListWatch {
+		return listWatch(nw.Sidecars(ns).List, nw.Sidecars(ns).Watch)
 	}},
 }
 
@@ -309,6 +313,8 @@ func kindOf(obj any) string {
 		return KindServiceEntry
 	case *networkingv1.WorkloadEntry:
 		return KindWorkloadEntry
+	case *networkingv1.Sidecar:
+		return KindSidecar
 	}
 	return ""
 }
@@ -455,7 +461,7 @@ func slim(obj any) (any, error) {
 	return obj, nil
 }
 
-// Convert turns a cached VirtualService, DestinationRule, ServiceEntry or
+// Convert turns a cached VirtualService, DestinationRule, Sidecar, ServiceEntry or
 // WorkloadEntry of cluster into an Object with a copy of its spec; ok is
 // false for anything else (including cache tombstones).
 func Convert(obj any, cluster string) (o Object, ok bool) {
@@ -470,6 +476,8 @@ func Convert(obj any, cluster string) (o Object, ok bool) {
 		o.Kind, meta, spec = KindServiceEntry, t.ObjectMeta, &t.Spec
 	case *networkingv1.WorkloadEntry:
 		o.Kind, meta, spec = KindWorkloadEntry, t.ObjectMeta, &t.Spec
+	case *networkingv1.Sidecar:
+		o.Kind, meta, spec = KindSidecar, t.ObjectMeta, &t.Spec
 	default:
 		return o, false
 	}

@@ -191,6 +191,15 @@ type Service struct {
 	// Sources lists the registries the service came from, sorted; set by the
 	// aggregator.
 	Sources []string
+	// Namespace is the namespace the service belongs to for scoping
+	// (docs/architecture.md §3.7): its Kubernetes namespace, its
+	// ServiceEntry's namespace; for other registries the registry's name,
+	// set by the aggregator when the registry leaves it empty.
+	Namespace string
+	// ExportTo lists the namespaces that may see the service, as Istio's
+	// exportTo: "*" every namespace, "." its own, "~" none, or names.
+	// Empty: every namespace.
+	ExportTo []string
 }
 
 // Port returns the service port with the given number.

@@ -8,6 +8,7 @@ package validate
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -71,3 +72,27 @@ func HostPort(s string) (host string, port uint16, err error) {
 
 // Port reports whether n is a port number, 1-65535.
 func Port(n int64) bool { return n >= 1 && n <= 65535 }
+
+// ExportTo checks an exportTo list as Istio reads it
+// (docs/architecture.md §3.7): "*" (every namespace) or "~" (none), each
+// alone; "." (the object's own namespace); or namespace names (DNS
+// labels), without duplicates. An empty list is valid (every namespace).
+func ExportTo(to []string) error {
+	seen := map[string]bool{}
+	for i, ns := range to {
+		switch {
+		case ns == "*" || ns == "~":
+			if len(to) > 1 {
+				return fmt.Errorf("[%d] %q: must be the only entry", i, ns)
+			}
+		case ns == ".":
+		case !Label(ns):
+			return fmt.Errorf("[%d] %q: want *, ., ~ or a namespace (DNS-1123 label)", i, ns)
+		}
+		if seen[ns] {
+			return fmt.Errorf("[%d] %q: duplicate", i, ns)
+		}
+		seen[ns] = true
+	}
+	return nil
+}

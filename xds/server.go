@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -54,6 +55,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Limits bound each stream; zero fields take the defaults.
 	Limits ads.Limits
+	// RootNamespace is Istio's root namespace for scoping
+	// (docs/architecture.md §3.7); "" is translate.DefaultRootNamespace.
+	RootNamespace string
 
 	now func() time.Time // the status clock; nil is time.Now (tests skew it)
 }
@@ -68,6 +72,7 @@ type Server struct {
 	invalid map[string]string
 
 	ads     *ads.Server
+	epoch   uint64 // the translator's ScopeEpoch streams were last scoped at; guarded by mu
 	version atomic.Uint64
 	changed atomic.Int64 // Snapshot.Changed (unix ns) of the snapshot in the store
 	mcpOn   atomic.Bool  // the translator builds MCP resources (EnableMCP)
@@ -85,6 +90,7 @@ func NewServer(o Options) *Server {
 		tr:      translate.NewTranslator(),
 		invalid: map[string]string{},
 	}
+	s.tr.SetRootNamespace(o.RootNamespace)
 	s.ads = ads.NewServer(ads.Config{
 		Collections: translate.Collections(),
 		Classify:    translate.ClassifyNode,
@@ -96,6 +102,7 @@ func NewServer(o Options) *Server {
 			return time.Time{}
 		},
 		Now:       o.now,
+		ViewOf:    s.viewOf,
 		Callbacks: ads.Callbacks{OnFirstRequest: s.subscribed},
 		Limits:    o.Limits,
 		Logger:    log,
@@ -118,7 +125,8 @@ func (s *Server) Update(snap *model.Snapshot) {
 	if snap != nil && !snap.Changed.IsZero() {
 		s.changed.Store(snap.Changed.UnixNano()) // before streams wake
 	}
-	s.applyLocked(ch)
+	s.applyLocked(ch, s.tr.ViewUpdates())
+	s.rescopeLocked()
 	s.logInvalid()
 	s.mu.Unlock()
 	if snap != nil {
@@ -141,15 +149,66 @@ func (s *Server) subscribed(typeURL string) {
 	if s.mcpOn.Load() {
 		return
 	}
-	s.applyLocked(s.tr.EnableMCP())
+	s.applyLocked(s.tr.EnableMCP(), nil)
 	s.mcpOn.Store(true)
 	s.log.Info("xds MCP client subscribed: serving ServiceEntries", "typeURL", typeURL)
 }
 
-// applyLocked installs translated changes in the store and counts them.
+// viewOf is the view a new stream reads (docs/architecture.md §3.7): an
+// Envoy proxy's scope, made when no stream read it yet.
+// Streams that cannot be scoped (proxyless gRPC, no namespace) do not
+// wait for the translator.
+func (s *Server) viewOf(node *core.Node, class ads.Class) string {
+	if class != translate.ClassEnvoy {
+		return ""
+	}
+	p := translate.ProxyOf(node)
+	if p.Namespace == "" {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.viewOfProxy(p)
+}
+
+// viewOfLocked is viewOf; callers hold s.mu.
+func (s *Server) viewOfLocked(node *core.Node, class ads.Class) string {
+	if class != translate.ClassEnvoy {
+		return ""
+	}
+	return s.viewOfProxy(translate.ProxyOf(node))
+}
+
+// viewOfProxy is the key of p's view, made when it did not exist yet.
 // Callers hold s.mu.
-func (s *Server) applyLocked(ch translate.Changes) {
-	s.ads.Apply(ch)
+func (s *Server) viewOfProxy(p translate.Proxy) string {
+	key := s.tr.ScopeKey(p)
+	if ups := s.tr.ViewFor(key, p); len(ups) > 0 {
+		s.ads.ApplyViews(nil, ups)
+	}
+	return key
+}
+
+// rescopeLocked moves the streams whose view changed when the scoping
+// inputs changed (Sidecars, exportTo, source matches), and drops the
+// views no stream reads. Callers hold s.mu.
+func (s *Server) rescopeLocked() {
+	var inUse map[string]int
+	if e := s.tr.ScopeEpoch(); e != s.epoch {
+		s.epoch = e
+		inUse = s.ads.Rescope(s.viewOfLocked)
+	} else {
+		inUse = s.ads.Views()
+	}
+	if drops := s.tr.DropViews(inUse); len(drops) > 0 {
+		s.ads.ApplyViews(nil, drops)
+	}
+}
+
+// applyLocked installs translated changes and view updates in the store
+// and counts them. Callers hold s.mu.
+func (s *Server) applyLocked(ch translate.Changes, views []ads.ViewUpdate) {
+	s.ads.ApplyViews(ch, views)
 	for _, k := range translate.Kinds {
 		if ch[k] == nil {
 			continue
@@ -216,8 +275,9 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 	out := struct {
 		ID        string                       `json:"id"`
 		Class     translate.Class              `json:"class"`
+		Scope     *Scope                       `json:"scope,omitempty"`
 		Resources map[string][]json.RawMessage `json:"resources"`
-	}{ID: proxyID, Class: class, Resources: map[string][]json.RawMessage{}}
+	}{ID: proxyID, Class: class, Scope: s.scopeOf(proxyID), Resources: map[string][]json.RawMessage{}}
 	for url, current := range served {
 		ns := slices.Sorted(maps.Keys(current))
 		list := make([]json.RawMessage, 0, len(ns))
@@ -237,6 +297,38 @@ func (s *Server) ConfigDump(proxyID string) ([]byte, bool) {
 		return nil, false
 	}
 	return indentJSON(buf.Bytes()), true
+}
+
+// Scope is what a scoped proxy sees (docs/architecture.md §3.7), as
+// /debug/config_dump shows it.
+type Scope struct {
+	// View is the key of the view the proxy reads (namespace|Sidecar|source matches).
+	View string `json:"view"`
+	// Sidecar is the namespace/name of the Sidecar that selected the
+	// proxy; "" when none.
+	Sidecar string `json:"sidecar,omitempty"`
+	// Hosts are the hosts the view shows; a view without Sidecar starts
+	// with "*" and lists the hosts it hides as "-host".
+	Hosts []string `json:"hosts"`
+}
+
+// scopeOf is the scope of the newest stream of proxyID; nil when it is
+// not scoped.
+func (s *Server) scopeOf(proxyID string) *Scope {
+	key, ok := s.ads.View(proxyID)
+	if !ok || key == "" {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sc, hosts, ok := s.tr.Scope(key)
+	if !ok {
+		return nil
+	}
+	if hosts == nil {
+		hosts = []string{}
+	}
+	return &Scope{View: key, Sidecar: sc, Hosts: hosts}
 }
 
 // Close ends every stream, except one blocked sending to a client that

@@ -23,7 +23,15 @@ import (
 type configDump struct {
 	ID        string                       `json:"id"`
 	Class     string                       `json:"class"`
+	Scope     *proxyScope                  `json:"scope,omitempty"`
 	Resources map[string][]json.RawMessage `json:"resources"`
+}
+
+// proxyScope is what a scoped proxy sees (xds.Scope on the config dump).
+type proxyScope struct {
+	View    string   `json:"view"`
+	Sidecar string   `json:"sidecar,omitempty"`
+	Hosts   []string `json:"hosts"`
 }
 
 var proxyConfigTypes = map[string]string{
@@ -35,7 +43,7 @@ var proxyConfigTypes = map[string]string{
 
 func proxyConfigCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use:     "proxy-config clusters|endpoints|listeners|routes PROXY",
+		Use:     "proxy-config clusters|endpoints|listeners|routes|scope PROXY",
 		Aliases: []string{"pc"},
 		Short:   "Show the xDS resources a connected proxy is served, like istioctl proxy-config",
 		Long: `Show what a connected proxy is served, read from /debug/config_dump.
@@ -60,7 +68,34 @@ PROXY is a node id or a unique part of one (see meshfed status).`,
 			return writeResources(w, kind, res)
 		}))
 	}
+	c.AddCommand(adminView(&cobra.Command{
+		Use:   "scope PROXY",
+		Short: "Show a proxy's scope: the Sidecar that selected it and the hosts it is sent",
+		Args:  cobra.ExactArgs(1),
+	}, func(c *adminClient, proxy string) (*proxyScope, error) {
+		dump, err := readDump(c, proxy)
+		if err != nil {
+			return nil, err
+		}
+		return dump.Scope, nil
+	}, writeScope))
 	return c
+}
+
+// writeScope prints a proxy's scope (docs/traffic.md, "Scoping").
+func writeScope(w io.Writer, sc *proxyScope) error {
+	if sc == nil {
+		_, err := fmt.Fprintln(w, "not scoped: the proxy is sent every service")
+		return err
+	}
+	sidecar := cmp.Or(sc.Sidecar, "none")
+	_, err := fmt.Fprintf(w, "Sidecar: %s\nView:    %s\nHosts:   %d\n", sidecar, sc.View, len(sc.Hosts))
+	for _, h := range sc.Hosts {
+		if err == nil {
+			_, err = fmt.Fprintf(w, "  %s\n", h)
+		}
+	}
+	return err
 }
 
 // readDump finds the proxy whose id is, or uniquely contains, proxy and

@@ -187,3 +187,20 @@ NAME  VIRTUAL HOST        DOMAINS          ROUTE     MATCH                      
 		}
 	}
 }
+
+// TestWriteScope: proxy-config scope names the Sidecar and the hosts of a
+// scoped proxy, and says when a proxy is not scoped.
+func TestWriteScope(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := writeScope(&b, &proxyScope{View: "shop|shop/default|", Sidecar: "shop/default", Hosts: []string{"a.vm.internal", "b.vm.internal"}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Sidecar: shop/default\nView:    shop|shop/default|\nHosts:   2\n  a.vm.internal\n  b.vm.internal\n"; b.String() != want {
+		t.Errorf("scoped:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	if err := writeScope(&b, nil); err != nil || !strings.Contains(b.String(), "not scoped") {
+		t.Errorf("unscoped: %q %v", b.String(), err)
+	}
+}

@@ -61,7 +61,7 @@ func New(o Options) *Source {
 	return &Source{name: o.Name, watch: kubeclient.NewIstioWatch(kubeclient.IstioOptions{
 		Clusters:   o.Clusters,
 		Namespaces: o.Namespaces,
-		Kinds:      []string{istioconfig.KindVirtualService, istioconfig.KindDestinationRule},
+		Kinds:      []string{istioconfig.KindVirtualService, istioconfig.KindDestinationRule, istioconfig.KindSidecar},
 		Logger:     o.Logger,
 	})}
 }

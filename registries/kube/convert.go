@@ -73,7 +73,7 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 		}
 		return model.Service{}, rejected, false
 	}
-	out = model.Service{Hostname: host, Ports: ports}
+	out = model.Service{Hostname: host, Ports: ports, Namespace: svc.Namespace, ExportTo: exportTo(svc)}
 
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		out.Resolution = model.ResolutionDNS
@@ -276,6 +276,27 @@ func derefString(s *string) string {
 	return *s
 }
 
+// annotationExportTo is Istio's annotation that sets a Service's
+// exportTo (docs/architecture.md §3.7).
+const annotationExportTo = "networking.istio.io/exportTo"
+
+// exportTo reads a Service's exportTo annotation as Istio does: a comma
+// separated list, spaces trimmed, empty items dropped; nil without one
+// (the registry's default applies).
+func exportTo(svc *corev1.Service) []string {
+	v, ok := svc.Annotations[annotationExportTo]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, ns := range strings.Split(v, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
 // Slimming: informers store only what conversion reads. Transforms build
 // new objects and keep nothing else of the decoded one.
 
@@ -294,6 +315,9 @@ func slimMeta(m *metav1.ObjectMeta, keepLabels func(string) bool) metav1.ObjectM
 
 func slimService(s *corev1.Service) *corev1.Service {
 	out := &corev1.Service{ObjectMeta: slimMeta(&s.ObjectMeta, func(string) bool { return false })}
+	if v, ok := s.Annotations[annotationExportTo]; ok {
+		out.Annotations = map[string]string{annotationExportTo: v}
+	}
 	out.Spec.Type = s.Spec.Type
 	out.Spec.ClusterIP = s.Spec.ClusterIP
 	out.Spec.ExternalName = s.Spec.ExternalName

@@ -136,6 +136,18 @@ func TestConvertService(t *testing.T) {
 			},
 		},
 		{
+			name: "the exportTo annotation, as Istio reads it",
+			svc: svcObj("shop", "private", func(s *corev1.Service) {
+				s.Annotations = map[string]string{annotationExportTo: " ., istio-system ,"}
+			}, svcPort("http", 80)),
+			wantOK: true,
+			want: model.Service{
+				Hostname: "private.shop.svc.cluster.local",
+				Ports:    []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
+				ExportTo: []string{".", "istio-system"},
+			},
+		},
+		{
 			name:   "a service without endpoints is published, empty",
 			svc:    svcObj("shop", "idle", nil, corev1.ServicePort{Port: 7000, AppProtocol: ptr.To("kubernetes.io/h2c")}),
 			wantOK: true,
@@ -238,6 +250,7 @@ func TestConvertService(t *testing.T) {
 				t.Fatalf("ok = %v, want %v (rejected %v)", ok, tc.wantOK, rejected)
 			}
 			if ok {
+				tc.want.Namespace = tc.svc.Namespace // every service is in its namespace
 				if d := registrytest.DiffServices([]model.Service{tc.want}, []model.Service{got}); d != "" {
 					t.Errorf("service (-want +got):\n%s", d)
 				}
@@ -352,6 +365,11 @@ func TestSlimKeepsOnlyWhatConversionReads(t *testing.T) {
 	if got.Annotations != nil || got.ManagedFields != nil || got.Spec.Selector != nil {
 		t.Errorf("slimmed service keeps %+v", got)
 	}
+	svc.Annotations[annotationExportTo] = "."
+	if out, _ := slim(svc); !reflect.DeepEqual(out.(*corev1.Service).Annotations, map[string]string{annotationExportTo: "."}) {
+		t.Errorf("slimmed service lost its exportTo annotation: %+v", out.(*corev1.Service).Annotations)
+	}
+	delete(svc.Annotations, annotationExportTo)
 	if got.Name != "orders" || got.Namespace != "shop" || len(got.Spec.Ports) != 1 || got.Spec.ClusterIP != "10.96.0.10" {
 		t.Errorf("slimmed service lost what conversion reads: %+v", got)
 	}

@@ -280,7 +280,8 @@ func Convert(objs []Object, c registries.Common) ([]model.Service, []model.Rejec
 			}
 		}
 		for _, h := range hosts {
-			svc := model.Service{Hostname: h, Ports: ports, Resolution: res, Endpoints: eps}
+			svc := model.Service{Hostname: h, Ports: ports, Resolution: res, Endpoints: eps,
+				Namespace: o.Namespace, ExportTo: slices.Clone(se.GetExportTo())}
 			if res == model.ResolutionDNS && len(se.GetEndpoints()) == 0 && se.GetWorkloadSelector() == nil {
 				// Istio: without endpoints, a DNS entry resolves its host.
 				svc.Endpoints = []model.Endpoint{endpoint(&networking.WorkloadEntry{Address: h}, se, c, o.Source+" "+id)}

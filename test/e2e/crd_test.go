@@ -156,13 +156,7 @@ func TestKubernetesConfigSourceGRPC(t *testing.T) {
 	// Rules that exist before meshfed starts are in force once it is ready.
 	istio.apply(trafficDR + "---\n" + echoVS(0, 100))
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 60*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 60*time.Second)
 	configz := func() istioconfig.Status {
 		var st istioconfig.Status
 		if code := m.getJSON(t, "/debug/configz", &st); code != 200 {

@@ -42,13 +42,7 @@ func exampleSetup(t *testing.T, servicesYAML string) (bootstrap string) {
 	writeFile(t, filepath.Join(dir, "services.yaml"), servicesYAML)
 
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 20*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 20*time.Second)
 	bs, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config)
 	if code != 0 {
 		t.Fatalf("bootstrap: exit %d: %s", code, stderr)

@@ -90,13 +90,7 @@ spec:
 	config, xdsAddr, adminAddr := writeClusters(t, dir,
 		"  - {name: vms, kind: file, domain: vm.internal, file: {path: services.yaml}}\nconfigSources:\n  - {name: local, dir: traffic}\n")
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 20*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 20*time.Second)
 	bs, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "near-a")
 	if code != 0 {
 		t.Fatalf("bootstrap: exit %d: %s", code, stderr)

@@ -59,13 +59,7 @@ func TestFileRegistryToGRPCClient(t *testing.T) {
 	}
 
 	m := startMeshfed(t, config, f.xdsAddr, f.adminAddr)
-	eventually(t, 20*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 20*time.Second)
 
 	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-client")
 	if code != 0 {

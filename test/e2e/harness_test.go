@@ -187,6 +187,19 @@ func startMeshfedEnv(t *testing.T, config, xdsAddr, adminAddr string, env ...str
 	return m
 }
 
+// waitReady waits until /readyz answers 200, failing the test after
+// timeout.
+func (m *meshfed) waitReady(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "/readyz is 200", func() error {
+		code, body, err := m.get("/readyz")
+		if err != nil || code != 200 {
+			return fmt.Errorf("%d %s %v", code, body, err)
+		}
+		return nil
+	})
+}
+
 // stop sends SIGTERM and returns the exit error (nil = exit 0).
 func (m *meshfed) stop(timeout time.Duration) error {
 	_ = m.cmd.Process.Signal(syscall.SIGTERM)

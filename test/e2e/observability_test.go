@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,13 +21,7 @@ func TestObservabilityPack(t *testing.T) {
 	}
 	f := newFileSetup(t)
 	m := startMeshfed(t, f.config, f.xdsAddr, f.adminAddr)
-	eventually(t, 20*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 20*time.Second)
 	code, body, err := m.get("/metrics")
 	if err != nil || code != 200 {
 		t.Fatalf("/metrics: %d %v", code, err)

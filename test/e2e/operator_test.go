@@ -98,13 +98,7 @@ configSources:
   - {name: local, dir: traffic}
 `, xdsAddr, adminAddr))
 	o.m = startMeshfed(t, o.config, xdsAddr, adminAddr)
-	eventually(t, 20*time.Second, "/readyz is 200", func() error {
-		code, body, err := o.m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	o.m.waitReady(t, 20*time.Second)
 	return o
 }
 

@@ -77,13 +77,7 @@ func TestServiceEntryRegistryToGRPCClient(t *testing.T) {
 	}
 
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 20*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 20*time.Second)
 	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-se")
 	if code != 0 {
 		t.Fatalf("bootstrap: exit %d: %s", code, stderr)
@@ -175,13 +169,7 @@ func TestServiceEntryFromKubernetesToGRPCClient(t *testing.T) {
 		t.Fatalf("validate: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 60*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 60*time.Second)
 	bootstrap, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", "e2e-se-kube")
 	if code != 0 {
 		t.Fatalf("bootstrap: exit %d: %s", code, stderr)

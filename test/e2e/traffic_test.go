@@ -228,13 +228,7 @@ func TestTrafficManagementGRPC(t *testing.T) {
 		t.Fatalf("validate: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 20*time.Second, "/readyz is 200", func() error {
-		code, body, err := m.get("/readyz")
-		if err != nil || code != 200 {
-			return fmt.Errorf("%d %s %v", code, body, err)
-		}
-		return nil
-	})
+	m.waitReady(t, 20*time.Second)
 	bootstrap := func(id string) string {
 		b, stderr, code := meshfedCmd(t, "bootstrap", "--grpc", "--config", config, "--node-id", id)
 		if code != 0 {

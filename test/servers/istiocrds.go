@@ -14,16 +14,16 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// istioCRDs are Istio's DestinationRule, ServiceEntry, VirtualService and
-// WorkloadEntry CRDs (see the file's header for where they come from).
+// istioCRDs are Istio's DestinationRule, ServiceEntry, Sidecar,
+// VirtualService and WorkloadEntry CRDs (see the file's header for where they come from).
 //
 //go:embed testdata/istio-networking-crds.yaml
 var istioCRDs []byte
 
-// InstallIstioCRDs creates Istio's DestinationRule, ServiceEntry,
+// InstallIstioCRDs creates Istio's DestinationRule, ServiceEntry, Sidecar,
 // VirtualService and WorkloadEntry CustomResourceDefinitions
 // (networking.istio.io v1, v1beta1, v1alpha3, as istio.io/api ships them) with the admin token, unless they exist, and
-// waits until the API server serves all four at networking.istio.io/v1.
+// waits until the API server serves all five at networking.istio.io/v1.
 func (k *KubeAPIServer) InstallIstioCRDs(t testing.TB) {
 	t.Helper()
 	rc := k.Client(t, AdminToken).Discovery().RESTClient()
@@ -47,7 +47,7 @@ func (k *KubeAPIServer) InstallIstioCRDs(t testing.TB) {
 		}
 	}
 	deadline := time.Now().Add(KubeStartTimeout)
-	for _, res := range []string{"virtualservices", "destinationrules", "serviceentries", "workloadentries"} {
+	for _, res := range []string{"virtualservices", "destinationrules", "sidecars", "serviceentries", "workloadentries"} {
 		for {
 			err := rc.Get().AbsPath("/apis/networking.istio.io/v1/" + res).Do(ctx).Error()
 			if err == nil {

@@ -38,6 +38,7 @@ type ads struct {
 	errorf    func(msg string, args ...any)
 	limits    Limits // with defaults applied
 	classify  func(*core.Node) Class
+	viewOf    func(*core.Node, Class) string
 	callbacks Callbacks
 }
 
@@ -98,7 +99,7 @@ func (a *ads) close(st *stream) {
 	for _, ts := range st.types {
 		subs = append(subs, ts.sub)
 	}
-	a.store.drop(subs)
+	a.store.drop(st.w, subs)
 	a.tracker.close(st.status)
 }
 
@@ -120,6 +121,11 @@ func (a *ads) sub(st *stream, node *core.Node, typeURL string) (*typeSub, bool, 
 		st.named = true
 		st.class = a.classify(node)
 		st.sizeLimited = sizeLimited(node)
+		key := ""
+		if a.viewOf != nil {
+			key = a.viewOf(node, st.class)
+		}
+		a.store.setView(st.w, node, st.class, key)
 	}
 	if st.node == nil && node != nil {
 		st.node = node // a stream whose first request had no node

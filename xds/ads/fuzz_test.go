@@ -39,7 +39,7 @@ func FuzzADSRequest(f *testing.F) {
 		seed(&discovery.DiscoveryRequest{TypeUrl: RouteType, ResponseNonce: "1", VersionInfo: "1"}), false)
 	f.Fuzz(func(t *testing.T, a, b []byte, delta bool) {
 		s := newTestStore()
-		s.apply(fuzzResources(t))
+		s.apply(fuzzResources(t), nil)
 		x := newTestADS(t, s, delta)
 		x.a.limits = Limits{MaxTypeURLs: 4, MaxNames: 50}.withDefaults()
 		check := func() {

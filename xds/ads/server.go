@@ -28,6 +28,12 @@ type Config struct {
 	Changed func() time.Time
 	// Now is the clock of the status records; nil is time.Now.
 	Now func() time.Time
+	// ViewOf names the view (views.go) a stream reads, from the node of
+	// its first request (nil when it has none) and its class; "" reads
+	// every collection unscoped. It is called once per stream, before the
+	// stream subscribes to anything, on the stream's goroutine; it may
+	// create the view (ApplyViews) before it returns. nil: no views.
+	ViewOf func(*core.Node, Class) string
 	// Callbacks are called by the stream loop.
 	Callbacks Callbacks
 	// Limits bound each stream; zero fields take the defaults.
@@ -71,7 +77,7 @@ func NewServer(c Config) *Server {
 		classify = func(*core.Node) Class { return "" }
 	}
 	return &Server{cancel: cancel, ads: &ads{ctx: ctx, store: newStore(c.Collections), tracker: t, errorf: log.Error,
-		limits: c.Limits.withDefaults(), classify: classify, callbacks: c.Callbacks}}
+		limits: c.Limits.withDefaults(), classify: classify, viewOf: c.ViewOf, callbacks: c.Callbacks}}
 }
 
 // Register registers the ADS service (SotW and Delta) on g. The caller
@@ -84,7 +90,24 @@ func (s *Server) Register(g *grpc.Server) {
 // change; each stream sends what its client does not hold yet. Each
 // resource is marshalled once per version, for every stream. The
 // resources must not be modified afterwards.
-func (s *Server) Apply(ch Changes) { s.ads.store.apply(ch) }
+func (s *Server) Apply(ch Changes) { s.ads.store.apply(ch, nil) }
+
+// ApplyViews installs changes and view updates in one step (no stream
+// reads a state between them) and wakes the streams that read what they
+// change (views.go).
+func (s *Server) ApplyViews(ch Changes, vs []ViewUpdate) { s.ads.store.apply(ch, vs) }
+
+// Rescope asks viewOf the view of every open stream (by its first node)
+// and moves the streams whose view changed; they are sent what differs
+// between the two views, nothing else. viewOf is called without the
+// store's lock held and may create views (ApplyViews). It returns the
+// views that have streams, with how many.
+func (s *Server) Rescope(viewOf func(*core.Node, Class) string) map[string]int {
+	return s.ads.store.rescope(viewOf)
+}
+
+// Views returns the views that have streams, with how many.
+func (s *Server) Views() map[string]int { return s.ads.store.viewsInUse() }
 
 // Proxies returns every connected stream's sync status, sorted by node id.
 func (s *Server) Proxies() []ProxyStatus {
@@ -113,6 +136,25 @@ func (s *Server) Served(proxyID string) (Class, map[string]map[string]types.Reso
 		out[url] = rs
 	}
 	return class, out, true
+}
+
+// View returns the view (Config.ViewOf) the newest stream of proxyID
+// reads: "" when unscoped; false for an unknown proxy.
+func (s *Server) View(proxyID string) (string, bool) {
+	_, _, subs, ok := s.ads.tracker.served(proxyID)
+	if !ok {
+		return "", false
+	}
+	s.ads.store.mu.RLock()
+	defer s.ads.store.mu.RUnlock()
+	var w *watcher // every subscription of a stream has its watcher
+	for _, sub := range subs {
+		w = sub.w
+	}
+	if w == nil || w.view == nil {
+		return "", true
+	}
+	return w.view.key, true
 }
 
 // Close ends every stream, except one blocked sending to a client that

@@ -98,7 +98,8 @@ type collection struct {
 	version uint64
 	res     map[string]*cachedRes
 	subs    map[string]*subscribers    // name → explicit subscribers
-	wild    map[*Subscription]struct{} // wildcard subscribers
+	wild    map[*Subscription]struct{} // wildcard subscribers reading it unscoped
+	views   map[*viewColl]struct{}     // the views' parts of it (views.go)
 	peak    int                        // most entries subs held since it was last rebuilt
 }
 
@@ -143,19 +144,21 @@ func (c *collection) versionString() string { return strconv.FormatUint(c.versio
 // order: store.mu, then watcher.mu. A stream's own state (what the
 // client holds, nonces) is the stream's, under its serve lock.
 type store struct {
-	mu    sync.RWMutex
-	colls map[Kind]*collection
-	order []*collection // Config.Collections order: updates are sent in it
+	mu       sync.RWMutex
+	colls    map[Kind]*collection
+	order    []*collection // Config.Collections order: updates are sent in it
+	views    map[string]*view
+	watchers map[*watcher]struct{} // every open stream's (for Rescope)
 }
 
 func newStore(colls []Collection) *store {
-	s := &store{colls: map[Kind]*collection{}}
+	s := &store{colls: map[Kind]*collection{}, views: map[string]*view{}, watchers: map[*watcher]struct{}{}}
 	for _, c := range colls {
 		if c.AnyTypeURL == "" {
 			c.AnyTypeURL = c.Kind.TypeURL
 		}
 		coll := &collection{Collection: c, res: map[string]*cachedRes{},
-			subs: map[string]*subscribers{}, wild: map[*Subscription]struct{}{}}
+			subs: map[string]*subscribers{}, wild: map[*Subscription]struct{}{}, views: map[*viewColl]struct{}{}}
 		s.colls[c.Kind] = coll
 		s.order = append(s.order, coll)
 	}
@@ -171,9 +174,10 @@ func (s *store) lookup(c Class, typeURL string) *collection {
 	return s.colls[Kind{TypeURL: typeURL}]
 }
 
-// apply installs ch and marks the changed names dirty on every subscriber;
-// it wakes their streams, which compute and send what changed.
-func (s *store) apply(ch Changes) {
+// apply installs ch, then the view updates vs, in one step, and marks
+// the changed names dirty on every subscriber that reads them; it wakes
+// their streams, which compute and send what changed.
+func (s *store) apply(ch Changes, vs []ViewUpdate) {
 	var woken []*watcher
 	s.mu.Lock()
 	for _, coll := range s.order {
@@ -191,6 +195,7 @@ func (s *store) apply(ch Changes) {
 			woken = coll.mark(name, woken)
 		}
 	}
+	woken = s.applyViews(vs, woken)
 	s.mu.Unlock()
 	for _, w := range woken {
 		w.wakeUp()
@@ -208,6 +213,13 @@ func (c *collection) mark(name string, woken []*watcher) []*watcher {
 	for sub := range c.wild {
 		woken = sub.markDirty(name, woken)
 	}
+	for vc := range c.views {
+		if vc.showsShared(name) {
+			for sub := range vc.wild {
+				woken = sub.markDirty(name, woken)
+			}
+		}
+	}
 	return woken
 }
 
@@ -221,7 +233,12 @@ type watcher struct {
 	pending bool       // woken and not yet taken
 	queue   []*Subscription
 
-	names int // names subscribed over all its subscriptions; guarded by store.mu
+	// Guarded by store.mu.
+	names int             // names subscribed over all its subscriptions
+	node  *core.Node      // the stream's first node (Rescope asks its view)
+	class Class           // the stream's class
+	view  *view           // the view its stream reads (nil: unscoped)
+	subs  []*Subscription // every subscription of the stream
 }
 
 func newWatcher() *watcher { return &watcher{wake: make(chan struct{}, 1)} }
@@ -256,6 +273,7 @@ type Subscription struct {
 	coll    *collection // nil when the store holds no collection for the type
 
 	// Guarded by store.mu.
+	view     *view // the watcher's view when it subscribed, or moved to
 	wildcard bool
 	legacy   bool // no name sent yet: empty requests keep it wildcard
 	names    map[string]struct{}
@@ -271,7 +289,11 @@ type Subscription struct {
 // subscription returns a new, empty subscription of w to typeURL in the
 // collection c (nil for a type the store does not hold).
 func (s *store) subscription(w *watcher, c *collection, typeURL string) *Subscription {
-	return &Subscription{w: w, typeURL: typeURL, coll: c, names: map[string]struct{}{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := &Subscription{w: w, typeURL: typeURL, coll: c, names: map[string]struct{}{}, view: w.view}
+	w.subs = append(w.subs, sub)
+	return sub
 }
 
 // markDirty records name and appends the watcher to woken if it was not
@@ -283,17 +305,26 @@ func (sub *Subscription) markDirty(name string, woken []*watcher) []*watcher {
 		sub.dirty = map[string]struct{}{}
 	}
 	sub.dirty[name] = struct{}{}
+	first := sub.queueLocked()
+	w.mu.Unlock()
+	if first {
+		woken = append(woken, w)
+	}
+	return woken
+}
+
+// queueLocked queues sub on its watcher and marks the watcher pending;
+// it reports whether it was not pending (it must be woken). Callers hold
+// the watcher's mu.
+func (sub *Subscription) queueLocked() bool {
+	w := sub.w
 	if !sub.queued {
 		sub.queued = true
 		w.queue = append(w.queue, sub)
 	}
 	first := !w.pending
 	w.pending = true
-	w.mu.Unlock()
-	if first {
-		woken = append(woken, w)
-	}
-	return woken
+	return first
 }
 
 // addDirty records name from the stream's own goroutine, which computes
@@ -377,9 +408,9 @@ func (s *store) setWildcard(ts *Subscription, w bool) {
 	ts.wildcard = w
 	if ts.coll != nil {
 		if w {
-			ts.coll.wild[ts] = struct{}{}
+			ts.wildSet()[ts] = struct{}{}
 		} else {
-			delete(ts.coll.wild, ts)
+			delete(ts.wildSet(), ts)
 		}
 	}
 	ts.markAll()
@@ -501,7 +532,7 @@ func hashNames(names []string) uint64 {
 }
 
 // drop removes every subscription of a closing stream from the index.
-func (s *store) drop(subs []*Subscription) {
+func (s *store) drop(w *watcher, subs []*Subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ts := range subs {
@@ -509,10 +540,16 @@ func (s *store) drop(subs []*Subscription) {
 			s.removeName(ts, n)
 		}
 		if ts.coll != nil {
-			delete(ts.coll.wild, ts)
+			delete(ts.wildSet(), ts)
 			ts.coll.shrink()
 		}
 	}
+	if w.view != nil {
+		w.view.streams--
+		w.view = nil
+	}
+	w.subs = nil
+	delete(s.watchers, w)
 }
 
 // candidate is a name to compare: the current resource if the
@@ -531,7 +568,7 @@ func (s *store) snapshot(ts *Subscription, known map[string]string, dirty map[st
 	defer s.mu.RUnlock()
 	coll := ts.coll
 	match := func(name string) *cachedRes {
-		r := coll.res[name]
+		r := ts.resource(name)
 		if r == nil {
 			return nil
 		}
@@ -552,9 +589,7 @@ func (s *store) snapshot(ts *Subscription, known map[string]string, dirty map[st
 			}
 		}
 		if ts.wildcard {
-			for n := range coll.res {
-				add(n)
-			}
+			ts.eachVisible(func(n string, _ *cachedRes) { add(n) })
 		}
 		for n := range ts.names {
 			add(n)
@@ -572,12 +607,14 @@ func (s *store) snapshot(ts *Subscription, known map[string]string, dirty map[st
 		}
 	}
 	if full {
-		if ts.wildcard {
+		if ts.wildcard && ts.viewColl() == nil {
 			matching = slices.Collect(maps.Values(coll.res))
+		} else if ts.wildcard {
+			ts.eachVisible(func(_ string, r *cachedRes) { matching = append(matching, r) })
 		} else {
 			matching = make([]*cachedRes, 0, len(ts.names))
 			for n := range ts.names {
-				if r := coll.res[n]; r != nil {
+				if r := ts.resource(n); r != nil {
 					matching = append(matching, r)
 				}
 			}
@@ -595,12 +632,10 @@ func (s *store) matching(ts *Subscription) map[string]types.Resource {
 	}
 	out := map[string]types.Resource{}
 	if ts.wildcard {
-		for n, r := range ts.coll.res {
-			out[n] = r.msg
-		}
+		ts.eachVisible(func(n string, r *cachedRes) { out[n] = r.msg })
 	} else {
 		for n := range ts.names {
-			if r := ts.coll.res[n]; r != nil {
+			if r := ts.resource(n); r != nil {
 				out[n] = r.msg
 			}
 		}
@@ -616,11 +651,14 @@ func (s *store) count(ts *Subscription) int {
 		return 0
 	}
 	if ts.wildcard {
+		if vc := ts.viewColl(); vc != nil {
+			return vc.size(ts.coll)
+		}
 		return len(ts.coll.res)
 	}
 	n := 0
 	for name := range ts.names {
-		if _, ok := ts.coll.res[name]; ok {
+		if ts.resource(name) != nil {
 			n++
 		}
 	}

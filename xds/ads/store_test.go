@@ -106,7 +106,7 @@ func (x *testADS) ack(nonce string) {
 }
 
 func applyTo(s *store, k Kind, upd map[string]types.Resource, removed ...string) {
-	s.apply(Changes{k: {Updated: upd, Removed: removed}})
+	s.apply(Changes{k: {Updated: upd, Removed: removed}}, nil)
 }
 
 func TestStoreDeltaNamedSubscription(t *testing.T) {

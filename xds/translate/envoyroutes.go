@@ -68,7 +68,7 @@ func (b *build) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig) *en
 	if !p.Protocol.IsHTTP() {
 		name := ClusterName(svc.Hostname, p.Number)
 		tp := &tcpproxy.TcpProxy{StatPrefix: name, ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: name}}
-		if r := tcpRouteFor(vs, p.Number); r != nil {
+		if r := tcpRouteFor(vs, p.Number, b.client); r != nil {
 			b.setTCPClusters(tp, r, svc.Hostname, p.Number, hc.namespace(), chk)
 		}
 		return &envoyPort{tcp: tp, notes: chk.notes}
@@ -94,8 +94,9 @@ func (b *build) envoyPortOf(svc *model.Service, p model.Port, hc hostConfig) *en
 // tcpRouteFor is the first tcp route of vs that applies to port on every
 // client: one of its matches names no port or this port and has no
 // condition meshfed cannot evaluate for a shared listener (destination
-// subnets, source labels or namespace, gateways without mesh).
-func tcpRouteFor(vs *networking.VirtualService, port uint32) *networking.TCPRoute {
+// subnets, gateways without mesh; source labels or namespace unless
+// client, the proxy a scoped view is built for, meets them).
+func tcpRouteFor(vs *networking.VirtualService, port uint32, client *Proxy) *networking.TCPRoute {
 	for _, r := range vs.GetTcp() {
 		if len(r.GetMatch()) == 0 {
 			return r
@@ -104,7 +105,7 @@ func tcpRouteFor(vs *networking.VirtualService, port uint32) *networking.TCPRout
 			if m.GetPort() != 0 && m.GetPort() != port {
 				continue
 			}
-			if len(m.GetDestinationSubnets()) > 0 || len(m.GetSourceLabels()) > 0 || m.GetSourceNamespace() != "" ||
+			if len(m.GetDestinationSubnets()) > 0 || !client.meets(m.GetSourceLabels(), m.GetSourceNamespace()) ||
 				(len(m.GetGateways()) > 0 && !slices.Contains(m.GetGateways(), meshGateway)) {
 				continue
 			}
@@ -142,18 +143,28 @@ func (b *build) setTCPClusters(tp *tcpproxy.TcpProxy, r *networking.TCPRoute, ho
 	tp.ClusterSpecifier = &tcpproxy.TcpProxy_WeightedClusters{WeightedClusters: wc}
 }
 
-// meshMatch reports whether an http match applies to every sidecar: its
-// gateways (if any) include mesh, and it has no source labels or
-// namespace (routes are shared by all Envoy clients, whose labels meshfed
-// does not know, so such a match is left out rather than applied to all).
-func meshMatch(m *networking.HTTPMatchRequest) bool {
+// meshMatch reports whether an http match applies to the sidecars the
+// routes are built for: its gateways (if any) include mesh, and its
+// source labels and namespace, if any, are met by client, the proxy of a
+// scoped view (docs/architecture.md §3.7). Routes shared by every Envoy
+// client (client nil) leave such a match out rather than apply it to all.
+func meshMatch(m *networking.HTTPMatchRequest, client *Proxy) bool {
 	if m == nil {
 		return true
 	}
 	if len(m.GetGateways()) > 0 && !slices.Contains(m.GetGateways(), meshGateway) {
 		return false
 	}
-	return len(m.GetSourceLabels()) == 0 && m.GetSourceNamespace() == ""
+	return client.meets(m.GetSourceLabels(), m.GetSourceNamespace())
+}
+
+// meets reports whether the proxy p meets a match's sourceLabels and
+// sourceNamespace; a nil p (routes shared by all) meets only none.
+func (p *Proxy) meets(labels map[string]string, ns string) bool {
+	if len(labels) == 0 && ns == "" {
+		return true
+	}
+	return p != nil && (ns == "" || ns == p.Namespace) && model.Selects(labels, p.Labels)
 }
 
 // envoyRoutes translates the http routes of vs that apply to port, in
@@ -166,7 +177,7 @@ func (b *build) envoyRoutes(vs *networking.VirtualService, host string, port uin
 			matches = []*networking.HTTPMatchRequest{nil}
 		}
 		for _, m := range matches {
-			if m.GetPort() != 0 && m.GetPort() != port || !meshMatch(m) {
+			if m.GetPort() != 0 && m.GetPort() != port || !meshMatch(m, b.client) {
 				continue
 			}
 			r := b.envoyRoute(hr, m, i, host, port, ns, chk)

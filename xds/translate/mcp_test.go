@@ -350,3 +350,39 @@ func TestServiceEntryIncrementalEqualsFullBuild(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceEntryExportTo: istiod gets a registry service's exportTo,
+// "." as the service's own namespace (the entry lives in MCPNamespace),
+// and "*" for a service that sets none.
+func TestServiceEntryExportTo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		exportTo []string
+		want     []string
+	}{
+		{"none", nil, []string{"*"}},
+		{"own namespace", []string{"."}, []string{"shop"}},
+		{"own and named, once", []string{".", "shop", "istio-system"}, []string{"shop", "istio-system"}},
+		{"none at all", []string{"~"}, []string{"~"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			svc := ordersSvc()
+			svc.Namespace, svc.ExportTo = "shop", tc.exportTo
+			_, se := seOf(t, serviceEntryResource(svc))
+			if !slices.Equal(se.GetExportTo(), tc.want) {
+				t.Errorf("exportTo = %q, want %q", se.GetExportTo(), tc.want)
+			}
+		})
+	}
+	// An incremental build follows an exportTo change.
+	svc := ordersSvc()
+	_, st := buildServiceEntry(svc, nil)
+	svc2 := ordersSvc()
+	svc2.Namespace, svc2.ExportTo = "shop", []string{"."}
+	res, _ := buildServiceEntry(svc2, st)
+	if _, se := seOf(t, res); !slices.Equal(se.GetExportTo(), []string{"shop"}) {
+		t.Errorf("rebuilt exportTo = %q", se.GetExportTo())
+	}
+}

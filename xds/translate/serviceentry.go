@@ -36,6 +36,7 @@ type seState struct {
 	resolution model.Resolution
 	ports      []model.Port // sorted by number, one per number
 	names      []string     // ServiceEntry port name of ports[i]
+	exportTo   []string     // the entry's exportTo (mcpExportTo)
 	head, tail []byte       // encoded fields before and after endpoints
 	headHash   uint64
 	tailHash   uint64
@@ -67,10 +68,12 @@ func buildServiceEntry(svc *model.Service, prev *seState) (*mcp.Resource, *seSta
 	ports := slices.Clone(svc.Ports)
 	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
 	ports = slices.CompactFunc(ports, func(a, b model.Port) bool { return a.Number == b.Number })
-	if prev != nil && (prev.host != svc.Hostname || prev.resolution != svc.Resolution || !slices.Equal(prev.ports, ports)) {
+	exportTo := mcpExportTo(svc)
+	if prev != nil && (prev.host != svc.Hostname || prev.resolution != svc.Resolution || !slices.Equal(prev.ports, ports) ||
+		!slices.Equal(prev.exportTo, exportTo)) {
 		prev = nil // the header and every endpoint's ports change
 	}
-	st := &seState{host: svc.Hostname, resolution: svc.Resolution, ports: ports, eps: svc.Endpoints}
+	st := &seState{host: svc.Hostname, resolution: svc.Resolution, ports: ports, eps: svc.Endpoints, exportTo: exportTo}
 	if prev != nil {
 		st.names, st.head, st.tail, st.headHash, st.tailHash = prev.names, prev.head, prev.tail, prev.headHash, prev.tailHash
 	} else if !st.header() {
@@ -171,7 +174,7 @@ func (st *seState) header() bool {
 	se := &networking.ServiceEntry{
 		Hosts:    []string{st.host},
 		Location: networking.ServiceEntry_MESH_INTERNAL,
-		ExportTo: []string{"*"},
+		ExportTo: st.exportTo,
 	}
 	if st.resolution == model.ResolutionDNS {
 		se.Resolution = networking.ServiceEntry_DNS
@@ -196,6 +199,25 @@ func (st *seState) header() bool {
 	st.head, st.tail = splitFields(b, seEndpointsNum)
 	st.headHash, st.tailHash = fnv64a(st.head), fnv64a(st.tail)
 	return true
+}
+
+// mcpExportTo is the exportTo of svc's ServiceEntry for istiod, which
+// reads it in the entry's namespace (MCPNamespace): "." becomes the
+// service's own namespace (docs/architecture.md §3.7); none is "*".
+func mcpExportTo(svc *model.Service) []string {
+	if len(svc.ExportTo) == 0 {
+		return []string{"*"}
+	}
+	out := make([]string, 0, len(svc.ExportTo))
+	for _, ns := range svc.ExportTo {
+		if ns == "." {
+			ns = svc.Namespace
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
 }
 
 // newEntry encodes the ServiceEntry endpoint of e.

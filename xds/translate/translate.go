@@ -147,6 +147,17 @@ type Translator struct {
 	// next Translate reuses it (configByHost).
 	hostCfg *hostIndex
 	mcp     bool // build per-service MCP resources (EnableMCP)
+
+	// Scoping (scope.go): the root namespace, the index of the config
+	// last translated, the hosts not exported everywhere, the views and
+	// their updates not yet taken, the snapshot last translated.
+	root    string
+	scopes  *scopeIndex
+	private map[string]bool
+	epoch   uint64
+	views   map[string]*scopeView
+	viewUps []ads.ViewUpdate
+	snap    *model.Snapshot
 }
 
 // build is the state of one Translate, which the Translator does not keep
@@ -164,6 +175,12 @@ type build struct {
 	// the host's build, and in its builds since its VirtualService was
 	// applied (destChecker).
 	reached, wasReached map[string]bool
+	// client is the proxy a scoped view's own resources are built for
+	// (scope.go); nil for the resources every client shares.
+	client *Proxy
+	// touched: the hosts whose state Translate replaced (scope.go
+	// updates the views over them).
+	touched map[string]bool
 }
 
 // NewTranslator returns a translator with no resources.
@@ -175,6 +192,9 @@ func NewTranslator() *Translator {
 		skipped:  map[uint32][]Skipped{},
 		invalid:  map[string]string{},
 		config:   map[string]*model.ConfigObject{},
+		root:     DefaultRootNamespace,
+		private:  map[string]bool{},
+		views:    map[string]*scopeView{},
 	}
 	for _, k := range Kinds {
 		t.current[k] = map[string]types.Resource{}
@@ -217,8 +237,9 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	if snap != nil {
 		cfg = snap.Config
 	}
-	b := &build{t: t, snap: snap, hostCfg: configByHost(cfg, t.hostCfg)}
+	b := &build{t: t, snap: snap, hostCfg: configByHost(cfg, t.hostCfg), touched: map[string]bool{}}
 	t.hostCfg = b.hostCfg
+	wasPrivate := len(t.private) > 0
 	b.hostCfg.trimMemo(snap.Len())
 	// A host held on its last good config (or none) gives its routes'
 	// destinations the rule its clusters were built with (destRule), which
@@ -240,12 +261,16 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 			t.replace(old, nil, ch, dirty)
 			delete(t.services, host)
 			delete(t.invalid, host)
+			delete(t.private, host)
+			b.touched[host] = true
 		}
 	}
 	for _, port := range slices.Sorted(maps.Keys(dirty)) {
 		t.rebuildPort(port, ch)
 	}
 	t.translateConfig(cfg, ch)
+	t.snap = snap
+	b.scope(cfg, wasPrivate, dirty)
 	for _, c := range ch {
 		slices.Sort(c.Removed)
 		c.Removed = slices.Compact(c.Removed)
@@ -283,6 +308,12 @@ func (b *build) translateService(svc *model.Service, ch Changes, dirty map[uint3
 		return false
 	}
 	wasHeld := old != nil && old.applied != old.cfg
+	b.touched[svc.Hostname] = true
+	if model.ExportsAll(svc.ExportTo) {
+		delete(t.private, svc.Hostname)
+	} else {
+		t.private[svc.Hostname] = true
+	}
 	next := &svcState{svc: svc, cfg: hc, applied: hc, deps: deps}
 	out, err := b.buildService(svc, old, hc)
 	if err != nil && (hc.vs != nil || hc.dr != nil) {
@@ -592,49 +623,13 @@ func (b *build) buildService(svc *model.Service, old *svcState, hc hostConfig) (
 // skipped. Otherwise the listener proxies TCP to the service with the
 // smallest hostname and the others are skipped.
 func (t *Translator) rebuildPort(port uint32, ch Changes) {
-	var httpHosts, tcpHosts []string
-	for host, p := range t.ports[port] {
-		if p.IsHTTP() {
-			httpHosts = append(httpHosts, host)
-		} else {
-			tcpHosts = append(tcpHosts, host)
-		}
-	}
 	if len(t.ports[port]) == 0 {
 		delete(t.ports, port)
 	}
-	slices.Sort(httpHosts)
-	slices.Sort(tcpHosts)
+	lis, rc, skipped := t.portResources(port, nil, t.envoyPart)
 	delete(t.skipped, port)
-
-	var lis types.Resource
-	var rc *route.RouteConfiguration
-	switch {
-	case len(httpHosts) > 0:
-		var withCORS, withFault bool
-		rc = envoyRouteConfig(port)
-		for _, h := range httpHosts {
-			vh := virtualHost(h, port)
-			vh.Routes[0].GetRoute().RetryPolicy = envoyRetry(nil, false) // no rules: no hash policy
-			if e := t.envoyPart(h, port); e != nil && e.vhost != nil {
-				vh, withCORS, withFault = e.vhost, withCORS || e.cors, withFault || e.fault
-			}
-			rc.VirtualHosts = append(rc.VirtualHosts, vh)
-		}
-		lis = envoyHTTPListenerFor(port, withCORS, withFault)
-		for _, h := range tcpHosts {
-			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
-				Reason: fmt.Sprintf("TCP port %d is served as HTTP for %s", port, httpHosts[0])})
-		}
-	case len(tcpHosts) > 0:
-		lis = envoyTCPListener(port, tcpHosts[0])
-		if e := t.envoyPart(tcpHosts[0], port); e != nil && e.tcp != nil {
-			lis = envoyTCPListenerFor(port, e.tcp)
-		}
-		for _, h := range tcpHosts[1:] {
-			t.skipped[port] = append(t.skipped[port], Skipped{Host: h, Port: port,
-				Reason: fmt.Sprintf("TCP port %d is taken by %s", port, tcpHosts[0])})
-		}
+	if len(skipped) > 0 {
+		t.skipped[port] = skipped
 	}
 	t.setAggregate(KindOf(ClassEnvoy, ListenerType), EnvoyListenerName(port), lis, ch)
 	var rcRes types.Resource
@@ -642,6 +637,53 @@ func (t *Translator) rebuildPort(port uint32, ch Changes) {
 		rcRes = rc
 	}
 	t.setAggregate(KindOf(ClassEnvoy, RouteType), EnvoyRouteName(port), rcRes, ch)
+}
+
+// portResources builds the Envoy listener and route configuration of a
+// port number over the hosts on it that shows accepts (nil: all), with
+// each host's part (nil: none), and the host ports skipped (rebuildPort).
+func (t *Translator) portResources(port uint32, shows func(string) bool, part func(host string, port uint32) *envoyPort) (lis types.Resource, rc *route.RouteConfiguration, skipped []Skipped) {
+	var httpHosts, tcpHosts []string
+	for host, p := range t.ports[port] {
+		if shows != nil && !shows(host) {
+			continue
+		}
+		if p.IsHTTP() {
+			httpHosts = append(httpHosts, host)
+		} else {
+			tcpHosts = append(tcpHosts, host)
+		}
+	}
+	slices.Sort(httpHosts)
+	slices.Sort(tcpHosts)
+	switch {
+	case len(httpHosts) > 0:
+		var withCORS, withFault bool
+		rc = envoyRouteConfig(port)
+		for _, h := range httpHosts {
+			vh := virtualHost(h, port)
+			vh.Routes[0].GetRoute().RetryPolicy = envoyRetry(nil, false) // no rules: no hash policy
+			if e := part(h, port); e != nil && e.vhost != nil {
+				vh, withCORS, withFault = e.vhost, withCORS || e.cors, withFault || e.fault
+			}
+			rc.VirtualHosts = append(rc.VirtualHosts, vh)
+		}
+		lis = envoyHTTPListenerFor(port, withCORS, withFault)
+		for _, h := range tcpHosts {
+			skipped = append(skipped, Skipped{Host: h, Port: port,
+				Reason: fmt.Sprintf("TCP port %d is served as HTTP for %s", port, httpHosts[0])})
+		}
+	case len(tcpHosts) > 0:
+		lis = envoyTCPListener(port, tcpHosts[0])
+		if e := part(tcpHosts[0], port); e != nil && e.tcp != nil {
+			lis = envoyTCPListenerFor(port, e.tcp)
+		}
+		for _, h := range tcpHosts[1:] {
+			skipped = append(skipped, Skipped{Host: h, Port: port,
+				Reason: fmt.Sprintf("TCP port %d is taken by %s", port, tcpHosts[0])})
+		}
+	}
+	return lis, rc, skipped
 }
 
 // setAggregate stores r under name (nil removes it), reporting a change

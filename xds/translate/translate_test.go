@@ -38,7 +38,13 @@ func dumpClass(t *testing.T, tr *Translator, c Class) []byte {
 			out[url] = append(out[url], b)
 		}
 	}
-	b, err := json.Marshal(out)
+	return indentedJSON(t, out)
+}
+
+// indentedJSON is v as two-space indented JSON, ending in a newline.
+func indentedJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,9 @@ type config struct {
 	only                   string
 	s7Streams, s7Procs     int
 	s7Flips                int
+	scServices, scStreams  int // SC: services; scoped streams (the unscoped run has scUnscoped)
+	scUnscoped, scProcs    int
+	scNamespaces, scHosts  int
 	s8Services, s8Flips    int
 	soak                   time.Duration
 	soakRate               float64
@@ -59,7 +62,7 @@ func main() {
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
 	pprofDir := flag.String("pprof", "", "save CPU profiles in this directory: of the server during each run of spaced events (S1, F, S7), and of this process during S8")
 	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
-	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,SOAK); default all")
+	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,SC,SOAK); default all")
 	flag.Parse()
 	c := config{
 		quick: *quick, services: 1000, eps: 10, streams: 1000, per: 100, common: 10,
@@ -69,6 +72,7 @@ func main() {
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
 		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
 		soak: *soak, soakRate: 100, pprofDir: *pprofDir, consulSizes: []int{1000, 10000}, fFiles: 100,
+		scServices: 10000, scStreams: 1000, scUnscoped: 100, scProcs: 4, scNamespaces: 20, scHosts: 50,
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5
@@ -78,6 +82,7 @@ func main() {
 		c.syncTimeout = time.Minute
 		c.s7Streams, c.s7Procs, c.s7Flips, c.s8Services, c.s8Flips = 200, 2, 3, 1000, 5
 		c.consulSizes, c.fFiles = []int{300}, 10
+		c.scServices, c.scStreams, c.scUnscoped, c.scProcs, c.scNamespaces, c.scHosts = 1000, 100, 20, 2, 5, 20
 	}
 	dir, err := os.MkdirTemp("", "meshfed-bench")
 	if err != nil {
@@ -101,7 +106,7 @@ func main() {
 		{"S3", r.runS3a}, {"S1", r.runS1}, {"DS", r.runDS}, {"S2", r.runS2},
 		{"S3", r.runS3b}, {"S4", r.runS4}, {"S5", r.runS5}, {"S6", r.runS6}, {"IS", r.runIS},
 		{"F", r.runF}, {"S7", r.runS7}, {"S8", r.runS8},
-		{"CS", r.runConsulScale}, {"SOAK", r.runSoak},
+		{"CS", r.runConsulScale}, {"SC", r.runSC}, {"SOAK", r.runSoak},
 	} {
 		if c.only != "" && !strings.Contains(","+c.only+",", ","+s.id+",") {
 			continue

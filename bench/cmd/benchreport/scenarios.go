@@ -109,16 +109,27 @@ type eventResult struct {
 // events flips one endpoint in each of svcs in turn, waiting for every
 // stream (all watch these services) to ACK it before the next.
 func (r *runner) events(srv *proc, lgs loadgens, svcs []int, wait time.Duration) (eventResult, error) {
-	return r.eventsWith(srv, lgs, svcs, wait, func(svc int) (bench.Event, error) {
+	return r.eventsWith(srv, lgs, svcs, wait, flipEvent(srv))
+}
+
+// flipEvent flips one endpoint of a service of srv's registry.
+func flipEvent(srv *proc) func(svc int) (bench.Event, error) {
+	return func(svc int) (bench.Event, error) {
 		var ev bench.Event
 		err := post(fmt.Sprintf("%s/event?svc=%d", srv.ctl, svc), &ev)
 		return ev, err
-	})
+	}
 }
 
 // eventsWith is events with the change made by flip (which stamps it);
 // srv is the process whose CPU is counted.
 func (r *runner) eventsWith(srv *proc, lgs loadgens, svcs []int, wait time.Duration, flip func(svc int) (bench.Event, error)) (eventResult, error) {
+	return r.eventsWatched(srv, lgs, svcs, wait, flip, nil)
+}
+
+// eventsWatched is eventsWith where only watchers(svc) (nil: every
+// stream) watch a service.
+func (r *runner) eventsWatched(srv *proc, lgs loadgens, svcs []int, wait time.Duration, flip func(svc int) (bench.Event, error), watchedBy func(svc int) []int) (eventResult, error) {
 	if _, err := lgs.records(); err != nil { // drop the initial sync's records
 		return eventResult{}, err
 	}
@@ -131,6 +142,9 @@ func (r *runner) eventsWith(srv *proc, lgs loadgens, svcs []int, wait time.Durat
 		all[i] = i
 	}
 	watchers := func(int) []int { return all }
+	if watchedBy != nil {
+		watchers = watchedBy
+	}
 	ix := recIndex{}
 	var evs []bench.Event
 	profiled := r.profile(srv)

@@ -42,6 +42,8 @@ func run() error {
 	maxWait := flag.Duration("max", 500*time.Millisecond, "debounce max (meshfed)")
 	empty := flag.Bool("empty", false, "start with no services; POST /load publishes them")
 	countMarshals := flag.Bool("count-marshals", false, "record every allocation to account marshalled bytes (slow)")
+	namespaces := flag.Int("namespaces", 0, "meshfed: a Sidecar in each of this many namespaces (bench.ScopeConfig)")
+	sidecarHosts := flag.Int("sidecar-hosts", 50, "with -namespaces: services each Sidecar imports")
 	flag.Parse()
 	if *countMarshals {
 		runtime.MemProfileRate = 1
@@ -63,6 +65,9 @@ func run() error {
 		return fmt.Errorf("unknown -impl %q", *impl)
 	}
 	defer srv.Close()
+	if m, ok := srv.(*bench.Meshfed); ok && *namespaces > 0 {
+		m.SetConfig(bench.ScopeConfig(*namespaces, *sidecarHosts))
+	}
 	st := bench.NewState(*services, *eps)
 	ctl := bench.NewController(srv, st, !*empty)
 	var marshal func() any

@@ -32,6 +32,8 @@ func main() {
 	flag.IntVar(&o.Common, "common", 10, "clusters every stream watches (named mode)")
 	flag.BoolVar(&o.AddrMarker, "addr-marker", false, "find event markers in endpoint addresses (bench.SeqAddr), not labels")
 	flag.BoolVar(&o.Istio, "istio", false, "istiod-style node ids for named-mode streams")
+	flag.IntVar(&o.Namespaces, "namespaces", 0, "wildcard streams in this many namespaces (Istio-style node ids)")
+	flag.IntVar(&o.Scoped, "scoped", 0, "clusters each wildcard stream expects (its Sidecar's); 0: every service")
 	ctl := flag.String("ctl", "127.0.0.1:0", "control API address")
 	procs := flag.Int("procs", 1, "GOMAXPROCS")
 	flag.Parse()
