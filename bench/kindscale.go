@@ -152,9 +152,9 @@ type KindScaleOptions struct {
 	Gap     time.Duration // pause after each change was seen
 	// SyncTimeout bounds the first sync, ChangeTimeout each change.
 	SyncTimeout, ChangeTimeout time.Duration
-	// ProfileDir, when set, receives a CPU profile of the changes
-	// (<kind>-<services>-changes.pprof) and a heap profile after them
-	// (<kind>-<services>-heap.pprof).
+	// ProfileDir, when set, receives CPU profiles of the first sync and of
+	// the changes (<kind>-<services>-sync.pprof, -changes.pprof) and a
+	// heap profile after them (<kind>-<services>-heap.pprof).
 	ProfileDir string
 }
 
@@ -316,6 +316,7 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	rss0, _, _ := Mem(os.Getpid())
 
 	sink := &scaleSink{services: tg.Services, endpoints: tg.Endpoints, wake: make(chan struct{}, 1)}
+	stopProf := profile(t, o.ProfileDir, fmt.Sprintf("%s-%d-sync", row.Kind, services))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	cpu0, start := ProcessCPU(), time.Now()
@@ -331,6 +332,7 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	}
 	t.Cleanup(func() { _ = stop() })
 	if !sink.await(o.SyncTimeout, func() bool { return !sink.synced.IsZero() }) {
+		stopProf()
 		sink.mu.Lock()
 		n, e := 0, 0
 		if sink.last != nil {
@@ -341,8 +343,9 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 			row.Kind, services, tg.Services, tg.Endpoints, o.SyncTimeout, n, e)
 	}
 	res.Sync, res.SyncCPU = ms(sink.synced.Sub(start)), ms(ProcessCPU()-cpu0)
+	stopProf()
 
-	stopProf := profile(t, o.ProfileDir, fmt.Sprintf("%s-%d-changes", row.Kind, services))
+	stopProf = profile(t, o.ProfileDir, fmt.Sprintf("%s-%d-changes", row.Kind, services))
 	sink.mu.Lock()
 	pub0 := sink.publishes
 	sink.mu.Unlock()

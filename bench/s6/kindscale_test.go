@@ -27,6 +27,7 @@ var (
 	ksKinds   = flag.String("kindscale.kinds", "", "comma-separated kinds to run; default all")
 	ksChanges = flag.Int("kindscale.changes", 50, "changes per kind and size (with -kindscale.out)")
 	ksPprof   = flag.String("kindscale.pprof", "", "write CPU profiles of the changes and heap profiles here")
+	ksSync    = flag.Duration("kindscale.synctimeout", 10*time.Minute, "bound on the first sync")
 )
 
 // kindScaleRows are registered by the <kind>scale_test.go files.
@@ -49,7 +50,7 @@ func TestKindScale(t *testing.T) {
 			continue
 		}
 		o := bench.KindScaleOptions{Changes: *ksChanges, Gap: 20 * time.Millisecond,
-			SyncTimeout: 10 * time.Minute, ChangeTimeout: 30 * time.Second, ProfileDir: *ksPprof}
+			SyncTimeout: *ksSync, ChangeTimeout: 30 * time.Second, ProfileDir: *ksPprof}
 		rowSizes := cmpOr(row.Sizes, sizes)
 		if !full {
 			rowSizes, o.Changes = []int{20}, 3

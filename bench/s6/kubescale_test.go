@@ -48,11 +48,12 @@ func kubeLoadClient(t testing.TB, api *servers.KubeAPIServer) kubernetes.Interfa
 }
 
 func kubeScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
-	api := servers.StartKubeClusters(t, 1).Servers[0]
+	kc := servers.StartKubeClusters(t, 1)
+	api := kc.Servers[0]
 	cs := kubeLoadClient(t, api)
 	cat := kubeclienttest.Catalog{Services: services, PodStatus: true}
 	t0 := time.Now()
-	if err := cat.Load(context.Background(), cs); err != nil {
+	if err := cat.LoadDirect(context.Background(), cs, kc.Etcd.URL, api.Prefix); err != nil {
 		t.Fatal(err)
 	}
 	load := time.Since(t0)
@@ -60,12 +61,12 @@ func kubeScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	c := registries.Common{Name: "east", Kind: "kubernetes", Domain: domain}
 	reg := newRegistry(t, &kube.Config{Kubeconfig: api.WriteKubeconfig(t, "east", servers.AdminToken)}, c)
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: cat.Endpoints(), Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("fixture: %d services, %d EndpointSlices, %d pods (with status), %d nodes, written by 32 parallel clients", services, services, cat.Endpoints(), max(3, cat.Endpoints()/100)),
+		Note: fmt.Sprintf("fixture: %d services, %d EndpointSlices, %d pods (with status), %d nodes, written straight into etcd (kubeclienttest.Catalog.LoadDirect: as the API server stores them, server-set fields taken from objects written through it)", services, services, cat.Endpoints(), max(3, cat.Endpoints()/100)),
 		Change: func(ctx context.Context, n int) (bench.ScaleChange, error) {
 			i := (n * 7919) % services
 			addr := fmt.Sprintf("10.%d.%d.%d", 200+n>>16&31, n>>8&255, n&255)
 			patch := fmt.Sprintf(`[{"op":"replace","path":"/endpoints/0/addresses/0","value":%q}]`, addr)
-			_, err := cs.DiscoveryV1().EndpointSlices(cat.Namespace(i)).Patch(ctx, cat.Name(i)+"-x7k2p", types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+			_, err := cs.DiscoveryV1().EndpointSlices(cat.Namespace(i)).Patch(ctx, cat.SliceName(i), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 			return bench.ScaleChange{Host: cat.Host(i, domain), Value: addr}, err
 		}}
 }

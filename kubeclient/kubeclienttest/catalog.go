@@ -92,9 +92,7 @@ func (c Catalog) Load(ctx context.Context, cs kubernetes.Interface) error {
 	var jobs []func() error
 	for n := range namespaces {
 		jobs = append(jobs, func() error {
-			return ignoreExists(cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-				Name: "ns-" + strconv.Itoa(n), Labels: map[string]string{"kubernetes.io/metadata.name": "ns-" + strconv.Itoa(n), "team": "team-" + strconv.Itoa(n%7)},
-			}}, metav1.CreateOptions{}))
+			return ignoreExists(cs.CoreV1().Namespaces().Create(ctx, namespace(n), metav1.CreateOptions{}))
 		})
 	}
 	for n := range c.Nodes {
@@ -115,19 +113,7 @@ func (c Catalog) loadService(ctx context.Context, cs kubernetes.Interface, i int
 	if err := ignoreExists(cs.CoreV1().Services(ns).Create(ctx, service(ns, name), metav1.CreateOptions{})); err != nil {
 		return err
 	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-x7k2p",
-			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io",
-				"app": name, "app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "shop"},
-			Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-01T10:00:00Z"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: name, UID: "00000000-0000-0000-0000-000000000000", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports: []discoveryv1.EndpointPort{
-			{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)},
-			{Name: ptr.To("grpc"), Port: ptr.To[int32](9090), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: ptr.To("grpc")},
-		},
-	}
+	slice := c.slice(ns, name)
 	for j := range c.EndpointsPer {
 		pod, nodeName := c.pod(ns, name, i, j)
 		created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
@@ -145,15 +131,50 @@ func (c Catalog) loadService(ctx context.Context, cs kubernetes.Interface, i int
 				return err
 			}
 		}
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{Address(i, j, c.EndpointsPer)},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			NodeName:   ptr.To(nodeName),
-			Zone:       ptr.To(zone(c.node(i, j))),
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: created.UID},
-		})
+		slice.Endpoints = append(slice.Endpoints, c.endpoint(i, j, created, nodeName))
 	}
 	return ignoreExists(cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}))
+}
+
+// sliceSuffix ends the name of each service's EndpointSlice.
+const sliceSuffix = "-x7k2p"
+
+// SliceName is the name of service i's EndpointSlice.
+func (c Catalog) SliceName(i int) string { return c.Name(i) + sliceSuffix }
+
+func namespace(n int) *corev1.Namespace {
+	name := "ns-" + strconv.Itoa(n)
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{"kubernetes.io/metadata.name": name, "team": "team-" + strconv.Itoa(n%7)}}}
+}
+
+// slice is service name's EndpointSlice, without endpoints, as the
+// EndpointSlice controller writes it.
+func (c Catalog) slice(ns, name string) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + sliceSuffix,
+			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io",
+				"app": name, "app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "shop"},
+			Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-01T10:00:00Z"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: name, UID: "00000000-0000-0000-0000-000000000000", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)},
+			{Name: ptr.To("grpc"), Port: ptr.To[int32](9090), Protocol: ptr.To(corev1.ProtocolTCP), AppProtocol: ptr.To("grpc")},
+		},
+	}
+}
+
+// endpoint is endpoint j of service i, backed by pod on nodeName.
+func (c Catalog) endpoint(i, j int, pod *corev1.Pod, nodeName string) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{
+		Addresses:  []string{Address(i, j, c.EndpointsPer)},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+		NodeName:   ptr.To(nodeName),
+		Zone:       ptr.To(zone(c.node(i, j))),
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+	}
 }
 
 // node is the node of endpoint j of service i.

@@ -105,6 +105,10 @@ type Registry struct {
 	clientFor func(kubeconfig []byte) (kubernetes.Interface, func(), error)
 
 	disc discovery // secretDiscovery state; outlives Run
+
+	// transform is the informers' transform (slim); tests set nil to
+	// compare with the objects as listed.
+	transform func(any) (any, error)
 }
 
 var _ registries.Registry = (*Registry)(nil)
@@ -120,6 +124,8 @@ func newRegistry(common registries.Common, cfg Config, creds func() (*rest.Confi
 		log:    log, // the caller's child logger carries the registry key
 		m:      newMetrics(common.Name),
 		creds:  creds,
+
+		transform: slim,
 	}
 	r.clientFor = r.connectKubeconfig
 	return r
