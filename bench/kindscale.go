@@ -76,6 +76,10 @@ type KindScaleTarget struct {
 	Change func(ctx context.Context, n int) (ScaleChange, error)
 	// Note is appended to the row's.
 	Note string
+	// After, when set, is called once the changes were seen; what it
+	// returns is appended to the note (e.g. the registry's own share of
+	// the latency, from its metrics).
+	After func() string
 }
 
 // ScaleChange is what a change makes: Host gets Value (for registries an
@@ -376,6 +380,11 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 		res.CPUPerChange = ms(ProcessCPU()-cpu0) / float64(o.Changes)
 	}
 	stopProf()
+	if tg.After != nil {
+		if n := tg.After(); n != "" {
+			res.Note = strings.TrimPrefix(res.Note+"; "+n, "; ")
+		}
+	}
 	sink.mu.Lock()
 	res.Publishes = sink.publishes - pub0
 	sink.want = nil

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -60,13 +62,52 @@ func kubeScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	const domain = "svc.cluster.local"
 	c := registries.Common{Name: "east", Kind: "kubernetes", Domain: domain}
 	reg := newRegistry(t, &kube.Config{Kubeconfig: api.WriteKubeconfig(t, "east", servers.AdminToken)}, c)
+	var sum0 float64
+	var n0 uint64
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: cat.Endpoints(), Run: bench.RegistryRun(reg),
+		After: func() string {
+			sum, n := ingestLatency(t, c.Name)
+			if n == n0 {
+				return ""
+			}
+			return fmt.Sprintf("of which inside the registry (informer event → Sink.Publish, its ingest-latency metric) %.1f ms on average over %d publishes", (sum-sum0)*1e3/float64(n-n0), n-n0)
+		},
 		Note: fmt.Sprintf("fixture: %d services, %d EndpointSlices, %d pods (with status), %d nodes, written straight into etcd (kubeclienttest.Catalog.LoadDirect: as the API server stores them, server-set fields taken from objects written through it)", services, services, cat.Endpoints(), max(3, cat.Endpoints()/100)),
 		Change: func(ctx context.Context, n int) (bench.ScaleChange, error) {
+			if n == 1 {
+				sum0, n0 = ingestLatency(t, c.Name)
+			}
 			i := (n * 7919) % services
 			addr := fmt.Sprintf("10.%d.%d.%d", 200+n>>16&31, n>>8&255, n&255)
 			patch := fmt.Sprintf(`[{"op":"replace","path":"/endpoints/0/addresses/0","value":%q}]`, addr)
 			_, err := cs.DiscoveryV1().EndpointSlices(cat.Namespace(i)).Patch(ctx, cat.SliceName(i), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 			return bench.ScaleChange{Host: cat.Host(i, domain), Value: addr}, err
 		}}
+}
+
+// ingestLatency reads registry's meshfed_registry_ingest_latency_seconds
+// (sum in seconds, count).
+func ingestLatency(t testing.TB, registry string) (float64, uint64) {
+	reg := prometheus.NewRegistry()
+	for _, c := range registries.Collectors() {
+		reg.MustRegister(c)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Logf("gather: %v", err)
+		return 0, 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "meshfed_registry_ingest_latency_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "registry" && l.GetValue() == registry {
+					return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0, 0
 }
