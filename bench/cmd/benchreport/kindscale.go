@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/meshfed/meshfed/bench"
@@ -23,32 +24,43 @@ const (
 // TestKindScale; bench/kindscale.go is the harness, each kind a
 // bench.KindScaleRow in bench/s6/<kind>scale_test.go).
 func (r *runner) runKindScale() error {
-	r.logf("KS: registry kinds at %s services (go test ./bench/s6 -run TestKindScale)", r.c.ksSizes)
-	f, err := os.CreateTemp(r.dir, "ks-*.json")
-	if err != nil {
-		return err
-	}
-	f.Close()
-	args := []string{"test", "-count=1", "-timeout=180m", "-run", "^TestKindScale$", "./bench/s6",
-		"-args", "-kindscale.out=" + f.Name(), "-kindscale.sizes=" + r.c.ksSizes, "-kindscale.changes=" + strconv.Itoa(r.c.ksChanges)}
-	if r.c.ksKinds != "" {
-		args = append(args, "-kindscale.kinds="+r.c.ksKinds)
-	}
-	if r.c.pprofDir != "" {
-		args = append(args, "-kindscale.pprof="+r.c.pprofDir)
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Stderr = os.Stderr
-	outb, err := cmd.Output()
-	if err != nil {
-		r.rep.notes = append(r.rep.notes, "KS go test failed: "+lastLines(string(outb), 8))
-	}
-	b, _ := os.ReadFile(f.Name())
-	var res []bench.KindScaleResult
-	if len(b) > 0 {
-		if err := json.Unmarshal(b, &res); err != nil {
+	path := r.c.ksResults
+	if path == "" {
+		f, err := os.CreateTemp(r.dir, "ks-*.json")
+		if err != nil {
 			return err
 		}
+		f.Close()
+		path = f.Name()
+		r.logf("KS: registry kinds at %s services (go test ./bench/s6 -run TestKindScale)", r.c.ksSizes)
+		args := []string{"test", "-count=1", "-timeout=180m", "-run", "^TestKindScale$", "./bench/s6",
+			"-args", "-kindscale.out=" + path, "-kindscale.sizes=" + r.c.ksSizes, "-kindscale.changes=" + strconv.Itoa(r.c.ksChanges)}
+		if r.c.ksKinds != "" {
+			args = append(args, "-kindscale.kinds="+r.c.ksKinds)
+		}
+		if r.c.pprofDir != "" {
+			args = append(args, "-kindscale.pprof="+r.c.pprofDir)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Stderr = os.Stderr
+		outb, err := cmd.Output()
+		if err != nil {
+			r.rep.notes = append(r.rep.notes, "KS go test failed: "+lastLines(string(outb), 8))
+		}
+	} else {
+		r.logf("KS: rendering %s", path)
+	}
+	var res []bench.KindScaleResult
+	for p := range strings.SplitSeq(path, ",") {
+		b, _ := os.ReadFile(p)
+		if len(b) == 0 {
+			continue
+		}
+		var part []bench.KindScaleResult
+		if err := json.Unmarshal(b, &part); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		res = append(res, part...)
 	}
 	for _, rw := range kindScaleRows(res) {
 		r.rep.add(rw)

@@ -47,6 +47,7 @@ type config struct {
 	consulServices         int
 	fFiles                 int
 	ksSizes, ksKinds       string
+	ksResults              string
 	ksChanges              int
 }
 
@@ -68,6 +69,7 @@ func main() {
 	merge := flag.Bool("merge", false, "with -only: keep the other rows of the existing -out file and replace only the rerun scenarios' rows")
 	ksKinds := flag.String("ks.kinds", "", "KS: comma-separated kinds to run (bench/s6 KindScaleRow.Kind); default all")
 	ksSizes := flag.String("ks.sizes", "1000,10000", "KS: catalog sizes for kinds that name none")
+	ksResults := flag.String("ks.results", "", "KS: render these results (TestKindScale's -kindscale.out JSON, several files comma-separated) instead of running it")
 	flag.Parse()
 	c := config{
 		quick: *quick, services: 1000, eps: 10, streams: 1000, per: 100, common: 10,
@@ -77,7 +79,7 @@ func main() {
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
 		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
 		soak: *soak, soakRate: 100, pprofDir: *pprofDir, consulServices: 10000, fFiles: 100,
-		ksSizes: *ksSizes, ksKinds: *ksKinds, ksChanges: 50,
+		ksSizes: *ksSizes, ksKinds: *ksKinds, ksChanges: 50, ksResults: *ksResults,
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5
