@@ -275,36 +275,12 @@ func (r *report) merge(old string, ids map[string]bool) string {
 	for _, n := range r.notes {
 		newNotes.WriteString("- " + n + "\n")
 	}
-	spliced := false
-	for _, l := range trimBlank(table) {
-		if ids[idOf(l)] {
-			if !spliced {
-				b.WriteString(newRows.String())
-				spliced = true
-			}
-			continue
-		}
-		b.WriteString(l + "\n")
-	}
-	if !spliced {
-		b.WriteString(newRows.String())
-	}
+	b.WriteString(splice(trimBlank(table), func(l string) bool { return ids[idOf(l)] }, newRows.String()))
 	b.WriteString(notesIntro)
-	spliced = false
-	for _, l := range trimBlank(notes) {
+	b.WriteString(splice(trimBlank(notes), func(l string) bool {
 		id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, "- **"), "- "), " ")
-		if ids[id] {
-			if !spliced {
-				b.WriteString(newNotes.String())
-				spliced = true
-			}
-			continue
-		}
-		b.WriteString(l + "\n")
-	}
-	if !spliced {
-		b.WriteString(newNotes.String())
-	}
+		return ids[id]
+	}, newNotes.String()))
 	switch {
 	case len(r.s5) > 0:
 		b.WriteString(r.s5Section())
@@ -312,6 +288,25 @@ func (r *report) merge(old string, ids map[string]bool) string {
 		b.WriteString("\n" + lines[s5At] + "\n\n" + strings.Join(trimBlank(s5), "\n") + "\n")
 	}
 	b.WriteString(tail())
+	return b.String()
+}
+
+// splice returns lines, one per line, with those replaced dropped and
+// repl in the place of the first of them (at the end if none is).
+func splice(lines []string, replaced func(string) bool, repl string) string {
+	var b strings.Builder
+	done := false
+	for _, l := range lines {
+		if !replaced(l) {
+			b.WriteString(l + "\n")
+		} else if !done {
+			b.WriteString(repl)
+			done = true
+		}
+	}
+	if !done {
+		b.WriteString(repl)
+	}
 	return b.String()
 }
 
