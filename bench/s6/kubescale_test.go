@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,18 +66,28 @@ func kubeScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	reg := newRegistry(t, &kube.Config{Kubeconfig: api.WriteKubeconfig(t, "east", servers.AdminToken)}, c)
 	var sum0 float64
 	var n0 uint64
+	var ev0 map[string]float64
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: cat.Endpoints(), Run: bench.RegistryRun(reg),
 		After: func() string {
 			sum, n := ingestLatency(t, c.Name)
 			if n == n0 {
 				return ""
 			}
-			return fmt.Sprintf("of which inside the registry (informer event → Sink.Publish, its ingest-latency metric) %.1f ms on average over %d publishes", (sum-sum0)*1e3/float64(n-n0), n-n0)
+			var evs []string
+			for k, v := range informerEvents(t, c.Name) {
+				if d := v - ev0[k]; d > 0 {
+					evs = append(evs, fmt.Sprintf("%s %.0f", k, d))
+				}
+			}
+			slices.Sort(evs)
+			return fmt.Sprintf("of which inside the registry (informer event → Sink.Publish, its ingest-latency metric) %.1f ms on average over %d publishes; informer events meanwhile: %s",
+				(sum-sum0)*1e3/float64(n-n0), n-n0, strings.Join(evs, ", "))
 		},
 		Note: fmt.Sprintf("fixture: %d services, %d EndpointSlices, %d pods (with status), %d nodes, written straight into etcd (kubeclienttest.Catalog.LoadDirect: as the API server stores them, server-set fields taken from objects written through it)", services, services, cat.Endpoints(), max(3, cat.Endpoints()/100)),
 		Change: func(ctx context.Context, n int) (bench.ScaleChange, error) {
 			if n == 1 {
 				sum0, n0 = ingestLatency(t, c.Name)
+				ev0 = informerEvents(t, c.Name)
 			}
 			i := (n * 7919) % services
 			addr := fmt.Sprintf("10.%d.%d.%d", 200+n>>16&31, n>>8&255, n&255)
@@ -83,6 +95,36 @@ func kubeScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 			_, err := cs.DiscoveryV1().EndpointSlices(cat.Namespace(i)).Patch(ctx, cat.SliceName(i), types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 			return bench.ScaleChange{Host: cat.Host(i, domain), Value: addr}, err
 		}}
+}
+
+// informerEvents reads registry's meshfed_kube_informer_events_total by
+// "resource event".
+func informerEvents(t testing.TB, registry string) map[string]float64 {
+	reg := prometheus.NewRegistry()
+	for _, c := range kube.Collectors() {
+		reg.MustRegister(c)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Logf("gather: %v", err)
+		return nil
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "meshfed_kube_informer_events_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["registry"] == registry {
+				out[l["resource"]+" "+l["event"]] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
 }
 
 // ingestLatency reads registry's meshfed_registry_ingest_latency_seconds
