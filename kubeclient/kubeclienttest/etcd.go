@@ -197,6 +197,15 @@ func (c Catalog) awaitServed(ctx context.Context, cs kubernetes.Interface) error
 				return err
 			}
 			if n >= r.want {
+				// Counted in etcd; now in the watch cache, which informers
+				// list from (resourceVersion 0) and which follows etcd
+				// with a delay after a bulk write.
+				n, err = cached(ctx, cs, r.what)
+				if err != nil {
+					return err
+				}
+			}
+			if n >= r.want {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -213,6 +222,29 @@ func (c Catalog) awaitServed(ctx context.Context, cs kubernetes.Interface) error
 }
 
 func uid(kind, n int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", kind, n) }
+
+// cached counts the objects of resource (core or discovery.k8s.io) in
+// the API server's watch cache: a list at resourceVersion 0, metadata
+// only.
+func cached(ctx context.Context, cs kubernetes.Interface, resource string) (int, error) {
+	rc := cs.CoreV1().RESTClient()
+	path := "/api/v1/" + resource
+	if resource == "endpointslices" {
+		rc, path = cs.DiscoveryV1().RESTClient(), "/apis/discovery.k8s.io/v1/endpointslices"
+	}
+	raw, err := rc.Get().AbsPath(path).Param("resourceVersion", "0").
+		SetHeader("Accept", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1").Do(ctx).Raw()
+	if err != nil {
+		return 0, err
+	}
+	var l struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return 0, err
+	}
+	return len(l.Items), nil
+}
 
 // etcdKV reads and writes keys under a prefix through etcd's JSON gateway
 // (/v3/kv/...), so that no etcd client module is needed.
