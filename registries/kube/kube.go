@@ -40,8 +40,8 @@
 // the locality ones). Managed fields, annotations, pod specs and
 // statuses, node statuses and images are dropped as they arrive. With
 // 10,000 Services, 100,000 endpoints, 100,000 Pods (full specs and
-// statuses) and 1,000 Nodes the synced registry's live heap is 210 MB
-// with the transform and 1,665 MB without (TestRealTransformMemory;
+// statuses) and 1,000 Nodes the synced registry's live heap is 264 MB
+// with the transform and 1,666 MB without (TestRealTransformMemory;
 // docs/registries/kubernetes.md). TestRealTransformKeepsWhatConversionReads
 // checks that the transform keeps every field conversion reads.
 //

@@ -49,6 +49,7 @@ func (r *runner) runKindScale() error {
 		}
 	} else {
 		r.logf("KS: rendering %s", path)
+		r.rep.notes = append(r.rep.notes, "KS: figures rendered from saved TestKindScale results ("+path+"); the load during those runs is in bench/analysis.md, not the header's")
 	}
 	var res []bench.KindScaleResult
 	for p := range strings.SplitSeq(path, ",") {
