@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,21 +98,20 @@ func kubeScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 		}}
 }
 
-// informerEvents reads registry's meshfed_kube_informer_events_total by
-// "resource event".
-func informerEvents(t testing.TB, registry string) map[string]float64 {
+// series returns the series of metric name among collectors whose
+// label registry is registry, each with its labels.
+func series(t testing.TB, collectors []prometheus.Collector, name, registry string) (out []*dto.Metric, labels []map[string]string) {
 	reg := prometheus.NewRegistry()
-	for _, c := range kube.Collectors() {
+	for _, c := range collectors {
 		reg.MustRegister(c)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Logf("gather: %v", err)
-		return nil
+		return nil, nil
 	}
-	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "meshfed_kube_informer_events_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -120,9 +120,20 @@ func informerEvents(t testing.TB, registry string) map[string]float64 {
 				l[p.GetName()] = p.GetValue()
 			}
 			if l["registry"] == registry {
-				out[l["resource"]+" "+l["event"]] = m.GetCounter().GetValue()
+				out, labels = append(out, m), append(labels, l)
 			}
 		}
+	}
+	return out, labels
+}
+
+// informerEvents reads registry's meshfed_kube_informer_events_total by
+// "resource event".
+func informerEvents(t testing.TB, registry string) map[string]float64 {
+	ms, ls := series(t, kube.Collectors(), "meshfed_kube_informer_events_total", registry)
+	out := map[string]float64{}
+	for i, m := range ms {
+		out[ls[i]["resource"]+" "+ls[i]["event"]] = m.GetCounter().GetValue()
 	}
 	return out
 }
@@ -130,26 +141,9 @@ func informerEvents(t testing.TB, registry string) map[string]float64 {
 // ingestLatency reads registry's meshfed_registry_ingest_latency_seconds
 // (sum in seconds, count).
 func ingestLatency(t testing.TB, registry string) (float64, uint64) {
-	reg := prometheus.NewRegistry()
-	for _, c := range registries.Collectors() {
-		reg.MustRegister(c)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Logf("gather: %v", err)
+	ms, _ := series(t, registries.Collectors(), "meshfed_registry_ingest_latency_seconds", registry)
+	if len(ms) == 0 {
 		return 0, 0
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "meshfed_registry_ingest_latency_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "registry" && l.GetValue() == registry {
-					return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	return 0, 0
+	return ms[0].GetHistogram().GetSampleSum(), ms[0].GetHistogram().GetSampleCount()
 }
