@@ -116,17 +116,7 @@ type s6Sink struct {
 }
 
 func holds(services []model.Service, c *S6Change) bool {
-	for i := range services {
-		if services[i].Hostname != c.Host {
-			continue
-		}
-		for _, e := range services[i].Endpoints {
-			if e.Address == c.Address {
-				return true
-			}
-		}
-	}
-	return false
+	return ServicesState(services).Holds(ScaleChange{Host: c.Host, Value: c.Address})
 }
 
 // Publish implements registries.Sink: it notes every state, then passes

@@ -348,22 +348,30 @@ func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice 
 	return out
 }
 
-func slimPod(p *corev1.Pod) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: slimMeta(&p.ObjectMeta, nil)}
+// Pods, nodes and namespaces are read for their labels only: the cache
+// keeps their metadata as a PartialObjectMetadata (about 300 bytes plus
+// labels, where an empty corev1.Pod alone takes over 1 KB).
+
+func slimPod(p *corev1.Pod) *metav1.PartialObjectMetadata {
+	return partial("Pod", slimMeta(&p.ObjectMeta, nil))
 }
 
-func slimNode(n *corev1.Node) *corev1.Node {
-	return &corev1.Node{ObjectMeta: slimMeta(&n.ObjectMeta, func(k string) bool {
+func slimNode(n *corev1.Node) *metav1.PartialObjectMetadata {
+	return partial("Node", slimMeta(&n.ObjectMeta, func(k string) bool {
 		switch k {
 		case labelRegion, labelZone, labelSubZone, labelRegionLegacy, labelZoneLegacy:
 			return true
 		}
 		return false
-	})}
+	}))
 }
 
-func slimNamespace(n *corev1.Namespace) *corev1.Namespace {
-	return &corev1.Namespace{ObjectMeta: slimMeta(&n.ObjectMeta, nil)}
+func slimNamespace(n *corev1.Namespace) *metav1.PartialObjectMetadata {
+	return partial("Namespace", slimMeta(&n.ObjectMeta, nil))
+}
+
+func partial(kind string, m metav1.ObjectMeta) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: kind}, ObjectMeta: m}
 }
 
 func slimSecret(s *corev1.Secret) *corev1.Secret {

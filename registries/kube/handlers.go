@@ -21,6 +21,31 @@ func (w *clusterWatch) enqueue(k svcKey) {
 	w.queue.Add(k)
 }
 
+// afterInitialList wraps h so that the adds of an informer's initial list
+// are only counted: run converts every service from the caches once all
+// informers listed, so enqueueing them too would convert every service
+// again after the first publish (with 100,000 pods, a queue of ten
+// thousand services that a change waits behind).
+func (w *clusterWatch) afterInitialList(resource string, h cache.ResourceEventHandler) cache.ResourceEventHandler {
+	return initialListSkipper{h: h, skipped: func() { w.r.m.event(resource, evAdd) }}
+}
+
+type initialListSkipper struct {
+	h       cache.ResourceEventHandler
+	skipped func()
+}
+
+func (s initialListSkipper) OnAdd(obj any, isInInitialList bool) {
+	if isInInitialList {
+		s.skipped()
+		return
+	}
+	s.h.OnAdd(obj, false)
+}
+
+func (s initialListSkipper) OnUpdate(oldObj, newObj any) { s.h.OnUpdate(oldObj, newObj) }
+func (s initialListSkipper) OnDelete(obj any)            { s.h.OnDelete(obj) }
+
 func metaOf(obj any) (metav1.Object, bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
@@ -69,7 +70,9 @@ func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *cluster
 func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) cache.SharedIndexInformer {
 	inf := w.tracker.Informer(name, lw, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name},
 		func() { w.r.m.watchError(resource) })
-	must(inf.SetTransform(slim))
+	if w.r.transform != nil {
+		must(inf.SetTransform(w.r.transform))
+	}
 	w.all = append(w.all, inf)
 	return inf
 }
@@ -121,13 +124,13 @@ func (w *clusterWatch) setup() error {
 			}, &corev1.Pod{}, nil),
 		}
 		w.scopes[ns] = sc
-		if _, err := sc.services.AddEventHandler(w.serviceHandler()); err != nil {
+		if _, err := sc.services.AddEventHandler(w.afterInitialList(resService, w.serviceHandler())); err != nil {
 			return err
 		}
-		if _, err := sc.slices.AddEventHandler(w.sliceHandler()); err != nil {
+		if _, err := sc.slices.AddEventHandler(w.afterInitialList(resEndpointSlice, w.sliceHandler())); err != nil {
 			return err
 		}
-		if _, err := sc.pods.AddEventHandler(w.podHandler(sc)); err != nil {
+		if _, err := sc.pods.AddEventHandler(w.afterInitialList(resPod, w.podHandler(sc))); err != nil {
 			return err
 		}
 	}
@@ -139,7 +142,7 @@ func (w *clusterWatch) setup() error {
 			return cs.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}, &corev1.Node{}, nil)
-	if _, err := w.nodes.AddEventHandler(w.nodeHandler()); err != nil {
+	if _, err := w.nodes.AddEventHandler(w.afterInitialList(resNode, w.nodeHandler())); err != nil {
 		return err
 	}
 	if cfg.NamespaceSelector != "" {
@@ -156,7 +159,7 @@ func (w *clusterWatch) setup() error {
 				return cs.CoreV1().Namespaces().Watch(ctx, o)
 			},
 		}, &corev1.Namespace{}, nil)
-		if _, err := w.namespaces.AddEventHandler(w.namespaceHandler()); err != nil {
+		if _, err := w.namespaces.AddEventHandler(w.afterInitialList(resNamespace, w.namespaceHandler())); err != nil {
 			return err
 		}
 	}
@@ -226,7 +229,7 @@ func (w *clusterWatch) podLabels(ns, name string) map[string]string {
 	if err != nil || !ok {
 		return nil
 	}
-	return obj.(*corev1.Pod).Labels
+	return labelsOf(obj)
 }
 
 func (w *clusterWatch) nodeLocality(name string) model.Locality {
@@ -234,7 +237,7 @@ func (w *clusterWatch) nodeLocality(name string) model.Locality {
 	if err != nil || !ok {
 		return model.Locality{}
 	}
-	return localityFromLabels(obj.(*corev1.Node).Labels)
+	return localityFromLabels(labelsOf(obj))
 }
 
 func (w *clusterWatch) namespaceSelected(ns string) bool {
@@ -245,7 +248,7 @@ func (w *clusterWatch) namespaceSelected(ns string) bool {
 	if err != nil || !ok {
 		return false
 	}
-	return w.nsSel.Matches(labels.Set(obj.(*corev1.Namespace).Labels))
+	return w.nsSel.Matches(labels.Set(labelsOf(obj)))
 }
 
 // compute converts one service from the caches.
@@ -331,7 +334,7 @@ func (w *clusterWatch) setSynced() {
 // change, and reports the connection's health until ctx ends.
 func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 	w.pub = registries.NewPublisher(w.r.common, sink, w.log, registries.PublisherOptions[svcKey]{
-		Compare: func(a, b svcKey) int { return strings.Compare(a.String(), b.String()) },
+		Compare: func(a, b svcKey) int { return cmp.Or(strings.Compare(a.ns, b.ns), strings.Compare(a.name, b.name)) },
 		// Flushed only once the informers listed everything: the state
 		// is complete even while a watch fails.
 		CompleteWhileDegraded: true,
