@@ -69,7 +69,7 @@ func (w *clusterWatch) serviceHandler() cache.ResourceEventHandler {
 			w.r.m.event(resService, evUpdate)
 			o, ok1 := oldObj.(*corev1.Service)
 			n, ok2 := newObj.(*corev1.Service)
-			if ok1 && ok2 && reflect.DeepEqual(o.Spec, n.Spec) {
+			if ok1 && ok2 && reflect.DeepEqual(o.Spec, n.Spec) && o.Annotations[annotationExportTo] == n.Annotations[annotationExportTo] {
 				return
 			}
 			if m, ok := metaOf(newObj); ok {

@@ -179,6 +179,22 @@ func TestFollowsChanges(t *testing.T) {
 			},
 		},
 		{
+			name: "exportTo annotation edited (nothing else)",
+			apply: func() error {
+				svc, err := cs.CoreV1().Services("shop").Get(ctx, "orders", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				svc.Annotations = map[string]string{annotationExportTo: "."}
+				_, err = cs.CoreV1().Services("shop").Update(ctx, svc, metav1.UpdateOptions{})
+				return err
+			},
+			want: func(st registrytest.State) bool {
+				s, ok := find(st.Services, host)
+				return ok && slices.Equal(s.ExportTo, []string{"."})
+			},
+		},
+		{
 			name: "second service",
 			apply: func() error {
 				if _, err := cs.CoreV1().Services("shop").Create(ctx, svcObj("shop", "cart", nil, svcPort("http", 80)), metav1.CreateOptions{}); err != nil {
