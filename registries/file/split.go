@@ -26,6 +26,19 @@ type itemRange struct {
 	flow       bool
 }
 
+// blockSpecial and flowSpecial are the bytes the split looks at in block
+// and flow context; it steps over every other byte.
+var blockSpecial, flowSpecial [256]bool
+
+func init() {
+	for _, c := range []byte("\n#\"'[{|>") {
+		blockSpecial[c] = true
+	}
+	for _, c := range []byte("\n#\"'[]{}") {
+		flowSpecial[c] = true
+	}
+}
+
 // splitter walks data once.
 type splitter struct {
 	data []byte
@@ -237,6 +250,12 @@ func (s *splitter) flowSeq() ([]itemRange, bool) {
 func (s *splitter) flowNode() bool {
 	depth := 0
 	for s.pos < len(s.data) {
+		for s.pos < len(s.data) && !flowSpecial[s.data[s.pos]] {
+			s.pos++
+		}
+		if s.pos == len(s.data) {
+			break
+		}
 		c := s.data[s.pos]
 		switch c {
 		case '[', '{':
@@ -351,6 +370,12 @@ func (s *splitter) blockSeq() ([]itemRange, bool) {
 // quote).
 func (s *splitter) blockLine() bool {
 	for s.pos < len(s.data) {
+		for s.pos < len(s.data) && !blockSpecial[s.data[s.pos]] {
+			s.pos++
+		}
+		if s.pos == len(s.data) {
+			break
+		}
 		c := s.data[s.pos]
 		prev := byte('\n')
 		if s.pos > 0 {
