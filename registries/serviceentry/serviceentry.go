@@ -27,9 +27,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"go.yaml.in/yaml/v4"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
@@ -81,6 +85,8 @@ type Registry struct {
 	kubeChecked atomic.Uint64
 	// kubeWatch is the watch of the running runKube (tests).
 	kubeWatch atomic.Pointer[kubeclient.IstioWatch]
+	// work counts what the Runs over files did (Work).
+	work work
 }
 
 // Run implements registries.Registry. It fails only when the file watcher
@@ -89,18 +95,32 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	if len(r.kube.Clusters) > 0 {
 		return r.runKube(ctx, sink)
 	}
-	m := &merger{common: r.common, lastGood: map[string]Object{}}
-	w := &filewatch.Watch[[]Object]{
+	return r.fileWatch().Run(ctx, sink)
+}
+
+// fileWatch returns the shared watch loop (registries/filewatch) over the
+// files: each Run keeps every file's documents by the hash of their bytes
+// (docs.go) and publishes one key per ServiceEntry.
+func (r *Registry) fileWatch() *filewatch.Watch[[]Object] {
+	k := &keyed{r: r, m: &merger{common: r.common, lastGood: map[string]Object{}},
+		caches: map[string]*docCache{}, entries: map[string]*entryConv{}}
+	return &filewatch.Watch[[]Object]{
 		Patterns: r.patterns,
-		Parse:    Parse,
-		Merge:    m.merge,
-		Equal:    sameObjects,
-		Shard:    r.common.Shard(),
-		Log:      r.log,
-		Timing:   r.timing,
-		Read:     filewatch.CountReads(reloads, r.common.Name),
+		Parse: func(path string, data []byte) ([]Object, error) {
+			cache := k.caches[path]
+			if cache == nil {
+				cache = &docCache{}
+				k.caches[path] = cache
+			}
+			return parseDocs(path, data, cache, &r.work)
+		},
+		Publish: k.publish,
+		Equal:   sameObjects,
+		Shard:   r.common.Shard(),
+		Log:     r.log,
+		Timing:  r.timing,
+		Read:    filewatch.CountReads(reloads, r.common.Name),
 	}
-	return w.Run(ctx, sink)
 }
 
 // sameObjects: two parses of a file hold the same objects.
@@ -131,21 +151,19 @@ type merger struct {
 	lastGood map[string]Object // by kind/namespace/name
 }
 
-// merge implements filewatch.Watch.Merge.
-func (m *merger) merge(files []filewatch.File[[]Object]) ([]model.Service, []model.Rejection) {
-	var objs []Object
-	for _, f := range files {
-		objs = append(objs, f.Value...)
-	}
-	return m.mergeObjects(objs)
-}
-
 // mergeObjects merges the objects of every source (files in path order,
 // clusters in configured order), keeping the last good version of an
 // object that turned invalid, and converts them.
 func (m *merger) mergeObjects(objs []Object) ([]model.Service, []model.Rejection) {
-	var inForce []Object
-	var rejected []model.Rejection
+	inForce, rejected := m.resolve(objs)
+	services, convRejected := Convert(inForce, m.common)
+	return services, append(rejected, convRejected...)
+}
+
+// resolve returns the objects in force, in order: the first declaration
+// of each object, or its last good version when it is invalid; and the
+// rejection of every duplicate and invalid object.
+func (m *merger) resolve(objs []Object) (inForce []Object, rejected []model.Rejection) {
 	next := map[string]Object{}
 	first := map[string]string{} // key → source of its first declaration
 	nIn, nRej := map[string]int{}, map[string]int{}
@@ -182,6 +200,97 @@ func (m *merger) mergeObjects(objs []Object) ([]model.Service, []model.Rejection
 	}
 	m.lastGood = next
 	setObjects(m.common.Name, nIn, nRej)
-	services, convRejected := Convert(inForce, m.common)
-	return services, append(rejected, convRejected...)
+	return inForce, rejected
+}
+
+// Work returns what this Registry's Runs over files have done so far:
+// objects decoded from YAML and checked, ServiceEntries converted, and
+// Publisher keys compared (one key per ServiceEntry). An edit of one
+// object in files of any size decodes one; an edit of a ServiceEntry
+// converts and compares it alone, one of a WorkloadEntry every
+// ServiceEntry with a workloadSelector in its namespace. For tests and
+// diagnostics.
+func (r *Registry) Work() (decoded, converted, compared uint64) {
+	return r.work.decoded.Load(), r.work.converted.Load(), r.work.compared.Load()
+}
+
+// keyed is one Run's state under one Publisher key per ServiceEntry (and
+// the key "" for the rejections of whole objects). Used from the Run's
+// goroutine only.
+type keyed struct {
+	r       *Registry
+	m       *merger
+	caches  map[string]*docCache    // by path
+	entries map[string]*entryConv   // by key: what each ServiceEntry was last converted from
+	wes     map[string][]*yaml.Node // by namespace: the WorkloadEntries in force when last converted
+}
+
+// entryConv is what a ServiceEntry's conversion was made from.
+type entryConv struct {
+	node   *yaml.Node // the object as decoded: the same pointer while its bytes and lines are
+	claims []hostClaim
+}
+
+// publish implements filewatch.Watch.Publish: it resolves the objects of
+// every file (first declaration wins, last good version of an invalid
+// one), then converts and compares only the ServiceEntries whose object,
+// host outcomes or (with a workloadSelector) namespace's WorkloadEntries
+// changed.
+func (k *keyed) publish(files []filewatch.File[[]Object], pub *registries.Publisher[string]) {
+	var objs []Object
+	seenFile := make(map[string]bool, len(files))
+	for _, f := range files {
+		objs = append(objs, f.Value...)
+		seenFile[f.Path] = true
+	}
+	for p := range k.caches {
+		if !seenFile[p] {
+			delete(k.caches, p)
+		}
+	}
+	inForce, rejected := k.m.resolve(objs)
+	pub.Set("", registries.Converted{Rejected: rejected})
+	workloads := workloadsByNamespace(inForce)
+	wes := make(map[string][]*yaml.Node, len(workloads))
+	changedNS := map[string]bool{}
+	for ns, ws := range workloads {
+		nodes := make([]*yaml.Node, len(ws))
+		for i, w := range ws {
+			nodes[i] = w.Node
+		}
+		wes[ns] = nodes
+		changedNS[ns] = !slices.Equal(nodes, k.wes[ns])
+	}
+	for ns := range k.wes {
+		if _, ok := wes[ns]; !ok {
+			changedNS[ns] = true
+		}
+	}
+	k.wes = wes
+	domain := normDomain(k.r.common.Domain)
+	servedBy := map[string]string{}
+	seen := make(map[string]bool, len(k.entries))
+	for _, o := range inForce {
+		se, ok := o.Spec.(*networking.ServiceEntry)
+		if !ok {
+			continue
+		}
+		key := o.Kind + "/" + o.Namespace + "/" + o.Name
+		seen[key] = true
+		claims := claimHosts(o, se, domain, servedBy)
+		if prev := k.entries[key]; prev != nil && prev.node == o.Node && slices.Equal(prev.claims, claims) &&
+			(se.GetWorkloadSelector() == nil || !changedNS[o.Namespace]) {
+			continue
+		}
+		k.entries[key] = &entryConv{node: o.Node, claims: claims}
+		k.r.work.converted.Add(1)
+		k.r.work.compared.Add(1)
+		pub.Set(key, convertEntry(o, se, claims, workloads[o.Namespace], k.r.common))
+	}
+	for key := range k.entries {
+		if !seen[key] {
+			delete(k.entries, key)
+			pub.Delete(key)
+		}
+	}
 }
