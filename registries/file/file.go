@@ -43,13 +43,16 @@ const DefaultConfirmAfter = filewatch.DefaultConfirmAfter
 //
 // Only files whose identity, size or modification time changed since
 // their last read are read again (the 30s re-read reads every file but
-// parses only those whose bytes changed); every other file keeps its
-// converted services as they are, so an edit costs the parse of the file
-// that changed. The shard's state is the merge of every file's services
-// in path order, published with Replace when it changed. A service
-// declared in two files is served from the first file in path order; the
-// later declaration is a Rejection naming both files. A file matched by a
-// directory or glob that disappears takes its services with it.
+// parses only those whose bytes changed), and within a file only the
+// services whose bytes changed are parsed again, whatever the file's YAML
+// style (items.go); every other service keeps its converted value as it
+// is, so an edit costs the parse of the services it changed. The shard's
+// state holds one Publisher key per hostname: an edit compares the keys
+// of the services it changed, and the state is published when one did.
+// A service declared in two files is served from the first file in path
+// order; the later declaration is a Rejection naming both files. A file
+// matched by a directory or glob that disappears takes its services with
+// it.
 //
 // A file (or plain path) that is missing or unreadable is reported as
 // Degraded (an outage); one that does not parse as Degraded with

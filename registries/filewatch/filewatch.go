@@ -344,7 +344,7 @@ func (s *runState[T]) reload(full bool) bool {
 			s.merge = false
 		}
 		if s.pub.Flush(status) {
-			services, rejected := s.pub.State()
+			services, rejected := s.pub.Sent()
 			s.log.Info("files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
 			s.conf.published(services)
 		}
