@@ -27,13 +27,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"go.yaml.in/yaml/v4"
-	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/model"
@@ -102,8 +98,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 // files: each Run keeps every file's documents by the hash of their bytes
 // (docs.go) and publishes one key per ServiceEntry.
 func (r *Registry) fileWatch() *filewatch.Watch[[]Object] {
-	k := &keyed{r: r, m: &merger{common: r.common, lastGood: map[string]Object{}},
-		caches: map[string]*docCache{}, entries: map[string]*entryConv{}}
+	k := newKeyed(r)
 	return &filewatch.Watch[[]Object]{
 		Patterns: r.patterns,
 		Parse: func(path string, data []byte) ([]Object, error) {
@@ -212,85 +207,4 @@ func (m *merger) resolve(objs []Object) (inForce []Object, rejected []model.Reje
 // diagnostics.
 func (r *Registry) Work() (decoded, converted, compared uint64) {
 	return r.work.decoded.Load(), r.work.converted.Load(), r.work.compared.Load()
-}
-
-// keyed is one Run's state under one Publisher key per ServiceEntry (and
-// the key "" for the rejections of whole objects). Used from the Run's
-// goroutine only.
-type keyed struct {
-	r       *Registry
-	m       *merger
-	caches  map[string]*docCache    // by path
-	entries map[string]*entryConv   // by key: what each ServiceEntry was last converted from
-	wes     map[string][]*yaml.Node // by namespace: the WorkloadEntries in force when last converted
-}
-
-// entryConv is what a ServiceEntry's conversion was made from.
-type entryConv struct {
-	node   *yaml.Node // the object as decoded: the same pointer while its bytes and lines are
-	claims []hostClaim
-}
-
-// publish implements filewatch.Watch.Publish: it resolves the objects of
-// every file (first declaration wins, last good version of an invalid
-// one), then converts and compares only the ServiceEntries whose object,
-// host outcomes or (with a workloadSelector) namespace's WorkloadEntries
-// changed.
-func (k *keyed) publish(files []filewatch.File[[]Object], pub *registries.Publisher[string]) {
-	var objs []Object
-	seenFile := make(map[string]bool, len(files))
-	for _, f := range files {
-		objs = append(objs, f.Value...)
-		seenFile[f.Path] = true
-	}
-	for p := range k.caches {
-		if !seenFile[p] {
-			delete(k.caches, p)
-		}
-	}
-	inForce, rejected := k.m.resolve(objs)
-	pub.Set("", registries.Converted{Rejected: rejected})
-	workloads := workloadsByNamespace(inForce)
-	wes := make(map[string][]*yaml.Node, len(workloads))
-	changedNS := map[string]bool{}
-	for ns, ws := range workloads {
-		nodes := make([]*yaml.Node, len(ws))
-		for i, w := range ws {
-			nodes[i] = w.Node
-		}
-		wes[ns] = nodes
-		changedNS[ns] = !slices.Equal(nodes, k.wes[ns])
-	}
-	for ns := range k.wes {
-		if _, ok := wes[ns]; !ok {
-			changedNS[ns] = true
-		}
-	}
-	k.wes = wes
-	domain := normDomain(k.r.common.Domain)
-	servedBy := map[string]string{}
-	seen := make(map[string]bool, len(k.entries))
-	for _, o := range inForce {
-		se, ok := o.Spec.(*networking.ServiceEntry)
-		if !ok {
-			continue
-		}
-		key := o.Kind + "/" + o.Namespace + "/" + o.Name
-		seen[key] = true
-		claims := claimHosts(o, se, domain, servedBy)
-		if prev := k.entries[key]; prev != nil && prev.node == o.Node && slices.Equal(prev.claims, claims) &&
-			(se.GetWorkloadSelector() == nil || !changedNS[o.Namespace]) {
-			continue
-		}
-		k.entries[key] = &entryConv{node: o.Node, claims: claims}
-		k.r.work.converted.Add(1)
-		k.r.work.compared.Add(1)
-		pub.Set(key, convertEntry(o, se, claims, workloads[o.Namespace], k.r.common))
-	}
-	for key := range k.entries {
-		if !seen[key] {
-			delete(k.entries, key)
-			pub.Delete(key)
-		}
-	}
 }
