@@ -2,12 +2,17 @@ package serviceentry
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -141,4 +146,102 @@ func TestParseDocsErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestKeyedMatchesFullMerge: over random edits of a few files —
+// duplicate objects, invalid versions, hosts claimed twice, selectors and
+// workloads moving between namespaces, files removed — the state
+// published key by key is, after every read, what the full merge of
+// every file gives with the same history (mergeObjects).
+func TestKeyedMatchesFullMerge(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			keyedMatchesFullMerge(t, rand.New(rand.NewPCG(22, seed)))
+		})
+	}
+}
+
+func keyedMatchesFullMerge(t *testing.T, rnd *rand.Rand) {
+	doc := func() string {
+		ns := []string{"a", "b"}[rnd.IntN(2)]
+		name := fmt.Sprintf("o%d", rnd.IntN(6))
+		switch rnd.IntN(4) {
+		case 0:
+			port := []int{80, 81, 0}[rnd.IntN(3)] // 0: invalid
+			return fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\nspec:\n  hosts: [h%d.ext.example, h%d.ext.example]\n  ports: [{name: http, number: %d, protocol: HTTP}]\n  resolution: STATIC\n  endpoints: [{address: 10.0.0.%d}]\n",
+				name, ns, rnd.IntN(4), rnd.IntN(4), port, rnd.IntN(9)+1)
+		case 1:
+			return fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s}\nspec:\n  hosts: [h%d.ext.example]\n  ports: [{name: http, number: 80, protocol: HTTP}]\n  resolution: STATIC\n  workloadSelector: {labels: {app: x%d}}\n",
+				name, ns, rnd.IntN(4), rnd.IntN(2))
+		default:
+			addr := fmt.Sprintf("10.1.0.%d", rnd.IntN(9)+1)
+			if rnd.IntN(5) == 0 {
+				addr = "unix:///x" // invalid
+			}
+			return fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: %s, namespace: %s}\nspec: {address: %q, labels: {app: x%d}}\n", name, ns, addr, rnd.IntN(2))
+		}
+	}
+	dir := t.TempDir()
+	r, c := newDirRegistry(t, dir)
+	sink := registrytest.NewSink()
+	loop, err := r.fileWatch().NewLoop(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Close()
+	full := &merger{common: c, lastGood: map[string]Object{}}
+	files := map[string][]string{}
+	for step := range 150 {
+		name := fmt.Sprintf("f%d.yaml", rnd.IntN(3))
+		docs := files[name]
+		switch op := rnd.IntN(10); {
+		case op < 4 || len(docs) == 0:
+			docs = slices.Insert(docs, rnd.IntN(len(docs)+1), doc())
+		case op < 7:
+			docs[rnd.IntN(len(docs))] = doc()
+		case op < 9:
+			i := rnd.IntN(len(docs))
+			docs = slices.Delete(docs, i, i+1)
+		default:
+			docs = nil
+		}
+		files[name] = docs
+		path := filepath.Join(dir, name)
+		if docs == nil {
+			delete(files, name)
+			if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+		} else {
+			write(t, path, strings.Join(docs, "---\n"))
+		}
+		loop.Reload(true)
+		var all []Object
+		for _, n := range slices.Sorted(maps.Keys(files)) {
+			objs, err := Parse(filepath.Join(dir, n), []byte(strings.Join(files[n], "---\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, objs...)
+		}
+		want, wantRej := full.mergeObjects(all)
+		got, gotRej, _ := sink.Last(c.Shard())
+		if diff := registrytest.DiffServices(want, got); diff != "" {
+			t.Fatalf("step %d: services differ from the full merge:\n%s", step, diff)
+		}
+		if diff := cmp.Diff(rejectionSet(wantRej), rejectionSet(gotRej)); diff != "" {
+			t.Fatalf("step %d: rejections differ from the full merge (-full +keyed):\n%s", step, diff)
+		}
+	}
+}
+
+func rejectionSet(rs []model.Rejection) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	slices.Sort(out)
+	return out
 }

@@ -278,7 +278,7 @@ func (k *keyed) withdraw(key string, f forced, convert, nsChanged map[string]boo
 		}
 	case *networking.WorkloadEntry:
 		ns := f.obj.Namespace
-		k.workloads[ns] = slices.DeleteFunc(k.workloads[ns], func(w forced) bool { return w.at == f.at })
+		k.workloads[ns] = slices.DeleteFunc(k.workloads[ns], func(w forced) bool { return w.same(f) })
 		if len(k.workloads[ns]) == 0 {
 			delete(k.workloads, ns)
 		}
@@ -297,11 +297,11 @@ func (k *keyed) enforce(key string, f forced, convert, nsChanged map[string]bool
 			host := strings.ToLower(strings.TrimSuffix(h, "."))
 			c := claimant{at: f.at, i: i, key: key, id: id}
 			cs := k.claims[host]
-			j, _ := slices.BinarySearchFunc(cs, c, func(x, y claimant) int { return cmp.Or(x.at.compare(y.at), cmp.Compare(x.i, y.i)) })
-			k.claims[host] = slices.Insert(cs, j, c)
 			for _, o := range cs {
 				convert[o.key] = true
 			}
+			j, _ := slices.BinarySearchFunc(cs, c, func(x, y claimant) int { return cmp.Or(x.at.compare(y.at), cmp.Compare(x.i, y.i)) })
+			k.claims[host] = slices.Insert(cs, j, c)
 		}
 		if sp.GetWorkloadSelector() != nil {
 			ns := f.obj.Namespace
