@@ -106,6 +106,17 @@ type Publisher[K comparable] struct {
 	// entry without sorting or looking up every key again.
 	entries []Entry[K]
 	pos     map[K]int
+	// With the default Assemble (concat), flat is the services last
+	// assembled (immutable once handed out: the model's contract) and
+	// offs each entry's first index in it; patched lists the entries whose
+	// services changed since, each as many as before. The next state is
+	// flat copied at once with those entries written over, rather than
+	// every entry appended again: a change costs one copy of the state.
+	concat  bool
+	flat    []model.Service
+	offs    []int
+	flatOK  bool
+	patched []int
 	dirty   bool      // conv changed since the last publish
 	pending time.Time // oldest change not yet published; zero if none
 
@@ -126,10 +137,12 @@ func NewPublisher[K comparable](c Common, sink Sink, log *slog.Logger, opts Publ
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if opts.Assemble == nil {
+	concat := opts.Assemble == nil
+	if concat {
 		opts.Assemble = Concat[K]
 	}
 	return &Publisher[K]{
+		concat: concat,
 		sink:   sink,
 		shard:  c.Shard(),
 		log:    log,
@@ -189,7 +202,13 @@ func (p *Publisher[K]) store(key K, c Converted, had bool) {
 	if !had {
 		p.entries = nil
 	} else if p.entries != nil {
-		p.entries[p.pos[key]].Converted = c
+		i := p.pos[key]
+		if p.flatOK && len(p.entries[i].Services) == len(c.Services) {
+			p.patched = append(p.patched, i)
+		} else {
+			p.flatOK = false
+		}
+		p.entries[i].Converted = c
 	}
 }
 
@@ -329,11 +348,43 @@ func (p *Publisher[K]) assemble() ([]model.Service, []model.Rejection) {
 			p.entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
 			p.pos[k] = i
 		}
+		p.flatOK = false
+	}
+	if p.concat {
+		return p.assembleConcat()
 	}
 	services, rejected := p.opts.Assemble(p.entries)
 	if services == nil {
 		services = []model.Service{}
 	}
+	return services, rejected
+}
+
+// assembleConcat is Concat over the entries, patching the last result
+// when only values of known keys changed. Called with mu held.
+func (p *Publisher[K]) assembleConcat() ([]model.Service, []model.Rejection) {
+	var rejected []model.Rejection
+	for i := range p.entries {
+		rejected = append(rejected, p.entries[i].Rejected...)
+	}
+	if p.flatOK {
+		if len(p.patched) > 0 {
+			services := slices.Clone(p.flat)
+			for _, i := range p.patched {
+				copy(services[p.offs[i]:], p.entries[i].Services)
+			}
+			p.flat, p.patched = services, p.patched[:0]
+		}
+		return p.flat, rejected
+	}
+	services, _ := Concat(p.entries)
+	p.offs = slices.Grow(p.offs[:0], len(p.entries))[:len(p.entries)]
+	n := 0
+	for i := range p.entries {
+		p.offs[i] = n
+		n += len(p.entries[i].Services)
+	}
+	p.flat, p.flatOK, p.patched = services, true, p.patched[:0]
 	return services, rejected
 }
 

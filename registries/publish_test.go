@@ -303,6 +303,15 @@ func TestPublisherKeepsOrderAcrossValueChanges(t *testing.T) {
 	if hostnames(st.Services) != "b.test,c.test,d.test" || st.Services[0].Endpoints[0].Address != "10.0.0.5" {
 		t.Fatalf("after keys came and went: %s", st)
 	}
+	// A key whose number of services changes, then a value change again.
+	p.Set("c", registries.Converted{Services: []model.Service{pubService("c.test", "10.0.0.6"), pubService("c2.test", "10.0.0.7")}})
+	p.Flush(synced)
+	p.Set("d", registries.One(pubService("d.test", "10.0.0.8"), true, nil))
+	p.Flush(synced)
+	st = sink.State(c.Shard())
+	if hostnames(st.Services) != "b.test,c.test,c2.test,d.test" || st.Services[3].Endpoints[0].Address != "10.0.0.8" || st.Services[1].Endpoints[0].Address != "10.0.0.6" {
+		t.Fatalf("after a key's services grew: %s", st)
+	}
 	if sent, _ := p.Sent(); hostnames(sent) != hostnames(st.Services) {
 		t.Errorf("Sent %s, the sink got %s", hostnames(sent), hostnames(st.Services))
 	}
