@@ -91,19 +91,8 @@ func fileKindScale(t testing.TB, services, per int, flow bool) bench.KindScaleTa
 		}
 		return []byte(b.String())
 	}
-	t0 := time.Now()
-	rewrite := ksFiles(t, dir, services, per, render)
-	load := time.Since(t0)
 	c := registries.Common{Name: "vms", Kind: "file", Domain: "vm.internal"}
-	reg := newRegistry(t, &file.Config{Options: filewatch.Options{Path: dir}}, c)
-	size := fileSize(t, dir)
-	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * ksEndpoints, Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("%d files, %.1f MB in all", (services+per-1)/per, float64(size)/1e6),
-		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
-			i := (n * 7919) % services
-			changed[i] = n
-			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.vm.internal", i), Value: ksAddr(i, 0, changed)}, rewrite(i)
-		}}
+	return ksTarget(t, dir, services, per, changed, render, c, &file.Config{Options: filewatch.Options{Path: dir}})
 }
 
 func serviceEntryKindScale(t testing.TB, services int) bench.KindScaleTarget {
@@ -120,18 +109,25 @@ func serviceEntryKindScale(t testing.TB, services int) bench.KindScaleTarget {
 		}
 		return []byte(b.String())
 	}
+	c := registries.Common{Name: "istio", Kind: "serviceentry", Domain: "mesh.example"}
+	return ksTarget(t, dir, services, per, changed, render, c, &serviceentry.Config{Options: filewatch.Options{Path: dir}})
+}
+
+// ksTarget writes the fixture's files into dir (per services each, by
+// render), builds the registry cfg over them and returns the target whose
+// change n replaces endpoint 0 of a service with a new address (recorded
+// in changed, which render reads) and rewrites its file.
+func ksTarget(t testing.TB, dir string, services, per int, changed map[int]int, render func(first, last int) []byte, c registries.Common, cfg registries.Config) bench.KindScaleTarget {
 	t0 := time.Now()
 	rewrite := ksFiles(t, dir, services, per, render)
 	load := time.Since(t0)
-	c := registries.Common{Name: "istio", Kind: "serviceentry", Domain: "mesh.example"}
-	reg := newRegistry(t, &serviceentry.Config{Options: filewatch.Options{Path: dir}}, c)
-	size := fileSize(t, dir)
+	reg := newRegistry(t, cfg, c)
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * ksEndpoints, Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("%d files, %.1f MB in all", (services+per-1)/per, float64(size)/1e6),
+		Note: fmt.Sprintf("%d files, %.1f MB in all", (services+per-1)/per, float64(fileSize(t, dir))/1e6),
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
 			i := (n * 7919) % services
 			changed[i] = n
-			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.mesh.example", i), Value: ksAddr(i, 0, changed)}, rewrite(i)
+			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.%s", i, c.Domain), Value: ksAddr(i, 0, changed)}, rewrite(i)
 		}}
 }
 

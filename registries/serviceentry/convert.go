@@ -215,12 +215,9 @@ func claimHosts(o Object, se *networking.ServiceEntry, domain string, servedBy m
 	claims := make([]hostClaim, 0, len(se.GetHosts()))
 	for i, h := range se.GetHosts() {
 		host := strings.ToLower(strings.TrimSuffix(h, "."))
-		cl := hostClaim{i: i, host: host}
+		cl := hostClaim{i: i, host: host, reason: unservable(host, domain)}
 		switch {
-		case strings.Contains(host, "*"):
-			cl.reason = "host rejected: wildcard hosts are not served (meshfed serves one cluster per hostname)"
-		case domain != "" && host != domain && !strings.HasSuffix(host, "."+domain):
-			cl.reason = fmt.Sprintf("host rejected: it is outside the registry's domain %q, which must cover every host the registry serves", domain)
+		case cl.reason != "":
 		case servedBy[host] != "":
 			cl.reason = fmt.Sprintf("host rejected: already served by %s (the first in file order wins)", servedBy[host])
 		default:
@@ -229,6 +226,19 @@ func claimHosts(o Object, se *networking.ServiceEntry, domain string, servedBy m
 		claims = append(claims, cl)
 	}
 	return claims
+}
+
+// unservable says why host (lowercased, without a trailing dot) is never
+// served in a registry of domain, "" if it can be: a wildcard, or a host
+// outside the domain.
+func unservable(host, domain string) string {
+	switch {
+	case strings.Contains(host, "*"):
+		return "host rejected: wildcard hosts are not served (meshfed serves one cluster per hostname)"
+	case domain != "" && host != domain && !strings.HasSuffix(host, "."+domain):
+		return fmt.Sprintf("host rejected: it is outside the registry's domain %q, which must cover every host the registry serves", domain)
+	}
+	return ""
 }
 
 // convertEntry converts the valid ServiceEntry o (spec se) whose hosts

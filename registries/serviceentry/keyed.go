@@ -336,19 +336,9 @@ func (k *keyed) convert(key string, pub *registries.Publisher[string], nsChanged
 	claims := make([]hostClaim, 0, len(se.GetHosts()))
 	for i, h := range se.GetHosts() {
 		host := strings.ToLower(strings.TrimSuffix(h, "."))
-		cl := hostClaim{i: i, host: host}
-		switch {
-		case strings.Contains(host, "*"):
-			cl.reason = "host rejected: wildcard hosts are not served (meshfed serves one cluster per hostname)"
-		case domain != "" && host != domain && !strings.HasSuffix(host, "."+domain):
-			cl.reason = fmt.Sprintf("host rejected: it is outside the registry's domain %q, which must cover every host the registry serves", domain)
-		default:
-			// The first claimant of the host that is not rejected for
-			// itself (wildcards and hosts outside the domain never
-			// claim) serves it.
-			if w := k.winner(host); w.key != key || w.i != i {
-				cl.reason = fmt.Sprintf("host rejected: already served by %s (the first in file order wins)", w.id)
-			}
+		cl := hostClaim{i: i, host: host, reason: unservable(host, domain)}
+		if w := k.winner(host); cl.reason == "" && (w.key != key || w.i != i) {
+			cl.reason = fmt.Sprintf("host rejected: already served by %s (the first in file order wins)", w.id)
 		}
 		claims = append(claims, cl)
 	}
