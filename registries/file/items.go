@@ -14,7 +14,7 @@ import (
 )
 
 // An edit costs what the changed services cost, whatever the YAML style
-// of the file (docs/architecture.md §8). A Run keeps, per file, every
+// of the file (docs/architecture.md §3.1.1). A Run keeps, per file, every
 // service's parse by the hash of its bytes (split.go cuts the file into
 // one range per service); a read re-parses only the ranges whose bytes
 // changed — on the fast path (fast.go) when the range is in its subset,

@@ -4,7 +4,7 @@ import "bytes"
 
 // The split: a services file cut into one byte range per service, so that
 // an edit re-parses only the services whose bytes changed
-// (docs/architecture.md §8, cost per change follows the change). It is not
+// (docs/architecture.md §3.1.1, cost per change follows the change). It is not
 // a YAML parser: it only finds where the items of the top-level
 // `services` sequence begin and end, and each range is then parsed by
 // itself with the real parser (items.go), which checks everything. It

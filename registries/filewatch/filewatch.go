@@ -109,7 +109,7 @@ type Watch[T any] struct {
 	// up to date with every file that has a good parse, in path order,
 	// calling Set or Delete only for the keys whose conversion may have
 	// changed, so that an edit compares what it changed rather than the
-	// whole state (docs/architecture.md §8). It is called from Run's
+	// whole state (docs/architecture.md §3.1.1). It is called from Run's
 	// goroutine when any file's parse changed.
 	Publish func(files []File[T], pub *registries.Publisher[string])
 	// Equal tells whether two parses are the same; nil is reflect.DeepEqual.

@@ -9,7 +9,7 @@ import (
 	"go.yaml.in/yaml/v4"
 )
 
-// An edit costs what the changed objects cost (docs/architecture.md §8).
+// An edit costs what the changed objects cost (docs/architecture.md §3.1.1).
 // A Run keeps, per file, the decode of every document by the hash of its
 // bytes: a read cuts the file at its document markers (--- at the
 // beginning of a line, which YAML forbids inside any scalar) and decodes

@@ -20,7 +20,7 @@ import (
 // merger.mergeObjects (same rules: the first declaration in path and
 // document order wins, an invalid object keeps its last good version, a
 // host is served by the first ServiceEntry in that order claiming it) so
-// that an edit costs what it changed (docs/architecture.md §8): only the
+// that an edit costs what it changed (docs/architecture.md §3.1.1): only the
 // objects of a file whose parse changed are resolved again, and only the
 // ServiceEntries whose object, host outcomes or (with a workloadSelector)
 // namespace's WorkloadEntries changed are converted and compared. Used
