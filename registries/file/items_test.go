@@ -2,8 +2,11 @@ package file
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -257,4 +260,104 @@ func FuzzParseItems(f *testing.F) {
 			t.Fatalf("range by range differs from the full parse (-full +ranges):\n%s\n%s", diff, data)
 		}
 	})
+}
+
+// TestKeyedMatchesMerge: over random edits of a few files in mixed styles
+// — services added, changed, moved, removed, declared in two files, files
+// removed — the state published key by key is, after every read, every
+// file's full parse merged in path order (the first file declaring a
+// hostname serves it, later ones are rejected).
+func TestKeyedMatchesMerge(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(22, 2))
+	svc := func(name string) string {
+		addr := fmt.Sprintf("10.0.0.%d", rnd.IntN(9)+1)
+		if rnd.IntN(2) == 0 {
+			return fmt.Sprintf("  - name: %s\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - {address: %s, ports: {http: 81}}\n", name, addr)
+		}
+		return fmt.Sprintf("  - name: \"%s\"\n    ports:\n      - {name: http, port: 80, protocol: HTTP}\n    endpoints:\n      - address: %s\n", name, addr)
+	}
+	dir := t.TempDir()
+	reg, err := (&Config{Options: filewatch.Options{Path: dir}}).New(vms, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := registrytest.NewSink()
+	loop, err := reg.(*Registry).watch().NewLoop(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Close()
+	files := map[string]map[string]string{} // file → service name → its YAML
+	for step := range 200 {
+		name := fmt.Sprintf("f%d.yaml", rnd.IntN(3))
+		if files[name] == nil {
+			files[name] = map[string]string{}
+		}
+		s := fmt.Sprintf("s%d", rnd.IntN(8))
+		switch op := rnd.IntN(10); {
+		case op < 6:
+			files[name][s] = svc(s)
+		case op < 9:
+			delete(files[name], s)
+		default:
+			delete(files, name)
+		}
+		path := filepath.Join(dir, name)
+		if files[name] == nil {
+			if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+		} else {
+			var b strings.Builder
+			b.WriteString("services:\n")
+			names := slices.Collect(maps.Keys(files[name]))
+			rnd.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+			for _, n := range names {
+				b.WriteString(files[name][n])
+			}
+			if len(names) == 0 {
+				b.Reset()
+				b.WriteString("services: []\n")
+			}
+			if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		loop.Reload(true)
+		var want []model.Service
+		var wantRej []string
+		first := map[string]string{}
+		for _, n := range slices.Sorted(maps.Keys(files)) {
+			data, err := os.ReadFile(filepath.Join(dir, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			svcs, err := Parse(n, data, vms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range svcs {
+				if at, dup := first[s.Hostname]; dup {
+					wantRej = append(wantRej, s.Hostname+" "+filepath.Join(dir, n)+" "+at)
+					continue
+				}
+				first[s.Hostname] = filepath.Join(dir, n)
+				want = append(want, s)
+			}
+		}
+		got, rej, _ := sink.Last(vms.Shard())
+		if diff := registrytest.DiffServices(want, got); diff != "" {
+			t.Fatalf("step %d: published state differs from the merge:\n%s", step, diff)
+		}
+		var gotRej []string
+		for _, r := range rej {
+			gotRej = append(gotRej, r.Host+" "+strings.TrimPrefix(r.Subject, "service in ")+" "+strings.TrimSuffix(strings.TrimPrefix(r.Reason, "also declared in "), ", which is served (the first file in path order wins)"))
+		}
+		slices.Sort(wantRej)
+		slices.Sort(gotRej)
+		if !slices.Equal(wantRej, gotRej) {
+			t.Fatalf("step %d: rejections %q, want %q", step, gotRej, wantRej)
+		}
+	}
 }
