@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
 
 // An edit costs what the changed objects cost (docs/architecture.md §3.1.1).
@@ -143,8 +145,66 @@ func decodeAt(path string, b []byte, line int) ([]Object, error) {
 	for i := range docs {
 		shift(docs[i].Node, line-1)
 		docs[i].Source = path + ":" + strconv.Itoa(docs[i].Node.Line)
+		docs[i].Node = slim(docs[i].Node)
 	}
 	return docs, nil
+}
+
+// slim returns what position() reads of a valid object's tree n: its
+// line, and the lines of spec.hosts[i] and spec.endpoints[i] as
+// yamlpath.Lookup finds them. The decoded tree, ten nodes or more per
+// endpoint, was two thirds of the memory a registry of 100,000 endpoints
+// held; the Run keeps the slim one. A tree of another shape is kept
+// whole.
+func slim(n *yaml.Node) *yaml.Node {
+	root := yamlpath.Resolve(n)
+	if root == nil || root.Kind != yaml.MappingNode {
+		return n
+	}
+	out := &yaml.Node{Kind: yaml.MappingNode, Line: n.Line, Column: n.Column}
+	specVal, specKey := mappingGet(root, "spec")
+	spec := yamlpath.Resolve(specVal)
+	if spec == nil {
+		return out
+	}
+	if spec.Kind != yaml.MappingNode {
+		return n
+	}
+	slimSpec := &yaml.Node{Kind: yaml.MappingNode, Line: spec.Line, Column: spec.Column}
+	out.Content = []*yaml.Node{{Kind: yaml.ScalarNode, Value: "spec", Line: specKey.Line, Column: specKey.Column}, slimSpec}
+	for _, name := range []string{"hosts", "endpoints"} {
+		val, key := mappingGet(spec, name)
+		if key == nil {
+			continue
+		}
+		seq := yamlpath.Resolve(val)
+		if seq == nil || seq.Kind != yaml.SequenceNode {
+			return n
+		}
+		items := make([]*yaml.Node, len(seq.Content))
+		for i, it := range seq.Content {
+			// Lookup points at a scalar item's value (through an
+			// alias), at any other item itself.
+			line, col := it.Line, it.Column
+			if v := yamlpath.Resolve(it); v != nil && v.Kind == yaml.ScalarNode {
+				line, col = v.Line, v.Column
+			}
+			items[i] = &yaml.Node{Kind: yaml.MappingNode, Line: line, Column: col}
+		}
+		slimSpec.Content = append(slimSpec.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: name, Line: key.Line, Column: key.Column},
+			&yaml.Node{Kind: yaml.SequenceNode, Line: seq.Line, Column: seq.Column, Content: items})
+	}
+	return out
+}
+
+// mappingGet returns the value and key nodes of name in mapping m.
+func mappingGet(m *yaml.Node, name string) (val, key *yaml.Node) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == name {
+			return m.Content[i+1], m.Content[i]
+		}
+	}
+	return nil, nil
 }
 
 // moved returns rec for a document that moved to line: its objects with
