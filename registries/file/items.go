@@ -2,6 +2,8 @@ package file
 
 import (
 	"hash/maphash"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -22,12 +24,12 @@ import (
 // the converted service of every other range as it was (the same value,
 // so that the Publisher and the aggregator see it unchanged without
 // looking into it). A service whose bytes are unchanged but that moved to
-// another line is converted again from its kept parse (its endpoints'
-// Origin names their lines), not parsed again. The whole file takes the
-// full parse (Parse) when the split does not follow it (split.go) or a
-// range does not parse alone (an alias of an anchor in another service),
-// and whenever anything in it is invalid, so that every error is
-// reported as before with its file:line:col.
+// another line keeps its conversion with its endpoints' Origin (which
+// names their lines) moved: a new value, not a new parse. The whole file
+// takes the full parse (Parse) when the split does not follow it
+// (split.go) or a range does not parse alone (an alias of an anchor in
+// another service), and whenever anything in it is invalid, so that
+// every error is reported as before with its file:line:col.
 
 // svcItem is one service of a file as last read: the same pointer while
 // its bytes and line are unchanged.
@@ -36,12 +38,14 @@ type svcItem struct {
 	svc  model.Service
 }
 
-// itemRec is the parse of one range, by the hash of its bytes.
+// itemRec is the parse of one range, by the hash of its bytes: its
+// conversion at the line it was last at (only Endpoint.Origin depends on
+// the line: moveItem). The entry is dropped once converted.
 type itemRec struct {
 	size  int
-	se    serviceEntry
-	epRel []int    // each endpoint's line - the range's first line
-	last  *svcItem // its last conversion
+	se    serviceEntry // until converted
+	epRel []int        // each endpoint's line - the range's first line
+	last  *svcItem     // its last conversion
 }
 
 // itemCache is one file's parsed ranges.
@@ -84,7 +88,8 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 		}
 		next[h] = rec
 		it := rec.last
-		if it == nil || it.line != rg.line {
+		switch {
+		case it == nil:
 			p := &parse{file: name, fast: true}
 			epLines := make([]int, len(rec.epRel))
 			for j, l := range rec.epRel {
@@ -96,6 +101,10 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 				return parseWhole(name, data, c, cache, w)
 			}
 			it = &svcItem{line: rg.line, svc: svc}
+			rec.last, rec.se = it, serviceEntry{}
+		case it.line != rg.line:
+			it = moveItem(it, rg.line, rec.epRel, name)
+			w.converted.Add(1)
 			rec.last = it
 		}
 		if names[it.svc.Hostname] {
@@ -106,6 +115,17 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 	}
 	cache.recs = next
 	return out, nil
+}
+
+// moveItem returns it converted at line: its endpoints' Origin names
+// their new lines.
+func moveItem(it *svcItem, line int, epRel []int, name string) *svcItem {
+	out := &svcItem{line: line, svc: it.svc}
+	out.svc.Endpoints = slices.Clone(it.svc.Endpoints)
+	for j := range out.svc.Endpoints {
+		out.svc.Endpoints[j].Origin = name + ":" + strconv.Itoa(line+epRel[j])
+	}
+	return out
 }
 
 // parseWhole is the full parse of a file (Parse), its services as new
