@@ -52,7 +52,7 @@ test: test-deps lint ## install the test dependencies, lint, and run every test
 unit: ## run the fast tests only (go test -short); tests needing real servers skip
 	$(GO) test -short $(PKGS)
 
-lint: ## gofmt, go mod tidy, go vet, staticcheck, import rules, rendered manifests
+lint: ## gofmt, go mod tidy, go vet, staticcheck, import rules, docs' tables of contents and links, rendered manifests
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	@$(GO) -C deploy/chart mod tidy -diff >/dev/null || { echo "deploy/chart/go.mod is not tidy: run go -C deploy/chart mod tidy"; exit 1; }
@@ -62,6 +62,7 @@ lint: ## gofmt, go mod tidy, go vet, staticcheck, import rules, rendered manifes
 	$(GO) -C deploy/chart vet ./...
 	@./tools/check-imports.sh
 	@./tools/check-make-help.sh
+	@./tools/check-docs.sh
 	@tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; $(GO) -C deploy/chart run ./cmd/render -o $$tmp && \
 	  diff -u deploy/kubernetes/meshfed.yaml $$tmp || { echo "deploy/kubernetes/meshfed.yaml differs from deploy/helm/meshfed: run make manifests"; exit 1; }
 

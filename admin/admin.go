@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/explain"
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/xds"
@@ -35,37 +35,14 @@ type RegistryHealth struct {
 // ProxySync is one proxy on /debug/syncz.
 type ProxySync = ads.ProxyStatus
 
-// ServiceInfo is one merged service on /debug/registryz.
-type ServiceInfo struct {
-	Host       string     `json:"host"`
-	Resolution string     `json:"resolution"`
-	Ports      []PortInfo `json:"ports"`
-	Sources    []string   `json:"sources"`
-	Endpoints  int        `json:"endpoints"`
-	// Restored: some of its sources serve a state restored from state.dir
-	// at start and have not synced since.
-	Restored bool `json:"restored,omitempty"`
-}
-
-// PortInfo is a service port on /debug/registryz.
-type PortInfo struct {
-	Name     string `json:"name"`
-	Port     uint32 `json:"port"`
-	Protocol string `json:"protocol"`
-}
-
-// EndpointInfo is one endpoint on /debug/endpointz.
-type EndpointInfo struct {
-	Address  string            `json:"address"`
-	Ports    map[string]uint32 `json:"ports"` // by service port name
-	Health   string            `json:"health"`
-	Weight   uint32            `json:"weight"`
-	Locality string            `json:"locality,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Registry string            `json:"registry"`
-	Cluster  string            `json:"cluster,omitempty"`
-	Network  string            `json:"network,omitempty"`
-}
+// ServiceInfo is one merged service on /debug/registryz, PortInfo one of
+// its ports, EndpointInfo one endpoint on /debug/endpointz: package
+// explain's, which builds them.
+type (
+	ServiceInfo  = explain.ServiceInfo
+	PortInfo     = explain.PortInfo
+	EndpointInfo = explain.EndpointInfo
+)
 
 // DigestInfo is the answer of GET /debug/digestz: a content digest of the
 // served snapshot, overall and per registry (hex SHA-256). Replicas that
@@ -150,6 +127,7 @@ func (s *Server) Handler() http.Handler {
 
 	mux.HandleFunc("GET /{$}", s.statusPage)
 	mux.HandleFunc("GET /registries/{name}", s.registryPage)
+	mux.HandleFunc("GET /hosts/{host}", s.hostPage)
 	mux.Handle("GET /static/", staticHandler())
 	mux.HandleFunc("GET /login", s.guard.loginForm)
 	mux.HandleFunc("POST /login", s.guard.login)
@@ -159,6 +137,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /debug/registries/{name}/release", s.release)
 	mux.HandleFunc("GET /debug/endpointz", s.endpointz)
+	mux.HandleFunc("GET /debug/describez", s.describez)
 	mux.HandleFunc("GET /debug/conflictz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.gw.Conflicts())
 	})
@@ -384,21 +363,7 @@ func (s *Server) ServiceInfos() []ServiceInfo {
 }
 
 func serviceInfos(snap *model.Snapshot, restored map[string]bool) []ServiceInfo {
-	out := make([]ServiceInfo, 0, snap.Len())
-	for _, s := range snap.Services() {
-		info := ServiceInfo{
-			Host:       s.Hostname,
-			Resolution: s.Resolution.String(),
-			Sources:    nonNil(s.Sources),
-			Endpoints:  len(s.Endpoints),
-			Restored:   slices.ContainsFunc(s.Sources, func(n string) bool { return restored[n] }),
-		}
-		for _, p := range s.Ports {
-			info.Ports = append(info.Ports, PortInfo{Name: p.Name, Port: p.Number, Protocol: string(p.Protocol)})
-		}
-		out = append(out, info)
-	}
-	return out
+	return explain.Services(snap, restored)
 }
 
 func (s *Server) endpointz(w http.ResponseWriter, r *http.Request) {
@@ -412,28 +377,50 @@ func (s *Server) endpointz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no service " + strconv.Quote(host)})
 		return
 	}
-	out := make([]EndpointInfo, 0, len(svc.Endpoints))
-	for i := range svc.Endpoints {
-		e := &svc.Endpoints[i]
-		ports := make(map[string]uint32, len(svc.Ports))
-		for _, p := range svc.Ports {
-			if n, ok := e.PortFor(p); ok {
-				ports[p.Name] = n
-			}
-		}
-		out = append(out, EndpointInfo{
-			Address:  e.Address,
-			Ports:    ports,
-			Health:   e.Health.String(),
-			Weight:   e.Weight,
-			Locality: e.Locality.String(),
-			Labels:   e.Labels,
-			Registry: e.Source.Registry,
-			Cluster:  e.Source.Cluster,
-			Network:  e.Source.Network,
-		})
+	writeJSON(w, http.StatusOK, explain.Endpoints(svc))
+}
+
+// explainInput is what package explain reads of the gateway now.
+func (s *Server) explainInput() explain.Input {
+	cz := s.gw.Configz()
+	return explain.Input{Snapshot: s.gw.Snapshot(), Registries: s.gw.Registries(), Conflicts: s.gw.Conflicts(),
+		Rules: cz.Status, NotForClients: cz.NotForClients}
+}
+
+// describe explains host, and with addr != "" that endpoint of it
+// (explain.Describe, explain.Explain).
+func (s *Server) describe(host, addr string) (*explain.Description, error) {
+	in := s.explainInput()
+	d, err := explain.Describe(in, host)
+	if err != nil || addr == "" {
+		return d, err
 	}
-	writeJSON(w, http.StatusOK, out)
+	if d.Endpoint, err = explain.Explain(in, host, addr); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// describez answers GET /debug/describez?host=H[&endpoint=ADDR]: the
+// explanation of a host (explain.Description), with why endpoint ADDR
+// (an IP or IP:port) is or is not in each kind of client's EDS; 404 with
+// a did-you-mean for a host or endpoint that is not served.
+func (s *Server) describez(w http.ResponseWriter, r *http.Request) {
+	host := r.URL.Query().Get("host")
+	if host == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "missing ?host=; /debug/registryz lists the hosts"})
+		return
+	}
+	d, err := s.describe(host, r.URL.Query().Get("endpoint"))
+	var nf *explain.NotFoundError
+	switch {
+	case errors.As(err, &nf):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, d)
+	}
 }
 
 func (s *Server) configDump(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"errors"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/explain"
 	"github.com/meshfed/meshfed/xds/ads"
 	"github.com/meshfed/meshfed/xds/translate"
 )
@@ -34,6 +36,9 @@ var pageTmpl = template.Must(template.New("").Funcs(template.FuncMap{
 	"lower":     strings.ToLower,
 	"rfc3339":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"shortType": translate.ShortType,
+	"labels":    explain.LabelString,
+	"join":      strings.Join,
+	"hasWild":   func(h string) bool { return strings.Contains(h, "*") },
 }).ParseFS(uiFS, "ui/*.html"))
 
 // RegistryReport is one registry as /healthz/registries reports it. The page
@@ -98,6 +103,12 @@ type pageData struct {
 	// Registry page only.
 	Registry *RegistryReport
 	Services []ServiceInfo
+	// Host page only: the explanation of HostName (with the endpoint
+	// Query asks about), or why there is none.
+	HostName  string
+	Query     string
+	Host      *explain.Description
+	HostError string
 }
 
 type proxyRow struct {
@@ -192,6 +203,28 @@ func (s *Server) registryPage(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Conflicts = cs
 	s.render(w, http.StatusOK, "registry.html", d)
+}
+
+// hostPage is GET /hosts/{host}[?endpoint=ADDR]: the explanation of one
+// host, as /debug/describez serves it and `meshfed describe` prints it.
+func (s *Server) hostPage(w http.ResponseWriter, r *http.Request) {
+	d := s.pageData()
+	d.HostName, d.Query = r.PathValue("host"), r.URL.Query().Get("endpoint")
+	// An endpoint that is not served still shows the host, under the error.
+	in := s.explainInput()
+	var err error
+	if d.Host, err = explain.Describe(in, d.HostName); err == nil && d.Query != "" {
+		d.Host.Endpoint, err = explain.Explain(in, d.HostName, d.Query)
+	}
+	code := http.StatusOK
+	if err != nil {
+		d.HostError, code = err.Error(), http.StatusNotFound
+		var nf *explain.NotFoundError
+		if !errors.As(err, &nf) {
+			code = http.StatusInternalServerError
+		}
+	}
+	s.render(w, code, "host.html", d)
 }
 
 func (s *Server) render(w http.ResponseWriter, code int, name string, d any) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/aggregate"
+	"github.com/meshfed/meshfed/explain"
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/xds/ads"
 	"github.com/meshfed/meshfed/xds/translate"
@@ -60,15 +61,16 @@ func TestLoginRedirectStaysLocal(t *testing.T) {
 }
 
 // TestStatusPageShowsRules: the status page has a traffic rules section
-// with the config sources and their state, the number of objects in
-// force, each rejected object with its reason, and a link to
-// /debug/configz.
+// with the config sources and their state, the objects in force with
+// their sources and hosts (linked to the host pages, wildcards not), each
+// rejected object with its reason, and a link to /debug/configz.
 func TestStatusPageShowsRules(t *testing.T) {
 	t.Parallel()
 	d := &pageData{Now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), Refresh: 5, Types: []string{"CDS", "EDS", "LDS", "RDS"},
 		Rules: Configz{Status: istioconfig.Status{
-			InForce: []istioconfig.ObjectStatus{{Kind: "DestinationRule", Namespace: "shop", Name: "orders", Source: "traffic/orders-subsets.yaml:5"},
-				{Kind: "VirtualService", Namespace: "shop", Name: "web", Source: "traffic/web.yaml:1"}},
+			InForce: []istioconfig.ObjectStatus{{Kind: "DestinationRule", Namespace: "shop", Name: "orders", Source: "traffic/orders-subsets.yaml:5",
+				Hosts: []string{"orders.vm.internal"}},
+				{Kind: "VirtualService", Namespace: "shop", Name: "web", Source: "traffic/web.yaml:1", Hosts: []string{"*.web.internal"}}},
 			Rejected: []istioconfig.Rejection{{Kind: "VirtualService", Namespace: "shop", Name: "orders",
 				Source: "traffic/orders-canary.yaml:5", Reason: "weights sum to <110>", KeptLastGood: true}},
 			Sources: []istioconfig.SourceState{{Name: "traffic", Kind: "dir", State: "Synced"},
@@ -85,6 +87,8 @@ func TestStatusPageShowsRules(t *testing.T) {
 		`<a href="/debug/configz">/debug/configz</a>`,
 		`data-source="traffic"`, `<span class="badge ok">Synced</span>`,
 		`data-source="k8s"`, "(east)", `<span class="badge bad">Degraded</span>`, "connection refused",
+		`id="rules-in-force"`, `data-rule="DestinationRule/shop/orders"`, `<a href="/hosts/orders.vm.internal">orders.vm.internal</a>`,
+		"traffic/orders-subsets.yaml:5", "*.web.internal</td>",
 		`id="rejected-rules"`, "VirtualService shop/orders", "traffic/orders-canary.yaml:5", "weights sum to &lt;110&gt;",
 		"its last good version stays in force",
 	} {
@@ -105,5 +109,38 @@ func TestStatusPageShowsRules(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "rejected-rules") {
 		t.Error("page without rejected objects has the rejected table")
+	}
+}
+
+// TestHostPageEscapes: the host page shows what it is asked and what the
+// rules say as text, never as markup, and links hosts and endpoints with
+// their names escaped for the URL.
+func TestHostPageEscapes(t *testing.T) {
+	t.Parallel()
+	d := &pageData{Now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC), Refresh: 5,
+		HostName: "a.vm.internal", Query: `"><script>x()</script>`,
+		Host: &explain.Description{
+			Service:   explain.ServiceInfo{Host: "a.vm.internal", Sources: []string{"vms"}},
+			Endpoints: []explain.EndpointInfo{{Address: "10.0.0.1&x=<y>", Health: "HEALTHY"}},
+			Traffic: explain.Traffic{Rejected: []istioconfig.Rejection{{Kind: "VirtualService", Namespace: "ns", Name: "<b>", Reason: "bad <i>"}},
+				Policies: []explain.Policy{{Rule: "ns/r", Kind: "tls", Summary: "SIMPLE, ca </td>"}}},
+		}}
+	var b bytes.Buffer
+	if err := pageTmpl.ExecuteTemplate(&b, "host.html", d); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		`value="&#34;&gt;&lt;script&gt;x()&lt;/script&gt;"`, `href="/hosts/a.vm.internal?endpoint=10.0.0.1%26x%3d%3cy%3e"`,
+		"VirtualService ns/&lt;b&gt;", "bad &lt;i&gt;", "SIMPLE, ca &lt;/td&gt;",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("host page lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"<script>", "<b>", "<i>"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("host page carries %q as markup", bad)
+		}
 	}
 }

@@ -1,16 +1,19 @@
 package bench
 
-// ConsulScaleResult is one watch-budget mode of the Consul scale run
-// (issue #16): a real Consul agent with Services services, watched by the
-// consul registry with MaxConcurrentWatches Budget and blocking wait
-// WaitTime (ns). bench/s6's TestConsulScale writes them as JSON for
-// benchreport.
+// ConsulScaleResult is one mode of the Consul scale run (issues #16, #22):
+// a real Consul agent with Services services of Instances instances each,
+// watched by the consul registry over HTTP/1.1 or HTTP/2 (Proto) with
+// MaxConcurrentWatches Budget and blocking wait WaitTime (ns). bench/s6's
+// TestConsulScale writes them as JSON for benchreport.
 type ConsulScaleResult struct {
-	Mode     string `json:"mode"`
-	Services int    `json:"services"`
-	Budget   int    `json:"budget"`
-	WaitTime int64  `json:"waitTime"`
-	// Register is how long the catalog registrations took (ms).
+	Mode      string `json:"mode"`
+	Proto     string `json:"proto"`
+	Services  int    `json:"services"`
+	Instances int    `json:"instances"`
+	Budget    int    `json:"budget"`
+	WaitTime  int64  `json:"waitTime"`
+	// Register is how long loading the fixture into the agent took (ms),
+	// before the registry starts.
 	Register float64 `json:"register"`
 	// Sync is registry start → the first Sink.Publish holding every
 	// service (ms).
@@ -22,4 +25,25 @@ type ConsulScaleResult struct {
 	// Concurrent: the changes were made at once on different services
 	// (else one after another).
 	Concurrent bool `json:"concurrent"`
+	// Idle and Churn are the load on the agent: with nothing changing, and
+	// with ChurnRate registrations per second (Churn.Change their
+	// latencies).
+	Idle      Load    `json:"idle"`
+	ChurnRate float64 `json:"churnRate"`
+	Churn     Load    `json:"churn"`
+	// LoadAvg is /proc/loadavg when the mode started.
+	LoadAvg string `json:"loadavg"`
+}
+
+// Load is what a registry costs over a window: its requests and response
+// bytes per second to the agent, the agent's CPU and the registry
+// process's CPU (each in cores, 1 = one core busy).
+type Load struct {
+	Seconds     float64 `json:"seconds"`
+	ReqPerSec   float64 `json:"reqPerSec"`
+	BytesPerSec float64 `json:"bytesPerSec"`
+	AgentCPU    float64 `json:"agentCPU"`
+	MeshfedCPU  float64 `json:"meshfedCPU"`
+	Change      Summary `json:"change"`
+	Lost        int     `json:"lost"`
 }

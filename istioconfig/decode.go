@@ -180,10 +180,23 @@ type walk struct {
 	drop   map[*yaml.Node]bool // mapping keys and values, list items to leave out
 }
 
+// Kind is a kind of Istio object a file is read for: its spec message and
+// the checks of a decoded spec.
+type Kind struct {
+	// New returns a new, empty spec message of the kind.
+	New func() proto.Message
+	// Validate returns every problem of a decoded spec, joined, each
+	// message starting with the path of its field ("spec.ports[0].name:
+	// is required"), so that it is placed at that field's line:column;
+	// nil if there is none. A nil Validate checks nothing.
+	Validate func(proto.Message) error
+}
+
 // trafficKinds are the kinds the config source reads, with their specs.
-var trafficKinds = map[string]func() proto.Message{
-	KindVirtualService:  func() proto.Message { return &networking.VirtualService{} },
-	KindDestinationRule: func() proto.Message { return &networking.DestinationRule{} },
+// Their specs are validated later, once per content (memo.validate).
+var trafficKinds = map[string]Kind{
+	KindVirtualService:  {New: func() proto.Message { return &networking.VirtualService{} }, Validate: validateSpec},
+	KindDestinationRule: {New: func() proto.Message { return &networking.DestinationRule{} }, Validate: validateSpec},
 }
 
 // decodeFile decodes every YAML document of one file. A syntax error
@@ -195,9 +208,9 @@ func decodeFile(file string, data []byte) ([]*parsed, error) {
 	return decodeFileKinds(file, data, trafficKinds)
 }
 
-// decodeFileKinds is decodeFile for the kinds of the table kinds (kind →
-// new empty spec); documents of other kinds are skipped.
-func decodeFileKinds(file string, data []byte, kinds map[string]func() proto.Message) ([]*parsed, error) {
+// decodeFileKinds is decodeFile for the kinds of the table kinds;
+// documents of other kinds are skipped.
+func decodeFileKinds(file string, data []byte, kinds map[string]Kind) ([]*parsed, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var out []*parsed
@@ -312,9 +325,9 @@ func nodeValue(n *yaml.Node, w *walk) (any, error) {
 // a kind not in kinds. A spec protojson refuses is checked field by field
 // against its message (checkSchema): every unknown field and value of the
 // wrong type is reported where it is written, and the rest of the spec,
-// decoded without them, is validated too, so that one reading reports
-// every problem of the object.
-func decodeDoc(v any, body *yaml.Node, kinds map[string]func() proto.Message) *parsed {
+// decoded without them, is validated too (Kind.Validate), so that one
+// reading reports every problem of the object.
+func decodeDoc(v any, body *yaml.Node, kinds map[string]Kind) *parsed {
 	root, ok := v.(map[string]any)
 	if !ok {
 		return &parsed{err: errors.New("want a mapping with apiVersion, kind, metadata and spec")}
@@ -324,8 +337,8 @@ func decodeDoc(v any, body *yaml.Node, kinds map[string]func() proto.Message) *p
 		return s
 	}
 	kind := str(root, "kind")
-	newSpec := kinds[kind]
-	if newSpec == nil {
+	k, ok := kinds[kind]
+	if !ok {
 		return nil
 	}
 	meta, _ := root["metadata"].(map[string]any)
@@ -335,36 +348,47 @@ func decodeDoc(v any, body *yaml.Node, kinds map[string]func() proto.Message) *p
 	}
 	apiVersion := str(root, "apiVersion")
 	spec := root["spec"]
-	switch {
-	case !slices.Contains(apiVersions, apiVersion):
-		p.err = fmt.Errorf("apiVersion %q: want one of %s", apiVersion, strings.Join(apiVersions, ", "))
-	case p.name == "":
-		p.err = errors.New("metadata.name is required")
-	case !dns1123Subdomain(p.name):
-		p.err = fmt.Errorf("metadata.name %q: want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')", p.name)
-	case !dns1123Label(p.namespace):
-		p.err = fmt.Errorf("metadata.namespace %q: want a DNS-1123 label", p.namespace)
-	case spec == nil:
-		p.err = errors.New("spec is required")
+	// Every problem of the object: its apiVersion, its metadata, then
+	// its spec.
+	var errs []error
+	if !slices.Contains(apiVersions, apiVersion) {
+		errs = append(errs, fmt.Errorf("apiVersion %q: want one of %s", apiVersion, strings.Join(apiVersions, ", ")))
 	}
-	if p.err != nil {
+	switch {
+	case p.name == "":
+		errs = append(errs, errors.New("metadata.name is required"))
+	case !dns1123Subdomain(p.name):
+		errs = append(errs, fmt.Errorf("metadata.name %q: want a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')", p.name))
+	}
+	if !dns1123Label(p.namespace) {
+		errs = append(errs, fmt.Errorf("metadata.namespace %q: want a DNS-1123 label", p.namespace))
+	}
+	if spec == nil {
+		p.err = errors.Join(append(errs, errors.New("spec is required"))...)
 		return p
 	}
 	normalizeDurations(spec)
 	js, err := json.Marshal(spec)
 	if err != nil {
-		p.err = fmt.Errorf("spec: %v", err)
+		p.err = errors.Join(append(errs, fmt.Errorf("spec: %v", err))...)
 		return p
 	}
-	msg := newSpec()
+	msg := k.New()
 	if err := protojson.Unmarshal(js, msg); err != nil {
-		p.err = fmt.Errorf("spec: %v", cleanProtoErr(err))
-		if _, traffic := trafficKinds[kind]; !traffic {
-			return p // other kinds (DecodeDocuments) keep protojson's message
+		specErrs := schemaErrors(body, k)
+		if len(specErrs) == 0 {
+			specErrs = []error{fmt.Errorf("spec: %v", cleanProtoErr(err))}
 		}
-		if errs := schemaErrors(body, newSpec); len(errs) > 0 {
-			p.err = errors.Join(errs...)
+		p.err = errors.Join(append(errs, specErrs...)...)
+		return p
+	}
+	if len(errs) > 0 {
+		// The spec decodes, but the object is invalid: its spec's problems
+		// are reported with the rest.
+		if k.Validate != nil {
+			errs = append(errs, yamlpath.Leaves(k.Validate(msg))...)
 		}
+		p.err = errors.Join(errs...)
 		return p
 	}
 	p.spec = msg
@@ -373,9 +397,9 @@ func decodeDoc(v any, body *yaml.Node, kinds map[string]func() proto.Message) *p
 }
 
 // schemaErrors are the problems checkSchema finds in the spec of body,
-// then those of the semantic validation of the rest of the spec.
-func schemaErrors(body *yaml.Node, newSpec func() proto.Message) []error {
-	msg := newSpec()
+// then those k.Validate finds in the rest of the spec.
+func schemaErrors(body *yaml.Node, k Kind) []error {
+	msg := k.New()
 	errs, drop := checkSchema(body, msg.ProtoReflect().Descriptor())
 	if len(errs) == 0 {
 		return nil
@@ -390,7 +414,28 @@ func schemaErrors(body *yaml.Node, newSpec func() proto.Message) []error {
 	if err != nil || protojson.Unmarshal(js, msg) != nil {
 		return errs
 	}
-	return append(errs, yamlpath.Leaves(validateSpec(msg))...)
+	if k.Validate == nil {
+		return errs
+	}
+	// A field left out is not checked again: resolution "MAGIC" left out
+	// reads as the default NONE, which is no problem of what was written.
+	for _, e := range yamlpath.Leaves(k.Validate(msg)) {
+		if !underAny(leadingPath(e.Error()), errs) {
+			errs = append(errs, e)
+		}
+	}
+	return errs
+}
+
+// underAny: path is the path of one of the fieldErrors in errs or below it.
+func underAny(path string, errs []error) bool {
+	for _, e := range errs {
+		fe, ok := e.(*fieldError)
+		if ok && strings.HasPrefix(path, fe.path) && (len(path) == len(fe.path) || path[len(fe.path)] == '.' || path[len(fe.path)] == '[') {
+			return true
+		}
+	}
+	return false
 }
 
 // cleanProtoErr drops protojson's "proto: " prefix, its unstable

@@ -30,8 +30,8 @@ type FileReferrer interface {
 	Files() []FileRef
 }
 
-// CheckFile reads ref's file and runs its Check. The error says what is
-// wrong without the path (the caller names the key).
+// CheckFile reads ref's file and runs its Check. The error has one
+// problem a line, each starting with the path (the caller names the key).
 func CheckFile(ref FileRef) error {
 	data, err := os.ReadFile(ref.Path)
 	if err != nil {
@@ -43,7 +43,12 @@ func CheckFile(ref FileRef) error {
 	}
 	if ref.Check != nil {
 		if err := ref.Check(data); err != nil {
-			return fmt.Errorf("%s: %v", ref.Path, err)
+			// One problem a line, each naming the file.
+			lines := strings.Split(err.Error(), "\n")
+			for i, l := range lines {
+				lines[i] = ref.Path + ": " + l
+			}
+			return errors.New(strings.Join(lines, "\n"))
 		}
 	}
 	return nil

@@ -5,13 +5,20 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/model"
@@ -21,8 +28,10 @@ import (
 )
 
 var (
-	scaleOut      = flag.String("s6.scale.out", "", "run TestConsulScale at -s6.scale.services and write its results (JSON) here")
-	scaleServices = flag.Int("s6.scale.services", 10000, "services in Consul (with -s6.scale.out)")
+	scaleOut       = flag.String("s6.scale.out", "", "run TestConsulScale at -s6.scale.services and write its results (JSON) here")
+	scaleServices  = flag.Int("s6.scale.services", 10000, "services in Consul (with -s6.scale.out)")
+	scaleInstances = flag.Int("s6.scale.instances", 10, "instances per service (with -s6.scale.out)")
+	scalePprof     = flag.String("s6.scale.pprof", "", "write a CPU profile of the registry's process during each churn window into this directory")
 )
 
 // scaleSink records the consul registry's Replace calls: when the first
@@ -82,24 +91,99 @@ func (s *scaleSink) await(timeout time.Duration, cond func() bool) bool {
 	}
 }
 
+// cpuOf is the CPU time of a process (utime+stime from /proc).
+func cpuOf(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// registryCounters reads the consul registry's request and response-byte
+// counters for one registry name.
+func registryCounters(t *testing.T, name string) (reqs, bytes float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range consul.Collectors() {
+		reg.MustRegister(c)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "registry" || l.GetValue() != name {
+					continue
+				}
+				switch mf.GetName() {
+				case "meshfed_consul_http_requests_total":
+					reqs = m.GetCounter().GetValue()
+				case "meshfed_consul_http_response_bytes_total":
+					bytes = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return reqs, bytes
+}
+
+// window measures the load while fn runs.
+func window(t *testing.T, name string, agentPID int, fn func()) bench.Load {
+	t.Helper()
+	r0, b0 := registryCounters(t, name)
+	a0, m0, t0 := cpuOf(agentPID), selfCPU(), time.Now()
+	fn()
+	r1, b1 := registryCounters(t, name)
+	a1, m1, d := cpuOf(agentPID), selfCPU(), time.Since(t0).Seconds()
+	return bench.Load{Seconds: d, ReqPerSec: (r1 - r0) / d, BytesPerSec: (b1 - b0) / d,
+		AgentCPU: (a1 - a0).Seconds() / d, MeshfedCPU: (m1 - m0).Seconds() / d}
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
 // TestConsulScale measures the consul registry against a real Consul agent
-// holding many services (one instance each): the initial sync, and how
-// long a new instance takes to reach Sink.Publish, in two watch-budget
-// modes. With the default budget (maxConcurrentWatches 128, fewer than the
-// services) the service queries take turns (registries/consul/consul.go),
-// so a change waits for its service's turn; with a query per service it is
-// seen at once. Without -s6.scale.out it runs at a tiny size (checks only
-// that both modes sync and see every change).
+// holding many services (-s6.scale.instances each, on nodes of 100
+// instances), at the agent's defaults (limits.http_max_conns_per_client
+// 200): the initial sync, how long a new instance takes to reach
+// Sink.Publish, and the load on the agent idle and under churn. Over
+// HTTPS the agent speaks HTTP/2 and every service has its own blocking
+// query on maxConcurrentWatches connections; over plain HTTP the service
+// queries take turns when there are more services than watches
+// (registries/consul/consul.go). Without -s6.scale.out it runs at a tiny
+// size (checks only that both modes sync and see every change).
 func TestConsulScale(t *testing.T) {
 	full := *scaleOut != ""
-	services, budget, wait := 40, 8, 10*time.Second
+	services, instances, budget := 40, 2, 8
+	idle, churnFor, churnRate, h1wait := 2*time.Second, 2*time.Second, 10.0, 10*time.Second
 	if full {
-		services, budget, wait = *scaleServices, consul.DefaultMaxConcurrentWatches, time.Minute
+		services, instances, budget = *scaleServices, *scaleInstances, consul.DefaultMaxConcurrentWatches
+		idle, churnFor, churnRate, h1wait = 20*time.Second, 15*time.Second, 20, time.Minute
 	}
-	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, MaxConnsPerClient: services + 1000})
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, TLS: true})
 	t0 := time.Now()
-	agent.RegisterBulk(t, services, 1, 32)
+	agent.RegisterSpread(t, services, instances, 100, 8)
 	register := time.Since(t0)
+	t.Logf("registered %d × %d instances in %v", services, instances, register.Round(time.Millisecond))
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	cl, err := api.NewClient(&api.Config{Address: agent.HTTPAddr, HttpClient: &http.Client{Transport: tr}})
@@ -109,41 +193,56 @@ func TestConsulScale(t *testing.T) {
 	var results []bench.ConsulScaleResult
 	for mi, m := range []struct {
 		name       string
-		budget     int
+		proto      string
 		wait       time.Duration
 		changes    int
 		concurrent bool
 		timeout    time.Duration
+		churn      bool
 	}{
+		{name: "HTTPS, one blocking query per service", proto: "HTTP/2", wait: consul.DefaultWaitTime.Std(), changes: 20, timeout: 30 * time.Second, churn: true},
 		// A turn blocks wait×budget/services (≥ 1 s), so one round over
 		// every service takes about max(wait, services/budget × 1 s).
-		{name: "round-robin (budget below services)", budget: budget, wait: wait, changes: 5, concurrent: true,
-			timeout: max(wait, time.Duration(services/budget)*time.Second) + time.Minute},
-		{name: "a query per service", budget: services + 100, changes: 10, timeout: 30 * time.Second},
+		{name: "plain HTTP, round-robin turns", proto: "HTTP/1.1", wait: h1wait, changes: 5, concurrent: true,
+			timeout: max(h1wait, time.Duration(services/budget)*time.Second) + time.Minute},
 	} {
-		c := registries.Common{Name: "dc1", Kind: "consul", Domain: "consul"}
-		cfg := &consul.Config{Address: agent.HTTPAddr, MaxConcurrentWatches: m.budget, WaitTime: registries.Duration(m.wait)}
+		name := fmt.Sprintf("cs-%d-%d", services, mi)
+		c := registries.Common{Name: name, Kind: "consul", Domain: "consul"}
+		cfg := &consul.Config{Address: agent.HTTPAddr, MaxConcurrentWatches: budget, WaitTime: registries.Duration(m.wait)}
+		if m.proto == "HTTP/2" {
+			cfg.Address, cfg.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
+		}
 		reg := newRegistry(t, cfg, c)
 		sink := &scaleSink{want: services, addrs: map[string]string{}, seen: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+		res := bench.ConsulScaleResult{Mode: m.name, Proto: m.proto, Services: services, Instances: instances, Budget: cfg.MaxConcurrentWatches,
+			WaitTime: int64(cfg.WaitTime), Register: float64(register) / 1e6, Concurrent: m.concurrent, LoadAvg: loadavg()}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		start := time.Now()
 		go func() { defer close(done); _ = reg.Run(ctx, sink) }()
-		stop := func() { cancel(); <-done }
-		if !sink.await(5*time.Minute, func() bool { return !sink.synced.IsZero() }) {
-			stop()
-			t.Fatalf("%s: no Replace with all %d services in 5m", m.name, services)
+		if *scalePprof != "" {
+			// The agent's own CPU profile over the first 30 s of the sync
+			// (dev agents serve /debug/pprof).
+			go agentProfile(agent.HTTPAddr, filepath.Join(*scalePprof, fmt.Sprintf("consul-agent-%d-%d-sync.pprof", services, mi)), 30)
 		}
-		res := bench.ConsulScaleResult{Mode: m.name, Services: services, Budget: cfg.MaxConcurrentWatches,
-			WaitTime: int64(cfg.WaitTime), Register: float64(register) / 1e6, Sync: float64(sink.synced.Sub(start)) / 1e6, Concurrent: m.concurrent}
+		stop := func() { cancel(); <-done }
+		if !sink.await(15*time.Minute, func() bool { return !sink.synced.IsZero() }) {
+			stop()
+			t.Fatalf("%s: no Replace with all %d services in 15m", m.name, services)
+		}
+		res.Sync = float64(sink.synced.Sub(start)) / 1e6
+		time.Sleep(2 * time.Second) // the first queries of every service settle
+		res.Idle = window(t, name, agent.PID(), func() { time.Sleep(idle) })
+
 		type change struct {
 			addr  string
 			stamp time.Time
 		}
-		var changes []change
-		write := func(k int) change {
+		k := 0
+		write := func() change {
+			k++
 			svc := (k*7919 + 1) % services
-			addr := fmt.Sprintf("10.9.%d.%d", mi, k+1)
+			addr := fmt.Sprintf("10.%d.%d.%d", 250+mi, k/250, k%250+1) // unique across modes
 			sink.mu.Lock()
 			sink.addrs[addr] = fmt.Sprintf("svc-%d.consul", svc)
 			sink.mu.Unlock()
@@ -158,41 +257,75 @@ func TestConsulScale(t *testing.T) {
 		seen := func(ch change) func() bool {
 			return func() bool { _, ok := sink.seen[ch.addr]; return ok }
 		}
-		if m.concurrent {
-			for k := range m.changes {
-				changes = append(changes, write(k))
+		latencies := func(changes []change) (bench.Summary, int) {
+			var lat []float64
+			lost := 0
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			for _, ch := range changes {
+				if at, ok := sink.seen[ch.addr]; ok {
+					lat = append(lat, float64(at.Sub(ch.stamp))/1e6)
+				} else {
+					lost++
+				}
 			}
-			sink.await(m.timeout, func() bool {
+			return bench.Summarize(lat), lost
+		}
+		allSeen := func(changes []change) func() bool {
+			return func() bool {
 				for _, ch := range changes {
 					if !seen(ch)() {
 						return false
 					}
 				}
 				return true
-			})
+			}
+		}
+		var changes []change
+		if m.concurrent {
+			for range m.changes {
+				changes = append(changes, write())
+			}
+			sink.await(m.timeout, allSeen(changes))
 		} else {
-			for k := range m.changes {
-				ch := write(k)
+			for range m.changes {
+				ch := write()
 				changes = append(changes, ch)
 				sink.await(m.timeout, seen(ch))
 			}
 		}
-		var lat []float64
-		sink.mu.Lock()
-		for _, ch := range changes {
-			if at, ok := sink.seen[ch.addr]; ok {
-				lat = append(lat, float64(at.Sub(ch.stamp))/1e6)
-			} else {
-				res.Lost++
-			}
-		}
-		sink.mu.Unlock()
-		stop()
-		res.Change = bench.Summarize(lat)
+		res.Change, res.Lost = latencies(changes)
 		if res.Lost > 0 {
 			t.Errorf("%s: %d of %d changes not seen within %s", m.name, res.Lost, m.changes, m.timeout)
 		}
-		t.Logf("%s: %d services, budget %d, wait %s: sync %.0f ms, change %+v", m.name, services, res.Budget, time.Duration(cfg.WaitTime), res.Sync, res.Change)
+		if m.churn {
+			var churned []change
+			var stopProf func()
+			if *scalePprof != "" {
+				stopProf = profile(t, filepath.Join(*scalePprof, fmt.Sprintf("consul-%d-churn.pprof", services)))
+			}
+			res.Churn = window(t, name, agent.PID(), func() {
+				tick := time.NewTicker(time.Duration(float64(time.Second) / churnRate))
+				defer tick.Stop()
+				begin := time.Now()
+				for end := begin.Add(churnFor); time.Now().Before(end); <-tick.C {
+					churned = append(churned, write())
+				}
+				// The agent may take registrations slower than asked.
+				res.ChurnRate = float64(len(churned)) / time.Since(begin).Seconds()
+				sink.await(m.timeout, allSeen(churned))
+			})
+			if stopProf != nil {
+				stopProf()
+			}
+			res.Churn.Change, res.Churn.Lost = latencies(churned)
+			if res.Churn.Lost > 0 {
+				t.Errorf("%s: %d of %d churn changes not seen within %s", m.name, res.Churn.Lost, len(churned), m.timeout)
+			}
+		}
+		stop()
+		t.Logf("%s: %d services × %d, budget %d, wait %s: sync %.0f ms, change %+v, idle %+v, churn %+v",
+			m.name, services, instances, res.Budget, time.Duration(cfg.WaitTime), res.Sync, res.Change, res.Idle, res.Churn)
 		results = append(results, res)
 	}
 	if full {
@@ -204,4 +337,35 @@ func TestConsulScale(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// profile writes this process's CPU profile to path until the returned
+// function is called.
+func profile(t *testing.T, path string) func() {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Logf("pprof: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		t.Logf("pprof: %v", err)
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
+}
+
+// agentProfile saves the agent's CPU profile over the next seconds.
+func agentProfile(addr, path string, seconds int) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
 }

@@ -171,11 +171,11 @@ func (c *adminClient) do(method, path string, v any) error {
 			Error string `json:"error"`
 		}
 		msg := strings.TrimSpace(string(body))
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
 		if len(msg) > 300 {
-			msg = msg[:300] + "..."
+			msg = msg[:300] + "..." // not the API's JSON: a proxy's page, say
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			msg = e.Error // the API's own message, whole (a did-you-mean may list many names)
 		}
 		switch resp.StatusCode {
 		case http.StatusNotFound:

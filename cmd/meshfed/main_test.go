@@ -256,7 +256,9 @@ registries:
 		config + ":8:88: registries[3].kubernetes.kubeconfig: " + filepath.Join(dir, "bad.kubeconfig") + `: has no context "b"`,
 		config + ":9:94: registries[4].zookeeper.authFile: " + filepath.Join(dir, "zk.auth") + ": want one line user:password",
 		config + ":10:82: registries[5].serviceentry.path: " + filepath.Join(dir, "istio.yaml") + ": " + filepath.Join(dir, "istio.yaml") +
-			":1: ServiceEntry default/a: spec.ports[0].number: 0 is not a port number (1-65535)",
+			":4:50: ServiceEntry default/a: spec.ports[0].number: 0 is not a port number (1-65535)",
+		config + ":10:82: registries[5].serviceentry.path: " + filepath.Join(dir, "istio.yaml") + ": " + filepath.Join(dir, "istio.yaml") +
+			":4:1: ServiceEntry default/a: spec.resolution: NONE without endpoints",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
@@ -329,7 +331,7 @@ func TestValidateConfigDirServiceEntries(t *testing.T) {
 		}
 	}
 	for _, w := range []string{
-		"rejected: " + dir + "/se.yaml:9 WorkloadEntry shop/vm-1: object rejected: spec.address: \"unix:///x.sock\": Unix domain socket endpoints are not served",
+		"rejected: " + dir + "/se.yaml:13:12 WorkloadEntry shop/vm-1: object rejected: spec.address: \"unix:///x.sock\": Unix domain socket endpoints are not served",
 		"rejected: *.ext.example: ServiceEntry shop/pay host \"*.ext.example\" (" + dir + "/se.yaml:5): host rejected: wildcard hosts",
 	} {
 		if !strings.Contains(errOut, w) {
@@ -373,32 +375,56 @@ func TestValidateConfigDirMissingOrEmpty(t *testing.T) {
 }
 
 // TestValidateConfigDirPositions (issue 24 item 5): every problem of every
-// object is printed at its field's FILE:LINE:COL, an unknown field with
-// the nearest known name, a wrong type with what the field wants.
+// object — VirtualServices and DestinationRules, ServiceEntries and
+// WorkloadEntries alike — is printed at its field's FILE:LINE:COL, one
+// line each, an unknown field with the nearest known name, a wrong type
+// with what the field wants.
 func TestValidateConfigDirPositions(t *testing.T) {
 	t.Parallel()
-	const f = "testdata/issue24/traffic/orders.yaml"
-	out, errOut, err := execute(t, "validate", "--config-dir", "testdata/issue24/traffic")
-	var ee exitError
-	if !errors.As(err, &ee) || ee.code != 1 {
-		t.Fatalf("validate: err %v, want exit code 1; stderr:\n%s", err, errOut)
-	}
-	if strings.Contains(out, "ok:") {
-		t.Errorf("stdout %q, want no valid object", out)
-	}
-	for _, w := range []string{
-		"rejected: " + f + `:9:7 VirtualService shop/orders: spec.http[0].route[0].wieght: unknown field "wieght" of HTTPRouteDestination (did you mean "weight"?)`,
-		"rejected: " + f + `:10:14 VirtualService shop/orders: spec.http[0].timeout: want a duration string like "5s", got 5`,
-		"rejected: " + f + `:13:16 VirtualService shop/orders: spec.http[0].retries.retryOn "sometimes": unknown retry condition`,
-		"rejected: " + f + `:21:28 DestinationRule shop/orders: spec.trafficPolicy.loadBalancer.simple: want one of`,
-		"rejected: " + f + `:27:11 DestinationRule shop/orders: spec.subsets[1].name "V2": want a DNS-1123 label`,
-	} {
-		if !strings.Contains(errOut, w) {
-			t.Errorf("stderr lacks\n%s\nstderr:\n%s", w, errOut)
-		}
-	}
-	if n := strings.Count(errOut, "rejected: "); n != 6 {
-		t.Errorf("%d problems reported, want 6:\n%s", n, errOut)
+	const traffic = "testdata/issue24/traffic/orders.yaml"
+	const entries = "../../registries/serviceentry/testdata/typos/entries.yaml"
+	tests := []struct {
+		name, dir string
+		want      []string // lines of stderr
+		problems  int
+	}{{
+		name: "traffic rules", dir: "testdata/issue24/traffic", problems: 6,
+		want: []string{
+			"rejected: " + traffic + `:9:7 VirtualService shop/orders: spec.http[0].route[0].wieght: unknown field "wieght" of HTTPRouteDestination (did you mean "weight"?)`,
+			"rejected: " + traffic + `:10:14 VirtualService shop/orders: spec.http[0].timeout: want a duration string like "5s", got 5`,
+			"rejected: " + traffic + `:13:16 VirtualService shop/orders: spec.http[0].retries.retryOn "sometimes": unknown retry condition`,
+			"rejected: " + traffic + `:21:28 DestinationRule shop/orders: spec.trafficPolicy.loadBalancer.simple: want one of`,
+			"rejected: " + traffic + `:27:11 DestinationRule shop/orders: spec.subsets[1].name "V2": want a DNS-1123 label`,
+		},
+	}, {
+		name: "service entries", dir: filepath.Dir(entries), problems: 8,
+		want: []string{
+			"rejected: " + entries + `:9:3 ServiceEntry shop/orders: object rejected: spec.resolutoin: unknown field "resolutoin" of ServiceEntry (did you mean "resolution"?)`,
+			"rejected: " + entries + `:18:15 ServiceEntry shop/orders: object rejected: spec.endpoints[0].weight: want an integer, got "heavy"`,
+			"rejected: " + entries + `:26:3 WorkloadEntry shop/vm-1: object rejected: spec.adress: unknown field "adress" of WorkloadEntry (did you mean "address"?)`,
+			"rejected: " + entries + `:29:17 WorkloadEntry shop/vm-1: object rejected: spec.ports["grpc"]: 0 is not a port number`,
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, errOut, err := execute(t, "validate", "--config-dir", tt.dir)
+			var ee exitError
+			if !errors.As(err, &ee) || ee.code != 1 {
+				t.Fatalf("validate: err %v, want exit code 1; stderr:\n%s", err, errOut)
+			}
+			if strings.Contains(out, "ok:") {
+				t.Errorf("stdout %q, want no valid object", out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks\n%s\nstderr:\n%s", w, errOut)
+				}
+			}
+			if n := strings.Count(errOut, "\n"); n != tt.problems {
+				t.Errorf("%d problems reported, want %d:\n%s", n, tt.problems, errOut)
+			}
+		})
 	}
 }
 

@@ -49,9 +49,10 @@ type Config struct {
 	// AllowStale lets any Consul server answer, not only the leader:
 	// cheaper, may lag the leader slightly. Default false.
 	AllowStale bool `yaml:"allowStale"`
-	// MaxConcurrentWatches bounds the blocking queries on services in
-	// flight at once (the catalog watch comes on top). Keep it below the
-	// agent's limits.http_max_conns_per_client (200 by default). Default 128.
+	// MaxConcurrentWatches bounds the connections the service queries
+	// hold (the catalog watch comes on top): over plain HTTP one blocking
+	// query each, over HTTPS (HTTP/2) 250 each. Keep it below the agent's
+	// limits.http_max_conns_per_client (200 by default). Default 128.
 	MaxConcurrentWatches int `yaml:"maxConcurrentWatches"`
 	// Backoff bounds the jittered reconnect delay after errors. Defaults
 	// 200ms initial, 30s max.

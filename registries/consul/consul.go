@@ -10,32 +10,67 @@
 // so health changes reach proxies (passing → HEALTHY, warning → DEGRADED,
 // critical → UNHEALTHY, maintenance → DRAINING). Consul keeps a
 // per-service index, so a change to one service wakes only that service's
-// query: nothing else is re-listed.
+// query: one change fetches and converts one service, nothing else is
+// re-listed (the catalog query also returns when instances are added or
+// removed, and its answer is compared, not converted).
 //
-// Every blocking query holds one HTTP connection and one goroutine on the
-// agent for up to waitTime, and an agent refuses more than
-// limits.http_max_conns_per_client (200 by default) connections from one
-// address. So the service queries run on a fixed pool of
-// maxConcurrentWatches goroutines (default 128), not one per service:
+// Every blocking query holds one goroutine on the agent for up to
+// waitTime, and an agent refuses more than limits.http_max_conns_per_client
+// (200 by default) connections from one address. How many queries fit in
+// maxConcurrentWatches connections (default 128) depends on the protocol
+// the agent speaks, which the registry reads off its answers:
 //
-//   - services ≤ maxConcurrentWatches: every service has a query of its
-//     own, blocking for waitTime; a change is seen at once.
-//   - more services: the pool serves them round-robin, each query blocking
-//     for waitTime×maxConcurrentWatches/services (at least 1s). A query
-//     whose index is behind returns at once, so a changed service is seen
-//     at its next turn, within about waitTime; unchanged services cost one
-//     small answer per turn. Raise maxConcurrentWatches (and the agent's
-//     limit) to watch large catalogs without delay.
+//   - HTTPS: the agent speaks HTTP/2, which carries up to 250 requests at
+//     once on one connection (h2StreamsPerConn), so 128 connections hold
+//     32,000 blocking queries: every service of a 10,000-service catalog
+//     has its own, blocking for waitTime, and a change is served at once
+//     (docs/registries/consul.md has the figures). This is the mode for
+//     large catalogs.
+//   - plain HTTP (HTTP/1.1) with more services than maxConcurrentWatches:
+//     the queries take turns on a pool of that many goroutines, each
+//     blocking for waitTime×maxConcurrentWatches/services (at least 1s). A
+//     query whose index is behind returns at once, so a changed service is
+//     seen at its next turn, within about waitTime; unchanged services cost
+//     one answer per turn.
 //
-// The alternatives were worse for a gateway: one goroutine and connection
-// per service, as Prometheus' consul_sd and consul-template do, runs into
-// the agent's connection limit with a few hundred services; polling
-// /v1/health/state/any sees check changes only (not registrations), and
-// re-listing every service on any catalog change costs O(services) per
-// change. A service with more than ~680 instances loses Consul's
-// fine-grained watch (go-memdb's watch limit) and wakes on any health
-// change in the datacenter; the index check then re-fetches only that
-// service.
+// Why not one catalog-wide query that says which services changed? The
+// agent's HTTP API has none that is cheaper than the catalog: every list
+// of the whole catalog is built from every instance on each call, and no
+// filter can select by ModifyIndex (the raft indexes are hidden from
+// bexpr: `bexpr:"-"` in Consul's structs.RaftIndex). Measured on Consul
+// 1.22.5 with 10,000 services × 10 instances on 1,000 nodes (a shared
+// 2-core machine at loadavg ≈ 20, so slower than on a quiet one): to learn
+// which service changed, /v1/health/state/any answers 44 MB in 1.4–11 s
+// (agent CPU 0.85–2.1 s) and still misses instances without checks and
+// in-place re-registrations; /v1/internal/ui/services (per-service counts)
+// 4.6 MB in 3–7 s (agent CPU 1.1–1.9 s) and misses an instance replaced
+// by another; /v1/catalog/services 199 KB in 0.36–1.9 s (agent CPU
+// 0.11–0.52 s) names services and tags only; asking every service for its
+// index alone (/v1/health/service/<name> with a filter that matches
+// nothing, 100 at once) takes 4.5–6.7 s and 4.3 s of agent CPU per
+// sweep. Each of these costs the whole catalog per change, and none
+// serves a change within a second at this size; per-service queries cost
+// the change only. Consul's streaming backend (?cached,
+// use_streaming_backend) changes how the agent learns from the servers,
+// not the HTTP side: each blocking request still holds a connection to
+// the agent; its catalog-wide subscription (pbsubscribe) is served only
+// on the servers' internal RPC port. One goroutine and connection per
+// service over HTTP/1.1, as Prometheus' consul_sd and consul-template do,
+// runs into the agent's connection limit with a few hundred services.
+//
+// Two costs still follow the catalog, both bounded. The first query of a
+// service answers at once with all of it; at most maxConcurrentWatches
+// run together, so the initial sync of a large catalog is paced by the
+// agent's throughput (asking for 10,000 services at one moment over
+// HTTP/2 left a loaded agent collecting garbage for minutes). And the
+// catalog list (/v1/catalog/services) moves whenever any instance is
+// added or removed; Consul builds it from every instance, so it is asked
+// at most once per catalogGap (250ms): a new or removed service is seen
+// up to that much later, changes to existing services are not delayed.
+//
+// A service with more than ~680 instances loses Consul's fine-grained
+// watch (go-memdb's watch limit) and wakes on any health change in the
+// datacenter; the index check then re-fetches only that service.
 //
 // # Outages
 //
@@ -52,6 +87,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -63,6 +99,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshfed/meshfed/registries"
 )
@@ -76,13 +113,17 @@ type Registry struct {
 	common registries.Common
 	log    *slog.Logger
 	m      metrics
+	// converted, when set (by tests), is called with the name of every
+	// service whose answer is converted.
+	converted func(service string)
 }
 
 var _ registries.Registry = (*Registry)(nil)
 
 // Run implements registries.Registry.
 func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
-	client, tr, err := r.newClient()
+	tt := &tokenTransport{m: &r.m}
+	client, tr, err := r.newClient(tt)
 	if err != nil {
 		return registries.Permanent(err)
 	}
@@ -93,27 +134,26 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		ctx:      ctx,
 		r:        r,
 		client:   client,
+		proto:    tt,
 		q:        newQueue(),
+		firsts:   make(chan struct{}, r.cfg.MaxConcurrentWatches),
 		catalog:  make(chan catalogEvent),
 		service:  make(chan serviceEvent),
 		services: map[string]*serviceState{},
 		pub:      registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { w.watchCatalog(ctx) })
-	for range r.cfg.MaxConcurrentWatches {
-		wg.Go(func() { w.worker(ctx) })
-	}
+	w.wg.Go(func() { w.watchCatalog(ctx) })
 	err = w.loop(ctx)
 	cancel()
-	wg.Wait()
+	w.wg.Wait()
 	r.m.watched.Set(0)
 	return err
 }
 
 // newClient builds the API client from the config alone: the CONSUL_HTTP_*
-// environment variables the api package reads are overridden.
-func (r *Registry) newClient() (*api.Client, *http.Transport, error) {
+// environment variables the api package reads are overridden. tt gets the
+// token and wraps the transport.
+func (r *Registry) newClient(tt *tokenTransport) (*api.Client, *http.Transport, error) {
 	c := r.cfg
 	var token string
 	if c.TokenFile != "" {
@@ -123,7 +163,7 @@ func (r *Registry) newClient() (*api.Client, *http.Transport, error) {
 		}
 		token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
 	}
-	tr := cleanhttp.DefaultPooledTransport()
+	tr := cleanhttp.DefaultPooledTransport() // attempts HTTP/2 over TLS
 	tr.MaxIdleConnsPerHost = c.MaxConcurrentWatches + 2
 	if c.Scheme == "https" {
 		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
@@ -142,19 +182,24 @@ func (r *Registry) newClient() (*api.Client, *http.Transport, error) {
 		Address:    c.Address,
 		Scheme:     c.Scheme,
 		Datacenter: c.Datacenter,
-		HttpClient: &http.Client{Transport: tokenTransport{token: token, next: tr}},
+		HttpClient: &http.Client{Transport: tt},
 	})
+	tt.token, tt.next = token, tr
 	return client, tr, err
 }
 
 // tokenTransport sets the ACL token header to the configured token (or
-// removes one the api package took from the environment).
+// removes one the api package took from the environment). It notes
+// whether the agent answers over HTTP/2 and counts requests and response
+// bytes (the load meshfed puts on the agent).
 type tokenTransport struct {
 	token string
 	next  http.RoundTripper
+	m     *metrics
+	h2    atomic.Bool // the last answer came over HTTP/2
 }
 
-func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Del("Authorization")
 	if t.token == "" {
@@ -162,7 +207,26 @@ func (t tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		req.Header.Set("X-Consul-Token", t.token)
 	}
-	return t.next.RoundTrip(req)
+	t.m.requests.Inc()
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	t.h2.Store(resp.ProtoMajor == 2)
+	resp.Body = countingBody{ReadCloser: resp.Body, n: t.m.respBytes}
+	return resp, nil
+}
+
+// countingBody counts the bytes read from a response body.
+type countingBody struct {
+	io.ReadCloser
+	n prometheus.Counter
+}
+
+func (b countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(float64(n))
+	return n, err
 }
 
 // entry is one watched service as the workers see it. An entry is held by
@@ -197,20 +261,56 @@ type serviceState struct {
 	failing bool
 }
 
+// ready: the service's last answer can be published.
+func (st *serviceState) ready() bool { return st.fetched && !st.failing }
+
 // watch is the state of one Run.
 type watch struct {
 	ctx     context.Context // of the Run; entries derive theirs from it
 	r       *Registry
 	client  *api.Client
+	proto   *tokenTransport // says whether the agent speaks HTTP/2
 	q       *queue
 	catalog chan catalogEvent
 	service chan serviceEvent
-	active  atomic.Int64 // services watched, for the round-robin wait
+	active  atomic.Int64  // services watched, for the round-robin wait
+	slots   atomic.Int64  // service queries that may be in flight at once
+	firsts  chan struct{} // first (non-blocking) service queries in flight
+	wg      sync.WaitGroup
 
 	// Owned by loop.
 	services  map[string]*serviceState
+	notReady  int  // services whose state is not ready(), so that publishing need not scan them all
+	workers   int  // worker goroutines started
+	warned    bool // logged that services take turns
 	catalogOK bool // the catalog answered since the last catalog error
 	pub       *registries.Publisher[string]
+}
+
+// h2StreamsPerConn is how many requests a Consul agent serves at once on
+// one HTTP/2 connection (its HTTPS server keeps x/net/http2's default
+// SETTINGS_MAX_CONCURRENT_STREAMS, 250).
+const h2StreamsPerConn = 250
+
+// updateSlots sets how many service queries may block at once: one per
+// connection under HTTP/1.1, h2StreamsPerConn per connection under
+// HTTP/2 (the agent's limits.http_max_conns_per_client counts
+// connections, not requests), and starts workers up to that many, never
+// more than there are services.
+func (w *watch) updateSlots() {
+	slots := w.r.cfg.MaxConcurrentWatches
+	if w.proto.h2.Load() {
+		slots *= h2StreamsPerConn
+	}
+	w.slots.Store(int64(slots))
+	if n := len(w.services); n > slots && !w.warned {
+		w.warned = true
+		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise maxConcurrentWatches with the agent's limits.http_max_conns_per_client",
+			"services", n, "maxConcurrentWatches", w.r.cfg.MaxConcurrentWatches, "waitTime", w.r.cfg.WaitTime.Std())
+	}
+	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
+		w.wg.Go(func() { w.worker(w.ctx) })
+	}
 }
 
 func (w *watch) queryOptions(ctx context.Context, index uint64, wait time.Duration) *api.QueryOptions {
@@ -267,8 +367,21 @@ func (w *watch) watchCatalog(ctx context.Context) {
 		if !send(ctx, w.catalog, catalogEvent{services: names, at: at}) {
 			return
 		}
+		// Consul builds this list from every instance of the catalog, and
+		// its index moves whenever any instance is added or removed: at
+		// most one list per catalogGap, so that churn in a large catalog
+		// does not keep the agent listing it (changes to existing services
+		// do not wait for it; their own queries carry them).
+		select {
+		case <-time.After(catalogGap):
+		case <-ctx.Done():
+			return
+		}
 	}
 }
+
+// catalogGap is the least time between two changed catalog lists.
+const catalogGap = 250 * time.Millisecond
 
 // worker serves queued services, one blocking query at a time.
 func (w *watch) worker(ctx context.Context) {
@@ -283,12 +396,28 @@ func (w *watch) worker(ctx context.Context) {
 			continue // the service went away
 		}
 		wait := cfg.WaitTime.Std()
-		if n := w.active.Load(); n > int64(cfg.MaxConcurrentWatches) {
-			wait = max(minTurn, time.Duration(int64(wait)*int64(cfg.MaxConcurrentWatches)/n))
+		if n, slots := w.active.Load(), w.slots.Load(); n > slots {
+			wait = max(minTurn, time.Duration(int64(wait)*slots/n))
+		}
+		// A first query (index 0) answers at once with the whole service:
+		// at most maxConcurrentWatches of them run together, so that over
+		// HTTP/2 the agent is not asked for every service of a large
+		// catalog at the same moment (it then spends its time collecting
+		// garbage). Blocking queries cost it nothing while they wait.
+		first := e.index == 0
+		if first {
+			select {
+			case w.firsts <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 		}
 		w.r.m.inFlight.Inc()
 		entries, meta, err := w.client.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(e.ctx, e.index, wait))
 		w.r.m.inFlight.Dec()
+		if first {
+			<-w.firsts
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -394,6 +523,9 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 	for name, st := range w.services {
 		if !want[name] {
 			st.e.cancel()
+			if !st.ready() {
+				w.notReady--
+			}
 			delete(w.services, name)
 			if w.pub.Delete(name) {
 				w.pub.Changed(ev.at)
@@ -407,9 +539,11 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 		ectx, cancel := context.WithCancel(w.ctx)
 		e := &entry{name: name, ctx: ectx, cancel: cancel}
 		w.services[name] = &serviceState{e: e}
+		w.notReady++
 		w.q.push(e)
 	}
 	w.active.Store(int64(len(w.services)))
+	w.updateSlots()
 	w.r.m.watched.Set(float64(len(w.services)))
 	return nil
 }
@@ -431,12 +565,21 @@ func (w *watch) onService(ev serviceEvent) {
 		return // the service went away meanwhile
 	}
 	if ev.err != nil {
+		if st.ready() {
+			w.notReady++
+		}
 		st.failing = true
 		w.degrade("service "+ev.e.name, ev.err)
 		return
 	}
+	if !st.ready() {
+		w.notReady--
+	}
 	st.failing = false
 	st.fetched = true
+	if w.r.converted != nil {
+		w.r.converted(ev.e.name)
+	}
 	if w.pub.Set(ev.e.name, Convert(w.r.common, w.r.cfg.Datacenter, ev.e.name, ev.entries)) {
 		w.pub.Changed(ev.at)
 	}
@@ -452,10 +595,8 @@ func (w *watch) maybePublish() {
 	if !w.catalogOK {
 		return
 	}
-	for _, st := range w.services {
-		if !st.fetched || st.failing {
-			return
-		}
+	if w.notReady > 0 {
+		return
 	}
 	w.pub.Flush(registries.Condition{})
 }

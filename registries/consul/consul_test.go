@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -480,4 +481,95 @@ func TestRotatedTokenRecoversFromFailed(t *testing.T) {
 		_, ok := find(s.Services, "acl.consul")
 		return s.Synced() && ok
 	})
+}
+
+// TestMoreServicesThanWatchesOverHTTP2 watches a catalog larger than the
+// watch budget (300 services, maxConcurrentWatches 8) over HTTPS: the
+// agent speaks HTTP/2 there, so every service gets a blocking query of
+// its own on the 8 connections, and a change is served at once, not after
+// a turn of up to waitTime (5m). One change wakes one service's query and
+// converts that service alone; no other service's query returns (but the
+// agent's own, which changes by itself).
+func TestMoreServicesThanWatchesOverHTTP2(t *testing.T) {
+	t.Parallel()
+	const services = 300
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, TLS: true})
+	cl := agentClient(t, agent)
+	agent.RegisterSpread(t, services, 1, 100, 4)
+	reg := newRegistry(t, agent, "http2", func(c *Config) {
+		c.Address, c.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
+		c.MaxConcurrentWatches, c.WaitTime = 8, registries.Duration(5*time.Minute)
+	})
+	var mu sync.Mutex
+	var converted []string
+	reg.converted = func(s string) { mu.Lock(); converted = append(converted, s); mu.Unlock() }
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, wait, registrytest.State.Synced)
+	if len(st.Services) != services+1 { // + consul itself
+		t.Fatalf("published %d services, want %d", len(st.Services), services+1)
+	}
+	// Every service's query is in flight (+ the catalog's), far above the
+	// 8 connections.
+	inFlightNow := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues("http2")) }
+	deadline := time.Now().Add(wait)
+	for inFlightNow() < services+2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := inFlightNow(); got != services+2 {
+		t.Fatalf("%v blocking queries in flight, want one per service and the catalog's (%d)", got, services+2)
+	}
+
+	for _, step := range []struct {
+		name, service string
+		change        func() error
+		seen          func(registrytest.State) bool
+	}{{
+		name: "a check turns critical", service: "svc-7",
+		change: func() error {
+			_, err := cl.Catalog().Register(&api.CatalogRegistration{
+				Node: "node-0", Address: "10.0.0.0", SkipNodeUpdate: true,
+				Check: &api.AgentCheck{CheckID: "check-7-0", Name: "up", Status: api.HealthCritical, ServiceID: "svc-7-0"},
+			}, nil)
+			return err
+		},
+		seen: func(st registrytest.State) bool {
+			h, ok := endpointHealth(st, "svc-7.consul", "node-0/svc-7-0")
+			return ok && h == model.Unhealthy
+		},
+	}, {
+		name: "a new instance", service: "svc-250",
+		change: func() error {
+			return cl.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "extra", Name: "svc-250", Port: 1250, Address: "192.0.2.99"})
+		},
+		seen: func(st registrytest.State) bool {
+			_, ok := endpointHealth(st, "svc-250.consul", agent.Node+"/extra")
+			return ok
+		},
+	}} {
+		mu.Lock()
+		converted = nil
+		mu.Unlock()
+		same := testutil.ToFloat64(reg.m.healthSame)
+		if err := step.change(); err != nil {
+			t.Fatal(err)
+		}
+		// wait (30s) is a tenth of waitTime: only the service's own
+		// blocking query can see the change this soon.
+		sink.WaitFor(t, wait, step.seen)
+		mu.Lock()
+		// The agent's own service "consul" moves its index now and then
+		// by itself.
+		got := slices.DeleteFunc(slices.Clone(converted), func(s string) bool { return s == "consul" })
+		mu.Unlock()
+		if !slices.Equal(got, []string{step.service}) {
+			t.Errorf("%s: converted %v, want only %s", step.name, got, step.service)
+		}
+		if got := testutil.ToFloat64(reg.m.healthSame) - same; got != 0 {
+			t.Errorf("%s: %v unchanged services were fetched again, want 0", step.name, got)
+		}
+	}
+	if p := sink.Problems(); len(p) > 0 {
+		t.Errorf("sink problems: %v", p)
+	}
 }

@@ -17,12 +17,14 @@ var (
 	queries         = metric.CounterVec("meshfed_consul_queries_total", "Blocking queries that returned without error; changed=true when the index moved.", "registry", "query", "changed")
 	queryErrors     = metric.CounterVec("meshfed_consul_query_errors_total", "Consul queries that failed.", "registry", "query")
 	watchedServices = metric.GaugeVec("meshfed_consul_watched_services", "Consul services a registry watches.", "registry")
+	httpRequests    = metric.CounterVec("meshfed_consul_http_requests_total", "HTTP requests a Consul registry sent to its agent.", "registry")
+	httpRespBytes   = metric.CounterVec("meshfed_consul_http_response_bytes_total", "Bytes of response bodies a Consul registry read from its agent.", "registry")
 )
 
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices}
+	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices, httpRequests, httpRespBytes}
 }
 
 // metrics are the collectors curried with one registry's name.
@@ -32,6 +34,7 @@ type metrics struct {
 	healthChanged, healthSame   prometheus.Counter
 	catalogErrors, healthErrors prometheus.Counter
 	watched                     prometheus.Gauge
+	requests, respBytes         prometheus.Counter
 }
 
 func newMetrics(registry string) metrics {
@@ -44,5 +47,7 @@ func newMetrics(registry string) metrics {
 		catalogErrors:  queryErrors.WithLabelValues(registry, queryCatalog),
 		healthErrors:   queryErrors.WithLabelValues(registry, queryHealth),
 		watched:        watchedServices.WithLabelValues(registry),
+		requests:       httpRequests.WithLabelValues(registry),
+		respBytes:      httpRespBytes.WithLabelValues(registry),
 	}
 }

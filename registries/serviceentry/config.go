@@ -110,7 +110,7 @@ func (c *Config) clusters() []kubeclient.Cluster {
 
 // Files implements registries.FileReferrer for `meshfed validate`: every
 // file matched now must be YAML, and every ServiceEntry and WorkloadEntry
-// in it valid; each problem names its file:line and object. (Hosts
+// in it valid; each problem names its file:line:column and object. (Hosts
 // outside the domain and unusable endpoints are rejected alone at run
 // time and listed on /debug/conflictz.)
 func (c *Config) Files() []registries.FileRef {
@@ -124,8 +124,8 @@ func (c *Config) Files() []registries.FileRef {
 		}
 		var errs []error
 		for _, o := range objs {
-			if o.Err != nil {
-				errs = append(errs, o.Err)
+			if err := objectError(o); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package serviceentry
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -24,49 +25,86 @@ const (
 )
 
 // kinds are the Istio kinds read, with their specs (v1, v1beta1 and
-// v1alpha3 all decode into the v1alpha3 message); other kinds in the
-// files (VirtualServices, Deployments...) are skipped.
-var kinds = map[string]func() proto.Message{
-	KindServiceEntry:  func() proto.Message { return &networking.ServiceEntry{} },
-	KindWorkloadEntry: func() proto.Message { return &networking.WorkloadEntry{} },
+// v1alpha3 all decode into the v1alpha3 message) and checks; other kinds
+// in the files (VirtualServices, Deployments...) are skipped.
+var kinds = map[string]istioconfig.Kind{
+	KindServiceEntry:  {New: func() proto.Message { return &networking.ServiceEntry{} }, Validate: validateSpec},
+	KindWorkloadEntry: {New: func() proto.Message { return &networking.WorkloadEntry{} }, Validate: validateSpec},
 }
 
-// Object is one ServiceEntry or WorkloadEntry document of a file: decoded
-// and checked (Err set when the object is invalid as a whole).
+// Object is one ServiceEntry or WorkloadEntry document of a file or object
+// of a cluster: decoded and checked (Err set when the object is invalid
+// as a whole).
 type Object = istioconfig.Document
 
 // Parse decodes the ServiceEntries and WorkloadEntries of one file (path,
-// content data) and checks each alone: an object that is invalid as a
-// whole (bad apiVersion, metadata or spec; no host; a bad port; both
-// endpoints and a workloadSelector; resolution NONE with nothing to serve;
-// a WorkloadEntry without a usable address, locality or port) has Err
-// set, naming its file:line. Parse fails only on a YAML syntax error,
-// which rejects the whole file.
+// content data) and checks each alone, as the config source reads
+// VirtualServices (istioconfig.DecodeDocuments): an object that is
+// invalid as a whole (bad apiVersion or metadata; an unknown field or a
+// value of the wrong type in its spec; no host; a bad port; both
+// endpoints and a workloadSelector; resolution NONE with nothing to
+// serve; a WorkloadEntry without a usable address, locality or port) has
+// Err set with every problem found, and Problems placing each at its
+// field's line:column (objectError formats them). Parse fails only on a
+// YAML syntax error, which rejects the whole file.
 func Parse(path string, data []byte) ([]Object, error) {
-	docs, err := istioconfig.DecodeDocuments(path, data, kinds)
-	if err != nil {
-		return nil, err
-	}
-	for i := range docs {
-		check(&docs[i])
-	}
-	return docs, nil
+	return istioconfig.DecodeDocuments(path, data, kinds)
 }
 
-// check sets d.Err when d, decoded, is invalid as a whole (see Parse),
-// prefixed with its source and name.
+// check sets the Err of an object read from a cluster (decoded there)
+// when it is invalid as a whole (see Parse).
 func check(d *Object) {
 	if d.Err == nil {
-		switch sp := d.Spec.(type) {
-		case *networking.ServiceEntry:
-			d.Err = checkServiceEntry(sp)
-		case *networking.WorkloadEntry:
-			d.Err = checkWorkloadEntry(sp)
+		d.Err = validateSpec(d.Spec)
+	}
+}
+
+// validateSpec returns every problem of a ServiceEntry or WorkloadEntry
+// spec, joined; each message starts with its field's path.
+func validateSpec(m proto.Message) error {
+	switch sp := m.(type) {
+	case *networking.ServiceEntry:
+		return checkServiceEntry(sp)
+	case *networking.WorkloadEntry:
+		return checkWorkloadEntry(sp)
+	}
+	return nil
+}
+
+// problem is one problem of an invalid object: where it is written
+// ("<file>:<line>:<column>", or the object's Source when the object has
+// no position: read from a cluster, or a problem of the whole document)
+// and what it is.
+type problem struct{ at, msg string }
+
+// problems lists o's problems, each where it is written.
+func problems(o Object) []problem {
+	if len(o.Problems) > 0 {
+		out := make([]problem, len(o.Problems))
+		for i, p := range o.Problems {
+			out[i] = problem{at: fmt.Sprintf("%s:%d:%d", fileOf(o), p.Line, p.Column), msg: p.Message}
 		}
+		return out
 	}
-	if d.Err != nil {
-		d.Err = fmt.Errorf("%s%w", prefix(*d), d.Err)
+	var out []problem
+	for _, e := range yamlpath.Leaves(o.Err) {
+		out = append(out, problem{at: o.Source, msg: e.Error()})
 	}
+	return out
+}
+
+// objectError is o's Err as reported to a person: one line per problem,
+// "<file>:<line>:<column>: <Kind> <namespace>/<name>: <problem>"; nil
+// when o is valid.
+func objectError(o Object) error {
+	if o.Err == nil {
+		return nil
+	}
+	var errs []error
+	for _, p := range problems(o) {
+		errs = append(errs, errors.New(p.at+": "+named(o)+p.msg))
+	}
+	return errors.Join(errs...)
 }
 
 // protocols maps Istio port protocols (case-insensitive) to the model's:
@@ -79,56 +117,61 @@ var protocols = map[string]model.Protocol{
 	"MYSQL": model.ProtocolTCP, "REDIS": model.ProtocolTCP, "UDP": "",
 }
 
+// checkServiceEntry returns every problem of se, joined: at most one per
+// port and one per other part checked.
 func checkServiceEntry(se *networking.ServiceEntry) error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(se.GetHosts()) == 0 {
-		return fmt.Errorf("spec.hosts: at least one host is required")
+		fail("spec.hosts: at least one host is required")
 	}
 	if len(se.GetPorts()) == 0 {
-		return fmt.Errorf("spec.ports: at least one port is required")
+		fail("spec.ports: at least one port is required")
 	}
 	names, numbers := map[string]bool{}, map[uint32]bool{}
 	for i, p := range se.GetPorts() {
 		key := fmt.Sprintf("spec.ports[%d]", i)
+		proto, ok := protocols[strings.ToUpper(p.GetProtocol())]
 		switch {
 		case p.GetName() == "":
-			return fmt.Errorf("%s.name: is required", key)
+			fail("%s.name: is required", key)
 		case p.GetNumber() < 1 || p.GetNumber() > 65535:
-			return fmt.Errorf("%s.number: %d is not a port number (1-65535)", key, p.GetNumber())
+			fail("%s.number: %d is not a port number (1-65535)", key, p.GetNumber())
 		case p.GetTargetPort() > 65535:
-			return fmt.Errorf("%s.targetPort: %d is not a port number (1-65535)", key, p.GetTargetPort())
+			fail("%s.targetPort: %d is not a port number (1-65535)", key, p.GetTargetPort())
 		case numbers[p.GetNumber()]:
-			return fmt.Errorf("%s.number: port %d is declared twice", key, p.GetNumber())
+			fail("%s.number: port %d is declared twice", key, p.GetNumber())
 		case names[p.GetName()]:
-			return fmt.Errorf("%s.name: port name %q is declared twice", key, p.GetName())
-		}
-		proto, ok := protocols[strings.ToUpper(p.GetProtocol())]
-		if !ok || proto == "" {
-			return fmt.Errorf("%s.protocol: %q is not served (want HTTP, HTTPS, HTTP2, GRPC, GRPC-WEB, TCP, TLS, MONGO, MYSQL or REDIS)", key, p.GetProtocol())
+			fail("%s.name: port name %q is declared twice", key, p.GetName())
+		case !ok || proto == "":
+			fail("%s.protocol: %q is not served (want HTTP, HTTPS, HTTP2, GRPC, GRPC-WEB, TCP, TLS, MONGO, MYSQL or REDIS)", key, p.GetProtocol())
 		}
 		names[p.GetName()], numbers[p.GetNumber()] = true, true
 	}
 	if len(se.GetEndpoints()) > 0 && se.GetWorkloadSelector() != nil {
-		return fmt.Errorf("spec: endpoints and workloadSelector are mutually exclusive")
+		fail("spec: endpoints and workloadSelector are mutually exclusive")
 	}
 	if se.GetResolution() == networking.ServiceEntry_NONE && len(se.GetEndpoints()) == 0 && se.GetWorkloadSelector() == nil {
-		return fmt.Errorf("spec.resolution: NONE without endpoints or a workloadSelector is Istio's original-destination passthrough, which meshfed does not serve (give endpoints, or resolution DNS)")
+		fail("spec.resolution: NONE without endpoints or a workloadSelector is Istio's original-destination passthrough, which meshfed does not serve (give endpoints, or resolution DNS)")
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
+// checkWorkloadEntry returns every problem of we, joined.
 func checkWorkloadEntry(we *networking.WorkloadEntry) error {
+	var errs []error
 	if err := checkAddress(we.GetAddress()); err != nil {
-		return fmt.Errorf("spec.address: %v", err)
+		errs = append(errs, fmt.Errorf("spec.address: %v", err))
 	}
 	if _, err := model.ParseLocality(we.GetLocality()); err != nil {
-		return fmt.Errorf("spec.locality: %v", err)
+		errs = append(errs, fmt.Errorf("spec.locality: %v", err))
 	}
 	for _, name := range slices.Sorted(maps.Keys(we.GetPorts())) {
 		if n := we.GetPorts()[name]; n < 1 || n > 65535 {
-			return fmt.Errorf("spec.ports[%q]: %d is not a port number (1-65535)", name, n)
+			errs = append(errs, fmt.Errorf("spec.ports[%q]: %d is not a port number (1-65535)", name, n))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // checkAddress rejects what meshfed cannot serve at all: no address (an
@@ -360,28 +403,31 @@ func selects(selector, labels map[string]string) bool {
 	return true
 }
 
-// prefix is how an object's errors start: "<file>:<line>: <Kind>
-// <namespace>/<name>: ", without the object when its kind is unknown.
-func prefix(o Object) string {
+// named is "<Kind> <namespace>/<name>: ", or "" when o's kind is unknown.
+func named(o Object) string {
 	if o.Kind == "" {
-		return o.Source + ": "
+		return ""
 	}
-	return o.Source + ": " + describe(o) + ": "
+	return describe(o) + ": "
+}
+
+// fileOf is the file of o's Source ("<file>:<line>").
+func fileOf(o Object) string {
+	if i := strings.LastIndexByte(o.Source, ':'); i >= 0 {
+		return o.Source[:i]
+	}
+	return o.Source
 }
 
 func describe(o Object) string { return o.Kind + " " + o.Namespace + "/" + o.Name }
 
-// position is "<file>:<line>" of key within o (of o itself if absent).
+// position is "<file>:<line>" of key within o (o's Source if absent).
 func position(o Object, key string) string {
 	if o.Node == nil { // read from a cluster: "namespace/name (cluster)"
 		return o.Source
 	}
 	if n, _ := yamlpath.Lookup(o.Node, key); n != nil {
-		file := o.Source
-		if i := strings.LastIndexByte(file, ':'); i >= 0 {
-			file = file[:i]
-		}
-		return file + ":" + strconv.Itoa(n.Line)
+		return fileOf(o) + ":" + strconv.Itoa(n.Line)
 	}
 	return o.Source
 }

@@ -142,9 +142,9 @@ spec:
 			wantRes: model.ResolutionDNS, wantEPs: []string{"a.example.net", "192.0.2.1"}},
 		{name: "NONE with endpoints serves them", spec: "  resolution: NONE\n  endpoints: [{address: 192.0.2.7}]\n", wantRes: model.ResolutionEDS, wantEPs: []string{"192.0.2.7"}},
 		{name: "unset resolution is NONE", spec: "  endpoints: [{address: 192.0.2.7}]\n", wantRes: model.ResolutionEDS, wantEPs: []string{"192.0.2.7"}},
-		{name: "NONE alone is passthrough, rejected", spec: "  resolution: NONE\n", wantErr: "f0.yaml:1 ServiceEntry default/x: object rejected: spec.resolution: NONE without endpoints"},
+		{name: "NONE alone is passthrough, rejected", spec: "  resolution: NONE\n", wantErr: "f0.yaml:7:15 ServiceEntry default/x: object rejected: spec.resolution: NONE without endpoints"},
 		{name: "STATIC without endpoints has none", spec: "  resolution: STATIC\n", wantRes: model.ResolutionEDS},
-		{name: "unknown resolution", spec: "  resolution: MAGIC\n", wantErr: `f0.yaml:1 ServiceEntry default/x: object rejected: spec: invalid value for enum field resolution: "MAGIC"`},
+		{name: "unknown resolution", spec: "  resolution: MAGIC\n", wantErr: `f0.yaml:7:15 ServiceEntry default/x: object rejected: spec.resolution: want one of NONE, STATIC, DNS, DNS_ROUND_ROBIN, DYNAMIC_DNS, got "MAGIC"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -309,10 +309,12 @@ spec: {hosts: [dup.ext.example], ports: [{number: 1, name: a}]}
 	}
 	text := reasons(rej)
 	for _, want := range []string{
-		`f1.yaml:17 ServiceEntry default/bad-port: object rejected: spec.ports[0].number: 70000 is not a port number`,
-		`f1.yaml:24 ServiceEntry default/both: object rejected: spec: endpoints and workloadSelector are mutually exclusive`,
-		`f1.yaml:33 ServiceEntry default/future: object rejected: apiVersion "networking.istio.io/v2"`,
-		`f1.yaml:38 WorkloadEntry default/no-address: object rejected: spec.address: is required`,
+		`f1.yaml:22:20 ServiceEntry default/bad-port: object rejected: spec.ports[0].number: 70000 is not a port number`,
+		`f1.yaml:20:1 ServiceEntry default/bad-port: object rejected: spec.resolution: NONE without endpoints or a workloadSelector`,
+		`f1.yaml:27:1 ServiceEntry default/both: object rejected: spec: endpoints and workloadSelector are mutually exclusive`,
+		`f1.yaml:33:13 ServiceEntry default/future: object rejected: apiVersion "networking.istio.io/v2"`,
+		`f1.yaml:36:1 ServiceEntry default/future: object rejected: spec.ports: at least one port is required`,
+		`f1.yaml:41:1 WorkloadEntry default/no-address: object rejected: spec.address: is required`,
 		`f1.yaml:43 ServiceEntry shop/vms: object rejected: ServiceEntry shop/vms is already declared at f0.yaml:1, which is served`,
 		`other.example.org: ServiceEntry default/mixed host "other.example.org" (f1.yaml:5): host rejected: it is outside the registry's domain "ext.example"`,
 		`*.ext.example: ServiceEntry default/mixed host "*.ext.example" (f1.yaml:5): host rejected: wildcard hosts are not served`,
@@ -325,8 +327,8 @@ spec: {hosts: [dup.ext.example], ports: [{number: 1, name: a}]}
 			t.Errorf("rejections lack %q; got:\n%s", want, text)
 		}
 	}
-	if len(rej) != 11 {
-		t.Errorf("%d rejections, want 11:\n%s", len(rej), text)
+	if len(rej) != 14 {
+		t.Errorf("%d rejections, want 14:\n%s", len(rej), text)
 	}
 }
 
@@ -400,5 +402,53 @@ func TestExample(t *testing.T) {
 	}
 	if eps := byHost(t, svcs, "orders.mesh.example").Endpoints; len(eps) != 2 || eps[1].Ports["grpc"] != 18080 || eps[1].Weight != 2 {
 		t.Errorf("orders endpoints = %+v", eps)
+	}
+}
+
+// TestParseProblems (issue 24): every problem of every ServiceEntry and
+// WorkloadEntry is reported at its field's file:line:column, an unknown
+// field with the nearest known name and a value of the wrong type with
+// what the field wants, as VirtualServices are; a Run lists each as a
+// rejection of its own.
+func TestParseProblems(t *testing.T) {
+	t.Parallel()
+	const f = "testdata/typos/entries.yaml"
+	data, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Parse(f, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{
+		f + `:9:3: ServiceEntry shop/orders: spec.resolutoin: unknown field "resolutoin" of ServiceEntry (did you mean "resolution"?)`,
+		f + `:13:7: ServiceEntry shop/orders: spec.ports[0].protocl: unknown field "protocl" of ServicePort (did you mean "protocol"?)`,
+		f + `:18:15: ServiceEntry shop/orders: spec.endpoints[0].weight: want an integer, got "heavy"`,
+		f + `:14:15: ServiceEntry shop/orders: spec.ports[1].number: 70000 is not a port number (1-65535)`,
+	}, {
+		f + `:26:3: WorkloadEntry shop/vm-1: spec.adress: unknown field "adress" of WorkloadEntry (did you mean "address"?)`,
+		f + `:25:1: WorkloadEntry shop/vm-1: spec.address: is required`,
+		f + `:28:13: WorkloadEntry shop/vm-1: spec.locality: locality "a//b" has an empty part`,
+		f + `:29:17: WorkloadEntry shop/vm-1: spec.ports["grpc"]: 0 is not a port number (1-65535)`,
+	}}
+	if len(objs) != len(want) {
+		t.Fatalf("%d objects, want %d", len(objs), len(want))
+	}
+	for i, o := range objs {
+		got := strings.Split(fmt.Sprint(objectError(o)), "\n")
+		if len(got) != len(want[i]) {
+			t.Errorf("object %d: %d problems, want %d:\n%s", i, len(got), len(want[i]), strings.Join(got, "\n"))
+			continue
+		}
+		for j, w := range want[i] {
+			if !strings.HasPrefix(got[j], w) {
+				t.Errorf("object %d problem %d:\n got %s\nwant %s", i, j, got[j], w)
+			}
+		}
+	}
+	m := &merger{common: common, lastGood: map[string]Object{}}
+	if _, rej := m.mergeObjects(objs); len(rej) != 8 || !strings.HasPrefix(rej[0].Subject, f+":9:3 ServiceEntry shop/orders") {
+		t.Errorf("rejections, want one per problem:\n%s", reasons(rej))
 	}
 }

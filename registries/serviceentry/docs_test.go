@@ -141,7 +141,8 @@ func TestParseDocsErrors(t *testing.T) {
 			t.Fatalf("%d objects, want %d", len(got), len(want))
 		}
 		for i := range want {
-			if got[i].Source != want[i].Source || fmt.Sprint(got[i].Err) != fmt.Sprint(want[i].Err) || got[i].Hash != want[i].Hash {
+			if got[i].Source != want[i].Source || fmt.Sprint(got[i].Err) != fmt.Sprint(want[i].Err) || got[i].Hash != want[i].Hash ||
+				fmt.Sprint(got[i].Problems) != fmt.Sprint(want[i].Problems) {
 				t.Errorf("object %d: %s %v, want %s %v", i, got[i].Source, got[i].Err, want[i].Source, want[i].Err)
 			}
 		}

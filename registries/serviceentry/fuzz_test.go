@@ -6,7 +6,7 @@ import (
 )
 
 // FuzzParseConvert feeds arbitrary bytes to Parse and Convert.
-// Invariants: no panic; an object error starts with its file:line; every
+// Invariants: no panic; every line of an object's error starts with its file:line; every
 // rejection has a subject and a reason; every served host is within the
 // domain and every endpoint names its origin in the file.
 func FuzzParseConvert(f *testing.F) {
@@ -22,8 +22,12 @@ func FuzzParseConvert(f *testing.F) {
 			return
 		}
 		for _, o := range objs {
-			if o.Err != nil && !strings.HasPrefix(o.Err.Error(), o.Source+": ") {
-				t.Fatalf("object error %q does not start with %s", o.Err, o.Source)
+			if err := objectError(o); err != nil {
+				for line := range strings.SplitSeq(err.Error(), "\n") {
+					if !strings.HasPrefix(line, "f.yaml:") {
+						t.Fatalf("object error line %q does not start with its file:line", line)
+					}
+				}
 			}
 			if !strings.HasPrefix(o.Source, "f.yaml:") {
 				t.Fatalf("source %q", o.Source)

@@ -207,13 +207,24 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 			return o.Source + " " + describe(o)
 		}
 		if o.Err != nil {
+			// One rejection per problem, each at its field.
 			c.rej++
-			reason := "object rejected: " + strings.TrimPrefix(o.Err.Error(), prefix(o))
-			if last, ok := k.lastGood[key]; ok && o.Kind != "" {
-				reason += "; its last good version (" + last.Source + ") stays served"
+			last, kept := k.lastGood[key]
+			kept = kept && o.Kind != ""
+			for _, p := range problems(o) {
+				reason := "object rejected: " + p.msg
+				if kept {
+					reason += "; its last good version (" + last.Source + ") stays served"
+				}
+				at := p.at
+				if o.Kind != "" {
+					at += " " + describe(o)
+				}
+				rejected = append(rejected, model.Rejection{Registry: k.r.common.Name, Subject: at, Reason: reason})
+			}
+			if kept {
 				next = &forced{at: first.at, obj: last}
 			}
-			rejected = append(rejected, model.Rejection{Registry: k.r.common.Name, Subject: subject(o), Reason: reason})
 		} else {
 			next = &forced{at: first.at, obj: o}
 		}

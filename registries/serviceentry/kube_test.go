@@ -39,7 +39,7 @@ func TestKubeObjects(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("objects = %v, want %v", got, want)
 	}
-	if err := objs[4].Err; err == nil || !strings.HasPrefix(err.Error(), "shop/vm-3 (west): WorkloadEntry shop/vm-3: spec.address: is required") {
+	if err := objectError(objs[4]); err == nil || !strings.HasPrefix(err.Error(), "shop/vm-3 (west): WorkloadEntry shop/vm-3: spec.address: is required") {
 		t.Errorf("vm-3 error = %v", err)
 	}
 	m := &merger{common: common, lastGood: map[string]Object{}}

@@ -178,16 +178,25 @@ func (m *merger) resolve(objs []Object) (inForce []Object, rejected []model.Reje
 			first[key] = o.Source
 		}
 		if o.Err != nil {
+			// One rejection per problem, each at its field.
 			nRej[o.Kind]++
-			reason := "object rejected: " + strings.TrimPrefix(o.Err.Error(), prefix(o))
-			if last, ok := m.lastGood[key]; ok && o.Kind != "" {
-				reason += "; its last good version (" + last.Source + ") stays served"
-				o = last
-			} else {
-				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject, Reason: reason})
+			last, kept := m.lastGood[key]
+			kept = kept && o.Kind != ""
+			for _, p := range problems(o) {
+				reason := "object rejected: " + p.msg
+				if kept {
+					reason += "; its last good version (" + last.Source + ") stays served"
+				}
+				at := p.at
+				if o.Kind != "" {
+					at += " " + describe(o)
+				}
+				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: at, Reason: reason})
+			}
+			if !kept {
 				continue
 			}
-			rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: subject, Reason: reason})
+			o = last
 		}
 		next[key] = o
 		nIn[o.Kind]++

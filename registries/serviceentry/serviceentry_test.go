@@ -114,7 +114,7 @@ func TestBrokenFileKeepsLastGood(t *testing.T) {
 	st = sink.WaitFor(t, wait, func(s registrytest.State) bool {
 		return s.Healthy() && len(s.Rejected) == 1
 	})
-	if !strings.Contains(st.Rejected[0].String(), "workloads.yaml:1 WorkloadEntry shop/vm-1: object rejected: spec.address") ||
+	if !strings.Contains(st.Rejected[0].String(), "workloads.yaml:5:12 WorkloadEntry shop/vm-1: object rejected: spec.address") ||
 		!strings.Contains(st.Rejected[0].Reason, "last good version") {
 		t.Errorf("rejected = %v", st.Rejected)
 	}

@@ -3,32 +3,15 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-// lowPort returns a loopback port below 32768 (outside Linux's ephemeral
-// range, so no outgoing connection takes it meanwhile) that was free a
-// moment ago.
-func lowPort(t *testing.T) int {
-	t.Helper()
-	for range 100 {
-		p := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err == nil {
-			l.Close()
-			return p
-		}
-	}
-	t.Fatal("no free loopback port below 32768")
-	return 0
-}
+	"github.com/meshfed/meshfed/test/servers"
+)
 
 // exampleSetup runs the built meshfed on a copy of the default
 // clusters.yaml (xDS and admin moved to free ports, state in a temp dir)
@@ -40,8 +23,8 @@ func exampleSetup(t *testing.T, servicesYAML string) (bootstrap string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xdsAddr := fmt.Sprintf("127.0.0.1:%d", lowPort(t))
-	adminAddr := fmt.Sprintf("127.0.0.1:%d", lowPort(t))
+	xdsAddr := fmt.Sprintf("127.0.0.1:%d", servers.LowPort(t))
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", servers.LowPort(t))
 	cfg := string(def)
 	for old, repl := range map[string]string{
 		"address: 127.0.0.1:15010":     "address: " + xdsAddr,
@@ -140,8 +123,8 @@ func TestExampleGRPCClientCallsServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	live := startBackendOn(t, "live", "127.0.0.1", lowPort(t))
-	dead := lowPort(t)
+	live := startBackendOn(t, "live", "127.0.0.1", servers.LowPort(t))
+	dead := servers.LowPort(t)
 	bootstrap := exampleSetup(t, fmt.Sprintf(`services:
   - name: orders
     ports:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,7 +48,7 @@ func newOperatorSetup(t *testing.T) *operatorSetup {
 	dir := t.TempDir()
 	o := &operatorSetup{dir: dir, svcFile: filepath.Join(dir, "services.yaml"), tokenFile: filepath.Join(dir, "admin.token")}
 	writeFile(t, o.svcFile, servicesYAML(
-		"{address: 127.0.0.1, ports: {grpc: 18080}, locality: us-east/zone-a}",
+		"{address: 127.0.0.1, ports: {grpc: 18080}, locality: us-east/zone-a, labels: {version: v1}}",
 		"{address: 127.0.0.2, ports: {grpc: 18080}, locality: us-east/zone-b, health: UNHEALTHY}"))
 	writeFile(t, o.tokenFile, adminToken+"\n")
 	// A second registry, Synced, with one endpoint quarantined.
@@ -57,6 +58,26 @@ func newOperatorSetup(t *testing.T) *operatorSetup {
     endpoints:
       - {address: 127.0.0.3, locality: eu-west/zone-a}
       - {address: not-an-ip}
+`)
+	if err := os.Mkdir(filepath.Join(dir, "traffic"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Traffic rules: a DestinationRule in force for echo, and a
+	// VirtualService rejected (a destination without a host).
+	writeFile(t, filepath.Join(dir, "traffic", "echo.yaml"), `apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: default}
+spec:
+  host: echo.vm.internal
+  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}
+  subsets: [{name: v1, labels: {version: v1}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo-bad, namespace: default}
+spec:
+  hosts: [echo.vm.internal]
+  http: [{route: [{destination: {subset: v1}}]}]
 `)
 	xdsAddr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
 	adminAddr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
@@ -73,6 +94,8 @@ registries:
     kind: file
     domain: edge.internal
     file: {path: edge.yaml}
+configSources:
+  - {name: local, dir: traffic}
 `, xdsAddr, adminAddr))
 	o.m = startMeshfed(t, o.config, xdsAddr, adminAddr)
 	eventually(t, 20*time.Second, "/readyz is 200", func() error {
@@ -266,6 +289,20 @@ func checkStatusPage(t *testing.T, o *operatorSetup) {
 	if err := contains(text(`#conflicts`), "edge", "api.edge.internal", "not-an-ip"); err != nil {
 		t.Errorf("conflicts: %v", err)
 	}
+	// The rules section: the config source, the object in force with
+	// its host linked, the rejected one with its reason.
+	if err := contains(text(`#rules`), "1 object in force", "1 rejected", "/debug/configz"); err != nil {
+		t.Errorf("rules section: %v", err)
+	}
+	if err := contains(text(`tr[data-source="local"]`), "local", "dir", "Synced"); err != nil {
+		t.Errorf("rules section, source: %v", err)
+	}
+	if err := contains(text(`tr[data-rule="DestinationRule/default/echo"]`), "DestinationRule default/echo", "echo.vm.internal", "echo.yaml:1"); err != nil {
+		t.Errorf("rules section, in force: %v", err)
+	}
+	if err := contains(text(`#rejected-rules`), "VirtualService default/echo-bad", "echo.yaml:", "destination.host: is required"); err != nil {
+		t.Errorf("rules section, rejected: %v", err)
+	}
 	if ready := text(`#ready`); ready != "ready" {
 		t.Errorf("readiness badge %q, want ready", ready)
 	}
@@ -289,6 +326,7 @@ func checkStatusPage(t *testing.T, o *operatorSetup) {
 	if png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
 		writeArtifact(t, "registrypage.png", png)
 	}
+	checkHostPage(t, ctx, base, text, &problems)
 
 	// A held update shows with a Release button; clicking it (the page's
 	// session, same origin) releases it.
@@ -321,8 +359,104 @@ func checkStatusPage(t *testing.T, o *operatorSetup) {
 	if err := contains(text(`tr[data-registry="edge"]`), "Synced", "0"); err != nil {
 		t.Errorf("edge after release: %v", err)
 	}
-	if p := problems.String(); p != "" {
-		t.Errorf("browser console reported problems:\n%s", p)
+	var reported []string
+	for _, l := range strings.Split(strings.TrimSpace(problems.String()), "\n") {
+		// The host pages of an unknown host and endpoint answer 404 on purpose.
+		if l != "" && !(strings.Contains(l, "404 (Not Found)") && strings.Contains(l, "/hosts/echo.vm.")) {
+			reported = append(reported, l)
+		}
+	}
+	if len(reported) > 0 {
+		t.Errorf("browser console reported problems:\n%s", strings.Join(reported, "\n"))
+	}
+}
+
+// checkHostPage follows the registry page's link to echo's host page
+// and checks it shows the explanation `meshfed describe` prints: rules
+// in force with their sources, subsets, policies, the rejected rule, and
+// why an UNHEALTHY endpoint is not used; an unknown host or endpoint gets
+// the error, escaped.
+func checkHostPage(t *testing.T, ctx context.Context, base string, text func(string) string, problems *syncBuffer) {
+	t.Helper()
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`tr[data-host="echo.vm.internal"] a`)),
+		chromedp.WaitVisible(chromedp.ID("host-endpoints")),
+	); err != nil {
+		t.Fatalf("host page: %v (console: %s)", err, problems.String())
+	}
+	if err := contains(text(`#service`), "vms", "EDS", "grpc 8080/grpc"); err != nil {
+		t.Errorf("host page service: %v", err)
+	}
+	if err := contains(text(`#host-endpoints`), "127.0.0.1", "127.0.0.2", "UNHEALTHY", "us-east/zone-b", "version=v1"); err != nil {
+		t.Errorf("host page endpoints: %v", err)
+	}
+	if err := contains(text(`#host-rules`), "DestinationRule", "default/echo", "echo.yaml:1"); err != nil {
+		t.Errorf("host page rules: %v", err)
+	}
+	if err := contains(text(`#subsets`), "v1", "version=v1", "1", "default/echo"); err != nil {
+		t.Errorf("host page subsets: %v", err)
+	}
+	if err := contains(text(`#policies`), "loadBalancer", "LEAST_REQUEST", "every port", "default/echo"); err != nil {
+		t.Errorf("host page policies: %v", err)
+	}
+	if err := contains(text(`#host-rejected`), "VirtualService default/echo-bad", "destination.host: is required"); err != nil {
+		t.Errorf("host page rejected: %v", err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		writeArtifact(t, "hostpage.png", png)
+	}
+
+	// "why?" on the UNHEALTHY endpoint explains it.
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`tr[data-address="127.0.0.2"] a`)),
+		chromedp.WaitVisible(chromedp.ID("endpoint-explain")),
+	); err != nil {
+		t.Fatalf("endpoint explanation: %v (console: %s)", err, problems.String())
+	}
+	if err := contains(text(`#endpoint-explain`), "Endpoint 127.0.0.2", "not scoped: every proxy", "UNHEALTHY", "us-east/zone-b",
+		"Degraded", "last good state"); err != nil {
+		t.Errorf("endpoint explanation: %v", err)
+	}
+	if err := contains(text(`#endpoint-explain tr[data-cluster="outbound|8080||echo.vm.internal"]`), "in, not used", "UNHEALTHY: listed, sent no calls",
+		"grpc-go uses only HEALTHY endpoints"); err != nil {
+		t.Errorf("endpoint explanation, port cluster: %v", err)
+	}
+	if err := contains(text(`#endpoint-explain tr[data-cluster="outbound|8080|v1|echo.vm.internal"]`), "not in", "outside subset v1"); err != nil {
+		t.Errorf("endpoint explanation, subset cluster: %v", err)
+	}
+	if err := contains(text(`#endpoint-explain tr[data-cluster="serviceentry"]`), "not in", "health UNHEALTHY"); err != nil {
+		t.Errorf("endpoint explanation, istiod: %v", err)
+	}
+	if png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil {
+		writeArtifact(t, "hostpage-endpoint.png", png)
+	}
+
+	// An unknown endpoint: the error with the host's addresses, markup
+	// shown as text.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/hosts/echo.vm.internal?endpoint="+url.QueryEscape("<b>127.0.0.3</b>")),
+		chromedp.WaitVisible(chromedp.ID("host-error")),
+	); err != nil {
+		t.Fatalf("host page, unknown endpoint: %v", err)
+	}
+	if err := contains(text(`#host-error`), "no endpoint <b>127.0.0.3</b> of echo.vm.internal is served", "its addresses: 127.0.0.1, 127.0.0.2"); err != nil {
+		t.Errorf("host page, unknown endpoint: %v", err)
+	}
+	if err := contains(text(`#host-endpoints`), "127.0.0.1", "127.0.0.2"); err != nil {
+		t.Errorf("host page, unknown endpoint, shows the host's endpoints: %v", err)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#host-error b").length`)); err != nil || n != 0 {
+		t.Errorf("the endpoint asked for became markup: %d <b> elements (%v)", n, err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/hosts/echo.vm.interna"),
+		chromedp.WaitVisible(chromedp.ID("host-error")),
+	); err != nil {
+		t.Fatalf("host page, unknown host: %v", err)
+	}
+	if err := contains(text(`#host-error`), `no service "echo.vm.interna" is served; did you mean echo.vm.internal?`); err != nil {
+		t.Errorf("host page, unknown host: %v", err)
 	}
 }
 
@@ -397,6 +531,19 @@ func checkCLI(t *testing.T, o *operatorSetup) {
 	}
 	if err := contains(out, "echo.vm.internal", "vms", "127.0.0.1:18080", "grpc"); err != nil {
 		t.Errorf("describe: %v\n%s", err, out)
+	}
+	out, stderr, code = meshfedCmd(t, "describe", "echo.vm.internal", "--endpoint", "127.0.0.2", "--config", o.config)
+	if code != 0 {
+		t.Fatalf("describe --endpoint: exit %d: %s", code, stderr)
+	}
+	if err := contains(out, "Endpoint:    127.0.0.2 of echo.vm.internal", "not scoped: every proxy", "registry vms (Degraded",
+		"outbound|8080||echo.vm.internal (as port 18080)", "in, not used: UNHEALTHY", "not in: outside subset v1",
+		"istiod (MCP): not in: health UNHEALTHY"); err != nil {
+		t.Errorf("describe --endpoint: %v\n%s", err, out)
+	}
+	_, stderr, code = meshfedCmd(t, "describe", "echo.vm.internal", "--endpoint", "127.0.0.9", "--config", o.config)
+	if code != 1 || !strings.Contains(stderr, `no endpoint 127.0.0.9 of echo.vm.internal is served (did you mean "127.0.0.1"?); its addresses: 127.0.0.1, 127.0.0.2`) {
+		t.Errorf("describe --endpoint of an unknown endpoint: exit %d, stderr %q", code, stderr)
 	}
 	if strings.Contains(out+stderr, adminToken) {
 		t.Error("the CLI printed the admin token")

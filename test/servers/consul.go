@@ -41,6 +41,10 @@ type ConsulOptions struct {
 	// ACLToken, when set, enables ACLs with default policy deny and makes
 	// this the initial management token (a UUID); the helpers send it.
 	ACLToken string
+	// TLS also serves the HTTP API over HTTPS (HTTPSAddr) with a
+	// certificate for 127.0.0.1 signed by a test CA (CAFile). Over HTTPS
+	// the agent speaks HTTP/2.
+	TLS bool
 }
 
 // Consul is a running Consul agent owned by one test.
@@ -52,6 +56,9 @@ type Consul struct {
 	Node string
 	// Token is the management token when ACLs are enabled, else "".
 	Token string
+	// HTTPSAddr is the HTTPS API, 127.0.0.1:port, with ConsulOptions.TLS;
+	// CAFile is the PEM file of the CA that signed its certificate.
+	HTTPSAddr, CAFile string
 
 	proc *Process
 }
@@ -90,6 +97,16 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 			"enabled": true, "default_policy": "deny", "enable_token_persistence": false,
 			"tokens": map[string]any{"initial_management": opts.ACLToken},
 		}
+	}
+	if opts.TLS {
+		httpsPort := FreePort(t)
+		ports["https"] = httpsPort
+		c.HTTPSAddr = "127.0.0.1:" + strconv.Itoa(httpsPort)
+		pki := WriteTestPKI(t, dir)
+		c.CAFile = pki.CA
+		conf["tls"] = map[string]any{"defaults": map[string]any{
+			"ca_file": pki.CA, "cert_file": pki.ServerCert, "key_file": pki.ServerKey, "verify_incoming": false,
+		}}
 	}
 	if opts.MaxConnsPerClient > 0 {
 		conf["limits"] = map[string]any{"http_max_conns_per_client": opts.MaxConnsPerClient}
@@ -168,6 +185,9 @@ func (c *Consul) Stop(t testing.TB) {
 	}
 }
 
+// PID is the agent's process id, 0 when it is not running.
+func (c *Consul) PID() int { return c.proc.PID() }
+
 // Log returns the agent's output so far.
 func (c *Consul) Log() string { return c.proc.Log() }
 
@@ -229,4 +249,70 @@ func put(cl *http.Client, url string, body []byte) error {
 		return fmt.Errorf("PUT %s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// RegisterSpread registers services×instances like RegisterBulk (instance
+// i of service s is svc-<s>-<i> of svc-<s> on port 1000+s, with a passing
+// check), but spreads them over nodes of perNode instances each
+// (node-<k> at 10.<k>), as real catalogs are, and writes them in
+// transactions of 64 instances (PUT /v1/txn), workers at once. An agent
+// slows down with thousands of services on one node (its event publisher
+// reads all checks of the node for every change there), so large catalogs
+// use this.
+func (c *Consul) RegisterSpread(t testing.TB, services, instances, perNode, workers int) {
+	t.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: workers}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
+	txn := func(ops []map[string]any) error {
+		body, _ := json.Marshal(ops)
+		return put(cl, "http://"+c.HTTPAddr+"/v1/txn", body)
+	}
+	node := func(k int) string { return fmt.Sprintf("node-%d", k) }
+	nodes := (services*instances + perNode - 1) / perNode
+	var ops []map[string]any
+	for k := range nodes {
+		ops = append(ops, map[string]any{"Node": map[string]any{"Verb": "set", "Node": map[string]any{
+			"Node": node(k), "Address": fmt.Sprintf("10.%d.%d.%d", k>>16, (k>>8)&255, k&255)}}})
+		if len(ops) == 64 || k == nodes-1 {
+			if err := txn(ops); err != nil {
+				t.Fatalf("consul: register nodes: %v", err)
+			}
+			ops = nil
+		}
+	}
+	jobs := make(chan []map[string]any)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for range workers {
+		wg.Go(func() {
+			for ops := range jobs {
+				if err := txn(ops); err != nil {
+					failed.Store(err)
+				}
+			}
+		})
+	}
+	for s := range services {
+		for i := range instances {
+			id, n := fmt.Sprintf("svc-%d-%d", s, i), node((s*instances+i)/perNode)
+			ops = append(ops,
+				map[string]any{"Service": map[string]any{"Verb": "set", "Node": n, "Service": map[string]any{
+					"ID": id, "Service": fmt.Sprintf("svc-%d", s), "Port": 1000 + s}}},
+				map[string]any{"Check": map[string]any{"Verb": "set", "Check": map[string]any{
+					"Node": n, "CheckID": fmt.Sprintf("check-%d-%d", s, i), "Name": "up", "Status": "passing", "ServiceID": id}}})
+			if len(ops) == 128 {
+				jobs <- ops
+				ops = nil
+			}
+		}
+	}
+	if len(ops) > 0 {
+		jobs <- ops
+	}
+	close(jobs)
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		t.Fatalf("consul: register: %v", err)
+	}
 }

@@ -93,6 +93,16 @@ func (p *Process) Stop() bool {
 	return true
 }
 
+// PID is the process id, 0 when the process is not running.
+func (p *Process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Exited is closed once the process has exited; it is closed already when
 // the process is not started.
 func (p *Process) Exited() <-chan struct{} {

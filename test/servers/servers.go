@@ -10,6 +10,7 @@ package servers
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -37,6 +38,23 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// LowPort returns a loopback port below 32768 (outside Linux's ephemeral
+// range, so no outgoing connection takes it meanwhile) that was free a
+// moment ago.
+func LowPort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		p := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err == nil {
+			l.Close()
+			return p
+		}
+	}
+	t.Fatal("no free loopback port below 32768")
+	return 0
 }
 
 // FreePortPair returns a loopback port p such that p and p+offset were

@@ -433,15 +433,11 @@ func (mc *metaCache) rebuildCLA(name string, eps []model.Endpoint, p model.Port,
 	seen := make(map[epKey]bool, len(eps))
 	for i := range eps {
 		e := &eps[i]
-		port, ok := e.PortFor(p)
+		port, ok := claPort(e, p, seen)
 		if !ok {
 			continue
 		}
 		k := epKey{e.Address, port}
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
 		var ent lbEntry
 		if o, ok := old[k]; ok && sameContent(&prev.eps[o.i], e) {
 			ent = o.e
@@ -509,6 +505,23 @@ func (mc *metaCache) rebuildCLA(name string, eps []model.Endpoint, p model.Port,
 		return nil, err
 	}
 	return &claState{port: p, eps: eps, slots: slots, res: res}, nil
+}
+
+// claPort is the port endpoint e is served on in the CLA of service port
+// p, false when it is not: it does not serve p, or an earlier endpoint
+// (recorded in seen) took its address and port (grpc-go rejects
+// duplicates; the first occurrence wins). EDSMember explains it.
+func claPort(e *model.Endpoint, p model.Port, seen map[epKey]bool) (uint32, bool) {
+	port, ok := e.PortFor(p)
+	if !ok {
+		return 0, false
+	}
+	k := epKey{e.Address, port}
+	if seen[k] {
+		return port, false
+	}
+	seen[k] = true
+	return port, true
 }
 
 // claItem is a served endpoint while a CLA is rebuilt.

@@ -389,7 +389,7 @@ func serviceEntryResource(svc *model.Service) *mcp.Resource {
 // workloadEntry is the ServiceEntry endpoint of e, or nil when it is left
 // out (see serviceEntryResource).
 func workloadEntry(e *model.Endpoint, ports []model.Port, names []string) *networking.WorkloadEntry {
-	if e.Health == model.Unhealthy || e.Health == model.Draining {
+	if ServiceEntryOmission(e, ports) != "" {
 		return nil
 	}
 	we := &networking.WorkloadEntry{Address: e.Address, Network: e.Source.Network, Locality: e.Locality.String()}
@@ -397,10 +397,7 @@ func workloadEntry(e *model.Endpoint, ports []model.Port, names []string) *netwo
 		we.Weight = e.Weight
 	}
 	for i, p := range ports {
-		n, ok := e.PortFor(p)
-		if !ok {
-			return nil
-		}
+		n, _ := e.PortFor(p)
 		if n != p.Number {
 			if we.Ports == nil {
 				we.Ports = map[string]uint32{}

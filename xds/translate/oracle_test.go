@@ -235,9 +235,9 @@ func setString(m protoreflect.Message, path, val string) bool {
 // the validation would let through.
 func rawConfigSnap(t *testing.T, version uint64, yaml string) *model.ConfigSnapshot {
 	t.Helper()
-	docs, err := istioconfig.DecodeDocuments("test.yaml", []byte(yaml), map[string]func() proto.Message{
-		"VirtualService":  func() proto.Message { return &networking.VirtualService{} },
-		"DestinationRule": func() proto.Message { return &networking.DestinationRule{} },
+	docs, err := istioconfig.DecodeDocuments("test.yaml", []byte(yaml), map[string]istioconfig.Kind{ // no Validate: raw
+		"VirtualService":  {New: func() proto.Message { return &networking.VirtualService{} }},
+		"DestinationRule": {New: func() proto.Message { return &networking.DestinationRule{} }},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ type config struct {
 	soak                   time.Duration
 	soakRate               float64
 	pprofDir               string
-	consulServices         int
+	consulSizes            []int
 	fFiles                 int
 	ksSizes, ksKinds       string
 	ksChanges              int
@@ -76,7 +76,7 @@ func main() {
 		s3aIters: 100, s5Steps: []int{0, 250, 500, 1000, 2000}, idle: 10 * time.Second,
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
 		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
-		soak: *soak, soakRate: 100, pprofDir: *pprofDir, consulServices: 10000, fFiles: 100,
+		soak: *soak, soakRate: 100, pprofDir: *pprofDir, consulSizes: []int{1000, 10000}, fFiles: 100,
 		ksSizes: *ksSizes, ksKinds: *ksKinds, ksChanges: 50,
 	}
 	if c.quick {
@@ -86,7 +86,7 @@ func main() {
 		c.s3aIters, c.s5Steps, c.idle, c.s6N = 10, []int{0, 25, 50, 100}, 2*time.Second, 10
 		c.syncTimeout = time.Minute
 		c.s7Streams, c.s7Procs, c.s7Flips, c.s8Services, c.s8Flips = 200, 2, 3, 1000, 5
-		c.consulServices, c.fFiles = 300, 10
+		c.consulSizes, c.fFiles = []int{300}, 10
 		c.ksSizes, c.ksChanges = "100,300", 10
 	}
 	var old []byte
