@@ -207,21 +207,10 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 			return o.Source + " " + describe(o)
 		}
 		if o.Err != nil {
-			// One rejection per problem, each at its field.
 			c.rej++
 			last, kept := k.lastGood[key]
 			kept = kept && o.Kind != ""
-			for _, p := range problems(o) {
-				reason := "object rejected: " + p.msg
-				if kept {
-					reason += "; its last good version (" + last.Source + ") stays served"
-				}
-				at := p.at
-				if o.Kind != "" {
-					at += " " + describe(o)
-				}
-				rejected = append(rejected, model.Rejection{Registry: k.r.common.Name, Subject: at, Reason: reason})
-			}
+			rejected = append(rejected, problemRejections(k.r.common.Name, o, last, kept)...)
 			if kept {
 				next = &forced{at: first.at, obj: last}
 			}

@@ -178,21 +178,10 @@ func (m *merger) resolve(objs []Object) (inForce []Object, rejected []model.Reje
 			first[key] = o.Source
 		}
 		if o.Err != nil {
-			// One rejection per problem, each at its field.
 			nRej[o.Kind]++
 			last, kept := m.lastGood[key]
 			kept = kept && o.Kind != ""
-			for _, p := range problems(o) {
-				reason := "object rejected: " + p.msg
-				if kept {
-					reason += "; its last good version (" + last.Source + ") stays served"
-				}
-				at := p.at
-				if o.Kind != "" {
-					at += " " + describe(o)
-				}
-				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: at, Reason: reason})
-			}
+			rejected = append(rejected, problemRejections(m.common.Name, o, last, kept)...)
 			if !kept {
 				continue
 			}
@@ -205,6 +194,25 @@ func (m *merger) resolve(objs []Object) (inForce []Object, rejected []model.Reje
 	m.lastGood = next
 	setObjects(m.common.Name, nIn, nRej)
 	return inForce, rejected
+}
+
+// problemRejections rejects the invalid object o, one rejection per
+// problem, each at its field; kept: its last good version last stays
+// served.
+func problemRejections(registry string, o, last Object, kept bool) []model.Rejection {
+	var out []model.Rejection
+	for _, p := range problems(o) {
+		reason := "object rejected: " + p.msg
+		if kept {
+			reason += "; its last good version (" + last.Source + ") stays served"
+		}
+		at := p.at
+		if o.Kind != "" {
+			at += " " + describe(o)
+		}
+		out = append(out, model.Rejection{Registry: registry, Subject: at, Reason: reason})
+	}
+	return out
 }
 
 // Work returns what this Registry's Runs over files have done so far:
