@@ -85,6 +85,27 @@ func ServicesYAML(services []model.Service) []byte {
 	return b.Bytes()
 }
 
+// ServicesFlowYAML renders services as ServicesYAML does, in the compact
+// flow style of issue #22's 1 MB file: each endpoint one line of nested
+// flow mappings (`- {address: …, ports: {http: …}, locality: …, labels:
+// {…}}`), which the file registry's fast path does not read (each
+// service's range is then parsed through the YAML node tree,
+// registries/file/items.go).
+func ServicesFlowYAML(services []model.Service) []byte {
+	var b bytes.Buffer
+	b.Grow(len(services) * 1200)
+	b.WriteString("services:\n")
+	for i := range services {
+		s := &services[i]
+		fmt.Fprintf(&b, "  - name: %s\n    ports: [{name: http, port: %d, protocol: HTTP}]\n    endpoints:\n", svcName(s), Port)
+		for _, e := range s.Endpoints {
+			fmt.Fprintf(&b, "      - {address: %s, ports: {http: %d}, locality: %s/%s, labels: {app: %s, version: %s}}\n",
+				e.Address, Port, e.Locality.Region, e.Locality.Zone, e.Labels["app"], e.Labels["version"])
+		}
+	}
+	return b.Bytes()
+}
+
 // ServiceEntryYAML renders service s as an Istio ServiceEntry (STATIC,
 // MESH_INTERNAL) with the same endpoints, ports and localities.
 func ServiceEntryYAML(s *model.Service) []byte {

@@ -34,6 +34,22 @@ func genServicesFrom(first, n, m int) []byte {
 	return b.Bytes()
 }
 
+// genFlowServicesFrom is genServicesFrom in the compact style of
+// issue #22: every endpoint one line of nested flow mappings, which the
+// fast path does not read (a file in it is parsed through the node tree).
+func genFlowServicesFrom(first, n, m int) []byte {
+	var b bytes.Buffer
+	b.Grow(n * (80 + m*70))
+	b.WriteString("services:\n")
+	for i := first; i < first+n; i++ {
+		fmt.Fprintf(&b, "  - name: svc-%d\n    ports: [{name: http, port: 8080, protocol: HTTP}]\n    endpoints:\n", i)
+		for j := range m {
+			fmt.Fprintf(&b, "      - {address: 10.%d.%d.%d, ports: {http: %d}, labels: {version: v1}}\n", i/250, i%250, j, 20000+j)
+		}
+	}
+	return b.Bytes()
+}
+
 // BenchmarkParse10k parses a 10,000-endpoint services file (1,000 services
 // × 10 endpoints). Run with GOMAXPROCS=1 for the one-core figure.
 func BenchmarkParse10k(b *testing.B) {
@@ -100,17 +116,26 @@ func (s *discardSink) Publish(_ model.ShardKey, u registries.Update) {
 // of 1,000 services × 10 endpoints: the file is rewritten with one
 // endpoint's address changed, then read and published as the watch loop
 // does after the event (the write itself is excluded from the timer). The
-// services are in one file (the whole file is parsed again) or spread
-// over 100 files of 10 services, one team one file (only the edited file
-// is).
+// services are in one file or spread over 100 files of 10 services, one
+// team one file (only the edited file is read), in the block style of the
+// fast path or the compact flow style (style=flow); either way only the
+// edited service is parsed again (items.go).
 func BenchmarkEdit(b *testing.B) {
-	for _, files := range []int{1, 100} {
-		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
+	for _, tc := range []struct {
+		files int
+		flow  bool
+	}{{1, false}, {100, false}, {1, true}, {100, true}} {
+		files := tc.files
+		gen, style, sep := genServicesFrom, "block", "\n"
+		if tc.flow {
+			gen, style, sep = genFlowServicesFrom, "flow", ","
+		}
+		b.Run(fmt.Sprintf("style=%s/files=%d", style, files), func(b *testing.B) {
 			dir := b.TempDir()
 			per := 1000 / files
 			contents := make([][]byte, files)
 			for f := range files {
-				contents[f] = genServicesFrom(f*per, per, 10)
+				contents[f] = gen(f*per, per, 10)
 				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("team-%03d.yaml", f)), contents[f], 0o644); err != nil {
 					b.Fatal(err)
 				}
@@ -128,7 +153,7 @@ func BenchmarkEdit(b *testing.B) {
 			s.Reload(true)
 			edited := filepath.Join(dir, "team-000.yaml")
 			// Flip the first endpoint's address between two values.
-			from, to := []byte("address: 10.0.0.0\n"), []byte("address: 10.9.9.9\n")
+			from, to := []byte("address: 10.0.0.0"+sep), []byte("address: 10.9.9.9"+sep)
 			b.ResetTimer()
 			for i := range b.N {
 				b.StopTimer()

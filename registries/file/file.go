@@ -10,6 +10,8 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/meshfed/meshfed/model"
@@ -41,13 +43,16 @@ const DefaultConfirmAfter = filewatch.DefaultConfirmAfter
 //
 // Only files whose identity, size or modification time changed since
 // their last read are read again (the 30s re-read reads every file but
-// parses only those whose bytes changed); every other file keeps its
-// converted services as they are, so an edit costs the parse of the file
-// that changed. The shard's state is the merge of every file's services
-// in path order, published with Replace when it changed. A service
-// declared in two files is served from the first file in path order; the
-// later declaration is a Rejection naming both files. A file matched by a
-// directory or glob that disappears takes its services with it.
+// parses only those whose bytes changed), and within a file only the
+// services whose bytes changed are parsed again, whatever the file's YAML
+// style (items.go); every other service keeps its converted value as it
+// is, so an edit costs the parse of the services it changed. The shard's
+// state holds one Publisher key per hostname: an edit compares the keys
+// of the services it changed, and the state is published when one did.
+// A service declared in two files is served from the first file in path
+// order; the later declaration is a Rejection naming both files. A file
+// matched by a directory or glob that disappears takes its services with
+// it.
 //
 // A file (or plain path) that is missing or unreadable is reported as
 // Degraded (an outage); one that does not parse as Degraded with
@@ -67,6 +72,8 @@ type Registry struct {
 	timing filewatch.Timing
 	// parsed, when set (tests), is called after each parse of a file.
 	parsed func(path string)
+	// work counts what the Runs did (Work).
+	work work
 }
 
 // SetConfirmAfter sets how long the files must stay unchanged before an
@@ -81,41 +88,136 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	return r.watch().Run(ctx, sink)
 }
 
+// Work returns what this Registry's Runs have done so far: services
+// parsed from YAML, services converted and validated, and Publisher keys
+// compared (one key per service). An edit of one service in a file of
+// any size parses, converts and compares one (a service that only moved
+// to another line is converted again, not parsed). For tests and
+// diagnostics.
+func (r *Registry) Work() (parsed, converted, compared uint64) {
+	return r.work.parsed.Load(), r.work.converted.Load(), r.work.compared.Load()
+}
+
 // watch returns the shared watch loop (registries/filewatch) over the
-// services files.
-func (r *Registry) watch() *filewatch.Watch[[]model.Service] {
-	return &filewatch.Watch[[]model.Service]{
+// services files: each Run keeps every file's services by the hash of
+// their bytes (items.go) and publishes one key per hostname.
+func (r *Registry) watch() *filewatch.Watch[[]*svcItem] {
+	k := &keyed{r: r, caches: map[string]*itemCache{}, files: map[string][]*svcItem{}, owners: map[string][]decl{}}
+	return &filewatch.Watch[[]*svcItem]{
 		Patterns: r.patterns,
-		Parse: func(path string, data []byte) ([]model.Service, error) {
-			return Parse(filepath.Base(path), data, r.common)
+		Parse: func(path string, data []byte) ([]*svcItem, error) {
+			cache := k.caches[path]
+			if cache == nil {
+				cache = &itemCache{}
+				k.caches[path] = cache
+			}
+			return parseItems(filepath.Base(path), data, r.common, cache, &r.work)
 		},
-		Merge:  r.merge,
-		Shard:  r.common.Shard(),
-		Log:    r.log,
-		Timing: r.timing,
-		Read:   filewatch.CountReads(reloads, r.common.Name),
-		Parsed: r.parsed,
+		Publish: k.publish,
+		Equal:   slices.Equal[[]*svcItem],
+		Shard:   r.common.Shard(),
+		Log:     r.log,
+		Timing:  r.timing,
+		Read:    filewatch.CountReads(reloads, r.common.Name),
+		Parsed:  r.parsed,
 	}
 }
 
-// merge returns the services of every file in path order, a service
-// declared again in a later file rejected.
-func (r *Registry) merge(files []filewatch.File[[]model.Service]) ([]model.Service, []model.Rejection) {
-	services := []model.Service{}
-	var rejected []model.Rejection
-	first := map[string]string{} // hostname → file
+// keyed is one Run's state under one Publisher key per hostname. Used
+// from the Run's goroutine only.
+type keyed struct {
+	r      *Registry
+	caches map[string]*itemCache // by path
+	files  map[string][]*svcItem // by path: the services last published
+	owners map[string][]decl     // by hostname: its declarations, in path order
+}
+
+// decl is a service declared in a file.
+type decl struct {
+	path string
+	it   *svcItem
+}
+
+// publish implements filewatch.Watch.Publish: only the hostnames of
+// services that changed in a file whose parse changed are compared and
+// set. A service declared in two files is served from the first file in
+// path order; the later declaration is a Rejection naming both files.
+func (k *keyed) publish(files []filewatch.File[[]*svcItem], pub *registries.Publisher[string]) {
+	touched := map[string]bool{}
+	seen := make(map[string]bool, len(files))
 	for _, f := range files {
-		for _, svc := range f.Value {
-			if at, dup := first[svc.Hostname]; dup {
-				rejected = append(rejected, model.Rejection{
-					Registry: r.common.Name, Host: svc.Hostname, Subject: "service in " + f.Path,
-					Reason: "also declared in " + at + ", which is served (the first file in path order wins)",
-				})
-				continue
+		seen[f.Path] = true
+		old := k.files[f.Path]
+		if slices.Equal(old, f.Value) {
+			continue
+		}
+		was := make(map[string]*svcItem, len(old))
+		for _, it := range old {
+			was[it.svc.Hostname] = it
+		}
+		for _, it := range f.Value {
+			h := it.svc.Hostname
+			if was[h] != it {
+				k.declare(h, f.Path, it)
+				touched[h] = true
 			}
-			first[svc.Hostname] = f.Path
-			services = append(services, svc)
+			delete(was, h)
+		}
+		for h := range was {
+			k.declare(h, f.Path, nil)
+			touched[h] = true
+		}
+		k.files[f.Path] = f.Value
+	}
+	for p, old := range k.files {
+		if seen[p] {
+			continue
+		}
+		for _, it := range old {
+			k.declare(it.svc.Hostname, p, nil)
+			touched[it.svc.Hostname] = true
+		}
+		delete(k.files, p)
+	}
+	for p := range k.caches {
+		if !seen[p] {
+			delete(k.caches, p)
 		}
 	}
-	return services, rejected
+	for h := range touched {
+		k.r.work.compared.Add(1)
+		ds := k.owners[h]
+		if len(ds) == 0 {
+			pub.Delete(h)
+			continue
+		}
+		c := registries.Converted{Services: []model.Service{ds[0].it.svc}}
+		for _, d := range ds[1:] {
+			c.Rejected = append(c.Rejected, model.Rejection{
+				Registry: k.r.common.Name, Host: h, Subject: "service in " + d.path,
+				Reason: "also declared in " + ds[0].path + ", which is served (the first file in path order wins)",
+			})
+		}
+		pub.Set(h, c)
+	}
+}
+
+// declare records that path declares hostname h as it (nil: no longer).
+func (k *keyed) declare(h, path string, it *svcItem) {
+	ds := k.owners[h]
+	i, found := slices.BinarySearchFunc(ds, path, func(d decl, p string) int { return strings.Compare(d.path, p) })
+	switch {
+	case it == nil && found:
+		ds = slices.Delete(ds, i, i+1)
+	case it == nil:
+	case found:
+		ds[i].it = it
+	default:
+		ds = slices.Insert(ds, i, decl{path: path, it: it})
+	}
+	if len(ds) == 0 {
+		delete(k.owners, h)
+		return
+	}
+	k.owners[h] = ds
 }

@@ -101,8 +101,17 @@ type Watch[T any] struct {
 	// item of a file belong in T.
 	Parse func(path string, data []byte) (T, error)
 	// Merge returns the shard's state from every file with a good parse,
-	// in path order. It is called from Run's goroutine only.
+	// in path order, published under one key. It is called from Run's
+	// goroutine only. Unused when Publish is set.
 	Merge func(files []File[T]) ([]model.Service, []model.Rejection)
+	// Publish, when set, replaces Merge for a registry that keeps its
+	// state under one Publisher key per service or object: it brings pub
+	// up to date with every file that has a good parse, in path order,
+	// calling Set or Delete only for the keys whose conversion may have
+	// changed, so that an edit compares what it changed rather than the
+	// whole state (docs/architecture.md §3.1.1). It is called from Run's
+	// goroutine when any file's parse changed.
+	Publish func(files []File[T], pub *registries.Publisher[string])
 	// Equal tells whether two parses are the same; nil is reflect.DeepEqual.
 	Equal func(a, b T) bool
 	// Shard is the key the state is published under.
@@ -238,8 +247,9 @@ type runState[T any] struct {
 	*Watch[T]
 	log *slog.Logger
 	// pub is the shared publishing tail (registries.Publisher): it holds
-	// the merge of the files under one key and publishes it when it
-	// changed, with the status, Synced/Degraded transitions once.
+	// the merge of the files under one key (or, with Publish, one key per
+	// service or object) and publishes it when it changed, with the
+	// status, Synced/Degraded transitions once.
 	pub   *registries.Publisher[string]
 	conf  *confirmation
 	watch *watchSet
@@ -325,12 +335,16 @@ func (s *runState[T]) reload(full bool) bool {
 	// to publish yet.
 	if anyGood || !status.Failing() {
 		if s.merge {
-			services, rejected := s.Merge(files)
-			s.pub.Put("", registries.Converted{Services: services, Rejected: rejected})
+			if s.Publish != nil {
+				s.Publish(files, s.pub)
+			} else {
+				services, rejected := s.Merge(files)
+				s.pub.Put("", registries.Converted{Services: services, Rejected: rejected})
+			}
 			s.merge = false
 		}
 		if s.pub.Flush(status) {
-			services, rejected := s.pub.State()
+			services, rejected := s.pub.Sent()
 			s.log.Info("files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
 			s.conf.published(services)
 		}

@@ -210,86 +210,142 @@ func checkAddress(a string) error {
 //     addresses may be hostnames the client resolves, and an entry
 //     without endpoints or selector resolves each host itself.
 func Convert(objs []Object, c registries.Common) ([]model.Service, []model.Rejection) {
-	domain := strings.ToLower(strings.TrimSuffix(c.Domain, "."))
-	var workloads []Object
-	for _, o := range objs {
-		if o.Err == nil && o.Kind == KindWorkloadEntry {
-			workloads = append(workloads, o)
-		}
-	}
+	domain := normDomain(c.Domain)
+	workloads := workloadsByNamespace(objs)
 	services := []model.Service{}
 	var rejected []model.Rejection
-	reject := func(host, subject, format string, args ...any) {
-		rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...)})
-	}
 	servedBy := map[string]string{} // host → its ServiceEntry
 	for _, o := range objs {
 		se, ok := o.Spec.(*networking.ServiceEntry)
 		if o.Err != nil || !ok {
 			continue
 		}
-		id := describe(o)
-		var hosts []string
-		for i, h := range se.GetHosts() {
-			host := strings.ToLower(strings.TrimSuffix(h, "."))
-			subject := fmt.Sprintf("%s host %q (%s)", id, h, position(o, fmt.Sprintf("spec.hosts[%d]", i)))
-			switch {
-			case strings.Contains(host, "*"):
-				reject(host, subject, "host rejected: wildcard hosts are not served (meshfed serves one cluster per hostname)")
-			case domain != "" && host != domain && !strings.HasSuffix(host, "."+domain):
-				reject(host, subject, "host rejected: it is outside the registry's domain %q, which must cover every host the registry serves", domain)
-			case servedBy[host] != "":
-				reject(host, subject, "host rejected: already served by %s (the first in file order wins)", servedBy[host])
-			default:
-				servedBy[host] = id
-				hosts = append(hosts, host)
-			}
-		}
-		if len(hosts) == 0 {
-			continue
-		}
-		ports := make([]model.Port, len(se.GetPorts()))
-		for i, p := range se.GetPorts() {
-			ports[i] = model.Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: protocols[strings.ToUpper(p.GetProtocol())]}
-		}
-		res := model.ResolutionEDS
-		if r := se.GetResolution(); r == networking.ServiceEntry_DNS || r == networking.ServiceEntry_DNS_ROUND_ROBIN {
-			res = model.ResolutionDNS
-		}
-		var eps []model.Endpoint
-		switch {
-		case se.GetWorkloadSelector() != nil:
-			sel := se.GetWorkloadSelector().GetLabels()
-			for _, w := range workloads {
-				we := w.Spec.(*networking.WorkloadEntry)
-				if w.Namespace == o.Namespace && selects(sel, we.GetLabels()) {
-					eps = append(eps, endpoint(we, se, c, w.Source+" "+describe(w)))
-				}
-			}
-		case len(se.GetEndpoints()) > 0:
-			for i, we := range se.GetEndpoints() {
-				key := fmt.Sprintf("spec.endpoints[%d]", i)
-				origin := position(o, key) + " " + id
-				if reason := checkEndpoint(we, se); reason != "" {
-					for _, h := range hosts {
-						reject(h, we.GetAddress()+" ("+origin+")", "endpoint rejected: %s: %s", key, reason)
-					}
-					continue
-				}
-				eps = append(eps, endpoint(we, se, c, origin))
-			}
-		}
-		for _, h := range hosts {
-			svc := model.Service{Hostname: h, Ports: ports, Resolution: res, Endpoints: eps,
-				Namespace: o.Namespace, ExportTo: slices.Clone(se.GetExportTo())}
-			if res == model.ResolutionDNS && len(se.GetEndpoints()) == 0 && se.GetWorkloadSelector() == nil {
-				// Istio: without endpoints, a DNS entry resolves its host.
-				svc.Endpoints = []model.Endpoint{endpoint(&networking.WorkloadEntry{Address: h}, se, c, o.Source+" "+id)}
-			}
-			services = append(services, svc)
-		}
+		conv := convertEntry(o, se, claimHosts(o, se, domain, servedBy), workloads[o.Namespace], c)
+		services = append(services, conv.Services...)
+		rejected = append(rejected, conv.Rejected...)
 	}
 	return services, rejected
+}
+
+// normDomain is a registry's domain as hosts are compared with it.
+func normDomain(d string) string { return strings.ToLower(strings.TrimSuffix(d, ".")) }
+
+// workloadsByNamespace returns the valid WorkloadEntries of objs by
+// namespace, in order.
+func workloadsByNamespace(objs []Object) map[string][]Object {
+	out := map[string][]Object{}
+	for _, o := range objs {
+		if o.Err == nil && o.Kind == KindWorkloadEntry {
+			out[o.Namespace] = append(out[o.Namespace], o)
+		}
+	}
+	return out
+}
+
+// hostClaim is what became of one host of a ServiceEntry: served (reason
+// "") or rejected for reason.
+type hostClaim struct {
+	i      int    // index in spec.hosts
+	host   string // lowercased, without a trailing dot
+	reason string
+}
+
+// claimHosts decides each host of the ServiceEntry o: a wildcard, a host
+// outside domain or one an earlier entry serves (servedBy, which it
+// updates) is rejected.
+func claimHosts(o Object, se *networking.ServiceEntry, domain string, servedBy map[string]string) []hostClaim {
+	id := describe(o)
+	claims := make([]hostClaim, 0, len(se.GetHosts()))
+	for i, h := range se.GetHosts() {
+		host := strings.ToLower(strings.TrimSuffix(h, "."))
+		cl := hostClaim{i: i, host: host, reason: unservable(host, domain)}
+		switch {
+		case cl.reason != "":
+		case servedBy[host] != "":
+			cl.reason = fmt.Sprintf("host rejected: already served by %s (the first in file order wins)", servedBy[host])
+		default:
+			servedBy[host] = id
+		}
+		claims = append(claims, cl)
+	}
+	return claims
+}
+
+// unservable says why host (lowercased, without a trailing dot) is never
+// served in a registry of domain, "" if it can be: a wildcard, or a host
+// outside the domain.
+func unservable(host, domain string) string {
+	switch {
+	case strings.Contains(host, "*"):
+		return "host rejected: wildcard hosts are not served (meshfed serves one cluster per hostname)"
+	case domain != "" && host != domain && !strings.HasSuffix(host, "."+domain):
+		return fmt.Sprintf("host rejected: it is outside the registry's domain %q, which must cover every host the registry serves", domain)
+	}
+	return ""
+}
+
+// convertEntry converts the valid ServiceEntry o (spec se) whose hosts
+// were claimed as claims; workloads are the valid WorkloadEntries of its
+// namespace, in order.
+func convertEntry(o Object, se *networking.ServiceEntry, claims []hostClaim, workloads []Object, c registries.Common) registries.Converted {
+	var out registries.Converted
+	reject := func(host, subject, format string, args ...any) {
+		out.Rejected = append(out.Rejected, model.Rejection{Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...)})
+	}
+	id := describe(o)
+	var hosts []string
+	for _, cl := range claims {
+		if cl.reason != "" {
+			subject := fmt.Sprintf("%s host %q (%s)", id, se.GetHosts()[cl.i], position(o, fmt.Sprintf("spec.hosts[%d]", cl.i)))
+			reject(cl.host, subject, "%s", cl.reason)
+			continue
+		}
+		hosts = append(hosts, cl.host)
+	}
+	if len(hosts) == 0 {
+		return out
+	}
+	ports := make([]model.Port, len(se.GetPorts()))
+	for i, p := range se.GetPorts() {
+		ports[i] = model.Port{Name: p.GetName(), Number: p.GetNumber(), Protocol: protocols[strings.ToUpper(p.GetProtocol())]}
+	}
+	res := model.ResolutionEDS
+	if r := se.GetResolution(); r == networking.ServiceEntry_DNS || r == networking.ServiceEntry_DNS_ROUND_ROBIN {
+		res = model.ResolutionDNS
+	}
+	var eps []model.Endpoint
+	switch {
+	case se.GetWorkloadSelector() != nil:
+		sel := se.GetWorkloadSelector().GetLabels()
+		for _, w := range workloads {
+			we := w.Spec.(*networking.WorkloadEntry)
+			if selects(sel, we.GetLabels()) {
+				eps = append(eps, endpoint(we, se, c, w.Source+" "+describe(w)))
+			}
+		}
+	case len(se.GetEndpoints()) > 0:
+		for i, we := range se.GetEndpoints() {
+			key := fmt.Sprintf("spec.endpoints[%d]", i)
+			origin := position(o, key) + " " + id
+			if reason := checkEndpoint(we, se); reason != "" {
+				for _, h := range hosts {
+					reject(h, we.GetAddress()+" ("+origin+")", "endpoint rejected: %s: %s", key, reason)
+				}
+				continue
+			}
+			eps = append(eps, endpoint(we, se, c, origin))
+		}
+	}
+	for _, h := range hosts {
+		svc := model.Service{Hostname: h, Ports: ports, Resolution: res, Endpoints: eps,
+			Namespace: o.Namespace, ExportTo: slices.Clone(se.GetExportTo())}
+		if res == model.ResolutionDNS && len(se.GetEndpoints()) == 0 && se.GetWorkloadSelector() == nil {
+			// Istio: without endpoints, a DNS entry resolves its host.
+			svc.Endpoints = []model.Endpoint{endpoint(&networking.WorkloadEntry{Address: h}, se, c, o.Source+" "+id)}
+		}
+		out.Services = append(out.Services, svc)
+	}
+	return out
 }
 
 // checkEndpoint says why an inline endpoint cannot be served, "" if it can.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
-	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 var common = registries.Common{Name: "istio", Kind: "serviceentry", Domain: "ext.example"}
@@ -22,17 +21,17 @@ var common = registries.Common{Name: "istio", Kind: "serviceentry", Domain: "ext
 // a Run does.
 func load(t *testing.T, files ...string) ([]model.Service, []model.Rejection) {
 	t.Helper()
-	var fs []filewatch.File[[]Object]
+	var all []Object
 	for i, f := range files {
 		name := fmt.Sprintf("f%d.yaml", i)
 		objs, err := Parse(name, []byte(f))
 		if err != nil {
 			t.Fatalf("Parse(%s): %v", name, err)
 		}
-		fs = append(fs, filewatch.File[[]Object]{Path: name, Value: objs, Good: true})
+		all = append(all, objs...)
 	}
 	m := &merger{common: common, lastGood: map[string]Object{}}
-	return m.merge(fs)
+	return m.mergeObjects(all)
 }
 
 func byHost(t *testing.T, svcs []model.Service, host string) model.Service {
@@ -343,7 +342,7 @@ func TestKeepsLastGoodObject(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m.merge([]filewatch.File[[]Object]{{Path: "se.yaml", Value: objs, Good: true}})
+		return m.mergeObjects(objs)
 	}
 	if svcs, rej := run(seStatic); len(svcs) != 2 || len(rej) != 0 {
 		t.Fatalf("first read: %v %s", hosts(svcs), reasons(rej))
@@ -386,15 +385,15 @@ func TestExample(t *testing.T) {
 	c := common
 	c.Domain = "mesh.example"
 	m := &merger{common: c, lastGood: map[string]Object{}}
-	var fs []filewatch.File[[]Object]
+	var all []Object
 	for i, f := range files {
 		objs, err := Parse(fmt.Sprint(i), []byte(f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs = append(fs, filewatch.File[[]Object]{Path: fmt.Sprint(i), Value: objs, Good: true})
+		all = append(all, objs...)
 	}
-	svcs, rej := m.merge(fs)
+	svcs, rej := m.mergeObjects(all)
 	if got, want := hosts(svcs), []string{"orders.mesh.example", "billing.mesh.example", "payments.mesh.example"}; !slices.Equal(got, want) {
 		t.Errorf("hosts = %v, want %v", got, want)
 	}

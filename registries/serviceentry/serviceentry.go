@@ -81,6 +81,8 @@ type Registry struct {
 	kubeChecked atomic.Uint64
 	// kubeWatch is the watch of the running runKube (tests).
 	kubeWatch atomic.Pointer[kubeclient.IstioWatch]
+	// work counts what the Runs over files did (Work).
+	work work
 }
 
 // Run implements registries.Registry. It fails only when the file watcher
@@ -89,18 +91,31 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	if len(r.kube.Clusters) > 0 {
 		return r.runKube(ctx, sink)
 	}
-	m := &merger{common: r.common, lastGood: map[string]Object{}}
-	w := &filewatch.Watch[[]Object]{
+	return r.fileWatch().Run(ctx, sink)
+}
+
+// fileWatch returns the shared watch loop (registries/filewatch) over the
+// files: each Run keeps every file's documents by the hash of their bytes
+// (docs.go) and publishes one key per ServiceEntry.
+func (r *Registry) fileWatch() *filewatch.Watch[[]Object] {
+	k := newKeyed(r)
+	return &filewatch.Watch[[]Object]{
 		Patterns: r.patterns,
-		Parse:    Parse,
-		Merge:    m.merge,
-		Equal:    sameObjects,
-		Shard:    r.common.Shard(),
-		Log:      r.log,
-		Timing:   r.timing,
-		Read:     filewatch.CountReads(reloads, r.common.Name),
+		Parse: func(path string, data []byte) ([]Object, error) {
+			cache := k.caches[path]
+			if cache == nil {
+				cache = &docCache{}
+				k.caches[path] = cache
+			}
+			return parseDocs(path, data, cache, &r.work)
+		},
+		Publish: k.publish,
+		Equal:   sameObjects,
+		Shard:   r.common.Shard(),
+		Log:     r.log,
+		Timing:  r.timing,
+		Read:    filewatch.CountReads(reloads, r.common.Name),
 	}
-	return w.Run(ctx, sink)
 }
 
 // sameObjects: two parses of a file hold the same objects.
@@ -131,21 +146,19 @@ type merger struct {
 	lastGood map[string]Object // by kind/namespace/name
 }
 
-// merge implements filewatch.Watch.Merge.
-func (m *merger) merge(files []filewatch.File[[]Object]) ([]model.Service, []model.Rejection) {
-	var objs []Object
-	for _, f := range files {
-		objs = append(objs, f.Value...)
-	}
-	return m.mergeObjects(objs)
-}
-
 // mergeObjects merges the objects of every source (files in path order,
 // clusters in configured order), keeping the last good version of an
 // object that turned invalid, and converts them.
 func (m *merger) mergeObjects(objs []Object) ([]model.Service, []model.Rejection) {
-	var inForce []Object
-	var rejected []model.Rejection
+	inForce, rejected := m.resolve(objs)
+	services, convRejected := Convert(inForce, m.common)
+	return services, append(rejected, convRejected...)
+}
+
+// resolve returns the objects in force, in order: the first declaration
+// of each object, or its last good version when it is invalid; and the
+// rejection of every duplicate and invalid object.
+func (m *merger) resolve(objs []Object) (inForce []Object, rejected []model.Rejection) {
 	next := map[string]Object{}
 	first := map[string]string{} // key → source of its first declaration
 	nIn, nRej := map[string]int{}, map[string]int{}
@@ -165,21 +178,10 @@ func (m *merger) mergeObjects(objs []Object) ([]model.Service, []model.Rejection
 			first[key] = o.Source
 		}
 		if o.Err != nil {
-			// One rejection per problem, each at its field.
 			nRej[o.Kind]++
 			last, kept := m.lastGood[key]
 			kept = kept && o.Kind != ""
-			for _, p := range problems(o) {
-				reason := "object rejected: " + p.msg
-				if kept {
-					reason += "; its last good version (" + last.Source + ") stays served"
-				}
-				at := p.at
-				if o.Kind != "" {
-					at += " " + describe(o)
-				}
-				rejected = append(rejected, model.Rejection{Registry: m.common.Name, Subject: at, Reason: reason})
-			}
+			rejected = append(rejected, problemRejections(m.common.Name, o, last, kept)...)
 			if !kept {
 				continue
 			}
@@ -191,6 +193,35 @@ func (m *merger) mergeObjects(objs []Object) ([]model.Service, []model.Rejection
 	}
 	m.lastGood = next
 	setObjects(m.common.Name, nIn, nRej)
-	services, convRejected := Convert(inForce, m.common)
-	return services, append(rejected, convRejected...)
+	return inForce, rejected
+}
+
+// problemRejections rejects the invalid object o, one rejection per
+// problem, each at its field; kept: its last good version last stays
+// served.
+func problemRejections(registry string, o, last Object, kept bool) []model.Rejection {
+	var out []model.Rejection
+	for _, p := range problems(o) {
+		reason := "object rejected: " + p.msg
+		if kept {
+			reason += "; its last good version (" + last.Source + ") stays served"
+		}
+		at := p.at
+		if o.Kind != "" {
+			at += " " + describe(o)
+		}
+		out = append(out, model.Rejection{Registry: registry, Subject: at, Reason: reason})
+	}
+	return out
+}
+
+// Work returns what this Registry's Runs over files have done so far:
+// objects decoded from YAML and checked, ServiceEntries converted, and
+// Publisher keys compared (one key per ServiceEntry). An edit of one
+// object in files of any size decodes one; an edit of a ServiceEntry
+// converts and compares it alone, one of a WorkloadEntry every
+// ServiceEntry with a workloadSelector in its namespace. For tests and
+// diagnostics.
+func (r *Registry) Work() (decoded, converted, compared uint64) {
+	return r.work.decoded.Load(), r.work.converted.Load(), r.work.compared.Load()
 }

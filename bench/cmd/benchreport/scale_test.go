@@ -27,7 +27,7 @@ func TestScaleScenariosSmoke(t *testing.T) {
 		id   string
 		fn   func() error
 		rows int
-	}{{"F", r.runF, 5}, {"S7", r.runS7, 3}, {"S8", r.runS8, 2}, {"SOAK", r.runSoak, 5}} {
+	}{{"F", r.runF, 7}, {"S7", r.runS7, 3}, {"S8", r.runS8, 2}, {"SOAK", r.runSoak, 5}} {
 		if err := s.fn(); err != nil {
 			t.Fatalf("%s: %v", s.id, err)
 		}

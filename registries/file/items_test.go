@@ -1,0 +1,363 @@
+package file
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshfed/meshfed/model"
+
+	"github.com/meshfed/meshfed/registries/filewatch"
+	"github.com/meshfed/meshfed/registries/registrytest"
+)
+
+// flowServices is genServices written the way the issue's 1 MB file is:
+// every endpoint a compact one-line flow mapping with a nested one.
+func flowServices(n, m int, addr func(i, j int) string) []byte {
+	var b strings.Builder
+	b.WriteString("services:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  - name: svc-%d\n    ports: [{name: http, port: 8080, protocol: HTTP}]\n    endpoints:\n", i)
+		for j := range m {
+			fmt.Fprintf(&b, "      - {address: %s, ports: {http: %d}, labels: {version: v1}}\n", addr(i, j), 20000+j)
+		}
+	}
+	return []byte(b.String())
+}
+
+func addrOf(i, j int) string { return fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1) }
+
+// TestParseItemsStyles: a file read range by range gives what the full
+// parse gives, in every style the split follows; files it does not follow
+// (or whose ranges do not parse alone) take the full parse.
+func TestParseItemsStyles(t *testing.T) {
+	t.Parallel()
+	const svc = "    ports:\n      - {name: http, port: 80, protocol: HTTP}\n"
+	for _, tc := range []struct {
+		name  string
+		data  string
+		whole bool // takes the full parse
+	}{
+		{name: "block", data: string(genServices(5, 3))},
+		{name: "flow endpoints", data: string(flowServices(5, 3, addrOf))},
+		{name: "indent 0", data: "services:\n- name: a\n  ports: [{name: http, port: 80, protocol: HTTP}]\n- name: b\n  ports: [{name: http, port: 80, protocol: HTTP}]\n"},
+		{name: "quotes", data: "services:\n  - name: \"a\"\n" + svc + "    endpoints:\n      - {address: '10.0.0.1', labels: {\"app.kubernetes.io/name\": 'it''s', x: \"#[{\\\"\"}}\n  - name: 'b'\n" + svc},
+		{name: "multi-line quoted scalar hiding an item", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - address: 10.0.0.1\n        labels: {note: \"x\n  - name: b\n          y\"}\n  - name: c\n" + svc},
+		{name: "multi-line flow mapping", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address: 10.0.0.1,\n  # not an item\n  labels: {v: x}}\n  - name: b\n" + svc},
+		{name: "comments", data: "# head\nservices: # list\n  # before\n  - name: a # x\n" + svc + "# between\n\n  - name: b\n" + svc + "  # trailing\n"},
+		{name: "anchors within a service", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address: 10.0.0.1, labels: &l {v: x}}\n      - {address: 10.0.0.2, labels: *l}\n  - name: b\n" + svc},
+		{name: "document start", data: "---\n" + string(genServices(2, 1))},
+		{name: "flow sequence", data: "services: [\n  {name: a, ports: [{name: http, port: 80, protocol: HTTP}], endpoints: [{address: 10.0.0.1}]},\n  {name: b, ports: [{name: http, port: 80, protocol: HTTP}]}, # c\n]\n"},
+		{name: "json", data: `{"services": [{"name": "a", "ports": [{"name": "http", "port": 80, "protocol": "HTTP"}], "endpoints": [{"address": "10.0.0.1", "labels": {"v": "x"}}]},` + "\n" + ` {"name": "b", "ports": [{"name": "http", "port": 80, "protocol": "HTTP"}]}]}` + "\n"},
+		{name: "empty", data: "services: []\n"},
+		{name: "anchor across services", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address: 10.0.0.1, labels: &l {v: x}}\n  - name: b\n" + svc + "    endpoints:\n      - {address: 10.0.0.2, labels: *l}\n", whole: true},
+		{name: "block scalar", data: "services:\n  - name: >-\n      a\n" + svc, whole: true},
+		{name: "tab", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address:\t10.0.0.1}\n", whole: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			want, err := Parse("services.yaml", []byte(tc.data), vms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w work
+			items, err := parseItems("services.yaml", []byte(tc.data), vms, &itemCache{}, &w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if whole := w.whole.Load() > 0; whole != tc.whole {
+				t.Errorf("full parse %v, want %v", whole, tc.whole)
+			}
+			if diff := cmp.Diff(want, services(items)); diff != "" {
+				t.Errorf("range by range differs from the full parse (-full +ranges):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestParseItemsErrors: an invalid file reports what Parse reports, at
+// its file:line:col, whichever service is wrong.
+func TestParseItemsErrors(t *testing.T) {
+	t.Parallel()
+	data := flowServices(20, 3, func(i, j int) string {
+		if i == 17 && j == 2 {
+			return "10.0.0.1, weight: 0"
+		}
+		return addrOf(i, j)
+	})
+	cache := &itemCache{}
+	var w work
+	if _, err := parseItems("services.yaml", flowServices(20, 3, addrOf), vms, cache, &w); err != nil {
+		t.Fatal(err)
+	}
+	_, want := Parse("services.yaml", data, vms)
+	_, err := parseItems("services.yaml", data, vms, cache, &w)
+	if err == nil || err.Error() != want.Error() || !strings.Contains(err.Error(), "services.yaml:109:37:") {
+		t.Fatalf("error %v, want %v (at line 109)", err, want)
+	}
+}
+
+func services(items []*svcItem) []model.Service {
+	out := make([]model.Service, len(items))
+	for i, it := range items {
+		out[i] = it.svc
+	}
+	return out
+}
+
+// TestEditWorkPerService: one edit of one service, in a file of many
+// (flow style, block style) or in one of many files, parses, converts and
+// compares that one service (counted, not timed); an edit that moves the
+// services after it to other lines converts those again without parsing
+// them.
+func TestEditWorkPerService(t *testing.T) {
+	t.Parallel()
+	const n, m = 300, 4
+	block := func(addr func(i, j int) string) []byte {
+		var b strings.Builder
+		b.WriteString("services:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - name: svc-%d\n    ports:\n      - name: http\n        port: 8080\n        protocol: HTTP\n    endpoints:\n", i)
+			for j := range m {
+				fmt.Fprintf(&b, "      - address: %s\n        labels: {version: v1}\n", addr(i, j))
+			}
+		}
+		return []byte(b.String())
+	}
+	flow := func(addr func(i, j int) string) []byte { return flowServices(n, m, addr) }
+	edited := func(i, j int) string {
+		if i == 123 && j == 1 {
+			return "10.99.0.1"
+		}
+		return addrOf(i, j)
+	}
+	for _, tc := range []struct {
+		name  string
+		files int
+		gen   func(addr func(i, j int) string) []byte
+	}{
+		{"flow style, one file", 1, flow},
+		{"block style, one file", 1, block},
+		{"flow style, 10 files", 10, flow},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			write := func(addr func(i, j int) string) {
+				data := tc.gen(addr)
+				if tc.files > 1 {
+					// The first service is in the first file, the others
+					// each in one of the other files (renamed apart).
+					for f := range tc.files {
+						part := strings.ReplaceAll(string(data), "name: svc-", fmt.Sprintf("name: f%d-svc-", f))
+						if f > 0 {
+							part = strings.ReplaceAll(string(tc.gen(addrOf)), "name: svc-", fmt.Sprintf("name: f%d-svc-", f))
+						}
+						if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d.yaml", f)), []byte(part), 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
+					return
+				}
+				if err := os.WriteFile(filepath.Join(dir, "services.yaml"), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(addrOf)
+			reg, err := (&Config{Options: filewatch.Options{Path: dir}}).New(vms, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := reg.(*Registry)
+			sink := registrytest.NewSink()
+			loop, err := r.watch().NewLoop(sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer loop.Close()
+			loop.Reload(true)
+			p0, c0, k0 := r.Work()
+			if want := uint64(n * tc.files); p0 != want || c0 != want || k0 != want {
+				t.Fatalf("first read: parsed %d, converted %d, compared %d; want %d each", p0, c0, k0, want)
+			}
+			write(edited)
+			loop.Reload(true)
+			p1, c1, k1 := r.Work()
+			if p1-p0 != 1 || c1-c0 != 1 || k1-k0 != 1 {
+				t.Errorf("one edit: parsed %d, converted %d, compared %d; want 1 each", p1-p0, c1-c0, k1-k0)
+			}
+			got, _, _ := sink.Last(vms.Shard())
+			host := "svc-123.vm.internal"
+			if tc.files > 1 {
+				host = "f0-svc-123.vm.internal"
+			}
+			s, ok := registrytest.Find(got, host)
+			if len(got) != n*tc.files || !ok || s.Endpoints[1].Address != "10.99.0.1" {
+				t.Fatalf("published %d services, %s: %+v", len(got), host, s)
+			}
+			// Reading again unchanged parses, converts and compares nothing.
+			loop.Reload(true)
+			if p, c, k := r.Work(); p != p1 || c != c1 || k != k1 {
+				t.Errorf("unchanged re-read: parsed %d, converted %d, compared %d", p-p1, c-c1, k-k1)
+			}
+		})
+	}
+}
+
+// TestEditMovesLines: an edit that adds a line to the first service
+// parses that service alone; the services below it, unchanged but on
+// other lines, are converted again (their endpoints' Origin names their
+// lines) without being parsed.
+func TestEditMovesLines(t *testing.T) {
+	t.Parallel()
+	cache := &itemCache{}
+	var w work
+	if _, err := parseItems("s.yaml", flowServices(50, 2, addrOf), vms, cache, &w); err != nil {
+		t.Fatal(err)
+	}
+	data := strings.Replace(string(flowServices(50, 2, addrOf)), "    endpoints:\n", "    endpoints:\n      - {address: 10.99.0.1}\n", 1)
+	p0, c0 := w.parsed.Load(), w.converted.Load()
+	items, err := parseItems("s.yaml", []byte(data), vms, cache, &w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, c := w.parsed.Load()-p0, w.converted.Load()-c0; p != 1 || c != 50 {
+		t.Errorf("parsed %d, converted %d; want 1 and 50", p, c)
+	}
+	want, _ := Parse("s.yaml", []byte(data), vms)
+	if diff := cmp.Diff(want, services(items)); diff != "" {
+		t.Errorf("differs from the full parse:\n%s", diff)
+	}
+}
+
+// FuzzParseItems: reading a file range by range, with a cache warmed by
+// another file, gives what the full parse gives: the same services or the
+// same errors. Seeds: generated files in several styles.
+func FuzzParseItems(f *testing.F) {
+	f.Add(genServices(3, 2), flowServices(3, 2, addrOf))
+	f.Add(flowServices(4, 1, addrOf), []byte("services: [{name: a, ports: [{name: http, port: 80, protocol: HTTP}]}]\n"))
+	f.Add([]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - {address: '1.2.3.4', labels: {a: \"x\n  - y\"}}\n"), genServices(2, 1))
+	f.Fuzz(func(t *testing.T, warm, data []byte) {
+		cache := &itemCache{}
+		var w work
+		_, _ = parseItems("services.yaml", warm, vms, cache, &w)
+		items, err := parseItems("services.yaml", data, vms, cache, &w)
+		want, wantErr := Parse("services.yaml", data, vms)
+		if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
+			t.Fatalf("error %v, want %v:\n%s", err, wantErr, data)
+		}
+		if err != nil {
+			return
+		}
+		if diff := cmp.Diff(want, services(items)); diff != "" {
+			t.Fatalf("range by range differs from the full parse (-full +ranges):\n%s\n%s", diff, data)
+		}
+	})
+}
+
+// TestKeyedMatchesMerge: over random edits of a few files in mixed styles
+// — services added, changed, moved, removed, declared in two files, files
+// removed — the state published key by key is, after every read, every
+// file's full parse merged in path order (the first file declaring a
+// hostname serves it, later ones are rejected).
+func TestKeyedMatchesMerge(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(22, 2))
+	svc := func(name string) string {
+		addr := fmt.Sprintf("10.0.0.%d", rnd.IntN(9)+1)
+		if rnd.IntN(2) == 0 {
+			return fmt.Sprintf("  - name: %s\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - {address: %s, ports: {http: 81}}\n", name, addr)
+		}
+		return fmt.Sprintf("  - name: \"%s\"\n    ports:\n      - {name: http, port: 80, protocol: HTTP}\n    endpoints:\n      - address: %s\n", name, addr)
+	}
+	dir := t.TempDir()
+	reg, err := (&Config{Options: filewatch.Options{Path: dir}}).New(vms, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := registrytest.NewSink()
+	loop, err := reg.(*Registry).watch().NewLoop(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Close()
+	files := map[string]map[string]string{} // file → service name → its YAML
+	for step := range 200 {
+		name := fmt.Sprintf("f%d.yaml", rnd.IntN(3))
+		if files[name] == nil {
+			files[name] = map[string]string{}
+		}
+		s := fmt.Sprintf("s%d", rnd.IntN(8))
+		switch op := rnd.IntN(10); {
+		case op < 6:
+			files[name][s] = svc(s)
+		case op < 9:
+			delete(files[name], s)
+		default:
+			delete(files, name)
+		}
+		path := filepath.Join(dir, name)
+		if files[name] == nil {
+			if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+		} else {
+			var b strings.Builder
+			b.WriteString("services:\n")
+			names := slices.Collect(maps.Keys(files[name]))
+			rnd.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+			for _, n := range names {
+				b.WriteString(files[name][n])
+			}
+			if len(names) == 0 {
+				b.Reset()
+				b.WriteString("services: []\n")
+			}
+			if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		loop.Reload(true)
+		var want []model.Service
+		var wantRej []string
+		first := map[string]string{}
+		for _, n := range slices.Sorted(maps.Keys(files)) {
+			data, err := os.ReadFile(filepath.Join(dir, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			svcs, err := Parse(n, data, vms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range svcs {
+				if at, dup := first[s.Hostname]; dup {
+					wantRej = append(wantRej, s.Hostname+" "+filepath.Join(dir, n)+" "+at)
+					continue
+				}
+				first[s.Hostname] = filepath.Join(dir, n)
+				want = append(want, s)
+			}
+		}
+		got, rej, _ := sink.Last(vms.Shard())
+		if diff := registrytest.DiffServices(want, got); diff != "" {
+			t.Fatalf("step %d: published state differs from the merge:\n%s", step, diff)
+		}
+		var gotRej []string
+		for _, r := range rej {
+			gotRej = append(gotRej, r.Host+" "+strings.TrimPrefix(r.Subject, "service in ")+" "+strings.TrimSuffix(strings.TrimPrefix(r.Reason, "also declared in "), ", which is served (the first file in path order wins)"))
+		}
+		slices.Sort(wantRej)
+		slices.Sort(gotRej)
+		if !slices.Equal(wantRej, gotRej) {
+			t.Fatalf("step %d: rejections %q, want %q", step, gotRej, wantRej)
+		}
+	}
+}

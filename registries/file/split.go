@@ -1,0 +1,409 @@
+package file
+
+import "bytes"
+
+// The split: a services file cut into one byte range per service, so that
+// an edit re-parses only the services whose bytes changed
+// (docs/architecture.md §3.1.1, cost per change follows the change). It is not
+// a YAML parser: it only finds where the items of the top-level
+// `services` sequence begin and end, and each range is then parsed by
+// itself with the real parser (items.go), which checks everything. It
+// tracks what can hide an item boundary — quoted scalars (with their
+// escapes), flow collections across lines and comments — and gives up (ok
+// false, the whole file takes the full parse) on anything it does not
+// follow: block scalars (| and >), directives, a second document, tags or
+// anchors on the sequence itself, a tab where an indentation is read, a
+// byte-order mark, anything after the sequence.
+
+// itemRange is one item of the services sequence: data[start:end]. line
+// is the 1-based line of start; for a flow item pad is the number of
+// bytes before start on its line (its column - 1); a block item starts at
+// the beginning of its line (its "- " is at column indent+1).
+type itemRange struct {
+	start, end int
+	line       int
+	pad        int
+	flow       bool
+}
+
+// blockSpecial and flowSpecial are the bytes the split looks at in block
+// and flow context; it steps over every other byte.
+var blockSpecial, flowSpecial [256]bool
+
+func init() {
+	for _, c := range []byte("\n#\"'[{|>") {
+		blockSpecial[c] = true
+	}
+	for _, c := range []byte("\n#\"'[]{}") {
+		flowSpecial[c] = true
+	}
+}
+
+// splitter walks data once.
+type splitter struct {
+	data []byte
+	pos  int // current byte
+	line int // 1-based line of pos
+}
+
+// splitServices cuts a services file into its items; ok false when the
+// file is not in a shape it follows (the caller then parses it whole).
+func splitServices(data []byte) (items []itemRange, ok bool) {
+	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) || bytes.IndexByte(data, '\t') >= 0 {
+		// A tab may be indentation, which the split does not read.
+		return nil, false
+	}
+	s := &splitter{data: data, line: 1}
+	s.skipBlankAndComments()
+	if s.atDocMarker("---") {
+		s.pos += 3
+		if !s.restOfLineEmpty() {
+			return nil, false
+		}
+		s.nextLine()
+		s.skipBlankAndComments()
+	}
+	if s.pos >= len(data) {
+		return nil, false
+	}
+	switch data[s.pos] {
+	case '{':
+		// A flow mapping at the root: JSON, {"services": [ ... ]}.
+		s.pos++
+		s.skipSpace()
+		if !s.key() {
+			return nil, false
+		}
+		s.skipSpace()
+		if s.pos >= len(data) || data[s.pos] != '[' {
+			return nil, false
+		}
+		items, ok = s.flowSeq()
+		if !ok {
+			return nil, false
+		}
+		s.skipSpace()
+		if s.pos >= len(data) || data[s.pos] != '}' {
+			return nil, false
+		}
+		s.pos++
+		return items, s.onlyTrailer()
+	default:
+		if !s.key() {
+			return nil, false
+		}
+		for s.pos < len(data) && data[s.pos] == ' ' {
+			s.pos++
+		}
+		if s.pos < len(data) && data[s.pos] == '[' {
+			items, ok = s.flowSeq()
+			if !ok {
+				return nil, false
+			}
+			return items, s.onlyTrailer()
+		}
+		if !s.restOfLineEmpty() {
+			return nil, false
+		}
+		s.nextLine()
+		return s.blockSeq()
+	}
+}
+
+// key reads the root key `services` (plain or quoted) and its ':'.
+func (s *splitter) key() bool {
+	for _, k := range []string{"services", `"services"`, "'services'"} {
+		if bytes.HasPrefix(s.data[s.pos:], []byte(k)) {
+			s.pos += len(k)
+			if s.pos < len(s.data) && s.data[s.pos] == ':' {
+				s.pos++
+				return s.pos == len(s.data) || s.data[s.pos] == ' ' || s.data[s.pos] == '\n' || s.data[s.pos] == '\r' || k[0] != 's'
+			}
+			return false
+		}
+	}
+	return false
+}
+
+// atDocMarker: a document marker (--- or ...) starts at pos, at the
+// beginning of a line.
+func (s *splitter) atDocMarker(m string) bool {
+	d := s.data[s.pos:]
+	return (s.pos == 0 || s.data[s.pos-1] == '\n') && bytes.HasPrefix(d, []byte(m)) &&
+		(len(d) == 3 || d[3] == ' ' || d[3] == '\n' || d[3] == '\r')
+}
+
+// restOfLineEmpty: only spaces and a comment remain on pos's line.
+func (s *splitter) restOfLineEmpty() bool {
+	for i := s.pos; i < len(s.data); i++ {
+		switch c := s.data[i]; {
+		case c == ' ' || c == '\r':
+		case c == '\n':
+			return true
+		case c == '#':
+			return i == s.pos || s.data[i-1] == ' '
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// nextLine moves pos to the beginning of the next line (or the end).
+func (s *splitter) nextLine() {
+	if i := bytes.IndexByte(s.data[s.pos:], '\n'); i >= 0 {
+		s.pos += i + 1
+		s.line++
+		return
+	}
+	s.pos = len(s.data)
+}
+
+// skipBlankAndComments moves pos over lines that are blank or only a
+// comment; pos must be at the beginning of a line.
+func (s *splitter) skipBlankAndComments() {
+	for s.pos < len(s.data) {
+		i := s.pos
+		for i < len(s.data) && s.data[i] == ' ' {
+			i++
+		}
+		if i < len(s.data) && s.data[i] != '\n' && s.data[i] != '\r' && s.data[i] != '#' {
+			return // pos stays at the line's beginning
+		}
+		s.nextLine()
+	}
+}
+
+// skipSpace moves pos over spaces, line breaks and comments (flow
+// context).
+func (s *splitter) skipSpace() {
+	for s.pos < len(s.data) {
+		switch c := s.data[s.pos]; c {
+		case ' ', '\r':
+			s.pos++
+		case '\n':
+			s.pos++
+			s.line++
+		case '#':
+			if s.pos > 0 && s.data[s.pos-1] != ' ' && s.data[s.pos-1] != '\n' {
+				return
+			}
+			for s.pos < len(s.data) && s.data[s.pos] != '\n' {
+				s.pos++
+			}
+		default:
+			return
+		}
+	}
+}
+
+// onlyTrailer: nothing but spaces, line breaks and comments remains.
+func (s *splitter) onlyTrailer() bool {
+	s.skipSpace()
+	return s.pos == len(s.data)
+}
+
+// lineStart is the offset of the beginning of pos's line.
+func (s *splitter) lineStart(pos int) int {
+	return bytes.LastIndexByte(s.data[:pos], '\n') + 1
+}
+
+// flowSeq reads a flow sequence at pos ('['), returning its items (each
+// must begin with '{': a service is a mapping). pos ends after ']'.
+func (s *splitter) flowSeq() ([]itemRange, bool) {
+	s.pos++ // '['
+	var items []itemRange
+	for {
+		s.skipSpace()
+		if s.pos >= len(s.data) {
+			return nil, false
+		}
+		if s.data[s.pos] == ']' {
+			s.pos++
+			return items, true
+		}
+		if s.data[s.pos] != '{' {
+			return nil, false
+		}
+		it := itemRange{start: s.pos, line: s.line, pad: s.pos - s.lineStart(s.pos), flow: true}
+		if !s.flowNode() {
+			return nil, false
+		}
+		it.end = s.pos
+		items = append(items, it)
+		s.skipSpace()
+		if s.pos >= len(s.data) {
+			return nil, false
+		}
+		switch s.data[s.pos] {
+		case ',':
+			s.pos++
+		case ']':
+		default:
+			return nil, false
+		}
+	}
+}
+
+// flowNode moves pos over the flow collection that starts at pos, with
+// the quoted scalars and comments in it; false if it does not end.
+func (s *splitter) flowNode() bool {
+	depth := 0
+	for s.pos < len(s.data) {
+		for s.pos < len(s.data) && !flowSpecial[s.data[s.pos]] {
+			s.pos++
+		}
+		if s.pos == len(s.data) {
+			break
+		}
+		c := s.data[s.pos]
+		switch c {
+		case '[', '{':
+			depth++
+		case ']', '}':
+			depth--
+			if depth == 0 {
+				s.pos++
+				return true
+			}
+		case '"', '\'':
+			if p := s.data[s.pos-1]; p == ' ' || p == '\n' || p == '[' || p == '{' || p == ',' || p == ':' {
+				if !s.quoted(c) {
+					return false
+				}
+				continue
+			}
+		case '#':
+			if p := s.data[s.pos-1]; p == ' ' || p == '\n' {
+				for s.pos < len(s.data) && s.data[s.pos] != '\n' {
+					s.pos++
+				}
+				continue
+			}
+		case '\n':
+			s.line++
+		}
+		s.pos++
+	}
+	return false
+}
+
+// quoted moves pos over the quoted scalar that starts at pos (quote q);
+// false if it does not end.
+func (s *splitter) quoted(q byte) bool {
+	s.pos++
+	for s.pos < len(s.data) {
+		c := s.data[s.pos]
+		switch {
+		case c == '\n':
+			s.line++
+			if s.atDocMarker("---") || s.atDocMarker("...") {
+				return false
+			}
+		case c == '\\' && q == '"':
+			s.pos++
+			if s.pos < len(s.data) && s.data[s.pos] == '\n' {
+				s.line++
+			}
+		case c == q:
+			if q == '\'' && s.pos+1 < len(s.data) && s.data[s.pos+1] == '\'' {
+				s.pos++ // '' is an escaped quote
+				break
+			}
+			s.pos++
+			return true
+		}
+		s.pos++
+	}
+	return false
+}
+
+// blockSeq reads the block sequence whose first item is the first
+// non-blank line at or after pos: every line at the sequence's indent
+// that begins with "-" begins an item; the rest of the file must be its
+// items.
+func (s *splitter) blockSeq() ([]itemRange, bool) {
+	s.skipBlankAndComments()
+	if s.pos >= len(s.data) {
+		return nil, false
+	}
+	indent := 0
+	for s.data[s.pos+indent] == ' ' {
+		indent++
+	}
+	var items []itemRange
+	for s.pos < len(s.data) {
+		// pos is at the beginning of a line that is not blank or a comment.
+		ind := 0
+		for s.pos+ind < len(s.data) && s.data[s.pos+ind] == ' ' {
+			ind++
+		}
+		rest := s.data[s.pos+ind:]
+		if s.atDocMarker("---") || s.atDocMarker("...") || (ind == 0 && rest[0] == '%') {
+			return nil, false
+		}
+		switch {
+		case ind == indent && rest[0] == '-' && (len(rest) == 1 || rest[1] == ' ' || rest[1] == '\n' || rest[1] == '\r'):
+			if len(items) > 0 {
+				items[len(items)-1].end = s.pos
+			}
+			items = append(items, itemRange{start: s.pos, line: s.line})
+		case ind <= indent || len(items) == 0:
+			return nil, false // a key or a value after the sequence
+		}
+		if !s.blockLine() {
+			return nil, false
+		}
+		s.skipBlankAndComments()
+	}
+	if len(items) == 0 {
+		return nil, false
+	}
+	items[len(items)-1].end = len(s.data)
+	return items, true
+}
+
+// blockLine moves pos over one line of block content (from its
+// beginning) and over any quoted scalar or flow collection that begins on
+// it and continues on later lines; false on what the split does not
+// follow (a block scalar, a tag or anchor it cannot place, an unending
+// quote).
+func (s *splitter) blockLine() bool {
+	for s.pos < len(s.data) {
+		for s.pos < len(s.data) && !blockSpecial[s.data[s.pos]] {
+			s.pos++
+		}
+		if s.pos == len(s.data) {
+			break
+		}
+		c := s.data[s.pos]
+		prev := byte('\n')
+		if s.pos > 0 {
+			prev = s.data[s.pos-1]
+		}
+		node := prev == ' ' || prev == '\n' // where a node may begin
+		switch {
+		case c == '\n':
+			s.pos++
+			s.line++
+			return true
+		case c == '#' && node:
+			s.nextLine()
+			return true
+		case (c == '"' || c == '\'') && node:
+			if !s.quoted(c) {
+				return false
+			}
+			continue
+		case (c == '[' || c == '{') && node:
+			if !s.flowNode() {
+				return false
+			}
+			continue
+		case (c == '|' || c == '>') && node:
+			return false // a block scalar: its lines are not followed
+		}
+		s.pos++
+	}
+	return true
+}

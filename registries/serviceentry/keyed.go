@@ -1,0 +1,366 @@
+package serviceentry
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v4"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
+)
+
+// keyed is one Run's state over files, published under one Publisher key
+// per ServiceEntry ("se:" + kind/namespace/name) and one per object with
+// rejections ("obj:" + its key). It is the incremental form of
+// merger.mergeObjects (same rules: the first declaration in path and
+// document order wins, an invalid object keeps its last good version, a
+// host is served by the first ServiceEntry in that order claiming it) so
+// that an edit costs what it changed (docs/architecture.md §3.1.1): only the
+// objects of a file whose parse changed are resolved again, and only the
+// ServiceEntries whose object, host outcomes or (with a workloadSelector)
+// namespace's WorkloadEntries changed are converted and compared. Used
+// from the Run's goroutine only.
+type keyed struct {
+	r      *Registry
+	caches map[string]*docCache // by path
+
+	files    map[string][]Object // by path: the objects last resolved
+	decls    map[string][]decl   // by object key: its declarations in order
+	lastGood map[string]Object   // by object key: the version in force
+	inForce  map[string]forced   // by object key
+	counts   map[string]contrib  // by object key: its share of the objects gauge
+	nIn      map[string]int      // objects in force by kind
+	nRej     map[string]int      // objects rejected by kind
+
+	claims    map[string][]claimant      // by host: the ServiceEntries in force naming it, in order
+	workloads map[string][]forced        // by namespace: the WorkloadEntries in force, in order
+	selectors map[string]map[string]bool // by namespace: keys of ServiceEntries with a workloadSelector
+	entries   map[string]*entryConv      // by ServiceEntry key: what it was last converted from
+}
+
+func newKeyed(r *Registry) *keyed {
+	return &keyed{r: r, caches: map[string]*docCache{}, files: map[string][]Object{}, decls: map[string][]decl{},
+		lastGood: map[string]Object{}, inForce: map[string]forced{}, counts: map[string]contrib{},
+		nIn: map[string]int{}, nRej: map[string]int{}, claims: map[string][]claimant{},
+		workloads: map[string][]forced{}, selectors: map[string]map[string]bool{}, entries: map[string]*entryConv{}}
+}
+
+// order is where a declaration is: files in path order, documents in
+// file order.
+type order struct {
+	path string
+	idx  int
+}
+
+func (a order) compare(b order) int {
+	return cmp.Or(strings.Compare(a.path, b.path), cmp.Compare(a.idx, b.idx))
+}
+
+// decl is one declaration of an object.
+type decl struct {
+	at  order
+	obj Object
+}
+
+// forced is an object in force, at the place of its first declaration.
+type forced struct {
+	at  order
+	obj Object
+}
+
+// same: the same object at the same place (a decode is the same pointer
+// while its bytes and lines are).
+func (f forced) same(g forced) bool { return f.at == g.at && f.obj.Node == g.obj.Node }
+
+// contrib is an object's share of the objects gauge.
+type contrib struct {
+	kind    string
+	in, rej int
+}
+
+// claimant is host i of a ServiceEntry in force.
+type claimant struct {
+	at  order
+	i   int
+	key string // the ServiceEntry's object key
+	id  string // describe(its object)
+}
+
+// entryConv is what a ServiceEntry was last converted from.
+type entryConv struct {
+	node   *yaml.Node
+	claims []hostClaim
+}
+
+func objKey(o Object) string {
+	if o.Kind == "" {
+		return "?" + o.Source // not an object: rejected alone, never a duplicate
+	}
+	return o.Kind + "/" + o.Namespace + "/" + o.Name
+}
+
+// sameIdentity: two parses of a file hold the very same decodes.
+func sameIdentity(a, b []Object) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Node != b[i].Node || a[i].Source != b[i].Source {
+			return false
+		}
+	}
+	return true
+}
+
+// publish implements filewatch.Watch.Publish.
+func (k *keyed) publish(files []filewatch.File[[]Object], pub *registries.Publisher[string]) {
+	touched := map[string]bool{}
+	seen := make(map[string]bool, len(files))
+	for _, f := range files {
+		seen[f.Path] = true
+		old := k.files[f.Path]
+		if sameIdentity(old, f.Value) {
+			continue
+		}
+		for i, o := range old {
+			k.undeclare(objKey(o), order{f.Path, i})
+			touched[objKey(o)] = true
+		}
+		for i, o := range f.Value {
+			key := objKey(o)
+			k.declare(key, decl{order{f.Path, i}, o})
+			touched[key] = true
+		}
+		k.files[f.Path] = f.Value
+	}
+	for p, old := range k.files {
+		if seen[p] {
+			continue
+		}
+		for i, o := range old {
+			k.undeclare(objKey(o), order{p, i})
+			touched[objKey(o)] = true
+		}
+		delete(k.files, p)
+	}
+	for p := range k.caches {
+		if !seen[p] {
+			delete(k.caches, p)
+		}
+	}
+	convert := map[string]bool{}   // ServiceEntry keys to convert again
+	nsChanged := map[string]bool{} // namespaces whose WorkloadEntries changed
+	for key := range touched {
+		k.resolve(key, pub, convert, nsChanged)
+	}
+	for ns := range nsChanged {
+		for key := range k.selectors[ns] {
+			convert[key] = true
+		}
+	}
+	for key := range convert {
+		k.convert(key, pub, nsChanged)
+	}
+	setObjects(k.r.common.Name, k.nIn, k.nRej)
+}
+
+func (k *keyed) declare(key string, d decl) {
+	ds := k.decls[key]
+	i, _ := slices.BinarySearchFunc(ds, d.at, func(x decl, at order) int { return x.at.compare(at) })
+	k.decls[key] = slices.Insert(ds, i, d)
+}
+
+func (k *keyed) undeclare(key string, at order) {
+	ds := k.decls[key]
+	if i, ok := slices.BinarySearchFunc(ds, at, func(x decl, at order) int { return x.at.compare(at) }); ok {
+		ds = slices.Delete(ds, i, i+1)
+	}
+	if len(ds) == 0 {
+		delete(k.decls, key)
+		return
+	}
+	k.decls[key] = ds
+}
+
+// resolve decides the object key's version in force and its rejections
+// (merger.resolve's rules), publishes the rejections, and marks what its
+// change affects: the ServiceEntry itself and those claiming its hosts
+// (convert), its namespace's selectors (nsChanged).
+func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, nsChanged map[string]bool) {
+	ds := k.decls[key]
+	var rejected []model.Rejection
+	var next *forced
+	c := contrib{}
+	if len(ds) > 0 {
+		first := ds[0]
+		c.kind = first.obj.Kind
+		o := first.obj
+		subject := func(o Object) string {
+			if o.Kind == "" {
+				return o.Source
+			}
+			return o.Source + " " + describe(o)
+		}
+		if o.Err != nil {
+			c.rej++
+			last, kept := k.lastGood[key]
+			kept = kept && o.Kind != ""
+			rejected = append(rejected, problemRejections(k.r.common.Name, o, last, kept)...)
+			if kept {
+				next = &forced{at: first.at, obj: last}
+			}
+		} else {
+			next = &forced{at: first.at, obj: o}
+		}
+		for _, d := range ds[1:] {
+			c.rej++
+			rejected = append(rejected, model.Rejection{Registry: k.r.common.Name, Subject: subject(d.obj),
+				Reason: fmt.Sprintf("object rejected: %s is already declared at %s, which is served", describe(d.obj), o.Source)})
+		}
+	}
+	if next != nil {
+		c.in = 1
+		k.lastGood[key] = next.obj
+	} else {
+		delete(k.lastGood, key)
+	}
+	old := k.counts[key]
+	k.nIn[old.kind] -= old.in
+	k.nRej[old.kind] -= old.rej
+	k.nIn[c.kind] += c.in
+	k.nRej[c.kind] += c.rej
+	if c.kind == "" && c.in == 0 && c.rej == 0 {
+		delete(k.counts, key)
+	} else {
+		k.counts[key] = c
+	}
+	pub.Set("obj:"+key, registries.Converted{Rejected: rejected})
+
+	prev, had := k.inForce[key]
+	if had && next != nil && prev.same(*next) {
+		return
+	}
+	if had {
+		k.withdraw(key, prev, convert, nsChanged)
+		delete(k.inForce, key)
+	}
+	if next != nil {
+		k.inForce[key] = *next
+		k.enforce(key, *next, convert, nsChanged)
+	}
+}
+
+// withdraw takes the object in force f out of the host claims, the
+// workloads and the selectors.
+func (k *keyed) withdraw(key string, f forced, convert, nsChanged map[string]bool) {
+	switch sp := f.obj.Spec.(type) {
+	case *networking.ServiceEntry:
+		convert[key] = true
+		for i, h := range sp.GetHosts() {
+			host := strings.ToLower(strings.TrimSuffix(h, "."))
+			cs := slices.DeleteFunc(k.claims[host], func(c claimant) bool { return c.key == key && c.i == i })
+			if len(cs) == 0 {
+				delete(k.claims, host)
+			} else {
+				k.claims[host] = cs
+			}
+			for _, c := range cs {
+				convert[c.key] = true
+			}
+		}
+		if sp.GetWorkloadSelector() != nil {
+			delete(k.selectors[f.obj.Namespace], key)
+		}
+	case *networking.WorkloadEntry:
+		ns := f.obj.Namespace
+		k.workloads[ns] = slices.DeleteFunc(k.workloads[ns], func(w forced) bool { return w.same(f) })
+		if len(k.workloads[ns]) == 0 {
+			delete(k.workloads, ns)
+		}
+		nsChanged[ns] = true
+	}
+}
+
+// enforce puts the object in force f into the host claims, the workloads
+// and the selectors.
+func (k *keyed) enforce(key string, f forced, convert, nsChanged map[string]bool) {
+	switch sp := f.obj.Spec.(type) {
+	case *networking.ServiceEntry:
+		convert[key] = true
+		id := describe(f.obj)
+		for i, h := range sp.GetHosts() {
+			host := strings.ToLower(strings.TrimSuffix(h, "."))
+			c := claimant{at: f.at, i: i, key: key, id: id}
+			cs := k.claims[host]
+			for _, o := range cs {
+				convert[o.key] = true
+			}
+			j, _ := slices.BinarySearchFunc(cs, c, func(x, y claimant) int { return cmp.Or(x.at.compare(y.at), cmp.Compare(x.i, y.i)) })
+			k.claims[host] = slices.Insert(cs, j, c)
+		}
+		if sp.GetWorkloadSelector() != nil {
+			ns := f.obj.Namespace
+			if k.selectors[ns] == nil {
+				k.selectors[ns] = map[string]bool{}
+			}
+			k.selectors[ns][key] = true
+		}
+	case *networking.WorkloadEntry:
+		ns := f.obj.Namespace
+		ws := k.workloads[ns]
+		j, _ := slices.BinarySearchFunc(ws, f.at, func(w forced, at order) int { return w.at.compare(at) })
+		k.workloads[ns] = slices.Insert(ws, j, f)
+		nsChanged[ns] = true
+	}
+}
+
+// convert converts the ServiceEntry key again if its object, its host
+// outcomes or (with a selector) its namespace's WorkloadEntries changed,
+// and sets its Publisher key.
+func (k *keyed) convert(key string, pub *registries.Publisher[string], nsChanged map[string]bool) {
+	f, ok := k.inForce[key]
+	se, isSE := f.obj.Spec.(*networking.ServiceEntry)
+	if !ok || !isSE {
+		if _, had := k.entries[key]; had {
+			delete(k.entries, key)
+			pub.Delete("se:" + key)
+		}
+		return
+	}
+	domain := normDomain(k.r.common.Domain)
+	claims := make([]hostClaim, 0, len(se.GetHosts()))
+	for i, h := range se.GetHosts() {
+		host := strings.ToLower(strings.TrimSuffix(h, "."))
+		cl := hostClaim{i: i, host: host, reason: unservable(host, domain)}
+		if w := k.winner(host); cl.reason == "" && (w.key != key || w.i != i) {
+			cl.reason = fmt.Sprintf("host rejected: already served by %s (the first in file order wins)", w.id)
+		}
+		claims = append(claims, cl)
+	}
+	prev := k.entries[key]
+	if prev != nil && prev.node == f.obj.Node && slices.Equal(prev.claims, claims) &&
+		(se.GetWorkloadSelector() == nil || !nsChanged[f.obj.Namespace]) {
+		return
+	}
+	k.entries[key] = &entryConv{node: f.obj.Node, claims: claims}
+	ws := k.workloads[f.obj.Namespace]
+	objs := make([]Object, len(ws))
+	for i, w := range ws {
+		objs[i] = w.obj
+	}
+	k.r.work.converted.Add(1)
+	k.r.work.compared.Add(1)
+	pub.Set("se:"+key, convertEntry(f.obj, se, claims, objs, k.r.common))
+}
+
+// winner is the claimant that serves host: the first in order. (A
+// wildcard host or one outside the domain is rejected for itself in every
+// ServiceEntry naming it, so its claimants never serve it.)
+func (k *keyed) winner(host string) claimant {
+	return k.claims[host][0]
+}
