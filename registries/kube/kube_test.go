@@ -98,8 +98,9 @@ func TestPublishesServicesWithPodLabelsAndNodeLocality(t *testing.T) {
 	sink := startFake(t, "east", Config{Network: "east-net"}, cs)
 	st := sink.WaitFor(t, waitTimeout, registrytest.State.Synced)
 	want := []model.Service{{
-		Hostname: "orders.shop.svc.cluster.local",
-		Ports:    []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
+		Hostname:  "orders.shop.svc.cluster.local",
+		Namespace: "shop",
+		Ports:     []model.Port{{Name: "grpc", Number: 8080, Protocol: model.ProtocolGRPC}},
 		Endpoints: []model.Endpoint{{
 			Address: "192.0.2.1", Ports: map[string]uint32{"grpc": 18080},
 			Labels:   map[string]string{"app": "orders", "version": "v1"},
