@@ -168,6 +168,10 @@ func (c *Consul) Stop(t testing.TB) {
 	}
 }
 
+// Process is the agent's process, for faults (Kill, Signal); Start
+// restarts it after a Kill.
+func (c *Consul) Process() *Process { return c.proc }
+
 // Log returns the agent's output so far.
 func (c *Consul) Log() string { return c.proc.Log() }
 
