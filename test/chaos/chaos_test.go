@@ -225,8 +225,10 @@ func warnings(log string) string {
 
 // backend is a server process that serves some kinds.
 type backend struct {
-	name    string
-	kinds   []string
+	name  string
+	kinds []string
+	// forgets are the kinds whose data a restart loses for a while.
+	forgets []string
 	kill    func()
 	restart func()
 	signal  func(stop bool)
@@ -262,12 +264,24 @@ func (w *world) startBackends() {
 	zc := &zkConn{addr: z.Addr()}
 	t.Cleanup(zc.close)
 	consul := servers.StartConsul(t, servers.ConsulOptions{})
+	polaris := servers.StartPolaris(t, servers.WithNacos())
+	kc := servers.StartKubeClusters(t, 2)
+	east := &kubeKind{name: "east", kubeconfig: kc.Servers[0].WriteKubeconfig(t, "east", servers.AdminToken), client: kc.Servers[0].Client(t, servers.AdminToken)}
+	west := &kubeKind{name: "west", kubeconfig: kc.Servers[1].WriteKubeconfig(t, "west", servers.AdminToken), client: kc.Servers[1].Client(t, servers.AdminToken)}
+	for _, k := range []*kubeKind{east, west} {
+		if err := k.setup(context.Background()); err != nil {
+			t.Fatalf("%s: %v", k.name, err)
+		}
+	}
 	w.kinds = append(w.kinds,
 		&consulKind{addr: consul.HTTPAddr, cl: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}},
 		&curatorKind{z: zc},
 		&dubboKind{z: zc, at: map[int]string{}},
 		newServicesFileKind(w.dir),
 		newServiceEntryKind(w.dir),
+		east, west,
+		&eurekaKind{p: polaris},
+		newNacosKind(t, polaris),
 	)
 	w.backends = append(w.backends,
 		&backend{name: "consul", kinds: []string{"consul"},
@@ -278,7 +292,18 @@ func (w *world) startBackends() {
 			kill:    z.Kill,
 			restart: z.Start,
 			signal:  func(stop bool) { z.Signal(stopSig(stop)) }},
+		&backend{name: "polaris", kinds: []string{"eureka", "nacos"}, forgets: []string{"nacos"},
+			kill:    func() { polaris.Process().Kill() },
+			restart: func() { polaris.Start(t) },
+			signal:  func(stop bool) { polaris.Process().Signal(stopSig(stop)) }},
 	)
+	for i, k := range []*kubeKind{east, west} {
+		api := kc.Servers[i]
+		w.backends = append(w.backends, &backend{name: "kube-apiserver-" + k.name, kinds: []string{k.name},
+			kill:    func() { api.Process().Kill() },
+			restart: func() { api.Start(t) },
+			signal:  func(stop bool) { api.Process().Signal(stopSig(stop)) }})
+	}
 	w.traffic = &trafficSource{dir: filepath.Join(w.dir, "traffic")}
 	if err := os.MkdirAll(w.traffic.dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -83,7 +83,8 @@ type clientState struct {
 //     Bounds.Heal past the end of every fault (on the key's registry, on
 //     the client's meshfed, on the client itself) that overlaps it;
 //   - removed-while-registered (fail-static): no client ever drops an
-//     endpoint while it is registered, whatever is down.
+//     endpoint while it is registered, whatever is down — unless the
+//     backend itself lost it (Interval.Amnesia).
 func Check(in CheckInput) []Violation {
 	var out []Violation
 	byKey := map[Key][]Event{}
@@ -126,6 +127,9 @@ func Check(in CheckInput) []Violation {
 			}
 			for _, s := range states {
 				if !s.present {
+					if forgotten(in.Faults[kind], s.at, in.Bounds[kind].Heal) {
+						continue
+					}
 					if reg, ok := registeredAt(evs, s.at); ok {
 						out = append(out, Violation{Rule: "removed-while-registered", Kind: kind, Client: c, Key: k, At: s.at,
 							Detail: fmt.Sprintf("the client dropped an endpoint registered since %s and not removed", reg.UTC().Format("15:04:05.000"))})
@@ -189,6 +193,17 @@ func Check(in CheckInput) []Violation {
 	}
 	slices.SortStableFunc(out, func(a, b Violation) int { return a.At.Compare(b.At) })
 	return out
+}
+
+// forgotten reports whether t falls in an interval of ivs in which the
+// backend lost data, or within heal after it.
+func forgotten(ivs []Interval, t time.Time, heal time.Duration) bool {
+	for _, iv := range ivs {
+		if iv.Amnesia && !t.Before(iv.Start) && (iv.End.IsZero() || t.Before(iv.End.Add(heal))) {
+			return true
+		}
+	}
+	return false
 }
 
 // registeredAt reports whether evs (one key's truth, by start) say the key

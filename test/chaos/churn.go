@@ -122,19 +122,22 @@ func (c *churner) run(ctx context.Context) {
 }
 
 func (c *churner) step(ctx context.Context) {
+	if _, ok := c.kind.(static); ok {
+		return
+	}
 	svc := c.rnd.IntN(churnServices)
 	c.mu.Lock()
 	n := len(c.live[svc])
 	c.mu.Unlock()
 	switch r := c.rnd.IntN(3); {
-	case r == 0 && n < maxInstances || n <= minInstances:
+	case r == 0 && n < maxInstances || n <= minInstances && !noRemoves(c.kind):
 		in := c.newInstance(svc)
 		in.Healthy = c.rnd.IntN(4) != 0
 		if _, ok := c.kind.(noHealth); ok {
 			in.Healthy = true
 		}
 		_ = c.do(ctx, OpAdd, in)
-	case r == 1:
+	case r == 1 && !noRemoves(c.kind):
 		c.mu.Lock()
 		in := c.live[svc][c.rnd.IntN(n)]
 		c.mu.Unlock()
@@ -225,3 +228,12 @@ func (c *churner) resume() {
 	c.paused--
 	c.mu.Unlock()
 }
+
+// static is a Kind the churn leaves alone after its seed.
+type static interface{ Static() }
+
+// noRemover is a Kind whose instances are never removed (adds stop at
+// maxInstances; then only health changes).
+type noRemover interface{ NoRemoves() }
+
+func noRemoves(k Kind) bool { _, ok := k.(noRemover); return ok }

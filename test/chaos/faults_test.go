@@ -160,7 +160,11 @@ func (w *world) apply(f fault, d time.Duration) {
 			what = "SIGSTOP/SIGCONT"
 		}
 		for _, k := range b.kinds {
-			ends = append(ends, w.hist.Down(k, what+" of "+b.name))
+			if f.name == "kill" && slices.Contains(b.forgets, k) {
+				ends = append(ends, w.hist.Forgets(k, what+" of "+b.name))
+			} else {
+				ends = append(ends, w.hist.Down(k, what+" of "+b.name))
+			}
 		}
 		if f.name == "kill" {
 			b.kill()

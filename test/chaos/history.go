@@ -59,6 +59,10 @@ type Obs struct {
 type Interval struct {
 	Start, End time.Time
 	What       string // the fault, for reports
+	// Amnesia: the backend itself lost data for a while (a restarted
+	// Polaris forgets ephemeral Nacos instances until their client
+	// registers them again), so removals then are not meshfed's.
+	Amnesia bool
 }
 
 func (iv Interval) overlaps(a, b time.Time) bool {
@@ -112,11 +116,16 @@ func (h *History) Observe(o ...Obs) {
 	h.mu.Unlock()
 }
 
-// Down opens an interval in which scope (a registry name, "" for meshfed,
-// "client:<id>") is down; the returned func closes it.
-func (h *History) Down(scope, what string) func() {
+// Down opens an interval in which scope (a registry name, a replica's
+// name, "client:<id>") is down; the returned func closes it.
+func (h *History) Down(scope, what string) func() { return h.down(scope, what, false) }
+
+// Forgets is Down for a backend that loses the scope's data meanwhile.
+func (h *History) Forgets(scope, what string) func() { return h.down(scope, what, true) }
+
+func (h *History) down(scope, what string, amnesia bool) func() {
 	h.mu.Lock()
-	h.faults[scope] = append(h.faults[scope], Interval{Start: time.Now(), What: what})
+	h.faults[scope] = append(h.faults[scope], Interval{Start: time.Now(), What: what, Amnesia: amnesia})
 	i := len(h.faults[scope]) - 1
 	h.mu.Unlock()
 	return func() {

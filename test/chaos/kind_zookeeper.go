@@ -28,7 +28,7 @@ func (z *zkConn) get() (*zk.Conn, error) {
 	if z.conn != nil {
 		return z.conn, nil // go-zookeeper reconnects (and renews an expired session) by itself
 	}
-	c, _, err := zk.Connect([]string{z.addr}, 10*time.Second, zk.WithLogInfo(false))
+	c, _, err := zk.Connect([]string{z.addr}, 10*time.Second, zk.WithLogger(quiet{}))
 	if err != nil {
 		return nil, err
 	}
@@ -239,3 +239,9 @@ func (k *dubboKind) Bad(_ context.Context, on bool) error {
 	}
 	return k.z.deleteNode(p)
 }
+
+// quiet drops go-zookeeper's log lines (its reconnects while the server is
+// killed on purpose).
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
