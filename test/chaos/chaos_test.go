@@ -134,7 +134,7 @@ func TestChaos(t *testing.T) {
 		// cleanup rather than left behind by a timeout's panic.
 		if left := time.Until(dl) - 8*time.Minute; left < set.duration {
 			t.Logf("CHAOS_DURATION %s shortened to %s by go test -timeout", set.duration, left.Round(time.Second))
-			set.duration = max(left, 30*time.Second)
+			set.duration = max(left, 30*time.Second).Round(time.Second)
 		}
 	}
 	t.Logf("CHAOS_SEED=%d CHAOS_DURATION=%s", set.seed, set.duration)

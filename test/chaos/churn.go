@@ -237,3 +237,32 @@ type static interface{ Static() }
 type noRemover interface{ NoRemoves() }
 
 func noRemoves(k Kind) bool { _, ok := k.(noRemover); return ok }
+
+// burst makes one change per service at once (an add while there is room,
+// else a removal or a health flip), with the churn paused: the changes a
+// backend takes right after a fault healed, whose arrival measures the
+// registry's reconnect.
+func (c *churner) burst(ctx context.Context) {
+	if _, ok := c.kind.(static); ok {
+		return
+	}
+	for svc := range churnServices {
+		c.mu.Lock()
+		n := len(c.live[svc])
+		var pick Instance
+		if n > 0 {
+			pick = c.live[svc][c.rnd.IntN(n)]
+		}
+		c.mu.Unlock()
+		switch {
+		case n < maxInstances:
+			in := c.newInstance(svc)
+			_ = c.do(ctx, OpAdd, in)
+		case !noRemoves(c.kind):
+			_ = c.do(ctx, OpRemove, pick)
+		default:
+			pick.Healthy = !pick.Healthy
+			_ = c.do(ctx, OpHealth, pick)
+		}
+	}
+}

@@ -17,7 +17,8 @@ const (
 
 // fault is one entry of the schedule: what, on what.
 type fault struct {
-	name   string // kill, hang, meshfed-kill, reload, state-full, state-ro, state-full-kill, bad-item, broken-file, broken-rules, client-disconnect, client-stall, client-join, grpc-restart, grpc-stall
+	name string // see faultList
+
 	target string
 }
 
@@ -29,8 +30,12 @@ func (w *world) faultList() []fault {
 		fs = append(fs, fault{"kill", b.name}, fault{"hang", b.name})
 	}
 	fs = append(fs, fault{"meshfed-kill", w.a.Name}, fault{"reload", w.a.Name})
+	for _, b := range w.backends {
+		fs = append(fs, fault{"meshfed-kill-backend-down", b.name}, fault{"reload-backend-down", b.name})
+	}
 	if w.a.state.ok() {
-		fs = append(fs, fault{"state-full", w.a.Name}, fault{"state-ro", w.a.Name}, fault{"state-full-kill", w.a.Name})
+		fs = append(fs, fault{"state-full", w.a.Name}, fault{"state-ro", w.a.Name}, fault{"state-full-kill", w.a.Name},
+			fault{"state-ro-kill", w.a.Name})
 	}
 	for _, k := range w.kinds {
 		if _, ok := k.(BadItems); ok {
@@ -178,8 +183,59 @@ func (w *world) apply(f fault, d time.Duration) {
 		for _, e := range ends {
 			e()
 		}
+		w.burst(kinds)
 		w.converge(f.name+" backend", kinds, w.clients, false)
 		resume()
+	case "meshfed-kill-backend-down", "reload-backend-down":
+		// A backend is down while meshfed-a restarts (warm start: its
+		// saved state is served, nothing removed) or reloads (the new
+		// instance of each registry cannot sync; the old one keeps
+		// serving).
+		b := w.backendNamed(f.target)
+		kinds := w.kindsNamed(b.kinds)
+		resume := w.pauseKinds(kinds)
+		var ends []func()
+		for _, k := range b.kinds {
+			if slices.Contains(b.forgets, k) {
+				ends = append(ends, w.hist.Forgets(k, "SIGKILL of "+b.name+" across "+f.name))
+			} else {
+				ends = append(ends, w.hist.Down(k, "SIGKILL of "+b.name+" across "+f.name))
+			}
+		}
+		b.kill()
+		time.Sleep(time.Second)
+		if f.name == "reload-backend-down" {
+			w.aCfg.edit = !w.aCfg.edit
+			w.reloadA()
+			time.Sleep(d)
+		} else {
+			w.a.Kill()
+			time.Sleep(d / 2)
+			w.restartA()
+			time.Sleep(d / 2)
+		}
+		b.restart()
+		for _, e := range ends {
+			e()
+		}
+		w.burst(kinds)
+		w.converge(f.name, w.kinds, w.clientsOf(w.a), false)
+		resume()
+	case "state-ro-kill":
+		// meshfed-a restarts on a read-only state dir: it must start,
+		// restore and serve.
+		if err := w.a.state.readOnly(true); err != nil {
+			w.t.Logf("state-ro-kill: %v", err)
+		}
+		time.Sleep(d / 2)
+		w.a.Kill()
+		time.Sleep(time.Second)
+		w.restartA()
+		time.Sleep(d / 2)
+		if err := w.a.state.readOnly(false); err != nil {
+			w.t.Logf("state-ro-kill: %v", err)
+		}
+		w.converge("meshfed kill, state dir read-only", w.kinds, w.clientsOf(w.a), false)
 	case "meshfed-kill":
 		w.a.Kill()
 		time.Sleep(d)
@@ -234,6 +290,7 @@ func (w *world) apply(f fault, d time.Duration) {
 		w.retry(func() error { return k.(Broken).Break(true) })
 		time.Sleep(d)
 		w.retry(func() error { return k.(Broken).Break(false) })
+		w.burst([]Kind{k})
 		w.converge("broken file", []Kind{k}, w.clients, false)
 		resume()
 	case "broken-rules":
@@ -264,6 +321,16 @@ func (w *world) apply(f fault, d time.Duration) {
 		} else {
 			g.stall(d)
 		}
+	}
+}
+
+// burst makes one change per service of each kind right after a fault
+// healed (the churn of the kinds is paused).
+func (w *world) burst(kinds []Kind) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, k := range kinds {
+		w.churn[k.Name()].burst(ctx)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/admin"
+	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -308,18 +309,9 @@ func (m *Meshfed) Metrics(names ...string) (map[string]float64, error) {
 
 // procStats reads a process's resident set (bytes) and open fds.
 func procStats(pid int) (rss int64, fds int, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, _, err = bench.Mem(pid)
 	if err != nil {
 		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				rss = kb * 1024
-			}
-		}
 	}
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meshfed/meshfed/bench"
 )
 
 // sample is one reading of a replica's resources.
@@ -65,25 +67,12 @@ func (w *world) sample(ctx context.Context) {
 	}
 }
 
-// slope is the least-squares slope of ys over xs (per hour of xs in
-// seconds).
-func slope(xs, ys []float64) float64 {
-	n := float64(len(xs))
-	if n < 3 {
+// perHour is the least-squares slope of ys over xs (seconds), per hour.
+func perHour(xs, ys []float64) float64 {
+	if len(xs) < 3 {
 		return 0
 	}
-	var sx, sy, sxx, sxy float64
-	for i := range xs {
-		sx += xs[i]
-		sy += ys[i]
-		sxx += xs[i] * xs[i]
-		sxy += xs[i] * ys[i]
-	}
-	d := n*sxx - sx*sx
-	if d == 0 {
-		return 0
-	}
-	return (n*sxy - sx*sy) / d * 3600
+	return bench.Slope(xs, ys) * 3600
 }
 
 // slopes of a replica's longest run of one process, after its first
@@ -120,7 +109,7 @@ func slopes(ss []sample) (rss, gor, fds float64, n int, span time.Duration) {
 	if len(best) > 1 {
 		span = best[len(best)-1].at.Sub(best[0].at)
 	}
-	return slope(xs, yr), slope(xs, yg), slope(xs, yf), len(best), span
+	return perHour(xs, yr), perHour(xs, yg), perHour(xs, yf), len(best), span
 }
 
 // report renders CHAOS.md.
