@@ -42,24 +42,25 @@ type ADSClient struct {
 	// Consul's own service, say, is not).
 	watched func(host string) bool
 
-	mu       sync.Mutex
-	versions map[string]map[string]string // type → name → version held (delta)
-	clusters map[string]bool              // EDS clusters held
-	cla      map[string]map[string]bool   // cluster → ip:port → healthy
-	cancel   context.CancelFunc           // ends the current session
-	pause    time.Duration                // before the next session
-	stall    chan struct{}                // closed when a stall ends; nil when not stalled
-	downEnd  func()                       // closes the client's open Down interval
-	sotwVer  map[string]string            // SotW: type → last version ACKed
-	sessions int
+	mu        sync.Mutex
+	versions  map[string]map[string]string // type → name → version held (delta)
+	clusters  map[string]bool              // EDS clusters held
+	cla       map[string]map[string]bool   // cluster → ip:port → healthy
+	cancel    context.CancelFunc           // ends the current session
+	pause     time.Duration                // before the next session
+	stall     chan struct{}                // closed when a stall ends; nil when not stalled
+	downEnd   func()                       // closes the client's open Down interval
+	sotwVer   map[string]string            // SotW: type → last version ACKed
+	sotwNonce map[string]string            // SotW: type → last nonce received
+	sessions  int
 }
 
 // NewADSClient returns a client; Run connects it.
 func NewADSClient(id, addr string, delta bool, h *History, watched func(host string) bool, onNack func(client, detail string)) *ADSClient {
 	c := &ADSClient{ID: id, Delta: delta, Addr: addr, hist: h, onNack: onNack, watched: watched,
 		versions: map[string]map[string]string{}, clusters: map[string]bool{}, cla: map[string]map[string]bool{},
-		sotwVer: map[string]string{}}
-	c.downEnd = h.Down("client:"+id, "connecting")
+		sotwVer: map[string]string{}, sotwNonce: map[string]string{}}
+	c.downEnd = h.Joins("client:" + id)
 	return c
 }
 
@@ -319,6 +320,7 @@ func (c *ADSClient) sotw(ctx context.Context, cl discovery.AggregatedDiscoverySe
 		}
 		req := &discovery.DiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce()}
 		c.mu.Lock()
+		c.sotwNonce[typ] = resp.GetNonce()
 		if len(bad) > 0 {
 			req.VersionInfo = c.sotwVer[typ]
 			req.ErrorDetail = &status.Status{Code: 3, Message: strings.Join(bad, "; ")}
@@ -358,8 +360,11 @@ func (c *ADSClient) sotw(ctx context.Context, cl discovery.AggregatedDiscoverySe
 		if typ == translate.ClusterType && len(bad) == 0 {
 			if !slices.Equal(cur, edsNames) {
 				edsNames = cur
+				// A new subscription carries the last version and nonce of
+				// its type, as Envoy sends it.
+				ver, nonce := c.sotwLast(translate.EndpointType)
 				if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: translate.EndpointType, ResourceNames: edsNames,
-					VersionInfo: c.sotwVersion(translate.EndpointType)}); err != nil {
+					VersionInfo: ver, ResponseNonce: nonce}); err != nil {
 					return err
 				}
 			}
@@ -368,10 +373,10 @@ func (c *ADSClient) sotw(ctx context.Context, cl discovery.AggregatedDiscoverySe
 	}
 }
 
-func (c *ADSClient) sotwVersion(typ string) string {
+func (c *ADSClient) sotwLast(typ string) (version, nonce string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.sotwVer[typ]
+	return c.sotwVer[typ], c.sotwNonce[typ]
 }
 
 func (c *ADSClient) delta(ctx context.Context, cl discovery.AggregatedDiscoveryServiceClient) error {

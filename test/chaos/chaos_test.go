@@ -1,9 +1,12 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -381,9 +384,15 @@ func (w *world) compareDigests() {
 		}
 		if time.Now().After(deadline) {
 			detail := fmt.Sprintf("a: %v %v; b: %v %v", errA, da.Overall, errB, db.Overall)
-			for reg, d := range da.Registries {
-				if db.Registries[reg] != d {
-					detail += fmt.Sprintf("; %s differs", reg)
+			for _, reg := range slices.Sorted(maps.Keys(da.Registries)) {
+				if db.Registries[reg] == da.Registries[reg] {
+					continue
+				}
+				detail += fmt.Sprintf("; %s differs", reg)
+				if k := w.kindNamed(reg); k != nil {
+					_, ea, _ := w.a.get("/debug/endpointz?host=" + k.Host(0))
+					_, eb, _ := w.b.get("/debug/endpointz?host=" + k.Host(0))
+					detail += fmt.Sprintf("\n  %s on meshfed-a: %s\n  on meshfed-b: %s", k.Host(0), compact(ea), compact(eb))
 				}
 			}
 			w.violate(Violation{Rule: "digest", At: time.Now(), Detail: "the replicas' digests differ after " + bound.String() + ": " + detail})
@@ -391,6 +400,15 @@ func (w *world) compareDigests() {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// compact is a JSON answer on one line.
+func compact(b []byte) string {
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return string(b)
+	}
+	return out.String()
 }
 
 // checkExits turns every exit the test did not cause into a violation.

@@ -242,19 +242,20 @@ func stateAt(states []clientState, t time.Time) clientState {
 	return cur
 }
 
-// extend moves deadline past every interval of ivs that overlaps [start,
-// deadline], to heal after its end, until none does (an open interval ends
-// at end).
+// extend moves deadline to heal past the end of every interval of ivs
+// that overlaps [start, deadline] or ended less than heal before start (a
+// change right after a fault healed is due when the registry has healed
+// too), until none does (an open interval ends at end).
 func extend(start, deadline time.Time, ivs []Interval, heal time.Duration, end time.Time) time.Time {
 	for changed := true; changed; {
 		changed = false
 		for _, iv := range ivs {
-			if !iv.overlaps(start, deadline) {
-				continue
-			}
 			e := iv.End
 			if e.IsZero() {
 				e = end
+			}
+			if !iv.Start.Before(deadline) || !e.Add(heal).After(start) {
+				continue
 			}
 			if d := e.Add(heal); d.After(deadline) {
 				deadline, changed = d, true

@@ -36,10 +36,14 @@ func TestCheck(t *testing.T) {
 			faults: map[string][]Interval{"consul": {{Start: at(22), End: at(25), What: "kill"}}}},
 		{name: "late removal excused by the client's replica", truth: []Event{add, remove}, obs: []Obs{seen, gone(40)},
 			faults: map[string][]Interval{"meshfed-a": {{Start: at(19), End: at(24), What: "kill"}}}},
+		{name: "a change right after a fault healed is due after the heal bound", truth: []Event{add, remove}, obs: []Obs{seen, gone(35)},
+			faults: map[string][]Interval{"consul": {{Start: at(10), End: at(19), What: "kill"}}}},
 		{name: "a fault elsewhere excuses nothing", truth: []Event{add, remove}, obs: []Obs{seen, gone(40)},
 			faults: map[string][]Interval{"zk": {{Start: at(22), End: at(25), What: "kill"}}}, want: []string{"stale"}},
 		{name: "removed while registered", truth: []Event{add, remove}, obs: []Obs{seen, gone(10), {At: at(11), Client: "c", Key: k, Present: true, Healthy: true}, gone(20.5)},
 			faults: map[string][]Interval{"consul": {{Start: at(9), End: at(12), What: "kill"}}}, want: []string{"removed-while-registered"}},
+		{name: "a client that joined late is judged from its join", truth: []Event{add, remove}, obs: nil,
+			faults: map[string][]Interval{"client:c": {{Start: at(0), End: at(30), What: "connecting"}}}},
 		{name: "uncertain keys are not judged", truth: []Event{add, {Start: at(3), Done: at(63), Kind: "consul", Key: k, Op: OpUncertain}}, obs: []Obs{seen, gone(4)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -83,6 +83,7 @@ type History struct {
 	notes  []string
 	cur    map[Key]keyState // truth now
 	kindOf map[Key]string
+	begin  time.Time // when the history began
 }
 
 type keyState struct {
@@ -92,7 +93,7 @@ type keyState struct {
 
 // NewHistory returns an empty history.
 func NewHistory() *History {
-	return &History{faults: map[string][]Interval{}, cur: map[Key]keyState{}, kindOf: map[Key]string{}}
+	return &History{faults: map[string][]Interval{}, cur: map[Key]keyState{}, kindOf: map[Key]string{}, begin: time.Now()}
 }
 
 // Record adds an operation of the truth.
@@ -119,6 +120,19 @@ func (h *History) Observe(o ...Obs) {
 // Down opens an interval in which scope (a registry name, a replica's
 // name, "client:<id>") is down; the returned func closes it.
 func (h *History) Down(scope, what string) func() { return h.down(scope, what, false) }
+
+// Joins opens the interval of a client that is not there yet: from the
+// beginning of the history until the returned func closes it (its first
+// sync), so that changes made before it joined are due only after it
+// joined.
+func (h *History) Joins(scope string) func() {
+	end := h.down(scope, "connecting", false)
+	h.mu.Lock()
+	ivs := h.faults[scope]
+	ivs[len(ivs)-1].Start = h.begin
+	h.mu.Unlock()
+	return end
+}
 
 // Forgets is Down for a backend that loses the scope's data meanwhile.
 func (h *History) Forgets(scope, what string) func() { return h.down(scope, what, true) }
