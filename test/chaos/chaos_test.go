@@ -56,6 +56,7 @@ type settings struct {
 	seed     uint64
 	duration time.Duration
 	report   string        // CHAOS_REPORT: the report's path ("" = none)
+	slice    bool          // no CHAOS_DURATION: the short slice of `make test`
 	every    time.Duration // churn: one operation per kind this often
 }
 
@@ -72,6 +73,7 @@ func loadSettings(t *testing.T) settings {
 		}
 		s.seed = n
 	}
+	s.slice = os.Getenv("CHAOS_DURATION") == ""
 	if v := os.Getenv("CHAOS_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
