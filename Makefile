@@ -24,7 +24,7 @@ IMAGE     ?= ghcr.io/meshfed/meshfed:$(VERSION)
 DISTTOOL  := $(GO) -C tools/dist run ./cmd/meshfed-dist
 ARCHES    := amd64 arm64
 
-.PHONY: all help build run test test-deps unit lint fmt bench soak fuzz testservers clean manifests image deb release
+.PHONY: all help build run test test-deps unit lint fmt bench soak chaos fuzz testservers clean manifests image deb release
 
 all: build ## build bin/meshfed (the default)
 
@@ -122,6 +122,15 @@ bench: build test-deps ## run the benchmarks and rewrite BENCHMARKS.md (BENCH_SH
 # and writes its rows to SOAK_OUT.
 soak: build ## run only the soak for SOAK (default 10m) into SOAK_OUT
 	$(GO) run ./bench/cmd/benchreport -only SOAK -soak $(SOAK) -out $(SOAK_OUT)
+
+# chaos runs test/chaos (every registry server at once under churn, a
+# seeded fault schedule, two replicas, a checker) for CHAOS_DURATION and
+# rewrites CHAOS.md; CHAOS_SEED=N replays a schedule. `make test` runs its
+# 3-minute slice.
+CHAOS_DURATION ?= 30m
+chaos: test-deps ## run the chaos test for CHAOS_DURATION (default 30m; CHAOS_SEED=N replays) and rewrite CHAOS.md
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_REPORT=$(CURDIR)/CHAOS.md MESHFED_REQUIRE_SERVERS=1 \
+	  $(GO) test -count=1 -timeout 24h -run '^TestChaos$$' -v ./test/chaos
 
 testservers: ## build the test servers of tools/testservers
 	@./tools/testservers/build.sh all

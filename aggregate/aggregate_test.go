@@ -838,3 +838,32 @@ func TestPartialFirstStateAppliedWhenNothingServed(t *testing.T) {
 		t.Fatalf("want a.fresh applied with the Degraded status: %+v", st)
 	}
 }
+
+// TestSwapWithUnchangedStateAppliesNewOptions: a reload that changes only a
+// registry's options (its default locality) swaps in a new instance whose
+// first state equals the old one's; the endpoints must be normalized again
+// under the new options, not taken from what the old options made of the
+// same input (found by test/chaos: kube endpoints kept a reload's locality
+// after the next reload removed it).
+func TestSwapWithUnchangedStateAppliesNewOptions(t *testing.T) {
+	t.Parallel()
+	east := reg("east", "kubernetes", "svc.cluster.local")
+	east.Locality = model.Locality{Region: "edited"}
+	a := newRunning(t, newFakeClock(), east)
+	host := "orders.shop.svc.cluster.local"
+	state := []model.Service{svc(host, "10.0.0.1")}
+	replace(a, shard(east), state, nil)
+	locality := func() string {
+		s, ok := a.Snapshot().Service(host)
+		if !ok || len(s.Endpoints) != 1 {
+			return "-"
+		}
+		return s.Endpoints[0].Locality.Region
+	}
+	eventually(t, "the edited locality served", func() bool { return locality() == "edited" })
+
+	plain := east
+	plain.Locality = model.Locality{}
+	a.Swap(plain, registries.Update{HasState: true, Services: state, Complete: true})
+	eventually(t, "the locality of the new options served", func() bool { return locality() == "" })
+}

@@ -185,11 +185,16 @@ func (a *Aggregator) rebuild(now time.Time) {
 	for _, j := range jobs {
 		lr := j.lr
 		log := a.log.With("registry", lr.opts.Name)
+		if j.reopts {
+			// Its results were made under the old options, also for an
+			// input that arrives with the new ones (a reload's swap: the
+			// new instance's first state often equals the old one's).
+			lr.memo = nil
+		}
 		switch {
 		case j.in != nil:
 			a.offer(lr, j.in, now, touched, log)
 		case j.reopts:
-			lr.memo = nil // its results were made under the old options
 			if lr.hold != nil {
 				lr.hold.st, lr.memo = normalizeWith(lr.opts, lr.hold.in.services, lr.hold.in.rejected, nil)
 			}

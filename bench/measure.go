@@ -122,6 +122,28 @@ func CPUTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTick, nil
 }
 
+// Slope is the least-squares slope of ys over xs; 0 with fewer than two
+// points or when every x is the same. The soak and the chaos run report
+// resource growth with it.
+func Slope(xs, ys []float64) float64 {
+	n := float64(len(xs))
+	if n < 2 {
+		return 0
+	}
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	d := n*sxx - sx*sx
+	if d == 0 {
+		return 0
+	}
+	return (n*sxy - sx*sy) / d
+}
+
 // Mem returns the resident set size and its peak (VmRSS, VmHWM) of pid in
 // bytes, from /proc/<pid>/status.
 func Mem(pid int) (rss, peak int64, err error) {

@@ -188,6 +188,10 @@ func (c *Consul) Stop(t testing.TB) {
 // PID is the agent's process id, 0 when it is not running.
 func (c *Consul) PID() int { return c.proc.PID() }
 
+// Process is the agent's process, for faults (Kill, Signal); Start
+// restarts it after a Kill.
+func (c *Consul) Process() *Process { return c.proc }
+
 // Log returns the agent's output so far.
 func (c *Consul) Log() string { return c.proc.Log() }
 

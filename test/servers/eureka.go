@@ -173,6 +173,10 @@ func (p *Polaris) Stop(t testing.TB) {
 	}
 }
 
+// Process is the server's process, for faults (Kill, Signal); Start
+// restarts it after a Kill.
+func (p *Polaris) Process() *Process { return p.proc }
+
 // Log returns the server's output and its Eureka log so far.
 func (p *Polaris) Log() string { return p.proc.Log() }
 

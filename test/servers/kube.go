@@ -186,6 +186,10 @@ func (k *KubeAPIServer) Stop(t testing.TB) {
 	}
 }
 
+// Process is the server's process, for faults (Kill, Signal); Start
+// restarts it after a Kill.
+func (k *KubeAPIServer) Process() *Process { return k.p }
+
 // Log returns the end of the server's output.
 func (k *KubeAPIServer) Log() string { return tail(k.p.Log(), 8000) }
 

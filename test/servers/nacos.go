@@ -146,13 +146,22 @@ func (c *NacosClient) Put(in NacosInstance) error {
 // Deregister removes the instance.
 func (c *NacosClient) Deregister(t testing.TB, in NacosInstance) {
 	t.Helper()
+	if err := c.Delete(in); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Delete is Deregister for callers without a testing.TB (a churn
+// generator's goroutines).
+func (c *NacosClient) Delete(in NacosInstance) error {
 	ok, err := c.c.DeregisterInstance(vo.DeregisterInstanceParam{
 		Ip: in.IP, Port: uint64(in.Port), Cluster: in.Cluster, ServiceName: in.Service, GroupName: in.Group,
 		Ephemeral: !in.Persistent,
 	})
 	if err != nil || !ok {
-		t.Fatalf("nacos deregister %s %s:%d: %v", in.Service, in.IP, in.Port, err)
+		return fmt.Errorf("nacos deregister %s %s:%d: %v", in.Service, in.IP, in.Port, err)
 	}
+	return nil
 }
 
 // Close closes the client's connection: the server drops its ephemeral

@@ -93,6 +93,33 @@ func (p *Process) Stop() bool {
 	return true
 }
 
+// Signal sends sig to the process group (SIGSTOP and SIGCONT hang and
+// resume a server; a chaos test's faults). It reports whether the process
+// was running.
+func (p *Process) Signal(sig syscall.Signal) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, sig) == nil
+}
+
+// Kill sends SIGKILL to the process group (a crash, not a stop: nothing
+// is flushed) and waits for the process. A killed Process starts again
+// with Start. It reports whether the process had been started.
+func (p *Process) Kill() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+	p.cmd, p.done = nil, nil
+	return true
+}
+
 // PID is the process id, 0 when the process is not running.
 func (p *Process) PID() int {
 	p.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -29,9 +30,21 @@ func Missing(t testing.TB, what, hint string) {
 	t.Skipf("%s is not installed (%s); `make test` installs it", what, hint)
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// below 32768: outside Linux's ephemeral range (32768–60999), so that no
+// outgoing connection takes it meanwhile — a server restarted on its port
+// (a chaos test's SIGKILL and restart) finds it free. Ports up to 31767,
+// so that FreePortPair's port + 1000 stays below too.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	for range 100 {
+		p := 20000 + rand.IntN(11768)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err == nil {
+			l.Close()
+			return p
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)

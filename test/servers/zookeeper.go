@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -94,6 +95,37 @@ func (z *ZooKeeper) Stop() {
 	if p != nil {
 		p.Stop()
 	}
+}
+
+// Kill SIGKILLs the running server's process group (a crash: nothing is
+// flushed) and waits for it; Start restarts it. Killing a stopped server
+// does nothing.
+func (z *ZooKeeper) Kill() {
+	z.mu.Lock()
+	p := z.proc
+	z.proc = nil
+	z.mu.Unlock()
+	if p != nil {
+		p.Kill()
+	}
+}
+
+// Signal sends sig to the running server's process group (SIGSTOP and
+// SIGCONT: a hung server); false when it is stopped.
+func (z *ZooKeeper) Signal(sig syscall.Signal) bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.proc != nil && z.proc.Signal(sig)
+}
+
+// Pid is the running server's process id, 0 when stopped.
+func (z *ZooKeeper) Pid() int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.proc == nil {
+		return 0
+	}
+	return z.proc.PID()
 }
 
 func (z *ZooKeeper) start(port int) error {

@@ -17,26 +17,6 @@ type soakSample struct {
 	goroutines uint64
 }
 
-// slope is the least-squares slope of ys over xs.
-func slope(xs, ys []float64) float64 {
-	n := float64(len(xs))
-	if n < 2 {
-		return 0
-	}
-	var sx, sy, sxx, sxy float64
-	for i := range xs {
-		sx += xs[i]
-		sy += ys[i]
-		sxx += xs[i] * xs[i]
-		sxy += xs[i] * ys[i]
-	}
-	d := n*sxx - sx*sx
-	if d == 0 {
-		return 0
-	}
-	return (n*sxy - sx*sy) / d
-}
-
 // runSoak: r.c.soak of rolling-deploy churn at r.c.soakRate endpoint
 // events/s against one meshfed bench server with r.c.streams streams
 // connected, 10 % of them reconnecting (on a new connection) every minute
@@ -259,14 +239,14 @@ func (r *runner) runSoak() error {
 	mins := dur.Minutes()
 	// Flat: no growth beyond tol of the mean over the run (a shrinking
 	// heap is no leak).
-	flat := func(v []float64, tol float64) bool { return slope(xs, v)*mins <= tol*mean(v) }
+	flat := func(v []float64, tol float64) bool { return bench.Slope(xs, v)*mins <= tol*mean(v) }
 	span := func(v []float64) string {
 		if len(v) == 0 {
 			return "–"
 		}
 		return fmt.Sprintf("%.1f–%.1f", slices.Min(v), slices.Max(v))
 	}
-	sRSS, sHeap, sGor := slope(xs, rss), slope(xs, heap), slope(xs, gor)
+	sRSS, sHeap, sGor := bench.Slope(xs, rss), bench.Slope(xs, heap), bench.Slope(xs, gor)
 	first, lastS := samples[0], samples[len(samples)-1]
 	r.logf("SOAK: %d events, %d reconnects, p99 %.0f ms, missing %d (last writes %d), unsynced %d; slopes RSS %.2f MB/min heap %.2f MB/min goroutines %.1f/min",
 		len(evs), reconnects, latS.P99, missing, missingLast, unsynced, sRSS, sHeap, sGor)
