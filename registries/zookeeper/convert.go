@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -372,47 +371,99 @@ func Convert(c registries.Common, cfg Config, services []ServiceZnodes, resolve 
 	return build(c, cfg.Layout, tree)
 }
 
-// build turns the tree into the full state of the shard: services sorted
-// by hostname with endpoints sorted by origin, and every rejected or
-// quarantined item. quarantined counts instances not served.
-func build(c registries.Common, layout Layout, tree map[string]*serviceNode) (services []model.Service, rejected []model.Rejection, quarantined int) {
-	services = []model.Service{}
-	nodes := make([]*serviceNode, 0, len(tree))
-	for _, sn := range tree {
-		nodes = append(nodes, sn)
+// svcKey is one service's key in a Run's Publisher
+// (docs/architecture.md §3.1.1): its hostname, "" when the whole service
+// is rejected (a name that makes no hostname, a service that cannot be
+// read), and the root's child that holds it. Keys sort by hostname, so the
+// state comes out in hostname order and services that map to one hostname
+// sit side by side, the first by path (child) ahead.
+type svcKey struct{ host, child string }
+
+func compareKeys(a, b svcKey) int {
+	if c := strings.Compare(a.host, b.host); c != 0 {
+		return c
 	}
-	slices.SortFunc(nodes, func(a, b *serviceNode) int { return cmp.Compare(a.path, b.path) })
-	owner := map[string]string{} // hostname → key that has it
-	for _, sn := range nodes {
-		k := sn.key
-		var host string
-		var err error
-		if layout == LayoutDubbo {
-			host, err = dubboHostname(k, c.Domain)
-		} else {
-			host, err = curatorHostname(k, c.Domain)
-		}
-		if err == nil && owner[host] != "" {
-			err = fmt.Errorf("maps to %s like %q, which has it", host, owner[host])
-		}
-		if err == nil && sn.bad != "" {
-			err = errors.New(sn.bad)
-		}
-		if err != nil {
-			rejected = append(rejected, model.Rejection{Registry: c.Name, Subject: sn.path, Reason: err.Error()})
-			quarantined += len(sn.instances)
+	return strings.Compare(a.child, b.child)
+}
+
+// converted is what convertNode made of one service, beside its
+// conversion: what a hostname collision needs to reject it whole.
+type converted struct {
+	key         svcKey
+	name        string // the service name or Dubbo interface (serviceNode.key)
+	path        string
+	instances   int // instance znodes
+	quarantined int // of them not served
+}
+
+// convertNode converts one service on its own: its hostname, its port
+// plan and endpoints, and every instance it quarantines. Whether another
+// service has the hostname already is assemble's business.
+func convertNode(c registries.Common, layout Layout, child string, sn *serviceNode) (converted, registries.Converted) {
+	info := converted{key: svcKey{child: child}, name: sn.key, path: sn.path, instances: len(sn.instances)}
+	var host string
+	var err error
+	if layout == LayoutDubbo {
+		host, err = dubboHostname(sn.key, c.Domain)
+	} else {
+		host, err = curatorHostname(sn.key, c.Domain)
+	}
+	if err == nil && sn.bad != "" {
+		err = errors.New(sn.bad)
+	}
+	if err != nil {
+		info.quarantined = len(sn.instances)
+		return info, registries.Converted{Rejected: []model.Rejection{{Registry: c.Name, Subject: sn.path, Reason: err.Error()}}}
+	}
+	info.key.host = host
+	svc, rejected, q := buildService(c, host, sn)
+	info.quarantined = q
+	return info, registries.One(svc, len(svc.Endpoints) > 0, rejected)
+}
+
+// assemble is the state of the shard from every service's conversion in
+// key order: services in hostname order, then their rejections; a service
+// whose hostname an earlier one (by path) has is rejected whole.
+// collisionQuarantined counts the instances of such services that their
+// own conversion served; info looks a service up by child.
+func assemble(c registries.Common, entries []registries.Entry[svcKey], info func(child string) converted) (services []model.Service, rejected []model.Rejection, collisionQuarantined int) {
+	services = make([]model.Service, 0, len(entries))
+	var owner svcKey
+	for _, e := range entries {
+		if e.Key.host != "" && e.Key.host == owner.host {
+			in, first := info(e.Key.child), info(owner.child)
+			rejected = append(rejected, model.Rejection{Registry: c.Name, Subject: in.path,
+				Reason: fmt.Sprintf("maps to %s like %q, which has it", e.Key.host, first.name)})
+			collisionQuarantined += in.instances - in.quarantined
 			continue
 		}
-		owner[host] = k
-		svc, rej, q := buildService(c, host, sn)
-		rejected = append(rejected, rej...)
-		quarantined += q
-		if len(svc.Endpoints) > 0 {
-			services = append(services, svc)
+		if e.Key.host != "" {
+			owner = e.Key
+		}
+		services = append(services, e.Services...)
+		rejected = append(rejected, e.Rejected...)
+	}
+	return services, rejected, collisionQuarantined
+}
+
+// build turns a whole tree into the full state of the shard, as a Run
+// assembles it service by service: services sorted by hostname with
+// endpoints sorted by origin, and every rejected or quarantined item.
+// quarantined counts instances not served.
+func build(c registries.Common, layout Layout, tree map[string]*serviceNode) (services []model.Service, rejected []model.Rejection, quarantined int) {
+	infos := make(map[string]converted, len(tree))
+	entries := make([]registries.Entry[svcKey], 0, len(tree))
+	for child, sn := range tree {
+		in, conv := convertNode(c, layout, child, sn)
+		infos[child] = in
+		quarantined += in.quarantined
+		if !conv.Empty() {
+			entries = append(entries, registries.Entry[svcKey]{Key: in.key, Converted: conv})
 		}
 	}
-	slices.SortFunc(services, func(a, b model.Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
-	return services, rejected, quarantined
+	slices.SortFunc(entries, func(a, b registries.Entry[svcKey]) int { return compareKeys(a.Key, b.Key) })
+	services, rejected, extra := assemble(c, entries, func(child string) converted { return infos[child] })
+	return services, rejected, quarantined + extra
 }
 
 // buildService plans one service from its good instances with the shared

@@ -325,11 +325,12 @@ func TestBuild(t *testing.T) {
 			{Address: "192.0.2.9", Ports: map[string]uint32{"http": 80}, Origin: "/services/Orders/x", Source: src, Locality: common.Locality},
 		},
 	}}
+	// Services rejected whole first (by path), then by hostname.
 	wantRejected := []model.Rejection{
 		{Registry: "zk", Subject: "/services/bad_name", Reason: `service name "bad_name" is not a DNS label (letters, digits and '-', at most 63)`},
+		{Registry: "zk", Subject: "/services/denied", Reason: "not allowed to read the service (ACL)"},
 		{Registry: "zk", Host: "billing.zk", Subject: "/services/billing/bad", Reason: "instance has neither port nor sslPort"},
 		{Registry: "zk", Host: "billing.zk", Subject: "port https", Reason: "every number its instances use is the service port of another port name"},
-		{Registry: "zk", Subject: "/services/denied", Reason: "not allowed to read the service (ACL)"},
 		{Registry: "zk", Subject: "/services/orders", Reason: `maps to orders.zk like "Orders", which has it`},
 	}
 	if d := cmp.Diff(wantServices, services); d != "" {

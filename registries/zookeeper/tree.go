@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -200,6 +201,21 @@ func (w *watcher) resync() error {
 			tree[k] = sn
 		}
 	}
+	// A service read as it was (same instances, same content) keeps its
+	// node and its conversion; every other one, and every one gone, is
+	// converted again.
+	for k, sn := range tree {
+		if old, ok := w.tree[k]; ok && sameNode(old, sn) {
+			tree[k] = old
+			continue
+		}
+		w.dirty[k] = true
+	}
+	for k := range w.tree {
+		if _, ok := tree[k]; !ok {
+			w.dirty[k] = true
+		}
+	}
 	w.tree = tree
 	w.needResync = false
 	w.refresh = nil
@@ -264,7 +280,12 @@ func (w *watcher) relative(path string) []string {
 	return strings.Split(rest, "/")
 }
 
-func (w *watcher) changed() { w.deb.Add(time.Now()) }
+// changed marks child's node in the tree as changed (or gone): it is
+// converted again at the next publish, which the debouncer schedules.
+func (w *watcher) changed(child string) {
+	w.dirty[child] = true
+	w.deb.Add(time.Now())
+}
 
 func (w *watcher) refreshRoot() error {
 	kids, err := w.readRoot()
@@ -283,13 +304,13 @@ func (w *watcher) refreshRoot() error {
 		}
 		if sn != nil {
 			w.tree[k] = sn
-			w.changed()
+			w.changed(k)
 		}
 	}
 	for k := range w.tree {
 		if !present[k] {
 			delete(w.tree, k)
-			w.changed()
+			w.changed(k)
 		}
 	}
 	// Fired events of removed services need no more reads.
@@ -315,7 +336,7 @@ func (w *watcher) refreshService(child string) error {
 		if !slices.Contains(kids, "providers") {
 			if len(old.instances) > 0 {
 				w.tree[child] = &serviceNode{key: old.key, path: path, instances: map[string]*instance{}}
-				w.changed()
+				w.changed(child)
 			}
 			return nil
 		}
@@ -325,7 +346,7 @@ func (w *watcher) refreshService(child string) error {
 	if errors.Is(err, zk.ErrNoNode) {
 		if len(old.instances) > 0 {
 			w.tree[child] = &serviceNode{key: old.key, path: path, instances: map[string]*instance{}}
-			w.changed()
+			w.changed(child)
 		}
 		return nil
 	}
@@ -350,7 +371,7 @@ func (w *watcher) refreshService(child string) error {
 	}
 	if changed {
 		w.tree[child] = sn
-		w.changed()
+		w.changed(child)
 	}
 	return nil
 }
@@ -383,17 +404,61 @@ func (w *watcher) refreshInstance(child, id string) error {
 		next.instances[id] = in
 	}
 	w.tree[child] = next
-	w.changed()
+	w.changed(child)
 	return nil
 }
 
-// publish builds the full state from the tree and publishes it unless it
-// equals the last one published and the registry is Synced already (after
-// a reconnection it is published again, which says Synced).
+// publish converts the services that changed since the last publish, one
+// by one, and publishes the state they assemble to unless it equals the
+// last one published and the registry is Synced already (after a
+// reconnection it is published again, which says Synced).
 func (w *watcher) publish() {
 	w.deb.Done()
-	services, rejected, quarantined := build(w.r.common, w.r.cfg.Layout, w.tree)
-	w.pub.Set("", registries.Converted{Services: services, Rejected: rejected})
+	for child := range w.dirty {
+		w.convert(child)
+	}
+	clear(w.dirty)
 	w.pub.Flush(registries.Condition{})
-	w.r.m.quarantined.Set(float64(quarantined))
+	w.r.m.quarantined.Set(float64(w.quarantined + w.collided))
+}
+
+// convert converts one service of the tree again and stores it in the
+// Publisher, which compares it with its last conversion; a service gone
+// from the tree is deleted.
+func (w *watcher) convert(child string) {
+	old, had := w.conv[child]
+	if had {
+		w.quarantined -= old.quarantined
+	}
+	sn := w.tree[child]
+	if sn == nil {
+		if had {
+			w.pub.Delete(old.key)
+			delete(w.conv, child)
+		}
+		return
+	}
+	w.r.conversions.Add(1)
+	in, conv := convertNode(w.r.common, w.r.cfg.Layout, child, sn)
+	if had && old.key != in.key {
+		w.pub.Delete(old.key)
+	}
+	w.conv[child] = in
+	w.quarantined += in.quarantined
+	w.pub.Set(in.key, conv)
+}
+
+// sameNode reports whether two reads of a service found the same: same
+// name, same condition, the same instance znodes with the same content.
+func sameNode(a, b *serviceNode) bool {
+	if a.key != b.key || a.path != b.path || a.bad != b.bad || len(a.instances) != len(b.instances) {
+		return false
+	}
+	for id, ia := range a.instances {
+		ib, ok := b.instances[id]
+		if !ok || !reflect.DeepEqual(ia, ib) {
+			return false
+		}
+	}
+	return true
 }
