@@ -16,10 +16,15 @@
 // with full fetches. Staleness is thus bounded by pollInterval, as for any
 // Eureka client; meshfed adds nothing on top.
 //
-// The state is published only when an app's converted form changed (Eureka
-// keeps returning the same delta entries for minutes), and never while it
-// may be partial or diverged: a delta whose hashcode does not match is
-// published only after the full fetch that repairs it.
+// The state is published only when an app's converted form changed, and
+// never while it may be partial or diverged: a delta whose hashcode does
+// not match is published only after the full fetch that repairs it. Each
+// app is one key of the Publisher (docs/architecture.md §3.1.1); only the
+// apps whose instances a fetch changed are converted again and compared.
+// Eureka repeats a change in every delta for minutes (its delta window,
+// eureka.retentionTimeInMSInDeltaQueue, 3 min): an entry equal to the
+// instance held (lease times aside) touches nothing, and a full fetch
+// converts only the apps that differ from what is held.
 //
 // # Servers and outages
 //
@@ -37,6 +42,7 @@
 package eureka
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,10 +50,14 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/hudl/fargo"
 
 	"github.com/meshfed/meshfed/registries"
 )
@@ -62,6 +72,11 @@ type Registry struct {
 	endpoints []endpoint
 	log       *slog.Logger
 	m         metrics
+
+	// conversions counts the apps converted (and compared with their last
+	// conversion): one per app a fetch changed, not one per app held. For
+	// tests and diagnostics.
+	conversions atomic.Uint64
 }
 
 // endpoint is one configured Eureka service URL.
@@ -124,15 +139,19 @@ type watch struct {
 	// pub holds each app's converted form, recomputed only for apps a
 	// fetch touched, and publishes them.
 	pub *registries.Publisher[string]
+	// unconverted are apps a delta changed in apps whose conversion in
+	// pub is older (the delta's hashcode did not match yet).
+	unconverted map[string]bool
 
 	noDelta bool // the server refuses deltas: full fetches only
 }
 
 func newWatch(r *Registry, sink registries.Sink) *watch {
 	return &watch{
-		r:    r,
-		apps: map[string]map[string]*instance{},
-		pub:  registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
+		r:           r,
+		apps:        map[string]map[string]*instance{},
+		unconverted: map[string]bool{},
+		pub:         registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
 }
 
@@ -209,13 +228,46 @@ func (w *watch) applyFull(p *payload) bool {
 		}
 	}
 	changed := w.pub.Retain(func(key string) bool { _, ok := apps[key]; return ok })
+	old := w.apps
 	w.apps = apps
-	for key := range apps {
+	for key, m := range apps {
+		if !w.unconverted[key] && sameApp(old[key], m) {
+			continue // as converted last time
+		}
 		if w.reconvert(key) {
 			changed = true
 		}
 	}
+	clear(w.unconverted)
 	return changed
+}
+
+// sameApp reports whether two reads of an app hold the same instances
+// with the same content.
+func sameApp(a, b map[string]*instance) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for id, ia := range a {
+		if ib, ok := b[id]; !ok || !sameInstance(ia, ib) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameInstance reports whether two reads of an instance say the same to
+// the conversion: every field but the lease (its renewal times move with
+// every heartbeat) and the delta action.
+func sameInstance(a, b *instance) bool {
+	if a.problem != b.problem || !bytes.Equal(a.Metadata.Raw, b.Metadata.Raw) {
+		return false
+	}
+	x, y := a.Instance, b.Instance
+	x.LeaseInfo, y.LeaseInfo = fargo.LeaseInfo{}, fargo.LeaseInfo{}
+	x.Metadata, y.Metadata = fargo.InstanceMetadata{}, fargo.InstanceMetadata{}
+	x.UniqueID, y.UniqueID = nil, nil
+	return reflect.DeepEqual(x, y)
 }
 
 // applyDelta merges a delta into the state and returns the apps it
@@ -228,20 +280,28 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 			m := w.apps[key]
 			switch strings.ToUpper(in.action) {
 			case "DELETED":
-				if m != nil {
-					delete(m, in.id())
-					if len(m) == 0 {
-						delete(w.apps, key)
-					}
+				if _, held := m[in.id()]; !held {
+					continue // gone already (repeated, as below)
+				}
+				delete(m, in.id())
+				if len(m) == 0 {
+					delete(w.apps, key)
 				}
 			default: // ADDED, MODIFIED; Netflix's client treats them alike
 				if m == nil {
 					m = map[string]*instance{}
 					w.apps[key] = m
 				}
+				// Eureka repeats a change in every delta for minutes
+				// (its delta window): one that says what we hold already
+				// touches nothing.
+				if held, ok := m[in.id()]; ok && sameInstance(held, in) {
+					continue
+				}
 				m[in.id()] = in
 			}
 			touched[key] = true
+			w.unconverted[key] = true
 		}
 	}
 	return touched
@@ -250,6 +310,7 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 // reconvert converts one app again and reports whether its converted form
 // changed.
 func (w *watch) reconvert(key string) bool {
+	delete(w.unconverted, key)
 	m := w.apps[key]
 	if len(m) == 0 {
 		return w.pub.Delete(key)
@@ -259,6 +320,7 @@ func (w *watch) reconvert(key string) bool {
 	for _, id := range ids {
 		insts = append(insts, m[id])
 	}
+	w.r.conversions.Add(1)
 	return w.pub.Set(key, convertApp(w.r.common, &w.r.cfg, key, insts))
 }
 
