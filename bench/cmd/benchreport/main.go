@@ -2,12 +2,15 @@
 // vs SotW, and IS: through istiod) side by side with the go-control-plane SnapshotCache baseline,
 // and the scale scenarios of issue #16 (F: the services-file path beside
 // istiod; S1's bare grpc-go floor; S7: 10,000 streams; S8: 100,000
-// endpoints; CS: Consul with 10,000 services; SOAK), and rewrites
-// BENCHMARKS.md. It reports; it never fails because a goal is
+// endpoints; CS: Consul with 10,000 services; SOAK), the registry kinds at
+// 1,000 and 10,000 services of issue #22 (KS), and rewrites
+// BENCHMARKS.md, whole or (-only … -merge) only the rows of the scenarios
+// run. It reports; it never fails because a goal is
 // missed (it exits non-zero only when the harness itself breaks).
 //
 //	go run ./bench/cmd/benchreport -out BENCHMARKS.md        # full (~40 min; -soak 0: ~30)
 //	go run ./bench/cmd/benchreport -quick -out /tmp/b.md     # smoke (~2 min)
+//	go run ./bench/cmd/benchreport -only KS -merge           # refresh only KS's rows of BENCHMARKS.md
 package main
 
 import (
@@ -43,6 +46,8 @@ type config struct {
 	pprofDir               string
 	consulServices         int
 	fFiles                 int
+	ksSizes, ksKinds       string
+	ksChanges              int
 }
 
 type runner struct {
@@ -59,7 +64,10 @@ func main() {
 	quick := flag.Bool("quick", false, "reduced smoke run (small fixture, few streams)")
 	pprofDir := flag.String("pprof", "", "save CPU profiles in this directory: of the server during each run of spaced events (S1, F, S7), and of this process during S8")
 	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
-	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,SOAK); default all")
+	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,KS,SOAK); default all")
+	merge := flag.Bool("merge", false, "with -only: keep the other rows of the existing -out file and replace only the rerun scenarios' rows")
+	ksKinds := flag.String("ks.kinds", "", "KS: comma-separated kinds to run (bench/s6 KindScaleRow.Kind); default all")
+	ksSizes := flag.String("ks.sizes", "1000,10000", "KS: catalog sizes for kinds that name none")
 	flag.Parse()
 	c := config{
 		quick: *quick, services: 1000, eps: 10, streams: 1000, per: 100, common: 10,
@@ -69,6 +77,7 @@ func main() {
 		s6N: 200, syncTimeout: 3 * time.Minute, only: *only,
 		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
 		soak: *soak, soakRate: 100, pprofDir: *pprofDir, consulServices: 10000, fFiles: 100,
+		ksSizes: *ksSizes, ksKinds: *ksKinds, ksChanges: 50,
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5
@@ -78,6 +87,17 @@ func main() {
 		c.syncTimeout = time.Minute
 		c.s7Streams, c.s7Procs, c.s7Flips, c.s8Services, c.s8Flips = 200, 2, 3, 1000, 5
 		c.consulServices, c.fFiles = 300, 10
+		c.ksSizes, c.ksChanges = "100,300", 10
+	}
+	var old []byte
+	if *merge {
+		if *only == "" {
+			log.Fatal("-merge needs -only")
+		}
+		var err error
+		if old, err = os.ReadFile(*out); err != nil {
+			log.Fatal(err)
+		}
 	}
 	dir, err := os.MkdirTemp("", "meshfed-bench")
 	if err != nil {
@@ -101,7 +121,7 @@ func main() {
 		{"S3", r.runS3a}, {"S1", r.runS1}, {"DS", r.runDS}, {"S2", r.runS2},
 		{"S3", r.runS3b}, {"S4", r.runS4}, {"S5", r.runS5}, {"S6", r.runS6}, {"IS", r.runIS},
 		{"F", r.runF}, {"S7", r.runS7}, {"S8", r.runS8},
-		{"CS", r.runConsulScale}, {"SOAK", r.runSoak},
+		{"CS", r.runConsulScale}, {"KS", r.runKindScale}, {"SOAK", r.runSoak},
 	} {
 		if c.only != "" && !strings.Contains(","+c.only+",", ","+s.id+",") {
 			continue
@@ -114,8 +134,30 @@ func main() {
 	}
 	r.rep.loadAfter = loadavg()
 	r.rep.elapsed = time.Since(start)
-	if err := os.WriteFile(*out, []byte(r.rep.markdown()), 0o644); err != nil {
+	md := r.rep.markdown()
+	if *merge {
+		md = r.rep.merge(string(old), replacedIDs(c.only))
+	}
+	if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
 		log.Fatal(err)
 	}
 	logf("wrote %s", *out)
+}
+
+// rowIDs are the row ids a scenario's rows carry when they differ from
+// the scenario's.
+var rowIDs = map[string][]string{"S3": {"S3a", "S3b"}, "DS": {"Δ"}}
+
+// replacedIDs are the row ids that a run of the scenarios in only
+// replaces when merged into an earlier report.
+func replacedIDs(only string) map[string]bool {
+	ids := map[string]bool{}
+	for s := range strings.SplitSeq(only, ",") {
+		s = strings.TrimSpace(s)
+		ids[s] = true
+		for _, id := range rowIDs[s] {
+			ids[id] = true
+		}
+	}
+	return ids
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,6 +131,34 @@ func lastLines(s string, n int) string {
 
 func (r *report) markdown() string {
 	var b strings.Builder
+	b.WriteString(r.header())
+	b.WriteString(r.errorsSection())
+	b.WriteString(resultsIntro)
+	for _, x := range r.rows {
+		b.WriteString(rowLine(x))
+	}
+	b.WriteString(notesIntro)
+	for _, x := range r.rows {
+		b.WriteString(noteLine(x))
+	}
+	for _, n := range r.notes {
+		b.WriteString("- " + n + "\n")
+	}
+	b.WriteString(r.s5Section())
+	b.WriteString(tail())
+	return b.String()
+}
+
+const (
+	resultsIntro = "## Results\n\nCells are p50 / p99 / max, or a single value. Ratio is meshfed ÷ baseline at p99 (below 1: meshfed is better for times, bytes, CPU and memory). The goal and verdict apply to meshfed.\n\n" +
+		tableHead
+	tableHead  = "| | figure | unit | meshfed | baseline | ratio | goal | verdict |\n|---|---|---|---|---|---|---|---|\n"
+	notesIntro = "\n### Notes per figure\n\n"
+	s5Head     = "\n### S5 memory by stream count (MB)\n\n"
+)
+
+func (r *report) header() string {
+	var b strings.Builder
 	p := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	mode := "full"
 	if r.c.quick {
@@ -145,39 +175,155 @@ func (r *report) markdown() string {
 	p("| load | loadavg %s before, %s after; the machine is shared with other builds, so figures are noisy |\n", r.loadBefore, r.loadAfter)
 	p("| duration | %s |\n", r.elapsed.Round(time.Second))
 	p("| debounce | meshfed at the clusters.yaml defaults (%s) unless a row says %s |\n\n", defDebounce, lowDebounce)
-	if len(r.errors) > 0 {
-		p("**Harness errors (scenarios incomplete):**\n\n")
-		for _, e := range r.errors {
-			p("- %s\n", e)
-		}
-		p("\n")
+	return b.String()
+}
+
+func (r *report) errorsSection() string {
+	if len(r.errors) == 0 {
+		return ""
 	}
-	p("## Results\n\n")
-	p("Cells are p50 / p99 / max, or a single value. Ratio is meshfed ÷ baseline at p99 (below 1: meshfed is better for times, bytes, CPU and memory). The goal and verdict apply to meshfed.\n\n")
-	p("| | figure | unit | meshfed | baseline | ratio | goal | verdict |\n|---|---|---|---|---|---|---|---|\n")
-	for _, x := range r.rows {
-		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", x.id, x.figure, x.unit, cell(x.mf), cell(x.bl), ratio(x), x.goal, verdict(x))
+	var b strings.Builder
+	b.WriteString("**Harness errors (scenarios incomplete):**\n\n")
+	for _, e := range r.errors {
+		b.WriteString("- " + e + "\n")
 	}
-	p("\n### Notes per figure\n\n")
-	for _, x := range r.rows {
-		if x.note != "" {
-			p("- **%s %s**: %s\n", x.id, x.figure, strings.TrimPrefix(x.note, "; "))
+	b.WriteString("\n")
+	return b.String()
+}
+
+func rowLine(x row) string {
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", x.id, x.figure, x.unit, cell(x.mf), cell(x.bl), ratio(x), x.goal, verdict(x))
+}
+
+func noteLine(x row) string {
+	if x.note == "" {
+		return ""
+	}
+	return fmt.Sprintf("- **%s %s**: %s\n", x.id, x.figure, strings.TrimPrefix(x.note, "; "))
+}
+
+func (r *report) s5Section() string {
+	if len(r.s5) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(s5Head + "| streams | meshfed live heap | meshfed RSS | baseline live heap | baseline RSS |\n|---|---|---|---|---|\n")
+	for _, l := range r.s5 {
+		b.WriteString("| " + strings.Join(l, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+// tail is bench/analysis.md (read from the working directory) and the
+// method.
+func tail() string {
+	a, _ := os.ReadFile("bench/analysis.md")
+	return string(a) + method
+}
+
+// merge renders the report of a run of some scenarios into old, a report
+// of an earlier run: the rows (and their notes) whose id is in ids are
+// replaced by this run's, at the place of the first one replaced (new ids
+// go at the end); the other rows, notes, the header and the S5 table
+// (unless this run has one) stay as they were, and the header gains a
+// line saying which rows this run refreshed. Analysis and method are
+// rewritten from the working tree.
+func (r *report) merge(old string, ids map[string]bool) string {
+	lines := strings.Split(old, "\n")
+	section := func(from func(string) bool, to func(string) bool) (at int, body []string) {
+		at = slices.IndexFunc(lines, from)
+		if at < 0 {
+			return -1, nil
 		}
+		end := at + 1
+		for end < len(lines) && !to(lines[end]) {
+			end++
+		}
+		return at, lines[at+1 : end]
+	}
+	blank := func(l string) bool { return strings.TrimSpace(l) == "" }
+	_, header := section(func(l string) bool { return l == "# meshfed benchmarks" }, func(l string) bool { return l == "## Results" })
+	_, table := section(func(l string) bool { return strings.HasPrefix(l, "|---|---|---|---|") }, blank)
+	_, notes := section(func(l string) bool { return strings.TrimSpace(l) == "### Notes per figure" }, func(l string) bool { return strings.HasPrefix(l, "#") })
+	s5At, s5 := section(func(l string) bool { return strings.HasPrefix(l, "### S5 memory") }, func(l string) bool { return strings.HasPrefix(l, "## ") })
+
+	var b strings.Builder
+	b.WriteString("# meshfed benchmarks\n\n")
+	refreshed := slices.Sorted(maps.Keys(ids))
+	stamp := fmt.Sprintf("| refreshed %s | %s, commit %s, loadavg %s before, %s after, %s |",
+		strings.Join(refreshed, ","), r.date.UTC().Format("2006-01-02 15:04 MST"), gitRev(), r.loadBefore, r.loadAfter, r.elapsed.Round(time.Second))
+	for _, l := range trimBlank(header) {
+		if !strings.HasPrefix(l, "| refreshed "+strings.Join(refreshed, ",")+" |") {
+			b.WriteString(l + "\n")
+		}
+	}
+	b.WriteString(stamp + "\n\n")
+	b.WriteString(r.errorsSection())
+	b.WriteString(resultsIntro)
+	idOf := func(l string) string {
+		f := strings.SplitN(l, "|", 3)
+		if len(f) < 3 {
+			return ""
+		}
+		return strings.TrimSpace(f[1])
+	}
+	var newRows, newNotes strings.Builder
+	for _, x := range r.rows {
+		newRows.WriteString(rowLine(x))
+		newNotes.WriteString(noteLine(x))
 	}
 	for _, n := range r.notes {
-		p("- %s\n", n)
+		newNotes.WriteString("- " + n + "\n")
 	}
-	if len(r.s5) > 0 {
-		p("\n### S5 memory by stream count (MB)\n\n| streams | meshfed live heap | meshfed RSS | baseline live heap | baseline RSS |\n|---|---|---|---|---|\n")
-		for _, l := range r.s5 {
-			p("| %s |\n", strings.Join(l, " | "))
+	spliced := false
+	for _, l := range trimBlank(table) {
+		if ids[idOf(l)] {
+			if !spliced {
+				b.WriteString(newRows.String())
+				spliced = true
+			}
+			continue
 		}
+		b.WriteString(l + "\n")
 	}
-	if a, err := os.ReadFile("bench/analysis.md"); err == nil {
-		p("%s", a)
+	if !spliced {
+		b.WriteString(newRows.String())
 	}
-	p("%s", method)
+	b.WriteString(notesIntro)
+	spliced = false
+	for _, l := range trimBlank(notes) {
+		id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, "- **"), "- "), " ")
+		if ids[id] {
+			if !spliced {
+				b.WriteString(newNotes.String())
+				spliced = true
+			}
+			continue
+		}
+		b.WriteString(l + "\n")
+	}
+	if !spliced {
+		b.WriteString(newNotes.String())
+	}
+	switch {
+	case len(r.s5) > 0:
+		b.WriteString(r.s5Section())
+	case s5At >= 0:
+		b.WriteString("\n" + lines[s5At] + "\n\n" + strings.Join(trimBlank(s5), "\n") + "\n")
+	}
+	b.WriteString(tail())
 	return b.String()
+}
+
+// trimBlank drops leading and trailing blank lines.
+func trimBlank(ls []string) []string {
+	for len(ls) > 0 && strings.TrimSpace(ls[0]) == "" {
+		ls = ls[1:]
+	}
+	for len(ls) > 0 && strings.TrimSpace(ls[len(ls)-1]) == "" {
+		ls = ls[:len(ls)-1]
+	}
+	return ls
 }
 
 const method = `
@@ -192,5 +338,6 @@ Processes (all on 127.0.0.1, built by the report before it starts):
 - Server CPU is utime+stime from ` + "`/proc/<pid>/stat`" + ` (10 ms ticks); RSS and peak RSS are VmRSS/VmHWM from ` + "`/proc/<pid>/status`" + `; the Go heap is ` + "`/gc/heap/live:bytes`" + ` from runtime/metrics. For S5 the server first runs two GCs (` + "`sync.Pool`" + ` keeps gRPC's pooled buffers through one) and returns freed memory to the OS (` + "`debug.FreeOSMemory`" + `), so heap and RSS are what the streams keep, not garbage of the sync burst (S4's peak RSS shows that). Bytes are the serialized size of every response the streams received.
 - S1: one endpoint's health flips (with a new marker) in one of the 10 services every stream watches; the next flip waits until all streams ACKed. S2: a rolling deploy replaces endpoints one by one, service after service (never the 10 common ones), at a rate ramping linearly to the target, then held; "no queue growth" compares the p99 of writes in the first and second half of the hold, and requires every write to reach every watcher. S3b: servers start with an empty registry, the streams subscribe, then one write publishes everything; the marshal accounting reruns it with ` + "`runtime.MemProfileRate=1`" + ` and sums the bytes allocated under go-control-plane's ` + "`cache.MarshalResource`" + `, the function that serializes every resource. S4: SIGTERM, then a new server on the same port; streams reconnect on their own. S5: load generators are added step by step; per-stream cost is the slope from 0 to the largest count. S6: ` + "`go test ./bench/s6`" + ` runs each registry row against its real backend; the registry feeds meshfed's real ` + "`aggregate`" + ` (default debounce) and ` + "`xds`" + ` packages, and the figure is backend write → the last of 10 ADS clients (SotW, proxyless-gRPC style, subscribed to the written host's clusters) ACKs an EDS response holding the new endpoint; the note gives the registry's own share, write → its ` + "`Sink.Publish`" + ` holding the change.
 - Scale (issue #16). F: the built ` + "`meshfed run`" + ` on a real services file (one file; then the same services in 100 files), rewritten by temp file + rename with one endpoint's address replaced per edit; the new address carries the edit's sequence number (` + "`bench.SeqAddr`" + `), the one marker istiod also passes through; the baseline column is istiod ` + "`--configDir`" + ` on one ServiceEntry file per service, with the same clients; RSS per stream is the binary's VmRSS growth without a forced GC. S1 floor: ` + "`benchserver -impl floor`" + `, a bare grpc-go delta ADS server that sends the changed CLA's pre-serialized response to each subscribed stream, with meshfed's flow-control windows. S7: 10 load generators of 1,000 streams started at once; storm from the first start to each stream's first full ACK. S8: aggregate and xds in the report's process, CPU from getrusage. CS: ` + "`go test -run '^TestConsulScale$' ./bench/s6`" + ` against a real Consul agent. SOAK: rolling-deploy churn at 100 events/s with 10 % of the streams reconnecting on new connections each minute; memory sampled after two GCs; slopes by least squares after a warm-up.
+- KS (issue #22): ` + "`go test -run '^TestKindScale$' ./bench/s6`" + ` runs each registry kind and config source against its real server (` + "`bench/kindscale.go`" + ` is the one harness; each kind plugs in a ` + "`bench.KindScaleRow`" + ` from ` + "`bench/s6/<kind>scale_test.go`" + `: fixture loader and change function) at 1,000 and 10,000 services (config sources: objects). The fixture is loaded first and its time reported apart; then the registry starts at its defaults and the first figure is start → the first state at its sink holding the whole fixture (registries: ` + "`Sink.Publish`" + `; config sources: the published snapshot). Then changes, one after the other (each awaited, 20 ms apart), each on a different service: a change in the server → the first published state holding it. CPU per change is getrusage of the test process (the registry, the client that makes the change and the harness) over the changes ÷ changes; \"flat in size\" compares it at the largest size with the smallest. Memory is the test process's VmRSS and Go live heap after the changes above what it held before the start, both read after two GCs and FreeOSMemory, ÷ the endpoints (objects) held.
 - Benchmarks never fail the test suite: ` + "`go test ./bench/...`" + ` runs only a small smoke of the harness.
 `

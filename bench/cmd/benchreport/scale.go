@@ -10,22 +10,14 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/meshfed/meshfed/bench"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
-// rusage returns this process's user+system CPU time (µs resolution,
-// unlike /proc's 10 ms ticks).
-func rusage() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+// rusage returns this process's user+system CPU time.
+var rusage = bench.ProcessCPU
 
 // runS7: 10,000 streams × 100 clusters against one meshfed bench server
 // (1,000 services × 10 endpoints): the connect storm (every load generator

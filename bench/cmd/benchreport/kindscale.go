@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/meshfed/meshfed/bench"
+)
+
+// Goals of scenario KS (issue #22), per kind at 10,000 services.
+const (
+	ksSyncGoal     = 15 * time.Second // first sync → everything at the sink
+	ksCPUGrowth    = 2.0              // CPU per change at the largest size ÷ at the smallest
+	ksBytesPerEndp = 2048             // RSS per endpoint held
+)
+
+// runKindScale: every registry kind and config source against its real
+// server at 1,000 and 10,000 services (go test ./bench/s6 -run
+// TestKindScale; bench/kindscale.go is the harness, each kind a
+// bench.KindScaleRow in bench/s6/<kind>scale_test.go).
+func (r *runner) runKindScale() error {
+	r.logf("KS: registry kinds at %s services (go test ./bench/s6 -run TestKindScale)", r.c.ksSizes)
+	f, err := os.CreateTemp(r.dir, "ks-*.json")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	args := []string{"test", "-count=1", "-timeout=180m", "-run", "^TestKindScale$", "./bench/s6",
+		"-args", "-kindscale.out=" + f.Name(), "-kindscale.sizes=" + r.c.ksSizes, "-kindscale.changes=" + strconv.Itoa(r.c.ksChanges)}
+	if r.c.ksKinds != "" {
+		args = append(args, "-kindscale.kinds="+r.c.ksKinds)
+	}
+	if r.c.pprofDir != "" {
+		args = append(args, "-kindscale.pprof="+r.c.pprofDir)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Stderr = os.Stderr
+	outb, err := cmd.Output()
+	if err != nil {
+		r.rep.notes = append(r.rep.notes, "KS go test failed: "+lastLines(string(outb), 8))
+	}
+	b, _ := os.ReadFile(f.Name())
+	var res []bench.KindScaleResult
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &res); err != nil {
+			return err
+		}
+	}
+	for _, rw := range kindScaleRows(res) {
+		r.rep.add(rw)
+	}
+	return nil
+}
+
+// kindScaleRows renders KS results: per kind and size the first sync and
+// one change → sink; CPU per change, with the flatness verdict at the
+// kind's largest size; memory held per endpoint.
+func kindScaleRows(res []bench.KindScaleResult) []row {
+	smallest := map[string]bench.KindScaleResult{}
+	largest := map[string]int{}
+	for _, x := range res {
+		if x.Skipped != "" {
+			continue
+		}
+		if s, ok := smallest[x.Kind]; !ok || x.Services < s.Services {
+			smallest[x.Kind] = x
+		}
+		largest[x.Kind] = max(largest[x.Kind], x.Services)
+	}
+	var rows []row
+	for _, x := range res {
+		what := fmt.Sprintf("%s, %d services (%d endpoints)", x.Kind, x.Services, x.Endpoints)
+		if x.Endpoints == 0 {
+			what = fmt.Sprintf("%s, %d objects", x.Kind, x.Services)
+		}
+		short := fmt.Sprintf("%s %d", x.Kind, x.Services)
+		if x.Skipped != "" {
+			rows = append(rows, row{id: "KS", figure: what + ": start → first sink state holding all", unit: "s", note: "not run: " + x.Skipped})
+			continue
+		}
+		rows = append(rows, row{id: "KS", figure: what + ": start → first sink state holding all", unit: "s",
+			mf: one(x.Sync / 1e3), goal: "≤ 15 s", met: ptr(x.Sync <= ms(ksSyncGoal)),
+			note: fmt.Sprintf("%s; fixture loaded in %.1f s before the start (not counted); process CPU for the sync %.1f s", x.Note, x.Load/1e3, x.SyncCPU/1e3)})
+		ch := row{id: "KS", figure: short + ": one change → sink", unit: "ms", mf: &x.Change,
+			note: fmt.Sprintf("%d changes one after the other, %d states published meanwhile%s", x.Change.N+x.Lost, x.Publishes, lostNote(x.Lost))}
+		if x.Goal > 0 {
+			ch.goal = "p99 ≤ " + time.Duration(x.Goal).String()
+			ch.met = ptr(x.Lost == 0 && x.Change.P99 <= ms(time.Duration(x.Goal)))
+		}
+		rows = append(rows, ch)
+		cpu := row{id: "KS", figure: short + ": CPU per change", unit: "ms", mf: one(x.CPUPerChange)}
+		if s := smallest[x.Kind]; x.Services == largest[x.Kind] && s.Services < x.Services {
+			cpu.goal = fmt.Sprintf("≤ %g × at %d (%s ms)", ksCPUGrowth, s.Services, num(s.CPUPerChange))
+			cpu.met = ptr(x.CPUPerChange <= ksCPUGrowth*s.CPUPerChange)
+		}
+		rows = append(rows, cpu)
+		perRSS := x.PerEndpoint(x.RSS)
+		unit := "endpoint"
+		if x.Endpoints == 0 {
+			unit = "object"
+		}
+		rows = append(rows, row{id: "KS", figure: short + ": RSS per " + unit + " held", unit: "KB", mf: one(perRSS / 1024),
+			goal: "≤ 2 KB", met: ptr(perRSS <= ksBytesPerEndp),
+			note: fmt.Sprintf("%s above the process's before the start; Go live heap %s (%.0f B per %s)", mb(x.RSS), mb(x.Heap), x.PerEndpoint(x.Heap), unit)})
+	}
+	return rows
+}

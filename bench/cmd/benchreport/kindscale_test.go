@@ -1,0 +1,68 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/meshfed/meshfed/bench"
+)
+
+// TestKindScaleRowsAndMerge renders KS results and merges them into an
+// earlier report: the earlier KS rows go, the other rows and the S5 table
+// stay, and the flatness verdict compares the largest size with the
+// smallest.
+func TestKindScaleRowsAndMerge(t *testing.T) {
+	t.Parallel()
+	res := []bench.KindScaleResult{
+		{Kind: "kubernetes", Services: 1000, Endpoints: 10000, Goal: 50e6, Sync: 1200, CPUPerChange: 3,
+			Change: bench.Summary{N: 3, P50: 7, P99: 20, Max: 20}, RSS: 10000 * 1024, Heap: 10000 * 512},
+		{Kind: "kubernetes", Services: 10000, Endpoints: 100000, Goal: 50e6, Sync: 16000, CPUPerChange: 7,
+			Change: bench.Summary{N: 3, P50: 7, P99: 70, Max: 70}, RSS: 100000 * 3000, Heap: 100000 * 512},
+		{Kind: "zookeeper-curator", Services: 1000, Skipped: "not installed"},
+	}
+	earlier := newReport(config{})
+	earlier.add(row{id: "S1", figure: "one endpoint flips", unit: "ms", mf: one(5), note: "S1 note"})
+	earlier.add(row{id: "KS", figure: "old kind", unit: "s", mf: one(1), note: "old KS note"})
+	earlier.add(row{id: "CS", figure: "consul", unit: "s", mf: one(2)})
+	earlier.s5 = [][]string{{"0", "1.0", "2.0", "3.0", "4.0"}}
+	rep := newReport(config{})
+	for _, x := range kindScaleRows(res) {
+		rep.add(x)
+	}
+	verdicts := map[string]string{}
+	for _, x := range rep.rows {
+		verdicts[x.figure] = verdict(x)
+	}
+	for fig, want := range map[string]string{
+		"kubernetes, 1000 services (10000 endpoints): start → first sink state holding all":   "met",
+		"kubernetes, 10000 services (100000 endpoints): start → first sink state holding all": "**missed**",
+		"kubernetes 1000: one change → sink":                                                  "met",
+		"kubernetes 10000: one change → sink":                                                 "**missed**",
+		"kubernetes 1000: CPU per change":                                                     "",
+		"kubernetes 10000: CPU per change":                                                    "**missed**",
+		"kubernetes 1000: RSS per endpoint held":                                              "met",
+		"kubernetes 10000: RSS per endpoint held":                                             "**missed**",
+	} {
+		if got, ok := verdicts[fig]; !ok || got != want {
+			t.Errorf("%q: verdict %q (present %v), want %q", fig, got, ok, want)
+		}
+	}
+	out := rep.merge(earlier.markdown(), replacedIDs("KS"))
+	for _, want := range []string{"| S1 | one endpoint flips |", "- **S1 one endpoint flips**: S1 note", "| CS | consul |",
+		"| refreshed KS |", "| KS | kubernetes 10000: one change → sink |", "| 0 | 1.0 | 2.0 | 3.0 | 4.0 |", "not run: not installed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("merged report lacks %q", want)
+		}
+	}
+	for _, gone := range []string{"old kind", "old KS note"} {
+		if strings.Contains(out, gone) {
+			t.Errorf("merged report keeps %q", gone)
+		}
+	}
+	if i, j := strings.Index(out, "| S1 |"), strings.Index(out, "| KS | kubernetes"); i > j || j > strings.Index(out, "| CS |") {
+		t.Error("KS rows not in the place of the rows they replace")
+	}
+	if again := rep.merge(out, replacedIDs("KS")); strings.Count(again, "| refreshed KS |") != 1 || strings.Count(again, "| KS | kubernetes 10000: one change") != 1 {
+		t.Error("merging twice duplicates rows or refresh lines")
+	}
+}
