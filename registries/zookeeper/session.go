@@ -128,6 +128,9 @@ type watcher struct {
 	refresh map[watchKey]bool
 
 	addrCache map[string]addrResult
+	// readMu guards armed and addrCache while resync's readers run; the
+	// loop goroutine alone touches them otherwise.
+	readMu sync.Mutex
 }
 
 func (w *watcher) loop(ctx context.Context) error {

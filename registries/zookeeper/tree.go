@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -27,16 +29,30 @@ type watchKey struct {
 	kind watchKind
 }
 
+// isArmed and arm read and write armed; resync's readers call them at
+// once.
+func (w *watcher) isArmed(k watchKey) bool {
+	w.readMu.Lock()
+	defer w.readMu.Unlock()
+	return w.armed[k]
+}
+
+func (w *watcher) arm(k watchKey) {
+	w.readMu.Lock()
+	w.armed[k] = true
+	w.readMu.Unlock()
+}
+
 // children lists path's children and makes sure a child watch is armed.
 func (w *watcher) children(path string) ([]string, error) {
 	k := watchKey{path, watchChild}
-	if w.armed[k] {
+	if w.isArmed(k) {
 		c, _, err := w.conn.Children(path)
 		return c, err
 	}
 	c, _, _, err := w.conn.ChildrenW(path)
 	if err == nil {
-		w.armed[k] = true
+		w.arm(k)
 	}
 	return c, err
 }
@@ -44,13 +60,13 @@ func (w *watcher) children(path string) ([]string, error) {
 // data reads path and makes sure a data watch is armed.
 func (w *watcher) data(path string) ([]byte, error) {
 	k := watchKey{path, watchData}
-	if w.armed[k] {
+	if w.isArmed(k) {
 		b, _, err := w.conn.Get(path)
 		return b, err
 	}
 	b, _, _, err := w.conn.GetW(path)
 	if err == nil {
-		w.armed[k] = true
+		w.arm(k)
 	}
 	return b, err
 }
@@ -59,13 +75,13 @@ func (w *watcher) data(path string) ([]byte, error) {
 // the node is created).
 func (w *watcher) exists(path string) (bool, error) {
 	k := watchKey{path, watchExist}
-	if w.armed[k] {
+	if w.isArmed(k) {
 		ok, _, err := w.conn.Exists(path)
 		return ok, err
 	}
 	ok, _, _, err := w.conn.ExistsW(path)
 	if err == nil {
-		w.armed[k] = true
+		w.arm(k)
 	}
 	return ok, err
 }
@@ -178,6 +194,9 @@ func (w *watcher) readInstance(path, name string) (*instance, error) {
 	return &in, nil
 }
 
+// resyncReaders is how many services a resync reads at once.
+const resyncReaders = 32
+
 // resync reads the whole tree, re-arming missing watches, and publishes
 // it. On error the previous tree stays.
 func (w *watcher) resync() error {
@@ -187,9 +206,28 @@ func (w *watcher) resync() error {
 	if err != nil {
 		return err
 	}
+	// Services are read resyncReaders at a time: the client pipelines
+	// their requests on the one connection, so a large tree is read in
+	// far fewer round trips than znodes.
+	nodes := make([]*serviceNode, len(kids))
+	errs := make([]error, len(kids))
+	var next atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range min(resyncReaders, len(kids)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(kids) && !failed.Load(); i = int(next.Add(1)) - 1 {
+				nodes[i], errs[i] = w.readService(kids[i])
+				if errs[i] != nil && !errors.Is(errs[i], zk.ErrNoAuth) {
+					failed.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
 	tree := make(map[string]*serviceNode, len(kids))
-	for _, k := range kids {
-		sn, err := w.readService(k)
+	for i, k := range kids {
+		sn, err := nodes[i], errs[i]
 		if err != nil {
 			if errors.Is(err, zk.ErrNoAuth) {
 				tree[k] = &serviceNode{key: w.serviceKey(k), path: w.join(w.r.cfg.Root, k), bad: "not allowed to read the service (ACL)"}
