@@ -97,8 +97,12 @@ type Publisher[K comparable] struct {
 	ingest interface{ Observe(float64) }
 	opts   PublisherOptions[K]
 
-	mu      sync.Mutex
-	conv    map[K]Converted
+	mu   sync.Mutex
+	conv map[K]Converted
+	// order is conv's keys sorted, nil when a key came or went since it
+	// was sorted: a change of values only (the usual edit of a registry
+	// with a key per service) does not sort every key again.
+	order   []K
 	dirty   bool      // conv changed since the last publish
 	pending time.Time // oldest change not yet published; zero if none
 
@@ -152,9 +156,13 @@ func (p *Publisher[K]) Set(key K, c Converted) bool {
 		return false
 	case c.Empty():
 		delete(p.conv, key)
+		p.order = nil
 	case had && reflect.DeepEqual(old, c):
 		return false
 	default:
+		if !had {
+			p.order = nil
+		}
 		p.conv[key] = c
 	}
 	p.dirty = true
@@ -166,6 +174,9 @@ func (p *Publisher[K]) Set(key K, c Converted) bool {
 func (p *Publisher[K]) Put(key K, c Converted) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if _, had := p.conv[key]; !had {
+		p.order = nil
+	}
 	p.conv[key] = c
 	p.dirty = true
 }
@@ -177,6 +188,7 @@ func (p *Publisher[K]) Delete(key K) bool {
 	_, had := p.conv[key]
 	if had {
 		delete(p.conv, key)
+		p.order = nil
 		p.dirty = true
 	}
 	return had
@@ -189,6 +201,7 @@ func (p *Publisher[K]) Retain(keep func(K) bool) bool {
 	n := len(p.conv)
 	maps.DeleteFunc(p.conv, func(k K, _ Converted) bool { return !keep(k) })
 	if len(p.conv) != n {
+		p.order = nil
 		p.dirty = true
 		return true
 	}
@@ -288,9 +301,11 @@ func (p *Publisher[K]) State() ([]model.Service, []model.Rejection) {
 
 // assemble runs Assemble over every key in order. Called with mu held.
 func (p *Publisher[K]) assemble() ([]model.Service, []model.Rejection) {
-	keys := slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
-	entries := make([]Entry[K], len(keys))
-	for i, k := range keys {
+	if p.order == nil {
+		p.order = slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
+	}
+	entries := make([]Entry[K], len(p.order))
+	for i, k := range p.order {
 		entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
 	}
 	services, rejected := p.opts.Assemble(entries)
