@@ -27,10 +27,13 @@ const (
 // instance is one znode turned into an endpoint, or the reason it is
 // quarantined. It is computed once per read of the znode.
 type instance struct {
-	path  string
-	ep    model.Endpoint // Address, Ports, Labels, Weight, Health, Origin
-	ports []model.Port   // the ports the instance declares, by its own numbers
-	bad   string         // non-empty: quarantined for this reason
+	path string
+	// ep has the instance's Address, Labels, Weight, Health and Origin;
+	// its Ports are the service's port plan's (buildService), not kept
+	// here twice.
+	ep    model.Endpoint
+	ports []model.Port // the ports the instance declares, by its own numbers
+	bad   string       // non-empty: quarantined for this reason
 }
 
 // addressFunc checks an instance address and returns the IP address to
@@ -68,7 +71,6 @@ func parseCurator(path string, data []byte, address addressFunc) instance {
 		in.bad = "instance has neither port nor sslPort"
 		return in
 	}
-	ports := map[string]uint32{}
 	for _, p := range []struct {
 		name, field string
 		value       *int64
@@ -81,7 +83,6 @@ func parseCurator(path string, data []byte, address addressFunc) instance {
 			in.bad = fmt.Sprintf("%s %d is not a port number", p.field, *p.value)
 			return in
 		}
-		ports[p.name] = uint32(*p.value)
 		in.ports = append(in.ports, model.Port{Name: p.name, Number: uint32(*p.value), Protocol: p.proto})
 	}
 	ip, err := address(ci.Address)
@@ -104,7 +105,7 @@ func parseCurator(path string, data []byte, address addressFunc) instance {
 	default:
 		health = model.Unhealthy
 	}
-	in.ep = model.Endpoint{Address: ip, Ports: ports, Labels: labels, Health: health, Origin: path}
+	in.ep = model.Endpoint{Address: ip, Labels: labels, Health: health, Origin: path}
 	return in
 }
 
@@ -218,7 +219,6 @@ func parseDubbo(path, node string, address addressFunc) instance {
 	in.ports = []model.Port{{Name: name, Number: uint32(port), Protocol: dubboProtocol(name)}}
 	in.ep = model.Endpoint{
 		Address: ip,
-		Ports:   map[string]uint32{name: uint32(port)},
 		Labels:  labels,
 		Weight:  weight,
 		Health:  health,

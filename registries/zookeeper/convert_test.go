@@ -117,6 +117,7 @@ func TestParseCurator(t *testing.T) {
 				return
 			}
 			tt.wantEP.Origin = path
+			got.ep.Ports = portNumbers(got.ports)
 			if d := cmp.Diff(tt.wantEP, got.ep); d != "" {
 				t.Errorf("endpoint (-want +got):\n%s", d)
 			}
@@ -213,6 +214,7 @@ func TestParseDubbo(t *testing.T) {
 				return
 			}
 			tt.wantEP.Origin = path
+			got.ep.Ports = portNumbers(got.ports)
 			if d := cmp.Diff(tt.wantEP, got.ep); d != "" {
 				t.Errorf("endpoint (-want +got):\n%s", d)
 			}
@@ -272,6 +274,15 @@ func TestHostnames(t *testing.T) {
 			}
 		})
 	}
+}
+
+// portNumbers is an instance's ports as an endpoint names them.
+func portNumbers(ports []model.Port) map[string]uint32 {
+	m := map[string]uint32{}
+	for _, p := range ports {
+		m[p.Name] = p.Number
+	}
+	return m
 }
 
 func good(path, addr string, ports map[string]uint32, protos map[string]model.Protocol) *instance {
