@@ -182,4 +182,3 @@ func zkScaleSetup(t testing.TB, layout zookeeper.Layout, services int) bench.Kin
 			return bench.ScaleChange{Host: host(s), Value: zkAddr(s, zkPerService+n)}, err
 		}}
 }
-

@@ -468,9 +468,10 @@ func build(c registries.Common, layout Layout, tree map[string]*serviceNode) (se
 
 // buildService plans one service from its good instances with the shared
 // port plan: each port name on the number most of its instances listen on
-// (ties: the lowest), every endpoint naming its own numbers, a port an
-// instance does not listen on (no sslPort, another Dubbo protocol) marked
-// NotServed.
+// (ties: the lowest), an endpoint naming only its numbers that differ
+// from the service's (most name none: no Ports map per endpoint), a port
+// an instance does not listen on (no sslPort, another Dubbo protocol)
+// marked NotServed.
 func buildService(c registries.Common, host string, sn *serviceNode) (model.Service, []model.Rejection, int) {
 	var rejected []model.Rejection
 	quarantined := 0
@@ -494,7 +495,7 @@ func buildService(c registries.Common, host string, sn *serviceNode) (model.Serv
 		planned = append(planned, portplan.Instance{Endpoint: ep, Ports: ports, IP: true})
 	}
 	svc := model.Service{Hostname: host, Resolution: model.ResolutionEDS}
-	res, ok := portplan.Plan(planned, portplan.Options{Explicit: true}, portplan.Rejects{
+	res, ok := portplan.Plan(planned, portplan.Options{}, portplan.Rejects{
 		PortDropped: func(name string) {
 			rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: "port " + name,
 				Reason: "every number its instances use is the service port of another port name"})

@@ -326,14 +326,15 @@ func TestBuild(t *testing.T) {
 		Ports: []model.Port{{Name: "http", Number: 9090, Protocol: model.ProtocolHTTP}},
 		Endpoints: []model.Endpoint{
 			{Address: "192.0.2.1", Ports: map[string]uint32{"http": 8080}, Origin: "/services/billing/a", Source: src, Locality: common.Locality},
-			{Address: "192.0.2.2", Ports: map[string]uint32{"http": 9090}, Origin: "/services/billing/b", Source: src, Locality: common.Locality},
-			{Address: "192.0.2.3", Ports: map[string]uint32{"http": 9090}, Origin: "/services/billing/c", Source: src, Locality: common.Locality},
+			// On the service port: no Ports of their own.
+			{Address: "192.0.2.2", Origin: "/services/billing/b", Source: src, Locality: common.Locality},
+			{Address: "192.0.2.3", Origin: "/services/billing/c", Source: src, Locality: common.Locality},
 		},
 	}, {
 		Hostname: "orders.zk",
 		Ports:    []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
 		Endpoints: []model.Endpoint{
-			{Address: "192.0.2.9", Ports: map[string]uint32{"http": 80}, Origin: "/services/Orders/x", Source: src, Locality: common.Locality},
+			{Address: "192.0.2.9", Origin: "/services/Orders/x", Source: src, Locality: common.Locality},
 		},
 	}}
 	// Services rejected whole first (by path), then by hostname.
