@@ -88,6 +88,8 @@ type Registry struct {
 	// last conversion): one per service whose instance list changed, not
 	// one per service watched. For tests and diagnostics.
 	conversions atomic.Uint64
+	// converted, when set (tests), is called with each service converted.
+	converted func(service string)
 }
 
 var _ registries.Registry = (*Registry)(nil)
@@ -186,6 +188,9 @@ func (s *state) set(key serviceKey, insts []instance, refTime int64) bool {
 	}
 	s.sums[key] = sum
 	s.r.conversions.Add(1)
+	if s.r.converted != nil {
+		s.r.converted(key.String())
+	}
 	return s.pub.Set(key, convertService(s.r.common, &s.r.cfg, key, insts))
 }
 
