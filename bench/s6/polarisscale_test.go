@@ -36,8 +36,13 @@ func init() {
 // since Polaris takes registrations ever slower as it fills (bench/analysis.md).
 const polarisPerService = 1
 
-// polarisLoaders is how many registrations are in flight at once.
-const polarisLoaders = 32
+// polarisLoaders is how many registrations are in flight at once
+// (nacosLoaders through the one Nacos SDK connection, whose health check
+// fails when registrations queue up behind it).
+const (
+	polarisLoaders = 32
+	nacosLoaders   = 8
+)
 
 // polarisAddr is the address of instance k of service s.
 func polarisAddr(s, k int) string {
@@ -46,12 +51,12 @@ func polarisAddr(s, k int) string {
 }
 
 // loadParallel calls register(i/polarisPerService, i%polarisPerService)
-// for each i in todo, polarisLoaders at once, and returns the first error.
-func loadParallel(todo []int, register func(s, k int) error) error {
+// for each i in todo, loaders at once, and returns the first error.
+func loadParallel(todo []int, loaders int, register func(s, k int) error) error {
 	var next atomic.Int64
 	var first atomic.Value
 	var wg sync.WaitGroup
-	for range polarisLoaders {
+	for range loaders {
 		wg.Go(func() {
 			for j := int(next.Add(1)) - 1; j < len(todo) && first.Load() == nil; j = int(next.Add(1)) - 1 {
 				if err := register(todo[j]/polarisPerService, todo[j]%polarisPerService); err != nil {
@@ -73,7 +78,7 @@ func loadParallel(todo []int, register func(s, k int) error) error {
 // (dropExpireTask, a task older than taskLife 30s) with success, as a
 // Eureka client would learn from its next heartbeat's 404. It returns
 // how many were registered again.
-func loadPolaris(t testing.TB, services int, register func(s, k int) error, missing func() ([]int, error)) int {
+func loadPolaris(t testing.TB, services, loaders int, register func(s, k int) error, missing func() ([]int, error)) int {
 	todo := make([]int, services*polarisPerService)
 	for i := range todo {
 		todo[i] = i
@@ -87,7 +92,7 @@ func loadPolaris(t testing.TB, services int, register func(s, k int) error, miss
 			again += len(todo)
 			t.Logf("Polaris dropped %d registrations; registering them again", len(todo))
 		}
-		if err := loadParallel(todo, register); err != nil {
+		if err := loadParallel(todo, loaders, register); err != nil {
 			t.Fatal(err)
 		}
 		// What Polaris serves lags its store by its refresh (1s).
@@ -190,7 +195,7 @@ func eurekaScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	t.Cleanup(tr.CloseIdleConnections)
 	er := eurekaRegister{url: p.URL, c: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	t0 := time.Now()
-	again := loadPolaris(t, services, er.register, func() ([]int, error) { return eurekaMissing(er.c, p.URL, services) })
+	again := loadPolaris(t, services, polarisLoaders, er.register, func() ([]int, error) { return eurekaMissing(er.c, p.URL, services) })
 	load := time.Since(t0)
 	// Every /apps/delta answer holds each change of the server's delta
 	// window (deltaExpireInterval, 60s here; Eureka's default is 3m), so
@@ -231,12 +236,12 @@ func nacosScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	t0 := time.Now()
-	again := loadPolaris(t, services, put, func() ([]int, error) { return nacosMissing(hc, p.NacosAddr, services) })
+	again := loadPolaris(t, services, nacosLoaders, put, func() ([]int, error) { return nacosMissing(hc, p.NacosAddr, services) })
 	load := time.Since(t0)
 	c := registries.Common{Name: "nacos", Kind: "nacos", Domain: "nacos"}
 	reg := newRegistry(t, &nacos.Config{Servers: []string{p.NacosAddr}}, c)
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), polarisLoaders, again),
+		Note: fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), nacosLoaders, again),
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
 			s := (n * 7919) % services
 			k := polarisPerService + n
