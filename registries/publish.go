@@ -72,7 +72,8 @@ type PublisherOptions[K comparable] struct {
 	// shard's state. Nil: each entry's services then its rejections,
 	// concatenated (Concat). A platform whose keys can collide (two
 	// services with one hostname) checks that here. services must not be
-	// nil (empty for none).
+	// nil (empty for none). entries is the Publisher's: read it during the
+	// call only.
 	Assemble func(entries []Entry[K]) (services []model.Service, rejected []model.Rejection)
 	// CompleteWhileDegraded says the state is complete whenever the
 	// platform calls Flush, even with a failing condition (the kube
@@ -99,16 +100,32 @@ type Publisher[K comparable] struct {
 
 	mu   sync.Mutex
 	conv map[K]Converted
-	// order is conv's keys sorted, nil when a key came or went since it
-	// was sorted: a change of values only (the usual edit of a registry
-	// with a key per service) does not sort every key again.
-	order   []K
+	// entries is conv in key order, nil when a key came or went since it
+	// was sorted (pos: each key's index in it): a change of values only,
+	// the usual edit of a registry with a key per service, updates its
+	// entry without sorting or looking up every key again.
+	entries []Entry[K]
+	pos     map[K]int
+	// With the default Assemble (concat), flat is the services last
+	// assembled (immutable once handed out: the model's contract) and
+	// offs each entry's first index in it; patched lists the entries whose
+	// services changed since, each as many as before. The next state is
+	// flat copied at once with those entries written over, rather than
+	// every entry appended again: a change costs one copy of the state.
+	concat  bool
+	flat    []model.Service
+	offs    []int
+	flatOK  bool
+	patched []int
 	dirty   bool      // conv changed since the last publish
 	pending time.Time // oldest change not yet published; zero if none
 
 	// Owned by the flushing goroutine.
 	sent bool      // a state went out in this Run
 	told Condition // the condition the sink last heard (healthy: none yet)
+	// lastServices and lastRejected are the state Flush last published.
+	lastServices []model.Service
+	lastRejected []model.Rejection
 }
 
 // NewPublisher returns the publishing tail of one Run of the registry c,
@@ -120,10 +137,12 @@ func NewPublisher[K comparable](c Common, sink Sink, log *slog.Logger, opts Publ
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if opts.Assemble == nil {
+	concat := opts.Assemble == nil
+	if concat {
 		opts.Assemble = Concat[K]
 	}
 	return &Publisher[K]{
+		concat: concat,
 		sink:   sink,
 		shard:  c.Shard(),
 		log:    log,
@@ -156,14 +175,11 @@ func (p *Publisher[K]) Set(key K, c Converted) bool {
 		return false
 	case c.Empty():
 		delete(p.conv, key)
-		p.order = nil
+		p.entries = nil
 	case had && reflect.DeepEqual(old, c):
 		return false
 	default:
-		if !had {
-			p.order = nil
-		}
-		p.conv[key] = c
+		p.store(key, c, had)
 	}
 	p.dirty = true
 	return true
@@ -174,11 +190,26 @@ func (p *Publisher[K]) Set(key K, c Converted) bool {
 func (p *Publisher[K]) Put(key K, c Converted) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, had := p.conv[key]; !had {
-		p.order = nil
-	}
-	p.conv[key] = c
+	_, had := p.conv[key]
+	p.store(key, c, had)
 	p.dirty = true
+}
+
+// store sets key's conversion (had: the key was known). Called with mu
+// held.
+func (p *Publisher[K]) store(key K, c Converted, had bool) {
+	p.conv[key] = c
+	if !had {
+		p.entries = nil
+	} else if p.entries != nil {
+		i := p.pos[key]
+		if p.flatOK && len(p.entries[i].Services) == len(c.Services) {
+			p.patched = append(p.patched, i)
+		} else {
+			p.flatOK = false
+		}
+		p.entries[i].Converted = c
+	}
 }
 
 // Delete forgets key and reports whether it was known.
@@ -188,7 +219,7 @@ func (p *Publisher[K]) Delete(key K) bool {
 	_, had := p.conv[key]
 	if had {
 		delete(p.conv, key)
-		p.order = nil
+		p.entries = nil
 		p.dirty = true
 	}
 	return had
@@ -201,7 +232,7 @@ func (p *Publisher[K]) Retain(keep func(K) bool) bool {
 	n := len(p.conv)
 	maps.DeleteFunc(p.conv, func(k K, _ Converted) bool { return !keep(k) })
 	if len(p.conv) != n {
-		p.order = nil
+		p.entries = nil
 		p.dirty = true
 		return true
 	}
@@ -271,7 +302,15 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 	}
 	p.transition(c, len(services))
 	p.sent, p.told = true, c
+	p.lastServices, p.lastRejected = services, rejected
 	return true
+}
+
+// Sent returns the state Flush last published in this Run (nil before
+// the first), as the sink received it: read it, never modify it. Call it
+// from the flushing goroutine.
+func (p *Publisher[K]) Sent() ([]model.Service, []model.Rejection) {
+	return p.lastServices, p.lastRejected
 }
 
 // Confirm sends the state last published again, marked Update.Confirm,
@@ -301,17 +340,51 @@ func (p *Publisher[K]) State() ([]model.Service, []model.Rejection) {
 
 // assemble runs Assemble over every key in order. Called with mu held.
 func (p *Publisher[K]) assemble() ([]model.Service, []model.Rejection) {
-	if p.order == nil {
-		p.order = slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
+	if p.entries == nil {
+		keys := slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
+		p.entries = make([]Entry[K], len(keys))
+		p.pos = make(map[K]int, len(keys))
+		for i, k := range keys {
+			p.entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
+			p.pos[k] = i
+		}
+		p.flatOK = false
 	}
-	entries := make([]Entry[K], len(p.order))
-	for i, k := range p.order {
-		entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
+	if p.concat {
+		return p.assembleConcat()
 	}
-	services, rejected := p.opts.Assemble(entries)
+	services, rejected := p.opts.Assemble(p.entries)
 	if services == nil {
 		services = []model.Service{}
 	}
+	return services, rejected
+}
+
+// assembleConcat is Concat over the entries, patching the last result
+// when only values of known keys changed. Called with mu held.
+func (p *Publisher[K]) assembleConcat() ([]model.Service, []model.Rejection) {
+	var rejected []model.Rejection
+	for i := range p.entries {
+		rejected = append(rejected, p.entries[i].Rejected...)
+	}
+	if p.flatOK {
+		if len(p.patched) > 0 {
+			services := slices.Clone(p.flat)
+			for _, i := range p.patched {
+				copy(services[p.offs[i]:], p.entries[i].Services)
+			}
+			p.flat, p.patched = services, p.patched[:0]
+		}
+		return p.flat, rejected
+	}
+	services, _ := Concat(p.entries)
+	p.offs = slices.Grow(p.offs[:0], len(p.entries))[:len(p.entries)]
+	n := 0
+	for i := range p.entries {
+		p.offs[i] = n
+		n += len(p.entries[i].Services)
+	}
+	p.flat, p.flatOK, p.patched = services, true, p.patched[:0]
 	return services, rejected
 }
 

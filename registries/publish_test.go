@@ -276,3 +276,43 @@ func TestPublisherConfirm(t *testing.T) {
 		t.Error("Confirm sent while the backend fails")
 	}
 }
+
+// TestPublisherKeepsOrderAcrossValueChanges: values changed in place (Set
+// and Put of known keys) and keys added and removed between flushes all
+// show in the next state, in key order; Sent is what went out.
+func TestPublisherKeepsOrderAcrossValueChanges(t *testing.T) {
+	t.Parallel()
+	p, sink, c := newPub(t)
+	synced := registries.Condition{}
+	for _, k := range []string{"c", "a", "b"} {
+		p.Set(k, registries.One(pubService(k+".test", "10.0.0.1"), true, nil))
+	}
+	p.Flush(synced)
+	p.Set("b", registries.One(pubService("b.test", "10.0.0.2"), true, nil))
+	p.Put("c", registries.One(pubService("c.test", "10.0.0.3"), true, nil))
+	p.Flush(synced)
+	st := sink.State(c.Shard())
+	if hostnames(st.Services) != "a.test,b.test,c.test" || st.Services[1].Endpoints[0].Address != "10.0.0.2" || st.Services[2].Endpoints[0].Address != "10.0.0.3" {
+		t.Fatalf("after value changes: %s", st)
+	}
+	p.Delete("a")
+	p.Set("d", registries.One(pubService("d.test", "10.0.0.4"), true, nil))
+	p.Set("b", registries.One(pubService("b.test", "10.0.0.5"), true, nil))
+	p.Flush(synced)
+	st = sink.State(c.Shard())
+	if hostnames(st.Services) != "b.test,c.test,d.test" || st.Services[0].Endpoints[0].Address != "10.0.0.5" {
+		t.Fatalf("after keys came and went: %s", st)
+	}
+	// A key whose number of services changes, then a value change again.
+	p.Set("c", registries.Converted{Services: []model.Service{pubService("c.test", "10.0.0.6"), pubService("c2.test", "10.0.0.7")}})
+	p.Flush(synced)
+	p.Set("d", registries.One(pubService("d.test", "10.0.0.8"), true, nil))
+	p.Flush(synced)
+	st = sink.State(c.Shard())
+	if hostnames(st.Services) != "b.test,c.test,c2.test,d.test" || st.Services[3].Endpoints[0].Address != "10.0.0.8" || st.Services[1].Endpoints[0].Address != "10.0.0.6" {
+		t.Fatalf("after a key's services grew: %s", st)
+	}
+	if sent, _ := p.Sent(); hostnames(sent) != hostnames(st.Services) {
+		t.Errorf("Sent %s, the sink got %s", hostnames(sent), hostnames(st.Services))
+	}
+}
