@@ -142,6 +142,9 @@ type watch struct {
 	// unconverted are apps a delta changed in apps whose conversion in
 	// pub is older (the delta's hashcode did not match yet).
 	unconverted map[string]bool
+	// statuses counts apps' instances by status, kept with apps, so that
+	// a delta's hashcode check does not count every instance again.
+	statuses map[string]int
 
 	noDelta bool // the server refuses deltas: full fetches only
 }
@@ -151,6 +154,7 @@ func newWatch(r *Registry, sink registries.Sink) *watch {
 		r:           r,
 		apps:        map[string]map[string]*instance{},
 		unconverted: map[string]bool{},
+		statuses:    map[string]int{},
 		pub:         registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
 }
@@ -170,7 +174,7 @@ func (w *watch) full(ctx context.Context) error {
 	}
 	w.r.m.full.OK.Inc()
 	changed := w.applyFull(p)
-	if hc := hashcode(w.apps); p.hashcode != "" && hc != p.hashcode {
+	if hc := w.hashcode(); p.hashcode != "" && hc != p.hashcode {
 		// Servers compute the hashcode over what they send; a difference
 		// here is the server's (e.g. it was writing while answering).
 		w.r.log.Debug("eureka full fetch: hashcode differs from the server's", "local", hc, "server", p.hashcode)
@@ -196,7 +200,7 @@ func (w *watch) delta(ctx context.Context) error {
 	}
 	w.r.m.delta.OK.Inc()
 	touched := w.applyDelta(p)
-	if hc := hashcode(w.apps); hc != p.hashcode {
+	if hc := w.hashcode(); hc != p.hashcode {
 		w.r.m.mismatches.Inc()
 		w.r.log.Info("eureka delta left a state whose hashcode differs from the server's, fetching in full",
 			"local", hc, "server", p.hashcode)
@@ -230,6 +234,12 @@ func (w *watch) applyFull(p *payload) bool {
 	changed := w.pub.Retain(func(key string) bool { _, ok := apps[key]; return ok })
 	old := w.apps
 	w.apps = apps
+	clear(w.statuses)
+	for _, m := range apps {
+		for _, in := range m {
+			w.statuses[string(in.Status)]++
+		}
+	}
 	for key, m := range apps {
 		if !w.unconverted[key] && sameApp(old[key], m) {
 			continue // as converted last time
@@ -283,6 +293,7 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 				if _, held := m[in.id()]; !held {
 					continue // gone already (repeated, as below)
 				}
+				w.count(m[in.id()], -1)
 				delete(m, in.id())
 				if len(m) == 0 {
 					delete(w.apps, key)
@@ -295,9 +306,14 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 				// Eureka repeats a change in every delta for minutes
 				// (its delta window): one that says what we hold already
 				// touches nothing.
-				if held, ok := m[in.id()]; ok && sameInstance(held, in) {
+				held, ok := m[in.id()]
+				if ok && sameInstance(held, in) {
 					continue
 				}
+				if ok {
+					w.count(held, -1)
+				}
+				w.count(in, 1)
 				m[in.id()] = in
 			}
 			touched[key] = true
@@ -324,6 +340,17 @@ func (w *watch) reconvert(key string) bool {
 	return w.pub.Set(key, convertApp(w.r.common, &w.r.cfg, key, insts))
 }
 
+// count adds d instances of in's status to statuses.
+func (w *watch) count(in *instance, d int) {
+	s := string(in.Status)
+	if w.statuses[s] += d; w.statuses[s] == 0 {
+		delete(w.statuses, s)
+	}
+}
+
+// hashcode is the hashcode of apps, from the counts kept with them.
+func (w *watch) hashcode() string { return formatHashcode(w.statuses) }
+
 // hashcode is Eureka's reconcile hashcode of a state: for each status, in
 // name order, "<STATUS>_<count>_" (e.g. "DOWN_1_UP_3_"); "" when empty.
 func hashcode(apps map[string]map[string]*instance) string {
@@ -333,6 +360,10 @@ func hashcode(apps map[string]map[string]*instance) string {
 			counts[string(in.Status)]++
 		}
 	}
+	return formatHashcode(counts)
+}
+
+func formatHashcode(counts map[string]int) string {
 	var b strings.Builder
 	for _, s := range slices.Sorted(maps.Keys(counts)) {
 		b.WriteString(s)
