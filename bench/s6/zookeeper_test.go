@@ -29,28 +29,7 @@ func (zkQuiet) Printf(string, ...any) {}
 
 func zkSetup(t testing.TB) bench.S6Target {
 	z := servers.StartZooKeeper(t)
-	conn, events, err := zk.Connect([]string{z.Addr()}, 10*time.Second, zk.WithLogger(zkQuiet{}), zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		for range events {
-		}
-	})
-	deadline := time.After(time.Minute)
-	for session := false; !session; {
-		select {
-		case ev := <-events:
-			session = ev.State == zk.StateHasSession
-		case <-deadline:
-			t.Fatal("no ZooKeeper session within a minute")
-		}
-	}
-	go func() { // keep the channel drained
-		for range events {
-		}
-	}()
+	conn := zkConnect(t, z.Addr())
 	acl := zk.WorldACL(zk.PermAll)
 	for _, p := range []string{"/services", "/services/bench"} {
 		if _, err := conn.Create(p, nil, zk.FlagPersistent, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {

@@ -113,8 +113,8 @@ func TestNetflixFixturesBothFormats(t *testing.T) {
 
 			d := readPayload(t, tc.delta)
 			touched := w.applyDelta(d)
-			if got := hashcode(w.apps); got != d.hashcode {
-				t.Fatalf("hashcode after delta = %q, server's %q", got, d.hashcode)
+			if got := hashcode(w.apps); got != d.hashcode || w.hashcode() != got {
+				t.Fatalf("hashcode after delta = %q (kept counts: %q), server's %q", got, w.hashcode(), d.hashcode)
 			}
 			for key := range touched {
 				w.reconvert(key)

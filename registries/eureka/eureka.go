@@ -16,10 +16,15 @@
 // with full fetches. Staleness is thus bounded by pollInterval, as for any
 // Eureka client; meshfed adds nothing on top.
 //
-// The state is published only when an app's converted form changed (Eureka
-// keeps returning the same delta entries for minutes), and never while it
-// may be partial or diverged: a delta whose hashcode does not match is
-// published only after the full fetch that repairs it.
+// The state is published only when an app's converted form changed, and
+// never while it may be partial or diverged: a delta whose hashcode does
+// not match is published only after the full fetch that repairs it. Each
+// app is one key of the Publisher (docs/architecture.md §3.1.1); only the
+// apps whose instances a fetch changed are converted again and compared.
+// Eureka repeats a change in every delta for minutes (its delta window,
+// eureka.retentionTimeInMSInDeltaQueue, 3 min): an entry equal to the
+// instance held (lease times aside) touches nothing, and a full fetch
+// converts only the apps that differ from what is held.
 //
 // # Servers and outages
 //
@@ -37,6 +42,7 @@
 package eureka
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,10 +50,14 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/hudl/fargo"
 
 	"github.com/meshfed/meshfed/registries"
 )
@@ -62,6 +72,11 @@ type Registry struct {
 	endpoints []endpoint
 	log       *slog.Logger
 	m         metrics
+
+	// conversions counts the apps converted (and compared with their last
+	// conversion): one per app a fetch changed, not one per app held. For
+	// tests and diagnostics.
+	conversions atomic.Uint64
 }
 
 // endpoint is one configured Eureka service URL.
@@ -124,15 +139,23 @@ type watch struct {
 	// pub holds each app's converted form, recomputed only for apps a
 	// fetch touched, and publishes them.
 	pub *registries.Publisher[string]
+	// unconverted are apps a delta changed in apps whose conversion in
+	// pub is older (the delta's hashcode did not match yet).
+	unconverted map[string]bool
+	// statuses counts apps' instances by status, kept with apps, so that
+	// a delta's hashcode check does not count every instance again.
+	statuses map[string]int
 
 	noDelta bool // the server refuses deltas: full fetches only
 }
 
 func newWatch(r *Registry, sink registries.Sink) *watch {
 	return &watch{
-		r:    r,
-		apps: map[string]map[string]*instance{},
-		pub:  registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
+		r:           r,
+		apps:        map[string]map[string]*instance{},
+		unconverted: map[string]bool{},
+		statuses:    map[string]int{},
+		pub:         registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
 }
 
@@ -151,7 +174,7 @@ func (w *watch) full(ctx context.Context) error {
 	}
 	w.r.m.full.OK.Inc()
 	changed := w.applyFull(p)
-	if hc := hashcode(w.apps); p.hashcode != "" && hc != p.hashcode {
+	if hc := w.hashcode(); p.hashcode != "" && hc != p.hashcode {
 		// Servers compute the hashcode over what they send; a difference
 		// here is the server's (e.g. it was writing while answering).
 		w.r.log.Debug("eureka full fetch: hashcode differs from the server's", "local", hc, "server", p.hashcode)
@@ -177,7 +200,7 @@ func (w *watch) delta(ctx context.Context) error {
 	}
 	w.r.m.delta.OK.Inc()
 	touched := w.applyDelta(p)
-	if hc := hashcode(w.apps); hc != p.hashcode {
+	if hc := w.hashcode(); hc != p.hashcode {
 		w.r.m.mismatches.Inc()
 		w.r.log.Info("eureka delta left a state whose hashcode differs from the server's, fetching in full",
 			"local", hc, "server", p.hashcode)
@@ -209,13 +232,52 @@ func (w *watch) applyFull(p *payload) bool {
 		}
 	}
 	changed := w.pub.Retain(func(key string) bool { _, ok := apps[key]; return ok })
+	old := w.apps
 	w.apps = apps
-	for key := range apps {
+	clear(w.statuses)
+	for _, m := range apps {
+		for _, in := range m {
+			w.statuses[string(in.Status)]++
+		}
+	}
+	for key, m := range apps {
+		if !w.unconverted[key] && sameApp(old[key], m) {
+			continue // as converted last time
+		}
 		if w.reconvert(key) {
 			changed = true
 		}
 	}
+	clear(w.unconverted)
 	return changed
+}
+
+// sameApp reports whether two reads of an app hold the same instances
+// with the same content.
+func sameApp(a, b map[string]*instance) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for id, ia := range a {
+		if ib, ok := b[id]; !ok || !sameInstance(ia, ib) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameInstance reports whether two reads of an instance say the same to
+// the conversion: every field but the lease (its renewal times move with
+// every heartbeat) and the delta action.
+func sameInstance(a, b *instance) bool {
+	if a.problem != b.problem || !bytes.Equal(a.Metadata.Raw, b.Metadata.Raw) {
+		return false
+	}
+	x, y := a.Instance, b.Instance
+	x.LeaseInfo, y.LeaseInfo = fargo.LeaseInfo{}, fargo.LeaseInfo{}
+	x.Metadata, y.Metadata = fargo.InstanceMetadata{}, fargo.InstanceMetadata{}
+	x.UniqueID, y.UniqueID = nil, nil
+	return reflect.DeepEqual(x, y)
 }
 
 // applyDelta merges a delta into the state and returns the apps it
@@ -228,20 +290,34 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 			m := w.apps[key]
 			switch strings.ToUpper(in.action) {
 			case "DELETED":
-				if m != nil {
-					delete(m, in.id())
-					if len(m) == 0 {
-						delete(w.apps, key)
-					}
+				if _, held := m[in.id()]; !held {
+					continue // gone already (repeated, as below)
+				}
+				w.count(m[in.id()], -1)
+				delete(m, in.id())
+				if len(m) == 0 {
+					delete(w.apps, key)
 				}
 			default: // ADDED, MODIFIED; Netflix's client treats them alike
 				if m == nil {
 					m = map[string]*instance{}
 					w.apps[key] = m
 				}
+				// Eureka repeats a change in every delta for minutes
+				// (its delta window): one that says what we hold already
+				// touches nothing.
+				held, ok := m[in.id()]
+				if ok && sameInstance(held, in) {
+					continue
+				}
+				if ok {
+					w.count(held, -1)
+				}
+				w.count(in, 1)
 				m[in.id()] = in
 			}
 			touched[key] = true
+			w.unconverted[key] = true
 		}
 	}
 	return touched
@@ -250,6 +326,7 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 // reconvert converts one app again and reports whether its converted form
 // changed.
 func (w *watch) reconvert(key string) bool {
+	delete(w.unconverted, key)
 	m := w.apps[key]
 	if len(m) == 0 {
 		return w.pub.Delete(key)
@@ -259,8 +336,20 @@ func (w *watch) reconvert(key string) bool {
 	for _, id := range ids {
 		insts = append(insts, m[id])
 	}
+	w.r.conversions.Add(1)
 	return w.pub.Set(key, convertApp(w.r.common, &w.r.cfg, key, insts))
 }
+
+// count adds d instances of in's status to statuses.
+func (w *watch) count(in *instance, d int) {
+	s := string(in.Status)
+	if w.statuses[s] += d; w.statuses[s] == 0 {
+		delete(w.statuses, s)
+	}
+}
+
+// hashcode is the hashcode of apps, from the counts kept with them.
+func (w *watch) hashcode() string { return formatHashcode(w.statuses) }
 
 // hashcode is Eureka's reconcile hashcode of a state: for each status, in
 // name order, "<STATUS>_<count>_" (e.g. "DOWN_1_UP_3_"); "" when empty.
@@ -271,6 +360,10 @@ func hashcode(apps map[string]map[string]*instance) string {
 			counts[string(in.Status)]++
 		}
 	}
+	return formatHashcode(counts)
+}
+
+func formatHashcode(counts map[string]int) string {
 	var b strings.Builder
 	for _, s := range slices.Sorted(maps.Keys(counts)) {
 		b.WriteString(s)

@@ -306,3 +306,48 @@ func TestHashcodeMismatchTriggersFullFetch(t *testing.T) {
 		t.Errorf("%d Replaces, want 2 (first sync, repaired state); the diverged state must not be published", got)
 	}
 }
+
+// TestPolarisOneChangeConvertsOneApp: among many apps, one new instance
+// converts and compares its one app (counted, not timed), and the changes
+// Eureka repeats in every delta for minutes (its delta window) convert
+// nothing again.
+func TestPolarisOneChangeConvertsOneApp(t *testing.T) {
+	t.Parallel()
+	const apps = 100
+	p := servers.StartPolaris(t)
+	var wg sync.WaitGroup
+	for i := range apps {
+		wg.Go(func() {
+			p.Register(t, servers.EurekaInstance{App: fmt.Sprintf("APP-%03d", i), ID: fmt.Sprintf("app-%03d-1", i), IP: fmt.Sprintf("10.1.%d.%d", i/200, i%200+1), Port: 8080})
+		})
+	}
+	wg.Wait()
+	name := "onechange"
+	reg := newRegistry(t, name, Config{URLs: []string{p.URL}})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	sink.WaitFor(t, visible, func(st registrytest.State) bool { return len(st.Services) == apps })
+	// deltas waits until n more delta fetches were answered.
+	deltas := func(n int) {
+		t.Helper()
+		want := fetchCount(name, fetchDelta, "ok") + n
+		deadline := time.Now().Add(visible)
+		for fetchCount(name, fetchDelta, "ok") < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("fewer than %d delta fetches within %v", n, visible)
+			}
+			time.Sleep(100 * time.Millisecond) // polling a counter, bounded by deadline
+		}
+	}
+	deltas(2)
+	if got := reg.conversions.Load(); got != apps {
+		t.Errorf("first sync of %d apps and two deltas: %d conversions, want %d", apps, got, apps)
+	}
+	c0 := reg.conversions.Load()
+	p.Register(t, servers.EurekaInstance{App: "APP-037", ID: "app-037-2", IP: "10.2.0.1", Port: 8080})
+	sink.WaitFor(t, visible, hasEndpoints("app-037.eureka", "10.1.0.38:8080/HEALTHY", "10.2.0.1:8080/HEALTHY"))
+	deltas(2)
+	if got := reg.conversions.Load() - c0; got != 1 {
+		t.Errorf("one instance registered among %d apps: %d apps converted, want 1", apps, got)
+	}
+}

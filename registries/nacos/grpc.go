@@ -460,31 +460,19 @@ func (s *session) applyPendingInto(changed *bool) {
 
 // list returns the wanted service names of a group, all pages.
 func (s *session) list(ctx context.Context, group string) ([]string, error) {
-	var names []string
-	seen := map[string]bool{}
-	for page := 1; ; page++ {
+	return listAll(s.r.cfg.wanted, func(pageNo, pageSize int) ([]string, int, error) {
 		req := serviceListRequest{
 			namingRequest: namingRequest{RequestID: nextID(), Module: "naming", Namespace: s.r.cfg.Namespace, GroupName: group},
-			PageNo:        page, PageSize: defaultPageSize,
+			PageNo:        pageNo, PageSize: pageSize,
 		}
 		var ans struct {
 			response
 			Count        int      `json:"count"`
 			ServiceNames []string `json:"serviceNames"`
 		}
-		if err := s.call(ctx, typeServiceList, req, "", &ans); err != nil {
-			return nil, err
-		}
-		for _, n := range ans.ServiceNames {
-			if !seen[n] && s.r.cfg.wanted(n) {
-				names = append(names, n)
-			}
-			seen[n] = true
-		}
-		if len(ans.ServiceNames) < defaultPageSize || len(seen) >= ans.Count || page > 10000 {
-			return names, nil
-		}
-	}
+		err := s.call(ctx, typeServiceList, req, "", &ans)
+		return ans.ServiceNames, ans.Count, err
+	})
 }
 
 // subscribe (or unsubscribes from) a service; the answer is its

@@ -107,30 +107,65 @@ func (r *Registry) readAllHTTP(ctx context.Context, cl *client, i int) (map[serv
 
 // listHTTP returns the wanted service names of a group, all pages.
 func (r *Registry) listHTTP(ctx context.Context, cl *client, i int, group string) ([]string, error) {
-	var names []string
-	seen := map[string]bool{}
-	for page := 1; ; page++ {
+	return listAll(r.cfg.wanted, func(pageNo, pageSize int) ([]string, int, error) {
 		q := url.Values{
-			"pageNo": {strconv.Itoa(page)}, "pageSize": {strconv.Itoa(defaultPageSize)},
+			"pageNo": {strconv.Itoa(pageNo)}, "pageSize": {strconv.Itoa(pageSize)},
 			"namespaceId": {r.cfg.Namespace}, "groupName": {group},
 		}
 		var ans struct {
 			Count int      `json:"count"`
 			Doms  []string `json:"doms"`
 		}
-		if err := cl.getJSON(ctx, i, "/v1/ns/service/list", q, "", &ans); err != nil {
-			return nil, err
-		}
-		for _, d := range ans.Doms {
-			if !seen[d] && r.cfg.wanted(d) {
-				names = append(names, d)
+		err := cl.getJSON(ctx, i, "/v1/ns/service/list", q, "", &ans)
+		return ans.Doms, ans.Count, err
+	})
+}
+
+// listAll reads a group's service list page by page with fetch (names of
+// one page, the server's count) and returns the names wanted keeps, each
+// once. Pages agree only if the server orders the services alike on
+// every call; Polaris 1.18 lists them in its cache's map order, so pages
+// overlap and leave services out (at 1,000 services: 502 found, the rest
+// dropped and found again on the next list). When the pages hold fewer
+// distinct names than the count, the list is read again as one page
+// holding them all.
+func listAll(wanted func(string) bool, fetch func(pageNo, pageSize int) ([]string, int, error)) ([]string, error) {
+	seen := map[string]bool{}
+	var names []string
+	add := func(page []string) {
+		for _, n := range page {
+			if n == "" {
+				continue
 			}
-			seen[d] = true
-		}
-		if len(ans.Doms) < defaultPageSize || len(seen) >= ans.Count || page > 10000 {
-			return names, nil
+			if !seen[n] && wanted(n) {
+				names = append(names, n)
+			}
+			seen[n] = true
 		}
 	}
+	count := 0
+	for pageNo := 1; pageNo <= 10000; pageNo++ {
+		page, c, err := fetch(pageNo, defaultPageSize)
+		if err != nil {
+			return nil, err
+		}
+		count = max(count, c)
+		add(page)
+		if len(page) < defaultPageSize || len(seen) >= c {
+			break
+		}
+	}
+	if len(seen) < count {
+		// One more than the count: Polaris 1.18 slices a group's names
+		// past their end (empty names) when a page ends exactly at the
+		// count of all groups' services.
+		page, _, err := fetch(1, count+1)
+		if err != nil {
+			return nil, err
+		}
+		add(page)
+	}
+	return names, nil
 }
 
 // getJSON GETs path on server i with the credentials and decodes the JSON

@@ -35,6 +35,14 @@
 // GET /v1/ns/service/list and /v1/ns/instance/list per service. It is the
 // fallback for 1.x servers and for networks that block the gRPC port.
 //
+// # Cost of a change
+//
+// Each service is one key of the Publisher (docs/architecture.md
+// §3.1.1): a push converts and compares its one service. A list read
+// again as it was (a resync, an http poll, a push of what is held) is
+// recognized by a hash of what the conversion reads and not converted
+// again.
+//
 // # Outages
 //
 // A failed connection, stream or request reports Degraded and keeps the
@@ -57,8 +65,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"maps"
+	"math"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshfed/meshfed/model"
@@ -71,6 +83,13 @@ type Registry struct {
 	common registries.Common
 	log    *slog.Logger
 	m      metrics
+
+	// conversions counts the services converted (and compared with their
+	// last conversion): one per service whose instance list changed, not
+	// one per service watched. For tests and diagnostics.
+	conversions atomic.Uint64
+	// converted, when set (tests), is called with each service converted.
+	converted func(service string)
 }
 
 var _ registries.Registry = (*Registry)(nil)
@@ -129,6 +148,11 @@ type state struct {
 	pub  *registries.Publisher[serviceKey] // each service's conversion
 	raw  map[serviceKey]int                // instances per service, malformed ones included
 	seen map[serviceKey]int64              // lastRefTime of the newest list applied
+	// sums are the hashes of the lists pub's conversions were made from:
+	// a list read again as it was (a resync, an http poll, a push that
+	// changed nothing meshfed reads) is not converted again.
+	sums map[serviceKey]uint64
+	seed maphash.Seed
 }
 
 func newState(r *Registry, sink registries.Sink) *state {
@@ -142,6 +166,8 @@ func newState(r *Registry, sink registries.Sink) *state {
 		}),
 		raw:  map[serviceKey]int{},
 		seen: map[serviceKey]int64{},
+		sums: map[serviceKey]uint64{},
+		seed: maphash.MakeSeed(),
 	}
 }
 
@@ -156,7 +182,53 @@ func (s *state) set(key serviceKey, insts []instance, refTime int64) bool {
 		s.seen[key] = refTime
 	}
 	s.raw[key] = len(insts)
+	sum := s.sum(insts)
+	if old, ok := s.sums[key]; ok && old == sum {
+		return false
+	}
+	s.sums[key] = sum
+	s.r.conversions.Add(1)
+	if s.r.converted != nil {
+		s.r.converted(key.String())
+	}
 	return s.pub.Set(key, convertService(s.r.common, &s.r.cfg, key, insts))
+}
+
+// sum hashes what the conversion reads of an instance list, in order.
+func (s *state) sum(insts []instance) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	str := func(v string) { h.WriteString(v); h.WriteByte(0) }
+	num := func(v uint64) { maphash.WriteComparable(&h, v) }
+	flag := func(b *bool) {
+		switch {
+		case b == nil:
+			h.WriteByte(2)
+		case *b:
+			h.WriteByte(1)
+		default:
+			h.WriteByte(0)
+		}
+	}
+	num(uint64(len(insts)))
+	for i := range insts {
+		in := &insts[i]
+		str(in.InstanceID)
+		str(in.IP)
+		num(uint64(in.Port))
+		num(math.Float64bits(in.Weight))
+		flag(in.Healthy)
+		flag(in.Enabled)
+		flag(&in.Ephemeral)
+		str(in.ClusterName)
+		str(in.ServiceName)
+		num(uint64(len(in.Metadata)))
+		for _, k := range slices.Sorted(maps.Keys(in.Metadata)) {
+			str(k)
+			str(in.Metadata[k])
+		}
+	}
+	return h.Sum64()
 }
 
 // retain drops every service not in keep and reports whether any was
@@ -164,6 +236,7 @@ func (s *state) set(key serviceKey, insts []instance, refTime int64) bool {
 func (s *state) retain(keep map[serviceKey]bool) bool {
 	maps.DeleteFunc(s.raw, func(k serviceKey, _ int) bool { return !keep[k] })
 	maps.DeleteFunc(s.seen, func(k serviceKey, _ int64) bool { return !keep[k] })
+	maps.DeleteFunc(s.sums, func(k serviceKey, _ uint64) bool { return !keep[k] })
 	return s.pub.Retain(func(k serviceKey) bool { return keep[k] })
 }
 

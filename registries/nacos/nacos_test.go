@@ -301,3 +301,71 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+// TestPolarisOneChangeConvertsOneService: among many services, one new
+// instance converts and compares its one service (counted, not timed);
+// resyncs that read every service again convert nothing that did not
+// change.
+func TestPolarisOneChangeConvertsOneService(t *testing.T) {
+	t.Parallel()
+	const services = 100
+	p := servers.StartPolaris(t, servers.WithNacos())
+	c := p.NacosClient(t, "")
+	for i := range services {
+		c.Register(t, servers.NacosInstance{Service: fmt.Sprintf("svc-%03d", i), IP: fmt.Sprintf("10.1.%d.%d", i/200, i%200+1), Port: 8080})
+	}
+	name := "onechange"
+	cfg := Config{Servers: []string{p.NacosAddr}, ResyncInterval: registries.Duration(time.Second)}
+	reg := newRegistry(t, name, cfg)
+	var mu sync.Mutex
+	converted := map[string]int{}
+	reg.converted = func(service string) {
+		mu.Lock()
+		converted[service]++
+		mu.Unlock()
+	}
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	sink.WaitFor(t, visible, func(st registrytest.State) bool { return len(st.Services) == services })
+	subscribes := func() int { return int(testutil.ToFloat64(requests.WithLabelValues(name, reqSubscribe, "ok"))) }
+	// resynced waits until every service was read once more.
+	resynced := func() {
+		t.Helper()
+		want := subscribes() + services
+		deadline := time.Now().Add(visible)
+		for subscribes() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("no resync within %v", visible)
+			}
+			time.Sleep(100 * time.Millisecond) // polling a counter, bounded by deadline
+		}
+	}
+	// Polaris may answer a subscription before its cache holds the
+	// latest list and push that afterwards: a service can be converted
+	// twice on the way in, a real change. Once settled, a resync reads
+	// every service and converts none.
+	resynced()
+	c0 := reg.conversions.Load()
+	t.Logf("first sync of %d services: %d conversions", services, c0)
+	if c0 < services || c0 > 2*services {
+		t.Errorf("first sync of %d services: %d conversions", services, c0)
+	}
+	resynced()
+	if got := reg.conversions.Load() - c0; got != 0 {
+		t.Errorf("a resync of %d unchanged services converted %d", services, got)
+	}
+	mu.Lock()
+	clear(converted)
+	mu.Unlock()
+	c.Register(t, servers.NacosInstance{Service: "svc-037", IP: "10.2.0.1", Port: 8080})
+	sink.WaitFor(t, visible, hasEndpoints("svc-037.nacos", "http", "10.1.0.38:8080/HEALTHY/100", "10.2.0.1:8080/HEALTHY/100"))
+	resynced()
+	// Polaris may push the new instance's list twice (as registered, then
+	// with its health); each list that differs is converted, and only
+	// the service it belongs to.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(converted) != 1 || converted["DEFAULT_GROUP@@svc-037"] == 0 {
+		t.Errorf("one instance registered among %d services converted %v, want svc-037 only", services, converted)
+	}
+}

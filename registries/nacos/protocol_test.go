@@ -3,7 +3,10 @@ package nacos
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -197,5 +200,38 @@ func TestProtocolPushesResetAndDetection(t *testing.T) {
 	sink.WaitFor(t, visible, hasEndpoints("echo.nacos", "http", "10.1.0.4:8080/HEALTHY/100"))
 	if n := sink.Replaces(reg.common.Shard()); n != 4 {
 		t.Errorf("%d Replaces, want 4 (start, p1, p3, after the reset)", n)
+	}
+}
+
+// TestListAllUnstablePages: a server that orders its services differently
+// on every call (Polaris 1.18: its cache's map order) makes pages overlap;
+// listAll still returns every wanted service once.
+func TestListAllUnstablePages(t *testing.T) {
+	t.Parallel()
+	var all []string
+	for i := range 1200 {
+		all = append(all, fmt.Sprintf("svc-%d", i))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	calls := 0
+	fetch := func(pageNo, pageSize int) ([]string, int, error) {
+		calls++
+		order := slices.Clone(all)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		from := min((pageNo-1)*pageSize, len(order))
+		return order[from:min(from+pageSize, len(order))], len(order), nil
+	}
+	got, err := listAll(func(n string) bool { return n != "svc-7" }, fetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	want := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == "svc-7" })
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("got %d names, want the %d wanted ones", len(got), len(want))
+	}
+	if calls != 4 { // three pages, then one page of all
+		t.Errorf("%d list calls, want 4", calls)
 	}
 }

@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,10 +27,13 @@ const (
 // instance is one znode turned into an endpoint, or the reason it is
 // quarantined. It is computed once per read of the znode.
 type instance struct {
-	path  string
-	ep    model.Endpoint // Address, Ports, Labels, Weight, Health, Origin
-	ports []model.Port   // the ports the instance declares, by its own numbers
-	bad   string         // non-empty: quarantined for this reason
+	path string
+	// ep has the instance's Address, Labels, Weight, Health and Origin;
+	// its Ports are the service's port plan's (buildService), not kept
+	// here twice.
+	ep    model.Endpoint
+	ports []model.Port // the ports the instance declares, by its own numbers
+	bad   string       // non-empty: quarantined for this reason
 }
 
 // addressFunc checks an instance address and returns the IP address to
@@ -69,7 +71,6 @@ func parseCurator(path string, data []byte, address addressFunc) instance {
 		in.bad = "instance has neither port nor sslPort"
 		return in
 	}
-	ports := map[string]uint32{}
 	for _, p := range []struct {
 		name, field string
 		value       *int64
@@ -82,7 +83,6 @@ func parseCurator(path string, data []byte, address addressFunc) instance {
 			in.bad = fmt.Sprintf("%s %d is not a port number", p.field, *p.value)
 			return in
 		}
-		ports[p.name] = uint32(*p.value)
 		in.ports = append(in.ports, model.Port{Name: p.name, Number: uint32(*p.value), Protocol: p.proto})
 	}
 	ip, err := address(ci.Address)
@@ -105,7 +105,7 @@ func parseCurator(path string, data []byte, address addressFunc) instance {
 	default:
 		health = model.Unhealthy
 	}
-	in.ep = model.Endpoint{Address: ip, Ports: ports, Labels: labels, Health: health, Origin: path}
+	in.ep = model.Endpoint{Address: ip, Labels: labels, Health: health, Origin: path}
 	return in
 }
 
@@ -219,7 +219,6 @@ func parseDubbo(path, node string, address addressFunc) instance {
 	in.ports = []model.Port{{Name: name, Number: uint32(port), Protocol: dubboProtocol(name)}}
 	in.ep = model.Endpoint{
 		Address: ip,
-		Ports:   map[string]uint32{name: uint32(port)},
 		Labels:  labels,
 		Weight:  weight,
 		Health:  health,
@@ -372,54 +371,107 @@ func Convert(c registries.Common, cfg Config, services []ServiceZnodes, resolve 
 	return build(c, cfg.Layout, tree)
 }
 
-// build turns the tree into the full state of the shard: services sorted
-// by hostname with endpoints sorted by origin, and every rejected or
-// quarantined item. quarantined counts instances not served.
-func build(c registries.Common, layout Layout, tree map[string]*serviceNode) (services []model.Service, rejected []model.Rejection, quarantined int) {
-	services = []model.Service{}
-	nodes := make([]*serviceNode, 0, len(tree))
-	for _, sn := range tree {
-		nodes = append(nodes, sn)
+// svcKey is one service's key in a Run's Publisher
+// (docs/architecture.md §3.1.1): its hostname, "" when the whole service
+// is rejected (a name that makes no hostname, a service that cannot be
+// read), and the root's child that holds it. Keys sort by hostname, so the
+// state comes out in hostname order and services that map to one hostname
+// sit side by side, the first by path (child) ahead.
+type svcKey struct{ host, child string }
+
+func compareKeys(a, b svcKey) int {
+	if c := strings.Compare(a.host, b.host); c != 0 {
+		return c
 	}
-	slices.SortFunc(nodes, func(a, b *serviceNode) int { return cmp.Compare(a.path, b.path) })
-	owner := map[string]string{} // hostname → key that has it
-	for _, sn := range nodes {
-		k := sn.key
-		var host string
-		var err error
-		if layout == LayoutDubbo {
-			host, err = dubboHostname(k, c.Domain)
-		} else {
-			host, err = curatorHostname(k, c.Domain)
-		}
-		if err == nil && owner[host] != "" {
-			err = fmt.Errorf("maps to %s like %q, which has it", host, owner[host])
-		}
-		if err == nil && sn.bad != "" {
-			err = errors.New(sn.bad)
-		}
-		if err != nil {
-			rejected = append(rejected, model.Rejection{Registry: c.Name, Subject: sn.path, Reason: err.Error()})
-			quarantined += len(sn.instances)
+	return strings.Compare(a.child, b.child)
+}
+
+// converted is what convertNode made of one service, beside its
+// conversion: what a hostname collision needs to reject it whole.
+type converted struct {
+	key         svcKey
+	name        string // the service name or Dubbo interface (serviceNode.key)
+	path        string
+	instances   int // instance znodes
+	quarantined int // of them not served
+}
+
+// convertNode converts one service on its own: its hostname, its port
+// plan and endpoints, and every instance it quarantines. Whether another
+// service has the hostname already is assemble's business.
+func convertNode(c registries.Common, layout Layout, child string, sn *serviceNode) (converted, registries.Converted) {
+	info := converted{key: svcKey{child: child}, name: sn.key, path: sn.path, instances: len(sn.instances)}
+	var host string
+	var err error
+	if layout == LayoutDubbo {
+		host, err = dubboHostname(sn.key, c.Domain)
+	} else {
+		host, err = curatorHostname(sn.key, c.Domain)
+	}
+	if err == nil && sn.bad != "" {
+		err = errors.New(sn.bad)
+	}
+	if err != nil {
+		info.quarantined = len(sn.instances)
+		return info, registries.Converted{Rejected: []model.Rejection{{Registry: c.Name, Subject: sn.path, Reason: err.Error()}}}
+	}
+	info.key.host = host
+	svc, rejected, q := buildService(c, host, sn)
+	info.quarantined = q
+	return info, registries.One(svc, len(svc.Endpoints) > 0, rejected)
+}
+
+// assemble is the state of the shard from every service's conversion in
+// key order: services in hostname order, then their rejections; a service
+// whose hostname an earlier one (by path) has is rejected whole.
+// collisionQuarantined counts the instances of such services that their
+// own conversion served; info looks a service up by child.
+func assemble(c registries.Common, entries []registries.Entry[svcKey], info func(child string) converted) (services []model.Service, rejected []model.Rejection, collisionQuarantined int) {
+	services = make([]model.Service, 0, len(entries))
+	var owner svcKey
+	for _, e := range entries {
+		if e.Key.host != "" && e.Key.host == owner.host {
+			in, first := info(e.Key.child), info(owner.child)
+			rejected = append(rejected, model.Rejection{Registry: c.Name, Subject: in.path,
+				Reason: fmt.Sprintf("maps to %s like %q, which has it", e.Key.host, first.name)})
+			collisionQuarantined += in.instances - in.quarantined
 			continue
 		}
-		owner[host] = k
-		svc, rej, q := buildService(c, host, sn)
-		rejected = append(rejected, rej...)
-		quarantined += q
-		if len(svc.Endpoints) > 0 {
-			services = append(services, svc)
+		if e.Key.host != "" {
+			owner = e.Key
+		}
+		services = append(services, e.Services...)
+		rejected = append(rejected, e.Rejected...)
+	}
+	return services, rejected, collisionQuarantined
+}
+
+// build turns a whole tree into the full state of the shard, as a Run
+// assembles it service by service: services sorted by hostname with
+// endpoints sorted by origin, and every rejected or quarantined item.
+// quarantined counts instances not served.
+func build(c registries.Common, layout Layout, tree map[string]*serviceNode) (services []model.Service, rejected []model.Rejection, quarantined int) {
+	infos := make(map[string]converted, len(tree))
+	entries := make([]registries.Entry[svcKey], 0, len(tree))
+	for child, sn := range tree {
+		in, conv := convertNode(c, layout, child, sn)
+		infos[child] = in
+		quarantined += in.quarantined
+		if !conv.Empty() {
+			entries = append(entries, registries.Entry[svcKey]{Key: in.key, Converted: conv})
 		}
 	}
-	slices.SortFunc(services, func(a, b model.Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
-	return services, rejected, quarantined
+	slices.SortFunc(entries, func(a, b registries.Entry[svcKey]) int { return compareKeys(a.Key, b.Key) })
+	services, rejected, extra := assemble(c, entries, func(child string) converted { return infos[child] })
+	return services, rejected, quarantined + extra
 }
 
 // buildService plans one service from its good instances with the shared
 // port plan: each port name on the number most of its instances listen on
-// (ties: the lowest), every endpoint naming its own numbers, a port an
-// instance does not listen on (no sslPort, another Dubbo protocol) marked
-// NotServed.
+// (ties: the lowest), an endpoint naming only its numbers that differ
+// from the service's (most name none: no Ports map per endpoint), a port
+// an instance does not listen on (no sslPort, another Dubbo protocol)
+// marked NotServed.
 func buildService(c registries.Common, host string, sn *serviceNode) (model.Service, []model.Rejection, int) {
 	var rejected []model.Rejection
 	quarantined := 0
@@ -443,7 +495,7 @@ func buildService(c registries.Common, host string, sn *serviceNode) (model.Serv
 		planned = append(planned, portplan.Instance{Endpoint: ep, Ports: ports, IP: true})
 	}
 	svc := model.Service{Hostname: host, Resolution: model.ResolutionEDS}
-	res, ok := portplan.Plan(planned, portplan.Options{Explicit: true}, portplan.Rejects{
+	res, ok := portplan.Plan(planned, portplan.Options{}, portplan.Rejects{
 		PortDropped: func(name string) {
 			rejected = append(rejected, model.Rejection{Registry: c.Name, Host: host, Subject: "port " + name,
 				Reason: "every number its instances use is the service port of another port name"})

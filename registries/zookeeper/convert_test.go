@@ -117,6 +117,7 @@ func TestParseCurator(t *testing.T) {
 				return
 			}
 			tt.wantEP.Origin = path
+			got.ep.Ports = portNumbers(got.ports)
 			if d := cmp.Diff(tt.wantEP, got.ep); d != "" {
 				t.Errorf("endpoint (-want +got):\n%s", d)
 			}
@@ -213,6 +214,7 @@ func TestParseDubbo(t *testing.T) {
 				return
 			}
 			tt.wantEP.Origin = path
+			got.ep.Ports = portNumbers(got.ports)
 			if d := cmp.Diff(tt.wantEP, got.ep); d != "" {
 				t.Errorf("endpoint (-want +got):\n%s", d)
 			}
@@ -274,6 +276,15 @@ func TestHostnames(t *testing.T) {
 	}
 }
 
+// portNumbers is an instance's ports as an endpoint names them.
+func portNumbers(ports []model.Port) map[string]uint32 {
+	m := map[string]uint32{}
+	for _, p := range ports {
+		m[p.Name] = p.Number
+	}
+	return m
+}
+
 func good(path, addr string, ports map[string]uint32, protos map[string]model.Protocol) *instance {
 	in := &instance{path: path, ep: model.Endpoint{Address: addr, Ports: ports, Origin: path}}
 	for n, p := range ports {
@@ -315,21 +326,23 @@ func TestBuild(t *testing.T) {
 		Ports: []model.Port{{Name: "http", Number: 9090, Protocol: model.ProtocolHTTP}},
 		Endpoints: []model.Endpoint{
 			{Address: "192.0.2.1", Ports: map[string]uint32{"http": 8080}, Origin: "/services/billing/a", Source: src, Locality: common.Locality},
-			{Address: "192.0.2.2", Ports: map[string]uint32{"http": 9090}, Origin: "/services/billing/b", Source: src, Locality: common.Locality},
-			{Address: "192.0.2.3", Ports: map[string]uint32{"http": 9090}, Origin: "/services/billing/c", Source: src, Locality: common.Locality},
+			// On the service port: no Ports of their own.
+			{Address: "192.0.2.2", Origin: "/services/billing/b", Source: src, Locality: common.Locality},
+			{Address: "192.0.2.3", Origin: "/services/billing/c", Source: src, Locality: common.Locality},
 		},
 	}, {
 		Hostname: "orders.zk",
 		Ports:    []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}},
 		Endpoints: []model.Endpoint{
-			{Address: "192.0.2.9", Ports: map[string]uint32{"http": 80}, Origin: "/services/Orders/x", Source: src, Locality: common.Locality},
+			{Address: "192.0.2.9", Origin: "/services/Orders/x", Source: src, Locality: common.Locality},
 		},
 	}}
+	// Services rejected whole first (by path), then by hostname.
 	wantRejected := []model.Rejection{
 		{Registry: "zk", Subject: "/services/bad_name", Reason: `service name "bad_name" is not a DNS label (letters, digits and '-', at most 63)`},
+		{Registry: "zk", Subject: "/services/denied", Reason: "not allowed to read the service (ACL)"},
 		{Registry: "zk", Host: "billing.zk", Subject: "/services/billing/bad", Reason: "instance has neither port nor sslPort"},
 		{Registry: "zk", Host: "billing.zk", Subject: "port https", Reason: "every number its instances use is the service port of another port name"},
-		{Registry: "zk", Subject: "/services/denied", Reason: "not allowed to read the service (ACL)"},
 		{Registry: "zk", Subject: "/services/orders", Reason: `maps to orders.zk like "Orders", which has it`},
 	}
 	if d := cmp.Diff(wantServices, services); d != "" {

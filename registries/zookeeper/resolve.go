@@ -30,7 +30,10 @@ func (w *watcher) address(host string) (string, error) {
 		return "", fmt.Errorf("address %q is neither an IP address nor a hostname", host)
 	}
 	key := strings.ToLower(host)
-	if r, ok := w.addrCache[key]; ok && time.Now().Before(r.expires) {
+	w.readMu.Lock()
+	r, ok := w.addrCache[key]
+	w.readMu.Unlock()
+	if ok && time.Now().Before(r.expires) {
 		return r.ip, r.err
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.r.lookupTimeout)
@@ -56,7 +59,9 @@ func (w *watcher) address(host string) (string, error) {
 		}
 	}
 	res.expires = time.Now().Add(30 * time.Second)
+	w.readMu.Lock()
 	w.addrCache[key] = res
+	w.readMu.Unlock()
 	return res.ip, res.err
 }
 

@@ -96,9 +96,9 @@ type watcher struct {
 	conn *zk.Conn
 	q    *eventQueue
 	auth []byte
-	// pub publishes the state built from the tree (one key: the whole
-	// state), deduplicated against the last one published.
-	pub *registries.Publisher[string]
+	// pub holds each service's conversion under its svcKey and publishes
+	// the state they assemble to (docs/architecture.md §3.1.1).
+	pub *registries.Publisher[svcKey]
 	// deb coalesces tree changes into one publish.
 	deb registries.Debouncer
 
@@ -112,12 +112,25 @@ type watcher struct {
 
 	// tree is the last complete state read; nil before the first resync.
 	tree map[string]*serviceNode
+	// dirty are the services (root children) whose node in tree changed,
+	// came or went since they were last converted: publish converts
+	// those, and only those, again.
+	dirty map[string]bool
+	// conv is what the last conversion of each service in pub made of it.
+	conv map[string]converted
+	// quarantined sums conv's quarantined; collided counts the instances
+	// of services rejected for a hostname another one has (the last
+	// assemble's).
+	quarantined, collided int
 	// armed are the watches set and not yet fired.
 	armed map[watchKey]bool
 	// refresh are paths whose watch fired and that must be re-read.
 	refresh map[watchKey]bool
 
 	addrCache map[string]addrResult
+	// readMu guards armed and addrCache while resync's readers run; the
+	// loop goroutine alone touches them otherwise.
+	readMu sync.Mutex
 }
 
 func (w *watcher) loop(ctx context.Context) error {

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -26,16 +29,30 @@ type watchKey struct {
 	kind watchKind
 }
 
+// isArmed and arm read and write armed; resync's readers call them at
+// once.
+func (w *watcher) isArmed(k watchKey) bool {
+	w.readMu.Lock()
+	defer w.readMu.Unlock()
+	return w.armed[k]
+}
+
+func (w *watcher) arm(k watchKey) {
+	w.readMu.Lock()
+	w.armed[k] = true
+	w.readMu.Unlock()
+}
+
 // children lists path's children and makes sure a child watch is armed.
 func (w *watcher) children(path string) ([]string, error) {
 	k := watchKey{path, watchChild}
-	if w.armed[k] {
+	if w.isArmed(k) {
 		c, _, err := w.conn.Children(path)
 		return c, err
 	}
 	c, _, _, err := w.conn.ChildrenW(path)
 	if err == nil {
-		w.armed[k] = true
+		w.arm(k)
 	}
 	return c, err
 }
@@ -43,13 +60,13 @@ func (w *watcher) children(path string) ([]string, error) {
 // data reads path and makes sure a data watch is armed.
 func (w *watcher) data(path string) ([]byte, error) {
 	k := watchKey{path, watchData}
-	if w.armed[k] {
+	if w.isArmed(k) {
 		b, _, err := w.conn.Get(path)
 		return b, err
 	}
 	b, _, _, err := w.conn.GetW(path)
 	if err == nil {
-		w.armed[k] = true
+		w.arm(k)
 	}
 	return b, err
 }
@@ -58,13 +75,13 @@ func (w *watcher) data(path string) ([]byte, error) {
 // the node is created).
 func (w *watcher) exists(path string) (bool, error) {
 	k := watchKey{path, watchExist}
-	if w.armed[k] {
+	if w.isArmed(k) {
 		ok, _, err := w.conn.Exists(path)
 		return ok, err
 	}
 	ok, _, _, err := w.conn.ExistsW(path)
 	if err == nil {
-		w.armed[k] = true
+		w.arm(k)
 	}
 	return ok, err
 }
@@ -177,6 +194,9 @@ func (w *watcher) readInstance(path, name string) (*instance, error) {
 	return &in, nil
 }
 
+// resyncReaders is how many services a resync reads at once.
+const resyncReaders = 32
+
 // resync reads the whole tree, re-arming missing watches, and publishes
 // it. On error the previous tree stays.
 func (w *watcher) resync() error {
@@ -186,9 +206,28 @@ func (w *watcher) resync() error {
 	if err != nil {
 		return err
 	}
+	// Services are read resyncReaders at a time: the client pipelines
+	// their requests on the one connection, so a large tree is read in
+	// far fewer round trips than znodes.
+	nodes := make([]*serviceNode, len(kids))
+	errs := make([]error, len(kids))
+	var next atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range min(resyncReaders, len(kids)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(kids) && !failed.Load(); i = int(next.Add(1)) - 1 {
+				nodes[i], errs[i] = w.readService(kids[i])
+				if errs[i] != nil && !errors.Is(errs[i], zk.ErrNoAuth) {
+					failed.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
 	tree := make(map[string]*serviceNode, len(kids))
-	for _, k := range kids {
-		sn, err := w.readService(k)
+	for i, k := range kids {
+		sn, err := nodes[i], errs[i]
 		if err != nil {
 			if errors.Is(err, zk.ErrNoAuth) {
 				tree[k] = &serviceNode{key: w.serviceKey(k), path: w.join(w.r.cfg.Root, k), bad: "not allowed to read the service (ACL)"}
@@ -198,6 +237,21 @@ func (w *watcher) resync() error {
 		}
 		if sn != nil {
 			tree[k] = sn
+		}
+	}
+	// A service read as it was (same instances, same content) keeps its
+	// node and its conversion; every other one, and every one gone, is
+	// converted again.
+	for k, sn := range tree {
+		if old, ok := w.tree[k]; ok && sameNode(old, sn) {
+			tree[k] = old
+			continue
+		}
+		w.dirty[k] = true
+	}
+	for k := range w.tree {
+		if _, ok := tree[k]; !ok {
+			w.dirty[k] = true
 		}
 	}
 	w.tree = tree
@@ -264,7 +318,12 @@ func (w *watcher) relative(path string) []string {
 	return strings.Split(rest, "/")
 }
 
-func (w *watcher) changed() { w.deb.Add(time.Now()) }
+// changed marks child's node in the tree as changed (or gone): it is
+// converted again at the next publish, which the debouncer schedules.
+func (w *watcher) changed(child string) {
+	w.dirty[child] = true
+	w.deb.Add(time.Now())
+}
 
 func (w *watcher) refreshRoot() error {
 	kids, err := w.readRoot()
@@ -283,13 +342,13 @@ func (w *watcher) refreshRoot() error {
 		}
 		if sn != nil {
 			w.tree[k] = sn
-			w.changed()
+			w.changed(k)
 		}
 	}
 	for k := range w.tree {
 		if !present[k] {
 			delete(w.tree, k)
-			w.changed()
+			w.changed(k)
 		}
 	}
 	// Fired events of removed services need no more reads.
@@ -315,7 +374,7 @@ func (w *watcher) refreshService(child string) error {
 		if !slices.Contains(kids, "providers") {
 			if len(old.instances) > 0 {
 				w.tree[child] = &serviceNode{key: old.key, path: path, instances: map[string]*instance{}}
-				w.changed()
+				w.changed(child)
 			}
 			return nil
 		}
@@ -325,7 +384,7 @@ func (w *watcher) refreshService(child string) error {
 	if errors.Is(err, zk.ErrNoNode) {
 		if len(old.instances) > 0 {
 			w.tree[child] = &serviceNode{key: old.key, path: path, instances: map[string]*instance{}}
-			w.changed()
+			w.changed(child)
 		}
 		return nil
 	}
@@ -350,7 +409,7 @@ func (w *watcher) refreshService(child string) error {
 	}
 	if changed {
 		w.tree[child] = sn
-		w.changed()
+		w.changed(child)
 	}
 	return nil
 }
@@ -383,17 +442,61 @@ func (w *watcher) refreshInstance(child, id string) error {
 		next.instances[id] = in
 	}
 	w.tree[child] = next
-	w.changed()
+	w.changed(child)
 	return nil
 }
 
-// publish builds the full state from the tree and publishes it unless it
-// equals the last one published and the registry is Synced already (after
-// a reconnection it is published again, which says Synced).
+// publish converts the services that changed since the last publish, one
+// by one, and publishes the state they assemble to unless it equals the
+// last one published and the registry is Synced already (after a
+// reconnection it is published again, which says Synced).
 func (w *watcher) publish() {
 	w.deb.Done()
-	services, rejected, quarantined := build(w.r.common, w.r.cfg.Layout, w.tree)
-	w.pub.Set("", registries.Converted{Services: services, Rejected: rejected})
+	for child := range w.dirty {
+		w.convert(child)
+	}
+	clear(w.dirty)
 	w.pub.Flush(registries.Condition{})
-	w.r.m.quarantined.Set(float64(quarantined))
+	w.r.m.quarantined.Set(float64(w.quarantined + w.collided))
+}
+
+// convert converts one service of the tree again and stores it in the
+// Publisher, which compares it with its last conversion; a service gone
+// from the tree is deleted.
+func (w *watcher) convert(child string) {
+	old, had := w.conv[child]
+	if had {
+		w.quarantined -= old.quarantined
+	}
+	sn := w.tree[child]
+	if sn == nil {
+		if had {
+			w.pub.Delete(old.key)
+			delete(w.conv, child)
+		}
+		return
+	}
+	w.r.conversions.Add(1)
+	in, conv := convertNode(w.r.common, w.r.cfg.Layout, child, sn)
+	if had && old.key != in.key {
+		w.pub.Delete(old.key)
+	}
+	w.conv[child] = in
+	w.quarantined += in.quarantined
+	w.pub.Set(in.key, conv)
+}
+
+// sameNode reports whether two reads of a service found the same: same
+// name, same condition, the same instance znodes with the same content.
+func sameNode(a, b *serviceNode) bool {
+	if a.key != b.key || a.path != b.path || a.bad != b.bad || len(a.instances) != len(b.instances) {
+		return false
+	}
+	for id, ia := range a.instances {
+		ib, ok := b.instances[id]
+		if !ok || !reflect.DeepEqual(ia, ib) {
+			return false
+		}
+	}
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,6 +266,8 @@ func TestAgainstZooKeeper(t *testing.T) {
 		t.Run("Quarantine", func(t *testing.T) { t.Parallel(); testQuarantine(t, z.Addr()) })
 		t.Run("DubboQuarantine", func(t *testing.T) { t.Parallel(); testDubboQuarantine(t, z.Addr()) })
 		t.Run("Scale", func(t *testing.T) { t.Parallel(); testScale(t, z.Addr()) })
+		t.Run("OneChangeCurator", func(t *testing.T) { t.Parallel(); testOneChange(t, z.Addr(), LayoutCurator) })
+		t.Run("OneChangeDubbo", func(t *testing.T) { t.Parallel(); testOneChange(t, z.Addr(), LayoutDubbo) })
 		t.Run("Auth", func(t *testing.T) { t.Parallel(); testAuth(t, z.Addr()) })
 		t.Run("Conformance", func(t *testing.T) { t.Parallel(); testConformance(t, z.Addr()) })
 	})
@@ -283,13 +286,13 @@ func testCurator(t *testing.T, addr string) {
 	src := model.Source{Registry: reg.common.Name, Cluster: reg.common.Name}
 	want := []model.Service{
 		{Hostname: "orders.zk", Ports: []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}}, Endpoints: []model.Endpoint{
-			{Address: "192.0.2.1", Ports: map[string]uint32{"http": 8080}, Labels: map[string]string{"instance_status": "UP", "version": "v1"}, Source: src, Origin: root + "/orders/a"},
-			{Address: "192.0.2.2", Ports: map[string]uint32{"http": 8080}, Labels: map[string]string{"version": "v2"}, Source: src, Origin: root + "/orders/b"},
+			{Address: "192.0.2.1", Labels: map[string]string{"instance_status": "UP", "version": "v1"}, Source: src, Origin: root + "/orders/a"},
+			{Address: "192.0.2.2", Labels: map[string]string{"version": "v2"}, Source: src, Origin: root + "/orders/b"},
 		}},
 		{Hostname: "payments.zk", Ports: []model.Port{
 			{Name: "http", Number: 9090, Protocol: model.ProtocolHTTP}, {Name: "https", Number: 9443, Protocol: model.ProtocolTCP},
 		}, Endpoints: []model.Endpoint{
-			{Address: "192.0.2.3", Ports: map[string]uint32{"http": 9090, "https": 9443}, Source: src, Origin: root + "/payments/p"},
+			{Address: "192.0.2.3", Source: src, Origin: root + "/payments/p"},
 		}},
 	}
 	if d := registrytest.DiffServices(want, st.Services); d != "" {
@@ -544,6 +547,91 @@ func testScale(t *testing.T, addr string) {
 	sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return len(s.Services) == 0 })
 }
 
+// testOneChange: among many services, each change of one instance (a
+// create, a data change, a delete) and the arrival of one whole service
+// convert and compare that one service (counted, not timed); the first
+// sync converts each service once.
+func testOneChange(t *testing.T, addr string, layout Layout) {
+	const services = 300
+	root := "/onechange/" + string(layout)
+	p := client(t, addr, 10*time.Second)
+	ensure(t, p, root, zk.FlagPersistent, nil)
+	acl := zk.WorldACL(zk.PermAll)
+	// instance returns instance i of service s and the operations that
+	// create it with the service's znodes (Dubbo: and providers), its own
+	// last.
+	type created struct{ path, host, addr string }
+	instance := func(s, i int) (created, []any) {
+		name := fmt.Sprintf("svc-%03d", s)
+		ip := fmt.Sprintf("10.%d.%d.%d", s/200, s%200, i+1)
+		if layout == LayoutDubbo {
+			iface := "com.example.Svc" + strconv.Itoa(s)
+			dir := root + "/" + javaURLEncode(iface)
+			node := dir + "/providers/" + javaURLEncode(fmt.Sprintf("tri://%s:50051/%s?side=provider&pid=%d", ip, iface, i))
+			return created{node, "svc" + strconv.Itoa(s) + ".example.com.zk", ip}, []any{
+				&zk.CreateRequest{Path: dir, Acl: acl}, &zk.CreateRequest{Path: dir + "/providers", Acl: acl},
+				&zk.CreateRequest{Path: node, Data: []byte(ip), Acl: acl, Flags: zk.FlagEphemeral}}
+		}
+		node := root + "/" + name + "/i-" + strconv.Itoa(i)
+		return created{node, name + ".zk", ip}, []any{
+			// Persistent: a transaction cannot create a container.
+			&zk.CreateRequest{Path: root + "/" + name, Acl: acl},
+			&zk.CreateRequest{Path: node, Data: curatorData(t, name, "i-"+strconv.Itoa(i), ip, 8080, 0, nil), Acl: acl, Flags: zk.FlagEphemeral}}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, services)
+	for s := range services {
+		wg.Go(func() {
+			_, ops := instance(s, 0)
+			if _, err := p.Multi(ops...); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("register: %v", err)
+	}
+
+	reg := testRegistry(t, addr, layout, root, nil)
+	sink := start(t, reg)
+	sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Synced() && len(s.Services) == services })
+	if got := reg.conversions.Load(); got != services {
+		t.Errorf("first sync of %d services: %d conversions, want %d", services, got, services)
+	}
+	has := func(host, addr string, want bool) func(registrytest.State) bool {
+		return func(s registrytest.State) bool {
+			svc, _ := registrytest.Find(s.Services, host)
+			return slices.ContainsFunc(svc.Endpoints, func(e model.Endpoint) bool { return e.Address == addr }) == want
+		}
+	}
+	step := func(what string, do func() error, host, addr string, want bool) {
+		t.Helper()
+		before := reg.conversions.Load()
+		if err := do(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		sink.WaitFor(t, waitTimeout, has(host, addr, want))
+		if got := reg.conversions.Load() - before; got != 1 {
+			t.Errorf("%s among %d services: %d services converted, want 1", what, services, got)
+		}
+	}
+	in, ops := instance(137, 1)
+	step("one instance created", func() error { _, err := p.Multi(ops[len(ops)-1]); return err }, in.host, in.addr, true)
+	if layout == LayoutCurator {
+		moved := "10.9.9.9"
+		step("one instance's data changed", func() error {
+			_, err := p.Set(in.path, curatorData(t, "svc-137", "i-1", moved, 8080, 0, nil), -1)
+			return err
+		}, in.host, moved, true)
+		in.addr = moved
+	}
+	step("one instance deleted", func() error { return p.Delete(in.path, -1) }, in.host, in.addr, false)
+	in, ops = instance(services, 0)
+	step("one service created", func() error { _, err := p.Multi(ops...); return err }, in.host, in.addr, true)
+}
+
 func testAuth(t *testing.T, addr string) {
 	const root = "/secure/services"
 	admin := client(t, addr, 10*time.Second, "meshfed:s3cret")
@@ -704,13 +792,18 @@ func TestOutage(t *testing.T) {
 
 	// A short outage (the session may survive it): Degraded, then Synced
 	// again with the same state.
+	// The resync finds every service as it was: none is converted again.
 	replaces = st.Replaces
+	conversions := reg.conversions.Load()
 	z.Stop()
 	sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Failing() })
 	z.Start()
 	st = sink.WaitFor(t, waitTimeout, func(s registrytest.State) bool { return s.Replaces > replaces })
 	if !st.Healthy() || fmt.Sprint(endpointsByHost(st.Services)) != "map[payments.zk:[192.0.2.3 http=9091]]" {
 		t.Errorf("after a short outage: %s %v", st, endpointsByHost(st.Services))
+	}
+	if got := reg.conversions.Load() - conversions; got != 0 {
+		t.Errorf("resync of an unchanged tree converted %d services, want 0", got)
 	}
 	if p := sink.Problems(); len(p) > 0 {
 		t.Errorf("sink problems: %v", p)

@@ -1,0 +1,300 @@
+package s6
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshfed/meshfed/bench"
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/eureka"
+	"github.com/meshfed/meshfed/registries/nacos"
+	"github.com/meshfed/meshfed/test/servers"
+)
+
+// KS rows of the eureka and nacos registries on Polaris, which serves
+// both APIs (test/servers: its Eureka cache refreshed every second, its
+// Nacos push data built every second). The fixture is services services
+// of polarisPerService instances each; each change registers one more
+// instance of one service, a different service each time.
+func init() {
+	kindScaleRows = append(kindScaleRows,
+		bench.KindScaleRow{Kind: "eureka", Goal: 2*time.Second + 50*time.Millisecond, Setup: eurekaScaleSetup,
+			Note: "pollInterval 1s (delta fetches); Polaris refreshes its Eureka view every 1s; goal = poll + refresh + 50 ms"},
+		bench.KindScaleRow{Kind: "nacos", Goal: time.Second + 50*time.Millisecond, Setup: nacosScaleSetup,
+			Note: "registries/nacos at its defaults (gRPC, a subscription per service, pushes); Polaris builds push data every 1s; goal = 1s + 50 ms"})
+}
+
+// polarisPerService is the instances per service of the fixtures: one,
+// since Polaris takes registrations ever slower as it fills (bench/analysis.md).
+const polarisPerService = 1
+
+// polarisLoaders is how many registrations are in flight at once
+// (nacosLoaders through the one Nacos SDK connection, whose health check
+// fails when registrations queue up behind it).
+const (
+	polarisLoaders = 32
+	nacosLoaders   = 8
+)
+
+// polarisAddr is the address of instance k of service s.
+func polarisAddr(s, k int) string {
+	i := s*64 + k
+	return fmt.Sprintf("10.%d.%d.%d", 100+i>>16&127, i>>8&255, i&255)
+}
+
+// loadParallel calls register(i/polarisPerService, i%polarisPerService)
+// for each i in todo, loaders at once, and returns the first error.
+func loadParallel(todo []int, loaders int, register func(s, k int) error) error {
+	var next atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for range loaders {
+		wg.Go(func() {
+			for j := int(next.Add(1)) - 1; j < len(todo) && first.Load() == nil; j = int(next.Add(1)) - 1 {
+				if err := register(todo[j]/polarisPerService, todo[j]%polarisPerService); err != nil {
+					first.CompareAndSwap(nil, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := first.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+// loadPolaris registers every instance of the fixture and then, as long
+// as missing (which asks the server) finds some, registers those again:
+// Polaris answers a registration it later drops from its batch queue
+// (dropExpireTask, a task older than taskLife 30s) with success, as a
+// Eureka client would learn from its next heartbeat's 404. It returns
+// how many were registered again.
+func loadPolaris(t testing.TB, services, loaders int, register func(s, k int) error, missing func() ([]int, error)) int {
+	todo := make([]int, services*polarisPerService)
+	for i := range todo {
+		todo[i] = i
+	}
+	again := 0
+	for round := 0; len(todo) > 0; round++ {
+		if round == 10 {
+			t.Fatalf("after 10 rounds Polaris still lacks %d of %d instances", len(todo), services*polarisPerService)
+		}
+		if round > 0 {
+			again += len(todo)
+			t.Logf("Polaris dropped %d registrations; registering them again", len(todo))
+		}
+		if err := loadParallel(todo, loaders, register); err != nil {
+			t.Fatal(err)
+		}
+		// What Polaris serves lags its store by its refresh (1s).
+		time.Sleep(3 * time.Second)
+		var err error
+		if todo, err = missing(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return again
+}
+
+// eurekaMissing returns the fixture's instances (as s*polarisPerService+k)
+// that url's /apps does not list.
+func eurekaMissing(c *http.Client, url string, services int) ([]int, error) {
+	req, err := http.NewRequest(http.MethodGet, url+"/apps", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var apps struct {
+		Applications struct {
+			Application []struct {
+				Instance json.RawMessage `json:"instance"`
+			} `json:"application"`
+		} `json:"applications"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&apps); err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, a := range apps.Applications.Application {
+		var many []struct {
+			InstanceID string `json:"instanceId"`
+		}
+		if json.Unmarshal(a.Instance, &many) != nil {
+			var one struct {
+				InstanceID string `json:"instanceId"`
+			}
+			if err := json.Unmarshal(a.Instance, &one); err != nil {
+				return nil, err
+			}
+			many = append(many, one)
+		}
+		for _, in := range many {
+			have[in.InstanceID] = true
+		}
+	}
+	var missing []int
+	for i := range services * polarisPerService {
+		if !have[fmt.Sprintf("APP-%d-%d", i/polarisPerService, i%polarisPerService)] {
+			missing = append(missing, i)
+		}
+	}
+	return missing, nil
+}
+
+// eurekaRegister registers instances through the Eureka REST API in JSON
+// over kept-alive connections (fargo's client opens one per request).
+type eurekaRegister struct {
+	url string
+	c   *http.Client
+}
+
+func (e eurekaRegister) register(s, k int) error {
+	app := fmt.Sprintf("APP-%d", s)
+	ip := polarisAddr(s, k)
+	body := fmt.Sprintf(`{"instance":{"instanceId":"%s-%d","hostName":%q,"app":%q,"ipAddr":%q,"status":"UP",`+
+		`"port":{"$":8080,"@enabled":"true"},"securePort":{"$":443,"@enabled":"false"},"vipAddress":%q,`+
+		`"dataCenterInfo":{"@class":"com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo","name":"MyOwn"},`+
+		`"leaseInfo":{"renewalIntervalInSecs":30,"durationInSecs":3600},"metadata":{"version":"v1"}}}`,
+		app, k, ip, app, ip, app)
+	var err error
+	for attempt := range 20 { // a just-started Polaris refuses for a moment
+		var resp *http.Response
+		resp, err = e.c.Post(e.url+"/apps/"+app, "application/json", bytes.NewBufferString(body))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			err = fmt.Errorf("register %s/%d: HTTP %d", app, k, resp.StatusCode)
+		}
+		if attempt < 19 {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return err
+}
+
+func eurekaScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
+	p := servers.StartPolaris(t)
+	tr := &http.Transport{MaxIdleConnsPerHost: polarisLoaders}
+	t.Cleanup(tr.CloseIdleConnections)
+	er := eurekaRegister{url: p.URL, c: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	t0 := time.Now()
+	again := loadPolaris(t, services, polarisLoaders, er.register, func() ([]int, error) { return eurekaMissing(er.c, p.URL, services) })
+	load := time.Since(t0)
+	// Every /apps/delta answer holds each change of the server's delta
+	// window (deltaExpireInterval, 60s here; Eureka's default is 3m), so
+	// right after the fixture's registrations each poll decodes all of
+	// them. Measure the registry in the steady state, after the window.
+	time.Sleep(65 * time.Second)
+	c := registries.Common{Name: "eureka", Kind: "eureka", Domain: "eureka"}
+	reg := newRegistry(t, &eureka.Config{URLs: []string{p.URL}, PollInterval: registries.Duration(time.Second)}, c)
+	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
+		Note: fmt.Sprintf("fixture: %d apps × %d instance, registered over the Eureka REST API (JSON), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, polarisLoaders, again),
+		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
+			s := (n * 7919) % services
+			k := polarisPerService + n
+			err := er.register(s, k)
+			return bench.ScaleChange{Host: fmt.Sprintf("app-%d.eureka", s), Value: polarisAddr(s, k), Stamp: time.Now()}, err
+		}}
+}
+
+func nacosScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
+	p := servers.StartPolaris(t, servers.WithNacos())
+	// One SDK client: with four, the instances of two were gone from
+	// what the registry was served (502 of 1,000 services).
+	clients := []*servers.NacosClient{p.NacosClient(t, "")}
+	// On the loaded bench machine the SDK declares its connection
+	// unhealthy now and then and refuses registrations until it has
+	// reconnected (Put gives up after 10s): try longer. (Persistent
+	// instances, which would not depend on the connection, Polaris 1.18.1
+	// refused with error 500.)
+	put := func(s, k int) error {
+		var err error
+		for range 6 {
+			if err = clients[s%len(clients)].Put(servers.NacosInstance{Service: fmt.Sprintf("svc-%d", s), IP: polarisAddr(s, k), Port: 8080,
+				Metadata: map[string]string{"version": "v1"}}); err == nil {
+				return nil
+			}
+		}
+		return err
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	t0 := time.Now()
+	again := loadPolaris(t, services, nacosLoaders, put, func() ([]int, error) { return nacosMissing(hc, p.NacosAddr, services) })
+	load := time.Since(t0)
+	c := registries.Common{Name: "nacos", Kind: "nacos", Domain: "nacos"}
+	reg := newRegistry(t, &nacos.Config{Servers: []string{p.NacosAddr}}, c)
+	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
+		Note: fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), nacosLoaders, again),
+		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
+			s := (n * 7919) % services
+			k := polarisPerService + n
+			err := put(s, k)
+			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.nacos", s), Value: polarisAddr(s, k), Stamp: time.Now()}, err
+		}}
+}
+
+// nacosMissing returns the fixture's instances (as s*polarisPerService+k)
+// that Polaris' Nacos v1 API does not list, asking polarisLoaders services
+// at once.
+func nacosMissing(c *http.Client, addr string, services int) ([]int, error) {
+	var mu sync.Mutex
+	var missing []int
+	var first atomic.Value
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range polarisLoaders {
+		wg.Go(func() {
+			for s := int(next.Add(1)) - 1; s < services && first.Load() == nil; s = int(next.Add(1)) - 1 {
+				resp, err := c.Get(fmt.Sprintf("http://%s/nacos/v1/ns/instance/list?serviceName=svc-%d", addr, s))
+				if err != nil {
+					first.CompareAndSwap(nil, err)
+					return
+				}
+				var list struct {
+					Hosts []struct {
+						IP string `json:"ip"`
+					} `json:"hosts"`
+				}
+				err = json.NewDecoder(resp.Body).Decode(&list)
+				resp.Body.Close()
+				if err != nil {
+					first.CompareAndSwap(nil, fmt.Errorf("svc-%d: %w", s, err))
+					return
+				}
+				have := map[string]bool{}
+				for _, h := range list.Hosts {
+					have[h.IP] = true
+				}
+				mu.Lock()
+				for k := range polarisPerService {
+					if !have[polarisAddr(s, k)] {
+						missing = append(missing, s*polarisPerService+k)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := first.Load().(error); err != nil {
+		return nil, err
+	}
+	return missing, nil
+}
