@@ -412,7 +412,13 @@ func profile(t testing.TB, dir, name string) func() {
 	if dir == "" {
 		return func() {}
 	}
-	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	return CPUProfile(t, filepath.Join(dir, name+".pprof"))
+}
+
+// CPUProfile writes this process's CPU profile to path until the returned
+// function is called; a failure is logged and profiles nothing.
+func CPUProfile(t testing.TB, path string) func() {
+	f, err := os.Create(path)
 	if err != nil {
 		t.Logf("pprof: %v", err)
 		return func() {}

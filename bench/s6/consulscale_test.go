@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -302,7 +301,7 @@ func TestConsulScale(t *testing.T) {
 			var churned []change
 			var stopProf func()
 			if *scalePprof != "" {
-				stopProf = profile(t, filepath.Join(*scalePprof, fmt.Sprintf("consul-%d-churn.pprof", services)))
+				stopProf = bench.CPUProfile(t, filepath.Join(*scalePprof, fmt.Sprintf("consul-%d-churn.pprof", services)))
 			}
 			res.Churn = window(t, name, agent.PID(), func() {
 				tick := time.NewTicker(time.Duration(float64(time.Second) / churnRate))
@@ -337,22 +336,6 @@ func TestConsulScale(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// profile writes this process's CPU profile to path until the returned
-// function is called.
-func profile(t *testing.T, path string) func() {
-	f, err := os.Create(path)
-	if err != nil {
-		t.Logf("pprof: %v", err)
-		return func() {}
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		t.Logf("pprof: %v", err)
-		return func() {}
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 // agentProfile saves the agent's CPU profile over the next seconds.
