@@ -36,7 +36,9 @@
 // registry is Held (RegistryStatus.Hold says since when, what is served and
 // what is pending). The held update is applied when the next state again
 // drops more than r of the served endpoints (confirmation: it was seen
-// again; the newer update is applied), when Options.HoldDown has passed, or
+// again; the newer update is applied; not the first state of an instance
+// a reload swapped in, which read the backend at about the same moment as
+// the old one: it only takes the held update's place), when Options.HoldDown has passed, or
 // when an operator calls Release (the held update is applied). A state
 // within the ratio clears the hold and is applied.
 //
@@ -217,6 +219,7 @@ type regState struct {
 	pending     *input        // latest state not yet taken by the loop
 	taken       bool          // the loop took a state and has not written back yet
 	release     chan struct{} // Release waits; closed once the loop applied it
+	swapped     bool          // Swap put a new instance in; the loop took no state since (see take, offer)
 
 	// Written back by the Serve loop.
 	applied             bool // first state is in the published snapshot
@@ -318,6 +321,7 @@ func (a *Aggregator) Swap(o RegistryOptions, us ...registries.Update) {
 		registryEndpoints.WithLabelValues(o.Name)
 	}
 	rs.runApplied, rs.runHeld = false, false
+	rs.swapped = true
 	type logged struct {
 		ev      published
 		old     State
@@ -431,12 +435,16 @@ func (rs *regState) serving() bool { return rs.applied || rs.pending != nil || r
 
 // take hands the Serve loop the pending state and Release waiter, and
 // remembers that a state is in flight until the loop writes back (see
-// serving). Called with mu held.
-func (rs *regState) take() (*input, chan struct{}) {
-	in, release := rs.pending, rs.release
+// serving). fresh reports that in is the first state taken since a Swap.
+// Called with mu held.
+func (rs *regState) take() (in *input, release chan struct{}, fresh bool) {
+	in, release = rs.pending, rs.release
 	rs.taken = rs.taken || in != nil
 	rs.pending, rs.release = nil, nil
-	return in, release
+	if in != nil {
+		fresh, rs.swapped = rs.swapped, false
+	}
+	return in, release, fresh
 }
 
 // publish applies u to rs at now (see Publish) and returns the state it

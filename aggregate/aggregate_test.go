@@ -768,7 +768,7 @@ func TestPartialFirstStateHeldWhileTaken(t *testing.T) {
 		t.Fatal("Restore refused")
 	}
 	a.mu.Lock()
-	if in, _ := a.regs["restored"].take(); in == nil || !in.restored {
+	if in, _, _ := a.regs["restored"].take(); in == nil || !in.restored {
 		t.Fatalf("took %+v, want the restored state", in)
 	}
 	a.mu.Unlock()
@@ -866,4 +866,53 @@ func TestSwapWithUnchangedStateAppliesNewOptions(t *testing.T) {
 	plain.Locality = model.Locality{}
 	a.Swap(plain, registries.Update{HasState: true, Services: state, Complete: true})
 	eventually(t, "the locality of the new options served", func() bool { return locality() == "" })
+}
+
+// TestSwapDoesNotConfirmTheOldInstancesHold: a reload that swaps in a new
+// instance while the backend restarts (chaos seed 25, reload-backend-down):
+// the old instance's drop is held down, then the new instance's first
+// state, read from the same restarting backend at about the same moment,
+// drops as much again. That is not a second sighting that confirms the
+// hold: the old state stays served, held, until the new instance's own
+// next state (or HoldDown) says so.
+func TestSwapDoesNotConfirmTheOldInstancesHold(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	o := reg("swap-hold", "consul", "consul")
+	o.MaxDeleteRatio = 0.5
+	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now, HoldDown: time.Minute})
+	start(t, a)
+	replace(a, shard(o), []model.Service{svc("a.consul", ips(10)...), svc("b.consul", ips(6)...)}, nil)
+	waitVersion(t, a, 1)
+
+	// The old instance reads the restarting agent: its catalog lacks everything.
+	replace(a, shard(o), nil, nil)
+	eventually(t, "hold-down listed", func() bool { return hasConflict(a.Conflicts(), CategoryHoldDown, "") })
+	since := clock.Now()
+
+	// The reload swaps the new instance in; its first state is as empty.
+	clock.Advance(300 * time.Millisecond)
+	edited := o
+	edited.Locality = model.Locality{Region: "edited"}
+	a.Swap(edited, registries.Update{Condition: registries.Condition{Err: "connection refused"}},
+		registries.Update{Ended: true, Condition: registries.Condition{Err: "connection refused"}},
+		registries.FullState(nil, nil))
+	eventually(t, "the new options applied", func() bool {
+		s, ok := a.Snapshot().Service("a.consul")
+		return ok && len(s.Endpoints) > 0 && s.Endpoints[0].Locality.Region == "edited"
+	})
+	if n, m := len(addrs(a.Snapshot(), "a.consul")), len(addrs(a.Snapshot(), "b.consul")); n != 10 || m != 6 {
+		t.Fatalf("served %d and %d endpoints after the swap, want the held-back 10 and 6", n, m)
+	}
+	st, _ := a.Registry(o.Name)
+	if st.Hold == nil || st.Endpoints != 16 || !st.Hold.Since.Equal(since) {
+		t.Fatalf("status %+v, want the hold kept since %v and 16 endpoints served", st, since)
+	}
+
+	// The new instance's next state is the backend restored: the hold clears.
+	replace(a, shard(o), []model.Service{svc("a.consul", ips(10)...), svc("b.consul", ips(6)...)}, nil)
+	eventually(t, "hold-down cleared", func() bool { return len(a.Conflicts()) == 0 })
+	if n := len(addrs(a.Snapshot(), "a.consul")); n != 10 {
+		t.Errorf("served %d endpoints, want 10", n)
+	}
 }

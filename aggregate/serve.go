@@ -141,6 +141,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 	type job struct {
 		lr      *loopReg
 		in      *input
+		fresh   bool // in is a swapped-in instance's first state
 		reopts  bool
 		visible bool
 		release chan struct{}
@@ -166,8 +167,8 @@ func (a *Aggregator) rebuild(now time.Time) {
 			lr = &loopReg{shared: rs, opts: rs.opts, domain: normDomain(rs.opts.Domain), gen: rs.gen, visible: true}
 			a.loop[name] = lr
 		}
-		in, release := rs.take()
-		j := job{lr: lr, in: in, visible: visible(rs, now), release: release}
+		in, release, fresh := rs.take()
+		j := job{lr: lr, in: in, fresh: fresh, visible: visible(rs, now), release: release}
 		if rs.gen != lr.gen {
 			lr.opts, lr.domain, lr.gen = rs.opts, normDomain(rs.opts.Domain), rs.gen
 			j.reopts = true
@@ -191,10 +192,10 @@ func (a *Aggregator) rebuild(now time.Time) {
 			// new instance's first state often equals the old one's).
 			lr.memo = nil
 		}
-		switch {
-		case j.in != nil:
-			a.offer(lr, j.in, now, touched, log)
-		case j.reopts:
+		if j.reopts {
+			// What is served and held is made again under the new
+			// options first: an input offered now may be held, and then
+			// the served state must show the new options all the same.
 			if lr.hold != nil {
 				lr.hold.st, lr.memo = normalizeWith(lr.opts, lr.hold.in.services, lr.hold.in.rejected, nil)
 			}
@@ -203,6 +204,9 @@ func (a *Aggregator) rebuild(now time.Time) {
 				st, lr.memo = normalizeWith(lr.opts, lr.raw.services, lr.raw.rejected, lr.memo)
 				a.apply(lr, st, lr.raw, touched)
 			}
+		}
+		if j.in != nil {
+			a.offer(lr, j.in, j.fresh, now, touched, log)
 		}
 		switch {
 		case lr.hold != nil && j.release != nil:
@@ -362,7 +366,12 @@ func (a *Aggregator) servicesInOrder(changed map[string]bool) []*model.Service {
 }
 
 // offer passes a published state through normalization and the hold-down.
-func (a *Aggregator) offer(lr *loopReg, in *input, now time.Time, touched map[string]bool, log *slog.Logger) {
+// fresh: in is the first state of an instance swapped in by a reload
+// (Swap); it does not confirm an update the old instance had held down,
+// since both instances read the backend at about the same moment (a
+// backend restarting answers both with the same partial catalog): it
+// takes the held update's place, and the hold keeps its start.
+func (a *Aggregator) offer(lr *loopReg, in *input, fresh bool, now time.Time, touched map[string]bool, log *slog.Logger) {
 	st, memo := normalizeWith(lr.opts, in.services, in.rejected, lr.memo)
 	lr.memo = memo
 	r := lr.opts.MaxDeleteRatio
@@ -370,9 +379,9 @@ func (a *Aggregator) offer(lr *loopReg, in *input, now time.Time, touched map[st
 	if served := lr.cur.endpoints; r > 0 && lr.applied && served > 0 {
 		drop := served - st.endpoints
 		if float64(drop) > r*float64(served) {
+			reason := fmt.Sprintf("update would remove %d of %d endpoints (%.0f%% > %.0f%%); held until seen again or for %s",
+				drop, served, 100*float64(drop)/float64(served), 100*r, a.holdDown)
 			if lr.hold == nil {
-				reason := fmt.Sprintf("update would remove %d of %d endpoints (%.0f%% > %.0f%%); held until seen again or for %s",
-					drop, served, 100*float64(drop)/float64(served), 100*r, a.holdDown)
 				lr.hold = &hold{
 					since:    now,
 					in:       in,
@@ -381,6 +390,13 @@ func (a *Aggregator) offer(lr *loopReg, in *input, now time.Time, touched map[st
 				}
 				holddownsTotal.WithLabelValues(lr.opts.Name).Inc()
 				log.Warn("update held down by maxDeleteRatio", "served", served, "offered", st.endpoints, "maxDeleteRatio", r)
+				return
+			}
+			if fresh {
+				lr.hold.in, lr.hold.st = in, st
+				lr.hold.conflict = newConflict(CategoryHoldDown, lr.opts.Name, "", "", reason)
+				log.Warn("update held down by maxDeleteRatio: the first state of the instance a reload swapped in does not confirm the held one",
+					"served", served, "offered", st.endpoints, "maxDeleteRatio", r)
 				return
 			}
 			confirmed = true
