@@ -22,7 +22,9 @@
 // eurekaKind, nacosKind).
 //
 // The fault schedule is a seeded shuffle of every fault, cycled, each
-// lasting 2–8s, 2–6s apart (CHAOS_SEED replays the sequence): SIGKILL and
+// lasting 2–8s, 2–6s apart (CHAOS_SEED replays the sequence; the short
+// slice of `make test` uses seed 1 unless CHAOS_SEED is set, `make chaos`
+// a new one per run): SIGKILL and
 // restart, and SIGSTOP/SIGCONT, of every backend; meshfed-a SIGKILLed and
 // warm-restarted from its state dir (also while the state dir is full);
 // SIGHUP reloads that edit every registry entry (make-before-break); the
