@@ -315,7 +315,7 @@ func (b *build) envoyAction(hr *networking.HTTPRoute, r *route.Route, name, auth
 	if authority != "" {
 		a.HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: authority}
 	}
-	mirror := func(d *networking.Destination, p *typev3.FractionalPercent, ok bool) {
+	eachMirror(hr, func(d *networking.Destination, p *typev3.FractionalPercent, ok bool) {
 		if !ok {
 			return // an explicit 0% mirrors nothing
 		}
@@ -326,16 +326,7 @@ func (b *build) envoyAction(hr *networking.HTTPRoute, r *route.Route, name, auth
 			Cluster:         destCluster(resolveDest(d, ns), host, port, b.singlePort),
 			RuntimeFraction: &core.RuntimeFractionalPercent{DefaultValue: p},
 		})
-	}
-	if m := hr.GetMirror(); m != nil {
-		//lint:ignore SA1019 deprecated in Istio, still honoured by it
-		p, ok := mirrorPercent(hr.GetMirrorPercentage(), hr.GetMirrorPercent())
-		mirror(m, p, ok)
-	}
-	for _, m := range hr.GetMirrors() {
-		p, ok := mirrorPercent(m.GetPercentage(), nil)
-		mirror(m.GetDestination(), p, ok)
-	}
+	})
 	for _, d := range dests {
 		if len(all) == 1 || d.GetWeight() > 0 {
 			a.HashPolicy = appendHash(a.HashPolicy, b.destHash(resolveDest(d.GetDestination(), ns), host, port, false))

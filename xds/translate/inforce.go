@@ -124,19 +124,10 @@ func RoutePoliciesOf(hr *networking.HTTPRoute) RoutePolicies {
 	if f := hr.GetFault(); f != nil {
 		out.Fault = httpFault(f)
 	}
-	add := func(d *networking.Destination, p *typev3.FractionalPercent, ok bool) {
+	eachMirror(hr, func(d *networking.Destination, p *typev3.FractionalPercent, ok bool) {
 		if ok {
 			out.Mirrors = append(out.Mirrors, Mirror{Destination: d, Percent: float64(p.GetNumerator()) / 10000})
 		}
-	}
-	if m := hr.GetMirror(); m != nil {
-		//lint:ignore SA1019 deprecated in Istio, still honoured by it
-		p, ok := mirrorPercent(hr.GetMirrorPercentage(), hr.GetMirrorPercent())
-		add(m, p, ok)
-	}
-	for _, m := range hr.GetMirrors() {
-		p, ok := mirrorPercent(m.GetPercentage(), nil)
-		add(m.GetDestination(), p, ok)
-	}
+	})
 	return out
 }

@@ -246,6 +246,20 @@ func faultPercent(p *networking.Percent, deprecated int32) *typev3.FractionalPer
 	return percentOf(float64(deprecated))
 }
 
+// eachMirror calls f for every mirror of hr, the deprecated single
+// mirror first, with its share (ok false: an explicit 0%, nothing copied).
+func eachMirror(hr *networking.HTTPRoute, f func(d *networking.Destination, p *typev3.FractionalPercent, ok bool)) {
+	if m := hr.GetMirror(); m != nil {
+		//lint:ignore SA1019 deprecated in Istio, still honoured by it
+		p, ok := mirrorPercent(hr.GetMirrorPercentage(), hr.GetMirrorPercent())
+		f(m, p, ok)
+	}
+	for _, m := range hr.GetMirrors() {
+		p, ok := mirrorPercent(m.GetPercentage(), nil)
+		f(m.GetDestination(), p, ok)
+	}
+}
+
 // mirrorPercent is the share of requests a mirror copies, as Istio's
 // MirrorPercent: percentage if set, else the deprecated integer
 // mirror_percent, else 100%. An explicit 0 mirrors nothing: ok is false.
