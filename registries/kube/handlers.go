@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"maps"
 	"reflect"
 	"time"
 
@@ -69,7 +70,7 @@ func (w *clusterWatch) serviceHandler() cache.ResourceEventHandler {
 			w.r.m.event(resService, evUpdate)
 			o, ok1 := oldObj.(*corev1.Service)
 			n, ok2 := newObj.(*corev1.Service)
-			if ok1 && ok2 && reflect.DeepEqual(o.Spec, n.Spec) && o.Annotations[annotationExportTo] == n.Annotations[annotationExportTo] {
+			if ok1 && ok2 && reflect.DeepEqual(o.Spec, n.Spec) && maps.Equal(o.Annotations, n.Annotations) { // the transform keeps only the annotations conversion reads
 				return
 			}
 			if m, ok := metaOf(newObj); ok {
