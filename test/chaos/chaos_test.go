@@ -182,7 +182,7 @@ func TestChaos(t *testing.T) {
 		w.aCfg.edit = false
 		w.reloadA()
 	}
-	w.converge("end", w.kinds, w.clients, false)
+	w.converge("end", w.kinds, w.holders(), false)
 	w.compareDigests()
 	end := time.Now()
 	w.checkExits()
@@ -197,7 +197,11 @@ func TestChaos(t *testing.T) {
 	for _, k := range w.kinds {
 		bounds[k.Name()] = k.Bounds()
 	}
-	vs := Check(CheckInput{Truth: truth, Obs: obs, Faults: faults, ClientScope: w.scopeOf, Bounds: bounds,
+	hosts := map[string][]string{}
+	for _, g := range w.grpc {
+		hosts[g.id] = slices.Sorted(maps.Keys(g.hosts))
+	}
+	vs := Check(CheckInput{Truth: truth, Obs: obs, Faults: faults, ClientScope: w.scopeOf, Hosts: hosts, Bounds: bounds,
 		KindOfHost: w.kindOfHost, End: end})
 	for i := range vs {
 		vs[i].Timeline = w.hist.timeline(vs[i].Key)
@@ -376,7 +380,7 @@ func (w *world) startClients(ctx context.Context, wg *sync.WaitGroup) {
 		w.addClient(m, false)
 		w.addClient(m, true)
 	}
-	w.startGRPC()
+	w.startGRPC(ctx, wg)
 }
 
 // compareDigests waits until the replicas' /debug/digestz agree (rule 5),

@@ -61,7 +61,10 @@ type CheckInput struct {
 	// ClientScope is the meshfed scope (a key of Faults) each client is
 	// connected to.
 	ClientScope map[string]string
-	Bounds      map[string]Bounds // by registry name
+	// Hosts are the service hosts a client subscribes to (a grpc-go
+	// client: its xds:/// targets); a client not named holds every host.
+	Hosts  map[string][]string
+	Bounds map[string]Bounds // by registry name
 	// KindOfHost names the registry of a host never registered (a phantom).
 	KindOfHost func(host string) string
 	End        time.Time // the end of the observed run
@@ -72,6 +75,7 @@ type clientState struct {
 	at      time.Time
 	present bool
 	healthy bool
+	forgot  bool
 }
 
 // Check verifies the promises of docs/architecture.md §3.1 and §3.4 over a
@@ -84,7 +88,10 @@ type clientState struct {
 //     the client's meshfed, on the client itself) that overlaps it;
 //   - removed-while-registered (fail-static): no client ever drops an
 //     endpoint while it is registered, whatever is down — unless the
-//     backend itself lost it (Interval.Amnesia).
+//     backend itself lost it (Interval.Amnesia) or the client did
+//     (Obs.Forgot: its process restarted).
+//
+// A client named in Hosts is judged on those hosts only.
 func Check(in CheckInput) []Violation {
 	var out []Violation
 	byKey := map[Key][]Event{}
@@ -105,7 +112,7 @@ func Check(in CheckInput) []Violation {
 			v = map[Key][]clientState{}
 			views[o.Client] = v
 		}
-		v[o.Key] = append(v[o.Key], clientState{o.At, o.Present, o.Healthy})
+		v[o.Key] = append(v[o.Key], clientState{o.At, o.Present, o.Healthy, o.Forgot})
 	}
 	clients := make([]string, 0, len(views))
 	for c := range in.ClientScope {
@@ -127,7 +134,7 @@ func Check(in CheckInput) []Violation {
 			}
 			for _, s := range states {
 				if !s.present {
-					if forgotten(in.Faults[kind], s.at, in.Bounds[kind].Heal) {
+					if s.forgot || forgotten(in.Faults[kind], s.at, in.Bounds[kind].Heal) {
 						continue
 					}
 					if reg, ok := registeredAt(evs, s.at); ok {
@@ -143,8 +150,9 @@ func Check(in CheckInput) []Violation {
 			}
 		}
 		// Every change of the truth reaches the client in time.
+		hosts, some := in.Hosts[c]
 		for k, evs := range byKey {
-			if uncertain[k] {
+			if uncertain[k] || some && !slices.Contains(hosts, k.Host) {
 				continue
 			}
 			kind := evs[0].Kind

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"iter"
 	"maps"
 	"os"
 	"slices"
@@ -137,10 +138,36 @@ func (w *world) kindsNamed(names []string) []Kind {
 	return out
 }
 
-func (w *world) clientsOf(m *Meshfed) []*ADSClient {
-	var out []*ADSClient
+// holder is an xDS client whose endpoints the live convergence check
+// compares with the truth: a raw ADS client or a grpc-go client.
+type holder interface {
+	Name() string
+	// Connected: in a current session (or, grpc-go, its CSDS synced).
+	Connected() bool
+	// Subscribes reports whether the client asks for host's endpoints.
+	Subscribes(host string) bool
+	View(want func(host string) bool) map[Key]bool
+}
+
+// holders are every client, raw and grpc-go.
+func (w *world) holders() []holder {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []holder
 	for _, c := range w.clients {
-		if w.scopeOf[c.ID] == m.Name {
+		out = append(out, c)
+	}
+	for _, g := range w.grpc {
+		out = append(out, g)
+	}
+	return out
+}
+
+// clientsOf are the clients, raw and grpc-go, of m.
+func (w *world) clientsOf(m *Meshfed) []holder {
+	var out []holder
+	for _, c := range w.holders() {
+		if w.scopeOf[c.Name()] == m.Name {
 			out = append(out, c)
 		}
 	}
@@ -199,7 +226,7 @@ func (w *world) apply(f fault, d time.Duration) {
 			e()
 		}
 		w.burst(kinds)
-		w.converge(f.name+" backend", kinds, w.clients, false)
+		w.converge(f.name+" backend", kinds, w.holders(), false)
 		resume()
 	case "meshfed-kill-backend-down", "reload-backend-down":
 		// A backend is down while meshfed-a restarts (warm start: its
@@ -234,7 +261,7 @@ func (w *world) apply(f fault, d time.Duration) {
 			e()
 		}
 		w.burst(kinds)
-		w.converge(f.name, w.kinds, w.clients, false)
+		w.converge(f.name, w.kinds, w.holders(), false)
 		resume()
 	case "state-ro-kill":
 		// meshfed-a restarts on a read-only state dir: it must start,
@@ -306,7 +333,7 @@ func (w *world) apply(f fault, d time.Duration) {
 		time.Sleep(d)
 		w.retry(func() error { return k.(Broken).Break(false) })
 		w.burst([]Kind{k})
-		w.converge("broken file", []Kind{k}, w.clients, false)
+		w.converge("broken file", []Kind{k}, w.holders(), false)
 		resume()
 	case "broken-rules":
 		w.retry(func() error { return w.traffic.setBroken(true) })
@@ -320,7 +347,7 @@ func (w *world) apply(f fault, d time.Duration) {
 			c.Stall(d)
 		}
 		time.Sleep(d)
-		w.converge(strings.TrimPrefix(f.name, "client-")+" client", w.kinds, []*ADSClient{c}, false)
+		w.converge(strings.TrimPrefix(f.name, "client-")+" client", w.kinds, []holder{c}, false)
 	case "client-join":
 		m := w.a
 		if f.target == w.b.Name {
@@ -328,7 +355,7 @@ func (w *world) apply(f fault, d time.Duration) {
 		}
 		c := w.addClient(m, len(w.clients)%2 == 0)
 		time.Sleep(d)
-		w.converge("client joins", w.kinds, []*ADSClient{c}, false)
+		w.converge("client joins", w.kinds, []holder{c}, false)
 	case "grpc-restart", "grpc-stall":
 		g := w.grpcNamed(f.target)
 		if f.name == "grpc-restart" {
@@ -336,6 +363,7 @@ func (w *world) apply(f fault, d time.Duration) {
 		} else {
 			g.stall(d)
 		}
+		w.converge(f.name+" client", w.kinds, []holder{g}, false)
 	}
 }
 
@@ -409,7 +437,7 @@ func (w *world) expected(k Kind) map[Key]bool {
 // how long it took (issue 25's rule 2: after each fault heals, every client
 // converges within T). A kind that does not converge is a violation with
 // the difference.
-func (w *world) converge(label string, kinds []Kind, clients []*ADSClient, _ bool) {
+func (w *world) converge(label string, kinds []Kind, clients []holder, _ bool) {
 	resume := w.pauseKinds(kinds)
 	defer resume()
 	start := time.Now()
@@ -426,11 +454,12 @@ func (w *world) converge(label string, kinds []Kind, clients []*ADSClient, _ boo
 			diff := ""
 			for _, c := range clients {
 				if !c.Connected() {
-					diff = c.ID + " not connected"
+					diff = c.Name() + " not connected"
 					break
 				}
-				if d := diffViews(want, c.View(func(h string) bool { return hosts[h] })); d != "" {
-					diff = c.ID + ": " + d
+				sub := func(h string) bool { return hosts[h] && c.Subscribes(h) }
+				if d := diffViews(maps.Collect(filterKeys(want, sub)), c.View(sub)); d != "" {
+					diff = c.Name() + ": " + d
 					break
 				}
 			}
@@ -449,6 +478,17 @@ func (w *world) converge(label string, kinds []Kind, clients []*ADSClient, _ boo
 		}
 		if len(pending) > 0 {
 			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// filterKeys yields the keys of m whose host is accepted by want.
+func filterKeys(m map[Key]bool, want func(host string) bool) iter.Seq2[Key, bool] {
+	return func(yield func(Key, bool) bool) {
+		for k, h := range m {
+			if want(k.Host) && !yield(k, h) {
+				return
+			}
 		}
 	}
 }
