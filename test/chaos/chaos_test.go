@@ -207,6 +207,7 @@ func TestChaos(t *testing.T) {
 		vs[i].Timeline = w.hist.timeline(vs[i].Key)
 		w.violate(vs[i])
 	}
+	w.checkSlopes()
 	r := w.report(runStart, end)
 	t.Log("\n" + r)
 	if set.report != "" {

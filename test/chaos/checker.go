@@ -21,7 +21,7 @@ type Bounds struct {
 
 // Violation is one broken promise, with what the checker knows about it.
 type Violation struct {
-	Rule     string // phantom, stale, missing, removed-while-registered, nack, exit, convergence, digest
+	Rule     string // phantom, stale, missing, removed-while-registered, nack, exit, convergence, digest, slope
 	Kind     string
 	Client   string
 	Key      Key
@@ -89,7 +89,8 @@ type clientState struct {
 //   - removed-while-registered (fail-static): no client ever drops an
 //     endpoint while it is registered, whatever is down — unless the
 //     backend itself lost it (Interval.Amnesia) or the client did
-//     (Obs.Forgot: its process restarted).
+//     (Obs.Forgot: its process restarted; then it must hold the key
+//     again by the deadline a change would have, else it is missing).
 //
 // A client named in Hosts is judged on those hosts only.
 func Check(in CheckInput) []Violation {
@@ -133,8 +134,14 @@ func Check(in CheckInput) []Violation {
 				kind = in.KindOfHost(k.Host)
 			}
 			for _, s := range states {
+				if s.forgot {
+					if v, ok := relearned(in, c, kind, k, evs, states, s.at); !ok {
+						out = append(out, v)
+					}
+					continue
+				}
 				if !s.present {
-					if s.forgot || forgotten(in.Faults[kind], s.at, in.Bounds[kind].Heal) {
+					if forgotten(in.Faults[kind], s.at, in.Bounds[kind].Heal) {
 						continue
 					}
 					if reg, ok := registeredAt(evs, s.at); ok {
@@ -201,6 +208,33 @@ func Check(in CheckInput) []Violation {
 	}
 	slices.SortStableFunc(out, func(a, b Violation) int { return a.At.Compare(b.At) })
 	return out
+}
+
+// relearned checks that client c, which lost key k with its process at
+// t, holds it again in time if it was registered then: by Push after t,
+// extended to Heal past the faults on the key's registry, the client's
+// replica and the client itself (its restart) — unless a removal of k
+// starts by then. It returns the violation when not.
+func relearned(in CheckInput, c, kind string, k Key, evs []Event, states []clientState, t time.Time) (Violation, bool) {
+	if _, ok := registeredAt(evs, t); !ok {
+		return Violation{}, true
+	}
+	b := in.Bounds[kind]
+	ivs := slices.Concat(in.Faults[kind], in.Faults[in.ClientScope[c]], in.Faults["client:"+c])
+	deadline := extend(t, t.Add(b.Push), ivs, b.Heal, in.End)
+	if deadline.After(in.End) {
+		return Violation{}, true
+	}
+	for _, e := range evs {
+		if e.Start.After(t) && !e.Start.After(deadline) && e.Op != OpHealth {
+			return Violation{}, true // removed (or uncertain) meanwhile
+		}
+	}
+	if stateAt(states, deadline).present {
+		return Violation{}, true
+	}
+	return Violation{Rule: "missing", Kind: kind, Client: c, Key: k, At: deadline,
+		Detail: fmt.Sprintf("lost with the client's process at %s while registered, not held again by its deadline", t.UTC().Format("15:04:05.000"))}, false
 }
 
 // forgotten reports whether t falls in an interval of ivs in which the
