@@ -130,7 +130,7 @@ func TestJudgeSlopes(t *testing.T) {
 		for at := time.Duration(0); at <= d; at += 5 * time.Second {
 			h := at.Hours()
 			saw := float64(int(at/(5*time.Second))%6) - 2.5
-			ss = append(ss, sample{at: from.Add(at), pid: pid, rss: int64((100+rssH*h+saw*3.2)*(1<<20)),
+			ss = append(ss, sample{at: from.Add(at), pid: pid, rss: int64((100 + rssH*h + saw*3.2) * (1 << 20)),
 				goroutines: 320 + gorH*h + saw*8, fds: int(36 + fdsH*h)})
 		}
 		return ss
