@@ -6,18 +6,38 @@ import (
 	"time"
 )
 
+// atSec is s seconds into a synthetic history.
+func atSec(s float64) time.Time {
+	return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(s * float64(time.Second)))
+}
+
+// wantRules runs Check over in (one consul registry: Push 5s, Heal 20s;
+// the run ends at 100s) and wants the violations' rules, in order.
+func wantRules(t *testing.T, in CheckInput, want []string) {
+	t.Helper()
+	in.Bounds = map[string]Bounds{"consul": {Push: 5 * time.Second, Heal: 20 * time.Second}}
+	in.KindOfHost = func(string) string { return "consul" }
+	in.End = atSec(100)
+	vs := Check(in)
+	var got []string
+	for _, v := range vs {
+		got = append(got, v.Rule)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations %v, want %v: %v", got, want, vs)
+	}
+}
+
 // TestCheck runs the checker over small recorded histories, one promise at
 // a time.
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	at := atSec
 	k := Key{Host: "c0.consul", Addr: "10.1.0.2:8100"}
 	add := Event{Start: at(1), Done: at(1.1), Kind: "consul", Key: k, Op: OpAdd, Healthy: true}
 	remove := Event{Start: at(20), Done: at(20.1), Kind: "consul", Key: k, Op: OpRemove}
 	seen := Obs{At: at(1.5), Client: "c", Key: k, Present: true, Healthy: true}
 	gone := func(s float64) Obs { return Obs{At: at(s), Client: "c", Key: k, Present: false} }
-	bounds := map[string]Bounds{"consul": {Push: 5 * time.Second, Heal: 20 * time.Second}}
 	for _, tc := range []struct {
 		name   string
 		truth  []Event
@@ -48,20 +68,7 @@ func TestCheck(t *testing.T) {
 		{name: "uncertain keys are not judged", truth: []Event{add, {Start: at(3), Done: at(63), Kind: "consul", Key: k, Op: OpUncertain}}, obs: []Obs{seen, gone(4)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			vs := Check(CheckInput{Truth: tc.truth, Obs: tc.obs, Faults: tc.faults, ClientScope: map[string]string{"c": "meshfed-a"},
-				Bounds: bounds, KindOfHost: func(string) string { return "consul" }, End: at(100)})
-			var got []string
-			for _, v := range vs {
-				got = append(got, v.Rule)
-			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("violations %v, want %v: %v", got, tc.want, vs)
-			}
-			for i := range got {
-				if got[i] != tc.want[i] {
-					t.Fatalf("violations %v, want %v: %v", got, tc.want, vs)
-				}
-			}
+			wantRules(t, CheckInput{Truth: tc.truth, Obs: tc.obs, Faults: tc.faults, ClientScope: map[string]string{"c": "meshfed-a"}}, tc.want)
 		})
 	}
 }
@@ -71,8 +78,7 @@ func TestCheck(t *testing.T) {
 // (Obs.Forgot) is not a removal but must be made good.
 func TestCheckGRPC(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	at := atSec
 	k := Key{Host: "c0.consul", Addr: "10.1.0.2:8100"}
 	other := Key{Host: "c1.consul", Addr: "10.1.0.3:8100"} // a service the client does not subscribe to
 	add := Event{Start: at(1), Done: at(1.1), Kind: "consul", Key: k, Op: OpAdd, Healthy: true}
@@ -82,7 +88,6 @@ func TestCheckGRPC(t *testing.T) {
 	dropped := func(s float64) Obs { return Obs{At: at(s), Client: "grpc-a", Key: k} }
 	lost := func(s float64) Obs { return Obs{At: at(s), Client: "grpc-a", Key: k, Forgot: true} }
 	restarted := map[string][]Interval{"client:grpc-a": {{Start: at(9.9), End: at(12), What: "restarted"}}}
-	bounds := map[string]Bounds{"consul": {Push: 5 * time.Second, Heal: 20 * time.Second}}
 	for _, tc := range []struct {
 		name   string
 		truth  []Event
@@ -105,15 +110,8 @@ func TestCheckGRPC(t *testing.T) {
 		{name: "a phantom", truth: []Event{addOther}, obs: []Obs{held(1.5)}, want: []string{"phantom"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			vs := Check(CheckInput{Truth: tc.truth, Obs: tc.obs, Faults: tc.faults, ClientScope: map[string]string{"grpc-a": "meshfed-a"},
-				Hosts: map[string][]string{"grpc-a": {"c0.consul"}}, Bounds: bounds, KindOfHost: func(string) string { return "consul" }, End: at(100)})
-			var got []string
-			for _, v := range vs {
-				got = append(got, v.Rule)
-			}
-			if !slices.Equal(got, tc.want) {
-				t.Fatalf("violations %v, want %v: %v", got, tc.want, vs)
-			}
+			wantRules(t, CheckInput{Truth: tc.truth, Obs: tc.obs, Faults: tc.faults, ClientScope: map[string]string{"grpc-a": "meshfed-a"},
+				Hosts: map[string][]string{"grpc-a": {"c0.consul"}}}, tc.want)
 		})
 	}
 }
@@ -122,7 +120,7 @@ func TestCheckGRPC(t *testing.T) {
 // limits over a long enough span, and does not judge a short one.
 func TestJudgeSlopes(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	t0 := atSec(0)
 	// run is samples every 5s for d of one process, growing by the given
 	// amounts per hour, with a sawtooth of ±8 MiB and ±20 goroutines.
 	run := func(pid int, from time.Time, d time.Duration, rssH, gorH, fdsH float64) []sample {
