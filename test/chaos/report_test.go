@@ -262,12 +262,13 @@ func (w *world) report(start, end time.Time) string {
 	return b.String()
 }
 
-const checksDoc = `- **phantom**: no client (raw ADS, or grpc-go as its CSDS shows it) ever holds an endpoint that was never registered (bad items injected into each kind — a multicast, broadcast or malformed address, a znode that does not parse — must never reach a client).
+const checksDoc = `- **phantom**: no client ever holds an endpoint that was never registered (bad items injected into each kind — a multicast, broadcast or malformed address, a znode that does not parse — must never reach a client).
 - **stale / missing**: after each change of the truth every client holds the key's new state within the registry's push bound; a fault on the registry, on the client's replica or on the client itself extends the deadline to the heal bound past its end.
 - **removed-while-registered** (fail-static): no client ever drops an endpoint while it is registered, whatever is down (backend killed or hung, meshfed killed and warm-restarted, state dir full or read-only, a broken file).
-- **convergence**: after each fault heals, every client holds the truth of the registries it touched within their heal bound (a grpc-go client: of the one service per kind it subscribes to).
+- **convergence**: after each fault heals, every client holds the truth of the registries it touched within their heal bound.
 - **nack**: no raw client finds a resource failing ValidateAll, and meshfed_xds_nacks_total (grpc-go clients included) never rises.
 - **exit**: meshfed never exits unless killed.
 - **slope**: over each replica's longest-lived process (when it spans long enough), RSS, goroutines and open fds grow no faster than the limits of the Resources section.
 - **digest**: at the end, /debug/digestz of the two replicas agree.
+- **grpc-go clients** are held to phantom, stale / missing, removed-while-registered and convergence on the one service per kind each subscribes to, from what their CSDS shows (polled every 250ms: a shorter drop goes unseen); a restarted client's loss is not a removal, but it must hold every registered endpoint again within the heal bound.
 `
