@@ -45,7 +45,9 @@
 // Warm start: Restore hands a registry the state persisted by a previous
 // process (see Options.OnAccepted) before its first sync. It is served at
 // once, marked Restored, and counts as the registry's first sync for Ready,
-// until the registry publishes its own.
+// until the registry publishes its own. Snapshot.Restored names the
+// registries served from a restored state; a snapshot is published when
+// that list changes, even if no service did.
 //
 // Snapshots are immutable. Between two snapshots, a service that did not
 // change is the same *model.Service pointer (xds relies on this to reuse the

@@ -277,14 +277,24 @@ func (a *Aggregator) rebuild(now time.Time) {
 	a.mu.Lock()
 	cfg, cfgSeen := a.config, a.configSeen
 	a.mu.Unlock()
+	var restored []string
+	for _, n := range names {
+		if lr := a.loop[n]; lr.raw != nil && lr.raw.restored && lr.visible {
+			restored = append(restored, n)
+		}
+	}
 	var snap *model.Snapshot
-	if prev := a.snap.Load(); len(changed) > 0 || cfg != prev.Config {
+	// A snapshot is also published when only Restored changed (a registry's
+	// own state equal to the restored one): the xDS server learns from it
+	// that the restored state is confirmed.
+	if prev := a.snap.Load(); len(changed) > 0 || cfg != prev.Config || !slices.Equal(restored, prev.Restored) {
 		if cfg != prev.Config && !cfgSeen.IsZero() && cfgSeen.Before(changedAt) {
 			changedAt = cfgSeen
 		}
 		snap = model.NewSnapshot(prev.Version+1, a.servicesInOrder(changed))
 		snap.Config = cfg
 		snap.Changed = changedAt
+		snap.Restored = restored
 		a.snap.Store(snap)
 		snapshotsTotal.Inc()
 	}

@@ -20,7 +20,12 @@ type Snapshot struct {
 	// this snapshot is the first to include (for a snapshot that a timer
 	// caused, such as a hold-down or outage expiry, when that fired). The
 	// xDS server measures convergence from it. Zero when unknown.
-	Changed  time.Time
+	Changed time.Time
+	// Restored names the registries whose served state was restored from
+	// the state directory and not yet superseded by their own (sorted;
+	// nil when none). The xDS server holds reconnecting clients while it
+	// is not empty (docs/architecture.md §3.4.1).
+	Restored []string
 	services []*Service // sorted by hostname
 	byHost   map[string]*Service
 }

@@ -58,6 +58,10 @@ type Options struct {
 	// RootNamespace is Istio's root namespace for scoping
 	// (docs/architecture.md §3.7); "" is translate.DefaultRootNamespace.
 	RootNamespace string
+	// RestoreHold bounds how long a client that reconnects holding
+	// configuration is held while the served state is restored from
+	// state.dir and unconfirmed (ads.Config.RestoreHold); 0: no hold.
+	RestoreHold time.Duration
 
 	now func() time.Time // the status clock; nil is time.Now (tests skew it)
 }
@@ -101,11 +105,12 @@ func NewServer(o Options) *Server {
 			}
 			return time.Time{}
 		},
-		Now:       o.now,
-		ViewOf:    s.viewOf,
-		Callbacks: ads.Callbacks{OnFirstRequest: s.subscribed},
-		Limits:    o.Limits,
-		Logger:    log,
+		Now:         o.now,
+		ViewOf:      s.viewOf,
+		Callbacks:   ads.Callbacks{OnFirstRequest: s.subscribed},
+		Limits:      o.Limits,
+		Logger:      log,
+		RestoreHold: o.RestoreHold,
 	})
 	return s
 }
@@ -128,6 +133,9 @@ func (s *Server) Update(snap *model.Snapshot) {
 	s.applyLocked(ch, s.tr.ViewUpdates())
 	s.rescopeLocked()
 	s.logInvalid()
+	if snap != nil {
+		s.ads.SetRestored(snap.Restored) // after the store holds what it says
+	}
 	s.mu.Unlock()
 	if snap != nil {
 		s.version.Store(snap.Version)

@@ -40,6 +40,7 @@ type ads struct {
 	classify  func(*core.Node) Class
 	viewOf    func(*core.Node, Class) string
 	callbacks Callbacks
+	gate      restoreGate // the restore hold (hold.go)
 }
 
 // stream is one ADS stream.
@@ -61,6 +62,7 @@ type stream struct {
 	nonce   int64
 
 	sizeLimited bool // the client refuses responses over Limits.MaxResponseBytes (respsize.go)
+	holdLogged  bool // the restore hold held a type of it (hold.go)
 }
 
 // typeSub is a stream's side of its subscription to one type URL: what
@@ -74,6 +76,7 @@ type typeSub struct {
 	known     map[string]string // name → version the client holds
 	namesHash uint64            // SotW: hash of the last resource_names applied
 	inflight  bool              // a response awaits the client's next request
+	held      bool              // the restore hold holds it (hold.go)
 	nonce     string            // of the last response
 	// Response size protection (respsize.go): logged a whole response
 	// above the limit; name → version logged as too large.
@@ -98,6 +101,9 @@ func (a *ads) close(st *stream) {
 	subs := make([]*Subscription, 0, len(st.types))
 	for _, ts := range st.types {
 		subs = append(subs, ts.sub)
+		if ts.held {
+			a.gate.forget(ts.sub)
+		}
 	}
 	a.store.drop(st.w, subs)
 	a.tracker.close(st.status)
@@ -265,6 +271,9 @@ func (a *ads) sotwRequest(st *stream, req *discovery.DiscoveryRequest, send sotw
 		}
 		a.store.subscribeSotw(ts.sub, ts.known, first, names)
 	}
+	if first {
+		a.holdIfRestored(st, ts, req.GetVersionInfo() != "")
+	}
 	ts.inflight = false
 	if ts.sub.coll == nil {
 		if !changed {
@@ -301,6 +310,9 @@ func (a *ads) deltaRequest(st *stream, req *discovery.DeltaDiscoveryRequest, sen
 		}
 	}
 	a.store.subscribeDelta(ts.sub, ts.known, first, sub, unsub)
+	if first {
+		a.holdIfRestored(st, ts, len(ts.known) > 0)
+	}
 	ts.inflight = false
 	if ts.sub.coll == nil {
 		if !first && len(sub) == 0 && len(unsub) == 0 {
@@ -343,6 +355,12 @@ func (a *ads) pushAll(st *stream, sotw sotwSend, delta deltaSend) error {
 func (a *ads) push(st *stream, ts *typeSub, reply bool, sotw sotwSend, delta deltaSend) error {
 	if ts.sub.coll == nil || ts.inflight {
 		return nil
+	}
+	if ts.held {
+		if a.holding(st, ts) {
+			return nil // its dirty names wait for the release (hold.go)
+		}
+		reply = true // answer the request it was held on
 	}
 	dirty, all := ts.sub.takeDirty()
 	if len(dirty) == 0 && !all && !reply {

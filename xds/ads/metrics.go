@@ -38,5 +38,6 @@ func InitSeries(classes []Class, typeLabels []string) {
 // registers them once.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{connectedProxies, nacksTotal,
-		responsesTotal, convergenceSeconds, limitExceeded, unknownTypes, subscribedNames, oversizedTotal}
+		responsesTotal, convergenceSeconds, limitExceeded, unknownTypes, subscribedNames, oversizedTotal,
+		restoreHeld, restoreHeldTotal}
 }

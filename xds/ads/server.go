@@ -40,6 +40,10 @@ type Config struct {
 	Limits Limits
 	// Logger receives connection and NACK events; nil discards them.
 	Logger *slog.Logger
+	// RestoreHold bounds the restore hold (hold.go, SetRestored): how
+	// long a client that reconnects holding configuration is sent
+	// nothing while the state is restored; 0 turns the hold off.
+	RestoreHold time.Duration
 }
 
 // Callbacks let the owner of the resources react to the protocol, as
@@ -77,7 +81,8 @@ func NewServer(c Config) *Server {
 		classify = func(*core.Node) Class { return "" }
 	}
 	return &Server{cancel: cancel, ads: &ads{ctx: ctx, store: newStore(c.Collections), tracker: t, errorf: log.Error,
-		limits: c.Limits.withDefaults(), classify: classify, viewOf: c.ViewOf, callbacks: c.Callbacks}}
+		limits: c.Limits.withDefaults(), classify: classify, viewOf: c.ViewOf, callbacks: c.Callbacks,
+		gate: restoreGate{bound: c.RestoreHold}}}
 }
 
 // Register registers the ADS service (SotW and Delta) on g. The caller
@@ -96,6 +101,13 @@ func (s *Server) Apply(ch Changes) { s.ads.store.apply(ch, nil) }
 // reads a state between them) and wakes the streams that read what they
 // change (views.go).
 func (s *Server) ApplyViews(ch Changes, vs []ViewUpdate) { s.ads.store.apply(ch, vs) }
+
+// SetRestored says which registries the resources now in the store
+// derive from restored, unconfirmed states (nil: none); call it after
+// applying them. The first non-empty list starts the restore hold (hold.go)
+// for Config.RestoreHold; an empty one ends it, and the held subscriptions
+// are sent what they lack.
+func (s *Server) SetRestored(registries []string) { s.ads.gate.setRestored(registries) }
 
 // Rescope asks viewOf the view of every open stream (by its first node)
 // and moves the streams whose view changed; they are sent what differs

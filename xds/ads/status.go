@@ -49,6 +49,10 @@ type TypeStatus struct {
 	// Oversized says what the response size protection did (respsize.go);
 	// omitted when nothing.
 	Oversized *OversizedStatus `json:"oversized,omitempty"`
+	// HeldRestored: the restore hold holds this type (the client
+	// reconnected holding configuration while the served state is
+	// restored and unconfirmed); it is sent nothing until released.
+	HeldRestored bool `json:"heldRestored,omitempty"`
 }
 
 // Nack is a rejected response.
