@@ -346,12 +346,12 @@ func (w *world) startBackends() {
 
 func (w *world) startMeshfeds() {
 	t := w.t
-	mk := func(name string, state *stateFS) (*Meshfed, *meshfedConfig) {
+	mk := func(name string, state *servers.StateFS) (*Meshfed, *meshfedConfig) {
 		dir := filepath.Join(w.dir, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		c := &meshfedConfig{path: filepath.Join(dir, "clusters.yaml"), w: w, state: state.dir,
+		c := &meshfedConfig{path: filepath.Join(dir, "clusters.yaml"), w: w, state: state.Dir,
 			xds: fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))}
 		if err := c.write(); err != nil {
 			t.Fatal(err)
@@ -364,8 +364,8 @@ func (w *world) startMeshfeds() {
 		})
 		return m, c
 	}
-	stateA := newStateFS(t, filepath.Join(w.dir, "meshfed-a-state"))
-	stateB := &stateFS{dir: filepath.Join(w.dir, "meshfed-b-state")}
+	stateA := servers.NewStateFS(t, filepath.Join(w.dir, "meshfed-a-state"))
+	stateB := &servers.StateFS{Dir: filepath.Join(w.dir, "meshfed-b-state")}
 	w.a, w.aCfg = mk("meshfed-a", stateA)
 	w.b, _ = mk("meshfed-b", stateB)
 	for _, m := range []*Meshfed{w.a, w.b} {

@@ -35,7 +35,7 @@ func (w *world) faultList() []fault {
 	for _, b := range w.backends {
 		fs = append(fs, fault{"meshfed-kill-backend-down", b.name}, fault{"reload-backend-down", b.name})
 	}
-	if w.a.state.ok() {
+	if w.a.state.OK() {
 		fs = append(fs, fault{"state-full", w.a.Name}, fault{"state-ro", w.a.Name}, fault{"state-full-kill", w.a.Name},
 			fault{"state-ro-kill", w.a.Name})
 	}
@@ -266,7 +266,7 @@ func (w *world) apply(f fault, d time.Duration) {
 	case "state-ro-kill":
 		// meshfed-a restarts on a read-only state dir: it must start,
 		// restore and serve.
-		if err := w.a.state.readOnly(true); err != nil {
+		if err := w.a.state.ReadOnly(true); err != nil {
 			w.t.Logf("state-ro-kill: %v", err)
 		}
 		time.Sleep(d / 2)
@@ -274,7 +274,7 @@ func (w *world) apply(f fault, d time.Duration) {
 		time.Sleep(time.Second)
 		w.restartA()
 		time.Sleep(d / 2)
-		if err := w.a.state.readOnly(false); err != nil {
+		if err := w.a.state.ReadOnly(false); err != nil {
 			w.t.Logf("state-ro-kill: %v", err)
 		}
 		w.converge("meshfed kill, state dir read-only", w.kinds, w.clientsOf(w.a), false)
@@ -286,14 +286,14 @@ func (w *world) apply(f fault, d time.Duration) {
 	case "state-full-kill":
 		// The state directory is full when meshfed is killed: its last
 		// writes failed, so the warm start restores an older state.
-		if err := w.a.state.fill(); err != nil {
+		if err := w.a.state.Fill(); err != nil {
 			w.t.Logf("fill: %v", err)
 		}
 		time.Sleep(d)
 		w.a.Kill()
 		time.Sleep(time.Second)
 		w.restartA()
-		if err := w.a.state.unfill(); err != nil {
+		if err := w.a.state.Unfill(); err != nil {
 			w.t.Logf("unfill: %v", err)
 		}
 		w.converge("meshfed kill, state dir full", w.kinds, w.clientsOf(w.a), false)
@@ -304,18 +304,18 @@ func (w *world) apply(f fault, d time.Duration) {
 	case "state-full", "state-ro":
 		var err error
 		if f.name == "state-full" {
-			err = w.a.state.fill()
+			err = w.a.state.Fill()
 		} else {
-			err = w.a.state.readOnly(true)
+			err = w.a.state.ReadOnly(true)
 		}
 		if err != nil {
 			w.t.Logf("%s: %v", f.name, err)
 		}
 		time.Sleep(d)
 		if f.name == "state-full" {
-			err = w.a.state.unfill()
+			err = w.a.state.Unfill()
 		} else {
-			err = w.a.state.readOnly(false)
+			err = w.a.state.ReadOnly(false)
 		}
 		if err != nil {
 			w.t.Logf("%s: %v", f.name, err)

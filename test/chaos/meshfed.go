@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,108 +21,6 @@ import (
 	"github.com/meshfed/meshfed/test/servers"
 )
 
-// stateFS is a small tmpfs for meshfed's state directory, so that the
-// state directory can fill up and turn read-only without root on the host
-// and without touching the host's file systems: an unprivileged user and
-// mount namespace (unshare -Urm) holds the mount, a sleeping process keeps
-// the namespace alive, and meshfed runs inside it (nsenter -U -m, which
-// execs: meshfed keeps the pid the test signals). The harness reaches the
-// files through /proc/<holder>/root. Where user namespaces are not
-// available the state directory is a plain directory and the
-// full/read-only faults are skipped (said in the report).
-type stateFS struct {
-	dir    string // the mount point (same path inside and outside)
-	holder *exec.Cmd
-}
-
-// stateFSSize is the tmpfs size: room for the registries' states of a run
-// (a few KiB each) many times over.
-const stateFSSize = "4m"
-
-func newStateFS(t testing.TB, dir string) *stateFS {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	fs := &stateFS{dir: dir}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		return fs
-	}
-	if _, err := exec.LookPath("nsenter"); err != nil {
-		return fs
-	}
-	cmd := exec.Command("unshare", "-Urm", "--propagation", "private", "sh", "-c",
-		fmt.Sprintf("mount -t tmpfs -o size=%s,mode=0700 chaos-state %q && echo ready && exec sleep 100000", stateFSSize, dir))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return fs
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Logf("state dir: no mount namespace (%v): a plain directory; full/read-only faults skipped", err)
-		return fs
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		ready <- strings.TrimSpace(line) == "ready"
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Logf("state dir: tmpfs mount in a user namespace failed: a plain directory; full/read-only faults skipped")
-			return fs
-		}
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return fs
-	}
-	fs.holder = cmd
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return fs
-}
-
-// ok reports whether the tmpfs is there (the full/read-only faults work).
-func (fs *stateFS) ok() bool { return fs.holder != nil }
-
-// wrap returns argv run inside the namespace.
-func (fs *stateFS) wrap(argv []string) []string {
-	if fs.holder == nil {
-		return argv
-	}
-	return append([]string{"nsenter", "-t", strconv.Itoa(fs.holder.Process.Pid), "-U", "-m", "--preserve-credentials", "--"}, argv...)
-}
-
-// inside runs a command in the namespace (mount, dd).
-func (fs *stateFS) inside(argv ...string) error {
-	out, err := exec.Command(fs.wrap(argv)[0], fs.wrap(argv)[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%v: %v: %s", argv, err, out)
-	}
-	return nil
-}
-
-// fill writes a file that takes every free byte of the tmpfs; unfill
-// removes it.
-func (fs *stateFS) fill() error {
-	err := fs.inside("sh", "-c", fmt.Sprintf("dd if=/dev/zero of=%q bs=64k 2>/dev/null; true", filepath.Join(fs.dir, "filler")))
-	return err
-}
-
-func (fs *stateFS) unfill() error { return fs.inside("rm", "-f", filepath.Join(fs.dir, "filler")) }
-
-func (fs *stateFS) readOnly(ro bool) error {
-	opt := "remount,rw"
-	if ro {
-		opt = "remount,ro"
-	}
-	return fs.inside("mount", "-o", opt, fs.dir)
-}
-
 // Meshfed is one replica: the built binary under its own config, state
 // directory and log, started and killed by the fault schedule.
 type Meshfed struct {
@@ -132,7 +28,7 @@ type Meshfed struct {
 	Config    string
 	XDS       string
 	Admin     string
-	state     *stateFS
+	state     *servers.StateFS
 	proc      *servers.Process
 	mu        sync.Mutex
 	killed    bool // the exit that follows was ours
@@ -142,8 +38,8 @@ type Meshfed struct {
 	monitorWG sync.WaitGroup
 }
 
-func newMeshfed(t testing.TB, name, bin, config, xds, adminAddr, dir string, state *stateFS, h *History) *Meshfed {
-	argv := state.wrap([]string{bin, "run", "--config", config, "--log-level", "info"})
+func newMeshfed(t testing.TB, name, bin, config, xds, adminAddr, dir string, state *servers.StateFS, h *History) *Meshfed {
+	argv := state.Wrap([]string{bin, "run", "--config", config, "--log-level", "info"})
 	m := &Meshfed{Name: name, Config: config, XDS: xds, Admin: adminAddr, state: state, hist: h,
 		proc: &servers.Process{Name: name, Bin: argv[0], Args: argv[1:], LogPath: filepath.Join(dir, name+".log"), StopTimeout: 20 * time.Second}}
 	t.Cleanup(func() { m.proc.Stop() })

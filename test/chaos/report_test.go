@@ -181,7 +181,7 @@ func (w *world) report(start, end time.Time) string {
 	fmt.Fprintf(&b, "- clients: %d raw ADS (SotW and delta, Envoy sidecar nodes), %d grpc-go (proxyless, one service per kind; what they hold read from their CSDS every %s: %d of the client observations)\n",
 		len(w.clients), len(w.grpc), csdsPoll, grpcObs)
 	stateFS := "a 4 MiB tmpfs in an unprivileged user and mount namespace (full: a filler file; read-only: remount ro)"
-	if !w.a.state.ok() {
+	if !w.a.state.OK() {
 		stateFS = "a plain directory (no user namespaces here: the state-full and state-ro faults were skipped)"
 	}
 	fmt.Fprintf(&b, "- meshfed-a's state dir: %s\n\n", stateFS)
