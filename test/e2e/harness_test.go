@@ -149,8 +149,20 @@ func startMeshfed(t *testing.T, config, xdsAddr, adminAddr string) *meshfed {
 // (NAME=value).
 func startMeshfedEnv(t *testing.T, config, xdsAddr, adminAddr string, env ...string) *meshfed {
 	t.Helper()
+	return startMeshfedIn(t, nil, config, xdsAddr, adminAddr, env...)
+}
+
+// startMeshfedIn is startMeshfedEnv with meshfed run inside fs's mount
+// namespace (its state directory a tmpfs the test fills or makes
+// read-only); nil runs it as startMeshfedEnv does.
+func startMeshfedIn(t *testing.T, fs *servers.StateFS, config, xdsAddr, adminAddr string, env ...string) *meshfed {
+	t.Helper()
 	m := &meshfed{t: t, config: config, admin: adminAddr, xds: xdsAddr, logs: &syncBuffer{}, done: make(chan struct{})}
-	m.cmd = exec.Command(meshfedBin, "run", "--config", config, "--log-level", "debug")
+	argv := []string{meshfedBin, "run", "--config", config, "--log-level", "debug"}
+	if fs != nil {
+		argv = fs.Wrap(argv)
+	}
+	m.cmd = exec.Command(argv[0], argv[1:]...)
 	m.cmd.Env = append(os.Environ(), env...)
 	m.cmd.Stdout = m.logs
 	m.cmd.Stderr = m.logs
