@@ -640,6 +640,32 @@ func TestRestore(t *testing.T) {
 	}
 }
 
+// Snapshot.Restored names the registries served from a restored state;
+// a registry whose own first state equals the restored one still gets a
+// snapshot published, without it (the xDS server's restore hold ends on it).
+func TestSnapshotNamesRestoredRegistries(t *testing.T) {
+	t.Parallel()
+	o, p := reg("dc1", "consul", "consul"), reg("dc2", "consul", "consul2")
+	a := New(Options{Registries: []RegistryOptions{o, p}, Now: newFakeClock().Now})
+	a.Restore(shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil)
+	a.Restore(shard(p), []model.Service{svc("b.consul2", ips(1)...)}, nil)
+	start(t, a)
+	s1 := waitVersion(t, a, 1)
+	if !slices.Equal(s1.Restored, []string{"dc1", "dc2"}) {
+		t.Fatalf("Restored = %v, want [dc1 dc2]", s1.Restored)
+	}
+	replace(a, shard(o), []model.Service{svc("a.consul", ips(2)...)}, nil) // equal to the restored state
+	s2 := waitVersion(t, a, 2)
+	if !slices.Equal(s2.Restored, []string{"dc2"}) || s2.Len() != 2 {
+		t.Fatalf("after dc1 synced the same state: Restored = %v, %d services; want [dc2], 2", s2.Restored, s2.Len())
+	}
+	replace(a, shard(p), []model.Service{svc("b.consul2", ips(3)...)}, nil)
+	s3 := waitVersion(t, a, 3)
+	if s3.Restored != nil {
+		t.Fatalf("after every registry synced: Restored = %v, want nil", s3.Restored)
+	}
+}
+
 func TestConfigFlowsWithSnapshot(t *testing.T) {
 	t.Parallel()
 	x := reg("x", "file", "x")
