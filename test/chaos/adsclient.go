@@ -29,7 +29,8 @@ import (
 // and LDS, EDS for every EDS cluster, over SotW or delta. It validates
 // every resource it receives (ValidateAll, as Envoy does) and NACKs one
 // that fails, keeps what it holds across reconnects (delta: it names what
-// it holds in initial_resource_versions, as Envoy does), and records every
+// it holds in initial_resource_versions; SotW: it sends the version last
+// ACKed per type; as Envoy does), and records every
 // change of the endpoints it holds in the History.
 type ADSClient struct {
 	ID    string
@@ -281,18 +282,23 @@ func (c *ADSClient) sotw(ctx context.Context, cl discovery.AggregatedDiscoverySe
 		return err
 	}
 	node := c.node()
+	// A new stream's first requests carry the version last ACKed per type
+	// (none on the first stream), as Envoy and grpc-go send them: a
+	// server may tell a client that holds configuration from a new one.
 	c.mu.Lock()
 	held := slices.Sorted(maps.Keys(c.clusters))
+	ver := maps.Clone(c.sotwVer)
 	c.mu.Unlock()
 	for _, typ := range []string{translate.ClusterType, translate.ListenerType} {
-		if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: typ}); err != nil {
+		if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: typ, VersionInfo: ver[typ]}); err != nil {
 			return err
 		}
 		node = nil
 	}
 	edsNames := held
 	if len(held) > 0 {
-		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: translate.EndpointType, ResourceNames: held}); err != nil {
+		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: translate.EndpointType, ResourceNames: held,
+			VersionInfo: ver[translate.EndpointType]}); err != nil {
 			return err
 		}
 	}
