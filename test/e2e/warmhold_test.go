@@ -224,6 +224,7 @@ func TestWarmStartHoldsReconnectingClients(t *testing.T) {
 		}
 		return nil
 	})
+	keptPayments(t, resotw, relog)
 	// The reconnecting clients are held, and /debug/syncz says so.
 	eventually(t, 20*time.Second, "reconnecting streams shown held", func() error {
 		var ps []admin.ProxySync
@@ -269,17 +270,23 @@ func TestWarmStartHoldsReconnectingClients(t *testing.T) {
 		return nil
 	})
 
-	// Every response the reconnecting clients got kept payments.
-	sets, _ := resotw.snapshot()
+	keptPayments(t, resotw, relog)
+}
+
+// keptPayments fails the test if a response the reconnecting clients got
+// dropped payments.
+func keptPayments(t *testing.T, sotw, delta *cdsLog) {
+	t.Helper()
+	sets, _ := sotw.snapshot()
 	for i, s := range sets {
 		if !slices.Contains(s, paymentsCluster) {
-			t.Errorf("SotW response %d after the restart holds %v: payments dropped", i, s)
+			t.Fatalf("SotW response %d after the restart holds %v: payments dropped", i, s)
 		}
 	}
-	_, ds := relog.snapshot()
+	_, ds := delta.snapshot()
 	for i, r := range ds {
 		if len(r.GetRemovedResources()) > 0 {
-			t.Errorf("delta response %d after the restart removes %v", i, r.GetRemovedResources())
+			t.Fatalf("delta response %d after the restart removes %v", i, r.GetRemovedResources())
 		}
 	}
 }
