@@ -138,7 +138,7 @@ func NewGateway(cfg *config.Config, o GatewayOptions) (*Gateway, error) {
 	g.xds = xds.NewServer(xds.Options{Logger: log.With("component", "xds"), Limits: ads.Limits{
 		MaxTypeURLs: cfg.XDS.Limits.MaxTypeURLs, MaxNames: cfg.XDS.Limits.MaxNames,
 		MaxResponseBytes: cfg.XDS.Limits.MaxResponseBytes,
-	}, RootNamespace: cfg.XDS.RootNamespace, RestoreHold: 0})
+	}, RootNamespace: cfg.XDS.RootNamespace, RestoreHold: time.Duration(cfg.SyncTimeout)})
 	g.agg.Subscribe(g.xds.Update)
 	g.traffic = newTrafficSource(cfg, log.With("component", "istioconfig"))
 	g.started = time.Now()
