@@ -14,11 +14,20 @@ import "time"
 // holds no goroutines or timers and tests drive it with any clock. A zero
 // Quiet makes every change due at once; a MaxWait below Quiet counts as
 // Quiet. Not safe for concurrent use.
+//
+// With Leading, a change that comes after Quiet without any change is due
+// at once (the leading edge of a burst: a lone change waits for nothing);
+// the changes that follow it within Quiet gather as above. Sources whose
+// reads cost what changed use it (the Kubernetes config source, the
+// serviceentry registry over clusters); files do not, as a file may be
+// half written when its first event arrives.
 type Debouncer struct {
 	Quiet   time.Duration
 	MaxWait time.Duration
+	Leading bool
 
 	pending     bool
+	lead        bool // the pending change is a leading edge: due at once
 	first, last time.Time
 }
 
@@ -26,6 +35,7 @@ type Debouncer struct {
 func (d *Debouncer) Add(now time.Time) {
 	if !d.pending {
 		d.pending = true
+		d.lead = d.Leading && (d.last.IsZero() || now.Sub(d.last) >= d.Quiet)
 		d.first = now
 	}
 	d.last = now
@@ -39,6 +49,9 @@ func (d *Debouncer) Pending() bool { return d.pending }
 func (d *Debouncer) Next(now time.Time) (due bool, wait time.Duration) {
 	if !d.pending {
 		return false, 0
+	}
+	if d.lead {
+		return true, 0
 	}
 	deadline := d.last.Add(d.Quiet)
 	if capAt := d.first.Add(max(d.MaxWait, d.Quiet)); capAt.Before(deadline) {
