@@ -30,6 +30,12 @@ package kubeclient
 // consumers can key their own per-object caches (validation, checks) on
 // the Spec pointer or on ResourceVersion (see Object).
 //
+// Deltas is the incremental form of Parts: the informers' event handlers
+// record the keys of the objects that changed, and Deltas converts those
+// only, without listing the caches, so a read after one event costs one
+// object whatever the cluster holds. A watch is read with Parts or with
+// Deltas, not both.
+//
 // A cluster is Starting until every informer has listed once. A cluster
 // whose first list is refused for good (404: Istio's CRDs not installed,
 // 403: no rights, 401) is Failed instead, and syncs when the cause is
@@ -133,6 +139,25 @@ type Object struct {
 	Spec proto.Message
 }
 
+// ObjectKey names an object within a cluster.
+type ObjectKey struct{ Kind, Namespace, Name string }
+
+// Delta is what changed in one cluster since the previous Deltas call.
+type Delta struct {
+	// Part is the cluster's state; its Objects are the objects added or
+	// changed since the previous call (every object when Full), in no
+	// particular order, each converted once per resourceVersion as by
+	// Parts.
+	Part
+	// Full: Objects are every object of the cluster (the first read after
+	// it synced); what a consumer holds of the cluster and is not among
+	// them is gone.
+	Full bool
+	// Deleted are the objects deleted since the previous call (never with
+	// Full).
+	Deleted []ObjectKey
+}
+
 // resource is how one kind is listed and watched in a namespace.
 type resource struct {
 	plural string
@@ -231,6 +256,17 @@ func (w *IstioWatch) Parts() []Part {
 	return out
 }
 
+// Deltas returns one Delta per cluster, in the configured order: what
+// changed since the previous call. It may be called at any time, before
+// and concurrently with Run, from one goroutine.
+func (w *IstioWatch) Deltas() []Delta {
+	out := make([]Delta, 0, len(w.clusters))
+	for _, c := range w.clusters {
+		out = append(out, c.delta())
+	}
+	return out
+}
+
 // cluster is the state of one cluster.
 type cluster struct {
 	Cluster
@@ -246,14 +282,24 @@ type cluster struct {
 	// with the resourceVersion it was made from.
 	converted   map[objectKey]Object
 	conversions *atomic.Uint64
+	// dirty holds the objects the event handlers saw change since the last
+	// delta, by key: the object of the last event, nil when deleted.
+	dirty map[objectKey]any
+	// full: the next delta lists every object (informers new).
+	full bool
 }
 
 // objectKey names an object within a cluster.
-type objectKey struct{ kind, namespace, name string }
+type objectKey = ObjectKey
 
 func (c *cluster) part() Part {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.partLocked(true)
+}
+
+// partLocked is part, with the objects only if list; c.mu is held.
+func (c *cluster) partLocked(list bool) Part {
 	p := Part{Name: c.Name, Synced: c.synced}
 	switch {
 	case c.failed != nil:
@@ -267,7 +313,7 @@ func (c *cluster) part() Part {
 			p.Failed = !c.synced && permanent(err)
 		}
 	}
-	if !c.synced {
+	if !c.synced || !list {
 		return p
 	}
 	next := make(map[objectKey]Object, len(c.converted))
@@ -277,7 +323,7 @@ func (c *cluster) part() Part {
 			if !ok {
 				continue
 			}
-			next[objectKey{o.Kind, o.Namespace, o.Name}] = o
+			next[objectKey{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}] = o
 			p.Objects = append(p.Objects, o)
 		}
 	}
@@ -285,12 +331,67 @@ func (c *cluster) part() Part {
 	return p
 }
 
+// delta is the cluster's Delta since the previous call.
+func (c *cluster) delta() Delta {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced || c.full {
+		// Unsynced: state only. First read after the sync: every object
+		// (partLocked lists the caches), and the events seen until now
+		// are in it.
+		d := Delta{Part: c.partLocked(true), Full: c.synced}
+		if c.synced {
+			c.full, c.dirty = false, map[objectKey]any{}
+		}
+		return d
+	}
+	d := Delta{Part: c.partLocked(false)}
+	for k, obj := range c.dirty {
+		if obj == nil {
+			if _, ok := c.converted[k]; ok {
+				delete(c.converted, k)
+				d.Deleted = append(d.Deleted, k)
+			}
+			continue
+		}
+		if o, ok := c.convert(obj); ok {
+			c.converted[k] = o
+			d.Objects = append(d.Objects, o)
+		}
+	}
+	clear(c.dirty)
+	return d
+}
+
+// mark records an event's object in dirty (nil obj: deleted).
+func (c *cluster) mark(obj any, deleted bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, deleted = t.Obj, true
+	}
+	m, ok := obj.(metav1.Object)
+	kind := kindOf(obj)
+	if !ok || kind == "" {
+		return
+	}
+	k := objectKey{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirty == nil {
+		c.dirty = map[objectKey]any{}
+	}
+	if deleted {
+		c.dirty[k] = nil
+	} else {
+		c.dirty[k] = obj
+	}
+}
+
 // convert is Convert, reusing the last conversion of an object whose
 // resourceVersion is unchanged. c.mu is held.
 func (c *cluster) convert(obj any) (Object, bool) {
 	if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
 		if kind := kindOf(obj); kind != "" {
-			if o, ok := c.converted[objectKey{kind, m.GetNamespace(), m.GetName()}]; ok && o.ResourceVersion == m.GetResourceVersion() {
+			if o, ok := c.converted[objectKey{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}]; ok && o.ResourceVersion == m.GetResourceVersion() {
 				return o, true
 			}
 		}
@@ -384,9 +485,9 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 	tr := NewTracker()
 	var infs []cache.SharedIndexInformer
 	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { changed() },
-		UpdateFunc: func(any, any) { changed() },
-		DeleteFunc: func(any) { changed() },
+		AddFunc:    func(obj any) { c.mark(obj, false); changed() },
+		UpdateFunc: func(_, obj any) { c.mark(obj, false); changed() },
+		DeleteFunc: func(obj any) { c.mark(obj, true); changed() },
 	}
 	for _, ns := range namespaces {
 		suffix := ""
@@ -409,7 +510,7 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 		}
 	}
 	c.mu.Lock()
-	c.failed, c.tracker, c.informers = nil, tr, infs
+	c.failed, c.tracker, c.informers, c.full = nil, tr, infs, true
 	c.mu.Unlock()
 	changed()
 
