@@ -21,10 +21,11 @@ package kubeclient
 //
 // Informers are per listed namespace, or cluster wide; the objects are
 // slimmed (managed fields, annotations and labels dropped) before they
-// are cached and are never modified: specs are cloned when read.
+// are cached and are never modified, by the informers or by readers: a
+// converted Object shares its cached object's spec (one copy per object).
 //
 // Each cluster keeps its conversions per object (kind, namespace, name):
-// Parts converts (clones) an object only when its resourceVersion changed
+// Parts converts an object only when its resourceVersion changed
 // since the last call, and otherwise returns the same Object again (the
 // same Spec pointer). One event therefore costs one conversion, and
 // consumers can key their own per-object caches (validation, checks) on
@@ -131,7 +132,7 @@ type Object struct {
 	// ResourceVersion is the API server's version of the object ("" when
 	// it has none).
 	ResourceVersion string
-	// Spec is a copy of its spec, an istio.io/api networking/v1alpha3
+	// Spec is its spec, an istio.io/api networking/v1alpha3
 	// message (*networking.VirtualService, …). It is shared: while the
 	// object's ResourceVersion is unchanged, every call of Parts returns
 	// the same pointer (so a consumer may cache what it derives from an
@@ -197,11 +198,11 @@ func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) 
 type IstioWatch struct {
 	namespaces []string
 	clusters   []*cluster
-	// conversions counts the objects converted (cloned) by Parts.
+	// conversions counts the objects converted by Parts and Deltas.
 	conversions atomic.Uint64
 }
 
-// Conversions returns how many objects Parts has converted (cloned) so
+// Conversions returns how many objects Parts and Deltas have converted so
 // far: one per object whose resourceVersion changed between two calls,
 // not one per object per call. For tests and diagnostics.
 func (w *IstioWatch) Conversions() uint64 { return w.conversions.Load() }
@@ -563,7 +564,8 @@ func slim(obj any) (any, error) {
 }
 
 // Convert turns a cached VirtualService, DestinationRule, Sidecar, ServiceEntry or
-// WorkloadEntry of cluster into an Object with a copy of its spec; ok is
+// WorkloadEntry of cluster into an Object sharing its spec (the cached
+// object's: nobody may modify it); ok is
 // false for anything else (including cache tombstones).
 func Convert(obj any, cluster string) (o Object, ok bool) {
 	var spec proto.Message
@@ -586,6 +588,6 @@ func Convert(obj any, cluster string) (o Object, ok bool) {
 	o.Source = fmt.Sprintf("%s/%s (%s)", meta.Namespace, meta.Name, cluster)
 	o.Created = meta.CreationTimestamp.Time
 	o.ResourceVersion = meta.ResourceVersion
-	o.Spec = proto.Clone(spec)
+	o.Spec = spec
 	return o, true
 }

@@ -77,8 +77,8 @@ func TestConvert(t *testing.T) {
 			if !proto.Equal(o.Spec, tc.wantSpec) {
 				t.Errorf("spec = %v, want %v", o.Spec, tc.wantSpec)
 			}
-			if o.Spec == tc.wantSpec {
-				t.Error("spec is the cached object's own message, not a copy")
+			if o.Spec != tc.wantSpec {
+				t.Error("spec is a copy, not the cached object's own message (one copy per object)")
 			}
 		})
 	}
