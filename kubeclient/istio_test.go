@@ -138,15 +138,17 @@ func TestExplain(t *testing.T) {
 // TestPartsConvertsChangedObjectsOnly: Parts converts an object again only
 // when its resourceVersion changed; an unchanged one is returned with the
 // same Spec pointer, and a deleted one leaves the cache.
+// vs is VirtualService shop/vsNN of resourceVersion rv.
+func vs(i int, rv string) *networkingv1.VirtualService {
+	v := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("vs%02d", i), ResourceVersion: rv}}
+	v.Spec.Hosts = []string{fmt.Sprintf("h%d.shop.svc.cluster.local", i)}
+	return v
+}
+
 func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 	t.Parallel()
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &networkingv1.VirtualService{}, 0, cache.Indexers{})
 	store := inf.GetStore()
-	vs := func(i int, rv string) *networkingv1.VirtualService {
-		v := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("vs%02d", i), ResourceVersion: rv}}
-		v.Spec.Hosts = []string{fmt.Sprintf("h%d.shop.svc.cluster.local", i)}
-		return v
-	}
 	for i := range 50 {
 		if err := store.Add(vs(i, "1")); err != nil {
 			t.Fatal(err)
@@ -212,11 +214,6 @@ func TestDeltasConvertOnlyMarkedObjects(t *testing.T) {
 	t.Parallel()
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &networkingv1.VirtualService{}, 0, cache.Indexers{})
 	store := inf.GetStore()
-	vs := func(i int, rv string) *networkingv1.VirtualService {
-		v := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("vs%02d", i), ResourceVersion: rv}}
-		v.Spec.Hosts = []string{fmt.Sprintf("h%d.shop.svc.cluster.local", i)}
-		return v
-	}
 	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
 	c := w.clusters[0]
 	c.informers, c.full = []cache.SharedIndexInformer{inf}, true
