@@ -137,19 +137,16 @@ func feedCompare(a, b FeedObject) int {
 func joinedCompare(a, b [3]string) int {
 	ai, aj, bi, bj := 0, 0, 0, 0 // part and byte of each
 	next := func(p [3]string, i, j *int) (byte, bool) {
-		for *i < 3 {
-			if *j < len(p[*i]) {
-				c := p[*i][*j]
-				*j++
-				return c, true
-			}
-			if *i == 2 {
-				return 0, false
-			}
-			*i, *j = *i+1, 0
-			return '/', true
+		switch {
+		case *j < len(p[*i]):
+			c := p[*i][*j]
+			*j++
+			return c, true
+		case *i == 2:
+			return 0, false
 		}
-		return 0, false
+		*i, *j = *i+1, 0
+		return '/', true
 	}
 	for {
 		x, okx := next(a, &ai, &aj)
