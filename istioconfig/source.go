@@ -17,8 +17,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/meshfed/meshfed/debounce"
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/registries"
 )
 
 // Dir is one directory config source (clusters.yaml `configSources`).
@@ -638,10 +638,10 @@ func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) e
 	}
 	tick := time.NewTicker(resync)
 	defer tick.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	feedDeb := registries.Debouncer{Quiet: feedQuiet, MaxWait: feedMaxWait, Leading: true}
+	dirQuiet := time.NewTimer(time.Hour)
+	dirQuiet.Stop()
+	defer dirQuiet.Stop()
+	feedDeb := debounce.Debouncer{Quiet: feedQuiet, MaxWait: feedMaxWait, Leading: true}
 	wake := time.NewTimer(time.Hour)
 	wake.Stop()
 	defer wake.Stop()
@@ -651,7 +651,7 @@ func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) e
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-events:
-			debounce.Reset(quiet)
+			dirQuiet.Reset(quiet)
 			continue
 		case <-kick:
 			feedDeb.Add(time.Now())
@@ -661,7 +661,7 @@ func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) e
 			continue
 		case <-tick.C:
 			changed = s.Reload()
-		case <-debounce.C:
+		case <-dirQuiet.C:
 			changed = s.Reload()
 		}
 		if due, wait := feedDeb.Next(time.Now()); due {
