@@ -35,7 +35,8 @@ package kubeclient
 // record the keys of the objects that changed, and Deltas converts those
 // only, without listing the caches, so a read after one event costs one
 // object whatever the cluster holds. A watch is read with Parts or with
-// Deltas, not both.
+// Deltas, not both (a Parts call between two Deltas calls is harmless:
+// deletions are reported whatever Parts saw).
 //
 // A cluster is Starting until every informer has listed once. A cluster
 // whose first list is refused for good (404: Istio's CRDs not installed,
@@ -155,7 +156,8 @@ type Delta struct {
 	// them is gone.
 	Full bool
 	// Deleted are the objects deleted since the previous call (never with
-	// Full).
+	// Full); it may name an object no Delta returned (added and deleted
+	// between two calls): consumers ignore keys they do not hold.
 	Deleted []ObjectKey
 }
 
@@ -349,10 +351,8 @@ func (c *cluster) delta() Delta {
 	d := Delta{Part: c.partLocked(false)}
 	for k, obj := range c.dirty {
 		if obj == nil {
-			if _, ok := c.converted[k]; ok {
-				delete(c.converted, k)
-				d.Deleted = append(d.Deleted, k)
-			}
+			delete(c.converted, k)
+			d.Deleted = append(d.Deleted, k)
 			continue
 		}
 		if o, ok := c.convert(obj); ok {
