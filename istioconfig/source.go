@@ -41,7 +41,9 @@ const (
 	// after the first. A read of a DeltaFeed costs what changed (update).
 	feedQuiet   = 10 * time.Millisecond
 	feedMaxWait = 100 * time.Millisecond
-	// resync re-reads every directory and feed part even without events.
+	// resync re-reads every directory (and feed part) even without
+	// events, in case file events were missed. A Source without
+	// directories does not resync: a Feed reports its every change.
 	resync = 10 * time.Second
 )
 
@@ -596,8 +598,8 @@ func listYAML(dir string) ([]string, error) {
 // force: file events are read 100ms after the last of a burst; a feed
 // change after 10ms without any is read at once, the rest of a burst once
 // 10ms passed without a change, at most 100ms after its first (a read of
-// a DeltaFeed costs what changed: update); everything is re-read every
-// 10s in case events were missed. It runs
+// a DeltaFeed costs what changed: update); with directories, everything
+// is re-read every 10s in case file events were missed. It runs
 // every feed until it returns. publish is called from Run's goroutine
 // only. Run returns ctx.Err() when ctx ends.
 func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) error {
@@ -636,8 +638,12 @@ func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) e
 	if w != nil {
 		events, errs = w.Events, w.Errors
 	}
-	tick := time.NewTicker(resync)
-	defer tick.Stop()
+	var tickC <-chan time.Time
+	if len(s.dirs) > 0 {
+		tick := time.NewTicker(resync)
+		defer tick.Stop()
+		tickC = tick.C
+	}
 	dirQuiet := time.NewTimer(time.Hour)
 	dirQuiet.Stop()
 	defer dirQuiet.Stop()
@@ -659,7 +665,7 @@ func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) e
 		case err := <-errs:
 			s.log.Warn("config directory watch error", "err", err)
 			continue
-		case <-tick.C:
+		case <-tickC:
 			changed = s.Reload()
 		case <-dirQuiet.C:
 			changed = s.Reload()
