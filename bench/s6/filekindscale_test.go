@@ -74,6 +74,7 @@ type ksFixture struct {
 	service  func(i int) []byte
 	inPlace  bool
 	services [][]byte
+	buf      bytes.Buffer // the file being written, reused
 }
 
 func (fx *ksFixture) name(f int) string {
@@ -83,7 +84,8 @@ func (fx *ksFixture) name(f int) string {
 // write writes file f and returns when its new content became visible:
 // the rename of the temporary file, or the end of the write in place.
 func (fx *ksFixture) write(f int) (time.Time, error) {
-	var b bytes.Buffer
+	b := &fx.buf
+	b.Reset()
 	b.WriteString(fx.head)
 	for _, s := range fx.services[f*fx.per : min((f+1)*fx.per, len(fx.services))] {
 		b.Write(s)

@@ -151,11 +151,21 @@ func (k *keyed) publish(files []filewatch.File[[]*svcItem], pub *registries.Publ
 		if slices.Equal(old, f.Value) {
 			continue
 		}
-		was := make(map[string]*svcItem, len(old))
-		for _, it := range old {
+		// Only the items between the common head and tail of the two
+		// lists (the same pointers: unchanged services) may differ.
+		i := 0
+		for i < len(old) && i < len(f.Value) && old[i] == f.Value[i] {
+			i++
+		}
+		j := 0
+		for j < len(old)-i && j < len(f.Value)-i && old[len(old)-1-j] == f.Value[len(f.Value)-1-j] {
+			j++
+		}
+		was := make(map[string]*svcItem, len(old)-i-j)
+		for _, it := range old[i : len(old)-j] {
 			was[it.svc.Hostname] = it
 		}
-		for _, it := range f.Value {
+		for _, it := range f.Value[i : len(f.Value)-j] {
 			h := it.svc.Hostname
 			if was[h] != it {
 				k.declare(h, f.Path, it)
