@@ -18,8 +18,9 @@ import (
 // An edit costs what the changed services cost, whatever the YAML style
 // of the file (docs/architecture.md §3.1.1). A Run keeps, per file, every
 // service's parse by the hash of its bytes (split.go cuts the file into
-// one range per service); a read re-parses only the ranges whose bytes
-// changed — on the fast path (fast.go) when the range is in its subset,
+// one range per service; a later read cuts again only the part that
+// differs from the bytes last read, resplit); a read re-parses only the
+// ranges whose bytes changed — on the fast path (fast.go) when the range is in its subset,
 // else through the YAML node tree, both on that range alone — and keeps
 // the converted service of every other range as it was (the same value,
 // so that the Publisher and the aggregator see it unchanged without
