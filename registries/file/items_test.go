@@ -171,17 +171,7 @@ func TestEditWorkPerService(t *testing.T) {
 				}
 			}
 			write(addrOf)
-			reg, err := (&Config{Options: filewatch.Options{Path: dir}}).New(vms, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := reg.(*Registry)
-			sink := registrytest.NewSink()
-			loop, err := r.watch().NewLoop(sink)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer loop.Close()
+			r, sink, loop := loopOver(t, dir)
 			loop.Reload(true)
 			p0, c0, k0 := r.Work()
 			if want := uint64(n * tc.files); p0 != want || c0 != want || k0 != want {
@@ -470,17 +460,7 @@ func TestEditCostsOneService10k(t *testing.T) {
 	if err := os.WriteFile(path, flowServices(n, 10, addr(false)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := (&Config{Options: filewatch.Options{Path: path}}).New(vms, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := reg.(*Registry)
-	sink := registrytest.NewSink()
-	loop, err := r.watch().NewLoop(sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer loop.Close()
+	r, sink, loop := loopOver(t, path)
 	loop.Reload(false)
 	if got := sink.State(r.common.Shard()).Services; len(got) != n {
 		t.Fatalf("first read published %d services, want %d", len(got), n)
@@ -500,4 +480,22 @@ func TestEditCostsOneService10k(t *testing.T) {
 	if !ok || s.Endpoints[1].Address != "10.99.0.1" {
 		t.Errorf("svc-6001 after the edit: %+v", s)
 	}
+}
+
+// loopOver is a file Registry over path and its watch loop publishing to
+// a test sink, driven by the caller (Reload); closed at the test's end.
+func loopOver(t *testing.T, path string) (*Registry, *registrytest.Sink, *filewatch.Loop[[]*svcItem]) {
+	t.Helper()
+	reg, err := (&Config{Options: filewatch.Options{Path: path}}).New(vms, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reg.(*Registry)
+	sink := registrytest.NewSink()
+	loop, err := r.watch().NewLoop(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = loop.Close() })
+	return r, sink, loop
 }
