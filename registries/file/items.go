@@ -132,6 +132,10 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 	}
 	// The items after the change: the same parses, on other lines when
 	// the change added or removed lines.
+	if shift > 0 && ranges[mid].line == cache.ranges[bOld].line {
+		sums, out = append(sums, cache.sums[bOld:]...), append(out, cache.out[bOld:]...)
+		shift = 0 // on the same lines: the same items
+	}
 	for k := bOld; k < bOld+shift; k++ {
 		h := cache.sums[k]
 		it, _ := cache.recs[h].at(ranges[mid+k-bOld].line, name, c, w)
