@@ -499,3 +499,42 @@ func loopOver(t *testing.T, path string) (*Registry, *registrytest.Sink, *filewa
 	t.Cleanup(func() { _ = loop.Close() })
 	return r, sink, loop
 }
+
+// TestOneLineJSON10k: a minified JSON file of 10,000 services (one line)
+// is cut into its services, and an edit in it cuts one range again: the
+// split never scans back over the line per item.
+func TestOneLineJSON10k(t *testing.T) {
+	t.Parallel()
+	gen := func(edited int) []byte {
+		var b strings.Builder
+		b.WriteString(`{"services":[`)
+		for i := range 10000 {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			addr := addrOf(i, 0)
+			if i == edited {
+				addr = "10.99.0.1"
+			}
+			fmt.Fprintf(&b, `{"name":"svc-%d","ports":[{"name":"http","port":80,"protocol":"HTTP"}],"endpoints":[{"address":"%s"}]}`, i, addr)
+		}
+		b.WriteString("]}")
+		return []byte(b.String())
+	}
+	cache := &itemCache{}
+	var w work
+	if _, err := parseItems("s.json", gen(-1), vms, cache, &w); err != nil {
+		t.Fatal(err)
+	}
+	cut0, p0 := w.cut.Load(), w.parsed.Load()
+	items, err := parseItems("s.json", gen(4321), vms, cache, &w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cut, p := w.cut.Load()-cut0, w.parsed.Load()-p0; cut != 1 || p != 1 || w.whole.Load() != 0 {
+		t.Errorf("one edit: cut %d ranges, parsed %d, %d full parses; want 1, 1, 0", cut, p, w.whole.Load())
+	}
+	if got := items[4321].svc.Endpoints[0].Address; got != "10.99.0.1" {
+		t.Errorf("svc-4321's address %s after the edit", got)
+	}
+}

@@ -19,13 +19,11 @@ import (
 // byte-order mark, anything after the sequence.
 
 // itemRange is one item of the services sequence: data[start:end]. line
-// is the 1-based line of start; for a flow item pad is the number of
-// bytes before start on its line (its column - 1); a block item starts at
-// the beginning of its line (its "- " is at column indent+1).
+// is the 1-based line of start; a block item starts at the beginning of
+// its line (its "- " is at column indent+1), a flow item at its '{'.
 type itemRange struct {
 	start, end int
 	line       int
-	pad        int
 	flow       bool
 }
 
@@ -106,9 +104,9 @@ func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []it
 	s := &splitter{data: data, pos: prevItems[a].start, line: prevItems[a].line}
 	bOld = len(prevItems)
 	s.stop = func(pos, line int) bool {
-		// An item start in the unchanged tail, on a line that begins there,
-		// that began an item of prev: the rest of the split is prev's.
-		if pos < tail || s.lineStart(pos) < tail {
+		// An item start in the unchanged tail that began an item of prev:
+		// the rest of the split is prev's.
+		if pos < tail {
 			return false
 		}
 		old := pos - delta
@@ -325,11 +323,6 @@ func (s *splitter) onlyTrailer() bool {
 	return s.pos == len(s.data)
 }
 
-// lineStart is the offset of the beginning of pos's line.
-func (s *splitter) lineStart(pos int) int {
-	return bytes.LastIndexByte(s.data[:pos], '\n') + 1
-}
-
 // flowItems reads the items of a flow sequence from pos (after its '[',
 // or at an item's '{'), each of which must begin with '{' (a service is a
 // mapping). pos ends after ']'.
@@ -351,7 +344,7 @@ func (s *splitter) flowItems() ([]itemRange, bool) {
 			s.stopped = true
 			return items, true
 		}
-		it := itemRange{start: s.pos, line: s.line, pad: s.pos - s.lineStart(s.pos), flow: true}
+		it := itemRange{start: s.pos, line: s.line, flow: true}
 		if !s.flowNode() {
 			return nil, false
 		}
