@@ -583,13 +583,14 @@ func (ws *watchSet) refresh(files []string) {
 			dirs = append(dirs, filepath.Dir(p))
 		}
 	}
+	realDirs := map[string]string{} // a directory's path with its symlinks resolved
 	for _, f := range files {
 		dir := filepath.Dir(f)
 		ws.names[f] = true
 		// Kubernetes ConfigMap volumes swap this symlink on update.
 		ws.names[filepath.Join(dir, "..data")] = true
 		dirs = append(dirs, dir)
-		if real, err := filepath.EvalSymlinks(f); err == nil && real != f {
+		if real, err := realPath(f, realDirs); err == nil && real != f {
 			ws.names[real] = true
 			dirs = append(dirs, filepath.Dir(real))
 		}
@@ -608,6 +609,28 @@ func (ws *watchSet) refresh(files []string) {
 		ws.dirs[d] = true
 		delete(ws.failed, d)
 	}
+}
+
+// realPath is filepath.EvalSymlinks(f), resolving f's directory once per
+// refresh (dirs caches it): a file that is not itself a symlink costs one
+// Lstat, not one per path element.
+func realPath(f string, dirs map[string]string) (string, error) {
+	fi, err := os.Lstat(f)
+	if err != nil {
+		return "", err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return filepath.EvalSymlinks(f)
+	}
+	dir := filepath.Dir(f)
+	real, ok := dirs[dir]
+	if !ok {
+		if real, err = filepath.EvalSymlinks(dir); err != nil {
+			return "", err
+		}
+		dirs[dir] = real
+	}
+	return filepath.Join(real, filepath.Base(f)), nil
 }
 
 // relevant: the event is about a matched file, or about a name a pattern

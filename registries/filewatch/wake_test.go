@@ -79,3 +79,38 @@ func TestRenameIntoPlaceIsReadAtOnce(t *testing.T) {
 		sink.WaitFor(t, wait, func(s registrytest.State) bool { return hostnames(s) == want })
 	}
 }
+
+// TestRealPathIsEvalSymlinks: realPath resolves what EvalSymlinks
+// resolves — a plain file, a file in a symlinked directory, a symlink to
+// a file elsewhere, a ConfigMap-style chain through ..data — and fails
+// where it fails.
+func TestRealPathIsEvalSymlinks(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	real, link, cm := filepath.Join(root, "real"), filepath.Join(root, "link"), filepath.Join(root, "cm")
+	must(os.MkdirAll(filepath.Join(cm, "..2026_01_01"), 0o755))
+	must(os.Mkdir(real, 0o755))
+	must(os.WriteFile(filepath.Join(real, "a.yaml"), nil, 0o644))
+	must(os.WriteFile(filepath.Join(cm, "..2026_01_01", "s.yaml"), nil, 0o644))
+	must(os.Symlink(real, link))
+	must(os.Symlink(filepath.Join(real, "a.yaml"), filepath.Join(root, "b.yaml")))
+	must(os.Symlink("..2026_01_01", filepath.Join(cm, "..data")))
+	must(os.Symlink(filepath.Join("..data", "s.yaml"), filepath.Join(cm, "s.yaml")))
+	dirs := map[string]string{}
+	for _, f := range []string{
+		filepath.Join(real, "a.yaml"), filepath.Join(link, "a.yaml"), filepath.Join(root, "b.yaml"),
+		filepath.Join(cm, "s.yaml"), filepath.Join(link, "missing.yaml"),
+	} {
+		want, wantErr := filepath.EvalSymlinks(f)
+		got, err := realPath(f, dirs)
+		if got != want || (err == nil) != (wantErr == nil) {
+			t.Errorf("realPath(%s) = %q, %v; EvalSymlinks: %q, %v", f, got, err, want, wantErr)
+		}
+	}
+}
