@@ -21,12 +21,12 @@ import (
 //     push);
 //   - fixed HTTP/2 flow-control windows, which turn off gRPC's BDP
 //     estimation: its ping on every small request (each ACK) costs each
-//     stream a write and a read per update;
-//   - a shared write buffer: a connection takes its 32 KiB write buffer
-//     from a pool for each flush and returns it after, instead of keeping
-//     one for its lifetime (32 KiB of heap per connection, nearly all of
-//     it idle between pushes). The read buffer is pooled the same way by
-//     gRPC's default.
+//     stream a write and a read per update.
+//
+// gRPC's own defaults already pool each connection's read and write
+// buffers (32 KiB, taken per read or flush, not held between them), so
+// an idle stream keeps neither; the options that size or share them are
+// left at their defaults.
 //
 // Other messages and services on the same server are encoded as by the
 // standard proto codec.
@@ -35,7 +35,6 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.ForceServerCodecV2(codec{std: encoding.GetCodecV2(protoenc.Name)}),
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
-		grpc.SharedWriteBuffer(true),
 	}
 }
 

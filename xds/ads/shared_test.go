@@ -95,7 +95,7 @@ func TestStreamsShareOneEncoding(t *testing.T) {
 }
 
 // TestServerOptionsServeSotwAndDelta: a server built with ServerOptions
-// (the framing codec, fixed windows, the shared write buffer) serves
+// (the framing codec, fixed windows, gRPC's pooled buffers) serves
 // grpc-go SotW and delta clients on one connection each, several
 // responses in a row, each decoding to valid resources. The flip goes to
 // both streams from one encoding: their resource bytes are equal.

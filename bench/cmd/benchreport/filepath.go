@@ -108,6 +108,9 @@ func (r *runner) runF() error {
 		files int
 		flow  bool
 	}{{1, false}, {r.c.fFiles, false}, {1, true}} {
+		if r.c.fOne && (run.files > 1 || run.flow) {
+			continue
+		}
 		res, size, err := r.fileMeshfed(run.files, run.flow, lgArgs, svcs)
 		if err != nil {
 			return fmt.Errorf("meshfed, %d files (flow style %v): %w", run.files, run.flow, err)
@@ -126,7 +129,9 @@ func (r *runner) runF() error {
 	// istiod
 	var is *fileResult
 	istiodNote := ""
-	if bin, ok := servers.IstiodBinary(); !ok {
+	if bin, ok := servers.IstiodBinary(); r.c.fOne {
+		istiodNote = "istiod not run (-f.one)"
+	} else if !ok {
 		istiodNote = "istiod not built (tools/testservers/build.sh istiod)"
 	} else {
 		x, err := r.fileIstiod(bin, lgArgs, svcs)
