@@ -457,33 +457,21 @@ func (w *watcher) publish() {
 	}
 	clear(w.dirty)
 	w.pub.Flush(registries.Condition{})
-	w.r.m.quarantined.Set(float64(w.quarantined + w.collided))
+	w.r.m.quarantined.Set(float64(w.claims.quarantined + w.claims.collided))
 }
 
 // convert converts one service of the tree again and stores it in the
-// Publisher, which compares it with its last conversion; a service gone
-// from the tree is deleted.
+// claims, which hand the Publisher what it holds under the hostname rule
+// (the Publisher compares it with the last); a service gone from the tree
+// is removed.
 func (w *watcher) convert(child string) {
-	old, had := w.conv[child]
-	if had {
-		w.quarantined -= old.quarantined
-	}
 	sn := w.tree[child]
 	if sn == nil {
-		if had {
-			w.pub.Delete(old.key)
-			delete(w.conv, child)
-		}
+		w.claims.remove(child)
 		return
 	}
 	w.r.conversions.Add(1)
-	in, conv := convertNode(w.r.common, w.r.cfg.Layout, child, sn)
-	if had && old.key != in.key {
-		w.pub.Delete(old.key)
-	}
-	w.conv[child] = in
-	w.quarantined += in.quarantined
-	w.pub.Set(in.key, conv)
+	w.claims.put(child, convertNode(w.r.common, w.r.cfg.Layout, child, sn))
 }
 
 // sameNode reports whether two reads of a service found the same: same
