@@ -125,6 +125,8 @@ type watcher struct {
 	refresh map[watchKey]bool
 
 	addrCache map[string]addrResult
+	// labels shares the instances' equal label maps.
+	labels registries.LabelSets
 	// readMu guards armed and addrCache while resync's readers run; the
 	// loop goroutine alone touches them otherwise.
 	readMu sync.Mutex

@@ -179,6 +179,7 @@ func (w *watcher) readService(child string) (*serviceNode, error) {
 func (w *watcher) readInstance(path, name string) (*instance, error) {
 	if w.r.cfg.Layout == LayoutDubbo {
 		in := parseDubbo(path, name, w.address)
+		in.ep.Labels = w.labels.Share(in.ep.Labels)
 		return &in, nil
 	}
 	b, err := w.data(path)
@@ -191,6 +192,7 @@ func (w *watcher) readInstance(path, name string) (*instance, error) {
 		return nil, err
 	}
 	in := parseCurator(path, b, w.address)
+	in.ep.Labels = w.labels.Share(in.ep.Labels)
 	return &in, nil
 }
 
