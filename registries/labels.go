@@ -72,10 +72,14 @@ func (s *LabelSets) Share(m map[string]string) map[string]string {
 	return m
 }
 
-// ShareEndpoints replaces each endpoint's labels with the shared map
-// equal to them. For endpoints just converted, not yet handed out.
-func (s *LabelSets) ShareEndpoints(eps []model.Endpoint) {
-	for i := range eps {
-		eps[i].Labels = s.Share(eps[i].Labels)
+// ShareServices replaces the labels of every endpoint of services with
+// the shared map equal to them. For services just converted, not yet
+// handed out.
+func (s *LabelSets) ShareServices(services []model.Service) {
+	for i := range services {
+		for j := range services[i].Endpoints {
+			e := &services[i].Endpoints[j]
+			e.Labels = s.Share(e.Labels)
+		}
 	}
 }
