@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unique"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
@@ -35,6 +36,11 @@ type instance struct {
 	ports []model.Port // the ports the instance declares, by its own numbers
 	bad   string       // non-empty: quarantined for this reason
 }
+
+// name is the instance's znode name. Trees key instances by it: a
+// substring of path, it keeps no second copy of a name (a Dubbo provider
+// URL is hundreds of bytes) alive.
+func (in *instance) name() string { return in.path[strings.LastIndexByte(in.path, '/')+1:] }
 
 // addressFunc checks an instance address and returns the IP address to
 // serve: an IP as is, a hostname resolved.
@@ -187,7 +193,8 @@ func parseDubbo(path, node string, address addressFunc) instance {
 		in.bad = fmt.Sprintf("provider URL %q: %q is not a port number", raw, portStr)
 		return in
 	}
-	name := strings.ToLower(u.Scheme)
+	// Interned: a substring of the provider URL would keep the URL alive.
+	name := unique.Make(strings.ToLower(u.Scheme)).Value()
 	if !validate.Label(name) {
 		in.bad = fmt.Sprintf("provider URL %q: protocol %q is not usable as a port name", raw, u.Scheme)
 		return in

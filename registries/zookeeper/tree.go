@@ -168,7 +168,7 @@ func (w *watcher) readService(child string) (*serviceNode, error) {
 			return nil, err
 		}
 		if in != nil {
-			sn.instances[id] = in
+			sn.instances[in.name()] = in
 		}
 	}
 	return sn, nil
@@ -397,7 +397,7 @@ func (w *watcher) refreshService(child string) error {
 	changed := len(ids) != len(old.instances)
 	for _, id := range ids {
 		if in, ok := old.instances[id]; ok {
-			sn.instances[id] = in
+			sn.instances[in.name()] = in
 			continue
 		}
 		in, err := w.readInstance(w.join(instDir, id), id)
@@ -405,7 +405,7 @@ func (w *watcher) refreshService(child string) error {
 			return err
 		}
 		if in != nil {
-			sn.instances[id] = in
+			sn.instances[in.name()] = in
 			changed = true
 		}
 	}
