@@ -206,7 +206,7 @@ func eurekaScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	reg := newRegistry(t, &eureka.Config{URLs: []string{p.URL}, PollInterval: registries.Duration(time.Second)}, c)
 	mark, after := registryPart(t, c.Name, "the delta answer's arrival")
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("fixture: %d apps × %d instance, registered over the Eureka REST API (JSON), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, polarisLoaders, again),
+		Note:  fmt.Sprintf("fixture: %d apps × %d instance, registered over the Eureka REST API (JSON), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, polarisLoaders, again),
 		After: after,
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
 			if n == 1 {
@@ -247,7 +247,7 @@ func nacosScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	reg := newRegistry(t, &nacos.Config{Servers: []string{p.NacosAddr}}, c)
 	mark, after := registryPart(t, c.Name, "the push's arrival")
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), nacosLoaders, again),
+		Note:  fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), nacosLoaders, again),
 		After: after,
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
 			if n == 1 {
