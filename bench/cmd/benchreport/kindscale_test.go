@@ -65,4 +65,21 @@ func TestKindScaleRowsAndMerge(t *testing.T) {
 	if again := rep.merge(out, replacedIDs("KS")); strings.Count(again, "| refreshed KS |") != 1 || strings.Count(again, "| KS | kubernetes 10000: one change") != 1 {
 		t.Error("merging twice duplicates rows or refresh lines")
 	}
+
+	// A rerun of some kinds (-ks.kinds) keeps the KS rows of the others.
+	some := newReport(config{ksKinds: "zookeeper-dubbo"})
+	for _, x := range kindScaleRows([]bench.KindScaleResult{{Kind: "zookeeper-dubbo", Services: 1000, Endpoints: 10000, Goal: 50e6,
+		Sync: 300, CPUPerChange: 1, Change: bench.Summary{N: 3, P50: 3, P99: 9, Max: 9}, RSS: 10000 * 1024, Heap: 10000 * 512}}) {
+		some.add(x)
+	}
+	merged := some.merge(out, replacedIDs("KS"))
+	for _, want := range []string{"| KS | kubernetes 10000: one change → sink |", "- **KS kubernetes 10000: RSS per endpoint held**",
+		"| KS | zookeeper-dubbo 1000: one change → sink |", "| S1 | one endpoint flips |"} {
+		if !strings.Contains(merged, want) {
+			t.Errorf("merge of one kind lacks %q", want)
+		}
+	}
+	if strings.Count(some.merge(merged, replacedIDs("KS")), "| KS | zookeeper-dubbo 1000: one change") != 1 {
+		t.Error("merging one kind twice duplicates its rows")
+	}
 }

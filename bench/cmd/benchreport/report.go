@@ -275,11 +275,23 @@ func (r *report) merge(old string, ids map[string]bool) string {
 	for _, n := range r.notes {
 		newNotes.WriteString("- " + n + "\n")
 	}
-	b.WriteString(splice(trimBlank(table), func(l string) bool { return ids[idOf(l)] }, newRows.String()))
+	// With -ks.kinds, the KS rows of the other kinds stay.
+	kindRerun := func(id, figure string) bool {
+		if id != "KS" || r.c.ksKinds == "" {
+			return true
+		}
+		kind, _, _ := strings.Cut(figure, " ")
+		return slices.Contains(strings.Split(r.c.ksKinds, ","), strings.TrimSuffix(kind, ","))
+	}
+	b.WriteString(splice(trimBlank(table), func(l string) bool {
+		id := idOf(l)
+		f := strings.SplitN(l, "|", 4)
+		return ids[id] && len(f) == 4 && kindRerun(id, strings.TrimSpace(f[2]))
+	}, newRows.String()))
 	b.WriteString(notesIntro)
 	b.WriteString(splice(trimBlank(notes), func(l string) bool {
-		id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, "- **"), "- "), " ")
-		return ids[id]
+		id, figure, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, "- **"), "- "), " ")
+		return ids[id] && kindRerun(id, figure)
 	}, newNotes.String()))
 	switch {
 	case len(r.s5) > 0:
