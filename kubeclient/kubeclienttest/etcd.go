@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -193,19 +194,16 @@ func (c Catalog) awaitServed(ctx context.Context, cs kubernetes.Interface) error
 		deadline := time.Now().Add(5 * time.Minute)
 		for {
 			n, err := r.list()
-			if err != nil {
-				return err
-			}
-			if n >= r.want {
+			if err == nil && n >= r.want {
 				// Counted in etcd; now in the watch cache, which informers
 				// list from (resourceVersion 0) and which follows etcd
 				// with a delay after a bulk write.
 				n, err = cached(ctx, cs, r.what)
-				if err != nil {
-					return err
-				}
 			}
-			if n >= r.want {
+			if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
+				return err // a timeout only says a loaded server gave up on this list: ask again
+			}
+			if err == nil && n >= r.want {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -86,8 +86,10 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/meshfed/meshfed/kubeclient"
@@ -117,9 +119,14 @@ type Registry struct {
 	remote *remoteSource                // a remote cluster found by secretDiscovery
 
 	// clientFor connects with a kubeconfig from a Secret; tests replace it.
-	clientFor func(kubeconfig []byte) (kubernetes.Interface, func(), error)
+	clientFor func(kubeconfig []byte) (clients, func(), error)
 
 	disc discovery // secretDiscovery state; outlives Run
+
+	// conversions counts the services converted (and compared with their
+	// last state) by this registry's watches: tests count what one event
+	// costs.
+	conversions atomic.Uint64
 
 	// transform is the informers' transform (slim); tests set nil to
 	// compare with the objects as listed.
@@ -156,16 +163,35 @@ func NewForClient(common registries.Common, cfg Config, client kubernetes.Interf
 	return r
 }
 
-// connect builds a clientset from rc with its own dialer, so that close
-// ends every connection it opened (client-go would otherwise share and
-// keep transports process-wide).
-func (r *Registry) connect(rc *rest.Config) (kubernetes.Interface, func(), error) {
+// clients are one connection's API clients.
+type clients struct {
+	kube kubernetes.Interface
+	// meta lists Pods, Nodes and Namespaces as metadata only; nil with a
+	// clientset from NewForClient (they are then listed in full and
+	// slimmed by the transform).
+	meta metadata.Interface
+}
+
+// connect builds the clients from rc with a dialer of their own, so that
+// close ends every connection they opened (client-go would otherwise
+// share and keep transports process-wide). They speak protobuf: every
+// kind the registry reads is built in, and protobuf is several times
+// cheaper to decode than JSON.
+func (r *Registry) connect(rc *rest.Config) (clients, func(), error) {
 	rc, closeAll := kubeclient.OwnConnections(rc, r.cfg.QPS, r.cfg.Burst)
-	client, err := kubernetes.NewForConfig(rc)
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	kc, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, err
+		closeAll()
+		return clients{}, nil, err
 	}
-	return client, closeAll, nil
+	mc, err := metadata.NewForConfig(rc)
+	if err != nil {
+		closeAll()
+		return clients{}, nil, err
+	}
+	return clients{kube: kc, meta: mc}, closeAll, nil
 }
 
 // Run implements registries.Registry.
@@ -173,13 +199,13 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	if r.remote != nil {
 		return r.runRemote(ctx, sink)
 	}
-	client, closeClient := r.client, func() {}
-	if client == nil {
+	c, closeClient := clients{kube: r.client}, func() {}
+	if c.kube == nil {
 		rc, err := r.creds()
 		if err != nil {
 			return registries.Permanent(err)
 		}
-		if client, closeClient, err = r.connect(rc); err != nil {
+		if c, closeClient, err = r.connect(rc); err != nil {
 			return registries.Permanent(err)
 		}
 	}
@@ -188,9 +214,9 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	if sd := r.cfg.SecretDiscovery; sd != nil {
-		wg.Go(func() { r.discoverSecrets(ctx, client) })
+		wg.Go(func() { r.discoverSecrets(ctx, c.kube) })
 	}
-	err := newWatch(r, client, r.clusterInfo(r.cfg.Network)).run(ctx, sink)
+	err := newWatch(r, c, r.clusterInfo(r.cfg.Network)).run(ctx, sink)
 	cancel()
 	wg.Wait()
 	return err
