@@ -35,7 +35,7 @@ func TestRealOneChangeConvertsOneService(t *testing.T) {
 		t.Fatal(err)
 	}
 	services := len(all.Items) // the catalog's and the API server's own (default/kubernetes)
-		reg := registryFor(t, "east", api.WriteKubeconfig(t, "east", servers.AdminToken), nil).(*Registry)
+	reg := registryFor(t, "east", api.WriteKubeconfig(t, "east", servers.AdminToken), nil).(*Registry)
 	sink := registrytest.NewSink()
 	registrytest.Start(t, reg, sink)
 	sink.WaitFor(t, realTimeout, func(st registrytest.State) bool {
