@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -270,7 +271,11 @@ func (e etcdKV) call(ctx context.Context, path string, req, resp any) error {
 	if r.StatusCode != http.StatusOK {
 		var b bytes.Buffer
 		_, _ = b.ReadFrom(r.Body)
-		return fmt.Errorf("etcd %s: %s: %s", path, r.Status, b.String())
+		err := fmt.Errorf("etcd %s: %s: %s", path, r.Status, b.String())
+		if r.StatusCode == http.StatusServiceUnavailable {
+			err = fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		return err
 	}
 	return json.NewDecoder(r.Body).Decode(resp)
 }
@@ -290,6 +295,9 @@ func (e etcdKV) get(ctx context.Context, key string) ([]byte, error) {
 	return resp.KVs[0].Value, nil
 }
 
+// errUnavailable marks etcd's 503 answers.
+var errUnavailable = errors.New("etcd unavailable")
+
 // put writes ops in one transaction.
 func (e etcdKV) put(ctx context.Context, ops []etcdPut) error {
 	type put struct {
@@ -306,7 +314,18 @@ func (e etcdKV) put(ctx context.Context, ops []etcdPut) error {
 	var resp struct {
 		Succeeded bool `json:"succeeded"`
 	}
-	if err := e.call(ctx, "/v3/kv/txn", map[string]any{"success": success}, &resp); err != nil {
+	// Puts are idempotent: an etcd too loaded to commit in time (503,
+	// "request timed out") is asked again, a few times.
+	err := e.call(ctx, "/v3/kv/txn", map[string]any{"success": success}, &resp)
+	for try := 1; errors.Is(err, errUnavailable) && try < 5; try++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try) * time.Second):
+		}
+		err = e.call(ctx, "/v3/kv/txn", map[string]any{"success": success}, &resp)
+	}
+	if err != nil {
 		return err
 	}
 	if !resp.Succeeded {
