@@ -46,6 +46,7 @@ type clusterWatch struct {
 	all        []cache.SharedIndexInformer
 	queue      *workqueue.Typed[svcKey]
 	tracker    *kubeclient.Tracker
+	pods       *podIndex // pod → services whose slices list it
 
 	pub     *registries.Publisher[svcKey] // each Service as last computed
 	mu      sync.Mutex
@@ -64,6 +65,7 @@ func newWatch(r *Registry, c clients, ci clusterInfo) *clusterWatch {
 		queue:   workqueue.NewTyped[svcKey](),
 		eventAt: map[svcKey]time.Time{},
 		dirty:   make(chan struct{}, 1),
+		pods:    newPodIndex(),
 	}
 	w.tracker = kubeclient.NewTracker()
 	return w
@@ -131,7 +133,7 @@ func (w *clusterWatch) setup() error {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	sliceIdx := cache.Indexers{idxService: indexSliceService, idxPod: indexSlicePods, idxNode: indexSliceNodes}
+	sliceIdx := cache.Indexers{idxService: indexSliceService, idxNode: indexSliceNodes}
 	svcIdx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	for _, ns := range namespaces {
 		suffix := ""
@@ -171,7 +173,10 @@ func (w *clusterWatch) setup() error {
 		if _, err := sc.slices.AddEventHandler(w.afterInitialList(resEndpointSlice, w.sliceHandler())); err != nil {
 			return err
 		}
-		if _, err := sc.pods.AddEventHandler(w.afterInitialList(resPod, w.podHandler(sc))); err != nil {
+		if _, err := sc.slices.AddEventHandler(w.pods.handler()); err != nil {
+			return err
+		}
+		if _, err := sc.pods.AddEventHandler(w.afterInitialList(resPod, w.podHandler())); err != nil {
 			return err
 		}
 	}
@@ -218,24 +223,6 @@ func indexSliceService(obj any) ([]string, error) {
 		return []string{s.Namespace + "/" + n}, nil
 	}
 	return nil, nil
-}
-
-func indexSlicePods(obj any) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil, nil
-	}
-	var out []string
-	for _, e := range s.Endpoints {
-		if r := e.TargetRef; r != nil && r.Kind == "Pod" {
-			ns := r.Namespace
-			if ns == "" {
-				ns = s.Namespace
-			}
-			out = append(out, ns+"/"+r.Name)
-		}
-	}
-	return out, nil
 }
 
 func indexSliceNodes(obj any) ([]string, error) {

@@ -102,7 +102,6 @@ const workers = 2
 // Indexes on the EndpointSlice informers.
 const (
 	idxService = "service" // namespace/service-name label
-	idxPod     = "pod"     // namespace/name of target pods
 	idxNode    = "node"    // node names
 )
 
