@@ -91,6 +91,13 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 	// endpoint may sit in two slices while the controller moves it).
 	type ekey struct{ addr, ports string }
 	byKey := map[ekey]int{}
+	n := 0
+	for _, s := range eps {
+		n += len(s.Endpoints)
+	}
+	if n > 0 {
+		out.Endpoints = make([]model.Endpoint, 0, n) // held until the next change: no append slack
+	}
 	for _, s := range sortedSlices(eps) {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 			reject("EndpointSlice "+s.Namespace+"/"+s.Name, fmt.Sprintf("address type %s is not supported; use an ExternalName service for DNS names", s.AddressType))
