@@ -149,58 +149,18 @@ func (c Catalog) LoadDirect(ctx context.Context, cs kubernetes.Interface, etcdUR
 }
 
 // awaitServed returns once the API server lists every service, slice, pod
-// and node of the catalog (its watch cache has caught up with etcd).
+// and node of the catalog from its watch cache (which informers list
+// from, resourceVersion 0, and which follows etcd with a delay after a
+// bulk write). Every put succeeded already, so etcd is not asked to count
+// (with 100,000 pods on a loaded machine, that list timed out).
 func (c Catalog) awaitServed(ctx context.Context, cs kubernetes.Interface) error {
-	opts := metav1.ListOptions{Limit: 1}
-	count := func(items int, m metav1.ListMeta) int {
-		if m.RemainingItemCount != nil {
-			return items + int(*m.RemainingItemCount)
-		}
-		return items
-	}
 	for _, r := range []struct {
 		what string
 		want int
-		list func() (int, error)
-	}{
-		{"services", c.Services, func() (int, error) {
-			l, err := cs.CoreV1().Services("").List(ctx, opts)
-			if err != nil {
-				return 0, err
-			}
-			return count(len(l.Items), l.ListMeta), nil
-		}},
-		{"endpointslices", c.Services, func() (int, error) {
-			l, err := cs.DiscoveryV1().EndpointSlices("").List(ctx, opts)
-			if err != nil {
-				return 0, err
-			}
-			return count(len(l.Items), l.ListMeta), nil
-		}},
-		{"pods", c.Endpoints(), func() (int, error) {
-			l, err := cs.CoreV1().Pods("").List(ctx, opts)
-			if err != nil {
-				return 0, err
-			}
-			return count(len(l.Items), l.ListMeta), nil
-		}},
-		{"nodes", c.Nodes, func() (int, error) {
-			l, err := cs.CoreV1().Nodes().List(ctx, opts)
-			if err != nil {
-				return 0, err
-			}
-			return count(len(l.Items), l.ListMeta), nil
-		}},
-	} {
-		deadline := time.Now().Add(5 * time.Minute)
+	}{{"services", c.Services}, {"endpointslices", c.Services}, {"pods", c.Endpoints()}, {"nodes", c.Nodes}} {
+		deadline := time.Now().Add(10 * time.Minute)
 		for {
-			n, err := r.list()
-			if err == nil && n >= r.want {
-				// Counted in etcd; now in the watch cache, which informers
-				// list from (resourceVersion 0) and which follows etcd
-				// with a delay after a bulk write.
-				n, err = cached(ctx, cs, r.what)
-			}
+			n, err := cached(ctx, cs, r.what)
 			if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
 				return err // a timeout only says a loaded server gave up on this list: ask again
 			}
@@ -208,12 +168,12 @@ func (c Catalog) awaitServed(ctx context.Context, cs kubernetes.Interface) error
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("the API server lists %d %s of %d written to etcd", n, r.what, r.want)
+				return fmt.Errorf("the API server lists %d %s of %d written to etcd (%v)", n, r.what, r.want, err)
 			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(200 * time.Millisecond):
+			case <-time.After(time.Second):
 			}
 		}
 	}
