@@ -30,27 +30,36 @@
 // # Informers
 //
 // Services, EndpointSlices and Pods (per listed namespace, or cluster
-// wide), Nodes, and Namespaces when a namespace selector is set. Objects
-// are slimmed by a transform (client-go SetTransform) before they are
-// cached and are never modified afterwards: a Service keeps its name,
-// type, cluster IP, external name and ports; an EndpointSlice its
-// service-name label, address type, ports and per endpoint the first
-// address, conditions, node, zone and target pod; Pods, Nodes and
-// Namespaces become PartialObjectMetadata with their labels (Nodes only
-// the locality ones). Managed fields, annotations, pod specs and
-// statuses, node statuses and images are dropped as they arrive. With
-// 10,000 Services, 100,000 endpoints, 100,000 Pods (full specs and
-// statuses) and 1,000 Nodes the synced registry's live heap is 264 MB
-// with the transform and 1,666 MB without (TestRealTransformMemory;
-// docs/registries/kubernetes.md). TestRealTransformKeepsWhatConversionReads
-// checks that the transform keeps every field conversion reads.
+// wide), Nodes, and Namespaces when a namespace selector is set. Pods,
+// Nodes and Namespaces are read for their labels only and are listed and
+// watched through client-go's metadata client: the API server sends
+// PartialObjectMetadata, not whole objects (with 100,000 pods the whole
+// pods were most of the first sync's bytes and decoding). The clients
+// speak protobuf. Objects are slimmed by a transform (client-go
+// SetTransform) before they are cached and are never modified afterwards:
+// a Service keeps its name, type, cluster IP, external name and ports; an
+// EndpointSlice its service-name label, address type, ports and per
+// endpoint the first address, conditions, node, zone and target pod; Pods,
+// Nodes and Namespaces become PartialObjectMetadata with their labels
+// (Nodes only the locality ones). Values that repeat are shared (intern.go):
+// pods with the same labels share one map, which the endpoints converted
+// from them share too (model values are immutable), namespaces, label
+// strings, node names and zones are held once. TestRealTransformMemory
+// measures the informers' heap with and without the transform;
+// TestRealTransformKeepsWhatConversionReads checks that the transform
+// keeps every field conversion reads. A registry built by NewForClient
+// (a fake clientset) lists Pods, Nodes and Namespaces in full and the
+// transform slims them the same way.
 //
-// Event handlers only enqueue the key of the affected Service; workers
+// Event handlers only enqueue the key of the affected Service (a pod's
+// services from podIndex, a node's from the slices' node index); workers
 // recompute that service from the listers and the full state is handed
-// to the sink. Nothing is published before every informer synced; the
-// adds of the informers' initial lists are not enqueued (the first state
-// converts every Service from the caches), so after the first publish a
-// change waits for its own Service only.
+// to the sink. One EndpointSlice, pod or Service change converts one
+// service (TestRealOneChangeConvertsOneService counts them). Nothing is
+// published before every informer synced; the adds of the informers'
+// initial lists are not enqueued (the first state converts every Service
+// from the caches), so after the first publish a change waits for its own
+// Service only.
 //
 // # Outages
 //
@@ -65,8 +74,9 @@
 //
 // kube.go builds and runs a Registry; informers.go holds one connection to
 // a cluster (the informers, the work queue, the publish loop); handlers.go
-// turns informer events into keys of affected Services; convert.go turns a
-// Service and its EndpointSlices into a model.Service; remote.go is
+// turns informer events into keys of affected Services, with podIndex
+// (podindex.go); convert.go turns a Service and its EndpointSlices into a
+// model.Service and holds the transform, intern.go what it shares; remote.go is
 // secretDiscovery; shared.go is Config.Connect, what other packages reach
 // the cluster with. Connecting, the tracking of every list and watch
 // call, and the checks of remote kubeconfigs are package kubeclient's.
