@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -160,10 +159,9 @@ func (c Catalog) awaitServed(ctx context.Context, cs kubernetes.Interface) error
 	}{{"services", c.Services}, {"endpointslices", c.Services}, {"pods", c.Endpoints()}, {"nodes", c.Nodes}} {
 		deadline := time.Now().Add(10 * time.Minute)
 		for {
+			// Errors are asked again until the deadline: on a loaded
+			// machine the server gives up on (or drops) such a list.
 			n, err := cached(ctx, cs, r.what)
-			if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-				return err // a timeout only says a loaded server gave up on this list: ask again
-			}
 			if err == nil && n >= r.want {
 				break
 			}
