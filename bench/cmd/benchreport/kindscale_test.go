@@ -83,3 +83,29 @@ func TestKindScaleRowsAndMerge(t *testing.T) {
 		t.Error("merging one kind twice duplicates its rows")
 	}
 }
+
+// TestKindScaleMergeOfSomeKinds: with -ks.kinds, a merge replaces the KS
+// rows and notes of those kinds only; the other kinds' rows stay, and
+// the refresh line names the kinds.
+func TestKindScaleMergeOfSomeKinds(t *testing.T) {
+	t.Parallel()
+	earlier := newReport(config{})
+	earlier.add(row{id: "KS", figure: "kubernetes 1000: CPU per change", unit: "ms", mf: one(9), note: "old kubernetes note"})
+	earlier.add(row{id: "KS", figure: "kubernetes-config 1000: CPU per change", unit: "ms", mf: one(11), note: "config note"})
+	earlier.add(row{id: "KS", figure: "zookeeper-curator, 1000 services: start", unit: "s", mf: one(1)})
+	rep := newReport(config{ksKinds: "kubernetes"})
+	for _, x := range kindScaleRows([]bench.KindScaleResult{{Kind: "kubernetes", Services: 1000, Endpoints: 10000, Goal: 50e6, Sync: 1200,
+		CPUPerChange: 3, Change: bench.Summary{N: 3, P50: 7, P99: 20, Max: 20}, RSS: 10000 * 1024, Heap: 10000 * 512}}) {
+		rep.add(x)
+	}
+	out := rep.merge(earlier.markdown(), replacedIDs("KS"))
+	for _, want := range []string{"| KS | kubernetes-config 1000: CPU per change |", "- **KS kubernetes-config 1000: CPU per change**: config note",
+		"| KS | zookeeper-curator, 1000 services: start |", "| KS | kubernetes 1000: CPU per change | ms | 3", "| refreshed KS (kubernetes) |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("merged report lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "old kubernetes note") || strings.Contains(out, "| ms | 9 |") {
+		t.Error("merged report keeps the replaced kind's old row")
+	}
+}

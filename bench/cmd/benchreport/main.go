@@ -11,6 +11,7 @@
 //	go run ./bench/cmd/benchreport -out BENCHMARKS.md        # full (~40 min; -soak 0: ~30)
 //	go run ./bench/cmd/benchreport -quick -out /tmp/b.md     # smoke (~2 min)
 //	go run ./bench/cmd/benchreport -only KS -merge           # refresh only KS's rows of BENCHMARKS.md
+//	go run ./bench/cmd/benchreport -only KS -ks.kinds kubernetes -merge  # only that kind's KS rows
 package main
 
 import (
@@ -73,7 +74,7 @@ func main() {
 	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
 	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,SC,KS,SOAK); default all")
 	merge := flag.Bool("merge", false, "with -only: keep the other rows of the existing -out file and replace only the rerun scenarios' rows")
-	ksKinds := flag.String("ks.kinds", "", "KS: comma-separated kinds to run (bench/s6 KindScaleRow.Kind); default all")
+	ksKinds := flag.String("ks.kinds", "", "KS: comma-separated kinds to run (bench/s6 KindScaleRow.Kind); default all; with -merge only their KS rows are replaced")
 	ksSizes := flag.String("ks.sizes", "1000,10000", "KS: catalog sizes for kinds that name none")
 	fOne := flag.Bool("f.one", false, "F: run only the one-file block-style case, without istiod (for iterating on it; the other F rows come out empty, so do not -merge it)")
 	fEnv := flag.String("f.env", "", "F: comma-separated KEY=VALUE added to the meshfed binary's environment (e.g. GOGC=50), to measure runtime settings")

@@ -249,23 +249,36 @@ func (r *report) merge(old string, ids map[string]bool) string {
 
 	var b strings.Builder
 	b.WriteString("# meshfed benchmarks\n\n")
-	refreshed := slices.Sorted(maps.Keys(ids))
+	refreshed := strings.Join(slices.Sorted(maps.Keys(ids)), ",")
+	kinds := strings.Split(r.c.ksKinds, ",")
+	if r.c.ksKinds != "" && ids["KS"] {
+		refreshed += " (" + r.c.ksKinds + ")"
+	}
+	// replaced: a row (or note) of a rerun scenario; of KS with -ks.kinds,
+	// only the rows of those kinds (rest starts with the kind).
+	replaced := func(id, rest string) bool {
+		if !ids[id] {
+			return false
+		}
+		if id != "KS" || r.c.ksKinds == "" {
+			return true
+		}
+		kind, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		return slices.Contains(kinds, strings.TrimSuffix(kind, ","))
+	}
 	stamp := fmt.Sprintf("| refreshed %s | %s, commit %s, loadavg %s before, %s after, %s |",
-		strings.Join(refreshed, ","), r.date.UTC().Format("2006-01-02 15:04 MST"), gitRev(), r.loadBefore, r.loadAfter, r.elapsed.Round(time.Second))
+		refreshed, r.date.UTC().Format("2006-01-02 15:04 MST"), gitRev(), r.loadBefore, r.loadAfter, r.elapsed.Round(time.Second))
 	for _, l := range trimBlank(header) {
-		if !strings.HasPrefix(l, "| refreshed "+strings.Join(refreshed, ",")+" |") {
+		if !strings.HasPrefix(l, "| refreshed "+refreshed+" |") {
 			b.WriteString(l + "\n")
 		}
 	}
 	b.WriteString(stamp + "\n\n")
 	b.WriteString(r.errorsSection())
 	b.WriteString(resultsIntro)
-	idOf := func(l string) string {
-		f := strings.SplitN(l, "|", 3)
-		if len(f) < 3 {
-			return ""
-		}
-		return strings.TrimSpace(f[1])
+	rowReplaced := func(l string) bool {
+		f := strings.SplitN(l, "|", 4)
+		return len(f) >= 3 && replaced(strings.TrimSpace(f[1]), f[2])
 	}
 	var newRows, newNotes strings.Builder
 	for _, x := range r.rows {
@@ -275,23 +288,11 @@ func (r *report) merge(old string, ids map[string]bool) string {
 	for _, n := range r.notes {
 		newNotes.WriteString("- " + n + "\n")
 	}
-	// With -ks.kinds, the KS rows of the other kinds stay.
-	kindRerun := func(id, figure string) bool {
-		if id != "KS" || r.c.ksKinds == "" {
-			return true
-		}
-		kind, _, _ := strings.Cut(figure, " ")
-		return slices.Contains(strings.Split(r.c.ksKinds, ","), strings.TrimSuffix(kind, ","))
-	}
-	b.WriteString(splice(trimBlank(table), func(l string) bool {
-		id := idOf(l)
-		f := strings.SplitN(l, "|", 4)
-		return ids[id] && len(f) == 4 && kindRerun(id, strings.TrimSpace(f[2]))
-	}, newRows.String()))
+	b.WriteString(splice(trimBlank(table), rowReplaced, newRows.String()))
 	b.WriteString(notesIntro)
 	b.WriteString(splice(trimBlank(notes), func(l string) bool {
-		id, figure, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, "- **"), "- "), " ")
-		return ids[id] && kindRerun(id, figure)
+		id, rest, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, "- **"), "- "), " ")
+		return replaced(id, rest)
 	}, newNotes.String()))
 	switch {
 	case len(r.s5) > 0:
