@@ -2,8 +2,10 @@ package nacos
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,6 +220,135 @@ func TestPolarisOutageKeepsStateAndResyncs(t *testing.T) {
 	if got := testutil.ToFloat64(reconnects.WithLabelValues("outage")); got < 1 {
 		t.Errorf("reconnects = %v, want ≥ 1", got)
 	}
+}
+
+// TestPolarisFaultsFollowServer hangs (SIGSTOP/SIGCONT) and kills Polaris
+// under ephemeral instances of four SDK clients: after each fault the
+// registry publishes what Polaris itself lists, instances Polaris lost
+// included (Polaris 1.18.1 deletes, when it handles an old connection's
+// close after a hang, the instances the SDK has meanwhile registered
+// again on its new connection, and the SDK never registers them again);
+// registered again, as a client's redo would, they are served again:
+// the subscriptions lived through the fault.
+func TestPolarisFaultsFollowServer(t *testing.T) {
+	t.Parallel()
+	p := servers.StartPolaris(t, servers.WithNacos())
+	type inst struct {
+		c  *servers.NacosClient
+		in servers.NacosInstance
+	}
+	var all []inst
+	for i := range 4 {
+		c := p.NacosClient(t, "")
+		for svc := range 3 {
+			in := servers.NacosInstance{Service: fmt.Sprintf("f%d", svc), IP: fmt.Sprintf("10.0.9.%d", 10*svc+i+1), Port: 8080}
+			c.Register(t, in)
+			all = append(all, inst{c, in})
+		}
+	}
+	reg := newRegistry(t, "faults", Config{Servers: []string{p.NacosAddr}, ResyncInterval: registries.Duration(5 * time.Second)})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	// published is "ip:port/health" of every endpoint the registry
+	// publishes; listed is the same of what Polaris lists.
+	published := func(st registrytest.State) []string {
+		var out []string
+		for svc := range 3 {
+			for _, e := range endpointsOf(st.Services, fmt.Sprintf("f%d.nacos", svc), "http") {
+				out = append(out, strings.TrimSuffix(e, "/100"))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	listed := func() ([]string, error) {
+		var out []string
+		for svc := range 3 {
+			hosts, err := p.NacosHosts(t.Context(), fmt.Sprintf("f%d", svc), "")
+			if err != nil {
+				return nil, err
+			}
+			for _, h := range hosts {
+				health := model.Healthy
+				if !h.Healthy {
+					health = model.Unhealthy
+				}
+				out = append(out, fmt.Sprintf("%s:%d/%s", h.IP, h.Port, health))
+			}
+		}
+		slices.Sort(out)
+		return out, nil
+	}
+	var want []string
+	for _, x := range all {
+		want = append(want, fmt.Sprintf("%s:%d/%s", x.in.IP, x.in.Port, model.Healthy))
+	}
+	slices.Sort(want)
+	sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Synced() && slices.Equal(published(st), want) })
+
+	lostTotal := 0
+	for _, fault := range []string{"hang", "kill", "hang"} {
+		if fault == "hang" {
+			// Longer than the SDK's health check (every 5s, 3s timeout):
+			// the clients give their connections up and reconnect.
+			p.Process().Signal(syscall.SIGSTOP)
+			time.Sleep(10 * time.Second)
+			p.Process().Signal(syscall.SIGCONT)
+		} else {
+			p.Process().Kill()
+			time.Sleep(3 * time.Second)
+			p.Start(t)
+		}
+		// Follow the server: what Polaris lists, once it answers and the
+		// registry has synced, is what is published (twice in a row, a
+		// second apart: Polaris' list settles after the reconnections).
+		var got, have []string
+		agreed := 0
+		deadline := time.Now().Add(visible)
+		for agreed < 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("after %s: published %v, Polaris lists %v", fault, got, have)
+			}
+			time.Sleep(time.Second)
+			l, err := listed()
+			st := sink.State(reg.common.Shard())
+			got, have = published(st), l
+			if err == nil && st.Healthy() && slices.Equal(got, have) {
+				agreed++
+			} else {
+				agreed = 0
+			}
+		}
+		lost := 0
+		for _, x := range all {
+			if !slices.Contains(have, fmt.Sprintf("%s:%d/%s", x.in.IP, x.in.Port, model.Healthy)) {
+				lost++
+			}
+		}
+		lostTotal += lost
+		t.Logf("after the %s Polaris had lost %d of %d instances; published the same", fault, lost, len(all))
+		// Register again what Polaris lacks (it may still drop some) until
+		// everything is published again.
+		deadline = time.Now().Add(visible)
+		for {
+			st := sink.State(reg.common.Shard())
+			if got = published(st); st.Healthy() && slices.Equal(got, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the %s and registering again: published %v, want %v", fault, got, want)
+			}
+			if l, err := listed(); err == nil {
+				for _, x := range all {
+					if !slices.Contains(l, fmt.Sprintf("%s:%d/%s", x.in.IP, x.in.Port, model.Healthy)) {
+						x.c.Register(t, x.in)
+					}
+				}
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}
+	t.Logf("Polaris lost %d instances over the faults", lostTotal)
 }
 
 // TestPolarisEphemeralGoneWithClient: a client's ephemeral instances leave

@@ -148,7 +148,7 @@ func (w *world) report(start, end time.Time) string {
 		b.WriteString("```\n")
 	}
 
-	b.WriteString("\n## Events by registry\n\n| registry | push bound | heal bound | add | remove | health | uncertain | client observations |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n## Events by registry\n\n| registry | push bound | heal bound | add | remove | health | uncertain | restored | client observations |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ops := map[string]map[Op]int{}
 	for _, e := range truth {
 		if ops[e.Kind] == nil {
@@ -162,8 +162,8 @@ func (w *world) report(start, end time.Time) string {
 	}
 	for _, k := range w.kinds {
 		o := ops[k.Name()]
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d |\n", k.Name(), k.Bounds().Push, k.Bounds().Heal,
-			o[OpAdd], o[OpRemove], o[OpHealth], o[OpUncertain], obsBy[k.Name()])
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d | %d |\n", k.Name(), k.Bounds().Push, k.Bounds().Heal,
+			o[OpAdd], o[OpRemove], o[OpHealth], o[OpUncertain], w.restored[k.Name()], obsBy[k.Name()])
 	}
 
 	b.WriteString("\n## Faults\n\n| fault | applied |\n|---|---:|\n")
