@@ -2,6 +2,7 @@ package nacos
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -223,27 +224,33 @@ func TestPolarisOutageKeepsStateAndResyncs(t *testing.T) {
 }
 
 // TestPolarisFaultsFollowServer hangs (SIGSTOP/SIGCONT) and kills Polaris
-// under ephemeral instances of four SDK clients: after each fault the
-// registry publishes what Polaris itself lists, instances Polaris lost
-// included (Polaris 1.18.1 deletes, when it handles an old connection's
-// close after a hang, the instances the SDK has meanwhile registered
-// again on its new connection, and the SDK never registers them again);
-// registered again, as a client's redo would, they are served again:
-// the subscriptions lived through the fault.
+// under the ephemeral instances of three SDK clients. After each fault the
+// registry publishes what Polaris itself lists (Polaris 1.18.1 may have
+// lost instances: when it handles an old connection's close after a hang
+// it deletes the instances the SDK registered again meanwhile on its new
+// connection, and the SDK never registers them again); an instance added
+// after the fault, and every instance Polaris lacks registered again as a
+// client's redo would, are published: the subscriptions lived through the
+// fault.
 func TestPolarisFaultsFollowServer(t *testing.T) {
 	t.Parallel()
 	p := servers.StartPolaris(t, servers.WithNacos())
-	type inst struct {
+	type homed struct {
 		c  *servers.NacosClient
 		in servers.NacosInstance
 	}
-	var all []inst
-	for i := range 4 {
-		c := p.NacosClient(t, "")
+	regd := map[string]homed{} // "ip:port/HEALTHY" → its client and instance
+	key := func(in servers.NacosInstance) string { return fmt.Sprintf("%s:%d/%s", in.IP, in.Port, model.Healthy) }
+	add := func(c *servers.NacosClient, svc, i int) {
+		in := servers.NacosInstance{Service: fmt.Sprintf("f%d", svc), IP: fmt.Sprintf("10.0.9.%d", 10*svc+i+1), Port: 8080}
+		c.Register(t, in)
+		regd[key(in)] = homed{c, in}
+	}
+	var clients []*servers.NacosClient
+	for i := range 3 {
+		clients = append(clients, p.NacosClient(t, ""))
 		for svc := range 3 {
-			in := servers.NacosInstance{Service: fmt.Sprintf("f%d", svc), IP: fmt.Sprintf("10.0.9.%d", 10*svc+i+1), Port: 8080}
-			c.Register(t, in)
-			all = append(all, inst{c, in})
+			add(clients[i], svc, i)
 		}
 	}
 	reg := newRegistry(t, "faults", Config{Servers: []string{p.NacosAddr}, ResyncInterval: registries.Duration(5 * time.Second)})
@@ -279,15 +286,11 @@ func TestPolarisFaultsFollowServer(t *testing.T) {
 		slices.Sort(out)
 		return out, nil
 	}
-	var want []string
-	for _, x := range all {
-		want = append(want, fmt.Sprintf("%s:%d/%s", x.in.IP, x.in.Port, model.Healthy))
-	}
-	slices.Sort(want)
-	sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Synced() && slices.Equal(published(st), want) })
+	all := func() []string { return slices.Sorted(maps.Keys(regd)) }
+	sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Synced() && slices.Equal(published(st), all()) })
 
-	lostTotal := 0
-	for _, fault := range []string{"hang", "kill", "hang"} {
+	lost := 0
+	for n, fault := range []string{"hang", "kill", "hang"} {
 		if fault == "hang" {
 			// Longer than the SDK's health check (every 5s, 3s timeout):
 			// the clients give their connections up and reconnect.
@@ -299,56 +302,50 @@ func TestPolarisFaultsFollowServer(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			p.Start(t)
 		}
-		// Follow the server: what Polaris lists, once it answers and the
-		// registry has synced, is what is published (twice in a row, a
-		// second apart: Polaris' list settles after the reconnections).
+		// Follow the server: once it answers and the registry has synced,
+		// what Polaris lists is published (twice in a row, a second apart:
+		// Polaris' list settles after the reconnections).
 		var got, have []string
-		agreed := 0
-		deadline := time.Now().Add(visible)
-		for agreed < 2 {
+		var status registrytest.Status
+		for agreed, deadline := 0, time.Now().Add(visible); agreed < 2; {
 			if time.Now().After(deadline) {
-				t.Fatalf("after %s: published %v, Polaris lists %v", fault, got, have)
+				t.Fatalf("after the %s: published %v (status %+v), Polaris lists %v", fault, got, status, have)
 			}
 			time.Sleep(time.Second)
 			l, err := listed()
 			st := sink.State(reg.common.Shard())
-			got, have = published(st), l
+			got, have, status = published(st), l, st.Status
 			if err == nil && st.Healthy() && slices.Equal(got, have) {
 				agreed++
 			} else {
 				agreed = 0
 			}
 		}
-		lost := 0
-		for _, x := range all {
-			if !slices.Contains(have, fmt.Sprintf("%s:%d/%s", x.in.IP, x.in.Port, model.Healthy)) {
-				lost++
-			}
-		}
-		lostTotal += lost
-		t.Logf("after the %s Polaris had lost %d of %d instances; published the same", fault, lost, len(all))
+		l := len(regd) - len(have)
+		lost += l
+		t.Logf("after the %s Polaris had lost %d of %d instances; published the same", fault, l, len(regd))
+
+		add(clients[n], n, 5)
 		// Register again what Polaris lacks (it may still drop some) until
-		// everything is published again.
-		deadline = time.Now().Add(visible)
-		for {
+		// everything is published.
+		for deadline := time.Now().Add(visible); ; time.Sleep(2 * time.Second) {
 			st := sink.State(reg.common.Shard())
-			if got = published(st); st.Healthy() && slices.Equal(got, want) {
+			if got = published(st); st.Healthy() && slices.Equal(got, all()) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("after the %s and registering again: published %v, want %v", fault, got, want)
+				t.Fatalf("after the %s and registering again: published %v (status %+v), want %v", fault, got, st.Status, all())
 			}
 			if l, err := listed(); err == nil {
-				for _, x := range all {
-					if !slices.Contains(l, fmt.Sprintf("%s:%d/%s", x.in.IP, x.in.Port, model.Healthy)) {
-						x.c.Register(t, x.in)
+				for k, h := range regd {
+					if !slices.Contains(l, k) {
+						h.c.Register(t, h.in)
 					}
 				}
 			}
-			time.Sleep(2 * time.Second)
 		}
 	}
-	t.Logf("Polaris lost %d instances over the faults", lostTotal)
+	t.Logf("Polaris lost %d instances over the faults", lost)
 }
 
 // TestPolarisEphemeralGoneWithClient: a client's ephemeral instances leave
