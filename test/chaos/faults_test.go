@@ -55,9 +55,10 @@ func (w *world) faultList() []fault {
 		fs = append(fs, fault{"grpc-restart", g.id}, fault{"grpc-stall", g.id})
 	}
 	if only := os.Getenv("CHAOS_FAULTS"); only != "" {
-		// Only these faults (comma-separated names), to chase one finding.
+		// Only these faults (comma-separated names, or "name target"
+		// such as "hang polaris"), to chase one finding.
 		names := strings.Split(only, ",")
-		fs = slices.DeleteFunc(fs, func(f fault) bool { return !slices.Contains(names, f.name) })
+		fs = slices.DeleteFunc(fs, func(f fault) bool { return !slices.Contains(names, f.name) && !slices.Contains(names, f.String()) })
 	}
 	return fs
 }
