@@ -208,6 +208,21 @@ func (p *Polaris) NacosHosts(ctx context.Context, service, group string) ([]Naco
 	return ans.Hosts, nil
 }
 
+// NacosSubscribes reports whether the server answers a new SDK client's
+// subscription (SubscribeServiceRequest over gRPC) within the client's 5s
+// timeout. Polaris 1.18.1 stops answering them for good once a push goes
+// unacknowledged for 5s (a subscriber that left during a hang): its
+// InFlights.notifyOutDateInFlight deletes from a map it holds read-locked,
+// a deadlock that then blocks every push and subscription; only a restart
+// ends it.
+func (p *Polaris) NacosSubscribes(t testing.TB) bool {
+	t.Helper()
+	c := p.NacosClient(t, "")
+	defer c.Close()
+	_, err := c.c.SelectAllInstances(vo.SelectAllInstancesParam{ServiceName: "meshfed-probe"})
+	return err == nil
+}
+
 // Close closes the client's connection: the server drops its ephemeral
 // instances.
 func (c *NacosClient) Close() {
