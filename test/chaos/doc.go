@@ -25,9 +25,10 @@
 // follows. Such a fault is amnesia for the kind (the checker does not
 // count its removals until Heal after it ends), and the kind's Restore
 // then registers again what the backend lost, as a real client's recovery
-// does (nacos: until Polaris lists them all; eureka: re-registration on a
-// 404 heartbeat), before the fault's window closes. The report counts
-// them (restored).
+// does (nacos: until Polaris lists them all, after restarting a Polaris
+// whose push path deadlocked; eureka: re-registration on a 404
+// heartbeat), before the fault's window closes. The report counts them
+// (restored).
 //
 // The fault schedule is a seeded shuffle of every fault, cycled, each
 // lasting 2–8s, 2–6s apart (CHAOS_SEED replays the sequence; the short

@@ -122,6 +122,7 @@ func (k *eurekaKind) Remove(_ context.Context, in Instance) error {
 // what a Nacos client's redo is for: it registers again every instance
 // Polaris no longer lists, until Polaris lists them all.
 type nacosKind struct {
+	t       testing.TB
 	p       *servers.Polaris
 	clients []*servers.NacosClient // maxInstances+1 of them
 
@@ -131,7 +132,7 @@ type nacosKind struct {
 }
 
 func newNacosKind(t testing.TB, p *servers.Polaris) *nacosKind {
-	k := &nacosKind{p: p, home: map[int]int{}, svcOf: map[int]int{}}
+	k := &nacosKind{t: t, p: p, home: map[int]int{}, svcOf: map[int]int{}}
 	for range maxInstances + 1 {
 		k.clients = append(k.clients, p.NacosClient(t, ""))
 	}
@@ -214,8 +215,15 @@ const restoreSettle = 8 * time.Second
 // Restore registers again every live instance Polaris does not list as
 // registered (missing, unhealthy or with another weight) until it has
 // listed them all for restoreSettle, and returns how many registrations
-// it made.
+// it made. First, a Polaris that answers no subscription (its push
+// deadlock, see servers.Polaris.NacosSubscribes) is restarted, as an
+// operator would: no client could follow it otherwise.
 func (k *nacosKind) Restore(ctx context.Context, live []Instance) (int, error) {
+	if !k.p.NacosSubscribes(k.t) {
+		k.t.Logf("nacos: Polaris answers no subscription (its push deadlock): restarting it")
+		k.p.Process().Kill()
+		k.p.Start(k.t)
+	}
 	n := 0
 	var since time.Time
 	for {
