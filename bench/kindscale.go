@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -135,16 +136,32 @@ func (s ServicesState) Size() (services, endpoints int) {
 	return len(s), endpoints
 }
 
-// Holds implements ScaleState.
+// Holds implements ScaleState. Registries publish their services in
+// hostname order: a binary search finds the host (the services of that
+// hostname decide), so the harness does not spend a comparison per
+// service of the catalog on every state (CPU per change is the
+// process's); a host the search misses (a state in another order) is
+// searched through.
 func (s ServicesState) Holds(c ScaleChange) bool {
-	for i := range s {
-		if s[i].Hostname != c.Host {
-			continue
-		}
-		for _, e := range s[i].Endpoints {
+	holds := func(svc *model.Service) bool {
+		for _, e := range svc.Endpoints {
 			if e.Address == c.Value {
 				return true
 			}
+		}
+		return false
+	}
+	if i, ok := slices.BinarySearchFunc(s, c.Host, func(svc model.Service, h string) int { return strings.Compare(svc.Hostname, h) }); ok {
+		for ; i < len(s) && s[i].Hostname == c.Host; i++ {
+			if holds(&s[i]) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range s {
+		if s[i].Hostname == c.Host && holds(&s[i]) {
+			return true
 		}
 	}
 	return false

@@ -186,6 +186,12 @@ func (c *ADSClient) View(want func(host string) bool) map[Key]bool {
 	return out
 }
 
+// Name is the client's ID.
+func (c *ADSClient) Name() string { return c.ID }
+
+// Subscribes is true: the client holds every EDS cluster (wildcard CDS).
+func (c *ADSClient) Subscribes(string) bool { return true }
+
 // Sessions is how many sessions the client opened.
 func (c *ADSClient) Sessions() int {
 	c.mu.Lock()
@@ -259,19 +265,14 @@ func (c *ADSClient) setCLA(name string, eps map[string]bool) {
 	if !ok || !c.watched(host) {
 		return
 	}
-	now := time.Now()
-	var obs []Obs
-	for a, h := range eps {
-		if oh, had := old[a]; !had || oh != h {
-			obs = append(obs, Obs{At: now, Client: c.ID, Key: Key{host, a}, Present: true, Healthy: h})
+	keys := func(eps map[string]bool) map[Key]bool {
+		out := make(map[Key]bool, len(eps))
+		for a, h := range eps {
+			out[Key{host, a}] = h
 		}
+		return out
 	}
-	for a := range old {
-		if _, has := eps[a]; !has {
-			obs = append(obs, Obs{At: now, Client: c.ID, Key: Key{host, a}, Present: false})
-		}
-	}
-	c.hist.Observe(obs...)
+	c.hist.Observe(diffObs(c.ID, time.Now(), keys(old), keys(eps), false)...)
 }
 
 func (c *ADSClient) sotw(ctx context.Context, cl discovery.AggregatedDiscoveryServiceClient) error {

@@ -118,6 +118,7 @@ type world struct {
 	faults     map[string]int             // fault kind → count
 	samples    map[string][]sample        // replica → resource samples
 	nacks      map[string]float64         // replica → NACKs counted by meshfed
+	restored   map[string]int             // kind → instances registered again after its backend lost them
 }
 
 func (w *world) violate(v Violation) {
@@ -155,7 +156,7 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("chaos: CHAOS_SEED=%d CHAOS_DURATION=%s\n", set.seed, set.duration)
 	w := &world{t: t, set: set, dir: t.TempDir(), hist: NewHistory(), churn: map[string]*churner{},
 		scopeOf: map[string]string{}, conv: map[string][]time.Duration{}, faults: map[string]int{},
-		samples: map[string][]sample{}, nacks: map[string]float64{}}
+		samples: map[string][]sample{}, nacks: map[string]float64{}, restored: map[string]int{}}
 	started := time.Now()
 	w.startBackends()
 	w.startMeshfeds()
@@ -182,7 +183,7 @@ func TestChaos(t *testing.T) {
 		w.aCfg.edit = false
 		w.reloadA()
 	}
-	w.converge("end", w.kinds, w.clients, false)
+	w.converge("end", w.kinds, w.holders(), false)
 	w.compareDigests()
 	end := time.Now()
 	w.checkExits()
@@ -197,12 +198,17 @@ func TestChaos(t *testing.T) {
 	for _, k := range w.kinds {
 		bounds[k.Name()] = k.Bounds()
 	}
-	vs := Check(CheckInput{Truth: truth, Obs: obs, Faults: faults, ClientScope: w.scopeOf, Bounds: bounds,
+	hosts := map[string][]string{}
+	for _, g := range w.grpc {
+		hosts[g.id] = slices.Sorted(maps.Keys(g.hosts))
+	}
+	vs := Check(CheckInput{Truth: truth, Obs: obs, Faults: faults, ClientScope: w.scopeOf, Hosts: hosts, Bounds: bounds,
 		KindOfHost: w.kindOfHost, End: end})
 	for i := range vs {
 		vs[i].Timeline = w.hist.timeline(vs[i].Key)
 		w.violate(vs[i])
 	}
+	w.checkSlopes()
 	r := w.report(runStart, end)
 	t.Log("\n" + r)
 	if set.report != "" {
@@ -241,7 +247,8 @@ func warnings(log string) string {
 type backend struct {
 	name  string
 	kinds []string
-	// forgets are the kinds whose data a restart loses for a while.
+	// forgets are the kinds whose data a restart or a hang loses for a
+	// while (their Restore puts it back).
 	forgets []string
 	kill    func()
 	restart func()
@@ -376,7 +383,7 @@ func (w *world) startClients(ctx context.Context, wg *sync.WaitGroup) {
 		w.addClient(m, false)
 		w.addClient(m, true)
 	}
-	w.startGRPC()
+	w.startGRPC(ctx, wg)
 }
 
 // compareDigests waits until the replicas' /debug/digestz agree (rule 5),

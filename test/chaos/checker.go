@@ -21,7 +21,7 @@ type Bounds struct {
 
 // Violation is one broken promise, with what the checker knows about it.
 type Violation struct {
-	Rule     string // phantom, stale, missing, removed-while-registered, nack, exit, convergence, digest
+	Rule     string // phantom, stale, missing, removed-while-registered, nack, exit, convergence, digest, slope
 	Kind     string
 	Client   string
 	Key      Key
@@ -61,7 +61,10 @@ type CheckInput struct {
 	// ClientScope is the meshfed scope (a key of Faults) each client is
 	// connected to.
 	ClientScope map[string]string
-	Bounds      map[string]Bounds // by registry name
+	// Hosts are the service hosts a client subscribes to (a grpc-go
+	// client: its xds:/// targets); a client not named holds every host.
+	Hosts  map[string][]string
+	Bounds map[string]Bounds // by registry name
 	// KindOfHost names the registry of a host never registered (a phantom).
 	KindOfHost func(host string) string
 	End        time.Time // the end of the observed run
@@ -72,6 +75,7 @@ type clientState struct {
 	at      time.Time
 	present bool
 	healthy bool
+	forgot  bool
 }
 
 // Check verifies the promises of docs/architecture.md §3.1 and §3.4 over a
@@ -84,7 +88,11 @@ type clientState struct {
 //     the client's meshfed, on the client itself) that overlaps it;
 //   - removed-while-registered (fail-static): no client ever drops an
 //     endpoint while it is registered, whatever is down — unless the
-//     backend itself lost it (Interval.Amnesia).
+//     backend itself lost it (Interval.Amnesia) or the client did
+//     (Obs.Forgot: its process restarted; then it must hold the key
+//     again by the deadline a change would have, else it is missing).
+//
+// A client named in Hosts is judged on those hosts only.
 func Check(in CheckInput) []Violation {
 	var out []Violation
 	byKey := map[Key][]Event{}
@@ -105,7 +113,7 @@ func Check(in CheckInput) []Violation {
 			v = map[Key][]clientState{}
 			views[o.Client] = v
 		}
-		v[o.Key] = append(v[o.Key], clientState{o.At, o.Present, o.Healthy})
+		v[o.Key] = append(v[o.Key], clientState{o.At, o.Present, o.Healthy, o.Forgot})
 	}
 	clients := make([]string, 0, len(views))
 	for c := range in.ClientScope {
@@ -126,6 +134,12 @@ func Check(in CheckInput) []Violation {
 				kind = in.KindOfHost(k.Host)
 			}
 			for _, s := range states {
+				if s.forgot {
+					if v, ok := relearned(in, c, kind, k, evs, states, s.at); !ok {
+						out = append(out, v)
+					}
+					continue
+				}
 				if !s.present {
 					if forgotten(in.Faults[kind], s.at, in.Bounds[kind].Heal) {
 						continue
@@ -143,8 +157,9 @@ func Check(in CheckInput) []Violation {
 			}
 		}
 		// Every change of the truth reaches the client in time.
+		hosts, some := in.Hosts[c]
 		for k, evs := range byKey {
-			if uncertain[k] {
+			if uncertain[k] || some && !slices.Contains(hosts, k.Host) {
 				continue
 			}
 			kind := evs[0].Kind
@@ -193,6 +208,33 @@ func Check(in CheckInput) []Violation {
 	}
 	slices.SortStableFunc(out, func(a, b Violation) int { return a.At.Compare(b.At) })
 	return out
+}
+
+// relearned checks that client c, which lost key k with its process at
+// t, holds it again in time if it was registered then: by Push after t,
+// extended to Heal past the faults on the key's registry, the client's
+// replica and the client itself (its restart) — unless a removal of k
+// starts by then. It returns the violation when not.
+func relearned(in CheckInput, c, kind string, k Key, evs []Event, states []clientState, t time.Time) (Violation, bool) {
+	if _, ok := registeredAt(evs, t); !ok {
+		return Violation{}, true
+	}
+	b := in.Bounds[kind]
+	ivs := slices.Concat(in.Faults[kind], in.Faults[in.ClientScope[c]], in.Faults["client:"+c])
+	deadline := extend(t, t.Add(b.Push), ivs, b.Heal, in.End)
+	if deadline.After(in.End) {
+		return Violation{}, true
+	}
+	for _, e := range evs {
+		if e.Start.After(t) && !e.Start.After(deadline) && e.Op != OpHealth {
+			return Violation{}, true // removed (or uncertain) meanwhile
+		}
+	}
+	if stateAt(states, deadline).present {
+		return Violation{}, true
+	}
+	return Violation{Rule: "missing", Kind: kind, Client: c, Key: k, At: deadline,
+		Detail: fmt.Sprintf("lost with the client's process at %s while registered, not held again by its deadline", t.UTC().Format("15:04:05.000"))}, false
 }
 
 // forgotten reports whether t falls in an interval of ivs in which the

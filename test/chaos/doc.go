@@ -12,14 +12,24 @@
 // LDS, EDS for every cluster, every resource ValidateAll'd and NACKed when
 // invalid, state kept across reconnects) and grpc-go proxyless clients
 // (child processes holding an xds:/// channel to one service of each
-// kind).
+// kind and serving grpc-go's CSDS, google.golang.org/grpc/xds/csds, on a
+// loopback port).
 //
 // The churn generator registers, deregisters and flips the health of
 // instances of three services per kind at a steady rate (every address
 // used once, so a key has one life), retrying each operation until the
 // backend confirms it, and records the truth with its start and
 // confirmation times. Polaris' quirks keep two kinds partial (see
-// eurekaKind, nacosKind).
+// eurekaKind, nacosKind). A backend can lose instances in a fault while
+// their clients hold them registered: Polaris deletes, or marks
+// unhealthy, Nacos instances across a kill or a hang, which meshfed rightly
+// follows. Such a fault is amnesia for the kind (the checker does not
+// count its removals until Heal after it ends), and the kind's Restore
+// then registers again what the backend lost, as a real client's recovery
+// does (nacos: until Polaris lists them all, after restarting a Polaris
+// whose push path deadlocked; eureka: re-registration on a 404
+// heartbeat), before the fault's window closes. The report counts them
+// (restored).
 //
 // The fault schedule is a seeded shuffle of every fault, cycled, each
 // lasting 2–8s, 2–6s apart (CHAOS_SEED replays the sequence; the short
@@ -68,4 +78,27 @@
 // for, resource slopes (RSS, goroutines, fds from /proc and /metrics) and
 // compares the replicas' /debug/digestz at the end. Every violation names
 // the seed, the faults near it, the object and its timeline.
+//
+// The grpc-go clients are judged by the same rules, with their semantics:
+// each subscribes to service 0 of every kind (CheckInput.Hosts), so only
+// those hosts are due to it, and what it holds is the endpoints of the EDS
+// resources in its CSDS dump (an EDS resource gone from the dump, its
+// cluster dropped, holds none; CDS, LDS and RDS are not compared). The
+// harness polls the dump every 250ms (csdsPoll): an observation lags the
+// client by at most that plus the fetch (2s at most), which Push's slack
+// absorbs, and a drop shorter than the poll period goes unseen by the
+// removed-while-registered rule (the raw clients record every response).
+// A killed and restarted child loses what it held: that is recorded as
+// forgotten (Obs.Forgot), not removed, and every key still registered must
+// be held again by the deadline a change would have (Heal past the
+// restart, which lasts until its CSDS shows every target's EDS and no
+// resource waiting for its first answer). A stopped child (SIGSTOP) keeps
+// what it held and is not polled.
+//
+// Rule 4's slopes fail the run past limits (report_test.go says how they
+// were chosen): RSS 128 MiB/h, goroutines 100/h, open fds 24/h over a
+// replica's longest-lived process after its first minute, judged only when
+// that spans 10 minutes or more — the 3-minute slice never does, and
+// meshfed-a (killed by the schedule) rarely; meshfed-b, never killed, is
+// judged in runs of 12 minutes or more.
 package chaos

@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -51,6 +53,26 @@ type Obs struct {
 	Key     Key
 	Present bool
 	Healthy bool
+	// Forgot: the client lost everything it held (its process was killed
+	// and restarted), so not holding Key is not a removal by meshfed.
+	Forgot bool
+}
+
+// diffObs are the observations that turn old into cur (forgot: old is lost
+// with the client's process).
+func diffObs(client string, at time.Time, old, cur map[Key]bool, forgot bool) []Obs {
+	var obs []Obs
+	for _, k := range slices.SortedFunc(maps.Keys(cur), func(a, b Key) int { return strings.Compare(a.String(), b.String()) }) {
+		if oh, had := old[k]; !had || oh != cur[k] {
+			obs = append(obs, Obs{At: at, Client: client, Key: k, Present: true, Healthy: cur[k]})
+		}
+	}
+	for k := range old {
+		if _, has := cur[k]; !has {
+			obs = append(obs, Obs{At: at, Client: client, Key: k, Present: false, Forgot: forgot})
+		}
+	}
+	return obs
 }
 
 // Interval is a time span in which something was down: a fault on a
@@ -203,7 +225,11 @@ func (h *History) timeline(k Key) []string {
 	}
 	for _, o := range obs {
 		if o.Key == k {
-			ls = append(ls, line{o.At, fmt.Sprintf("client %s present=%v healthy=%v", o.Client, o.Present, o.Healthy)})
+			l := fmt.Sprintf("client %s present=%v healthy=%v", o.Client, o.Present, o.Healthy)
+			if o.Forgot {
+				l += " (the client restarted)"
+			}
+			ls = append(ls, line{o.At, l})
 		}
 	}
 	slices.SortStableFunc(ls, func(a, b line) int { return a.at.Compare(b.at) })
