@@ -239,7 +239,7 @@ type input struct {
 	// delta, when set, gives the state as its change to the state taken
 	// before it (the loop's last offered input): services is then nil
 	// until the loop materializes it (see loopReg.materialize).
-	delta *delta
+	delta    *delta
 	seen     time.Time // when the oldest Replace this input stands for arrived
 	restored bool      // from Restore, not from the registry
 }

@@ -2,8 +2,8 @@ package aggregate
 
 import (
 	"fmt"
-	"slices"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,6 +139,7 @@ type Publisher[K comparable] struct {
 	lastServices []model.Service
 	lastRejected []model.Rejection
 	lastDelta    bool // the last publish was a delta: Sent assembles
+	sentDups     bool // the last state published has a duplicate hostname: the next is full
 }
 
 // NewPublisher returns the publishing tail of one Run of the registry c,
@@ -272,15 +274,17 @@ func (p *Publisher[K]) track(key K, old, c Converted) {
 		p.was[key] = old
 	}
 	for _, s := range old.Services {
-		switch p.hosts[s.Hostname]--; p.hosts[s.Hostname] {
+		h := hostKey(s.Hostname)
+		switch p.hosts[h]--; p.hosts[h] {
 		case 0:
-			delete(p.hosts, s.Hostname)
+			delete(p.hosts, h)
 		case 1:
 			p.dups--
 		}
 	}
 	for _, s := range c.Services {
-		if p.hosts[s.Hostname]++; p.hosts[s.Hostname] == 2 {
+		h := hostKey(s.Hostname)
+		if p.hosts[h]++; p.hosts[h] == 2 {
 			p.dups++
 		}
 	}
@@ -288,6 +292,12 @@ func (p *Publisher[K]) track(key K, old, c Converted) {
 		p.rejOK = false
 	}
 }
+
+// hostKey is a hostname as a DNS name compares (case-insensitively,
+// without a trailing dot): two services of a state whose hostnames have
+// one key are duplicates, and the order of the state decides which one
+// the sink serves, so such a state is published in full.
+func hostKey(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
 
 // Len is the number of keys stored.
 func (p *Publisher[K]) Len() int {
@@ -337,7 +347,7 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 	}
 	u := Update{HasState: true, Complete: !c.Failing() || p.opts.CompleteWhileDegraded, Condition: c}
 	total := len(p.hosts)
-	if p.concat && p.sent && p.dups == 0 && TakesDelta(p.sink) {
+	if p.concat && p.sent && p.dups == 0 && !p.sentDups && TakesDelta(p.sink) {
 		u.Delta = true
 		u.Services, u.Removed, u.Rejected = p.delta()
 	} else {
@@ -347,7 +357,7 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 	if len(p.was) > 0 {
 		p.was = map[K]Converted{} // not clear: a cleared map keeps its size, and ranging over it costs that
 	}
-	pending := p.pending
+	pending, dups := p.pending, p.dups > 0
 	p.dirty, p.pending = false, time.Time{}
 	p.mu.Unlock()
 
@@ -357,7 +367,7 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 	}
 	p.transition(c, total)
 	p.sent, p.told = true, c
-	p.lastDelta = u.Delta
+	p.lastDelta, p.sentDups = u.Delta, dups
 	p.lastServices, p.lastRejected = nil, nil
 	if !u.Delta {
 		p.lastServices, p.lastRejected = u.Services, u.Rejected
@@ -380,7 +390,10 @@ func (p *Publisher[K]) delta() (changed []model.Service, removed []string, rejec
 	}
 	for _, k := range keys {
 		for _, s := range p.was[k].Services {
+			// Unchanged keys yield none of these: the state published
+			// last had no duplicate.
 			if !yields[s.Hostname] {
+				yields[s.Hostname] = true // listed once
 				removed = append(removed, s.Hostname)
 			}
 		}

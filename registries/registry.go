@@ -96,7 +96,9 @@ func (c Condition) Failing() bool { return c.Err != "" }
 //     a state): Services holds only the services added or changed,
 //     Removed the hostnames (as published) of those gone, and every
 //     other service is as it was; Rejected is still every rejection.
-//     Hostnames are unique within a state sent this way. Only a Sink
+//     Hostnames are unique, compared as DNS names (case-insensitively,
+//     without a trailing dot), within a state sent this way and within
+//     the state it changes. Only a Sink
 //     whose TakesDelta reports true (DeltaSink) receives deltas, and
 //     never as the first state of a Run or as a Confirm; every other
 //     Sink receives full states.
