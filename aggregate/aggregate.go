@@ -476,6 +476,10 @@ const HeldPrefix = "first update held, restored state kept until all parts read:
 //     is on its way to the Serve loop), otherwise ignored.
 //   - u.Ended (the Run ended): Degraded, or Failed with u.Permanent; the
 //     next state is the first of a new Run.
+//   - u.Delta: the state is composed onto the one it changes (pending,
+//     the Run's held partial first state, or the last one the Serve loop
+//     took), and the loop applies it in place when it can (offerDelta),
+//     with the result a full state would have had.
 func (a *Aggregator) Publish(shard model.ShardKey, u registries.Update) {
 	now := a.now()
 	a.mu.Lock()

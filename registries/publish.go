@@ -127,6 +127,7 @@ type Publisher[K comparable] struct {
 	was      map[K]Converted
 	hosts    map[string]int
 	dups     int
+	nEps     int // endpoints of the state
 	rejected []model.Rejection
 	rejOK    bool
 	dirty    bool      // conv changed since the last publish
@@ -140,6 +141,7 @@ type Publisher[K comparable] struct {
 	lastRejected []model.Rejection
 	lastDelta    bool // the last publish was a delta: Sent assembles
 	sentDups     bool // the last state published has a duplicate hostname: the next is full
+	sent3        [3]int // services, endpoints and rejections last published (SentCounts)
 }
 
 // NewPublisher returns the publishing tail of one Run of the registry c,
@@ -274,6 +276,7 @@ func (p *Publisher[K]) track(key K, old, c Converted) {
 		p.was[key] = old
 	}
 	for _, s := range old.Services {
+		p.nEps -= len(s.Endpoints)
 		h := hostKey(s.Hostname)
 		switch p.hosts[h]--; p.hosts[h] {
 		case 0:
@@ -283,6 +286,7 @@ func (p *Publisher[K]) track(key K, old, c Converted) {
 		}
 	}
 	for _, s := range c.Services {
+		p.nEps += len(s.Endpoints)
 		h := hostKey(s.Hostname)
 		if p.hosts[h]++; p.hosts[h] == 2 {
 			p.dups++
@@ -346,13 +350,17 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 		return false
 	}
 	u := Update{HasState: true, Complete: !c.Failing() || p.opts.CompleteWhileDegraded, Condition: c}
-	total := len(p.hosts)
+	var counts [3]int
 	if p.concat && p.sent && p.dups == 0 && !p.sentDups && TakesDelta(p.sink) {
 		u.Delta = true
 		u.Services, u.Removed, u.Rejected = p.delta()
+		counts = [3]int{len(p.hosts), p.nEps, len(u.Rejected)}
 	} else {
 		u.Services, u.Rejected = p.assemble()
-		total = len(u.Services)
+		counts = [3]int{len(u.Services), 0, len(u.Rejected)}
+		for i := range u.Services {
+			counts[1] += len(u.Services[i].Endpoints)
+		}
 	}
 	if len(p.was) > 0 {
 		p.was = map[K]Converted{} // not clear: a cleared map keeps its size, and ranging over it costs that
@@ -365,7 +373,8 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 	if !pending.IsZero() {
 		p.ingest.Observe(time.Since(pending).Seconds())
 	}
-	p.transition(c, total)
+	p.transition(c, counts[0])
+	p.sent3 = counts
 	p.sent, p.told = true, c
 	p.lastDelta, p.sentDups = u.Delta, dups
 	p.lastServices, p.lastRejected = nil, nil
@@ -422,6 +431,13 @@ func (p *Publisher[K]) Sent() ([]model.Service, []model.Rejection) {
 		return p.State()
 	}
 	return p.lastServices, p.lastRejected
+}
+
+// SentCounts returns the numbers of services, endpoints and rejections
+// of the state Flush last published in this Run, without assembling it.
+// Call it from the flushing goroutine.
+func (p *Publisher[K]) SentCounts() (services, endpoints, rejected int) {
+	return p.sent3[0], p.sent3[1], p.sent3[2]
 }
 
 // Confirm sends the state last published again, marked Update.Confirm,
