@@ -139,8 +139,8 @@ type Publisher[K comparable] struct {
 	// lastServices and lastRejected are the state Flush last published.
 	lastServices []model.Service
 	lastRejected []model.Rejection
-	lastDelta    bool // the last publish was a delta: Sent assembles
-	sentDups     bool // the last state published has a duplicate hostname: the next is full
+	lastDelta    bool   // the last publish was a delta: Sent assembles
+	sentDups     bool   // the last state published has a duplicate hostname: the next is full
 	sent3        [3]int // services, endpoints and rejections last published (SentCounts)
 }
 

@@ -321,7 +321,7 @@ func TestPublisherKeepsOrderAcrossValueChanges(t *testing.T) {
 type deltaSink struct{ got []registries.Update }
 
 func (s *deltaSink) Publish(_ model.ShardKey, u registries.Update) { s.got = append(s.got, u) }
-func (s *deltaSink) TakesDelta() bool                             { return true }
+func (s *deltaSink) TakesDelta() bool                              { return true }
 
 // TestPublisherDelta: to a DeltaSink, the first state of a Run is full,
 // later ones carry only the changed keys' services and the hostnames

@@ -2,7 +2,6 @@ package filewatch
 
 import (
 	"time"
-
 )
 
 // DefaultConfirmAfter is how long the files must stay as they are before
