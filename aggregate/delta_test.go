@@ -228,3 +228,49 @@ func TestDeltaTouchesOneService(t *testing.T) {
 		t.Fatalf("status counts %d services, %d endpoints; want 999, %d", st.Services, st.Endpoints, 999*3)
 	}
 }
+
+// TestDeltaWhileHeldDown: a delta that the hold-down holds, and one that
+// changes the held state, give what full states give: the held update is
+// served once confirmed, with the later change.
+func TestDeltaWhileHeldDown(t *testing.T) {
+	t.Parallel()
+	o := reg("r", "file", "test")
+	o.MaxDeleteRatio = 0.5
+	clock := newFakeClock()
+	da := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now})
+	fa := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now})
+	popts := registries.PublisherOptions[string]{Compare: strings.Compare}
+	dp := registries.NewPublisher(o.Common, da, nil, popts)
+	fp := registries.NewPublisher(o.Common, fullOnly{fa}, nil, popts)
+	both := func(f func(p *registries.Publisher[string])) {
+		f(dp)
+		f(fp)
+		da.rebuild(clock.Now())
+		fa.rebuild(clock.Now())
+	}
+	for _, h := range []string{"a", "b", "c", "d"} {
+		both(func(p *registries.Publisher[string]) { p.Put(h, registries.One(svc(h+".test", "10.0.0.1"), true, nil)) })
+	}
+	both(func(p *registries.Publisher[string]) { p.Flush(registries.Condition{}) })
+	both(func(p *registries.Publisher[string]) {
+		p.Delete("b")
+		p.Delete("c")
+		p.Delete("d")
+		p.Flush(registries.Condition{})
+	})
+	if st, _ := da.Registry("r"); st.Hold == nil || st.Services != 4 {
+		t.Fatalf("a delta dropping 3 of 4 endpoints: status %+v, want held with 4 services served", st)
+	}
+	compareAggregates(t, 1, da, fa)
+	both(func(p *registries.Publisher[string]) {
+		p.Put("a", registries.One(svc("a.test", "10.0.0.2"), true, nil))
+		p.Flush(registries.Condition{})
+	})
+	if st, _ := da.Registry("r"); st.Hold != nil || st.Services != 1 {
+		t.Fatalf("a second delta dropping as much confirms: status %+v, want 1 service served", st)
+	}
+	if got := addrs(da.Snapshot(), "a.test"); !slices.Equal(got, []string{"10.0.0.2"}) {
+		t.Fatalf("a.test serves %v, want the change made while held", got)
+	}
+	compareAggregates(t, 2, da, fa)
+}
