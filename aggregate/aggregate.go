@@ -1,6 +1,8 @@
 // Package aggregate merges the full state every registry publishes into one
 // immutable, versioned model.Snapshot. It implements registries.Sink, whose
-// one method, Publish, hands it a registries.Update: what a registry knows
+// one method, Publish, hands it a registries.Update (a state may come as
+// a delta: it implements registries.DeltaSink, and applies one in
+// O(change)): what a registry knows
 // (its state if any, whether that state is complete, its backend's
 // condition, the end of a Run). Every policy about what that makes a
 // registry show and serve lives here: the registry states (State:
