@@ -76,6 +76,10 @@ func TestDeltaEqualsFull(t *testing.T) {
 			var dp, fp *registries.Publisher[string]
 			newRun := func() {
 				popts := registries.PublisherOptions[string]{Compare: strings.Compare}
+				if seed%4 >= 2 {
+					// An Assemble that rejects colliding hostnames (as Nacos').
+					popts.Assemble, popts.ConcatUnlessDuplicate = rejectCollisions, true
+				}
 				dp = registries.NewPublisher(o.Common, da, nil, popts)
 				fp = registries.NewPublisher(o.Common, fullOnly{fa}, nil, popts)
 			}
@@ -153,6 +157,30 @@ func TestDeltaEqualsFull(t *testing.T) {
 			t.Logf("steps ending with a delta applied in place: %d", deltas)
 		})
 	}
+}
+
+// rejectCollisions is Concat but for services whose hostname (as DNS
+// names compare) another service has: those are rejected.
+func rejectCollisions(es []registries.Entry[string]) ([]model.Service, []model.Rejection) {
+	n := map[string]int{}
+	for _, e := range es {
+		for _, s := range e.Services {
+			n[strings.ToLower(strings.TrimSuffix(s.Hostname, "."))]++
+		}
+	}
+	services := []model.Service{}
+	var rejected []model.Rejection
+	for _, e := range es {
+		rejected = append(rejected, e.Rejected...)
+		for _, s := range e.Services {
+			if n[strings.ToLower(strings.TrimSuffix(s.Hostname, "."))] > 1 {
+				rejected = append(rejected, model.Rejection{Host: s.Hostname, Subject: e.Key, Reason: "hostname collides"})
+				continue
+			}
+			services = append(services, s)
+		}
+	}
+	return services, rejected
 }
 
 // compareAggregates fails t unless a and b serve and show the same.

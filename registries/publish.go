@@ -85,6 +85,13 @@ type PublisherOptions[K comparable] struct {
 	// partial state, e.g. a cluster or file that cannot be read, which the
 	// sink may refuse as a Run's first state while it serves another.
 	CompleteWhileDegraded bool
+	// ConcatUnlessDuplicate says Assemble returns what Concat does
+	// whenever no two services of the state have one hostname (as DNS
+	// names compare: case-insensitively, without a trailing dot), as an
+	// Assemble that only rejects colliding hostnames does: the Publisher
+	// may then send such states to a DeltaSink as deltas (see Flush), as
+	// it does with the default Assemble.
+	ConcatUnlessDuplicate bool
 }
 
 // Publisher is one Run's publishing tail. Build one per Run with
@@ -115,6 +122,7 @@ type Publisher[K comparable] struct {
 	// flat copied at once with those entries written over, rather than
 	// every entry appended again: a change costs one copy of the state.
 	concat  bool
+	deltas  bool // concat, or Assemble is Concat unless a duplicate
 	flat    []model.Service
 	offs    []int
 	flatOK  bool
@@ -159,6 +167,7 @@ func NewPublisher[K comparable](c Common, sink Sink, log *slog.Logger, opts Publ
 	}
 	return &Publisher[K]{
 		concat: concat,
+		deltas: concat || opts.ConcatUnlessDuplicate,
 		sink:   sink,
 		shard:  c.Shard(),
 		log:    log,
@@ -269,7 +278,7 @@ func (p *Publisher[K]) Retain(keep func(K) bool) bool {
 // track records that key's conversion changes from old to c, for the
 // next delta (see was). Called with mu held.
 func (p *Publisher[K]) track(key K, old, c Converted) {
-	if !p.concat {
+	if !p.deltas {
 		return
 	}
 	if _, ok := p.was[key]; !ok {
@@ -351,7 +360,7 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 	}
 	u := Update{HasState: true, Complete: !c.Failing() || p.opts.CompleteWhileDegraded, Condition: c}
 	var counts [3]int
-	if p.concat && p.sent && p.dups == 0 && !p.sentDups && TakesDelta(p.sink) {
+	if p.deltas && p.sent && p.dups == 0 && !p.sentDups && TakesDelta(p.sink) {
 		u.Delta = true
 		u.Services, u.Removed, u.Rejected = p.delta()
 		counts = [3]int{len(p.hosts), p.nEps, len(u.Rejected)}
@@ -387,7 +396,8 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 // delta returns the services of the keys changed since the last publish,
 // the hostnames they no longer yield, and every rejection: a change of k
 // keys costs O(k), not O(keys), unless rejections changed. Called with mu
-// held, with the default Assemble and no duplicate hostname.
+// held, with the default Assemble (or one that is Concat unless a
+// duplicate) and no duplicate hostname.
 func (p *Publisher[K]) delta() (changed []model.Service, removed []string, rejected []model.Rejection) {
 	keys := slices.SortedFunc(maps.Keys(p.was), p.opts.Compare)
 	yields := make(map[string]bool)
