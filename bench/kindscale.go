@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
@@ -107,20 +108,56 @@ type ScaleSink interface {
 	Observe(ScaleState)
 }
 
-// RegistryRun returns a KindScaleTarget.Run that runs reg with a
-// registries.Sink that tells sink every state reg publishes.
+// RegistryRun returns a KindScaleTarget.Run that runs reg into an
+// aggregator, as meshfed does (no debounce), and tells sink every
+// snapshot it builds: the row measures the registry and the shared path
+// after it (the Publisher, the delta hand-off, normalization and the
+// snapshot), not xDS.
 func RegistryRun(reg registries.Registry) func(context.Context, ScaleSink) error {
 	return func(ctx context.Context, sink ScaleSink) error {
-		return reg.Run(ctx, registrySink{sink})
+		agg := aggregate.New(aggregate.Options{})
+		agg.Subscribe(func(s *model.Snapshot) { sink.Observe(SnapshotState{s}) })
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = agg.Serve(ctx) }()
+		defer func() { cancel(); <-done }()
+		return reg.Run(ctx, &addingSink{agg: agg})
 	}
 }
 
-type registrySink struct{ next ScaleSink }
+// addingSink adds the registry to the aggregator at its first update
+// (RegistryRun does not know its name and kind).
+type addingSink struct {
+	agg   *aggregate.Aggregator
+	added sync.Once
+}
 
-func (s registrySink) Publish(_ model.ShardKey, u registries.Update) {
-	if u.HasState {
-		s.next.Observe(ServicesState(u.Services))
+func (s *addingSink) Publish(shard model.ShardKey, u registries.Update) {
+	s.added.Do(func() {
+		s.agg.AddRegistry(aggregate.RegistryOptions{Common: registries.Common{Name: shard.Name, Kind: shard.Kind}})
+	})
+	s.agg.Publish(shard, u)
+}
+
+// TakesDelta implements registries.DeltaSink.
+func (s *addingSink) TakesDelta() bool { return s.agg.TakesDelta() }
+
+// SnapshotState is a snapshot as a ScaleState: Holds is true when the
+// service named c.Host has an endpoint with address c.Value.
+type SnapshotState struct{ Snap *model.Snapshot }
+
+// Size implements ScaleState.
+func (s SnapshotState) Size() (services, endpoints int) {
+	for _, svc := range s.Snap.Services() {
+		endpoints += len(svc.Endpoints)
 	}
+	return s.Snap.Len(), endpoints
+}
+
+// Holds implements ScaleState.
+func (s SnapshotState) Holds(c ScaleChange) bool {
+	svc, ok := s.Snap.Service(c.Host)
+	return ok && slices.ContainsFunc(svc.Endpoints, func(e model.Endpoint) bool { return e.Address == c.Value })
 }
 
 // ServicesState is a registry's published services as a ScaleState: Holds

@@ -389,9 +389,9 @@ func (s *runState[T]) reload(full bool) bool {
 			s.merge = false
 		}
 		if s.pub.Flush(status) {
-			services, rejected := s.pub.Sent()
-			s.log.Info("files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
-			s.conf.published(services)
+			services, endpoints, rejected := s.pub.SentCounts()
+			s.log.Info("files loaded", "files", len(paths), "services", services, "conflicts", rejected)
+			s.conf.published(endpoints)
 		}
 	} else {
 		s.pub.Report(status)

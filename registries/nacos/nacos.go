@@ -165,6 +165,9 @@ func newState(r *Registry, sink registries.Sink) *state {
 			Assemble: func(es []registries.Entry[serviceKey]) ([]model.Service, []model.Rejection) {
 				return assemble(r.common, es)
 			},
+			// assemble only rejects colliding hostnames: states without
+			// one go to the aggregator as deltas.
+			ConcatUnlessDuplicate: true,
 		}),
 		raw:  map[serviceKey]int{},
 		seen: map[serviceKey]int64{},
