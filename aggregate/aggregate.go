@@ -1,6 +1,8 @@
 // Package aggregate merges the full state every registry publishes into one
 // immutable, versioned model.Snapshot. It implements registries.Sink, whose
-// one method, Publish, hands it a registries.Update: what a registry knows
+// one method, Publish, hands it a registries.Update (a state may come as
+// a delta: it implements registries.DeltaSink, and applies one in
+// O(change)): what a registry knows
 // (its state if any, whether that state is complete, its backend's
 // condition, the end of a Run). Every policy about what that makes a
 // registry show and serve lives here: the registry states (State:
@@ -69,6 +71,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -222,6 +225,9 @@ type regState struct {
 	taken       bool          // the loop took a state and has not written back yet
 	release     chan struct{} // Release waits; closed once the loop applied it
 	swapped     bool          // Swap put a new instance in; the loop took no state since (see take, offer)
+	// runHeldIn is the partial first state of the current Run that
+	// publish held (nil if none): the base of the Run's next delta.
+	runHeldIn *input
 
 	// Written back by the Serve loop.
 	applied             bool // first state is in the published snapshot
@@ -234,9 +240,92 @@ type regState struct {
 type input struct {
 	services []model.Service
 	rejected []model.Rejection
+	// delta, when set, gives the state as its change to the state taken
+	// before it (the loop's last offered input): services is then nil
+	// until the loop materializes it (see loopReg.materialize).
+	delta    *delta
 	seen     time.Time // when the oldest Replace this input stands for arrived
 	restored bool      // from Restore, not from the registry
 }
+
+// delta is a state given as a change (registries.Update.Delta), by
+// published hostname: every other service is as in the state before.
+type delta struct {
+	changed map[string]model.Service
+	removed map[string]bool
+}
+
+// newDelta is u's change.
+func newDelta(u registries.Update) *delta {
+	d := &delta{changed: make(map[string]model.Service, len(u.Services)), removed: make(map[string]bool, len(u.Removed))}
+	d.add(u)
+	return d
+}
+
+// add composes u's change after d's.
+func (d *delta) add(u registries.Update) {
+	for _, h := range u.Removed {
+		delete(d.changed, h)
+		d.removed[h] = true
+	}
+	for _, s := range u.Services {
+		d.changed[s.Hostname] = s
+		delete(d.removed, s.Hostname)
+	}
+}
+
+// applyDelta returns services with d applied: changed services replace
+// those of their hostname in place or come after them, sorted, and
+// removed ones are left out. services is not modified.
+func applyDelta(services []model.Service, d *delta) []model.Service {
+	out := make([]model.Service, 0, len(services)+len(d.changed))
+	seen := make(map[string]bool, len(d.changed))
+	for _, s := range services {
+		if c, ok := d.changed[s.Hostname]; ok {
+			if !seen[s.Hostname] {
+				out = append(out, c)
+				seen[s.Hostname] = true
+			}
+			continue
+		}
+		if !d.removed[s.Hostname] {
+			out = append(out, s)
+		}
+	}
+	for _, h := range slices.Sorted(maps.Keys(d.changed)) {
+		if !seen[h] {
+			out = append(out, d.changed[h])
+		}
+	}
+	return out
+}
+
+// incoming is the input u's state makes, a delta composed onto the state
+// it changes when that is still here: the Run's held partial first state,
+// or the pending input (the delta then replaces it). A delta whose state
+// the loop took stays a delta. Called with mu held.
+func (rs *regState) incoming(u registries.Update) *input {
+	if !u.Delta {
+		return &input{services: u.Services, rejected: u.Rejected}
+	}
+	base := rs.pending
+	if rs.runHeldIn != nil && !rs.runApplied {
+		base = rs.runHeldIn
+	}
+	switch {
+	case base == nil:
+		return &input{delta: newDelta(u), rejected: u.Rejected}
+	case base.delta != nil:
+		d := &delta{changed: maps.Clone(base.delta.changed), removed: maps.Clone(base.delta.removed)}
+		d.add(u)
+		return &input{delta: d, rejected: u.Rejected}
+	default:
+		return &input{services: applyDelta(base.services, newDelta(u)), rejected: u.Rejected}
+	}
+}
+
+// TakesDelta implements registries.DeltaSink: Publish takes deltas.
+func (a *Aggregator) TakesDelta() bool { return true }
 
 // New returns an aggregator whose Snapshot is the empty version 0.
 func New(o Options) *Aggregator {
@@ -322,7 +411,7 @@ func (a *Aggregator) Swap(o RegistryOptions, us ...registries.Update) {
 		registryServices.WithLabelValues(o.Name)
 		registryEndpoints.WithLabelValues(o.Name)
 	}
-	rs.runApplied, rs.runHeld = false, false
+	rs.runApplied, rs.runHeld, rs.runHeldIn = false, false, nil
 	rs.swapped = true
 	type logged struct {
 		ev      published
@@ -391,6 +480,10 @@ const HeldPrefix = "first update held, restored state kept until all parts read:
 //     is on its way to the Serve loop), otherwise ignored.
 //   - u.Ended (the Run ended): Degraded, or Failed with u.Permanent; the
 //     next state is the first of a new Run.
+//   - u.Delta: the state is composed onto the one it changes (pending,
+//     the Run's held partial first state, or the last one the Serve loop
+//     took), and the loop applies it in place when it can (offerDelta),
+//     with the result a full state would have had.
 func (a *Aggregator) Publish(shard model.ShardKey, u registries.Update) {
 	now := a.now()
 	a.mu.Lock()
@@ -454,7 +547,7 @@ func (rs *regState) take() (in *input, release chan struct{}, fresh bool) {
 func (rs *regState) publish(u registries.Update, now time.Time) published {
 	switch {
 	case u.Ended:
-		rs.runApplied, rs.runHeld = false, false
+		rs.runApplied, rs.runHeld, rs.runHeldIn = false, false, nil
 		if u.Permanent {
 			rs.lastError = u.Err
 			if rs.outageSince.IsZero() {
@@ -473,6 +566,7 @@ func (rs *regState) publish(u registries.Update, now time.Time) published {
 		// (/healthz/registries) and once per Run in the log.
 		warn := !rs.runHeld
 		rs.runHeld = true
+		rs.runHeldIn = rs.incoming(u)
 		c := u.Condition
 		c.Err = HeldPrefix + c.Err
 		return published{next: rs.degraded(c, now), heldWarn: warn, err: c.Err}
@@ -481,7 +575,9 @@ func (rs *regState) publish(u registries.Update, now time.Time) published {
 		if rs.pending != nil && !rs.pending.seen.IsZero() {
 			seen = rs.pending.seen // replaces an update not yet built: keep its age
 		}
-		rs.pending = &input{services: u.Services, rejected: u.Rejected, seen: seen}
+		in := rs.incoming(u)
+		in.seen = seen
+		rs.pending, rs.runHeldIn = in, nil
 		rs.synced = true
 		rs.runApplied = true
 		rs.lastSync = now

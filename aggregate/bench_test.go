@@ -2,10 +2,15 @@ package aggregate
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
 )
 
 // benchShard is a shard of n services of eps endpoints each, shaped like
@@ -99,4 +104,55 @@ func BenchmarkAggregateFlip(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPublishFlip is the shared path of one change at two registry
+// sizes: a registry's Publisher (a key per service) stores the changed
+// service and flushes, and the aggregate normalizes, merges and publishes
+// the snapshot. Issue #22's goal is that the cost per change follows the
+// change: the 10,000 row within 2× the 1,000 one.
+func BenchmarkPublishFlip(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			o := reg("bench", "bench", "bench.local")
+			a := New(Options{Registries: []RegistryOptions{o}})
+			p := registries.NewPublisher(o.Common, a, nil, registries.PublisherOptions[string]{Compare: strings.Compare})
+			state := benchShard(n, 10)
+			for _, s := range state {
+				p.Put(s.Hostname, registries.One(s, true, nil))
+			}
+			p.Flush(registries.Condition{})
+			a.rebuild(a.now())
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			for i := range b.N {
+				k := (i * 7919) % n
+				s := state[k]
+				s.Endpoints = slices.Clone(s.Endpoints)
+				s.Endpoints[0].Health = model.Health(1 - int(s.Endpoints[0].Health))
+				state[k] = s
+				p.Put(s.Hostname, registries.One(s, true, nil))
+				p.Flush(registries.Condition{})
+				a.rebuild(a.now())
+			}
+			b.StopTimer()
+			// CPU time (GC included) rather than wall time: the bench
+			// machine is shared.
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			if v := a.Snapshot().Version; v != uint64(b.N+1) {
+				b.Fatalf("version %d after %d flips, want %d", v, b.N, b.N+1)
+			}
+		})
+	}
+}
+
+// processCPU is this process's user+system CPU time (getrusage).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

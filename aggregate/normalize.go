@@ -19,6 +19,11 @@ type shardState struct {
 	services  map[string]*model.Service // by hostname; Sources = [registry]
 	endpoints int
 	conflicts []Conflict // Since unset
+	// dups counts the services not served because their hostname (as
+	// published or normalized) came earlier in the state: which one is
+	// served depends on the order, so a state with any is never changed
+	// by a delta in place (see offerDelta).
+	dups int
 }
 
 // normalize is the gate every published state passes: it validates services, ports
@@ -58,6 +63,12 @@ func normalize(o RegistryOptions, in []model.Service, rejected []model.Rejection
 type normMemo struct {
 	gen     uint64 // numbers passes; entries not written by the last one are dropped
 	entries map[string]memoEntry
+	// withCS lists the published hostnames whose entry has conflicts, so
+	// that a delta lists a state's conflicts without a walk of entries.
+	withCS map[string]bool
+	// Counted for tests: services looked at (compared with their entry or
+	// normalized) and services normalized (normalizeService).
+	visits, calls int
 }
 
 type memoEntry struct {
@@ -77,10 +88,12 @@ func normalizeWith(o RegistryOptions, in []model.Service, rejected []model.Rejec
 	}
 	memo.gen++
 	gen := memo.gen
-	for _, r := range rejected {
-		r.Registry = o.Name
-		st.conflicts = append(st.conflicts, Conflict{Rejection: r, Category: CategoryRegistry})
+	if memo.withCS == nil {
+		memo.withCS = map[string]bool{}
 	}
+	clear(memo.withCS)
+	memo.visits += len(in)
+	st.conflicts = registryConflicts(o.Name, rejected)
 	domain := strings.ToLower(strings.TrimSuffix(o.Domain, "."))
 	for i := range in {
 		s := &in[i]
@@ -88,20 +101,25 @@ func normalizeWith(o RegistryOptions, in []model.Service, rejected []model.Rejec
 		var cs []Conflict
 		switch m, ok := memo.entries[s.Hostname]; {
 		case ok && m.gen == gen: // a hostname published twice: not memoized
-			svc, cs = normalizeService(o, domain, s)
+			svc, cs = memo.normalize(o, domain, s)
+			st.dups++
 		case ok && sameInput(&m.in, s):
 			svc, cs = m.out, m.cs
 			m.gen = gen
 			memo.entries[s.Hostname] = m
 		default:
-			svc, cs = normalizeService(o, domain, s)
+			svc, cs = memo.normalize(o, domain, s)
 			memo.entries[s.Hostname] = memoEntry{in: *s, out: svc, cs: cs, gen: gen}
+		}
+		if len(cs) > 0 {
+			memo.withCS[s.Hostname] = true
 		}
 		st.conflicts = append(st.conflicts, cs...)
 		if svc == nil {
 			continue
 		}
 		if _, dup := st.services[svc.Hostname]; dup {
+			st.dups++
 			st.conflicts = append(st.conflicts, newConflict(CategoryDuplicate, o.Name, svc.Hostname, svc.Hostname,
 				"hostname published twice by the registry; the first is served"))
 			continue
@@ -113,6 +131,23 @@ func normalizeWith(o RegistryOptions, in []model.Service, rejected []model.Rejec
 		maps.DeleteFunc(memo.entries, func(_ string, m memoEntry) bool { return m.gen != gen })
 	}
 	return st, memo
+}
+
+// normalize is normalizeService, counted.
+func (m *normMemo) normalize(o RegistryOptions, domain string, s *model.Service) (*model.Service, []Conflict) {
+	m.calls++
+	return normalizeService(o, domain, s)
+}
+
+// registryConflicts lists what the registry rejected as conflicts of
+// registry name.
+func registryConflicts(name string, rejected []model.Rejection) []Conflict {
+	var out []Conflict
+	for _, r := range rejected {
+		r.Registry = name
+		out = append(out, Conflict{Rejection: r, Category: CategoryRegistry})
+	}
+	return out
 }
 
 // sameInput reports whether normalizeService reads the same from a and b.

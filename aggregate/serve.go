@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +26,43 @@ type loopReg struct {
 	saved   *input     // last input handed to OnAccepted
 	hold    *hold
 	memo    *normMemo // of the last normalization under opts
+	memoOf  *input    // the input memo's entries are (see materialize)
+}
+
+// base is the input a delta taken now changes: the last one offered,
+// held or applied.
+func (lr *loopReg) base() *input {
+	if lr.hold != nil {
+		return lr.hold.in
+	}
+	return lr.raw
+}
+
+// materialize returns in's full list of services. An input taken as a
+// delta and applied in place (offerDelta) has none until asked: it is
+// then read from the memo, whose entries are its services while memoOf
+// is in (in hostname order). ok is false for one that can no longer be
+// read (none is kept that way: see pin).
+func (lr *loopReg) materialize(in *input) (services []model.Service, ok bool) {
+	if in.delta == nil || in.services != nil {
+		return in.services, true
+	}
+	if lr.memoOf != in || lr.memo == nil {
+		return nil, false
+	}
+	in.services = make([]model.Service, 0, len(lr.memo.entries))
+	for _, h := range slices.Sorted(maps.Keys(lr.memo.entries)) {
+		in.services = append(in.services, lr.memo.entries[h].in)
+	}
+	return in.services, true
+}
+
+// pin materializes the accepted input before the memo changes to
+// another one.
+func (lr *loopReg) pin() {
+	if lr.raw != nil {
+		lr.materialize(lr.raw)
+	}
 }
 
 // hold is an update held back by MaxDeleteRatio.
@@ -190,7 +228,8 @@ func (a *Aggregator) rebuild(now time.Time) {
 			// Its results were made under the old options, also for an
 			// input that arrives with the new ones (a reload's swap: the
 			// new instance's first state often equals the old one's).
-			lr.memo = nil
+			lr.pin()
+			lr.memo, lr.memoOf = nil, nil
 		}
 		if j.reopts {
 			// What is served and held is made again under the new
@@ -198,10 +237,12 @@ func (a *Aggregator) rebuild(now time.Time) {
 			// the served state must show the new options all the same.
 			if lr.hold != nil {
 				lr.hold.st, lr.memo = normalizeWith(lr.opts, lr.hold.in.services, lr.hold.in.rejected, nil)
+				lr.memoOf = lr.hold.in
 			}
 			if lr.raw != nil {
 				var st shardState
 				st, lr.memo = normalizeWith(lr.opts, lr.raw.services, lr.raw.rejected, lr.memo)
+				lr.memoOf = lr.raw
 				a.apply(lr, st, lr.raw, touched)
 			}
 		}
@@ -222,6 +263,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 		}
 		if a.onAccepted != nil && lr.raw != lr.saved && lr.raw != nil && !lr.raw.restored {
 			lr.saved = lr.raw
+			lr.pin()
 			a.mu.Lock()
 			if a.regs[lr.opts.Name] == lr.shared { // not removed since the jobs were taken
 				a.onAccepted(lr.opts.Shard(), lr.raw.services, lr.raw.rejected)
@@ -291,7 +333,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 		if cfg != prev.Config && !cfgSeen.IsZero() && cfgSeen.Before(changedAt) {
 			changedAt = cfgSeen
 		}
-		snap = model.NewSnapshot(prev.Version+1, a.servicesInOrder(changed))
+		snap = model.NewSortedSnapshot(prev.Version+1, a.servicesInOrder(changed))
 		snap.Config = cfg
 		snap.Changed = changedAt
 		snap.Restored = restored
@@ -351,28 +393,28 @@ func (a *Aggregator) rebuild(now time.Time) {
 	}
 }
 
-// servicesInOrder lists the merged services for the next snapshot, in the
-// previous snapshot's order (by hostname) with the hostnames in changed
-// replaced, dropped or appended, so that sorting it is cheap. The previous
-// snapshot holds exactly the merged services before this rebuild.
+// servicesInOrder lists the merged services for the next snapshot,
+// sorted by hostname: the previous snapshot's list (which holds exactly
+// the merged services before this rebuild) with the hostnames in changed
+// replaced, dropped or inserted, found by binary search and the runs
+// between them copied, so that a change of k hostnames costs O(k log n)
+// and one copy of the pointers.
 func (a *Aggregator) servicesInOrder(changed map[string]bool) []*model.Service {
-	prev := a.snap.Load()
+	prev := a.snap.Load().Services()
 	out := make([]*model.Service, 0, len(a.merged))
-	for _, s := range prev.Services() {
-		if !changed[s.Hostname] {
-			out = append(out, s)
-		} else if m := a.merged[s.Hostname]; m != nil {
+	i := 0
+	for _, h := range slices.Sorted(maps.Keys(changed)) {
+		j, found := slices.BinarySearchFunc(prev[i:], h, func(s *model.Service, h string) int { return strings.Compare(s.Hostname, h) })
+		out = append(out, prev[i:i+j]...)
+		i += j
+		if found {
+			i++
+		}
+		if m := a.merged[h]; m != nil {
 			out = append(out, m)
 		}
 	}
-	for h := range changed {
-		if _, was := prev.Service(h); !was {
-			if m := a.merged[h]; m != nil {
-				out = append(out, m)
-			}
-		}
-	}
-	return out
+	return append(out, prev[i:]...)
 }
 
 // offer passes a published state through normalization and the hold-down.
@@ -381,9 +423,29 @@ func (a *Aggregator) servicesInOrder(changed map[string]bool) []*model.Service {
 // since both instances read the backend at about the same moment (a
 // backend restarting answers both with the same partial catalog): it
 // takes the held update's place, and the hold keeps its start.
+//
+// A delta is applied in place when it can be (offerDelta); otherwise it
+// is applied to the input it changes and offered as a full state.
 func (a *Aggregator) offer(lr *loopReg, in *input, fresh bool, now time.Time, touched map[string]bool, log *slog.Logger) {
+	if in.delta != nil {
+		if a.offerDelta(lr, in, touched) {
+			return
+		}
+		base := lr.base()
+		var services []model.Service
+		ok := base != nil
+		if ok {
+			services, ok = lr.materialize(base)
+		}
+		if !ok {
+			log.Error("state given as a change to a state the aggregator does not hold; ignored (a registry's first state of a Run must be full)")
+			return
+		}
+		in = &input{services: applyDelta(services, in.delta), rejected: in.rejected, seen: in.seen}
+	}
+	lr.pin()
 	st, memo := normalizeWith(lr.opts, in.services, in.rejected, lr.memo)
-	lr.memo = memo
+	lr.memo, lr.memoOf = memo, in
 	r := lr.opts.MaxDeleteRatio
 	confirmed := false
 	if served := lr.cur.endpoints; r > 0 && lr.applied && served > 0 {
@@ -418,6 +480,103 @@ func (a *Aggregator) offer(lr *loopReg, in *input, fresh bool, now time.Time, to
 	}
 	lr.hold = nil
 	a.apply(lr, st, in, touched)
+}
+
+// offerDelta applies the delta in to lr's accepted state in place, in
+// O(change): it normalizes only the changed services (reusing the memo's
+// result for an unchanged one), and updates the served map, the endpoint
+// count and the conflicts. It reports false, changing nothing, when the
+// result could differ from offering the full state: an update is held
+// down, the accepted state is not the one the delta changes or not the
+// memo's, a hostname is published twice, or the change would make the
+// hold-down hold it.
+func (a *Aggregator) offerDelta(lr *loopReg, in *input, touched map[string]bool) bool {
+	m := lr.memo
+	if lr.hold != nil || lr.raw == nil || !lr.applied || lr.memoOf != lr.raw || m == nil || lr.cur.dups > 0 {
+		return false
+	}
+	d := in.delta
+	m.visits += len(d.changed) + len(d.removed)
+	eps := lr.cur.endpoints
+	freed := map[string]*model.Service{} // served hostnames the changed and removed inputs had
+	free := func(h string) {
+		if e, ok := m.entries[h]; ok && e.out != nil {
+			freed[e.out.Hostname] = lr.cur.services[e.out.Hostname]
+			eps -= len(e.out.Endpoints)
+		}
+	}
+	for h := range d.removed {
+		free(h)
+	}
+	for h := range d.changed {
+		free(h)
+	}
+	type result struct {
+		in  model.Service
+		out *model.Service
+		cs  []Conflict
+	}
+	results := make(map[string]result, len(d.changed))
+	claimed := make(map[string]bool, len(d.changed))
+	for h, s := range d.changed {
+		r := result{in: s}
+		if e, ok := m.entries[h]; ok && sameInput(&e.in, &s) {
+			r.out, r.cs = e.out, e.cs
+		} else {
+			r.out, r.cs = m.normalize(lr.opts, lr.domain, &s)
+		}
+		if r.out != nil {
+			_, taken := lr.cur.services[r.out.Hostname]
+			_, isFreed := freed[r.out.Hostname]
+			if claimed[r.out.Hostname] || taken && !isFreed {
+				return false // a duplicate: the order decides
+			}
+			claimed[r.out.Hostname] = true
+			eps += len(r.out.Endpoints)
+		}
+		results[h] = r
+	}
+	if r, served := lr.opts.MaxDeleteRatio, lr.cur.endpoints; r > 0 && served > 0 && float64(served-eps) > r*float64(served) {
+		return false
+	}
+
+	for h := range freed {
+		delete(lr.cur.services, h)
+	}
+	for h := range d.removed {
+		delete(m.entries, h)
+		delete(m.withCS, h)
+	}
+	for h, r := range results {
+		m.entries[h] = memoEntry{in: r.in, out: r.out, cs: r.cs, gen: m.gen}
+		if len(r.cs) > 0 {
+			m.withCS[h] = true
+		} else {
+			delete(m.withCS, h)
+		}
+		if r.out == nil {
+			continue
+		}
+		if old := freed[r.out.Hostname]; old != nil && (old == r.out || equalService(old, r.out)) {
+			lr.cur.services[r.out.Hostname] = old
+			delete(freed, r.out.Hostname)
+			continue
+		}
+		lr.cur.services[r.out.Hostname] = r.out
+		touched[r.out.Hostname] = true
+	}
+	for h := range freed {
+		if _, back := lr.cur.services[h]; !back {
+			touched[h] = true
+		}
+	}
+	lr.cur.endpoints = eps
+	lr.cur.conflicts = registryConflicts(lr.opts.Name, in.rejected)
+	for _, h := range slices.Sorted(maps.Keys(m.withCS)) {
+		lr.cur.conflicts = append(lr.cur.conflicts, m.entries[h].cs...)
+	}
+	lr.raw, lr.memoOf = in, in
+	return true
 }
 
 // apply makes st the accepted state of lr, reusing the pointers of

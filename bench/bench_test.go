@@ -30,8 +30,10 @@ func TestHarnessSmoke(t *testing.T) {
 		opts  []grpc.ServerOption
 		delta bool
 		wild  bool
+		fixed bool // the load generator's FixedWindows
 	}{
 		{name: "meshfed/delta/named", impl: func() Impl { return NewMeshfed(time.Millisecond, 10*time.Millisecond, slog.New(slog.DiscardHandler)) }, delta: true},
+		{name: "meshfed/delta/named/fixed-windows", impl: func() Impl { return NewMeshfed(time.Millisecond, 10*time.Millisecond, slog.New(slog.DiscardHandler)) }, delta: true, fixed: true},
 		{name: "meshfed/sotw/wildcard", impl: func() Impl { return NewMeshfed(time.Millisecond, 10*time.Millisecond, slog.New(slog.DiscardHandler)) }, wild: true},
 		{name: "baseline/delta/named", impl: func() Impl { return NewBaseline(slog.New(slog.DiscardHandler)) }, delta: true},
 		{name: "floor/delta/named", impl: func() Impl { return NewFloor() }, opts: FloorServerOptions(), delta: true},
@@ -59,7 +61,7 @@ func TestHarnessSmoke(t *testing.T) {
 			t.Cleanup(hs.Close)
 
 			lg := NewLoadgen(LoadOptions{Addr: l.Addr().String(), N: streams, Delta: tc.delta, Wildcard: tc.wild,
-				Services: services, Per: 10, Common: 2})
+				Services: services, Per: 10, Common: 2, FixedWindows: tc.fixed})
 			lgCtx, stop := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); _ = lg.Run(lgCtx) }()

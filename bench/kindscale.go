@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
@@ -106,20 +108,56 @@ type ScaleSink interface {
 	Observe(ScaleState)
 }
 
-// RegistryRun returns a KindScaleTarget.Run that runs reg with a
-// registries.Sink that tells sink every state reg publishes.
+// RegistryRun returns a KindScaleTarget.Run that runs reg into an
+// aggregator, as meshfed does (no debounce), and tells sink every
+// snapshot it builds: the row measures the registry and the shared path
+// after it (the Publisher, the delta hand-off, normalization and the
+// snapshot), not xDS.
 func RegistryRun(reg registries.Registry) func(context.Context, ScaleSink) error {
 	return func(ctx context.Context, sink ScaleSink) error {
-		return reg.Run(ctx, registrySink{sink})
+		agg := aggregate.New(aggregate.Options{})
+		agg.Subscribe(func(s *model.Snapshot) { sink.Observe(SnapshotState{s}) })
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = agg.Serve(ctx) }()
+		defer func() { cancel(); <-done }()
+		return reg.Run(ctx, &addingSink{agg: agg})
 	}
 }
 
-type registrySink struct{ next ScaleSink }
+// addingSink adds the registry to the aggregator at its first update
+// (RegistryRun does not know its name and kind).
+type addingSink struct {
+	agg   *aggregate.Aggregator
+	added sync.Once
+}
 
-func (s registrySink) Publish(_ model.ShardKey, u registries.Update) {
-	if u.HasState {
-		s.next.Observe(ServicesState(u.Services))
+func (s *addingSink) Publish(shard model.ShardKey, u registries.Update) {
+	s.added.Do(func() {
+		s.agg.AddRegistry(aggregate.RegistryOptions{Common: registries.Common{Name: shard.Name, Kind: shard.Kind}})
+	})
+	s.agg.Publish(shard, u)
+}
+
+// TakesDelta implements registries.DeltaSink.
+func (s *addingSink) TakesDelta() bool { return s.agg.TakesDelta() }
+
+// SnapshotState is a snapshot as a ScaleState: Holds is true when the
+// service named c.Host has an endpoint with address c.Value.
+type SnapshotState struct{ Snap *model.Snapshot }
+
+// Size implements ScaleState.
+func (s SnapshotState) Size() (services, endpoints int) {
+	for _, svc := range s.Snap.Services() {
+		endpoints += len(svc.Endpoints)
 	}
+	return s.Snap.Len(), endpoints
+}
+
+// Holds implements ScaleState.
+func (s SnapshotState) Holds(c ScaleChange) bool {
+	svc, ok := s.Snap.Service(c.Host)
+	return ok && slices.ContainsFunc(svc.Endpoints, func(e model.Endpoint) bool { return e.Address == c.Value })
 }
 
 // ServicesState is a registry's published services as a ScaleState: Holds
@@ -135,16 +173,32 @@ func (s ServicesState) Size() (services, endpoints int) {
 	return len(s), endpoints
 }
 
-// Holds implements ScaleState.
+// Holds implements ScaleState. Registries publish their services in
+// hostname order: a binary search finds the host (the services of that
+// hostname decide), so the harness does not spend a comparison per
+// service of the catalog on every state (CPU per change is the
+// process's); a host the search misses (a state in another order) is
+// searched through.
 func (s ServicesState) Holds(c ScaleChange) bool {
-	for i := range s {
-		if s[i].Hostname != c.Host {
-			continue
-		}
-		for _, e := range s[i].Endpoints {
+	holds := func(svc *model.Service) bool {
+		for _, e := range svc.Endpoints {
 			if e.Address == c.Value {
 				return true
 			}
+		}
+		return false
+	}
+	if i, ok := slices.BinarySearchFunc(s, c.Host, func(svc model.Service, h string) int { return strings.Compare(svc.Hostname, h) }); ok {
+		for ; i < len(s) && s[i].Hostname == c.Host; i++ {
+			if holds(&s[i]) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range s {
+		if s[i].Hostname == c.Host && holds(&s[i]) {
+			return true
 		}
 	}
 	return false

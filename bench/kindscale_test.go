@@ -50,7 +50,7 @@ func TestRunKindScale(t *testing.T) {
 	row := KindScaleRow{Kind: "mem", Goal: time.Second, Setup: func(t testing.TB, n int) KindScaleTarget {
 		m := &memRegistry{changes: make(chan struct{})}
 		for i := range n {
-			m.services = append(m.services, model.Service{Hostname: fmt.Sprintf("s%d.mem", i),
+			m.services = append(m.services, model.Service{Hostname: fmt.Sprintf("s%d.mem", i), Ports: []model.Port{{Name: "http", Number: 80}},
 				Endpoints: []model.Endpoint{{Address: "10.0.0.1"}, {Address: "10.0.0.2"}}})
 		}
 		return KindScaleTarget{Services: n, Endpoints: 2 * n, Run: RegistryRun(m),

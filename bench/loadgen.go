@@ -45,6 +45,11 @@ type LoadOptions struct {
 	// ScopeNamespace(idx, Namespaces) (Istio-style node ids); Scoped is
 	// then the clusters each expects (its Sidecar's), 0: Services.
 	Namespaces, Scoped int
+	// FixedWindows sets fixed HTTP/2 flow-control windows as Envoy does,
+	// which turns off grpc-go's BDP estimation: otherwise each stream
+	// pings the server on every response it receives, and the server
+	// writes a PING ACK per stream and push.
+	FixedWindows bool
 }
 
 // Record says that a stream ACKed a ClusterLoadAssignment of service Svc
@@ -134,15 +139,18 @@ func NewLoadgen(o LoadOptions) *Loadgen {
 // errors, and on Reconnect with a new connection) until ctx ends.
 func (lg *Loadgen) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	dial := func() (*grpc.ClientConn, error) {
-		return grpc.NewClient(lg.o.Addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-				MinConnectTimeout: 5 * time.Second,
-			}),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(512<<20)))
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(512 << 20)),
 	}
+	if lg.o.FixedWindows {
+		opts = append(opts, grpc.WithInitialWindowSize(1<<20), grpc.WithInitialConnWindowSize(1<<20))
+	}
+	dial := func() (*grpc.ClientConn, error) { return grpc.NewClient(lg.o.Addr, opts...) }
 	for _, s := range lg.streams {
 		conn, err := dial()
 		if err != nil {

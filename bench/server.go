@@ -264,6 +264,9 @@ type MemStats struct {
 	// Total is all memory the Go runtime mapped (/memory/classes/total:bytes).
 	Total      uint64 `json:"total"`
 	Goroutines uint64 `json:"goroutines"`
+	// Stacks is the memory of goroutine stacks
+	// (/memory/classes/heap/stacks:bytes), not part of the heap figures.
+	Stacks uint64 `json:"stacks"`
 }
 
 // ReadMem forces two GCs, returns the freed memory to the OS (so that
@@ -277,6 +280,7 @@ func ReadMem() MemStats {
 		{Name: "/memory/classes/heap/objects:bytes"},
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/sched/goroutines:goroutines"},
+		{Name: "/memory/classes/heap/stacks:bytes"},
 	}
 	metrics.Read(s)
 	v := func(i int) uint64 {
@@ -285,7 +289,7 @@ func ReadMem() MemStats {
 		}
 		return 0
 	}
-	return MemStats{HeapLive: v(0), HeapObjects: v(1), Total: v(2), Goroutines: v(3)}
+	return MemStats{HeapLive: v(0), HeapObjects: v(1), Total: v(2), Goroutines: v(3), Stacks: v(4)}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -234,6 +234,10 @@ func (s *gateSink) Publish(shard model.ShardKey, u registries.Update) {
 	s.updates = append(s.updates, u)
 }
 
+// TakesDelta implements registries.DeltaSink: the aggregator takes
+// deltas, also staged ones (Swap applies them in order).
+func (s *gateSink) TakesDelta() bool { return registries.TakesDelta(s.agg) }
+
 // open swaps the new instance in: its options and everything it published
 // (also what arrived after syncTimeout, while the old instance was
 // stopping), as the first Run of the registry, in one step.

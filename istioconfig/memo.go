@@ -18,7 +18,8 @@ import (
 //     name and content: files have no resourceVersion, so their objects
 //     are recognised by content).
 //
-// Entries not used by a read are dropped at its end (done). It is safe
+// Entries are usable at once (Source.update reads one object between two
+// Reloads); entries not used by a Reload are dropped at its end (done). It is safe
 // for concurrent use; concurrent reads only lose entries, not correctness.
 type objectMemo struct {
 	mu     sync.Mutex
@@ -53,7 +54,10 @@ func (m *objectMemo) hash(group string, o FeedObject) string {
 	if m.usedHashes == nil {
 		m.usedHashes = map[feedKey]feedHash{}
 	}
-	m.usedHashes[k] = h
+	if m.hashes == nil {
+		m.hashes = map[feedKey]feedHash{}
+	}
+	m.usedHashes[k], m.hashes[k] = h, h
 	m.mu.Unlock()
 	return h.hash
 }
@@ -72,7 +76,10 @@ func (m *objectMemo) validate(p *parsed) error {
 	if m.usedValid == nil {
 		m.usedValid = map[string]error{}
 	}
-	m.usedValid[p.hash] = err
+	if m.valid == nil {
+		m.valid = map[string]error{}
+	}
+	m.usedValid[p.hash], m.valid[p.hash] = err, err
 	m.mu.Unlock()
 	return err
 }

@@ -11,11 +11,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/meshfed/meshfed/debounce"
 	"github.com/meshfed/meshfed/model"
 )
 
@@ -28,11 +30,20 @@ type Dir struct {
 	Path string
 }
 
-// Timing of the watch loop.
+// Timing of the watch loop (registries.Debouncer).
 const (
-	// quiet: a burst of file events is read once no event came for this long.
+	// quiet: a burst of file events is read once no event came for this
+	// long (a file may be half written when its first event arrives).
 	quiet = 100 * time.Millisecond
-	// resync re-reads every directory even without events.
+	// feedQuiet, feedMaxWait: a feed change after feedQuiet without any
+	// is read at once (Debouncer.Leading); the rest of a burst is read
+	// once feedQuiet passed without another change, at most feedMaxWait
+	// after the first. A read of a DeltaFeed costs what changed (update).
+	feedQuiet   = 10 * time.Millisecond
+	feedMaxWait = 100 * time.Millisecond
+	// resync re-reads every directory (and feed part) even without
+	// events, in case file events were missed. A Source without
+	// directories does not resync: a Feed reports its every change.
 	resync = 10 * time.Second
 )
 
@@ -72,6 +83,13 @@ type Source struct {
 	dirs  []Dir
 	feeds []Feed
 	log   *slog.Logger
+	// readMu serialises reads (Reload, update) and guards views.
+	readMu sync.Mutex
+	// views: per feed, what the Source holds of a DeltaFeed's parts (nil
+	// for a plain Feed, read with Parts).
+	views []*feedView
+	// compared counts the objects compared with the version in force.
+	compared atomic.Uint64
 	// memo: per-object hashes and validation results of the last read.
 	memo objectMemo
 
@@ -94,7 +112,14 @@ func New(dirs []Dir, log *slog.Logger, feeds ...Feed) *Source {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{dirs: slices.Clone(dirs), feeds: slices.Clone(feeds), log: log, inForce: map[string]*model.ConfigObject{}, fileOf: map[string]string{}}
+	s := &Source{dirs: slices.Clone(dirs), feeds: slices.Clone(feeds), log: log, inForce: map[string]*model.ConfigObject{}, fileOf: map[string]string{}}
+	s.views = make([]*feedView, len(feeds))
+	for i, f := range feeds {
+		if _, ok := f.(DeltaFeed); ok {
+			s.views[i] = &feedView{}
+		}
+	}
+	return s
 }
 
 // Ready reports whether every config source has been read completely at
@@ -198,6 +223,11 @@ func (s *Source) Work() (hashed, validated uint64) {
 	return s.memo.hashed.Load(), s.memo.validated.Load()
 }
 
+// Compared returns how many objects the Source has compared with the
+// version in force since it was made: every object on a Reload, the
+// objects a DeltaFeed changed on an update. For tests and diagnostics.
+func (s *Source) Compared() uint64 { return s.compared.Load() }
+
 // Reload reads every directory and feed once and applies it: valid
 // objects come into force, objects no longer in any file (or cluster)
 // leave it, and an object that is now invalid or conflicting is rejected
@@ -206,6 +236,13 @@ func (s *Source) Work() (hashed, validated uint64) {
 // keep the objects they held. It reports whether the objects in force
 // changed; the first call always publishes a snapshot.
 func (s *Source) Reload() bool {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	return s.reload()
+}
+
+// reload is Reload; s.readMu is held.
+func (s *Source) reload() bool {
 	var docs []*parsed
 	var rejected []Rejection
 	var states []SourceState
@@ -232,8 +269,8 @@ func (s *Source) Reload() bool {
 			}
 		}
 	}
-	for _, f := range s.feeds {
-		ps, keep, st := readFeed(f, &s.memo)
+	for i, f := range s.feeds {
+		ps, keep, st := readFeed(f, s.views[i], &s.memo)
 		docs = append(docs, ps...)
 		states = append(states, st...)
 		for _, g := range keep {
@@ -366,6 +403,7 @@ func (s *Source) Reload() bool {
 			changed = true
 		}
 	}
+	s.compared.Add(uint64(len(next)))
 	s.inForce, s.fileOf, s.rejected, s.states = next, fileOf, rejected, states
 	s.memo.done()
 	s.merged = mergedRules(next)
@@ -404,6 +442,107 @@ func (s *Source) Reload() bool {
 		s.snap = model.NewConfigSnapshot(s.version, objs)
 	}
 	return changed
+}
+
+// update reads what the DeltaFeeds changed and, when that is what a
+// Reload would conclude, puts each changed object in force alone: an
+// object in force from one part only, without any rejection, updated to
+// a valid version that claims the same hosts (so no conflict outcome and
+// no order changes). That is hashed, validated and compared once, and the
+// snapshot is the previous one with the object replaced
+// (model.ConfigSnapshot.Replace). Anything else — an object added or
+// deleted, invalid or conflicting, in several parts or rejected, a part
+// whose state changed, a plain Feed — is read by a full Reload, as are
+// the directories (their events and the resync read them). It reports
+// whether the objects in force changed.
+func (s *Source) update() bool {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	type change struct {
+		feed int
+		changedKey
+	}
+	var changes []change
+	full := false
+	for i, f := range s.feeds {
+		v := s.views[i]
+		if v == nil {
+			full = true
+			continue
+		}
+		ch, restate := v.apply(f.(DeltaFeed).Deltas())
+		full = full || restate
+		for _, c := range ch {
+			changes = append(changes, change{i, c})
+		}
+	}
+	s.mu.Lock()
+	if full || s.snap == nil {
+		s.mu.Unlock()
+		return s.reload()
+	}
+	var next []*model.ConfigObject
+	rules := false
+	for _, c := range changes {
+		v := s.views[c.feed]
+		group := feedGroup(s.feeds[c.feed].Name(), v.parts[c.part].Name)
+		key := c.key.Kind + "/" + c.key.Namespace + "/" + c.key.Name
+		old := s.inForce[key]
+		fo, held := v.object(c.part, c.key)
+		if old == nil || !held || s.fileOf[key] != group || !s.alone(c.feed, c.part, c.key) || s.rejects(c.key) {
+			s.mu.Unlock()
+			return s.reload()
+		}
+		p := feedDoc(group, fo, &s.memo)
+		s.compared.Add(1)
+		if p.hash == old.Hash && p.source == old.Source && p.created.Equal(old.Created) {
+			continue
+		}
+		o := &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash,
+			Created: p.created, Spec: p.spec}
+		if s.memo.validate(p) != nil || !slices.Equal(claims(old), claims(o)) {
+			s.mu.Unlock()
+			return s.reload()
+		}
+		next = append(next, o)
+		rules = rules || o.Kind == KindDestinationRule
+	}
+	defer s.mu.Unlock()
+	if len(next) == 0 {
+		return false
+	}
+	for _, o := range next {
+		s.inForce[o.Key()] = o
+	}
+	if rules {
+		s.merged = mergedRules(s.inForce)
+	}
+	snapshotsTotal.Inc()
+	s.version++
+	s.snap = s.snap.Replace(s.version, next...)
+	return true
+}
+
+// alone: no other part of a DeltaFeed holds key. s.readMu is held.
+func (s *Source) alone(feed, part int, key FeedKey) bool {
+	for i, v := range s.views {
+		for j := range v.parts {
+			if _, ok := v.object(j, key); ok && (i != feed || j != part) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// rejects: the last read rejected an object of key. s.mu is held.
+func (s *Source) rejects(key FeedKey) bool {
+	for _, r := range s.rejected {
+		if r.Kind == key.Kind && r.Namespace == key.Namespace && r.Name == key.Name {
+			return true
+		}
+	}
+	return false
 }
 
 // warnKey identifies a rejection for logging it once.
@@ -456,8 +595,11 @@ func listYAML(dir string) ([]string, error) {
 
 // Run reads the directories, publishes the snapshot in force, then
 // watches them and publishes again after every change of what is in
-// force (file events and feed changes, read 100ms after the last of a
-// burst, and a re-read every 10s in case events were missed). It runs
+// force: file events are read 100ms after the last of a burst; a feed
+// change after 10ms without any is read at once, the rest of a burst once
+// 10ms passed without a change, at most 100ms after its first (a read of
+// a DeltaFeed costs what changed: update); with directories, everything
+// is re-read every 10s in case file events were missed. It runs
 // every feed until it returns. publish is called from Run's goroutine
 // only. Run returns ctx.Err() when ctx ends.
 func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) error {
@@ -496,28 +638,45 @@ func (s *Source) Run(ctx context.Context, publish func(*model.ConfigSnapshot)) e
 	if w != nil {
 		events, errs = w.Events, w.Errors
 	}
-	tick := time.NewTicker(resync)
-	defer tick.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
+	var tickC <-chan time.Time
+	if len(s.dirs) > 0 {
+		tick := time.NewTicker(resync)
+		defer tick.Stop()
+		tickC = tick.C
+	}
+	dirQuiet := time.NewTimer(time.Hour)
+	dirQuiet.Stop()
+	defer dirQuiet.Stop()
+	feedDeb := debounce.Debouncer{Quiet: feedQuiet, MaxWait: feedMaxWait, Leading: true}
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
 	for {
+		var changed bool
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-events:
-			debounce.Reset(quiet)
+			dirQuiet.Reset(quiet)
 			continue
 		case <-kick:
-			debounce.Reset(quiet)
-			continue
+			feedDeb.Add(time.Now())
+		case <-wake.C:
 		case err := <-errs:
 			s.log.Warn("config directory watch error", "err", err)
 			continue
-		case <-tick.C:
-		case <-debounce.C:
+		case <-tickC:
+			changed = s.Reload()
+		case <-dirQuiet.C:
+			changed = s.Reload()
 		}
-		if s.Reload() {
+		if due, wait := feedDeb.Next(time.Now()); due {
+			feedDeb.Done()
+			changed = s.update() || changed
+		} else if feedDeb.Pending() {
+			wake.Reset(wait)
+		}
+		if changed {
 			publish(s.Snapshot())
 		}
 	}

@@ -21,14 +21,22 @@ package kubeclient
 //
 // Informers are per listed namespace, or cluster wide; the objects are
 // slimmed (managed fields, annotations and labels dropped) before they
-// are cached and are never modified: specs are cloned when read.
+// are cached and are never modified, by the informers or by readers: a
+// converted Object shares its cached object's spec (one copy per object).
 //
 // Each cluster keeps its conversions per object (kind, namespace, name):
-// Parts converts (clones) an object only when its resourceVersion changed
+// Parts converts an object only when its resourceVersion changed
 // since the last call, and otherwise returns the same Object again (the
 // same Spec pointer). One event therefore costs one conversion, and
 // consumers can key their own per-object caches (validation, checks) on
 // the Spec pointer or on ResourceVersion (see Object).
+//
+// Deltas is the incremental form of Parts: the informers' event handlers
+// record the keys of the objects that changed, and Deltas converts those
+// only, without listing the caches, so a read after one event costs one
+// object whatever the cluster holds. A watch is read with Parts or with
+// Deltas, not both (a Parts call between two Deltas calls is harmless:
+// deletions are reported whatever Parts saw).
 //
 // A cluster is Starting until every informer has listed once. A cluster
 // whose first list is refused for good (404: Istio's CRDs not installed,
@@ -125,12 +133,32 @@ type Object struct {
 	// ResourceVersion is the API server's version of the object ("" when
 	// it has none).
 	ResourceVersion string
-	// Spec is a copy of its spec, an istio.io/api networking/v1alpha3
+	// Spec is its spec, an istio.io/api networking/v1alpha3
 	// message (*networking.VirtualService, …). It is shared: while the
 	// object's ResourceVersion is unchanged, every call of Parts returns
 	// the same pointer (so a consumer may cache what it derives from an
 	// object by Spec pointer), and nobody may modify it.
 	Spec proto.Message
+}
+
+// ObjectKey names an object within a cluster.
+type ObjectKey struct{ Kind, Namespace, Name string }
+
+// Delta is what changed in one cluster since the previous Deltas call.
+type Delta struct {
+	// Part is the cluster's state; its Objects are the objects added or
+	// changed since the previous call (every object when Full), in no
+	// particular order, each converted once per resourceVersion as by
+	// Parts.
+	Part
+	// Full: Objects are every object of the cluster (the first read after
+	// it synced); what a consumer holds of the cluster and is not among
+	// them is gone.
+	Full bool
+	// Deleted are the objects deleted since the previous call (never with
+	// Full); it may name an object no Delta returned (added and deleted
+	// between two calls): consumers ignore keys they do not hold.
+	Deleted []ObjectKey
 }
 
 // resource is how one kind is listed and watched in a namespace.
@@ -172,11 +200,11 @@ func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) 
 type IstioWatch struct {
 	namespaces []string
 	clusters   []*cluster
-	// conversions counts the objects converted (cloned) by Parts.
+	// conversions counts the objects converted by Parts and Deltas.
 	conversions atomic.Uint64
 }
 
-// Conversions returns how many objects Parts has converted (cloned) so
+// Conversions returns how many objects Parts and Deltas have converted so
 // far: one per object whose resourceVersion changed between two calls,
 // not one per object per call. For tests and diagnostics.
 func (w *IstioWatch) Conversions() uint64 { return w.conversions.Load() }
@@ -231,6 +259,17 @@ func (w *IstioWatch) Parts() []Part {
 	return out
 }
 
+// Deltas returns one Delta per cluster, in the configured order: what
+// changed since the previous call. It may be called at any time, before
+// and concurrently with Run, from one goroutine.
+func (w *IstioWatch) Deltas() []Delta {
+	out := make([]Delta, 0, len(w.clusters))
+	for _, c := range w.clusters {
+		out = append(out, c.delta())
+	}
+	return out
+}
+
 // cluster is the state of one cluster.
 type cluster struct {
 	Cluster
@@ -246,14 +285,24 @@ type cluster struct {
 	// with the resourceVersion it was made from.
 	converted   map[objectKey]Object
 	conversions *atomic.Uint64
+	// dirty holds the objects the event handlers saw change since the last
+	// delta, by key: the object of the last event, nil when deleted.
+	dirty map[objectKey]any
+	// full: the next delta lists every object (informers new).
+	full bool
 }
 
 // objectKey names an object within a cluster.
-type objectKey struct{ kind, namespace, name string }
+type objectKey = ObjectKey
 
 func (c *cluster) part() Part {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.partLocked(true)
+}
+
+// partLocked is part, with the objects only if list; c.mu is held.
+func (c *cluster) partLocked(list bool) Part {
 	p := Part{Name: c.Name, Synced: c.synced}
 	switch {
 	case c.failed != nil:
@@ -267,7 +316,7 @@ func (c *cluster) part() Part {
 			p.Failed = !c.synced && permanent(err)
 		}
 	}
-	if !c.synced {
+	if !c.synced || !list {
 		return p
 	}
 	next := make(map[objectKey]Object, len(c.converted))
@@ -277,7 +326,7 @@ func (c *cluster) part() Part {
 			if !ok {
 				continue
 			}
-			next[objectKey{o.Kind, o.Namespace, o.Name}] = o
+			next[objectKey{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}] = o
 			p.Objects = append(p.Objects, o)
 		}
 	}
@@ -285,12 +334,65 @@ func (c *cluster) part() Part {
 	return p
 }
 
+// delta is the cluster's Delta since the previous call.
+func (c *cluster) delta() Delta {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced || c.full {
+		// Unsynced: state only. First read after the sync: every object
+		// (partLocked lists the caches), and the events seen until now
+		// are in it.
+		d := Delta{Part: c.partLocked(true), Full: c.synced}
+		if c.synced {
+			c.full, c.dirty = false, map[objectKey]any{}
+		}
+		return d
+	}
+	d := Delta{Part: c.partLocked(false)}
+	for k, obj := range c.dirty {
+		if obj == nil {
+			delete(c.converted, k)
+			d.Deleted = append(d.Deleted, k)
+			continue
+		}
+		if o, ok := c.convert(obj); ok {
+			c.converted[k] = o
+			d.Objects = append(d.Objects, o)
+		}
+	}
+	clear(c.dirty)
+	return d
+}
+
+// mark records an event's object in dirty (nil obj: deleted).
+func (c *cluster) mark(obj any, deleted bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, deleted = t.Obj, true
+	}
+	m, ok := obj.(metav1.Object)
+	kind := kindOf(obj)
+	if !ok || kind == "" {
+		return
+	}
+	k := objectKey{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirty == nil {
+		c.dirty = map[objectKey]any{}
+	}
+	if deleted {
+		c.dirty[k] = nil
+	} else {
+		c.dirty[k] = obj
+	}
+}
+
 // convert is Convert, reusing the last conversion of an object whose
 // resourceVersion is unchanged. c.mu is held.
 func (c *cluster) convert(obj any) (Object, bool) {
 	if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
 		if kind := kindOf(obj); kind != "" {
-			if o, ok := c.converted[objectKey{kind, m.GetNamespace(), m.GetName()}]; ok && o.ResourceVersion == m.GetResourceVersion() {
+			if o, ok := c.converted[objectKey{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}]; ok && o.ResourceVersion == m.GetResourceVersion() {
 				return o, true
 			}
 		}
@@ -384,9 +486,9 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 	tr := NewTracker()
 	var infs []cache.SharedIndexInformer
 	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { changed() },
-		UpdateFunc: func(any, any) { changed() },
-		DeleteFunc: func(any) { changed() },
+		AddFunc:    func(obj any) { c.mark(obj, false); changed() },
+		UpdateFunc: func(_, obj any) { c.mark(obj, false); changed() },
+		DeleteFunc: func(obj any) { c.mark(obj, true); changed() },
 	}
 	for _, ns := range namespaces {
 		suffix := ""
@@ -409,7 +511,7 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 		}
 	}
 	c.mu.Lock()
-	c.failed, c.tracker, c.informers = nil, tr, infs
+	c.failed, c.tracker, c.informers, c.full = nil, tr, infs, true
 	c.mu.Unlock()
 	changed()
 
@@ -462,7 +564,8 @@ func slim(obj any) (any, error) {
 }
 
 // Convert turns a cached VirtualService, DestinationRule, Sidecar, ServiceEntry or
-// WorkloadEntry of cluster into an Object with a copy of its spec; ok is
+// WorkloadEntry of cluster into an Object sharing its spec (the cached
+// object's: nobody may modify it); ok is
 // false for anything else (including cache tombstones).
 func Convert(obj any, cluster string) (o Object, ok bool) {
 	var spec proto.Message
@@ -485,6 +588,6 @@ func Convert(obj any, cluster string) (o Object, ok bool) {
 	o.Source = fmt.Sprintf("%s/%s (%s)", meta.Namespace, meta.Name, cluster)
 	o.Created = meta.CreationTimestamp.Time
 	o.ResourceVersion = meta.ResourceVersion
-	o.Spec = proto.Clone(spec)
+	o.Spec = spec
 	return o, true
 }

@@ -77,8 +77,8 @@ func TestConvert(t *testing.T) {
 			if !proto.Equal(o.Spec, tc.wantSpec) {
 				t.Errorf("spec = %v, want %v", o.Spec, tc.wantSpec)
 			}
-			if o.Spec == tc.wantSpec {
-				t.Error("spec is the cached object's own message, not a copy")
+			if o.Spec != tc.wantSpec {
+				t.Error("spec is a copy, not the cached object's own message (one copy per object)")
 			}
 		})
 	}
@@ -138,15 +138,17 @@ func TestExplain(t *testing.T) {
 // TestPartsConvertsChangedObjectsOnly: Parts converts an object again only
 // when its resourceVersion changed; an unchanged one is returned with the
 // same Spec pointer, and a deleted one leaves the cache.
+// vs is VirtualService shop/vsNN of resourceVersion rv.
+func vs(i int, rv string) *networkingv1.VirtualService {
+	v := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("vs%02d", i), ResourceVersion: rv}}
+	v.Spec.Hosts = []string{fmt.Sprintf("h%d.shop.svc.cluster.local", i)}
+	return v
+}
+
 func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 	t.Parallel()
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &networkingv1.VirtualService{}, 0, cache.Indexers{})
 	store := inf.GetStore()
-	vs := func(i int, rv string) *networkingv1.VirtualService {
-		v := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("vs%02d", i), ResourceVersion: rv}}
-		v.Spec.Hosts = []string{fmt.Sprintf("h%d.shop.svc.cluster.local", i)}
-		return v
-	}
 	for i := range 50 {
 		if err := store.Add(vs(i, "1")); err != nil {
 			t.Fatal(err)
@@ -202,5 +204,55 @@ func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 	}
 	if specs(); w.Conversions() != 52 {
 		t.Fatalf("re-created object: %d conversions, want 52", w.Conversions())
+	}
+}
+
+// TestDeltasConvertOnlyMarkedObjects: after the first (full) read, Deltas
+// converts only the objects the event handlers marked, reports
+// deletions, and lists nothing else.
+func TestDeltasConvertOnlyMarkedObjects(t *testing.T) {
+	t.Parallel()
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &networkingv1.VirtualService{}, 0, cache.Indexers{})
+	store := inf.GetStore()
+	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
+	c := w.clusters[0]
+	c.informers, c.full = []cache.SharedIndexInformer{inf}, true
+	if d := w.Deltas()[0]; d.Full || len(d.Objects) != 0 || d.Synced {
+		t.Fatalf("before the sync: %+v, want state only", d)
+	}
+	for i := range 50 {
+		o := vs(i, "1")
+		if err := store.Add(o); err != nil {
+			t.Fatal(err)
+		}
+		c.mark(o, false)
+	}
+	c.synced = true
+	if d := w.Deltas()[0]; !d.Full || len(d.Objects) != 50 || w.Conversions() != 50 {
+		t.Fatalf("first read: full=%v, %d objects, %d conversions; want full, 50, 50", d.Full, len(d.Objects), w.Conversions())
+	}
+	if d := w.Deltas()[0]; d.Full || len(d.Objects) != 0 || len(d.Deleted) != 0 || w.Conversions() != 50 {
+		t.Fatalf("no event: %+v, %d conversions; want nothing", d, w.Conversions())
+	}
+	upd := vs(7, "2")
+	upd.Spec.Hosts = []string{"new.shop.svc.cluster.local"}
+	if err := store.Update(upd); err != nil {
+		t.Fatal(err)
+	}
+	c.mark(upd, false)
+	c.mark(cache.DeletedFinalStateUnknown{Key: "shop/vs09", Obj: vs(9, "1")}, true)
+	d := w.Deltas()[0]
+	if got := w.Conversions() - 50; got != 1 || len(d.Objects) != 1 || d.Objects[0].Name != "vs07" ||
+		d.Objects[0].Spec.(*apinetworking.VirtualService).GetHosts()[0] != "new.shop.svc.cluster.local" {
+		t.Fatalf("one update: %d conversions, objects %+v; want vs07 converted once", got, d.Objects)
+	}
+	if want := []ObjectKey{{KindVirtualService, "shop", "vs09"}}; len(d.Deleted) != 1 || d.Deleted[0] != want[0] {
+		t.Fatalf("deleted = %v, want %v", d.Deleted, want)
+	}
+	// An update event of an unchanged resourceVersion (a resync) converts
+	// nothing and hands back the same Spec.
+	c.mark(vs(8, "1"), false)
+	if d := w.Deltas()[0]; w.Conversions() != 51 || len(d.Objects) != 1 {
+		t.Fatalf("resync of vs08: %d conversions, %d objects; want 51, 1", w.Conversions(), len(d.Objects))
 	}
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -81,6 +82,23 @@ type ConfigSnapshot struct {
 func NewConfigSnapshot(version uint64, objs []*ConfigObject) *ConfigSnapshot {
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Key() < objs[j].Key() })
 	return &ConfigSnapshot{Version: version, objects: objs}
+}
+
+// Replace returns a snapshot of version with the objects of c, each of
+// objs in place of c's object of the same key (which must be there): it
+// copies c's sorted slice instead of sorting again, so a change of a few
+// objects costs a copy of pointers. c is not modified.
+func (c *ConfigSnapshot) Replace(version uint64, objs ...*ConfigObject) *ConfigSnapshot {
+	out := slices.Clone(c.objects)
+	for _, o := range objs {
+		k := o.Key()
+		i, ok := slices.BinarySearchFunc(out, k, func(x *ConfigObject, k string) int { return strings.Compare(x.Key(), k) })
+		if !ok {
+			panic("model.ConfigSnapshot.Replace: no object " + k)
+		}
+		out[i] = o
+	}
+	return &ConfigSnapshot{Version: version, objects: out}
 }
 
 // Objects returns every object, sorted by key. Do not modify.

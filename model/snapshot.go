@@ -1,7 +1,8 @@
 package model
 
 import (
-	"sort"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -26,19 +27,21 @@ type Snapshot struct {
 	// nil when none). The xDS server holds reconnecting clients while it
 	// is not empty (docs/architecture.md §3.4.1).
 	Restored []string
-	services []*Service // sorted by hostname
-	byHost   map[string]*Service
+	services []*Service // sorted by hostname; Service searches it
 }
 
 // NewSnapshot builds a snapshot. It sorts services by hostname and takes
 // ownership of the slice; callers must not change it or its services later.
 func NewSnapshot(version uint64, services []*Service) *Snapshot {
-	sort.Slice(services, func(i, j int) bool { return services[i].Hostname < services[j].Hostname })
-	by := make(map[string]*Service, len(services))
-	for _, s := range services {
-		by[s.Hostname] = s
-	}
-	return &Snapshot{Version: version, services: services, byHost: by}
+	slices.SortFunc(services, func(a, b *Service) int { return strings.Compare(a.Hostname, b.Hostname) })
+	return NewSortedSnapshot(version, services)
+}
+
+// NewSortedSnapshot is NewSnapshot for services already sorted by
+// hostname (not checked): it costs no more than the allocation of the
+// Snapshot, whatever the number of services.
+func NewSortedSnapshot(version uint64, services []*Service) *Snapshot {
+	return &Snapshot{Version: version, services: services}
 }
 
 // Services returns every service, sorted by hostname. Do not modify.
@@ -54,8 +57,11 @@ func (s *Snapshot) Service(host string) (*Service, bool) {
 	if s == nil {
 		return nil, false
 	}
-	svc, ok := s.byHost[host]
-	return svc, ok
+	i, ok := slices.BinarySearchFunc(s.services, host, func(s *Service, h string) int { return strings.Compare(s.Hostname, h) })
+	if !ok {
+		return nil, false
+	}
+	return s.services[i], true
 }
 
 // Len is the number of services.

@@ -1,55 +1,7 @@
 package registries
 
-import "time"
+import "github.com/meshfed/meshfed/debounce"
 
-// Debouncer coalesces a burst of changes into one piece of work: after a
-// change it waits until Quiet has passed with no further change, but never
-// longer than MaxWait after the first change still pending (as Istio's
-// debounce and consul-k8s's coalesce do). It is meshfed's one debounce
-// helper: the aggregator's Serve loop drives it with clusters.yaml's
-// `debounce: {quiet, max}`, and registries/filewatch with its settle time
-// (read a services file only once it stopped changing).
-//
-// Debouncer is a pure state machine: callers pass the current time, so it
-// holds no goroutines or timers and tests drive it with any clock. A zero
-// Quiet makes every change due at once; a MaxWait below Quiet counts as
-// Quiet. Not safe for concurrent use.
-type Debouncer struct {
-	Quiet   time.Duration
-	MaxWait time.Duration
-
-	pending     bool
-	first, last time.Time
-}
-
-// Add records a change at now.
-func (d *Debouncer) Add(now time.Time) {
-	if !d.pending {
-		d.pending = true
-		d.first = now
-	}
-	d.last = now
-}
-
-// Pending reports whether changes wait to be handled.
-func (d *Debouncer) Pending() bool { return d.pending }
-
-// Next reports whether the pending changes are due at now and, if they are
-// not, how long until they are. With nothing pending it returns (false, 0).
-func (d *Debouncer) Next(now time.Time) (due bool, wait time.Duration) {
-	if !d.pending {
-		return false, 0
-	}
-	deadline := d.last.Add(d.Quiet)
-	if capAt := d.first.Add(max(d.MaxWait, d.Quiet)); capAt.Before(deadline) {
-		deadline = capAt
-	}
-	if !now.Before(deadline) {
-		return true, 0
-	}
-	return false, deadline.Sub(now)
-}
-
-// Done clears the pending changes; call it when starting the work they
-// asked for.
-func (d *Debouncer) Done() { d.pending = false }
+// Debouncer is debounce.Debouncer, meshfed's one debounce helper, under
+// the name registries and the aggregator use.
+type Debouncer = debounce.Debouncer

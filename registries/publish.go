@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 // (docs/architecture.md §3.1.1). A platform watches its backend its own way
 // and hands each converted item (a service, a file...) to a Publisher
 // under a key; the Publisher keeps the last conversion of every key,
-// assembles the shard's state in key order, hands it to the Sink as an
-// Update only when it changed or the backend's condition did (never the
+// assembles the shard's state in key order (or, to a DeltaSink, only the
+// services of the keys that changed: Update.Delta), hands it to the Sink
+// as an Update only when it changed or the backend's condition did (never the
 // same Update twice), logs failure/recovery transitions once, and observes
 // meshfed_registry_ingest_latency_seconds. It holds no policy: what the
 // Sink serves, and when, is the Sink's.
@@ -83,6 +85,13 @@ type PublisherOptions[K comparable] struct {
 	// partial state, e.g. a cluster or file that cannot be read, which the
 	// sink may refuse as a Run's first state while it serves another.
 	CompleteWhileDegraded bool
+	// ConcatUnlessDuplicate says Assemble returns what Concat does
+	// whenever no two services of the state have one hostname (as DNS
+	// names compare: case-insensitively, without a trailing dot), as an
+	// Assemble that only rejects colliding hostnames does: the Publisher
+	// may then send such states to a DeltaSink as deltas (see Flush), as
+	// it does with the default Assemble.
+	ConcatUnlessDuplicate bool
 }
 
 // Publisher is one Run's publishing tail. Build one per Run with
@@ -113,12 +122,24 @@ type Publisher[K comparable] struct {
 	// flat copied at once with those entries written over, rather than
 	// every entry appended again: a change costs one copy of the state.
 	concat  bool
+	deltas  bool // concat, or Assemble is Concat unless a duplicate
 	flat    []model.Service
 	offs    []int
 	flatOK  bool
 	patched []int
-	dirty   bool      // conv changed since the last publish
-	pending time.Time // oldest change not yet published; zero if none
+	// With the default Assemble, was holds each key changed since the
+	// last publish with its conversion then (the zero Converted for a key
+	// that was not known), hosts counts the hostnames of the state and
+	// dups those counted more than once, and rejected is every rejection
+	// in key order when rejOK: what a delta needs (see Flush).
+	was      map[K]Converted
+	hosts    map[string]int
+	dups     int
+	nEps     int // endpoints of the state
+	rejected []model.Rejection
+	rejOK    bool
+	dirty    bool      // conv changed since the last publish
+	pending  time.Time // oldest change not yet published; zero if none
 
 	// Owned by the flushing goroutine.
 	sent bool      // a state went out in this Run
@@ -126,6 +147,9 @@ type Publisher[K comparable] struct {
 	// lastServices and lastRejected are the state Flush last published.
 	lastServices []model.Service
 	lastRejected []model.Rejection
+	lastDelta    bool   // the last publish was a delta: Sent assembles
+	sentDups     bool   // the last state published has a duplicate hostname: the next is full
+	sent3        [3]int // services, endpoints and rejections last published (SentCounts)
 }
 
 // NewPublisher returns the publishing tail of one Run of the registry c,
@@ -143,12 +167,15 @@ func NewPublisher[K comparable](c Common, sink Sink, log *slog.Logger, opts Publ
 	}
 	return &Publisher[K]{
 		concat: concat,
+		deltas: concat || opts.ConcatUnlessDuplicate,
 		sink:   sink,
 		shard:  c.Shard(),
 		log:    log,
 		ingest: ingestLatency.WithLabelValues(c.Name, c.Kind),
 		opts:   opts,
 		conv:   map[K]Converted{},
+		was:    map[K]Converted{},
+		hosts:  map[string]int{},
 	}
 }
 
@@ -176,6 +203,7 @@ func (p *Publisher[K]) Set(key K, c Converted) bool {
 	case c.Empty():
 		delete(p.conv, key)
 		p.entries = nil
+		p.track(key, old, Converted{})
 	case had && reflect.DeepEqual(old, c):
 		return false
 	default:
@@ -198,6 +226,7 @@ func (p *Publisher[K]) Put(key K, c Converted) {
 // store sets key's conversion (had: the key was known). Called with mu
 // held.
 func (p *Publisher[K]) store(key K, c Converted, had bool) {
+	p.track(key, p.conv[key], c)
 	p.conv[key] = c
 	if !had {
 		p.entries = nil
@@ -216,11 +245,12 @@ func (p *Publisher[K]) store(key K, c Converted, had bool) {
 func (p *Publisher[K]) Delete(key K) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, had := p.conv[key]
+	old, had := p.conv[key]
 	if had {
 		delete(p.conv, key)
 		p.entries = nil
 		p.dirty = true
+		p.track(key, old, Converted{})
 	}
 	return had
 }
@@ -230,7 +260,13 @@ func (p *Publisher[K]) Retain(keep func(K) bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(p.conv)
-	maps.DeleteFunc(p.conv, func(k K, _ Converted) bool { return !keep(k) })
+	maps.DeleteFunc(p.conv, func(k K, c Converted) bool {
+		if keep(k) {
+			return false
+		}
+		p.track(k, c, Converted{})
+		return true
+	})
 	if len(p.conv) != n {
 		p.entries = nil
 		p.dirty = true
@@ -238,6 +274,43 @@ func (p *Publisher[K]) Retain(keep func(K) bool) bool {
 	}
 	return false
 }
+
+// track records that key's conversion changes from old to c, for the
+// next delta (see was). Called with mu held.
+func (p *Publisher[K]) track(key K, old, c Converted) {
+	if !p.deltas {
+		return
+	}
+	if _, ok := p.was[key]; !ok {
+		p.was[key] = old
+	}
+	for _, s := range old.Services {
+		p.nEps -= len(s.Endpoints)
+		h := hostKey(s.Hostname)
+		switch p.hosts[h]--; p.hosts[h] {
+		case 0:
+			delete(p.hosts, h)
+		case 1:
+			p.dups--
+		}
+	}
+	for _, s := range c.Services {
+		p.nEps += len(s.Endpoints)
+		h := hostKey(s.Hostname)
+		if p.hosts[h]++; p.hosts[h] == 2 {
+			p.dups++
+		}
+	}
+	if len(old.Rejected) > 0 || len(c.Rejected) > 0 {
+		p.rejOK = false
+	}
+}
+
+// hostKey is a hostname as a DNS name compares (case-insensitively,
+// without a trailing dot): two services of a state whose hostnames have
+// one key are duplicates, and the order of the state decides which one
+// the sink serves, so such a state is published in full.
+func hostKey(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
 
 // Len is the number of keys stored.
 func (p *Publisher[K]) Len() int {
@@ -285,32 +358,96 @@ func (p *Publisher[K]) Flush(c Condition) bool {
 		p.Report(c)
 		return false
 	}
-	services, rejected := p.assemble()
-	pending := p.pending
+	u := Update{HasState: true, Complete: !c.Failing() || p.opts.CompleteWhileDegraded, Condition: c}
+	var counts [3]int
+	if p.deltas && p.sent && p.dups == 0 && !p.sentDups && TakesDelta(p.sink) {
+		u.Delta = true
+		u.Services, u.Removed, u.Rejected = p.delta()
+		counts = [3]int{len(p.hosts), p.nEps, len(u.Rejected)}
+	} else {
+		u.Services, u.Rejected = p.assemble()
+		counts = [3]int{len(u.Services), 0, len(u.Rejected)}
+		for i := range u.Services {
+			counts[1] += len(u.Services[i].Endpoints)
+		}
+	}
+	if len(p.was) > 0 {
+		p.was = map[K]Converted{} // not clear: a cleared map keeps its size, and ranging over it costs that
+	}
+	pending, dups := p.pending, p.dups > 0
 	p.dirty, p.pending = false, time.Time{}
 	p.mu.Unlock()
 
-	p.sink.Publish(p.shard, Update{
-		HasState:  true,
-		Services:  services,
-		Rejected:  rejected,
-		Complete:  !c.Failing() || p.opts.CompleteWhileDegraded,
-		Condition: c,
-	})
+	p.sink.Publish(p.shard, u)
 	if !pending.IsZero() {
 		p.ingest.Observe(time.Since(pending).Seconds())
 	}
-	p.transition(c, len(services))
+	p.transition(c, counts[0])
+	p.sent3 = counts
 	p.sent, p.told = true, c
-	p.lastServices, p.lastRejected = services, rejected
+	p.lastDelta, p.sentDups = u.Delta, dups
+	p.lastServices, p.lastRejected = nil, nil
+	if !u.Delta {
+		p.lastServices, p.lastRejected = u.Services, u.Rejected
+	}
 	return true
+}
+
+// delta returns the services of the keys changed since the last publish,
+// the hostnames they no longer yield, and every rejection: a change of k
+// keys costs O(k), not O(keys), unless rejections changed. Called with mu
+// held, with the default Assemble (or one that is Concat unless a
+// duplicate) and no duplicate hostname.
+func (p *Publisher[K]) delta() (changed []model.Service, removed []string, rejected []model.Rejection) {
+	keys := slices.SortedFunc(maps.Keys(p.was), p.opts.Compare)
+	yields := make(map[string]bool)
+	for _, k := range keys {
+		for _, s := range p.conv[k].Services {
+			changed = append(changed, s)
+			yields[s.Hostname] = true
+		}
+	}
+	for _, k := range keys {
+		for _, s := range p.was[k].Services {
+			// Unchanged keys yield none of these: the state published
+			// last had no duplicate.
+			if !yields[s.Hostname] {
+				yields[s.Hostname] = true // listed once
+				removed = append(removed, s.Hostname)
+			}
+		}
+	}
+	if !p.rejOK {
+		p.rejected = nil
+		if p.entries == nil {
+			p.sortEntries()
+		}
+		for i := range p.entries {
+			p.rejected = append(p.rejected, p.entries[i].Rejected...)
+		}
+		p.rejOK = true
+	}
+	// The flat state of the full form is not kept up to date meanwhile.
+	p.flat, p.flatOK, p.patched = nil, false, nil
+	return changed, removed, p.rejected
 }
 
 // Sent returns the state Flush last published in this Run (nil before
 // the first), as the sink received it: read it, never modify it. Call it
-// from the flushing goroutine.
+// from the flushing goroutine. After a delta it is assembled (as State,
+// O(keys)).
 func (p *Publisher[K]) Sent() ([]model.Service, []model.Rejection) {
+	if p.lastDelta {
+		return p.State()
+	}
 	return p.lastServices, p.lastRejected
+}
+
+// SentCounts returns the numbers of services, endpoints and rejections
+// of the state Flush last published in this Run, without assembling it.
+// Call it from the flushing goroutine.
+func (p *Publisher[K]) SentCounts() (services, endpoints, rejected int) {
+	return p.sent3[0], p.sent3[1], p.sent3[2]
 }
 
 // Confirm sends the state last published again, marked Update.Confirm,
@@ -341,14 +478,7 @@ func (p *Publisher[K]) State() ([]model.Service, []model.Rejection) {
 // assemble runs Assemble over every key in order. Called with mu held.
 func (p *Publisher[K]) assemble() ([]model.Service, []model.Rejection) {
 	if p.entries == nil {
-		keys := slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
-		p.entries = make([]Entry[K], len(keys))
-		p.pos = make(map[K]int, len(keys))
-		for i, k := range keys {
-			p.entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
-			p.pos[k] = i
-		}
-		p.flatOK = false
+		p.sortEntries()
 	}
 	if p.concat {
 		return p.assembleConcat()
@@ -360,6 +490,18 @@ func (p *Publisher[K]) assemble() ([]model.Service, []model.Rejection) {
 	return services, rejected
 }
 
+// sortEntries sorts the keys into entries. Called with mu held.
+func (p *Publisher[K]) sortEntries() {
+	keys := slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
+	p.entries = make([]Entry[K], len(keys))
+	p.pos = make(map[K]int, len(keys))
+	for i, k := range keys {
+		p.entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
+		p.pos[k] = i
+	}
+	p.flatOK = false
+}
+
 // assembleConcat is Concat over the entries, patching the last result
 // when only values of known keys changed. Called with mu held.
 func (p *Publisher[K]) assembleConcat() ([]model.Service, []model.Rejection) {
@@ -367,6 +509,7 @@ func (p *Publisher[K]) assembleConcat() ([]model.Service, []model.Rejection) {
 	for i := range p.entries {
 		rejected = append(rejected, p.entries[i].Rejected...)
 	}
+	p.rejected, p.rejOK = rejected, true
 	if p.flatOK {
 		if len(p.patched) > 0 {
 			services := slices.Clone(p.flat)

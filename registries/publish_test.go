@@ -316,3 +316,64 @@ func TestPublisherKeepsOrderAcrossValueChanges(t *testing.T) {
 		t.Errorf("Sent %s, the sink got %s", hostnames(sent), hostnames(st.Services))
 	}
 }
+
+// deltaSink records the updates a Publisher sends it; it takes deltas.
+type deltaSink struct{ got []registries.Update }
+
+func (s *deltaSink) Publish(_ model.ShardKey, u registries.Update) { s.got = append(s.got, u) }
+func (s *deltaSink) TakesDelta() bool                              { return true }
+
+// TestPublisherDelta: to a DeltaSink, the first state of a Run is full,
+// later ones carry only the changed keys' services and the hostnames
+// gone (a hostname moving between keys is not gone), every rejection,
+// and any state with a duplicate hostname (as DNS names compare), or the
+// first after one, is full; Sent still gives the full state.
+func TestPublisherDelta(t *testing.T) {
+	t.Parallel()
+	sink := &deltaSink{}
+	c := registries.Common{Name: "delta", Kind: "test"}
+	p := registries.NewPublisher(c, sink, nil, registries.PublisherOptions[string]{Compare: strings.Compare})
+	rej := model.Rejection{Host: "r.test", Subject: "r", Reason: "bad"}
+	p.Put("a", registries.One(pubService("a.test", "10.0.0.1"), true, nil))
+	p.Put("b", registries.One(pubService("b.test", "10.0.0.2"), true, []model.Rejection{rej}))
+	p.Put("c", registries.One(pubService("c.test", "10.0.0.3"), true, nil))
+	p.Flush(registries.Condition{})
+	p.Put("b", registries.One(pubService("b.test", "10.0.0.9"), true, []model.Rejection{rej}))
+	p.Delete("c")
+	p.Flush(registries.Condition{})
+	p.Delete("a")
+	p.Put("d", registries.One(pubService("a.test", "10.0.0.1"), true, nil)) // a.test moves to key d
+	p.Flush(registries.Condition{})
+	p.Put("e", registries.One(pubService("B.TEST.", "10.0.0.5"), true, nil)) // a duplicate of b.test
+	p.Flush(registries.Condition{})
+	p.Delete("e")
+	p.Flush(registries.Condition{})
+	p.Put("f", registries.One(pubService("f.test", "10.0.0.6"), true, nil))
+	p.Flush(registries.Condition{})
+
+	type want struct {
+		delta             bool
+		services, removed string
+		rejected          int
+	}
+	wants := []want{
+		{false, "a.test,b.test,c.test", "", 1},
+		{true, "b.test", "c.test", 1},
+		{true, "a.test", "", 1},
+		{false, "b.test,a.test,B.TEST.", "", 1},
+		{false, "b.test,a.test", "", 1},
+		{true, "f.test", "", 1},
+	}
+	if len(sink.got) != len(wants) {
+		t.Fatalf("%d updates, want %d", len(sink.got), len(wants))
+	}
+	for i, w := range wants {
+		u := sink.got[i]
+		if u.Delta != w.delta || hostnames(u.Services) != w.services || strings.Join(u.Removed, ",") != w.removed || len(u.Rejected) != w.rejected || !u.HasState || !u.Complete {
+			t.Errorf("update %d: delta %v services %q removed %q rejected %d; want %+v", i, u.Delta, hostnames(u.Services), u.Removed, len(u.Rejected), w)
+		}
+	}
+	if s, _ := p.Sent(); hostnames(s) != "b.test,a.test,f.test" {
+		t.Errorf("Sent after a delta: %q, want the full state", hostnames(s))
+	}
+}

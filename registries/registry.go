@@ -36,6 +36,22 @@ type Sink interface {
 	Publish(shard model.ShardKey, u Update)
 }
 
+// DeltaSink is a Sink that can take a state as a change (Update.Delta),
+// so that a change of one service costs the registry and the sink one
+// service, not the whole shard. The aggregator is one; a Sink that wraps
+// another reports what the wrapped one does.
+type DeltaSink interface {
+	Sink
+	// TakesDelta reports whether Publish accepts Update.Delta now.
+	TakesDelta() bool
+}
+
+// TakesDelta reports whether s is a DeltaSink that takes deltas.
+func TakesDelta(s Sink) bool {
+	d, ok := s.(DeltaSink)
+	return ok && d.TakesDelta()
+}
+
 // Condition is a registry's backend condition as the registry sees it.
 // The zero Condition is healthy: the backend answers and what the registry
 // publishes is current.
@@ -75,6 +91,17 @@ func (c Condition) Failing() bool { return c.Err != "" }
 //     confirms a state it suspects the sink holds back, see filewatch).
 //     The sink applies it as a state only while it holds an update of the
 //     shard back; otherwise it is no news and changes nothing.
+//   - Delta, with HasState: the state is given as its difference from
+//     the state last published for the shard (the previous Update with
+//     a state): Services holds only the services added or changed,
+//     Removed the hostnames (as published) of those gone, and every
+//     other service is as it was; Rejected is still every rejection.
+//     Hostnames are unique, compared as DNS names (case-insensitively,
+//     without a trailing dot), within a state sent this way and within
+//     the state it changes. Only a Sink
+//     whose TakesDelta reports true (DeltaSink) receives deltas, and
+//     never as the first state of a Run or as a Confirm; every other
+//     Sink receives full states.
 //   - Ended: the registry's Run ended (the Runner says so; Err says why):
 //     the registry keeps no state of its own until it runs again, and the
 //     next state it publishes is the first of a new Run. Permanent, with
@@ -86,6 +113,8 @@ type Update struct {
 	Rejected []model.Rejection
 	Complete bool
 	Confirm  bool
+	Delta    bool
+	Removed  []string
 	Condition
 	Ended     bool
 	Permanent bool

@@ -1,11 +1,11 @@
 package s6
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,25 +19,33 @@ import (
 // KS rows of the registries that read files (issue #22): file and
 // serviceentry at 1,000 and 10,000 services × 10 endpoints spread over
 // files of 100 services (one team, one file), and the file registry with
-// every service in one file. Each change rewrites one file (temp file +
-// rename) with one endpoint's address replaced, in a different service
-// each time. The file rows come in the block style of the file
-// registry's fast path and in the compact flow style of issue #22's
-// 1 MB file (`- {address: 10.0.0.1, ports: {http: 20000}, labels: {…}}`,
-// which the fast path does not read: only the edited service is parsed
-// again either way, registries/file/items.go).
+// every service in one file. Each change rewrites one file with one
+// endpoint's address replaced, in a different service each time, the way
+// editors and config tools write: a temporary file renamed over it, timed
+// from the rename (the moment the new content exists for any reader). The
+// file-inplace row writes the file in place instead (truncate and write,
+// as `cat >` and `cp` do), timed from the end of the write: such a file is
+// read only once it stopped changing for the settle time (1 s), so its
+// goal is that settle time and 50 ms. The file rows come in the block
+// style of the file registry's fast path and in the compact flow style of
+// issue #22's 1 MB file (`- {address: 10.0.0.1, ports: {http: 20000},
+// labels: {…}}`, which the fast path does not read: only the edited
+// service is parsed again either way, registries/file/items.go).
 func init() {
 	const note = "10 endpoints per service; files written before the start"
 	kindScaleRows = append(kindScaleRows,
 		bench.KindScaleRow{Kind: "file", Goal: 50 * time.Millisecond, Smoke: true,
 			Note:  note + ", 100 services per file, block style",
-			Setup: func(t testing.TB, n int) bench.KindScaleTarget { return fileKindScale(t, n, 100, false) }},
+			Setup: func(t testing.TB, n int) bench.KindScaleTarget { return fileKindScale(t, n, 100, false, false) }},
+		bench.KindScaleRow{Kind: "file-inplace", Goal: filewatch.DefaultSettle + 50*time.Millisecond, Smoke: true,
+			Note:  note + ", 100 services per file, block style, written in place (read after the 1 s settle time)",
+			Setup: func(t testing.TB, n int) bench.KindScaleTarget { return fileKindScale(t, n, 100, false, true) }},
 		bench.KindScaleRow{Kind: "file-flow", Goal: 50 * time.Millisecond, Smoke: true,
 			Note:  note + ", 100 services per file, compact flow style",
-			Setup: func(t testing.TB, n int) bench.KindScaleTarget { return fileKindScale(t, n, 100, true) }},
+			Setup: func(t testing.TB, n int) bench.KindScaleTarget { return fileKindScale(t, n, 100, true, false) }},
 		bench.KindScaleRow{Kind: "file-flow-onefile", Goal: 50 * time.Millisecond, Smoke: true,
 			Note:  note + ", every service in one file, compact flow style",
-			Setup: func(t testing.TB, n int) bench.KindScaleTarget { return fileKindScale(t, n, n, true) }},
+			Setup: func(t testing.TB, n int) bench.KindScaleTarget { return fileKindScale(t, n, n, true, false) }},
 		bench.KindScaleRow{Kind: "serviceentry", Goal: 50 * time.Millisecond, Smoke: true,
 			Note:  note + ", 100 ServiceEntries (STATIC, inline endpoints) per multi-document file",
 			Setup: serviceEntryKindScale},
@@ -55,79 +63,118 @@ func ksAddr(i, j int, changed map[int]int) string {
 	return fmt.Sprintf("10.%d.%d.%d", i>>8&63, i&255, j+1)
 }
 
-// ksFiles writes the fixture's files with render(first, last) and
-// returns how to rewrite the file of service i.
-func ksFiles(t testing.TB, dir string, services, per int, render func(first, last int) []byte) func(i int) error {
-	name := func(f int) string { return filepath.Join(dir, fmt.Sprintf("team-%04d.yaml", f)) }
-	write := func(f int) error {
-		return bench.WriteFileAtomic(name(f), render(f*per, min((f+1)*per, services)))
+// ksFixture is the files of a KS row: head, then the text of each of
+// their services (per services a file), kept so that a change renders
+// only the service it edits, as a user's edit costs one service of the
+// editor's time (the harness's CPU counts in the CPU per change).
+type ksFixture struct {
+	dir      string
+	per      int
+	head     string
+	service  func(i int) []byte
+	inPlace  bool
+	services [][]byte
+	buf      bytes.Buffer // the file being written, reused
+}
+
+func (fx *ksFixture) name(f int) string {
+	return filepath.Join(fx.dir, fmt.Sprintf("team-%04d.yaml", f))
+}
+
+// write writes file f and returns when its new content became visible:
+// the rename of the temporary file, or the end of the write in place.
+func (fx *ksFixture) write(f int) (time.Time, error) {
+	b := &fx.buf
+	b.Reset()
+	b.WriteString(fx.head)
+	for _, s := range fx.services[f*fx.per : min((f+1)*fx.per, len(fx.services))] {
+		b.Write(s)
 	}
-	for f := 0; f*per < services; f++ {
-		if err := write(f); err != nil {
+	if fx.inPlace {
+		err := os.WriteFile(fx.name(f), b.Bytes(), 0o644)
+		return time.Now(), err
+	}
+	tmp := fx.name(f) + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return time.Time{}, err
+	}
+	at := time.Now()
+	return at, os.Rename(tmp, fx.name(f))
+}
+
+// ksFiles writes the fixture's files into dir (per services each) and
+// returns how to rewrite the file of service i with its text rendered
+// again.
+func ksFiles(t testing.TB, fx *ksFixture, services int) func(i int) (time.Time, error) {
+	fx.services = make([][]byte, services)
+	for i := range fx.services {
+		fx.services[i] = fx.service(i)
+	}
+	for f := 0; f*fx.per < services; f++ {
+		if _, err := fx.write(f); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return func(i int) error { return write(i / per) }
+	return func(i int) (time.Time, error) {
+		fx.services[i] = fx.service(i)
+		return fx.write(i / fx.per)
+	}
 }
 
-func fileKindScale(t testing.TB, services, per int, flow bool) bench.KindScaleTarget {
-	dir := t.TempDir()
+func fileKindScale(t testing.TB, services, per int, flow, inPlace bool) bench.KindScaleTarget {
 	changed := map[int]int{}
-	render := func(first, last int) []byte {
-		var b strings.Builder
-		b.WriteString("services:\n")
-		for i := first; i < last; i++ {
-			if flow {
-				fmt.Fprintf(&b, "  - name: svc-%d\n    ports: [{name: http, port: 8080, protocol: HTTP}]\n    endpoints:\n", i)
-				for j := range ksEndpoints {
-					fmt.Fprintf(&b, "      - {address: %s, ports: {http: %d}, labels: {version: v1}}\n", ksAddr(i, j, changed), 20000+j)
-				}
-				continue
-			}
-			fmt.Fprintf(&b, "  - name: svc-%d\n    ports:\n      - {name: http, port: 8080, protocol: HTTP}\n    endpoints:\n", i)
+	service := func(i int) []byte {
+		var b bytes.Buffer
+		if flow {
+			fmt.Fprintf(&b, "  - name: svc-%d\n    ports: [{name: http, port: 8080, protocol: HTTP}]\n    endpoints:\n", i)
 			for j := range ksEndpoints {
-				fmt.Fprintf(&b, "      - address: %s\n        locality: us-east/us-east-1a\n        labels: {version: v1}\n", ksAddr(i, j, changed))
+				fmt.Fprintf(&b, "      - {address: %s, ports: {http: %d}, labels: {version: v1}}\n", ksAddr(i, j, changed), 20000+j)
 			}
+			return b.Bytes()
 		}
-		return []byte(b.String())
+		fmt.Fprintf(&b, "  - name: svc-%d\n    ports:\n      - {name: http, port: 8080, protocol: HTTP}\n    endpoints:\n", i)
+		for j := range ksEndpoints {
+			fmt.Fprintf(&b, "      - address: %s\n        locality: us-east/us-east-1a\n        labels: {version: v1}\n", ksAddr(i, j, changed))
+		}
+		return b.Bytes()
 	}
+	fx := &ksFixture{dir: t.TempDir(), per: per, head: "services:\n", service: service, inPlace: inPlace}
 	c := registries.Common{Name: "vms", Kind: "file", Domain: "vm.internal"}
-	return ksTarget(t, dir, services, per, changed, render, c, &file.Config{Options: filewatch.Options{Path: dir}})
+	return ksTarget(t, fx, services, changed, c, &file.Config{Options: filewatch.Options{Path: fx.dir}})
 }
 
 func serviceEntryKindScale(t testing.TB, services int) bench.KindScaleTarget {
-	const per = 100
-	dir := t.TempDir()
 	changed := map[int]int{}
-	render := func(first, last int) []byte {
-		var b strings.Builder
-		for i := first; i < last; i++ {
-			fmt.Fprintf(&b, "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata:\n  name: svc-%d\n  namespace: default\nspec:\n  hosts: [svc-%d.mesh.example]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports:\n  - {name: http, number: 8080, protocol: HTTP}\n  endpoints:\n", i, i)
-			for j := range ksEndpoints {
-				fmt.Fprintf(&b, "  - address: %s\n    locality: us-east/us-east-1a\n    labels: {version: v1}\n", ksAddr(i, j, changed))
-			}
+	service := func(i int) []byte {
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata:\n  name: svc-%d\n  namespace: default\nspec:\n  hosts: [svc-%d.mesh.example]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports:\n  - {name: http, number: 8080, protocol: HTTP}\n  endpoints:\n", i, i)
+		for j := range ksEndpoints {
+			fmt.Fprintf(&b, "  - address: %s\n    locality: us-east/us-east-1a\n    labels: {version: v1}\n", ksAddr(i, j, changed))
 		}
-		return []byte(b.String())
+		return b.Bytes()
 	}
+	fx := &ksFixture{dir: t.TempDir(), per: 100, service: service}
 	c := registries.Common{Name: "istio", Kind: "serviceentry", Domain: "mesh.example"}
-	return ksTarget(t, dir, services, per, changed, render, c, &serviceentry.Config{Options: filewatch.Options{Path: dir}})
+	return ksTarget(t, fx, services, changed, c, &serviceentry.Config{Options: filewatch.Options{Path: fx.dir}})
 }
 
-// ksTarget writes the fixture's files into dir (per services each, by
-// render), builds the registry cfg over them and returns the target whose
-// change n replaces endpoint 0 of a service with a new address (recorded
-// in changed, which render reads) and rewrites its file.
-func ksTarget(t testing.TB, dir string, services, per int, changed map[int]int, render func(first, last int) []byte, c registries.Common, cfg registries.Config) bench.KindScaleTarget {
+// ksTarget writes the fixture's files, builds the registry cfg over them
+// and returns the target whose change n replaces endpoint 0 of a service
+// with a new address (recorded in changed, which the fixture's service
+// reads) and rewrites its file, timed from when the new file became
+// visible.
+func ksTarget(t testing.TB, fx *ksFixture, services int, changed map[int]int, c registries.Common, cfg registries.Config) bench.KindScaleTarget {
 	t0 := time.Now()
-	rewrite := ksFiles(t, dir, services, per, render)
+	rewrite := ksFiles(t, fx, services)
 	load := time.Since(t0)
 	reg := newRegistry(t, cfg, c)
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * ksEndpoints, Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("%d files, %.1f MB in all", (services+per-1)/per, float64(fileSize(t, dir))/1e6),
+		Note: fmt.Sprintf("%d files, %.1f MB in all", (services+fx.per-1)/fx.per, float64(fileSize(t, fx.dir))/1e6),
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
 			i := (n * 7919) % services
 			changed[i] = n
-			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.%s", i, c.Domain), Value: ksAddr(i, 0, changed)}, rewrite(i)
+			at, err := rewrite(i)
+			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.%s", i, c.Domain), Value: ksAddr(i, 0, changed), Stamp: at}, err
 		}}
 }
 

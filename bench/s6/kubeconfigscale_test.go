@@ -37,9 +37,9 @@ import (
 func init() {
 	kindScaleRows = append(kindScaleRows,
 		bench.KindScaleRow{Kind: "kubernetes-config", Goal: 50 * time.Millisecond, Sizes: []int{1000, 5000}, Setup: crdScaleSetup,
-			Note: "istioconfig/crd at its defaults: VirtualServices (one host, a 90/10 split over two subsets each) → istioconfig.Source's published snapshot; the source reads 100 ms after the last event of a burst"},
+			Note: "istioconfig/crd at its defaults: VirtualServices (one host, a 90/10 split over two subsets each) → istioconfig.Source's published snapshot; a lone event is read at once, a burst 10 ms after its last event (at most 100 ms after its first); a change of one object is gated alone (istioconfig.(*Source).update)"},
 		bench.KindScaleRow{Kind: "serviceentry-kubernetes", Goal: 50 * time.Millisecond, Sizes: []int{1000, 5000}, Setup: seKubeScaleSetup,
-			Note: "registries/serviceentry with a kubernetes block: ServiceEntries (STATIC, two endpoints each) → Sink.Publish; the registry reads 100 ms after the last event of a burst"},
+			Note: "registries/serviceentry with a kubernetes block: ServiceEntries (STATIC, two endpoints each) → Sink.Publish; a lone event is read at once, a burst 10 ms after its last event (at most 100 ms after its first); one Publisher key per ServiceEntry (keyed)"},
 	)
 }
 

@@ -34,7 +34,7 @@ import (
 // pod is replaced), on a different service each time.
 func init() {
 	kindScaleRows = append(kindScaleRows, bench.KindScaleRow{Kind: "kubernetes", Goal: 50 * time.Millisecond, Setup: kubeScaleSetup,
-		Note: "registries/kube at its defaults (informers on Services, EndpointSlices, Pods, Nodes cluster wide, with the slimming transform)"})
+		Note: "registries/kube at its defaults (informers on Services, EndpointSlices, Pods, Nodes cluster wide, with the slimming transform; Pods and Nodes as metadata only)"})
 }
 
 // kubeLoadClient is a clientset for loading fixtures: no client-side

@@ -204,9 +204,14 @@ func eurekaScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	time.Sleep(65 * time.Second)
 	c := registries.Common{Name: "eureka", Kind: "eureka", Domain: "eureka"}
 	reg := newRegistry(t, &eureka.Config{URLs: []string{p.URL}, PollInterval: registries.Duration(time.Second)}, c)
+	mark, after := registryPart(t, c.Name, "the delta answer's arrival")
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("fixture: %d apps × %d instance, registered over the Eureka REST API (JSON), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, polarisLoaders, again),
+		Note:  fmt.Sprintf("fixture: %d apps × %d instance, registered over the Eureka REST API (JSON), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, polarisLoaders, again),
+		After: after,
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
+			if n == 1 {
+				mark()
+			}
 			s := (n * 7919) % services
 			k := polarisPerService + n
 			err := er.register(s, k)
@@ -240,14 +245,38 @@ func nacosScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	load := time.Since(t0)
 	c := registries.Common{Name: "nacos", Kind: "nacos", Domain: "nacos"}
 	reg := newRegistry(t, &nacos.Config{Servers: []string{p.NacosAddr}}, c)
+	mark, after := registryPart(t, c.Name, "the push's arrival")
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
-		Note: fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), nacosLoaders, again),
+		Note:  fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), nacosLoaders, again),
+		After: after,
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
+			if n == 1 {
+				mark()
+			}
 			s := (n * 7919) % services
 			k := polarisPerService + n
 			err := put(s, k)
 			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.nacos", s), Value: polarisAddr(s, k), Stamp: time.Now()}, err
 		}}
+}
+
+// registryPart says, once the changes were seen, how much of them the
+// registry itself took: its ingest-latency metric (from, the backend's
+// answer arriving → Sink.Publish) averaged over the publishes since
+// mark.
+func registryPart(t testing.TB, registry, from string) (mark func(), after func() string) {
+	var sum0 float64
+	var n0 uint64
+	mark = func() { sum0, n0 = ingestLatency(t, registry) }
+	after = func() string {
+		sum, n := ingestLatency(t, registry)
+		if n == n0 {
+			return ""
+		}
+		return fmt.Sprintf("of which inside the registry (%s → Sink.Publish, its ingest-latency metric) %.1f ms on average over %d publishes",
+			from, (sum-sum0)*1e3/float64(n-n0), n-n0)
+	}
+	return mark, after
 }
 
 // nacosMissing returns the fixture's instances (as s*polarisPerService+k)

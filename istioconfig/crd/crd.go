@@ -48,13 +48,14 @@ type Options struct {
 }
 
 // Source reads the VirtualServices and DestinationRules of its clusters.
-// It implements istioconfig.Feed.
+// It implements istioconfig.DeltaFeed: the istioconfig.Source reads it
+// with Deltas, so an event costs the object it changed.
 type Source struct {
 	name  string
 	watch *kubeclient.IstioWatch
 }
 
-var _ istioconfig.Feed = (*Source)(nil)
+var _ istioconfig.DeltaFeed = (*Source)(nil)
 
 // New returns a Source; it does no I/O.
 func New(o Options) *Source {
@@ -86,6 +87,26 @@ func (s *Source) Parts() []istioconfig.FeedPart {
 		}
 		for _, o := range p.Objects {
 			out[i].Objects = append(out[i].Objects, feedObject(o))
+		}
+	}
+	return out
+}
+
+// Deltas implements istioconfig.DeltaFeed: one delta per cluster, in the
+// configured order (kubeclient.IstioWatch.Deltas).
+func (s *Source) Deltas() []istioconfig.FeedDelta {
+	ds := s.watch.Deltas()
+	out := make([]istioconfig.FeedDelta, len(ds))
+	for i, d := range ds {
+		out[i] = istioconfig.FeedDelta{Full: d.Full, FeedPart: istioconfig.FeedPart{Name: d.Name, Synced: d.Synced, Failed: d.Failed, Err: d.Err}}
+		if len(d.Objects) > 0 {
+			out[i].Objects = make([]istioconfig.FeedObject, len(d.Objects))
+		}
+		for j, o := range d.Objects {
+			out[i].Objects[j] = feedObject(o)
+		}
+		for _, k := range d.Deleted {
+			out[i].Deleted = append(out[i].Deleted, istioconfig.FeedKey{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name})
 		}
 	}
 	return out

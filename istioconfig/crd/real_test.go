@@ -402,6 +402,7 @@ func TestRealOneEventOneObject(t *testing.T) {
 	r.waitFor(t, "50 objects in force", func(st istioconfig.Status) bool { return len(st.InForce) == n })
 	conv0 := feed.watch.Conversions()
 	hashed0, validated0 := src.Work()
+	compared0 := src.Compared()
 	if conv0 != n || hashed0 != n || validated0 != n {
 		t.Errorf("first sync: %d conversions, %d hashed, %d validated; want %d each", conv0, hashed0, validated0, n)
 	}
@@ -420,6 +421,11 @@ func TestRealOneEventOneObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitFor(t, "the new weights", func(istioconfig.Status) bool { return slices.Equal(weightsOf(t, src, "vs17"), []int32{0, 100}) })
+	// The Run's read of the event compared vs17 only with what was in
+	// force (a Source without directories has no resync).
+	if got := src.Compared() - compared0; got != 1 {
+		t.Errorf("one update compared %d objects, want 1", got)
+	}
 	src.Reload() // one more read: nothing changed, nothing done
 	conv := feed.watch.Conversions() - conv0
 	hashed, validated := src.Work()

@@ -209,10 +209,15 @@ func service(ns, name string) *corev1.Service {
 	return s
 }
 
+// PodName is the name of pod j of service i (in Namespace(i)).
+func (c Catalog) PodName(i, j int) string { return podName(c.Name(i), j) }
+
+func podName(svc string, j int) string { return fmt.Sprintf("%s-7d9f8b6c5-%05d", svc, j) }
+
 // pod is pod j of service i, as a Deployment's ReplicaSet creates it.
 func (c Catalog) pod(ns, svc string, i, j int) (*corev1.Pod, string) {
 	nodeName := "node-" + strconv.Itoa(c.node(i, j))
-	name := fmt.Sprintf("%s-7d9f8b6c5-%05d", svc, j)
+	name := podName(svc, j)
 	env := []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
 	for k := range 8 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -147,74 +148,30 @@ func (c Catalog) LoadDirect(ctx context.Context, cs kubernetes.Interface, etcdUR
 }
 
 // awaitServed returns once the API server lists every service, slice, pod
-// and node of the catalog (its watch cache has caught up with etcd).
+// and node of the catalog from its watch cache (which informers list
+// from, resourceVersion 0, and which follows etcd with a delay after a
+// bulk write). Every put succeeded already, so etcd is not asked to count
+// (with 100,000 pods on a loaded machine, that list timed out).
 func (c Catalog) awaitServed(ctx context.Context, cs kubernetes.Interface) error {
-	opts := metav1.ListOptions{Limit: 1}
-	count := func(items int, m metav1.ListMeta) int {
-		if m.RemainingItemCount != nil {
-			return items + int(*m.RemainingItemCount)
-		}
-		return items
-	}
 	for _, r := range []struct {
 		what string
 		want int
-		list func() (int, error)
-	}{
-		{"services", c.Services, func() (int, error) {
-			l, err := cs.CoreV1().Services("").List(ctx, opts)
-			if err != nil {
-				return 0, err
-			}
-			return count(len(l.Items), l.ListMeta), nil
-		}},
-		{"endpointslices", c.Services, func() (int, error) {
-			l, err := cs.DiscoveryV1().EndpointSlices("").List(ctx, opts)
-			if err != nil {
-				return 0, err
-			}
-			return count(len(l.Items), l.ListMeta), nil
-		}},
-		{"pods", c.Endpoints(), func() (int, error) {
-			l, err := cs.CoreV1().Pods("").List(ctx, opts)
-			if err != nil {
-				return 0, err
-			}
-			return count(len(l.Items), l.ListMeta), nil
-		}},
-		{"nodes", c.Nodes, func() (int, error) {
-			l, err := cs.CoreV1().Nodes().List(ctx, opts)
-			if err != nil {
-				return 0, err
-			}
-			return count(len(l.Items), l.ListMeta), nil
-		}},
-	} {
-		deadline := time.Now().Add(5 * time.Minute)
+	}{{"services", c.Services}, {"endpointslices", c.Services}, {"pods", c.Endpoints()}, {"nodes", c.Nodes}} {
+		deadline := time.Now().Add(10 * time.Minute)
 		for {
-			n, err := r.list()
-			if err != nil {
-				return err
-			}
-			if n >= r.want {
-				// Counted in etcd; now in the watch cache, which informers
-				// list from (resourceVersion 0) and which follows etcd
-				// with a delay after a bulk write.
-				n, err = cached(ctx, cs, r.what)
-				if err != nil {
-					return err
-				}
-			}
-			if n >= r.want {
+			// Errors are asked again until the deadline: on a loaded
+			// machine the server gives up on (or drops) such a list.
+			n, err := cached(ctx, cs, r.what)
+			if err == nil && n >= r.want {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("the API server lists %d %s of %d written to etcd", n, r.what, r.want)
+				return fmt.Errorf("the API server lists %d %s of %d written to etcd (%v)", n, r.what, r.want, err)
 			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(200 * time.Millisecond):
+			case <-time.After(time.Second):
 			}
 		}
 	}
@@ -272,7 +229,11 @@ func (e etcdKV) call(ctx context.Context, path string, req, resp any) error {
 	if r.StatusCode != http.StatusOK {
 		var b bytes.Buffer
 		_, _ = b.ReadFrom(r.Body)
-		return fmt.Errorf("etcd %s: %s: %s", path, r.Status, b.String())
+		err := fmt.Errorf("etcd %s: %s: %s", path, r.Status, b.String())
+		if r.StatusCode == http.StatusServiceUnavailable {
+			err = fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		return err
 	}
 	return json.NewDecoder(r.Body).Decode(resp)
 }
@@ -292,6 +253,9 @@ func (e etcdKV) get(ctx context.Context, key string) ([]byte, error) {
 	return resp.KVs[0].Value, nil
 }
 
+// errUnavailable marks etcd's 503 answers.
+var errUnavailable = errors.New("etcd unavailable")
+
 // put writes ops in one transaction.
 func (e etcdKV) put(ctx context.Context, ops []etcdPut) error {
 	type put struct {
@@ -308,7 +272,18 @@ func (e etcdKV) put(ctx context.Context, ops []etcdPut) error {
 	var resp struct {
 		Succeeded bool `json:"succeeded"`
 	}
-	if err := e.call(ctx, "/v3/kv/txn", map[string]any{"success": success}, &resp); err != nil {
+	// Puts are idempotent: an etcd too loaded to commit in time (503,
+	// "request timed out") is asked again, a few times.
+	err := e.call(ctx, "/v3/kv/txn", map[string]any{"success": success}, &resp)
+	for try := 1; errors.Is(err, errUnavailable) && try < 5; try++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try) * time.Second):
+		}
+		err = e.call(ctx, "/v3/kv/txn", map[string]any{"success": success}, &resp)
+	}
+	if err != nil {
 		return err
 	}
 	if !resp.Succeeded {

@@ -112,7 +112,7 @@ func validateInstance(cfg *Config, in *instance) (valid, error) {
 	if in.problem != "" {
 		return v, errors.New(in.problem)
 	}
-	meta, err := parseMetadata(in.Metadata.Raw)
+	meta, err := parseMetadata([]byte(in.Metadata))
 	if err != nil {
 		return v, err
 	}
@@ -173,7 +173,7 @@ func decide(c registries.Common, v valid) portplan.Instance {
 		Endpoint: model.Endpoint{
 			Address:  v.addr,
 			Labels:   labels,
-			Locality: locality(c.Locality, labels, in.DataCenterInfo),
+			Locality: locality(c.Locality, labels, in.zone),
 			Health:   health(in.Status),
 			Source:   model.Source{Registry: c.Name, Cluster: c.Name},
 			Origin:   v.subject,
@@ -199,9 +199,9 @@ func health(s fargo.StatusType) model.Health {
 // (dataCenterInfo Amazon) the availability zone sets zone and region
 // (us-east-1a → us-east-1/us-east-1a); metadata region, zone and subzone
 // win over both (registries.MetaLocality).
-func locality(def model.Locality, meta map[string]string, dci fargo.DataCenterInfo) model.Locality {
+func locality(def model.Locality, meta map[string]string, awsZone string) model.Locality {
 	l := def
-	if az := dci.Metadata.AvailabilityZone; dci.Name == fargo.Amazon && az != "" {
+	if az := awsZone; az != "" {
 		l.Zone = az
 		if r := strings.TrimRight(az, "abcdefghijklmnopqrstuvwxyz"); r != "" {
 			l.Region = r

@@ -165,7 +165,7 @@ func TestSingleElementFixture(t *testing.T) {
 	}
 	if in := p.apps[0].instances[0]; in.id() != "qa16gs.qa.example.com" || in.Port != 7100 || !in.PortEnabled ||
 		in.SecurePort != 7443 || in.SecurePortEnabled || in.problem != "" {
-		t.Errorf("instance %+v (problem %q)", in.Instance, in.problem)
+		t.Errorf("instance %+v", in)
 	}
 	w := fixtureWatch(t, Config{})
 	w.applyFull(p)
@@ -292,7 +292,7 @@ func TestConvertRules(t *testing.T) {
 		in.InstanceId, in.IPAddr, in.HostName, in.Status = id, ip, host, fargoStatus(status)
 		in.Port, in.PortEnabled = port, port != 0
 		in.SecurePort, in.SecurePortEnabled = secure, secure != 0
-		in.Metadata.Raw = []byte(meta)
+		in.Metadata = meta
 		return in
 	}
 	common := registries.Common{Name: "legacy", Kind: "eureka", Domain: "eureka", Locality: model.Locality{Region: "def"}}

@@ -34,9 +34,23 @@ type appPayload struct {
 	instances []*instance
 }
 
-// instance is one Eureka instance as it came over the wire.
+// instance is what the registry keeps of one Eureka instance: the fields
+// the conversion, the hashcode and the instance's key read, not the whole
+// record that came over the wire (URLs, lease, VIP addresses, AWS
+// metadata...), which would be most of what the registry holds at
+// 100,000 instances.
 type instance struct {
-	fargo.Instance
+	InstanceId, IPAddr, HostName string
+	Status                       fargo.StatusType
+	Port, SecurePort             int
+	PortEnabled                  bool
+	SecurePortEnabled            bool
+	// awsID is the AWS instance-id (dataCenterInfo Amazon), zone its
+	// availability zone.
+	awsID, zone string
+	// Metadata is the metadata element or object as it came, copied out
+	// of the answer (parseMetadata reads it).
+	Metadata string
 	// action is the delta action: ADDED, MODIFIED or DELETED ("" in full
 	// fetches).
 	action string
@@ -46,8 +60,17 @@ type instance struct {
 }
 
 // id is the instance's key within its app: instanceId, else what Eureka
-// itself falls back to (hostName, or the AWS instance-id).
-func (i *instance) id() string { return i.Instance.Id() }
+// itself falls back to (the AWS instance-id, or hostName), as fargo's
+// Instance.Id.
+func (i *instance) id() string {
+	switch {
+	case i.InstanceId != "":
+		return i.InstanceId
+	case i.awsID != "":
+		return i.awsID
+	}
+	return i.HostName
+}
 
 // plainInstance has fargo.Instance's fields and tags but none of its
 // methods, so that wireInstance decodes the ports itself.
@@ -61,7 +84,17 @@ type wireInstance struct {
 }
 
 func (w *wireInstance) instance() *instance {
-	in := &instance{Instance: fargo.Instance(w.plainInstance), action: w.ActionType}
+	p := &w.plainInstance
+	in := &instance{
+		InstanceId: p.InstanceId, IPAddr: p.IPAddr, HostName: p.HostName, Status: p.Status,
+		// fargo's JSON metadata aliases the answer: a copy does not keep
+		// the whole answer alive.
+		Metadata: string(p.Metadata.Raw),
+		action:   w.ActionType,
+	}
+	if p.DataCenterInfo.Name == fargo.Amazon {
+		in.awsID, in.zone = p.DataCenterInfo.Metadata.InstanceID, p.DataCenterInfo.Metadata.AvailabilityZone
+	}
 	in.Port, in.PortEnabled = w.WirePort.number, w.WirePort.enabled
 	in.SecurePort, in.SecurePortEnabled = w.WireSecurePort.number, w.WireSecurePort.enabled
 	switch {
@@ -262,7 +295,7 @@ func decodeJSONInstance(raw json.RawMessage) *instance {
 	}
 	_ = json.Unmarshal(raw, &id) // best effort: the problem below is what counts
 	in := &instance{action: id.ActionType, problem: "instance does not decode: " + shortErr(err)}
-	in.InstanceId, in.HostName, in.App, in.Status = id.InstanceID, id.HostName, id.App, id.Status
+	in.InstanceId, in.HostName, in.Status = id.InstanceID, id.HostName, id.Status
 	return in
 }
 

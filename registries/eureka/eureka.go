@@ -42,7 +42,6 @@
 package eureka
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,14 +49,11 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/hudl/fargo"
 
 	"github.com/meshfed/meshfed/registries"
 )
@@ -147,6 +143,8 @@ type watch struct {
 	statuses map[string]int
 
 	noDelta bool // the server refuses deltas: full fetches only
+	// labels shares the endpoints' equal label maps.
+	labels registries.LabelSets
 }
 
 func newWatch(r *Registry, sink registries.Sink) *watch {
@@ -267,17 +265,11 @@ func sameApp(a, b map[string]*instance) bool {
 }
 
 // sameInstance reports whether two reads of an instance say the same to
-// the conversion: every field but the lease (its renewal times move with
-// every heartbeat) and the delta action.
+// the conversion (the delta action aside).
 func sameInstance(a, b *instance) bool {
-	if a.problem != b.problem || !bytes.Equal(a.Metadata.Raw, b.Metadata.Raw) {
-		return false
-	}
-	x, y := a.Instance, b.Instance
-	x.LeaseInfo, y.LeaseInfo = fargo.LeaseInfo{}, fargo.LeaseInfo{}
-	x.Metadata, y.Metadata = fargo.InstanceMetadata{}, fargo.InstanceMetadata{}
-	x.UniqueID, y.UniqueID = nil, nil
-	return reflect.DeepEqual(x, y)
+	x, y := *a, *b
+	x.action, y.action = "", ""
+	return x == y
 }
 
 // applyDelta merges a delta into the state and returns the apps it
@@ -337,7 +329,9 @@ func (w *watch) reconvert(key string) bool {
 		insts = append(insts, m[id])
 	}
 	w.r.conversions.Add(1)
-	return w.pub.Set(key, convertApp(w.r.common, &w.r.cfg, key, insts))
+	conv := convertApp(w.r.common, &w.r.cfg, key, insts)
+	w.labels.ShareServices(conv.Services)
+	return w.pub.Set(key, conv)
 }
 
 // count adds d instances of in's status to statuses.

@@ -34,18 +34,21 @@ const DefaultConfirmAfter = filewatch.DefaultConfirmAfter
 //
 // Run reads the files at start, then again after changes (it watches their
 // directories, so editors that replace a file, `mv` and Kubernetes
-// ConfigMap symlink swaps are seen) and every 30s. A file replaced by a
-// rename is read 50 ms after the last event; a file written in place is
-// read only once it stopped changing for the settle time (file.settle,
-// default 1s), and a file whose size or modification time changed while
-// it was read keeps its previous state and is retried after another
-// settle period: a half-written file is never published.
+// ConfigMap symlink swaps are seen) and every 30s. A file renamed into
+// place from its own directory is read at once; a file written in place
+// is read only once it stopped changing for the settle time (file.settle,
+// default 1s); other events are read 50 ms after the last one
+// (filewatch.Watch). A file whose size or modification time changed
+// while it was read keeps its previous state and is retried after
+// another settle period: a half-written file is never published.
 //
 // Only files whose identity, size or modification time changed since
 // their last read are read again (the 30s re-read reads every file but
-// parses only those whose bytes changed), and within a file only the
-// services whose bytes changed are parsed again, whatever the file's YAML
-// style (items.go); every other service keeps its converted value as it
+// parses only those whose bytes changed), within a file only the bytes
+// between the head and tail it shares with its last read are cut into
+// services again (split.go, resplit), and only the services whose bytes
+// changed are parsed again, whatever the file's YAML style (items.go);
+// every other service keeps its converted value as it
 // is, so an edit costs the parse of the services it changed. The shard's
 // state holds one Publisher key per hostname: an edit compares the keys
 // of the services it changed, and the state is published when one did.
@@ -151,11 +154,21 @@ func (k *keyed) publish(files []filewatch.File[[]*svcItem], pub *registries.Publ
 		if slices.Equal(old, f.Value) {
 			continue
 		}
-		was := make(map[string]*svcItem, len(old))
-		for _, it := range old {
+		// Only the items between the common head and tail of the two
+		// lists (the same pointers: unchanged services) may differ.
+		i := 0
+		for i < len(old) && i < len(f.Value) && old[i] == f.Value[i] {
+			i++
+		}
+		j := 0
+		for j < len(old)-i && j < len(f.Value)-i && old[len(old)-1-j] == f.Value[len(f.Value)-1-j] {
+			j++
+		}
+		was := make(map[string]*svcItem, len(old)-i-j)
+		for _, it := range old[i : len(old)-j] {
 			was[it.svc.Hostname] = it
 		}
-		for _, it := range f.Value {
+		for _, it := range f.Value[i : len(f.Value)-j] {
 			h := it.svc.Hostname
 			if was[h] != it {
 				k.declare(h, f.Path, it)

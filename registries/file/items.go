@@ -18,8 +18,9 @@ import (
 // An edit costs what the changed services cost, whatever the YAML style
 // of the file (docs/architecture.md §3.1.1). A Run keeps, per file, every
 // service's parse by the hash of its bytes (split.go cuts the file into
-// one range per service); a read re-parses only the ranges whose bytes
-// changed — on the fast path (fast.go) when the range is in its subset,
+// one range per service; a later read cuts again only the part that
+// differs from the bytes last read, resplit); a read re-parses only the
+// ranges whose bytes changed — on the fast path (fast.go) when the range is in its subset,
 // else through the YAML node tree, both on that range alone — and keeps
 // the converted service of every other range as it was (the same value,
 // so that the Publisher and the aggregator see it unchanged without
@@ -48,9 +49,18 @@ type itemRec struct {
 	last  *svcItem     // its last conversion
 }
 
-// itemCache is one file's parsed ranges.
+// itemCache is one file's parsed ranges and its last split read.
 type itemCache struct {
-	recs map[uint64]*itemRec
+	recs map[uint64]*itemRec // by the hash of the range's bytes
+	// The last read that took the split (nil data: none, or a full
+	// parse): its bytes (resplit compares the next read's with them), its
+	// items, each item's hash and service, and the hostnames served.
+	data   []byte
+	form   seqForm
+	ranges []itemRange
+	sums   []uint64
+	out    []*svcItem
+	names  map[string]bool
 }
 
 // Work counts what a Run's reads did, for tests and diagnostics.
@@ -59,62 +69,107 @@ type work struct {
 	converted atomic.Uint64 // services converted and validated
 	compared  atomic.Uint64 // Publisher keys compared (one per service that may have changed)
 	whole     atomic.Uint64 // reads that took the full parse
+	cut       atomic.Uint64 // ranges the split cut (again)
 }
 
 var itemSeed = maphash.MakeSeed()
 
-// parseItems is Parse for a Run: it re-parses only the ranges of data
-// whose bytes are not in cache, and leaves cache holding data's ranges.
+// parseItems is Parse for a Run: it splits again only the part of data
+// that differs from the file's last read (resplit), re-parses only the
+// ranges whose bytes are not in cache, and leaves cache holding data's
+// ranges.
 func parseItems(name string, data []byte, c registries.Common, cache *itemCache, w *work) ([]*svcItem, error) {
-	ranges, ok := splitServices(data)
+	var (
+		ranges       []itemRange
+		a, bOld, mid int
+		form         = cache.form
+		ok           bool
+	)
+	if cache.data != nil {
+		ranges, a, bOld, mid, ok = resplit(cache.data, data, cache.ranges, cache.form)
+	} else {
+		ranges, form, ok = splitServices(data)
+		a, bOld, mid = 0, 0, len(ranges)
+		cache.recs, cache.ranges, cache.sums, cache.out, cache.names = map[uint64]*itemRec{}, nil, nil, nil, map[string]bool{}
+	}
 	if !ok {
 		return parseWhole(name, data, c, cache, w)
 	}
-	next := make(map[uint64]*itemRec, len(ranges))
+	w.cut.Add(uint64(mid - a))
+	// The items a..bOld of the last read are replaced by ranges[a:mid];
+	// their parses are kept by hash for the ranges whose bytes they are.
+	was := make(map[uint64]*itemRec, bOld-a)
+	for k := a; k < bOld; k++ {
+		h := cache.sums[k]
+		was[h] = cache.recs[h]
+		delete(cache.recs, h)
+		delete(cache.names, cache.out[k].svc.Hostname)
+	}
+	shift := len(ranges) - mid // items after the change
+	sums := make([]uint64, 0, len(ranges))
+	sums = append(sums, cache.sums[:a]...)
 	out := make([]*svcItem, 0, len(ranges))
-	names := make(map[string]bool, len(ranges))
-	for _, rg := range ranges {
+	out = append(out, cache.out[:a]...)
+	for _, rg := range ranges[a:mid] {
 		b := data[rg.start:rg.end]
 		h := maphash.Bytes(itemSeed, b)
-		rec := cache.recs[h]
+		if cache.recs[h] != nil {
+			return parseWhole(name, data, c, cache, w) // two services with the same bytes: a duplicate name
+		}
+		rec := was[h]
 		if rec == nil || rec.size != len(b) {
 			if rec, ok = parseItem(b, rg.flow); !ok {
 				return parseWhole(name, data, c, cache, w)
 			}
 			w.parsed.Add(1)
 		}
-		if _, dup := next[h]; dup {
-			return parseWhole(name, data, c, cache, w) // two services with the same bytes: a duplicate name
-		}
-		next[h] = rec
-		it := rec.last
-		switch {
-		case it == nil:
-			p := &parse{file: name, fast: true}
-			epLines := make([]int, len(rec.epRel))
-			for j, l := range rec.epRel {
-				epLines[j] = rg.line + l
-			}
-			svc := p.service(0, rec.se, epLines, c)
-			w.converted.Add(1)
-			if p.failed {
-				return parseWhole(name, data, c, cache, w)
-			}
-			it = &svcItem{line: rg.line, svc: svc}
-			rec.last, rec.se = it, serviceEntry{}
-		case it.line != rg.line:
-			it = moveItem(it, rg.line, rec.epRel, name)
-			w.converted.Add(1)
-			rec.last = it
-		}
-		if names[it.svc.Hostname] {
+		it, failed := rec.at(rg.line, name, c, w)
+		if failed || cache.names[it.svc.Hostname] {
 			return parseWhole(name, data, c, cache, w)
 		}
-		names[it.svc.Hostname] = true
-		out = append(out, it)
+		cache.recs[h], cache.names[it.svc.Hostname] = rec, true
+		sums, out = append(sums, h), append(out, it)
 	}
-	cache.recs = next
+	// The items after the change: the same parses, on other lines when
+	// the change added or removed lines.
+	if shift > 0 && ranges[mid].line == cache.ranges[bOld].line {
+		sums, out = append(sums, cache.sums[bOld:]...), append(out, cache.out[bOld:]...)
+		shift = 0 // on the same lines: the same items
+	}
+	for k := bOld; k < bOld+shift; k++ {
+		h := cache.sums[k]
+		it, _ := cache.recs[h].at(ranges[mid+k-bOld].line, name, c, w)
+		sums, out = append(sums, h), append(out, it)
+	}
+	cache.data, cache.form, cache.ranges, cache.sums, cache.out = data, form, ranges, sums, out
 	return out, nil
+}
+
+// at returns the range's service converted at line: its last conversion
+// when it was at that line, else converted (first time) or moved there
+// (moveItem); failed: it does not convert alone.
+func (rec *itemRec) at(line int, name string, c registries.Common, w *work) (it *svcItem, failed bool) {
+	it = rec.last
+	switch {
+	case it == nil:
+		p := &parse{file: name, fast: true}
+		epLines := make([]int, len(rec.epRel))
+		for j, l := range rec.epRel {
+			epLines[j] = line + l
+		}
+		svc := p.service(0, rec.se, epLines, c)
+		w.converted.Add(1)
+		if p.failed {
+			return nil, true
+		}
+		it = &svcItem{line: line, svc: svc}
+		rec.last, rec.se = it, serviceEntry{}
+	case it.line != line:
+		it = moveItem(it, line, rec.epRel, name)
+		w.converted.Add(1)
+		rec.last = it
+	}
+	return it, false
 }
 
 // moveItem returns it converted at line: its endpoints' Origin names
@@ -132,7 +187,7 @@ func moveItem(it *svcItem, line int, epRel []int, name string) *svcItem {
 // items; the cache is emptied.
 func parseWhole(name string, data []byte, c registries.Common, cache *itemCache, w *work) ([]*svcItem, error) {
 	w.whole.Add(1)
-	cache.recs = nil
+	*cache = itemCache{}
 	services, err := Parse(name, data, c)
 	if err != nil {
 		return nil, err

@@ -171,17 +171,7 @@ func TestEditWorkPerService(t *testing.T) {
 				}
 			}
 			write(addrOf)
-			reg, err := (&Config{Options: filewatch.Options{Path: dir}}).New(vms, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := reg.(*Registry)
-			sink := registrytest.NewSink()
-			loop, err := r.watch().NewLoop(sink)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer loop.Close()
+			r, sink, loop := loopOver(t, dir)
 			loop.Reload(true)
 			p0, c0, k0 := r.Work()
 			if want := uint64(n * tc.files); p0 != want || c0 != want || k0 != want {
@@ -359,5 +349,192 @@ func TestKeyedMatchesMerge(t *testing.T) {
 		if !slices.Equal(wantRej, gotRej) {
 			t.Fatalf("step %d: rejections %q, want %q", step, gotRej, wantRej)
 		}
+	}
+}
+
+// TestResplitEditChains: over chains of random edits — an address or a
+// name changed, a service added or removed, lines added, and raw bytes
+// (quotes, brackets, comments, dashes, tabs, line breaks) inserted or
+// deleted anywhere — in files of every style the split follows, reading
+// each version with the cache the previous ones left (the split redone
+// only where the bytes changed) gives what the full parse gives: the same
+// services or the same error.
+func TestResplitEditChains(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(22, 7))
+	jsonOf := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("{\"services\": [\n")
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",\n")
+			}
+			fmt.Fprintf(&b, "  {\"name\": \"svc-%d\", \"ports\": [{\"name\": \"http\", \"port\": 80, \"protocol\": \"HTTP\"}], \"endpoints\": [{\"address\": \"%s\"}]}", i, addrOf(i, 0))
+		}
+		b.WriteString("\n]}\n")
+		return []byte(b.String())
+	}
+	flowSeq := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("services: [\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  {name: svc-%d, ports: [{name: http, port: 80, protocol: HTTP}], endpoints: [{address: %s}]},  # s%d\n", i, addrOf(i, 1), i)
+		}
+		b.WriteString("]\n")
+		return []byte(b.String())
+	}
+	snippets := []string{"", "\n", " ", "#", "# c\n", "'", "\"", "{", "}", "[", "]", ",", "- ", "  - ", "\t", "|", "---\n", "x",
+		"  - name: added\n    ports: [{name: http, port: 80, protocol: HTTP}]\n",
+		"      - {address: 10.9.9.9}\n", "  {name: added, ports: [{name: http, port: 80, protocol: HTTP}]},\n"}
+	starts := map[string][]byte{
+		"block": genServices(30, 2), "flow endpoints": flowServices(30, 2, addrOf),
+		"flow sequence": flowSeq(30), "json": jsonOf(30),
+	}
+	for _, style := range slices.Sorted(maps.Keys(starts)) {
+		data := starts[style]
+		cache := &itemCache{}
+		var w work
+		for step := range 300 {
+			next := slices.Clone(data)
+			switch op := rnd.IntN(4); {
+			case op == 0: // an address changed
+				if i := strings.Index(string(next), "10."); i >= 0 {
+					k := rnd.IntN(strings.Count(string(next), "10."))
+					i = nthIndex(string(next), "10.", k)
+					next = slices.Replace(next, i, i+3, []byte(fmt.Sprintf("1%d.", rnd.IntN(9)))...)
+				}
+			case op == 1 && len(next) > 0: // bytes deleted
+				i := rnd.IntN(len(next))
+				next = slices.Delete(next, i, min(len(next), i+rnd.IntN(40)))
+			default: // a snippet inserted
+				i := rnd.IntN(len(next) + 1)
+				next = slices.Insert(next, i, []byte(snippets[rnd.IntN(len(snippets))])...)
+			}
+			if rnd.IntN(8) == 0 {
+				next = starts[style] // back to a good file now and then
+			}
+			data = next
+			items, err := parseItems("s.yaml", data, vms, cache, &w)
+			want, wantErr := Parse("s.yaml", data, vms)
+			if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
+				t.Fatalf("%s, step %d: error %v, want %v:\n%s", style, step, err, wantErr, data)
+			}
+			if err != nil {
+				continue
+			}
+			if diff := cmp.Diff(want, services(items)); diff != "" {
+				t.Fatalf("%s, step %d: differs from the full parse (-full +ranges):\n%s\n%s", style, step, diff, data)
+			}
+		}
+		if w.cut.Load() == 0 || w.whole.Load() == 0 {
+			t.Errorf("%s: %d ranges cut, %d full parses: the chain did not exercise both", style, w.cut.Load(), w.whole.Load())
+		}
+	}
+}
+
+func nthIndex(s, sub string, n int) int {
+	off := 0
+	for range n {
+		i := strings.Index(s[off:], sub)
+		off += i + len(sub)
+	}
+	return off + strings.Index(s[off:], sub)
+}
+
+// TestEditCostsOneService10k: in a file of 10,000 services in the compact
+// flow style of issue #22, one edit of one endpoint splits, parses,
+// converts and compares one service (counted, not timed): the split is
+// redone only where the bytes changed (resplit), whatever the file's size.
+func TestEditCostsOneService10k(t *testing.T) {
+	t.Parallel()
+	const n = 10000
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	addr := func(edited bool) func(i, j int) string {
+		return func(i, j int) string {
+			if edited && i == 6001 && j == 1 {
+				return "10.99.0.1"
+			}
+			return addrOf(i, j)
+		}
+	}
+	if err := os.WriteFile(path, flowServices(n, 10, addr(false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, sink, loop := loopOver(t, path)
+	loop.Reload(false)
+	if got := sink.State(r.common.Shard()).Services; len(got) != n {
+		t.Fatalf("first read published %d services, want %d", len(got), n)
+	}
+	p0, c0, k0 := r.Work()
+	cut0 := r.work.cut.Load()
+	if err := os.WriteFile(path, flowServices(n, 10, addr(true)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loop.Reload(false)
+	p, c, k := r.Work()
+	if p-p0 != 1 || c-c0 != 1 || k-k0 != 1 || r.work.cut.Load()-cut0 != 1 || r.work.whole.Load() != 0 {
+		t.Errorf("one edit: cut %d ranges, parsed %d, converted %d, compared %d, %d full parses; want 1, 1, 1, 1, 0",
+			r.work.cut.Load()-cut0, p-p0, c-c0, k-k0, r.work.whole.Load())
+	}
+	s, ok := registrytest.Find(sink.State(r.common.Shard()).Services, "svc-6001.vm.internal")
+	if !ok || s.Endpoints[1].Address != "10.99.0.1" {
+		t.Errorf("svc-6001 after the edit: %+v", s)
+	}
+}
+
+// loopOver is a file Registry over path and its watch loop publishing to
+// a test sink, driven by the caller (Reload); closed at the test's end.
+func loopOver(t *testing.T, path string) (*Registry, *registrytest.Sink, *filewatch.Loop[[]*svcItem]) {
+	t.Helper()
+	reg, err := (&Config{Options: filewatch.Options{Path: path}}).New(vms, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reg.(*Registry)
+	sink := registrytest.NewSink()
+	loop, err := r.watch().NewLoop(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = loop.Close() })
+	return r, sink, loop
+}
+
+// TestOneLineJSON10k: a minified JSON file of 10,000 services (one line)
+// is cut into its services, and an edit in it cuts one range again: the
+// split never scans back over the line per item.
+func TestOneLineJSON10k(t *testing.T) {
+	t.Parallel()
+	gen := func(edited int) []byte {
+		var b strings.Builder
+		b.WriteString(`{"services":[`)
+		for i := range 10000 {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			addr := addrOf(i, 0)
+			if i == edited {
+				addr = "10.99.0.1"
+			}
+			fmt.Fprintf(&b, `{"name":"svc-%d","ports":[{"name":"http","port":80,"protocol":"HTTP"}],"endpoints":[{"address":"%s"}]}`, i, addr)
+		}
+		b.WriteString("]}")
+		return []byte(b.String())
+	}
+	cache := &itemCache{}
+	var w work
+	if _, err := parseItems("s.json", gen(-1), vms, cache, &w); err != nil {
+		t.Fatal(err)
+	}
+	cut0, p0 := w.cut.Load(), w.parsed.Load()
+	items, err := parseItems("s.json", gen(4321), vms, cache, &w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cut, p := w.cut.Load()-cut0, w.parsed.Load()-p0; cut != 1 || p != 1 || w.whole.Load() != 0 {
+		t.Errorf("one edit: cut %d ranges, parsed %d, %d full parses; want 1, 1, 0", cut, p, w.whole.Load())
+	}
+	if got := items[4321].svc.Endpoints[0].Address; got != "10.99.0.1" {
+		t.Errorf("svc-4321's address %s after the edit", got)
 	}
 }

@@ -1,6 +1,9 @@
 package file
 
-import "bytes"
+import (
+	"bytes"
+	"sort"
+)
 
 // The split: a services file cut into one byte range per service, so that
 // an edit re-parses only the services whose bytes changed
@@ -16,13 +19,11 @@ import "bytes"
 // byte-order mark, anything after the sequence.
 
 // itemRange is one item of the services sequence: data[start:end]. line
-// is the 1-based line of start; for a flow item pad is the number of
-// bytes before start on its line (its column - 1); a block item starts at
-// the beginning of its line (its "- " is at column indent+1).
+// is the 1-based line of start; a block item starts at the beginning of
+// its line (its "- " is at column indent+1), a flow item at its '{'.
 type itemRange struct {
 	start, end int
 	line       int
-	pad        int
 	flow       bool
 }
 
@@ -39,32 +40,141 @@ func init() {
 	}
 }
 
+// seqForm is how the file holds its services sequence.
+type seqForm uint8
+
+const (
+	formBlock seqForm = iota + 1 // services:\n  - ...
+	formFlow                     // services: [ {...}, ... ]
+	formJSON                     // {"services": [ {...}, ... ]}
+)
+
 // splitter walks data once.
 type splitter struct {
 	data []byte
 	pos  int // current byte
 	line int // 1-based line of pos
+	// stop, when set, is asked at each item start but the first whether
+	// the rest of the file is known (resplit): the split then ends the
+	// previous item there and returns, with stopped set.
+	stop    func(pos, line int) bool
+	stopped bool
 }
 
 // splitServices cuts a services file into its items; ok false when the
 // file is not in a shape it follows (the caller then parses it whole).
-func splitServices(data []byte) (items []itemRange, ok bool) {
+func splitServices(data []byte) (items []itemRange, form seqForm, ok bool) {
 	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) || bytes.IndexByte(data, '\t') >= 0 {
 		// A tab may be indentation, which the split does not read.
-		return nil, false
+		return nil, 0, false
 	}
 	s := &splitter{data: data, line: 1}
+	form = s.head()
+	if form == 0 {
+		return nil, 0, false
+	}
+	items, ok = s.rest(form)
+	return items, form, ok
+}
+
+// resplit cuts data into its items knowing that prev, the file's
+// previous bytes, was cut into prevItems (form): only the bytes from the
+// last item that begins before the first changed byte up to the first
+// item start in the unchanged tail are split again, so that an edit
+// costs the items it touched, not the file (docs/architecture.md §3.1.1).
+// It returns the new items and where they differ: items[a:bNew] replace
+// prevItems[a:bOld]; the items before are prevItems[:a], those after are
+// prevItems[bOld:] moved by the change's length and lines. ok false: the
+// file is not in a shape the split follows.
+func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []itemRange, a, bOld, bNew int, ok bool) {
+	p := commonPrefix(prev, data)
+	q := commonSuffix(prev[p:], data[p:])
+	// The last item that begins before the first changed byte: its start
+	// is unchanged and is an item start in data too.
+	a = sort.Search(len(prevItems), func(i int) bool { return prevItems[i].start >= p }) - 1
+	if a < 0 {
+		items, _, ok = splitServices(data)
+		return items, 0, len(prevItems), len(items), ok
+	}
+	if bytes.IndexByte(data[p:len(data)-q], '\t') >= 0 {
+		return nil, 0, 0, 0, false // the rest was checked when prev was split
+	}
+	delta, tail := len(data)-len(prev), len(data)-q
+	dl := 0
+	s := &splitter{data: data, pos: prevItems[a].start, line: prevItems[a].line}
+	bOld = len(prevItems)
+	s.stop = func(pos, line int) bool {
+		// An item start in the unchanged tail that began an item of prev:
+		// the rest of the split is prev's.
+		if pos < tail {
+			return false
+		}
+		old := pos - delta
+		b := sort.Search(len(prevItems), func(i int) bool { return prevItems[i].start >= old })
+		if b == len(prevItems) || prevItems[b].start != old {
+			return false
+		}
+		bOld, dl = b, line-prevItems[b].line
+		return true
+	}
+	mid, ok := s.rest(form)
+	if !ok {
+		return nil, 0, 0, 0, false
+	}
+	items = make([]itemRange, 0, a+len(mid)+len(prevItems)-bOld)
+	items = append(items, prevItems[:a]...)
+	items = append(items, mid...)
+	for _, it := range prevItems[bOld:] {
+		it.start, it.end, it.line = it.start+delta, it.end+delta, it.line+dl
+		items = append(items, it)
+	}
+	return items, a, bOld, a + len(mid), true
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const chunk = 4096 // bytes.Equal on chunks: memcmp speed
+	i := 0
+	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
+		i += chunk
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// commonSuffix is the length of the longest common suffix of a and b.
+func commonSuffix(a, b []byte) int {
+	n := min(len(a), len(b))
+	const chunk = 4096
+	i := 0
+	for i+chunk <= n && bytes.Equal(a[len(a)-i-chunk:len(a)-i], b[len(b)-i-chunk:len(b)-i]) {
+		i += chunk
+	}
+	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
+		i++
+	}
+	return i
+}
+
+// head reads what comes before the services sequence and says its form;
+// 0 when the file is not in a shape the split follows. pos ends at the
+// sequence's '[' (flow forms) or at the line after `services:` (block).
+func (s *splitter) head() seqForm {
+	data := s.data
 	s.skipBlankAndComments()
 	if s.atDocMarker("---") {
 		s.pos += 3
 		if !s.restOfLineEmpty() {
-			return nil, false
+			return 0
 		}
 		s.nextLine()
 		s.skipBlankAndComments()
 	}
 	if s.pos >= len(data) {
-		return nil, false
+		return 0
 	}
 	switch data[s.pos] {
 	case '{':
@@ -72,42 +182,52 @@ func splitServices(data []byte) (items []itemRange, ok bool) {
 		s.pos++
 		s.skipSpace()
 		if !s.key() {
-			return nil, false
+			return 0
 		}
 		s.skipSpace()
 		if s.pos >= len(data) || data[s.pos] != '[' {
-			return nil, false
-		}
-		items, ok = s.flowSeq()
-		if !ok {
-			return nil, false
-		}
-		s.skipSpace()
-		if s.pos >= len(data) || data[s.pos] != '}' {
-			return nil, false
+			return 0
 		}
 		s.pos++
-		return items, s.onlyTrailer()
+		return formJSON
 	default:
 		if !s.key() {
-			return nil, false
+			return 0
 		}
 		for s.pos < len(data) && data[s.pos] == ' ' {
 			s.pos++
 		}
 		if s.pos < len(data) && data[s.pos] == '[' {
-			items, ok = s.flowSeq()
-			if !ok {
-				return nil, false
-			}
-			return items, s.onlyTrailer()
+			s.pos++
+			return formFlow
 		}
 		if !s.restOfLineEmpty() {
-			return nil, false
+			return 0
 		}
 		s.nextLine()
+		return formBlock
+	}
+}
+
+// rest reads the services sequence from pos — its first item, or where
+// the split resumes at an item start — to the end of the file, checking
+// what follows it; it stops early when stop says so.
+func (s *splitter) rest(form seqForm) ([]itemRange, bool) {
+	if form == formBlock {
 		return s.blockSeq()
 	}
+	items, ok := s.flowItems()
+	if !ok || s.stopped {
+		return items, ok
+	}
+	if form == formJSON {
+		s.skipSpace()
+		if s.pos >= len(s.data) || s.data[s.pos] != '}' {
+			return nil, false
+		}
+		s.pos++
+	}
+	return items, s.onlyTrailer()
 }
 
 // key reads the root key `services` (plain or quoted) and its ':'.
@@ -203,15 +323,10 @@ func (s *splitter) onlyTrailer() bool {
 	return s.pos == len(s.data)
 }
 
-// lineStart is the offset of the beginning of pos's line.
-func (s *splitter) lineStart(pos int) int {
-	return bytes.LastIndexByte(s.data[:pos], '\n') + 1
-}
-
-// flowSeq reads a flow sequence at pos ('['), returning its items (each
-// must begin with '{': a service is a mapping). pos ends after ']'.
-func (s *splitter) flowSeq() ([]itemRange, bool) {
-	s.pos++ // '['
+// flowItems reads the items of a flow sequence from pos (after its '[',
+// or at an item's '{'), each of which must begin with '{' (a service is a
+// mapping). pos ends after ']'.
+func (s *splitter) flowItems() ([]itemRange, bool) {
 	var items []itemRange
 	for {
 		s.skipSpace()
@@ -225,7 +340,11 @@ func (s *splitter) flowSeq() ([]itemRange, bool) {
 		if s.data[s.pos] != '{' {
 			return nil, false
 		}
-		it := itemRange{start: s.pos, line: s.line, pad: s.pos - s.lineStart(s.pos), flow: true}
+		if len(items) > 0 && s.stop != nil && s.stop(s.pos, s.line) {
+			s.stopped = true
+			return items, true
+		}
+		it := itemRange{start: s.pos, line: s.line, flow: true}
 		if !s.flowNode() {
 			return nil, false
 		}
@@ -346,6 +465,10 @@ func (s *splitter) blockSeq() ([]itemRange, bool) {
 		case ind == indent && rest[0] == '-' && (len(rest) == 1 || rest[1] == ' ' || rest[1] == '\n' || rest[1] == '\r'):
 			if len(items) > 0 {
 				items[len(items)-1].end = s.pos
+				if s.stop != nil && s.stop(s.pos, s.line) {
+					s.stopped = true
+					return items, true
+				}
 			}
 			items = append(items, itemRange{start: s.pos, line: s.line})
 		case ind <= indent || len(items) == 0:

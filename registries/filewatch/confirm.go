@@ -2,8 +2,6 @@ package filewatch
 
 import (
 	"time"
-
-	"github.com/meshfed/meshfed/model"
 )
 
 // DefaultConfirmAfter is how long the files must stay as they are before
@@ -38,13 +36,9 @@ func newConfirmation(after time.Duration) *confirmation {
 	return &confirmation{after: after, timer: t}
 }
 
-// published records an update sent with Replace: the first of a Run and
+// published records an update sent with Replace (n: its endpoints): the first of a Run and
 // one with fewer endpoints than the previous one await confirmation.
-func (c *confirmation) published(services []model.Service) {
-	n := 0
-	for i := range services {
-		n += len(services[i].Endpoints)
-	}
+func (c *confirmation) published(n int) {
 	c.removed = c.seq > 0 && n < c.endpoints
 	c.pending = c.seq == 0 || c.removed
 	c.seq++

@@ -31,9 +31,9 @@ import (
 
 // Timing of the watch loop (the defaults of Watch's fields).
 const (
-	// DefaultQuiet collapses a burst of file events that only replace a
-	// file (a rename over it, a ConfigMap symlink swap: the new content is
-	// complete at once) into one read: the file is read once no event came
+	// DefaultQuiet collapses a burst of file events that are neither a
+	// rename into place nor a write in place (a file created, removed or
+	// renamed away) into one read: the files are read once no event came
 	// for this long...
 	DefaultQuiet = 50 * time.Millisecond
 	// ...or once the burst has lasted DefaultMaxWait.
@@ -64,12 +64,24 @@ type File[T any] struct {
 //
 // Run reads the files at start, then again after changes (it watches their
 // directories, so editors that replace a file, `mv` and Kubernetes
-// ConfigMap symlink swaps are seen) and every Interval. A file replaced by
-// a rename is read Quiet after the last event; a file written in place is
-// read only once it stopped changing for Settle, and a file whose size or
-// modification time changed while it was read keeps its previous state
-// and is retried after another settle period: a half-written file is
-// never parsed.
+// ConfigMap symlink swaps are seen) and every Interval. When to read
+// follows what the event says of the file (wake):
+//
+//   - a file renamed into place from a watched directory (an editor's or
+//     an atomic writer's temporary file renamed over it, Kubernetes'
+//     ..data symlink swap) is complete when the event comes: it is read
+//     at once, unless other events already wait for a read (then it
+//     joins them);
+//   - a file written in place (a write event on the file itself: `cat >`,
+//     `cp`, an editor that truncates and rewrites) is read only once it
+//     stopped changing for Settle;
+//   - any other event (a file created, removed, or renamed in from an
+//     unwatched directory) is read Quiet after the last event, or after
+//     MaxWait in a burst that does not stop.
+//
+// A file whose size or modification time changed while it was read keeps
+// its previous state and is retried after another settle period: a
+// half-written file is never parsed.
 //
 // Only files whose identity, size or modification time changed since
 // their last read are read again (the periodic re-read reads every file
@@ -183,7 +195,13 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 			if !s.watch.relevant(ev) {
 				continue
 			}
-			arm(ev.Has(fsnotify.Write))
+			switch w := wake(ev); {
+			case w == wakeNow && !deb.Pending():
+				s.pub.Changed(time.Now())
+				read(false)
+			default:
+				arm(w == wakeSettled)
+			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("file watcher closed")
@@ -222,6 +240,33 @@ func (wt *Watch[T]) Run(ctx context.Context, sink registries.Sink) error {
 			}
 		}
 	}
+}
+
+// When an event asks for the files to be read (Run's doc).
+const (
+	wakeNow     = iota // a file renamed into place: complete, read it now
+	wakeQuiet          // read once the burst of events is quiet
+	wakeSettled        // written in place: read once it stopped changing
+)
+
+// wake says when ev asks for the files to be read.
+func wake(ev fsnotify.Event) int {
+	switch {
+	case ev.Has(fsnotify.Write):
+		return wakeSettled
+	case ev.Op == fsnotify.Create && movedIn(ev):
+		return wakeNow
+	}
+	return wakeQuiet
+}
+
+// movedIn: ev is a Create that fsnotify paired with the rename it ends
+// (inotify's MOVED_FROM and MOVED_TO with the same cookie, the source in
+// a watched directory); fsnotify shows the source only in the event's
+// String, as `Op "name" ← "source"`. A plain create (then written in
+// place) is not paired. TestRenameIntoPlaceIsReadAtOnce pins the format.
+func movedIn(ev fsnotify.Event) bool {
+	return strings.HasPrefix(ev.String(), fmt.Sprintf("%-13s %q ← ", ev.Op.String(), ev.Name))
 }
 
 func or(d, def time.Duration) time.Duration {
@@ -344,9 +389,9 @@ func (s *runState[T]) reload(full bool) bool {
 			s.merge = false
 		}
 		if s.pub.Flush(status) {
-			services, rejected := s.pub.Sent()
-			s.log.Info("files loaded", "files", len(paths), "services", len(services), "conflicts", len(rejected))
-			s.conf.published(services)
+			services, endpoints, rejected := s.pub.SentCounts()
+			s.log.Info("files loaded", "files", len(paths), "services", services, "conflicts", rejected)
+			s.conf.published(endpoints)
 		}
 	} else {
 		s.pub.Report(status)
@@ -538,13 +583,14 @@ func (ws *watchSet) refresh(files []string) {
 			dirs = append(dirs, filepath.Dir(p))
 		}
 	}
+	realDirs := map[string]string{} // a directory's path with its symlinks resolved
 	for _, f := range files {
 		dir := filepath.Dir(f)
 		ws.names[f] = true
 		// Kubernetes ConfigMap volumes swap this symlink on update.
 		ws.names[filepath.Join(dir, "..data")] = true
 		dirs = append(dirs, dir)
-		if real, err := filepath.EvalSymlinks(f); err == nil && real != f {
+		if real, err := realPath(f, realDirs); err == nil && real != f {
 			ws.names[real] = true
 			dirs = append(dirs, filepath.Dir(real))
 		}
@@ -563,6 +609,28 @@ func (ws *watchSet) refresh(files []string) {
 		ws.dirs[d] = true
 		delete(ws.failed, d)
 	}
+}
+
+// realPath is filepath.EvalSymlinks(f), resolving f's directory once per
+// refresh (dirs caches it): a file that is not itself a symlink costs one
+// Lstat, not one per path element.
+func realPath(f string, dirs map[string]string) (string, error) {
+	fi, err := os.Lstat(f)
+	if err != nil {
+		return "", err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return filepath.EvalSymlinks(f)
+	}
+	dir := filepath.Dir(f)
+	real, ok := dirs[dir]
+	if !ok {
+		if real, err = filepath.EvalSymlinks(dir); err != nil {
+			return "", err
+		}
+		dirs[dir] = real
+	}
+	return filepath.Join(real, filepath.Base(f)), nil
 }
 
 // relevant: the event is about a matched file, or about a name a pattern

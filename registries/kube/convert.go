@@ -51,8 +51,10 @@ func (ci clusterInfo) hostname(namespace, name string) string {
 // convertService turns one Service and the EndpointSlices that belong to it
 // into a model.Service. ok is false when the service is not published (see
 // the package doc for which services become EDS, DNS or nothing); rejected
-// lists what was left out and why. It never modifies its inputs and the
-// result shares no maps or slices with them.
+// lists what was left out and why. It never modifies its inputs. An
+// endpoint's labels are its pod's map as lk returns it (cached, never
+// modified, shared by the pods with the same labels: labelSets); the
+// result shares no other maps or slices with its inputs.
 func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, lk lookups) (out model.Service, rejected []model.Rejection, ok bool) {
 	host := ci.hostname(svc.Namespace, svc.Name)
 	reject := func(subject, reason string) {
@@ -89,6 +91,13 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 	// endpoint may sit in two slices while the controller moves it).
 	type ekey struct{ addr, ports string }
 	byKey := map[ekey]int{}
+	n := 0
+	for _, s := range eps {
+		n += len(s.Endpoints)
+	}
+	if n > 0 {
+		out.Endpoints = make([]model.Endpoint, 0, n) // held until the next change: no append slack
+	}
 	for _, s := range sortedSlices(eps) {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 			reject("EndpointSlice "+s.Namespace+"/"+s.Name, fmt.Sprintf("address type %s is not supported; use an ExternalName service for DNS names", s.AddressType))
@@ -141,7 +150,7 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 			}
 			if r := e.TargetRef; r != nil && r.Kind == "Pod" {
 				ns := cmp.Or(r.Namespace, s.Namespace)
-				ep.Labels = maps.Clone(lk.podLabels(ns, r.Name))
+				ep.Labels = lk.podLabels(ns, r.Name)
 				ep.Origin = "Pod " + ns + "/" + r.Name
 			}
 			k := ekey{ep.Address, pk}
@@ -300,21 +309,16 @@ func exportTo(svc *corev1.Service) []string {
 // Slimming: informers store only what conversion reads. Transforms build
 // new objects and keep nothing else of the decoded one.
 
-func slimMeta(m *metav1.ObjectMeta, keepLabels func(string) bool) metav1.ObjectMeta {
-	out := metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
-	for k, v := range m.Labels {
-		if keepLabels == nil || keepLabels(k) {
-			if out.Labels == nil {
-				out.Labels = map[string]string{}
-			}
-			out.Labels[k] = v
-		}
-	}
-	return out
+// slimMeta keeps of m its name, namespace, resource version (which the
+// informer compares on a relist) and the labels keepLabels accepts (nil:
+// all), as a map shared by every object with the same labels (labelSets).
+func slimMeta(m metav1.Object, keepLabels func(string) bool) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.GetName(), Namespace: internString(m.GetNamespace()), ResourceVersion: m.GetResourceVersion(),
+		Labels: sharedLabels.get(m.GetLabels(), keepLabels)}
 }
 
 func slimService(s *corev1.Service) *corev1.Service {
-	out := &corev1.Service{ObjectMeta: slimMeta(&s.ObjectMeta, func(string) bool { return false })}
+	out := &corev1.Service{ObjectMeta: slimMeta(s, func(string) bool { return false })}
 	if v, ok := s.Annotations[annotationExportTo]; ok {
 		out.Annotations = map[string]string{annotationExportTo: v}
 	}
@@ -328,46 +332,68 @@ func slimService(s *corev1.Service) *corev1.Service {
 	return out
 }
 
+// slimEndpointSlice keeps of a slice its service-name label, address type
+// and ports, and per endpoint its first address, conditions (pointers to
+// shared values), node, zone and target pod.
 func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
-		ObjectMeta:  slimMeta(&s.ObjectMeta, func(k string) bool { return k == labelServiceName }),
+		ObjectMeta:  metav1.ObjectMeta{Name: s.Name, Namespace: internString(s.Namespace), ResourceVersion: s.ResourceVersion},
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
 		Endpoints:   make([]discoveryv1.Endpoint, len(s.Endpoints)),
 	}
+	if v, ok := s.Labels[labelServiceName]; ok {
+		out.Labels = map[string]string{labelServiceName: v}
+	}
 	for i, e := range s.Endpoints {
-		se := discoveryv1.Endpoint{Conditions: e.Conditions, NodeName: e.NodeName, Zone: e.Zone}
+		se := discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{
+			Ready: sharedBool(e.Conditions.Ready), Serving: sharedBool(e.Conditions.Serving), Terminating: sharedBool(e.Conditions.Terminating),
+		}, NodeName: sharedStrings.get(e.NodeName), Zone: sharedStrings.get(e.Zone)}
 		if len(e.Addresses) > 0 {
 			se.Addresses = e.Addresses[:1:1]
 		}
 		if r := e.TargetRef; r != nil {
-			se.TargetRef = &corev1.ObjectReference{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+			se.TargetRef = &corev1.ObjectReference{Kind: internString(r.Kind), Namespace: internString(r.Namespace), Name: r.Name}
 		}
 		out.Endpoints[i] = se
 	}
 	return out
 }
 
+var boolTrue, boolFalse = true, false
+
+// sharedBool points to one of two shared values, so that cached endpoints
+// hold no bools of their own.
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &boolTrue
+	}
+	return &boolFalse
+}
+
 // Pods, nodes and namespaces are read for their labels only: the cache
-// keeps their metadata as a PartialObjectMetadata (about 300 bytes plus
-// labels, where an empty corev1.Pod alone takes over 1 KB).
+// keeps their metadata as a PartialObjectMetadata (about 250 bytes plus
+// labels, where an empty corev1.Pod alone takes over 1 KB). With a
+// metadata client they arrive as PartialObjectMetadata already, their
+// kind set by the informer's list and watch (clusterWatch.labelled).
 
-func slimPod(p *corev1.Pod) *metav1.PartialObjectMetadata {
-	return partial("Pod", slimMeta(&p.ObjectMeta, nil))
-}
-
-func slimNode(n *corev1.Node) *metav1.PartialObjectMetadata {
-	return partial("Node", slimMeta(&n.ObjectMeta, func(k string) bool {
-		switch k {
-		case labelRegion, labelZone, labelSubZone, labelRegionLegacy, labelZoneLegacy:
-			return true
+// slimLabelled keeps of m what conversion reads: its name and namespace,
+// and of a node only its locality labels.
+func slimLabelled(kind string, m metav1.Object) *metav1.PartialObjectMetadata {
+	var keep func(string) bool
+	if kind == "Node" {
+		keep = func(k string) bool {
+			switch k {
+			case labelRegion, labelZone, labelSubZone, labelRegionLegacy, labelZoneLegacy:
+				return true
+			}
+			return false
 		}
-		return false
-	}))
-}
-
-func slimNamespace(n *corev1.Namespace) *metav1.PartialObjectMetadata {
-	return partial("Namespace", slimMeta(&n.ObjectMeta, nil))
+	}
+	return partial(kind, slimMeta(m, keep))
 }
 
 func partial(kind string, m metav1.ObjectMeta) *metav1.PartialObjectMetadata {
@@ -375,7 +401,7 @@ func partial(kind string, m metav1.ObjectMeta) *metav1.PartialObjectMetadata {
 }
 
 func slimSecret(s *corev1.Secret) *corev1.Secret {
-	out := &corev1.Secret{ObjectMeta: slimMeta(&s.ObjectMeta, nil), Data: s.Data}
+	out := &corev1.Secret{ObjectMeta: slimMeta(s, nil), Data: s.Data}
 	for _, k := range []string{labelNetwork, annotationClusterA} {
 		if v, ok := s.Annotations[k]; ok {
 			if out.Annotations == nil {
@@ -396,11 +422,13 @@ func slim(obj any) (any, error) {
 	case *discoveryv1.EndpointSlice:
 		return slimEndpointSlice(o), nil
 	case *corev1.Pod:
-		return slimPod(o), nil
+		return slimLabelled("Pod", o), nil
 	case *corev1.Node:
-		return slimNode(o), nil
+		return slimLabelled("Node", o), nil
 	case *corev1.Namespace:
-		return slimNamespace(o), nil
+		return slimLabelled("Namespace", o), nil
+	case *metav1.PartialObjectMetadata:
+		return slimLabelled(o.Kind, o), nil
 	case *corev1.Secret:
 		return slimSecret(o), nil
 	}

@@ -275,15 +275,39 @@ func TestConvertService(t *testing.T) {
 	}
 }
 
-func TestConvertedLabelsAreCopies(t *testing.T) {
+// TestPodsWithTheSameLabelsShareOneMap: the transform gives pods with the
+// same labels one map (built once, its input not kept), and conversion
+// hands that map to every endpoint of those pods instead of a copy each.
+func TestPodsWithTheSameLabelsShareOneMap(t *testing.T) {
 	t.Parallel()
-	labels := map[string]string{"version": "v1"}
-	lk := fakeLookups{pods: map[string]map[string]string{"shop/p": labels}}
-	s := sliceObj("shop", "s", "a", discoveryv1.AddressTypeIPv4, map[string]int32{"http": 80}, epSpec{addr: "192.0.2.1", pod: "p"})
-	got, _, _ := convertService(testCluster, svcObj("shop", "a", nil, svcPort("http", 80)), []*discoveryv1.EndpointSlice{s}, lk)
-	got.Endpoints[0].Labels["version"] = "changed"
-	if labels["version"] != "v1" {
-		t.Error("the published labels share the cached pod's map")
+	cached := map[string]map[string]string{}
+	for _, name := range []string{"p1", "p2", "p3"} {
+		pod := podObj("shop", name, map[string]string{"app": "orders", "version": "v1"})
+		out, err := slim(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Labels["version"] = "changed" // the cached map is not the decoded one
+		cached["shop/"+name] = out.(*metav1.PartialObjectMetadata).Labels
+	}
+	other, _ := slim(podObj("shop", "p4", map[string]string{"app": "orders", "version": "v2"}))
+	cached["shop/p4"] = other.(*metav1.PartialObjectMetadata).Labels
+
+	s := sliceObj("shop", "s", "a", discoveryv1.AddressTypeIPv4, map[string]int32{"http": 80},
+		epSpec{addr: "192.0.2.1", pod: "p1"}, epSpec{addr: "192.0.2.2", pod: "p2"}, epSpec{addr: "192.0.2.3", pod: "p3"}, epSpec{addr: "192.0.2.4", pod: "p4"})
+	got, _, _ := convertService(testCluster, svcObj("shop", "a", nil, svcPort("http", 80)), []*discoveryv1.EndpointSlice{s}, fakeLookups{pods: cached})
+	maps := map[uintptr]int{}
+	for _, e := range got.Endpoints {
+		maps[reflect.ValueOf(e.Labels).Pointer()]++
+	}
+	if len(got.Endpoints) != 4 || len(maps) != 2 {
+		t.Fatalf("4 endpoints of pods with 2 label sets hold %d maps: %+v", len(maps), got.Endpoints)
+	}
+	if v := got.Endpoints[0].Labels["version"]; v != "v1" {
+		t.Errorf("endpoint of p1 has version %q, want v1", v)
+	}
+	if v := got.Endpoints[3].Labels["version"]; v != "v2" {
+		t.Errorf("endpoint of p4 has version %q, want v2", v)
 	}
 }
 
@@ -390,6 +414,16 @@ func TestSlimKeepsOnlyWhatConversionReads(t *testing.T) {
 	p, _ := slim(pod)
 	if got := p.(*metav1.PartialObjectMetadata); got.Labels["app"] != "a" || got.Name != "p" || got.Namespace != "shop" {
 		t.Errorf("slimmed pod = %+v", got)
+	}
+
+	// As the metadata client delivers them (kind set by the informer).
+	pm := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: "n",
+		Labels: map[string]string{labelZone: "z", "kubernetes.io/hostname": "n"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+		Annotations: map[string]string{"a": "b"}}}
+	pn, _ := slim(pm)
+	if got := pn.(*metav1.PartialObjectMetadata); !reflect.DeepEqual(got.Labels, map[string]string{labelZone: "z"}) || got.Name != "n" ||
+		got.ManagedFields != nil || got.Annotations != nil {
+		t.Errorf("slimmed node metadata = %+v", got)
 	}
 
 	if out, _ := slim("other"); out != "other" {

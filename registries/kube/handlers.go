@@ -87,10 +87,10 @@ func (w *clusterWatch) sliceHandler() cache.ResourceEventHandler {
 			obj = d.Obj
 		}
 		s, ok := obj.(*discoveryv1.EndpointSlice)
-		if !ok || s.Labels[labelServiceName] == "" {
+		if !ok {
 			return svcKey{}, false
 		}
-		return svcKey{s.Namespace, s.Labels[labelServiceName]}, true
+		return sliceService(s)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -149,11 +149,13 @@ func labelsOf(obj any) map[string]string {
 	return nil
 }
 
-func (w *clusterWatch) podHandler(sc *scope) cache.ResourceEventHandler {
-	return w.labelsHandler(resPod, func(m metav1.Object) { w.enqueuePod(sc, m.GetNamespace()+"/"+m.GetName()) })
+func (w *clusterWatch) podHandler() cache.ResourceEventHandler {
+	return w.labelsHandler(resPod, func(m metav1.Object) {
+		for _, k := range w.pods.services(podRef{m.GetNamespace(), m.GetName()}) {
+			w.enqueue(k)
+		}
+	})
 }
-
-func (w *clusterWatch) enqueuePod(sc *scope, key string) { w.enqueueSlices(sc, idxPod, key) }
 
 func (w *clusterWatch) nodeHandler() cache.ResourceEventHandler {
 	return w.labelsHandler(resNode, func(m metav1.Object) { w.enqueueByIndex(idxNode, m.GetName()) })

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -35,6 +36,7 @@ type clusterWatch struct {
 	r      *Registry
 	ci     clusterInfo
 	client kubernetes.Interface
+	meta   metadata.Interface // nil: Pods, Nodes and Namespaces listed in full
 	log    *slog.Logger
 
 	scopes     map[string]*scope // by namespace; "" = all namespaces
@@ -44,6 +46,7 @@ type clusterWatch struct {
 	all        []cache.SharedIndexInformer
 	queue      *workqueue.Typed[svcKey]
 	tracker    *kubeclient.Tracker
+	pods       *podIndex // pod → services whose slices list it
 
 	pub     *registries.Publisher[svcKey] // each Service as last computed
 	mu      sync.Mutex
@@ -51,30 +54,70 @@ type clusterWatch struct {
 	dirty   chan struct{}        // capacity 1: state changed
 }
 
-func newWatch(r *Registry, client kubernetes.Interface, ci clusterInfo) *clusterWatch {
+func newWatch(r *Registry, c clients, ci clusterInfo) *clusterWatch {
 	w := &clusterWatch{
 		r:       r,
 		ci:      ci,
-		client:  client,
+		client:  c.kube,
+		meta:    c.meta,
 		log:     r.log,
 		scopes:  map[string]*scope{},
 		queue:   workqueue.NewTyped[svcKey](),
 		eventAt: map[svcKey]time.Time{},
 		dirty:   make(chan struct{}, 1),
+		pods:    newPodIndex(),
 	}
 	w.tracker = kubeclient.NewTracker()
 	return w
 }
 
-// informer builds one informer whose list and watch calls are tracked.
+// informer builds one informer whose list and watch calls are tracked,
+// with the registry's transform.
 func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) cache.SharedIndexInformer {
+	return w.informerWith(name, resource, lw, obj, idx, w.r.transform)
+}
+
+func (w *clusterWatch) informerWith(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers, transform cache.TransformFunc) cache.SharedIndexInformer {
 	inf := w.tracker.Informer(name, lw, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name},
 		func() { w.r.m.watchError(resource) })
-	if w.r.transform != nil {
-		must(inf.SetTransform(w.r.transform))
+	if transform != nil {
+		must(inf.SetTransform(transform))
 	}
 	w.all = append(w.all, inf)
 	return inf
+}
+
+// labelled builds the informer of a core/v1 kind read for its labels only
+// (Pods, Nodes, Namespaces) in namespace ns ("" = all): with a metadata
+// client the API server sends only metadata (PartialObjectMetadata; with
+// 100,000 pods the full list is most of the first sync's bytes and
+// decoding), else typed lists through typed, which the transform turns
+// into PartialObjectMetadata.
+func (w *clusterWatch) labelled(name, resource, kind, ns string, typed *cache.ListWatch, obj runtime.Object) cache.SharedIndexInformer {
+	if w.meta == nil {
+		return w.informer(name, resource, typed, obj, nil)
+	}
+	ri := w.meta.Resource(corev1.SchemeGroupVersion.WithResource(strings.ToLower(kind) + "s")).Namespace(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return ri.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return ri.Watch(ctx, o)
+		},
+	}
+	var transform cache.TransformFunc
+	if slim := w.r.transform; slim != nil {
+		// The API server sends kind PartialObjectMetadata; slim keeps
+		// labels by kind.
+		transform = func(obj any) (any, error) {
+			if p, ok := obj.(*metav1.PartialObjectMetadata); ok {
+				p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: kind}
+			}
+			return slim(obj)
+		}
+	}
+	return w.informerWith(name, resource, lw, &metav1.PartialObjectMetadata{}, nil, transform)
 }
 
 func must(err error) {
@@ -90,7 +133,7 @@ func (w *clusterWatch) setup() error {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	sliceIdx := cache.Indexers{idxService: indexSliceService, idxPod: indexSlicePods, idxNode: indexSliceNodes}
+	sliceIdx := cache.Indexers{idxService: indexSliceService, idxNode: indexSliceNodes}
 	svcIdx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	for _, ns := range namespaces {
 		suffix := ""
@@ -114,14 +157,14 @@ func (w *clusterWatch) setup() error {
 					return cs.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
 				},
 			}, &discoveryv1.EndpointSlice{}, sliceIdx),
-			pods: w.informer("pods"+suffix, resPod, &cache.ListWatch{
+			pods: w.labelled("pods"+suffix, resPod, "Pod", ns, &cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					return cs.CoreV1().Pods(ns).List(ctx, o)
 				},
 				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 					return cs.CoreV1().Pods(ns).Watch(ctx, o)
 				},
-			}, &corev1.Pod{}, nil),
+			}, &corev1.Pod{}),
 		}
 		w.scopes[ns] = sc
 		if _, err := sc.services.AddEventHandler(w.afterInitialList(resService, w.serviceHandler())); err != nil {
@@ -130,18 +173,21 @@ func (w *clusterWatch) setup() error {
 		if _, err := sc.slices.AddEventHandler(w.afterInitialList(resEndpointSlice, w.sliceHandler())); err != nil {
 			return err
 		}
-		if _, err := sc.pods.AddEventHandler(w.afterInitialList(resPod, w.podHandler(sc))); err != nil {
+		if _, err := sc.slices.AddEventHandler(w.pods.handler()); err != nil {
+			return err
+		}
+		if _, err := sc.pods.AddEventHandler(w.afterInitialList(resPod, w.podHandler())); err != nil {
 			return err
 		}
 	}
-	w.nodes = w.informer("nodes", resNode, &cache.ListWatch{
+	w.nodes = w.labelled("nodes", resNode, "Node", "", &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return cs.CoreV1().Nodes().List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return cs.CoreV1().Nodes().Watch(ctx, o)
 		},
-	}, &corev1.Node{}, nil)
+	}, &corev1.Node{})
 	if _, err := w.nodes.AddEventHandler(w.afterInitialList(resNode, w.nodeHandler())); err != nil {
 		return err
 	}
@@ -151,14 +197,14 @@ func (w *clusterWatch) setup() error {
 			return err
 		}
 		w.nsSel = sel
-		w.namespaces = w.informer("namespaces", resNamespace, &cache.ListWatch{
+		w.namespaces = w.labelled("namespaces", resNamespace, "Namespace", "", &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return cs.CoreV1().Namespaces().List(ctx, o)
 			},
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return cs.CoreV1().Namespaces().Watch(ctx, o)
 			},
-		}, &corev1.Namespace{}, nil)
+		}, &corev1.Namespace{})
 		if _, err := w.namespaces.AddEventHandler(w.afterInitialList(resNamespace, w.namespaceHandler())); err != nil {
 			return err
 		}
@@ -177,24 +223,6 @@ func indexSliceService(obj any) ([]string, error) {
 		return []string{s.Namespace + "/" + n}, nil
 	}
 	return nil, nil
-}
-
-func indexSlicePods(obj any) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil, nil
-	}
-	var out []string
-	for _, e := range s.Endpoints {
-		if r := e.TargetRef; r != nil && r.Kind == "Pod" {
-			ns := r.Namespace
-			if ns == "" {
-				ns = s.Namespace
-			}
-			out = append(out, ns+"/"+r.Name)
-		}
-	}
-	return out, nil
 }
 
 func indexSliceNodes(obj any) ([]string, error) {
@@ -266,6 +294,7 @@ func (w *clusterWatch) compute(k svcKey) registries.Converted {
 	for _, o := range objs {
 		eps = append(eps, o.(*discoveryv1.EndpointSlice))
 	}
+	w.r.conversions.Add(1)
 	svc, rejected, ok := convertService(w.ci, obj.(*corev1.Service), eps, w)
 	return registries.One(svc, ok, rejected)
 }

@@ -30,27 +30,36 @@
 // # Informers
 //
 // Services, EndpointSlices and Pods (per listed namespace, or cluster
-// wide), Nodes, and Namespaces when a namespace selector is set. Objects
-// are slimmed by a transform (client-go SetTransform) before they are
-// cached and are never modified afterwards: a Service keeps its name,
-// type, cluster IP, external name and ports; an EndpointSlice its
-// service-name label, address type, ports and per endpoint the first
-// address, conditions, node, zone and target pod; Pods, Nodes and
-// Namespaces become PartialObjectMetadata with their labels (Nodes only
-// the locality ones). Managed fields, annotations, pod specs and
-// statuses, node statuses and images are dropped as they arrive. With
-// 10,000 Services, 100,000 endpoints, 100,000 Pods (full specs and
-// statuses) and 1,000 Nodes the synced registry's live heap is 264 MB
-// with the transform and 1,666 MB without (TestRealTransformMemory;
-// docs/registries/kubernetes.md). TestRealTransformKeepsWhatConversionReads
-// checks that the transform keeps every field conversion reads.
+// wide), Nodes, and Namespaces when a namespace selector is set. Pods,
+// Nodes and Namespaces are read for their labels only and are listed and
+// watched through client-go's metadata client: the API server sends
+// PartialObjectMetadata, not whole objects (with 100,000 pods the whole
+// pods were most of the first sync's bytes and decoding). The clients
+// speak protobuf. Objects are slimmed by a transform (client-go
+// SetTransform) before they are cached and are never modified afterwards:
+// a Service keeps its name, type, cluster IP, external name and ports; an
+// EndpointSlice its service-name label, address type, ports and per
+// endpoint the first address, conditions, node, zone and target pod; Pods,
+// Nodes and Namespaces become PartialObjectMetadata with their labels
+// (Nodes only the locality ones). Values that repeat are shared (intern.go):
+// pods with the same labels share one map, which the endpoints converted
+// from them share too (model values are immutable), namespaces, label
+// strings, node names and zones are held once. TestRealTransformMemory
+// measures the informers' heap with and without the transform;
+// TestRealTransformKeepsWhatConversionReads checks that the transform
+// keeps every field conversion reads. A registry built by NewForClient
+// (a fake clientset) lists Pods, Nodes and Namespaces in full and the
+// transform slims them the same way.
 //
-// Event handlers only enqueue the key of the affected Service; workers
+// Event handlers only enqueue the key of the affected Service (a pod's
+// services from podIndex, a node's from the slices' node index); workers
 // recompute that service from the listers and the full state is handed
-// to the sink. Nothing is published before every informer synced; the
-// adds of the informers' initial lists are not enqueued (the first state
-// converts every Service from the caches), so after the first publish a
-// change waits for its own Service only.
+// to the sink. One EndpointSlice, pod or Service change converts one
+// service (TestRealOneChangeConvertsOneService counts them). Nothing is
+// published before every informer synced; the adds of the informers'
+// initial lists are not enqueued (the first state converts every Service
+// from the caches), so after the first publish a change waits for its own
+// Service only.
 //
 // # Outages
 //
@@ -65,8 +74,9 @@
 //
 // kube.go builds and runs a Registry; informers.go holds one connection to
 // a cluster (the informers, the work queue, the publish loop); handlers.go
-// turns informer events into keys of affected Services; convert.go turns a
-// Service and its EndpointSlices into a model.Service; remote.go is
+// turns informer events into keys of affected Services, with podIndex
+// (podindex.go); convert.go turns a Service and its EndpointSlices into a
+// model.Service and holds the transform, intern.go what it shares; remote.go is
 // secretDiscovery; shared.go is Config.Connect, what other packages reach
 // the cluster with. Connecting, the tracking of every list and watch
 // call, and the checks of remote kubeconfigs are package kubeclient's.
@@ -86,8 +96,10 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/meshfed/meshfed/kubeclient"
@@ -100,7 +112,6 @@ const workers = 2
 // Indexes on the EndpointSlice informers.
 const (
 	idxService = "service" // namespace/service-name label
-	idxPod     = "pod"     // namespace/name of target pods
 	idxNode    = "node"    // node names
 )
 
@@ -117,9 +128,14 @@ type Registry struct {
 	remote *remoteSource                // a remote cluster found by secretDiscovery
 
 	// clientFor connects with a kubeconfig from a Secret; tests replace it.
-	clientFor func(kubeconfig []byte) (kubernetes.Interface, func(), error)
+	clientFor func(kubeconfig []byte) (clients, func(), error)
 
 	disc discovery // secretDiscovery state; outlives Run
+
+	// conversions counts the services converted (and compared with their
+	// last state) by this registry's watches: tests count what one event
+	// costs.
+	conversions atomic.Uint64
 
 	// transform is the informers' transform (slim); tests set nil to
 	// compare with the objects as listed.
@@ -156,16 +172,35 @@ func NewForClient(common registries.Common, cfg Config, client kubernetes.Interf
 	return r
 }
 
-// connect builds a clientset from rc with its own dialer, so that close
-// ends every connection it opened (client-go would otherwise share and
-// keep transports process-wide).
-func (r *Registry) connect(rc *rest.Config) (kubernetes.Interface, func(), error) {
+// clients are one connection's API clients.
+type clients struct {
+	kube kubernetes.Interface
+	// meta lists Pods, Nodes and Namespaces as metadata only; nil with a
+	// clientset from NewForClient (they are then listed in full and
+	// slimmed by the transform).
+	meta metadata.Interface
+}
+
+// connect builds the clients from rc with a dialer of their own, so that
+// close ends every connection they opened (client-go would otherwise
+// share and keep transports process-wide). They speak protobuf: every
+// kind the registry reads is built in, and protobuf is several times
+// cheaper to decode than JSON.
+func (r *Registry) connect(rc *rest.Config) (clients, func(), error) {
 	rc, closeAll := kubeclient.OwnConnections(rc, r.cfg.QPS, r.cfg.Burst)
-	client, err := kubernetes.NewForConfig(rc)
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	kc, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, err
+		closeAll()
+		return clients{}, nil, err
 	}
-	return client, closeAll, nil
+	mc, err := metadata.NewForConfig(rc)
+	if err != nil {
+		closeAll()
+		return clients{}, nil, err
+	}
+	return clients{kube: kc, meta: mc}, closeAll, nil
 }
 
 // Run implements registries.Registry.
@@ -173,13 +208,13 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	if r.remote != nil {
 		return r.runRemote(ctx, sink)
 	}
-	client, closeClient := r.client, func() {}
-	if client == nil {
+	c, closeClient := clients{kube: r.client}, func() {}
+	if c.kube == nil {
 		rc, err := r.creds()
 		if err != nil {
 			return registries.Permanent(err)
 		}
-		if client, closeClient, err = r.connect(rc); err != nil {
+		if c, closeClient, err = r.connect(rc); err != nil {
 			return registries.Permanent(err)
 		}
 	}
@@ -188,9 +223,9 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	if sd := r.cfg.SecretDiscovery; sd != nil {
-		wg.Go(func() { r.discoverSecrets(ctx, client) })
+		wg.Go(func() { r.discoverSecrets(ctx, c.kube) })
 	}
-	err := newWatch(r, client, r.clusterInfo(r.cfg.Network)).run(ctx, sink)
+	err := newWatch(r, c, r.clusterInfo(r.cfg.Network)).run(ctx, sink)
 	cancel()
 	wg.Wait()
 	return err

@@ -108,10 +108,10 @@ func (r *Registry) parseSecret(s *corev1.Secret) (good map[string]clusterSpec, b
 }
 
 // connectKubeconfig is the default clientFor.
-func (r *Registry) connectKubeconfig(kc []byte) (kubernetes.Interface, func(), error) {
+func (r *Registry) connectKubeconfig(kc []byte) (clients, func(), error) {
 	rc, err := kubeclient.RemoteConfig(kc)
 	if err != nil {
-		return nil, nil, err
+		return clients{}, nil, err
 	}
 	return r.connect(rc)
 }

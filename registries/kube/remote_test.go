@@ -83,16 +83,16 @@ func remoteSecret(name string, labels map[string]string, data map[string][]byte)
 // fakeClusters maps kubeconfig server URLs to fake clientsets.
 type fakeClusters map[string]kubernetes.Interface
 
-func (f fakeClusters) clientFor(kc []byte) (kubernetes.Interface, func(), error) {
+func (f fakeClusters) clientFor(kc []byte) (clients, func(), error) {
 	rc, err := kubeclient.RemoteConfig(kc)
 	if err != nil {
-		return nil, nil, err
+		return clients{}, nil, err
 	}
 	cs, ok := f[rc.Host]
 	if !ok {
-		return nil, nil, errors.New("no cluster at " + rc.Host)
+		return clients{}, nil, errors.New("no cluster at " + rc.Host)
 	}
-	return cs, func() {}, nil
+	return clients{kube: cs}, func() {}, nil
 }
 
 func clusterWith(addr string) *fake.Clientset {

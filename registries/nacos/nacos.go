@@ -153,6 +153,8 @@ type state struct {
 	// changed nothing meshfed reads) is not converted again.
 	sums map[serviceKey]uint64
 	seed maphash.Seed
+	// labels shares the endpoints' equal label maps.
+	labels registries.LabelSets
 }
 
 func newState(r *Registry, sink registries.Sink) *state {
@@ -163,6 +165,9 @@ func newState(r *Registry, sink registries.Sink) *state {
 			Assemble: func(es []registries.Entry[serviceKey]) ([]model.Service, []model.Rejection) {
 				return assemble(r.common, es)
 			},
+			// assemble only rejects colliding hostnames: states without
+			// one go to the aggregator as deltas.
+			ConcatUnlessDuplicate: true,
 		}),
 		raw:  map[serviceKey]int{},
 		seen: map[serviceKey]int64{},
@@ -191,7 +196,9 @@ func (s *state) set(key serviceKey, insts []instance, refTime int64) bool {
 	if s.r.converted != nil {
 		s.r.converted(key.String())
 	}
-	return s.pub.Set(key, convertService(s.r.common, &s.r.cfg, key, insts))
+	conv := convertService(s.r.common, &s.r.cfg, key, insts)
+	s.labels.ShareServices(conv.Services)
+	return s.pub.Set(key, conv)
 }
 
 // sum hashes what the conversion reads of an instance list, in order.

@@ -2,8 +2,11 @@ package nacos
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,6 +221,154 @@ func TestPolarisOutageKeepsStateAndResyncs(t *testing.T) {
 	if got := testutil.ToFloat64(reconnects.WithLabelValues("outage")); got < 1 {
 		t.Errorf("reconnects = %v, want ≥ 1", got)
 	}
+}
+
+// TestPolarisFaultsFollowServer hangs (SIGSTOP/SIGCONT) and kills Polaris
+// under the ephemeral instances of three SDK clients. After each fault the
+// registry publishes what Polaris itself lists (Polaris 1.18.1 may have
+// lost instances: when it handles an old connection's close after a hang
+// it deletes the instances the SDK registered again meanwhile on its new
+// connection, and the SDK never registers them again); an instance added
+// after the fault, and every instance Polaris lacks registered again as a
+// client's redo would, are published: the subscriptions lived through the
+// fault.
+func TestPolarisFaultsFollowServer(t *testing.T) {
+	t.Parallel()
+	p := servers.StartPolaris(t, servers.WithNacos())
+	type homed struct {
+		c  *servers.NacosClient
+		in servers.NacosInstance
+	}
+	regd := map[string]homed{} // "ip:port/HEALTHY" → its client and instance
+	key := func(in servers.NacosInstance) string { return fmt.Sprintf("%s:%d/%s", in.IP, in.Port, model.Healthy) }
+	add := func(c *servers.NacosClient, svc, i int) {
+		in := servers.NacosInstance{Service: fmt.Sprintf("f%d", svc), IP: fmt.Sprintf("10.0.9.%d", 10*svc+i+1), Port: 8080}
+		c.Register(t, in)
+		regd[key(in)] = homed{c, in}
+	}
+	var clients []*servers.NacosClient
+	for i := range 3 {
+		clients = append(clients, p.NacosClient(t, ""))
+		for svc := range 3 {
+			add(clients[i], svc, i)
+		}
+	}
+	reg := newRegistry(t, "faults", Config{Servers: []string{p.NacosAddr}, ResyncInterval: registries.Duration(5 * time.Second)})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	// published is "ip:port/health" of every endpoint the registry
+	// publishes; listed is the same of what Polaris lists.
+	published := func(st registrytest.State) []string {
+		var out []string
+		for svc := range 3 {
+			for _, e := range endpointsOf(st.Services, fmt.Sprintf("f%d.nacos", svc), "http") {
+				out = append(out, strings.TrimSuffix(e, "/100"))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	listed := func() ([]string, error) {
+		var out []string
+		for svc := range 3 {
+			hosts, err := p.NacosHosts(t.Context(), fmt.Sprintf("f%d", svc), "")
+			if err != nil {
+				return nil, err
+			}
+			for _, h := range hosts {
+				health := model.Healthy
+				if !h.Healthy {
+					health = model.Unhealthy
+				}
+				out = append(out, fmt.Sprintf("%s:%d/%s", h.IP, h.Port, health))
+			}
+		}
+		slices.Sort(out)
+		return out, nil
+	}
+	all := func() []string { return slices.Sorted(maps.Keys(regd)) }
+	// eventually polls check every second until it is done. Past visible,
+	// it restarts Polaris once if Polaris no longer answers subscriptions
+	// (its push deadlock, see servers.Polaris.NacosSubscribes): meshfed
+	// cannot follow a server that does not answer, and keeps its last state
+	// meanwhile (Degraded).
+	restarts := 0
+	eventually := func(what string, check func() (bool, string)) {
+		t.Helper()
+		for deadline := time.Now().Add(visible); ; time.Sleep(time.Second) {
+			done, detail := check()
+			if done {
+				return
+			}
+			if time.Now().Before(deadline) {
+				continue
+			}
+			if restarts > 0 || p.NacosSubscribes(t) {
+				t.Fatalf("%s: %s", what, detail)
+			}
+			restarts++
+			t.Logf("%s: Polaris answers no subscription (its push deadlock): restarting it", what)
+			p.Process().Kill()
+			p.Start(t)
+			deadline = time.Now().Add(visible)
+		}
+	}
+	sink.WaitFor(t, visible, func(st registrytest.State) bool { return st.Synced() && slices.Equal(published(st), all()) })
+
+	lost := 0
+	for n, fault := range []string{"hang", "kill", "hang"} {
+		if fault == "hang" {
+			// Longer than the SDK's health check (every 5s, 3s timeout):
+			// the clients give their connections up and reconnect.
+			p.Process().Signal(syscall.SIGSTOP)
+			time.Sleep(10 * time.Second)
+			p.Process().Signal(syscall.SIGCONT)
+		} else {
+			p.Process().Kill()
+			time.Sleep(3 * time.Second)
+			p.Start(t)
+		}
+		// Follow the server: once it answers and the registry has synced,
+		// what Polaris lists is published (twice in a row, a second apart:
+		// Polaris' list settles after the reconnections).
+		var have []string
+		agreed := 0
+		eventually("after the "+fault, func() (bool, string) {
+			l, err := listed()
+			st := sink.State(reg.common.Shard())
+			got := published(st)
+			have = l
+			if err == nil && st.Healthy() && slices.Equal(got, l) {
+				agreed++
+			} else {
+				agreed = 0
+			}
+			return agreed >= 2, fmt.Sprintf("published %v (status %+v), Polaris lists %v (%v)", got, st.Status, l, err)
+		})
+		l := len(regd) - len(have)
+		lost += l
+		t.Logf("after the %s Polaris had lost %d of %d instances; published the same", fault, l, len(regd))
+
+		add(clients[n], n, 5)
+		// Register again what Polaris lacks (it may still drop some) until
+		// everything is published.
+		eventually("after the "+fault+" and registering again", func() (bool, string) {
+			st := sink.State(reg.common.Shard())
+			got := published(st)
+			if st.Healthy() && slices.Equal(got, all()) {
+				return true, ""
+			}
+			if l, err := listed(); err == nil {
+				for k, h := range regd {
+					if !slices.Contains(l, k) {
+						h.c.Register(t, h.in)
+					}
+				}
+			}
+			return false, fmt.Sprintf("published %v (status %+v), want %v", got, st.Status, all())
+		})
+	}
+	t.Logf("Polaris lost %d instances over the faults", lost)
 }
 
 // TestPolarisEphemeralGoneWithClient: a client's ephemeral instances leave

@@ -3,10 +3,14 @@ package serviceentry
 import (
 	"bytes"
 	"hash/maphash"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"go.yaml.in/yaml/v4"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
@@ -75,7 +79,56 @@ type docRec struct {
 
 // docCache is one file's decoded documents.
 type docCache struct {
-	recs map[uint64]*docRec
+	recs   map[uint64]*docRec
+	labels labelSets
+}
+
+// labelSets interns the label maps of a file's WorkloadEntries: endpoints
+// mostly carry the same few label sets ({version: v1}), and a small Go
+// map is ~300 bytes, a fifth of what a registry held per endpoint. The
+// maps are read-only once decoded (the converted endpoints share them).
+type labelSets map[string]map[string]string
+
+// maxLabelSets bounds a file's table; past it, the table starts over.
+const maxLabelSets = 4096
+
+// intern returns the table's map equal to m, adding m if there is none.
+func (t *labelSets) intern(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	key := b.String()
+	if got, ok := (*t)[key]; ok {
+		return got
+	}
+	if *t == nil || len(*t) >= maxLabelSets {
+		*t = labelSets{}
+	}
+	(*t)[key] = m
+	return m
+}
+
+// internLabels makes the label maps of the valid objects in objs the
+// table's.
+func (t *labelSets) internLabels(objs []Object) {
+	for _, o := range objs {
+		switch spec := o.Spec.(type) {
+		case *networking.ServiceEntry:
+			for _, we := range spec.GetEndpoints() {
+				we.Labels = t.intern(we.Labels)
+			}
+		case *networking.WorkloadEntry:
+			spec.Labels = t.intern(spec.Labels)
+		}
+	}
 }
 
 // work counts what a Run's reads did, for tests and diagnostics.
@@ -107,6 +160,7 @@ func parseDocs(path string, data []byte, cache *docCache, w *work) ([]Object, er
 			if err != nil {
 				return parseWhole(path, data, cache, w)
 			}
+			cache.labels.internLabels(objs)
 			w.decoded.Add(uint64(len(objs)))
 			rec = &docRec{size: len(b), line: rg.line, objs: objs}
 		case rec.line != rg.line:

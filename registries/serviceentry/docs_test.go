@@ -6,11 +6,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries/registrytest"
@@ -245,4 +248,35 @@ func rejectionSet(rs []model.Rejection) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestLabelSetsShared: the endpoints of a file that carry the same labels
+// share one label map (counted): 40 endpoints, two label sets, two maps;
+// the services converted from them hold the same values.
+func TestLabelSetsShared(t *testing.T) {
+	t.Parallel()
+	data := strings.Replace(entries(20, seAddr), "labels: {version: v1}", "labels: {version: v2, track: canary}", 7)
+	cache := &docCache{}
+	var w work
+	objs, err := parseDocs("a.yaml", []byte(data), cache, &w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := map[uintptr]map[string]string{} // by identity
+	n := 0
+	for _, o := range objs {
+		for _, we := range o.Spec.(*networking.ServiceEntry).GetEndpoints() {
+			sets[reflect.ValueOf(we.GetLabels()).Pointer()] = we.GetLabels()
+			n++
+		}
+	}
+	if n != 40 || len(sets) != 2 {
+		t.Errorf("%d endpoints hold %d distinct label maps, want 40 and 2: %v", n, len(sets), slices.Collect(maps.Values(sets)))
+	}
+	want, _ := Parse("a.yaml", []byte(data))
+	for i := range want {
+		if !proto.Equal(want[i].Spec, objs[i].Spec) {
+			t.Fatalf("object %d differs from the full parse: %v, want %v", i, objs[i].Spec, want[i].Spec)
+		}
+	}
 }

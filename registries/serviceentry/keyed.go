@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v4"
+	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/model"
@@ -75,7 +76,7 @@ type forced struct {
 
 // same: the same object at the same place (a decode is the same pointer
 // while its bytes and lines are).
-func (f forced) same(g forced) bool { return f.at == g.at && f.obj.Node == g.obj.Node }
+func (f forced) same(g forced) bool { return f.at == g.at && sameDecode(f.obj, g.obj) }
 
 // contrib is an object's share of the objects gauge.
 type contrib struct {
@@ -94,6 +95,7 @@ type claimant struct {
 // entryConv is what a ServiceEntry was last converted from.
 type entryConv struct {
 	node   *yaml.Node
+	spec   proto.Message
 	claims []hostClaim
 }
 
@@ -104,18 +106,24 @@ func objKey(o Object) string {
 	return o.Kind + "/" + o.Namespace + "/" + o.Name
 }
 
-// sameIdentity: two parses of a file hold the very same decodes.
+// sameIdentity: two parses of a file (or two reads of a cluster object)
+// hold the very same decodes.
 func sameIdentity(a, b []Object) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].Node != b[i].Node || a[i].Source != b[i].Source {
+		if !sameDecode(a[i], b[i]) || a[i].Source != b[i].Source {
 			return false
 		}
 	}
 	return true
 }
+
+// sameDecode: the same decode of a document (its YAML node) or the same
+// read of a cluster object (its Spec: kubeclient.Object's is the same
+// pointer while the object's resourceVersion is).
+func sameDecode(a, b Object) bool { return a.Node == b.Node && a.Spec == b.Spec }
 
 // publish implements filewatch.Watch.Publish.
 func (k *keyed) publish(files []filewatch.File[[]Object], pub *registries.Publisher[string]) {
@@ -123,36 +131,48 @@ func (k *keyed) publish(files []filewatch.File[[]Object], pub *registries.Publis
 	seen := make(map[string]bool, len(files))
 	for _, f := range files {
 		seen[f.Path] = true
-		old := k.files[f.Path]
-		if sameIdentity(old, f.Value) {
-			continue
-		}
-		for i, o := range old {
-			k.undeclare(objKey(o), order{f.Path, i})
-			touched[objKey(o)] = true
-		}
-		for i, o := range f.Value {
-			key := objKey(o)
-			k.declare(key, decl{order{f.Path, i}, o})
-			touched[key] = true
-		}
-		k.files[f.Path] = f.Value
+		k.set(f.Path, f.Value, touched)
 	}
-	for p, old := range k.files {
-		if seen[p] {
-			continue
+	for p := range k.files {
+		if !seen[p] {
+			k.set(p, nil, touched)
 		}
-		for i, o := range old {
-			k.undeclare(objKey(o), order{p, i})
-			touched[objKey(o)] = true
-		}
-		delete(k.files, p)
 	}
 	for p := range k.caches {
 		if !seen[p] {
 			delete(k.caches, p)
 		}
 	}
+	k.apply(touched, pub)
+}
+
+// set makes objs the objects declared at path (a file, or one cluster
+// object: kubeObjects), in order, and marks the object keys it touched.
+// Objects identical to those already there (sameIdentity) touch nothing.
+func (k *keyed) set(path string, objs []Object, touched map[string]bool) {
+	old := k.files[path]
+	if sameIdentity(old, objs) {
+		return
+	}
+	for i, o := range old {
+		k.undeclare(objKey(o), order{path, i})
+		touched[objKey(o)] = true
+	}
+	for i, o := range objs {
+		key := objKey(o)
+		k.declare(key, decl{order{path, i}, o})
+		touched[key] = true
+	}
+	if len(objs) == 0 {
+		delete(k.files, path)
+	} else {
+		k.files[path] = objs
+	}
+}
+
+// apply resolves the touched object keys again, converts the
+// ServiceEntries their change affects and sets their Publisher keys.
+func (k *keyed) apply(touched map[string]bool, pub *registries.Publisher[string]) {
 	convert := map[string]bool{}   // ServiceEntry keys to convert again
 	nsChanged := map[string]bool{} // namespaces whose WorkloadEntries changed
 	for key := range touched {
@@ -343,11 +363,11 @@ func (k *keyed) convert(key string, pub *registries.Publisher[string], nsChanged
 		claims = append(claims, cl)
 	}
 	prev := k.entries[key]
-	if prev != nil && prev.node == f.obj.Node && slices.Equal(prev.claims, claims) &&
+	if prev != nil && prev.node == f.obj.Node && prev.spec == f.obj.Spec && slices.Equal(prev.claims, claims) &&
 		(se.GetWorkloadSelector() == nil || !nsChanged[f.obj.Namespace]) {
 		return
 	}
-	k.entries[key] = &entryConv{node: f.obj.Node, claims: claims}
+	k.entries[key] = &entryConv{node: f.obj.Node, spec: f.obj.Spec, claims: claims}
 	ws := k.workloads[f.obj.Namespace]
 	objs := make([]Object, len(ws))
 	for i, w := range ws {

@@ -6,7 +6,7 @@ package serviceentry
 import (
 	"cmp"
 	"context"
-	"slices"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,15 +18,24 @@ import (
 	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
-// kubeQuiet is how long the loop lets informer events gather before it
-// converts the clusters' objects again.
-const kubeQuiet = 100 * time.Millisecond
+// Coalescing of informer events (registries.Debouncer with Leading): an
+// event after kubeQuiet without any is read at once; the events of a
+// burst that follow it are read once kubeQuiet passed without another,
+// at most kubeMaxWait after the first. A read costs what changed
+// (kubeObjects), so a burst of a `kubectl apply` is read a few times, not
+// once per object.
+const (
+	kubeQuiet   = 10 * time.Millisecond
+	kubeMaxWait = 100 * time.Millisecond
+)
 
 // runKube reads the objects of the configured clusters with a
 // kubeclient.IstioWatch (the same informers and connection handling as
 // the Kubernetes config source's VirtualServices and DestinationRules:
 // docs/architecture.md §3.6) and publishes them through the same checks,
-// merge and conversion as objects read from files:
+// merge and conversion as objects read from files (keyed: one Publisher
+// key per ServiceEntry; an event converts and compares the objects it
+// changed, not the others):
 //
 //   - Each object's source is "namespace/name (cluster)". Objects are
 //     taken cluster by cluster in configured order, each cluster's by kind,
@@ -46,9 +55,8 @@ const kubeQuiet = 100 * time.Millisecond
 func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 	src := kubeclient.NewIstioWatch(r.kube)
 	r.kubeWatch.Store(src)
-	m := &merger{common: r.common, lastGood: map[string]Object{}}
-	checks := &kubeChecks{checked: &r.kubeChecked}
-	pub := registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[int]{Compare: cmp.Compare[int]})
+	pub := registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare})
+	objs := newKubeObjects(newKeyed(r), len(r.kube.Clusters), &r.kubeChecked)
 	changes := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -66,6 +74,11 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 	confirmAfter := cmp.Or(r.confirmAfter, filewatch.DefaultConfirmAfter)
 	confirm := time.NewTimer(time.Hour)
 	confirm.Stop()
+	defer confirm.Stop()
+	deb := registries.Debouncer{Quiet: kubeQuiet, MaxWait: kubeMaxWait, Leading: true}
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
 	endpoints := -1 // endpoints of the last publish; -1: none yet
 	for {
 		select {
@@ -76,36 +89,42 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 			// send it again, unless a cluster fails (the aggregator would
 			// take the re-send for a confirmation of a state that may lack
 			// what the cluster cannot show): retry after another period.
-			st := kubeStatus(src.Parts())
-			if st.Failing() {
-				confirm.Reset(confirmAfter)
+			// Changes read meanwhile are published instead.
+			deltas := src.Deltas()
+			if changed := objs.apply(deltas, pub); !changed && !deb.Pending() {
+				if kubeStatus(parts(deltas)).Failing() {
+					confirm.Reset(confirmAfter)
+				} else {
+					pub.Confirm()
+				}
 				continue
 			}
-			pub.Confirm()
+			deb.Add(time.Now())
+		case <-changes:
+			deb.Add(time.Now())
+		case <-wake.C:
+		}
+		due, wait := deb.Next(time.Now())
+		if !due {
+			if deb.Pending() {
+				wake.Reset(wait)
+			}
 			continue
-		case <-changes:
 		}
-		select { // let a burst of events gather
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(kubeQuiet):
-		}
-		select {
-		case <-changes:
-		default:
-		}
-		parts := src.Parts()
-		st := kubeStatus(parts)
-		if !decided(parts) {
+		deb.Done()
+		deltas := src.Deltas()
+		objs.apply(deltas, pub)
+		ps := parts(deltas)
+		st := kubeStatus(ps)
+		if !decided(ps) {
 			if st.Failing() {
 				pub.Report(st)
 			}
 			continue
 		}
 		pub.Changed(time.Now())
-		services, rejected := m.mergeObjects(checks.objects(parts))
-		pub.Set(0, registries.Converted{Services: services, Rejected: rejected})
 		if pub.Flush(st) {
+			services, _ := pub.Sent()
 			n := 0
 			for _, s := range services {
 				n += len(s.Endpoints)
@@ -117,6 +136,15 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 			endpoints = n
 		}
 	}
+}
+
+// parts are the clusters' states of deltas.
+func parts(deltas []kubeclient.Delta) []kubeclient.Part {
+	ps := make([]kubeclient.Part, len(deltas))
+	for i, d := range deltas {
+		ps[i] = d.Part
+	}
+	return ps
 }
 
 // decided: every cluster has listed its objects once, or cannot be read
@@ -144,56 +172,101 @@ func kubeStatus(parts []kubeclient.Part) registries.Condition {
 	return registries.Condition{Err: strings.Join(errs, "; ")}
 }
 
-// kubeChecks keeps the checked Object of every cluster object, by
-// cluster, kind, namespace and name, with the Spec it was checked from.
-// kubeclient.IstioWatch returns the same Spec pointer while an object's
-// resourceVersion is unchanged (kubeclient.Object), so an event that
-// changed one object checks that one only. Used by one goroutine.
-type kubeChecks struct {
-	last map[kubeKey]Object
+// kubeObjects is runKube's state over the clusters' objects, fed to
+// keyed: each cluster object is declared at its own path (kubePath:
+// clusters in configured order, each cluster's objects by kind,
+// namespace and name), so that keyed's rules — first declaration wins,
+// an invalid object keeps its last good version, a host is served by the
+// first ServiceEntry claiming it — give the order runKube documents. It
+// keeps each object's checked Object with the Spec it was checked from:
+// kubeclient.IstioWatch hands the same Spec pointer back while an
+// object's resourceVersion is unchanged, so an event checks, resolves and
+// converts the object it changed only. Used by one goroutine.
+type kubeObjects struct {
+	k    *keyed
+	objs []map[kubeclient.ObjectKey]Object // per cluster
 	// checked counts the objects checked (tests); may be nil.
 	checked *atomic.Uint64
 }
 
-type kubeKey struct{ cluster, kind, namespace, name string }
+func newKubeObjects(k *keyed, clusters int, checked *atomic.Uint64) *kubeObjects {
+	s := &kubeObjects{k: k, objs: make([]map[kubeclient.ObjectKey]Object, clusters), checked: checked}
+	for i := range s.objs {
+		s.objs[i] = map[kubeclient.ObjectKey]Object{}
+	}
+	return s
+}
 
-// objects turns the synced clusters' objects into checked Objects,
-// cluster by cluster, each by kind, namespace and name; an object equal
-// to one of an earlier cluster is left out (it is the same object).
-// Objects whose Spec is the one checked last time are not checked again.
-func (c *kubeChecks) objects(parts []kubeclient.Part) []Object {
-	var out []Object
-	seen := map[string]proto.Message{}
-	next := make(map[kubeKey]Object, len(c.last))
-	for _, p := range parts {
-		if !p.Synced {
+// kubePath is where cluster i's object key is declared in keyed: "\x00"
+// sorts below any character of a kind or a name, so paths sort as
+// (cluster, kind, namespace, name).
+func kubePath(i int, key kubeclient.ObjectKey) string {
+	return fmt.Sprintf("%04d\x00%s\x00%s\x00%s", i, key.Kind, key.Namespace, key.Name)
+}
+
+// apply takes the clusters' deltas (one per cluster, in configured order)
+// in and sets the Publisher keys of what they changed; it reports whether
+// any object changed. The same object (an equal spec) in several clusters
+// is one object, the first cluster's; a differing one is declared too,
+// and keyed rejects it as declared twice.
+func (s *kubeObjects) apply(deltas []kubeclient.Delta, pub *registries.Publisher[string]) bool {
+	touched := map[kubeclient.ObjectKey]bool{}
+	for i, d := range deltas {
+		last := s.objs[i]
+		if d.Full {
+			next := make(map[kubeclient.ObjectKey]Object, len(d.Objects))
+			for key := range last {
+				touched[key] = true
+			}
+			for _, f := range d.Objects {
+				key := kubeclient.ObjectKey{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name}
+				next[key] = s.check(last[key], f)
+				touched[key] = true
+			}
+			s.objs[i] = next
 			continue
 		}
-		objs := slices.Clone(p.Objects)
-		slices.SortFunc(objs, func(a, b kubeclient.Object) int {
-			return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-		})
-		for _, f := range objs {
-			key := f.Kind + "/" + f.Namespace + "/" + f.Name
-			if spec, ok := seen[key]; ok && (spec == f.Spec || proto.Equal(spec, f.Spec)) {
-				continue
-			}
-			if _, ok := seen[key]; !ok {
-				seen[key] = f.Spec
-			}
-			k := kubeKey{p.Name, f.Kind, f.Namespace, f.Name}
-			o, ok := c.last[k]
-			if !ok || o.Spec != f.Spec || o.Source != f.Source {
-				o = Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
-				check(&o)
-				if c.checked != nil {
-					c.checked.Add(1)
-				}
-			}
-			next[k] = o
-			out = append(out, o)
+		for _, key := range d.Deleted {
+			delete(last, key)
+			touched[key] = true
+		}
+		for _, f := range d.Objects {
+			key := kubeclient.ObjectKey{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name}
+			last[key] = s.check(last[key], f)
+			touched[key] = true
 		}
 	}
-	c.last = next
-	return out
+	keys := map[string]bool{}
+	for key := range touched {
+		var first proto.Message
+		for i, objs := range s.objs {
+			o, ok := objs[key]
+			if !ok || (first != nil && (first == o.Spec || proto.Equal(first, o.Spec))) {
+				s.k.set(kubePath(i, key), nil, keys)
+				continue
+			}
+			if first == nil {
+				first = o.Spec
+			}
+			s.k.set(kubePath(i, key), []Object{o}, keys)
+		}
+	}
+	if len(keys) > 0 {
+		s.k.apply(keys, pub)
+	}
+	return len(keys) > 0
+}
+
+// check returns f checked, or last when it was checked from the same
+// Spec and source.
+func (s *kubeObjects) check(last Object, f kubeclient.Object) Object {
+	if last.Spec == f.Spec && last.Source == f.Source && f.Spec != nil {
+		return last
+	}
+	o := Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
+	check(&o)
+	if s.checked != nil {
+		s.checked.Add(1)
+	}
+	return o
 }

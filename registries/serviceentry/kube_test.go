@@ -1,6 +1,7 @@
 package serviceentry
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -9,12 +10,29 @@ import (
 	apinetworking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/kubeclient"
+	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/filewatch"
+	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
 func feedWE(cluster, name, addr string) kubeclient.Object {
 	return kubeclient.Object{Kind: KindWorkloadEntry, Namespace: "shop", Name: name, Source: "shop/" + name + " (" + cluster + ")",
 		Spec: &apinetworking.WorkloadEntry{Address: addr, Labels: map[string]string{"app": "pay"}}}
+}
+
+// kubeState reads deltas into a fresh kubeObjects and returns what its
+// Publisher holds.
+func kubeState(t *testing.T, s *kubeObjects, pub *registries.Publisher[string], deltas []kubeclient.Delta) ([]model.Service, []model.Rejection) {
+	t.Helper()
+	s.apply(deltas, pub)
+	return pub.State()
+}
+
+func newKubeTest(clusters int, checked *atomic.Uint64) (*kubeObjects, *registries.Publisher[string]) {
+	r := &Registry{common: common}
+	pub := registries.NewPublisher(common, registrytest.NewSink(), nil, registries.PublisherOptions[string]{Compare: strings.Compare})
+	return newKubeObjects(newKeyed(r), clusters, checked), pub
 }
 
 // TestKubeObjects: clusters in order, each sorted; an object equal to an
@@ -25,30 +43,41 @@ func TestKubeObjects(t *testing.T) {
 	se := kubeclient.Object{Kind: KindServiceEntry, Namespace: "shop", Name: "pay", Source: "shop/pay (east)",
 		Spec: &apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
 			WorkloadSelector: &apinetworking.WorkloadSelector{Labels: map[string]string{"app": "pay"}}}}
-	parts := []kubeclient.Part{
-		{Name: "east", Synced: true, Objects: []kubeclient.Object{feedWE("east", "vm-2", "10.0.0.2"), se, feedWE("east", "vm-1", "10.0.0.1")}},
-		{Name: "west", Synced: true, Objects: []kubeclient.Object{feedWE("west", "vm-1", "10.0.0.1"), feedWE("west", "vm-2", "10.0.0.99"), feedWE("west", "vm-3", "")}},
-		{Name: "north", Objects: []kubeclient.Object{feedWE("north", "vm-4", "10.0.0.4")}},
+	deltas := []kubeclient.Delta{
+		{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{feedWE("east", "vm-2", "10.0.0.2"), se, feedWE("east", "vm-1", "10.0.0.1")}}},
+		{Full: true, Part: kubeclient.Part{Name: "west", Synced: true, Objects: []kubeclient.Object{feedWE("west", "vm-1", "10.0.0.1"), feedWE("west", "vm-2", "10.0.0.99"), feedWE("west", "vm-3", "")}}},
+		{Part: kubeclient.Part{Name: "north"}},
 	}
-	objs := (&kubeChecks{}).objects(parts)
-	var got []string
-	for _, o := range objs {
-		got = append(got, o.Source)
-	}
-	want := []string{"shop/pay (east)", "shop/vm-1 (east)", "shop/vm-2 (east)", "shop/vm-2 (west)", "shop/vm-3 (west)"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("objects = %v, want %v", got, want)
-	}
-	if err := objectError(objs[4]); err == nil || !strings.HasPrefix(err.Error(), "shop/vm-3 (west): WorkloadEntry shop/vm-3: spec.address: is required") {
-		t.Errorf("vm-3 error = %v", err)
-	}
-	m := &merger{common: common, lastGood: map[string]Object{}}
-	svcs, rej := m.mergeObjects(objs)
+	s, pub := newKubeTest(3, nil)
+	svcs, rej := kubeState(t, s, pub, deltas)
 	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
 		t.Errorf("endpoints = %v, want east's", got)
 	}
-	if len(rej) != 2 || !strings.Contains(rej[0].String(), "shop/vm-2 (west) WorkloadEntry shop/vm-2: object rejected: WorkloadEntry shop/vm-2 is already declared at shop/vm-2 (east)") {
-		t.Errorf("rejected:\n%s", reasons(rej))
+	if len(rej) != 2 {
+		t.Fatalf("rejected:\n%s", reasons(rej))
+	}
+	want := []string{"shop/vm-2 (west) WorkloadEntry shop/vm-2: object rejected: WorkloadEntry shop/vm-2 is already declared at shop/vm-2 (east)",
+		"shop/vm-3 (west)"}
+	for _, w := range want {
+		if !strings.Contains(reasons(rej), w) {
+			t.Errorf("rejections lack %q:\n%s", w, reasons(rej))
+		}
+	}
+	if !strings.Contains(reasons(rej), "spec.address") {
+		t.Errorf("vm-3's rejection does not name its field:\n%s", reasons(rej))
+	}
+	// west's vm-2 deleted: nothing rejected for it any more; east's vm-1
+	// deleted: west's equal one is served instead.
+	svcs, rej = kubeState(t, s, pub, []kubeclient.Delta{
+		{Part: kubeclient.Part{Name: "east", Synced: true}, Deleted: []kubeclient.ObjectKey{{Kind: KindWorkloadEntry, Namespace: "shop", Name: "vm-1"}}},
+		{Part: kubeclient.Part{Name: "west", Synced: true}, Deleted: []kubeclient.ObjectKey{{Kind: KindWorkloadEntry, Namespace: "shop", Name: "vm-2"}}},
+		{Part: kubeclient.Part{Name: "north"}},
+	})
+	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Errorf("after the deletes: endpoints = %v, want vm-1 from west and vm-2 from east", got)
+	}
+	if len(rej) != 1 || strings.Contains(reasons(rej), "already declared") {
+		t.Errorf("after the deletes, rejected:\n%s", reasons(rej))
 	}
 }
 
@@ -99,40 +128,38 @@ func TestConfigKubernetes(t *testing.T) {
 	}
 }
 
-// TestKubeChecksOnlyChangedObjects: an object whose Spec is the one
-// checked last time is not checked again; a new Spec is.
-func TestKubeChecksOnlyChangedObjects(t *testing.T) {
+// TestKubeObjectsOnlyChangedObjects: a delta checks, converts and
+// compares the objects it holds only; an object whose Spec is the one
+// checked last time (a resync) is not checked again.
+func TestKubeObjectsOnlyChangedObjects(t *testing.T) {
 	t.Parallel()
 	var objs []kubeclient.Object
 	for i := range 50 {
-		objs = append(objs, feedWE("east", "vm-"+string(rune('A'+i)), "10.0.0.1"))
+		name := fmt.Sprintf("se-%02d", i)
+		objs = append(objs, kubeclient.Object{Kind: KindServiceEntry, Namespace: "shop", Name: name, Source: "shop/" + name + " (east)",
+			Spec: &apinetworking.ServiceEntry{Hosts: []string{name + ".ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+				Resolution: apinetworking.ServiceEntry_STATIC, Endpoints: []*apinetworking.WorkloadEntry{{Address: "10.0.0.1"}}}})
 	}
 	var n atomic.Uint64
-	c := &kubeChecks{checked: &n}
-	part := func() []kubeclient.Part {
-		return []kubeclient.Part{{Name: "east", Synced: true, Objects: slices.Clone(objs)}}
+	s, pub := newKubeTest(1, &n)
+	work := func() (uint64, uint64, uint64) { _, conv, cmp := s.k.r.Work(); return n.Load(), conv, cmp }
+	kubeState(t, s, pub, []kubeclient.Delta{{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: objs}}})
+	if c, conv, cmp := work(); c != 50 || conv != 50 || cmp != 50 {
+		t.Fatalf("first read: %d checked, %d converted, %d compared; want 50 each", c, conv, cmp)
 	}
-	c.objects(part())
-	if n.Load() != 50 {
-		t.Fatalf("first read checked %d, want 50", n.Load())
+	upd := objs[7]
+	upd.Spec = &apinetworking.ServiceEntry{Hosts: []string{"se-07.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+		Resolution: apinetworking.ServiceEntry_STATIC, Endpoints: []*apinetworking.WorkloadEntry{{Address: "10.9.9.9"}}}
+	svcs, _ := kubeState(t, s, pub, []kubeclient.Delta{{Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{upd, objs[8]}}}})
+	if c, conv, cmp := work(); c != 51 || conv != 51 || cmp != 51 {
+		t.Fatalf("one update (and a resync of another): %d checked, %d converted, %d compared; want 1 each", c-50, conv-50, cmp-50)
 	}
-	c.objects(part())
-	if n.Load() != 50 {
-		t.Fatalf("an unchanged read checked %d more", n.Load()-50)
+	if got := endpointsOf(svcs, "se-07.ext.example"); !slices.Equal(got, []string{"10.9.9.9"}) || len(svcs) != 50 {
+		t.Errorf("after the update: %d services, se-07 at %v", len(svcs), got)
 	}
-	objs[7] = feedWE("east", objs[7].Name, "") // a new version, invalid
-	out := c.objects(part())
-	if n.Load() != 51 {
-		t.Fatalf("one change checked %d, want 1", n.Load()-50)
-	}
-	for _, o := range out {
-		if (o.Err != nil) != (o.Name == objs[7].Name) {
-			t.Errorf("%s: err = %v", o.Name, o.Err)
-		}
-	}
-	objs = objs[1:] // a deletion: nothing to check, and it leaves the cache
-	c.objects(part())
-	if n.Load() != 51 || len(c.last) != 49 {
-		t.Fatalf("after a deletion: checked %d, %d cached; want 51, 49", n.Load(), len(c.last))
+	svcs, _ = kubeState(t, s, pub, []kubeclient.Delta{{Part: kubeclient.Part{Name: "east", Synced: true},
+		Deleted: []kubeclient.ObjectKey{{Kind: KindServiceEntry, Namespace: "shop", Name: "se-03"}}}})
+	if c, conv, _ := work(); c != 51 || conv != 51 || len(svcs) != 49 || len(s.objs[0]) != 49 {
+		t.Fatalf("after a deletion: %d checked, %d converted, %d services, %d held; want 51, 51, 49, 49", c, conv, len(svcs), len(s.objs[0]))
 	}
 }

@@ -295,4 +295,35 @@ func TestRealKubernetesOneEventOneCheck(t *testing.T) {
 	if checked != 1 || conv != 1 {
 		t.Errorf("one update converted %d and checked %d objects, want 1 and 1", conv, checked)
 	}
+
+	// ServiceEntries: updating one among n converts (clones), checks,
+	// converts to a service and compares that one only.
+	for i := range n {
+		if _, err := ic.NetworkingV1().ServiceEntries("shop").Create(ctx, &networkingv1.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("se-%02d", i)},
+			Spec: apinetworking.ServiceEntry{Hosts: []string{fmt.Sprintf("se-%02d.ext.example", i)}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+				Resolution: apinetworking.ServiceEntry_STATIC, Endpoints: []*apinetworking.WorkloadEntry{{Address: fmt.Sprintf("10.3.0.%d", i+1)}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink.WaitFor(t, realWait, func(s registrytest.State) bool { return len(s.Services) == n+1 })
+	checked0, conv0 = r.kubeChecked.Load(), r.kubeWatch.Load().Conversions()
+	_, svc0, cmp0 := r.Work()
+	se, err := ic.NetworkingV1().ServiceEntries("shop").Get(ctx, "se-33", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	se.Spec.Endpoints[0].Address = "10.4.0.33"
+	if _, err := ic.NetworkingV1().ServiceEntries("shop").Update(ctx, se, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitFor(t, realWait, func(s registrytest.State) bool {
+		return slices.Equal(endpointsOf(s.Services, "se-33.ext.example"), []string{"10.4.0.33"})
+	})
+	_, svc, cmp := r.Work()
+	checked, conv = r.kubeChecked.Load()-checked0, r.kubeWatch.Load().Conversions()-conv0
+	svc, cmp = svc-svc0, cmp-cmp0
+	t.Logf("one ServiceEntry update among %d objects: %d cloned, %d checked, %d converted, %d compared", 2*n+1, conv, checked, svc, cmp)
+	if checked != 1 || conv != 1 || svc != 1 || cmp != 1 {
+		t.Errorf("one ServiceEntry update: %d cloned, %d checked, %d converted, %d compared; want 1 each", conv, checked, svc, cmp)
+	}
 }

@@ -76,7 +76,7 @@ type Registry struct {
 	kube kubeclient.IstioOptions
 	// confirmAfter: zero is filewatch.DefaultConfirmAfter (tests set it).
 	confirmAfter time.Duration
-	// kubeChecked counts the cluster objects checked (kubeChecks): one
+	// kubeChecked counts the cluster objects checked (kubeObjects): one
 	// per changed object, not one per object per event. For tests.
 	kubeChecked atomic.Uint64
 	// kubeWatch is the watch of the running runKube (tests).

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unique"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
@@ -35,6 +36,11 @@ type instance struct {
 	ports []model.Port // the ports the instance declares, by its own numbers
 	bad   string       // non-empty: quarantined for this reason
 }
+
+// name is the instance's znode name. Trees key instances by it: a
+// substring of path, it keeps no second copy of a name (a Dubbo provider
+// URL is hundreds of bytes) alive.
+func (in *instance) name() string { return in.path[strings.LastIndexByte(in.path, '/')+1:] }
 
 // addressFunc checks an instance address and returns the IP address to
 // serve: an IP as is, a hostname resolved.
@@ -187,7 +193,8 @@ func parseDubbo(path, node string, address addressFunc) instance {
 		in.bad = fmt.Sprintf("provider URL %q: %q is not a port number", raw, portStr)
 		return in
 	}
-	name := strings.ToLower(u.Scheme)
+	// Interned: a substring of the provider URL would keep the URL alive.
+	name := unique.Make(strings.ToLower(u.Scheme)).Value()
 	if !validate.Label(name) {
 		in.bad = fmt.Sprintf("provider URL %q: protocol %q is not usable as a port name", raw, u.Scheme)
 		return in
@@ -394,12 +401,16 @@ type converted struct {
 	path        string
 	instances   int // instance znodes
 	quarantined int // of them not served
+	// own is the service's conversion on its own; collided counts its
+	// instances not served because another service has its hostname.
+	own      registries.Converted
+	collided int
 }
 
 // convertNode converts one service on its own: its hostname, its port
 // plan and endpoints, and every instance it quarantines. Whether another
-// service has the hostname already is assemble's business.
-func convertNode(c registries.Common, layout Layout, child string, sn *serviceNode) (converted, registries.Converted) {
+// service has the hostname already is the claims' business.
+func convertNode(c registries.Common, layout Layout, child string, sn *serviceNode) converted {
 	info := converted{key: svcKey{child: child}, name: sn.key, path: sn.path, instances: len(sn.instances)}
 	var host string
 	var err error
@@ -413,57 +424,136 @@ func convertNode(c registries.Common, layout Layout, child string, sn *serviceNo
 	}
 	if err != nil {
 		info.quarantined = len(sn.instances)
-		return info, registries.Converted{Rejected: []model.Rejection{{Registry: c.Name, Subject: sn.path, Reason: err.Error()}}}
+		info.own = registries.Converted{Rejected: []model.Rejection{{Registry: c.Name, Subject: sn.path, Reason: err.Error()}}}
+		return info
 	}
 	info.key.host = host
 	svc, rejected, q := buildService(c, host, sn)
 	info.quarantined = q
-	return info, registries.One(svc, len(svc.Endpoints) > 0, rejected)
+	info.own = registries.One(svc, len(svc.Endpoints) > 0, rejected)
+	return info
 }
 
-// assemble is the state of the shard from every service's conversion in
-// key order: services in hostname order, then their rejections; a service
-// whose hostname an earlier one (by path) has is rejected whole.
-// collisionQuarantined counts the instances of such services that their
-// own conversion served; info looks a service up by child.
-func assemble(c registries.Common, entries []registries.Entry[svcKey], info func(child string) converted) (services []model.Service, rejected []model.Rejection, collisionQuarantined int) {
-	services = make([]model.Service, 0, len(entries))
-	var owner svcKey
-	for _, e := range entries {
-		if e.Key.host != "" && e.Key.host == owner.host {
-			in, first := info(e.Key.child), info(owner.child)
-			rejected = append(rejected, model.Rejection{Registry: c.Name, Subject: in.path,
-				Reason: fmt.Sprintf("maps to %s like %q, which has it", e.Key.host, first.name)})
-			collisionQuarantined += in.instances - in.quarantined
-			continue
+// claims applies the hostname rule to the services converted one by one:
+// of the services that map to one hostname (and yield something), the
+// first by child (path) has it and the others are rejected whole. It
+// hands set what each service's key holds under the rule, and del a key
+// no service holds any more. A service put or removed re-decides only the
+// services of the hostnames it had and has (usually itself alone), never
+// the tree: the Publisher then assembles by plain concatenation.
+type claims struct {
+	common registries.Common
+	set    func(svcKey, registries.Converted)
+	del    func(svcKey)
+	// conv is the last conversion of each service, by child.
+	conv map[string]converted
+	// by lists, per hostname, the children that claim it, sorted.
+	by map[string][]string
+	// quarantined sums conv's quarantined, collided their collided.
+	quarantined, collided int
+}
+
+func newClaims(c registries.Common, set func(svcKey, registries.Converted), del func(svcKey)) *claims {
+	return &claims{common: c, set: set, del: del, conv: map[string]converted{}, by: map[string][]string{}}
+}
+
+// put stores child's new conversion.
+func (s *claims) put(child string, in converted) {
+	old, had := s.conv[child]
+	if had {
+		s.forget(child, old)
+		if old.key != in.key {
+			s.del(old.key)
 		}
-		if e.Key.host != "" {
-			owner = e.Key
-		}
-		services = append(services, e.Services...)
-		rejected = append(rejected, e.Rejected...)
 	}
-	return services, rejected, collisionQuarantined
+	s.conv[child] = in
+	s.quarantined += in.quarantined
+	claimed := ""
+	if in.key.host == "" || in.own.Empty() {
+		s.set(in.key, in.own)
+	} else {
+		claimed = in.key.host
+		cl := s.by[claimed]
+		i, _ := slices.BinarySearch(cl, child)
+		s.by[claimed] = slices.Insert(cl, i, child)
+		s.decide(claimed)
+	}
+	if had && old.key.host != claimed {
+		s.decide(old.key.host)
+	}
+}
+
+// remove forgets child, a service gone from the tree.
+func (s *claims) remove(child string) {
+	old, had := s.conv[child]
+	if !had {
+		return
+	}
+	s.forget(child, old)
+	delete(s.conv, child)
+	s.del(old.key)
+	s.decide(old.key.host)
+}
+
+// forget takes old, child's last conversion, out of the sums and claims.
+func (s *claims) forget(child string, old converted) {
+	s.quarantined -= old.quarantined
+	s.collided -= old.collided
+	if cl, ok := s.by[old.key.host]; ok {
+		if i, found := slices.BinarySearch(cl, child); found {
+			cl = slices.Delete(cl, i, i+1)
+		}
+		if len(cl) == 0 {
+			delete(s.by, old.key.host)
+		} else {
+			s.by[old.key.host] = cl
+		}
+	}
+}
+
+// decide hands set what every claimant of host holds: the first its own
+// conversion, the others a rejection naming the first.
+func (s *claims) decide(host string) {
+	cl := s.by[host]
+	for i, child := range cl {
+		in := s.conv[child]
+		s.collided -= in.collided
+		in.collided = 0
+		c := in.own
+		if i > 0 {
+			c = registries.Converted{Rejected: []model.Rejection{{Registry: s.common.Name, Subject: in.path,
+				Reason: fmt.Sprintf("maps to %s like %q, which has it", host, s.conv[cl[0]].name)}}}
+			in.collided = in.instances - in.quarantined
+		}
+		s.collided += in.collided
+		s.conv[child] = in
+		s.set(in.key, c)
+	}
 }
 
 // build turns a whole tree into the full state of the shard, as a Run
-// assembles it service by service: services sorted by hostname with
+// publishes it service by service: services sorted by hostname with
 // endpoints sorted by origin, and every rejected or quarantined item.
 // quarantined counts instances not served.
 func build(c registries.Common, layout Layout, tree map[string]*serviceNode) (services []model.Service, rejected []model.Rejection, quarantined int) {
-	infos := make(map[string]converted, len(tree))
-	entries := make([]registries.Entry[svcKey], 0, len(tree))
-	for child, sn := range tree {
-		in, conv := convertNode(c, layout, child, sn)
-		infos[child] = in
-		quarantined += in.quarantined
-		if !conv.Empty() {
-			entries = append(entries, registries.Entry[svcKey]{Key: in.key, Converted: conv})
+	held := make(map[svcKey]registries.Converted, len(tree))
+	s := newClaims(c, func(k svcKey, conv registries.Converted) {
+		if conv.Empty() {
+			delete(held, k)
+		} else {
+			held[k] = conv
 		}
+	}, func(k svcKey) { delete(held, k) })
+	for child, sn := range tree {
+		s.put(child, convertNode(c, layout, child, sn))
+	}
+	entries := make([]registries.Entry[svcKey], 0, len(held))
+	for k, conv := range held {
+		entries = append(entries, registries.Entry[svcKey]{Key: k, Converted: conv})
 	}
 	slices.SortFunc(entries, func(a, b registries.Entry[svcKey]) int { return compareKeys(a.Key, b.Key) })
-	services, rejected, extra := assemble(c, entries, func(child string) converted { return infos[child] })
-	return services, rejected, quarantined + extra
+	services, rejected = registries.Concat(entries)
+	return services, rejected, s.quarantined + s.collided
 }
 
 // buildService plans one service from its good instances with the shared

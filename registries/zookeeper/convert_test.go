@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -424,5 +425,88 @@ func TestConvert(t *testing.T) {
 	}
 	if e := services[0].Endpoints[0]; e.Address != "192.0.2.40" || e.Origin != "/dubbo/com.foo.DemoService/providers/"+node {
 		t.Errorf("dubbo endpoint %+v", e)
+	}
+}
+
+// TestClaimsOneByOne changes a tree one service at a time, as a Run's
+// watch events do, and checks after each change that the claims hand the
+// Publisher the state build makes of the whole tree, touching only the
+// services of the hostnames the change concerns.
+func TestClaimsOneByOne(t *testing.T) {
+	t.Parallel()
+	common := registries.Common{Name: "zk", Kind: "zookeeper", Domain: "zk"}
+	http := map[string]model.Protocol{"http": model.ProtocolHTTP}
+	node := func(child string, addrs ...string) *serviceNode {
+		sn := &serviceNode{key: child, path: "/services/" + child, instances: map[string]*instance{}}
+		for i, a := range addrs {
+			id := fmt.Sprint(i)
+			sn.instances[id] = good(sn.path+"/"+id, a, map[string]uint32{"http": 80}, http)
+		}
+		return sn
+	}
+	held := map[svcKey]registries.Converted{}
+	sets := 0
+	s := newClaims(common, func(k svcKey, c registries.Converted) {
+		sets++
+		if c.Empty() {
+			delete(held, k)
+		} else {
+			held[k] = c
+		}
+	}, func(k svcKey) { delete(held, k) })
+	tree := map[string]*serviceNode{}
+	for i := range 50 {
+		child := fmt.Sprintf("svc%02d", i)
+		tree[child] = node(child, "192.0.2.1")
+		s.put(child, convertNode(common, LayoutCurator, child, tree[child]))
+	}
+	steps := []struct {
+		name     string
+		child    string
+		node     *serviceNode // nil: the service goes
+		maxSets  int          // set calls the change may make
+		collided int          // instances not served for a collision after it
+	}{
+		{name: "orders comes", child: "orders", node: node("orders", "192.0.2.10"), maxSets: 1},
+		{name: "Orders comes first by path: orders loses", child: "Orders", node: node("Orders", "192.0.2.9", "192.0.2.8"), maxSets: 2, collided: 1},
+		{name: "ORDERS comes first, empty: claims nothing", child: "ORDERS", node: node("ORDERS"), maxSets: 1, collided: 1},
+		{name: "ORDERS gets an instance: both others lose", child: "ORDERS", node: node("ORDERS", "192.0.2.7"), maxSets: 3, collided: 3},
+		{name: "ORDERS goes: Orders has it again", child: "ORDERS", maxSets: 2, collided: 1},
+		{name: "Orders goes: orders has it", child: "Orders", maxSets: 1},
+		{name: "orders loses its instances", child: "orders", node: node("orders"), maxSets: 1},
+		{name: "one instance of svc07 changes", child: "svc07", node: node("svc07", "192.0.2.2"), maxSets: 1},
+		{name: "svc07 is renamed to orders' hostname", child: "svc07", node: &serviceNode{key: "orders", path: "/services/svc07", instances: node("svc07", "192.0.2.3").instances}, maxSets: 1},
+		{name: "orders comes back, first by path: svc07 loses", child: "orders", node: node("orders", "192.0.2.10"), maxSets: 2, collided: 1},
+		{name: "orders takes another name: svc07 has orders.zk", child: "orders", node: &serviceNode{key: "svc50", path: "/services/orders", instances: node("orders", "192.0.2.10").instances}, maxSets: 2},
+		{name: "svc07 takes its own name again", child: "svc07", node: node("svc07", "192.0.2.2"), maxSets: 1},
+	}
+	for _, st := range steps {
+		sets = 0
+		if st.node == nil {
+			delete(tree, st.child)
+			s.remove(st.child)
+		} else {
+			tree[st.child] = st.node
+			s.put(st.child, convertNode(common, LayoutCurator, st.child, st.node))
+		}
+		entries := make([]registries.Entry[svcKey], 0, len(held))
+		for k, c := range held {
+			entries = append(entries, registries.Entry[svcKey]{Key: k, Converted: c})
+		}
+		slices.SortFunc(entries, func(a, b registries.Entry[svcKey]) int { return compareKeys(a.Key, b.Key) })
+		services, rejected := registries.Concat(entries)
+		wantServices, wantRejected, wantQuarantined := build(common, LayoutCurator, tree)
+		if d := cmp.Diff(wantServices, services); d != "" {
+			t.Errorf("%s: services (-build +claims):\n%s", st.name, d)
+		}
+		if d := cmp.Diff(wantRejected, rejected); d != "" {
+			t.Errorf("%s: rejected (-build +claims):\n%s", st.name, d)
+		}
+		if sets > st.maxSets {
+			t.Errorf("%s: %d services handed to the Publisher, want at most %d", st.name, sets, st.maxSets)
+		}
+		if s.collided != st.collided || s.quarantined+s.collided != wantQuarantined {
+			t.Errorf("%s: collided %d, quarantined %d; want collided %d, %d in all", st.name, s.collided, s.quarantined, st.collided, wantQuarantined)
+		}
 	}
 }

@@ -116,18 +116,17 @@ type watcher struct {
 	// came or went since they were last converted: publish converts
 	// those, and only those, again.
 	dirty map[string]bool
-	// conv is what the last conversion of each service in pub made of it.
-	conv map[string]converted
-	// quarantined sums conv's quarantined; collided counts the instances
-	// of services rejected for a hostname another one has (the last
-	// assemble's).
-	quarantined, collided int
+	// claims holds the last conversion of each service and hands pub what
+	// each one holds under the hostname rule.
+	claims *claims
 	// armed are the watches set and not yet fired.
 	armed map[watchKey]bool
 	// refresh are paths whose watch fired and that must be re-read.
 	refresh map[watchKey]bool
 
 	addrCache map[string]addrResult
+	// labels shares the instances' equal label maps.
+	labels registries.LabelSets
 	// readMu guards armed and addrCache while resync's readers run; the
 	// loop goroutine alone touches them otherwise.
 	readMu sync.Mutex

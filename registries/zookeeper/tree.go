@@ -168,7 +168,7 @@ func (w *watcher) readService(child string) (*serviceNode, error) {
 			return nil, err
 		}
 		if in != nil {
-			sn.instances[id] = in
+			sn.instances[in.name()] = in
 		}
 	}
 	return sn, nil
@@ -179,6 +179,7 @@ func (w *watcher) readService(child string) (*serviceNode, error) {
 func (w *watcher) readInstance(path, name string) (*instance, error) {
 	if w.r.cfg.Layout == LayoutDubbo {
 		in := parseDubbo(path, name, w.address)
+		in.ep.Labels = w.labels.Share(in.ep.Labels)
 		return &in, nil
 	}
 	b, err := w.data(path)
@@ -191,6 +192,7 @@ func (w *watcher) readInstance(path, name string) (*instance, error) {
 		return nil, err
 	}
 	in := parseCurator(path, b, w.address)
+	in.ep.Labels = w.labels.Share(in.ep.Labels)
 	return &in, nil
 }
 
@@ -395,7 +397,7 @@ func (w *watcher) refreshService(child string) error {
 	changed := len(ids) != len(old.instances)
 	for _, id := range ids {
 		if in, ok := old.instances[id]; ok {
-			sn.instances[id] = in
+			sn.instances[in.name()] = in
 			continue
 		}
 		in, err := w.readInstance(w.join(instDir, id), id)
@@ -403,7 +405,7 @@ func (w *watcher) refreshService(child string) error {
 			return err
 		}
 		if in != nil {
-			sn.instances[id] = in
+			sn.instances[in.name()] = in
 			changed = true
 		}
 	}
@@ -457,33 +459,21 @@ func (w *watcher) publish() {
 	}
 	clear(w.dirty)
 	w.pub.Flush(registries.Condition{})
-	w.r.m.quarantined.Set(float64(w.quarantined + w.collided))
+	w.r.m.quarantined.Set(float64(w.claims.quarantined + w.claims.collided))
 }
 
 // convert converts one service of the tree again and stores it in the
-// Publisher, which compares it with its last conversion; a service gone
-// from the tree is deleted.
+// claims, which hand the Publisher what it holds under the hostname rule
+// (the Publisher compares it with the last); a service gone from the tree
+// is removed.
 func (w *watcher) convert(child string) {
-	old, had := w.conv[child]
-	if had {
-		w.quarantined -= old.quarantined
-	}
 	sn := w.tree[child]
 	if sn == nil {
-		if had {
-			w.pub.Delete(old.key)
-			delete(w.conv, child)
-		}
+		w.claims.remove(child)
 		return
 	}
 	w.r.conversions.Add(1)
-	in, conv := convertNode(w.r.common, w.r.cfg.Layout, child, sn)
-	if had && old.key != in.key {
-		w.pub.Delete(old.key)
-	}
-	w.conv[child] = in
-	w.quarantined += in.quarantined
-	w.pub.Set(in.key, conv)
+	w.claims.put(child, convertNode(w.r.common, w.r.cfg.Layout, child, sn))
 }
 
 // sameNode reports whether two reads of a service found the same: same

@@ -38,7 +38,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 )
 
@@ -120,20 +119,13 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	w := &watcher{
 		ctx: ctx, r: r, conn: conn, q: q, auth: auth,
 		dirty:         map[string]bool{},
-		conv:          map[string]converted{},
 		deb:           registries.Debouncer{Quiet: r.quiet, MaxWait: r.maxWait},
 		armed:         map[watchKey]bool{},
 		resyncBackoff: registries.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
 		addrCache:     map[string]addrResult{},
 	}
-	w.pub = registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[svcKey]{
-		Compare: compareKeys,
-		Assemble: func(entries []registries.Entry[svcKey]) ([]model.Service, []model.Rejection) {
-			services, rejected, collided := assemble(r.common, entries, func(child string) converted { return w.conv[child] })
-			w.collided = collided
-			return services, rejected
-		},
-	})
+	w.pub = registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[svcKey]{Compare: compareKeys})
+	w.claims = newClaims(r.common, func(k svcKey, c registries.Converted) { w.pub.Set(k, c) }, func(k svcKey) { w.pub.Delete(k) })
 	return w.loop(ctx)
 }
 

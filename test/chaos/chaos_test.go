@@ -118,6 +118,7 @@ type world struct {
 	faults     map[string]int             // fault kind → count
 	samples    map[string][]sample        // replica → resource samples
 	nacks      map[string]float64         // replica → NACKs counted by meshfed
+	restored   map[string]int             // kind → instances registered again after its backend lost them
 }
 
 func (w *world) violate(v Violation) {
@@ -155,7 +156,7 @@ func TestChaos(t *testing.T) {
 	fmt.Printf("chaos: CHAOS_SEED=%d CHAOS_DURATION=%s\n", set.seed, set.duration)
 	w := &world{t: t, set: set, dir: t.TempDir(), hist: NewHistory(), churn: map[string]*churner{},
 		scopeOf: map[string]string{}, conv: map[string][]time.Duration{}, faults: map[string]int{},
-		samples: map[string][]sample{}, nacks: map[string]float64{}}
+		samples: map[string][]sample{}, nacks: map[string]float64{}, restored: map[string]int{}}
 	started := time.Now()
 	w.startBackends()
 	w.startMeshfeds()
@@ -246,7 +247,8 @@ func warnings(log string) string {
 type backend struct {
 	name  string
 	kinds []string
-	// forgets are the kinds whose data a restart loses for a while.
+	// forgets are the kinds whose data a restart or a hang loses for a
+	// while (their Restore puts it back).
 	forgets []string
 	kill    func()
 	restart func()

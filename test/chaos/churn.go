@@ -232,6 +232,31 @@ func (c *churner) resume() {
 // static is a Kind the churn leaves alone after its seed.
 type static interface{ Static() }
 
+// Restorer is a Kind whose backend can lose instances in a fault while
+// their clients hold them registered, as real clients' recovery then puts
+// them back: Restore registers the live ones again until the backend
+// lists every one (bounded by ctx) and returns how many it registered
+// again.
+type Restorer interface {
+	Restore(ctx context.Context, live []Instance) (int, error)
+}
+
+// restore runs the kind's Restore over its live instances (0, nil for a
+// Kind that is no Restorer). The churn is paused meanwhile.
+func (c *churner) restore(ctx context.Context) (int, error) {
+	r, ok := c.kind.(Restorer)
+	if !ok {
+		return 0, nil
+	}
+	c.mu.Lock()
+	var live []Instance
+	for _, l := range c.live {
+		live = append(live, l...)
+	}
+	c.mu.Unlock()
+	return r.Restore(ctx, live)
+}
+
 // noRemover is a Kind whose instances are never removed (adds stop at
 // maxInstances; then only health changes).
 type noRemover interface{ NoRemoves() }

@@ -20,7 +20,16 @@
 // used once, so a key has one life), retrying each operation until the
 // backend confirms it, and records the truth with its start and
 // confirmation times. Polaris' quirks keep two kinds partial (see
-// eurekaKind, nacosKind).
+// eurekaKind, nacosKind). A backend can lose instances in a fault while
+// their clients hold them registered: Polaris deletes, or marks
+// unhealthy, Nacos instances across a kill or a hang, which meshfed rightly
+// follows. Such a fault is amnesia for the kind (the checker does not
+// count its removals until Heal after it ends), and the kind's Restore
+// then registers again what the backend lost, as a real client's recovery
+// does (nacos: until Polaris lists them all, after restarting a Polaris
+// whose push path deadlocked; eureka: re-registration on a 404
+// heartbeat), before the fault's window closes. The report counts them
+// (restored).
 //
 // The fault schedule is a seeded shuffle of every fault, cycled, each
 // lasting 2–8s, 2–6s apart (CHAOS_SEED replays the sequence; the short

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,33 @@ func (k *eurekaKind) SetHealth(_ context.Context, in Instance) error {
 	return k.p.Conn().ReregisterInstance(k.instance(in))
 }
 
+// Restore sends each live instance a heartbeat and registers it again
+// when Polaris answers 404, as a Eureka client does; it returns how many
+// it registered again.
+func (k *eurekaKind) Restore(ctx context.Context, live []Instance) (int, error) {
+	n := 0
+	for _, in := range live {
+		for {
+			err := k.p.Conn().HeartBeatInstance(k.instance(in))
+			if code, ok := fargo.HTTPResponseStatusCode(err); ok && code == http.StatusNotFound {
+				err = k.p.Conn().ReregisterInstance(k.instance(in))
+				if err == nil {
+					n++
+				}
+			}
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return n, fmt.Errorf("eureka: %s: %v: %w", in.IP, err, ctx.Err())
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return n, nil
+}
+
 func (k *eurekaKind) Remove(_ context.Context, in Instance) error {
 	err := k.p.Conn().DeregisterInstance(k.instance(in))
 	if err != nil && strings.Contains(err.Error(), "404") {
@@ -73,12 +101,28 @@ func (k *eurekaKind) Remove(_ context.Context, in Instance) error {
 // its seed: under churn Polaris 1.18.1 kept instances deregistered through
 // their connection and lost others registered again (its instance list
 // disagreed with the SDK calls' answers), so no truth of changes can be
-// had from it; the registry still lives through every Polaris fault. Ephemeral instances live as long as their connection: a Polaris
-// restart forgets them until the SDK registers them again on reconnect,
-// so the backend itself drops them for a while — the checker does not
-// count that window's removals (Interval.Amnesia). Health is the weight
-// (0: DRAINING, as Nacos clients send such an instance nothing).
+// had from it; the registry still lives through every Polaris fault.
+// Health is the weight (0: DRAINING, as Nacos clients send such an
+// instance nothing).
+//
+// Ephemeral instances live as long as their connection, and Polaris loses
+// them in a kill or a hang (seen here, Polaris 1.18.1 with nacos-sdk-go
+// 2.3.5): after a SIGSTOP/SIGCONT the SDK reconnects and registers its
+// instances on the new connection, then Polaris handles the old
+// connection's close and deletes the same instances (by ID, whichever
+// connection holds them now); after a SIGKILL it reloads them bound to
+// connections that no longer exist and marks them unhealthy until the
+// SDK's redo, which nacos-sdk-go tries once and never again if it fails.
+// Either way Polaris' own instance list lacks them for good, the SDK
+// believes them registered, and meshfed, which follows Polaris, rightly
+// stops serving them. Real Nacos keys an instance to its connection, so
+// an old connection's close cannot take a new registration with it. So a
+// Polaris kill or hang is amnesia for this kind (Interval.Amnesia: the
+// checker does not count that window's removals) and Restore then does
+// what a Nacos client's redo is for: it registers again every instance
+// Polaris no longer lists, until Polaris lists them all.
 type nacosKind struct {
+	t       testing.TB
 	p       *servers.Polaris
 	clients []*servers.NacosClient // maxInstances+1 of them
 
@@ -88,7 +132,7 @@ type nacosKind struct {
 }
 
 func newNacosKind(t testing.TB, p *servers.Polaris) *nacosKind {
-	k := &nacosKind{p: p, home: map[int]int{}, svcOf: map[int]int{}}
+	k := &nacosKind{t: t, p: p, home: map[int]int{}, svcOf: map[int]int{}}
 	for range maxInstances + 1 {
 		k.clients = append(k.clients, p.NacosClient(t, ""))
 	}
@@ -161,4 +205,77 @@ func (k *nacosKind) Remove(_ context.Context, in Instance) error {
 	delete(k.svcOf, in.ID)
 	k.mu.Unlock()
 	return nil
+}
+
+// restoreSettle is how long Polaris must list every instance before
+// Restore trusts it: more than two rounds of its connection checker (3s),
+// which marks an instance whose connection is gone unhealthy.
+const restoreSettle = 8 * time.Second
+
+// Restore registers again every live instance Polaris does not list as
+// registered (missing, unhealthy or with another weight) until it has
+// listed them all for restoreSettle, and returns how many registrations
+// it made. First, a Polaris that answers no subscription (its push
+// deadlock, see servers.Polaris.NacosSubscribes) is restarted, as an
+// operator would: no client could follow it otherwise.
+func (k *nacosKind) Restore(ctx context.Context, live []Instance) (int, error) {
+	if !k.p.NacosSubscribes(k.t) {
+		k.t.Logf("nacos: Polaris answers no subscription (its push deadlock): restarting it")
+		k.p.Process().Kill()
+		k.p.Start(k.t)
+	}
+	n := 0
+	var since time.Time
+	for {
+		lost, err := k.lost(ctx, live)
+		switch {
+		case err != nil:
+			since = time.Time{}
+		case len(lost) == 0:
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if time.Since(since) >= restoreSettle {
+				return n, nil
+			}
+		default:
+			since = time.Time{}
+			for _, in := range lost {
+				if err = k.put(in); err == nil {
+					n++
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return n, fmt.Errorf("nacos: Polaris still lacks instances (%v): %w", err, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// lost returns the instances of live that Polaris does not list as they
+// were registered.
+func (k *nacosKind) lost(ctx context.Context, live []Instance) ([]Instance, error) {
+	listed := map[int]map[string]servers.NacosHost{}
+	var out []Instance
+	for _, in := range live {
+		hosts, ok := listed[in.Svc]
+		if !ok {
+			l, err := k.p.NacosHosts(ctx, fmt.Sprintf("n%d", in.Svc), "")
+			if err != nil {
+				return nil, err
+			}
+			hosts = map[string]servers.NacosHost{}
+			for _, h := range l {
+				hosts[fmt.Sprintf("%s:%d", h.IP, h.Port)] = h
+			}
+			listed[in.Svc] = hosts
+		}
+		h, ok := hosts[fmt.Sprintf("%s:%d", in.IP, in.Port)]
+		if !ok || !h.Healthy || (h.Weight > 0) != in.Healthy {
+			out = append(out, in)
+		}
+	}
+	return out, nil
 }

@@ -1,8 +1,12 @@
 package servers
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -162,6 +166,61 @@ func (c *NacosClient) Delete(in NacosInstance) error {
 		return fmt.Errorf("nacos deregister %s %s:%d: %v", in.Service, in.IP, in.Port, err)
 	}
 	return nil
+}
+
+// NacosHost is one instance as the server lists it.
+type NacosHost struct {
+	IP      string  `json:"ip"`
+	Port    int     `json:"port"`
+	Weight  float64 `json:"weight"`
+	Healthy bool    `json:"healthy"`
+}
+
+// NacosHosts lists the enabled instances of a service (group "" is
+// DEFAULT_GROUP) in the public namespace, healthy or not, through the
+// Nacos 1.x HTTP API: what the server itself holds, whatever any
+// subscriber was told.
+func (p *Polaris) NacosHosts(ctx context.Context, service, group string) ([]NacosHost, error) {
+	if group == "" {
+		group = "DEFAULT_GROUP"
+	}
+	u := "http://" + p.NacosAddr + "/nacos/v1/ns/instance/list?healthyOnly=false&serviceName=" + url.QueryEscape(group+"@@"+service)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := noKeepAlive.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", u, resp.Status)
+	}
+	var ans struct {
+		Hosts []NacosHost `json:"hosts"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+		return nil, fmt.Errorf("%s: %v", u, err)
+	}
+	return ans.Hosts, nil
+}
+
+// NacosSubscribes reports whether the server answers a new SDK client's
+// subscription (SubscribeServiceRequest over gRPC) within the client's 5s
+// timeout. Polaris 1.18.1 stops answering them for good once a push goes
+// unacknowledged for 5s (a subscriber that left during a hang): its
+// InFlights.notifyOutDateInFlight deletes from a map it holds read-locked,
+// a deadlock that then blocks every push and subscription; only a restart
+// ends it.
+func (p *Polaris) NacosSubscribes(t testing.TB) bool {
+	t.Helper()
+	c := p.NacosClient(t, "")
+	defer c.Close()
+	_, err := c.c.SelectAllInstances(vo.SelectAllInstancesParam{ServiceName: "meshfed-probe"})
+	return err == nil
 }
 
 // Close closes the client's connection: the server drops its ephemeral

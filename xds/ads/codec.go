@@ -23,6 +23,11 @@ import (
 //     estimation: its ping on every small request (each ACK) costs each
 //     stream a write and a read per update.
 //
+// gRPC's own defaults already pool each connection's read and write
+// buffers (32 KiB, taken per read or flush, not held between them), so
+// an idle stream keeps neither; the options that size or share them are
+// left at their defaults.
+//
 // Other messages and services on the same server are encoded as by the
 // standard proto codec.
 func ServerOptions() []grpc.ServerOption {

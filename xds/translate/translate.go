@@ -256,7 +256,11 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 			}
 		}
 	}
+	// Every host of snap is in t.services now: more means some left.
 	for host, old := range t.services {
+		if len(t.services) == snap.Len() {
+			break
+		}
 		if _, ok := snap.Service(host); !ok {
 			t.replace(old, nil, ch, dirty)
 			delete(t.services, host)

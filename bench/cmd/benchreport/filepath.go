@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/meshfed/meshfed/bench"
@@ -49,6 +50,7 @@ func (r *runner) startMeshfed(path string) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(r.bin("meshfed"), "run", "--config", cfg, "--log-level", "warn")
+	cmd.Env = append(os.Environ(), r.c.fEnv...)
 	p := &proc{name: "meshfed", cmd: cmd, done: make(chan struct{}), errb: &bytes.Buffer{}, xds: xdsAddr, ctl: "http://" + adminAddr}
 	cmd.Stdout = &limitWriter{b: p.errb, n: 64 << 10}
 	cmd.Stderr = cmd.Stdout
@@ -98,7 +100,7 @@ func (r *runner) runF() error {
 	for i := range svcs {
 		svcs[i] = i % r.c.common
 	}
-	lgArgs := []string{"-addr-marker"}
+	lgArgs := append([]string{"-addr-marker"}, r.c.fLoadArgs...)
 
 	// meshfed, on one file, then on a directory of files.
 	// meshfed, on one file in the compact flow style (issue #22).
@@ -108,6 +110,9 @@ func (r *runner) runF() error {
 		files int
 		flow  bool
 	}{{1, false}, {r.c.fFiles, false}, {1, true}} {
+		if r.c.fOne && (run.files > 1 || run.flow) {
+			continue
+		}
 		res, size, err := r.fileMeshfed(run.files, run.flow, lgArgs, svcs)
 		if err != nil {
 			return fmt.Errorf("meshfed, %d files (flow style %v): %w", run.files, run.flow, err)
@@ -126,7 +131,9 @@ func (r *runner) runF() error {
 	// istiod
 	var is *fileResult
 	istiodNote := ""
-	if bin, ok := servers.IstiodBinary(); !ok {
+	if bin, ok := servers.IstiodBinary(); r.c.fOne {
+		istiodNote = "istiod not run (-f.one)"
+	} else if !ok {
 		istiodNote = "istiod not built (tools/testservers/build.sh istiod)"
 	} else {
 		x, err := r.fileIstiod(bin, lgArgs, svcs)
@@ -148,7 +155,7 @@ func (r *runner) runF() error {
 	r.rep.add(row{id: "F", figure: fmt.Sprintf("services file %d × %d edited: file write → last of %d delta clients ACKs", r.c.services, r.c.eps, r.c.streams), unit: "ms",
 		mf: &mf.e.lat, bl: isLat, goal: "p99 ≤ 150 ms", met: ptr(mf.e.lat.P99 <= 150 && mf.e.missing == 0),
 		note: fmt.Sprintf("the meshfed binary (`meshfed run`, default debounce) on one %d-byte services file, rewritten by temp file + rename with one endpoint's address replaced per edit; %d clients watch %d clusters each (all watch the edited service); %d edits%s. Baseline column: %s",
-			fileBytes, r.c.streams, r.c.per, mf.e.events, missingNote(mf.e.missing, 0), istiodNote)})
+			fileBytes, r.c.streams, r.c.per, mf.e.events, missingNote(mf.e.missing, 0)+envNote(r.c.fEnv)+argsNote(r.c.fLoadArgs), istiodNote)})
 	r.rep.add(row{id: "F", figure: "server CPU per edit", unit: "ms", mf: one(mf.e.cpuPerEvent), bl: isCPU,
 		goal: "≤ 60 ms", met: ptr(mf.e.cpuPerEvent <= 60), note: "/proc utime+stime of the server process over the edits ÷ edits (includes the re-read of the file)"})
 	r.rep.add(row{id: "F", figure: fmt.Sprintf("same, the services in %d files (one team, one file): write → last ACK", r.c.fFiles), unit: "ms",
@@ -161,7 +168,7 @@ func (r *runner) runF() error {
 	r.rep.add(row{id: "F", figure: "same, flow style: server CPU per edit", unit: "ms", mf: one(flowRes.e.cpuPerEvent), bl: isCPU,
 		goal: "≤ 60 ms", met: ptr(flowRes.e.cpuPerEvent <= 60)})
 	r.rep.add(row{id: "F", figure: fmt.Sprintf("RSS per stream (0 → %d streams)", r.c.streams), unit: "KB", mf: one(mf.rssStream), bl: isRSS,
-		goal: "≤ 100 KB", met: ptr(mf.rssStream <= 100), note: fmt.Sprintf("VmRSS after the streams synced minus before they connected (meshfed %.0f MB before), ÷ streams; no forced GC (a real binary)", float64(mf.rss0)/1e6)})
+		goal: "≤ 100 KB", met: ptr(mf.rssStream <= 100), note: fmt.Sprintf("VmRSS after the streams synced minus before they connected (meshfed %.0f MB before), ÷ streams; no forced GC (a real binary)%s", float64(mf.rss0)/1e6, envNote(r.c.fEnv))})
 	return nil
 }
 
@@ -261,4 +268,20 @@ func (r *runner) fileIstiod(bin string, lgArgs []string, svcs []int) (fileResult
 		ev := bench.Event{Seq: seq, Svc: svc, Stamp: time.Now().UnixNano()}
 		return ev, bench.WriteFileAtomic(name(svc), data)
 	})
+}
+
+// argsNote names the arguments F added to the load generator's, if any.
+func argsNote(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return "; load generator run with " + strings.Join(args, " ")
+}
+
+// envNote names the environment F added to the meshfed binary, if any.
+func envNote(env []string) string {
+	if len(env) == 0 {
+		return ""
+	}
+	return "; meshfed run with " + strings.Join(env, " ")
 }

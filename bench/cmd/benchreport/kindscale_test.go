@@ -65,4 +65,47 @@ func TestKindScaleRowsAndMerge(t *testing.T) {
 	if again := rep.merge(out, replacedIDs("KS")); strings.Count(again, "| refreshed KS |") != 1 || strings.Count(again, "| KS | kubernetes 10000: one change") != 1 {
 		t.Error("merging twice duplicates rows or refresh lines")
 	}
+
+	// A rerun of some kinds (-ks.kinds) keeps the KS rows of the others.
+	some := newReport(config{ksKinds: "zookeeper-dubbo"})
+	for _, x := range kindScaleRows([]bench.KindScaleResult{{Kind: "zookeeper-dubbo", Services: 1000, Endpoints: 10000, Goal: 50e6,
+		Sync: 300, CPUPerChange: 1, Change: bench.Summary{N: 3, P50: 3, P99: 9, Max: 9}, RSS: 10000 * 1024, Heap: 10000 * 512}}) {
+		some.add(x)
+	}
+	merged := some.merge(out, replacedIDs("KS"))
+	for _, want := range []string{"| KS | kubernetes 10000: one change → sink |", "- **KS kubernetes 10000: RSS per endpoint held**",
+		"| KS | zookeeper-dubbo 1000: one change → sink |", "| S1 | one endpoint flips |"} {
+		if !strings.Contains(merged, want) {
+			t.Errorf("merge of one kind lacks %q", want)
+		}
+	}
+	if strings.Count(some.merge(merged, replacedIDs("KS")), "| KS | zookeeper-dubbo 1000: one change") != 1 {
+		t.Error("merging one kind twice duplicates its rows")
+	}
+}
+
+// TestKindScaleMergeOfSomeKinds: with -ks.kinds, a merge replaces the KS
+// rows and notes of those kinds only; the other kinds' rows stay, and
+// the refresh line names the kinds.
+func TestKindScaleMergeOfSomeKinds(t *testing.T) {
+	t.Parallel()
+	earlier := newReport(config{})
+	earlier.add(row{id: "KS", figure: "kubernetes 1000: CPU per change", unit: "ms", mf: one(9), note: "old kubernetes note"})
+	earlier.add(row{id: "KS", figure: "kubernetes-config 1000: CPU per change", unit: "ms", mf: one(11), note: "config note"})
+	earlier.add(row{id: "KS", figure: "zookeeper-curator, 1000 services: start", unit: "s", mf: one(1)})
+	rep := newReport(config{ksKinds: "kubernetes"})
+	for _, x := range kindScaleRows([]bench.KindScaleResult{{Kind: "kubernetes", Services: 1000, Endpoints: 10000, Goal: 50e6, Sync: 1200,
+		CPUPerChange: 3, Change: bench.Summary{N: 3, P50: 7, P99: 20, Max: 20}, RSS: 10000 * 1024, Heap: 10000 * 512}}) {
+		rep.add(x)
+	}
+	out := rep.merge(earlier.markdown(), replacedIDs("KS"))
+	for _, want := range []string{"| KS | kubernetes-config 1000: CPU per change |", "- **KS kubernetes-config 1000: CPU per change**: config note",
+		"| KS | zookeeper-curator, 1000 services: start |", "| KS | kubernetes 1000: CPU per change | ms | 3", "| refreshed KS (kubernetes) |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("merged report lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "old kubernetes note") || strings.Contains(out, "| ms | 9 |") {
+		t.Error("merged report keeps the replaced kind's old row")
+	}
 }

@@ -11,6 +11,7 @@
 //	go run ./bench/cmd/benchreport -out BENCHMARKS.md        # full (~40 min; -soak 0: ~30)
 //	go run ./bench/cmd/benchreport -quick -out /tmp/b.md     # smoke (~2 min)
 //	go run ./bench/cmd/benchreport -only KS -merge           # refresh only KS's rows of BENCHMARKS.md
+//	go run ./bench/cmd/benchreport -only KS -ks.kinds kubernetes -merge  # only that kind's KS rows
 package main
 
 import (
@@ -49,6 +50,9 @@ type config struct {
 	pprofDir               string
 	consulSizes            []int
 	fFiles                 int
+	fOne                   bool     // F: only the one-file block-style run, no istiod
+	fEnv                   []string // F: added to the meshfed binary's environment
+	fLoadArgs              []string // F: added to the load generator's arguments
 	ksSizes, ksKinds       string
 	ksResults              string
 	ksChanges              int
@@ -70,8 +74,11 @@ func main() {
 	soak := flag.Duration("soak", 10*time.Minute, "duration of the SOAK scenario (0: skip it)")
 	only := flag.String("only", "", "comma-separated scenarios to run (S1,DS,S2,S3,S4,S5,S6,IS,F,S7,S8,CS,SC,KS,SOAK); default all")
 	merge := flag.Bool("merge", false, "with -only: keep the other rows of the existing -out file and replace only the rerun scenarios' rows")
-	ksKinds := flag.String("ks.kinds", "", "KS: comma-separated kinds to run (bench/s6 KindScaleRow.Kind); default all")
+	ksKinds := flag.String("ks.kinds", "", "KS: comma-separated kinds to run (bench/s6 KindScaleRow.Kind); default all; with -merge only their KS rows are replaced")
 	ksSizes := flag.String("ks.sizes", "1000,10000", "KS: catalog sizes for kinds that name none")
+	fOne := flag.Bool("f.one", false, "F: run only the one-file block-style case, without istiod (for iterating on it; the other F rows come out empty, so do not -merge it)")
+	fEnv := flag.String("f.env", "", "F: comma-separated KEY=VALUE added to the meshfed binary's environment (e.g. GOGC=50), to measure runtime settings")
+	fLoadArgs := flag.String("f.lgargs", "", "F: comma-separated arguments added to the load generator's (e.g. -fixed-windows)")
 	ksResults := flag.String("ks.results", "", "KS: render these results (TestKindScale's -kindscale.out JSON, several files comma-separated) instead of running it")
 	flag.Parse()
 	c := config{
@@ -83,7 +90,13 @@ func main() {
 		s7Streams: 10000, s7Procs: 10, s7Flips: 10, s8Services: 10000, s8Flips: 30,
 		soak: *soak, soakRate: 100, pprofDir: *pprofDir, consulSizes: []int{1000, 10000}, fFiles: 100,
 		scServices: 10000, scStreams: 1000, scUnscoped: 100, scProcs: 4, scNamespaces: 20, scHosts: 50,
-		ksSizes: *ksSizes, ksKinds: *ksKinds, ksChanges: 50, ksResults: *ksResults,
+		ksSizes: *ksSizes, ksKinds: *ksKinds, ksChanges: 50, ksResults: *ksResults, fOne: *fOne,
+	}
+	if *fLoadArgs != "" {
+		c.fLoadArgs = strings.Split(*fLoadArgs, ",")
+	}
+	if *fEnv != "" {
+		c.fEnv = strings.Split(*fEnv, ",")
 	}
 	if c.quick {
 		c.services, c.streams, c.per, c.common = 200, 50, 20, 5

@@ -249,23 +249,36 @@ func (r *report) merge(old string, ids map[string]bool) string {
 
 	var b strings.Builder
 	b.WriteString("# meshfed benchmarks\n\n")
-	refreshed := slices.Sorted(maps.Keys(ids))
+	refreshed := strings.Join(slices.Sorted(maps.Keys(ids)), ",")
+	kinds := strings.Split(r.c.ksKinds, ",")
+	if r.c.ksKinds != "" && ids["KS"] {
+		refreshed += " (" + r.c.ksKinds + ")"
+	}
+	// replaced: a row (or note) of a rerun scenario; of KS with -ks.kinds,
+	// only the rows of those kinds (rest starts with the kind).
+	replaced := func(id, rest string) bool {
+		if !ids[id] {
+			return false
+		}
+		if id != "KS" || r.c.ksKinds == "" {
+			return true
+		}
+		kind, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		return slices.Contains(kinds, strings.TrimSuffix(kind, ","))
+	}
 	stamp := fmt.Sprintf("| refreshed %s | %s, commit %s, loadavg %s before, %s after, %s |",
-		strings.Join(refreshed, ","), r.date.UTC().Format("2006-01-02 15:04 MST"), gitRev(), r.loadBefore, r.loadAfter, r.elapsed.Round(time.Second))
+		refreshed, r.date.UTC().Format("2006-01-02 15:04 MST"), gitRev(), r.loadBefore, r.loadAfter, r.elapsed.Round(time.Second))
 	for _, l := range trimBlank(header) {
-		if !strings.HasPrefix(l, "| refreshed "+strings.Join(refreshed, ",")+" |") {
+		if !strings.HasPrefix(l, "| refreshed "+refreshed+" |") {
 			b.WriteString(l + "\n")
 		}
 	}
 	b.WriteString(stamp + "\n\n")
 	b.WriteString(r.errorsSection())
 	b.WriteString(resultsIntro)
-	idOf := func(l string) string {
-		f := strings.SplitN(l, "|", 3)
-		if len(f) < 3 {
-			return ""
-		}
-		return strings.TrimSpace(f[1])
+	rowReplaced := func(l string) bool {
+		f := strings.SplitN(l, "|", 4)
+		return len(f) >= 3 && replaced(strings.TrimSpace(f[1]), f[2])
 	}
 	var newRows, newNotes strings.Builder
 	for _, x := range r.rows {
@@ -275,11 +288,11 @@ func (r *report) merge(old string, ids map[string]bool) string {
 	for _, n := range r.notes {
 		newNotes.WriteString("- " + n + "\n")
 	}
-	b.WriteString(splice(trimBlank(table), func(l string) bool { return ids[idOf(l)] }, newRows.String()))
+	b.WriteString(splice(trimBlank(table), rowReplaced, newRows.String()))
 	b.WriteString(notesIntro)
 	b.WriteString(splice(trimBlank(notes), func(l string) bool {
-		id, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, "- **"), "- "), " ")
-		return ids[id]
+		id, rest, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(l, "- **"), "- "), " ")
+		return replaced(id, rest)
 	}, newNotes.String()))
 	switch {
 	case len(r.s5) > 0:
@@ -333,6 +346,6 @@ Processes (all on 127.0.0.1, built by the report before it starts):
 - Server CPU is utime+stime from ` + "`/proc/<pid>/stat`" + ` (10 ms ticks); RSS and peak RSS are VmRSS/VmHWM from ` + "`/proc/<pid>/status`" + `; the Go heap is ` + "`/gc/heap/live:bytes`" + ` from runtime/metrics. For S5 the server first runs two GCs (` + "`sync.Pool`" + ` keeps gRPC's pooled buffers through one) and returns freed memory to the OS (` + "`debug.FreeOSMemory`" + `), so heap and RSS are what the streams keep, not garbage of the sync burst (S4's peak RSS shows that). Bytes are the serialized size of every response the streams received.
 - S1: one endpoint's health flips (with a new marker) in one of the 10 services every stream watches; the next flip waits until all streams ACKed. S2: a rolling deploy replaces endpoints one by one, service after service (never the 10 common ones), at a rate ramping linearly to the target, then held; "no queue growth" compares the p99 of writes in the first and second half of the hold, and requires every write to reach every watcher. S3b: servers start with an empty registry, the streams subscribe, then one write publishes everything; the marshal accounting reruns it with ` + "`runtime.MemProfileRate=1`" + ` and sums the bytes allocated under go-control-plane's ` + "`cache.MarshalResource`" + `, the function that serializes every resource. S4: SIGTERM, then a new server on the same port; streams reconnect on their own. S5: load generators are added step by step; per-stream cost is the slope from 0 to the largest count. S6: ` + "`go test ./bench/s6`" + ` runs each registry row against its real backend; the registry feeds meshfed's real ` + "`aggregate`" + ` (default debounce) and ` + "`xds`" + ` packages, and the figure is backend write → the last of 10 ADS clients (SotW, proxyless-gRPC style, subscribed to the written host's clusters) ACKs an EDS response holding the new endpoint; the note gives the registry's own share, write → its ` + "`Sink.Publish`" + ` holding the change.
 - Scale (issue #16). F: the built ` + "`meshfed run`" + ` on a real services file (one file; then the same services in 100 files; then one file in the compact flow style, each endpoint one line of nested flow mappings), rewritten by temp file + rename with one endpoint's address replaced per edit; the new address carries the edit's sequence number (` + "`bench.SeqAddr`" + `), the one marker istiod also passes through; the baseline column is istiod ` + "`--configDir`" + ` on one ServiceEntry file per service, with the same clients; RSS per stream is the binary's VmRSS growth without a forced GC. S1 floor: ` + "`benchserver -impl floor`" + `, a bare grpc-go delta ADS server that sends the changed CLA's pre-serialized response to each subscribed stream, with meshfed's flow-control windows. S7: 10 load generators of 1,000 streams started at once; storm from the first start to each stream's first full ACK. S8: aggregate and xds in the report's process, CPU from getrusage. CS: ` + "`go test -run '^TestConsulScale$' ./bench/s6`" + ` against a real Consul agent. SOAK: rolling-deploy churn at 100 events/s with 10 % of the streams reconnecting on new connections each minute; memory sampled after two GCs; slopes by least squares after a warm-up.
-- KS (issue #22): ` + "`go test -run '^TestKindScale$' ./bench/s6`" + ` runs each registry kind and config source against its real server (` + "`bench/kindscale.go`" + ` is the one harness; each kind plugs in a ` + "`bench.KindScaleRow`" + ` from ` + "`bench/s6/<kind>scale_test.go`" + `: fixture loader and change function) at 1,000 and 10,000 services (config sources: objects). The fixture is loaded first and its time reported apart; then the registry starts at its defaults and the first figure is start → the first state at its sink holding the whole fixture (registries: ` + "`Sink.Publish`" + `; config sources: the published snapshot). Then changes, one after the other (each awaited, 20 ms apart), each on a different service: a change in the server → the first published state holding it. CPU per change is getrusage of the test process (the registry, the client that makes the change and the harness) over the changes ÷ changes; \"flat in size\" compares it at the largest size with the smallest. Memory is the test process's VmRSS and Go live heap after the changes above what it held before the start, both read after two GCs and FreeOSMemory, ÷ the endpoints (objects) held.
+- KS (issue #22): ` + "`go test -run '^TestKindScale$' ./bench/s6`" + ` runs each registry kind and config source against its real server (` + "`bench/kindscale.go`" + ` is the one harness; each kind plugs in a ` + "`bench.KindScaleRow`" + ` from ` + "`bench/s6/<kind>scale_test.go`" + `: fixture loader and change function) at 1,000 and 10,000 services (config sources: objects). The fixture is loaded first and its time reported apart; then the registry starts at its defaults and the first figure is start → the first state at its sink holding the whole fixture (registries: the snapshot of an aggregator the registry publishes into, as in meshfed (` + "`bench.RegistryRun`" + `: the Publisher, the delta hand-off, normalization and the snapshot, no xDS); config sources: the published snapshot). Then changes, one after the other (each awaited, 20 ms apart), each on a different service: a change in the server → the first published state holding it (the file kinds: from the rename that puts the rewritten file in place, or the end of an in-place write; the fixture renders only the edited service). CPU per change is getrusage of the test process (the registry, the client that makes the change and the harness) over the changes ÷ changes; \"flat in size\" compares it at the largest size with the smallest. Memory is the test process's VmRSS and Go live heap after the changes above what it held before the start, both read after two GCs and FreeOSMemory, ÷ the endpoints (objects) held.
 - Benchmarks never fail the test suite: ` + "`go test ./bench/...`" + ` runs only a small smoke of the harness.
 `

@@ -73,7 +73,8 @@ func (r *runner) runS7() error {
 	rss1, _, _ := bench.Mem(srv.pid)
 	perRSS := float64(rss1-rss0) / 1024 / float64(n)
 	perHeap := (float64(m1.HeapLive) - float64(m0.HeapLive)) / 1024 / float64(n)
-	r.logf("S7: all %d synced after %.1f s (server CPU %.1f s, load generators %.1f s), %.1f KB RSS / %.1f KB heap per stream", n, stormS.Max/1e3, stormCPU.Seconds(), lgCPU.Seconds(), perRSS, perHeap)
+	perStack := (float64(m1.Stacks) - float64(m0.Stacks)) / 1024 / float64(n)
+	r.logf("S7: all %d synced after %.1f s (server CPU %.1f s, load generators %.1f s), %.1f KB RSS / %.1f KB heap / %.1f KB stacks per stream", n, stormS.Max/1e3, stormCPU.Seconds(), lgCPU.Seconds(), perRSS, perHeap, perStack)
 	svcs := make([]int, r.c.s7Flips)
 	for i := range svcs {
 		svcs[i] = i % r.c.common
@@ -92,7 +93,7 @@ func (r *runner) runS7() error {
 			procs, n/procs, r.c.services, r.c.eps, stormCPU.Seconds(), lgCPU.Seconds(), runtime.NumCPU(), mb(peak))})
 	r.rep.add(row{id: "S7", figure: fmt.Sprintf("RSS per stream (0 → %d streams)", n), unit: "KB", mf: one(perRSS),
 		goal: "≤ 80 KB", met: ptr(perRSS <= 80),
-		note: fmt.Sprintf("after two GCs and FreeOSMemory, as S5; Go live heap %.1f KB per stream; RSS %s → %s", perHeap, mb(rss0), mb(rss1))})
+		note: fmt.Sprintf("after two GCs and FreeOSMemory, as S5; per stream Go live heap %.1f KB, goroutine stacks %.1f KB (%.1f goroutines); RSS %s → %s", perHeap, perStack, (float64(m1.Goroutines)-float64(m0.Goroutines))/float64(n), mb(rss0), mb(rss1))})
 	r.rep.add(row{id: "S7", figure: fmt.Sprintf("one flip with %d streams: write → last ACK", n), unit: "ms", mf: &e.lat,
 		goal: "p99 ≤ 500 ms", met: ptr(e.lat.P99 <= 500 && e.missing == 0),
 		note: fmt.Sprintf("%d flips of services every stream watches; server CPU %.0f ms per flip%s", e.events, e.cpuPerEvent, missingNote(e.missing, 0))})

@@ -52,3 +52,36 @@ func TestScaleScenariosSmoke(t *testing.T) {
 		}
 	}
 }
+
+// TestFOneWithEnvAndLoadArgs runs F's one-file case alone (-f.one) with
+// an environment for the meshfed binary (-f.env) and load generator
+// arguments (-f.lgargs): every edit reaches every client, and the rows
+// say what was set and that istiod was not run.
+func TestFOneWithEnvAndLoadArgs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the bench binaries and starts servers")
+	}
+	t.Chdir("../../..")
+	dir := t.TempDir()
+	if err := build(dir); err != nil {
+		t.Fatal(err)
+	}
+	c := config{quick: true, services: 30, eps: 3, streams: 10, per: 5, common: 2, s1Events: 2,
+		syncTimeout: time.Minute, fFiles: 3, fOne: true, fEnv: []string{"GOGC=50"}, fLoadArgs: []string{"-fixed-windows"}}
+	r := &runner{c: c, dir: dir, rep: newReport(c), logf: t.Logf}
+	if err := r.runF(); err != nil {
+		t.Fatal(err)
+	}
+	first, rss := r.rep.rows[0], r.rep.rows[len(r.rep.rows)-1]
+	if first.mf == nil || first.mf.N != 2 || strings.Contains(first.note, "NOT ") {
+		t.Errorf("one-file row: %+v, want both edits ACKed by every client", first)
+	}
+	for _, want := range []string{"GOGC=50", "-fixed-windows", "istiod not run (-f.one)"} {
+		if !strings.Contains(first.note, want) {
+			t.Errorf("one-file row's note %q does not say %q", first.note, want)
+		}
+	}
+	if !strings.Contains(rss.note, "GOGC=50") {
+		t.Errorf("RSS row's note %q does not name GOGC=50", rss.note)
+	}
+}

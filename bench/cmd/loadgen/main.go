@@ -34,6 +34,7 @@ func main() {
 	flag.BoolVar(&o.Istio, "istio", false, "istiod-style node ids for named-mode streams")
 	flag.IntVar(&o.Namespaces, "namespaces", 0, "wildcard streams in this many namespaces (Istio-style node ids)")
 	flag.IntVar(&o.Scoped, "scoped", 0, "clusters each wildcard stream expects (its Sidecar's); 0: every service")
+	flag.BoolVar(&o.FixedWindows, "fixed-windows", false, "fixed HTTP/2 windows, as Envoy's: no BDP pings (grpc-go's default pings on every response)")
 	ctl := flag.String("ctl", "127.0.0.1:0", "control API address")
 	procs := flag.Int("procs", 1, "GOMAXPROCS")
 	flag.Parse()

@@ -1,4 +1,4 @@
-package registries
+package debounce
 
 import (
 	"testing"
@@ -11,14 +11,26 @@ func TestDebouncer(t *testing.T) {
 	type step struct {
 		at       time.Duration // since t0
 		add      bool          // record a change at `at`, else ask Next
+		done     bool          // call Done (the work starts), else ask Next
 		wantDue  bool
 		wantWait time.Duration
 	}
 	tests := []struct {
 		name           string
 		quiet, maxWait time.Duration
+		leading        bool
 		steps          []step
 	}{{
+		name: "leading: a lone change is due at once", quiet: 10 * ms, maxWait: 100 * ms, leading: true,
+		steps: []step{{at: 0, add: true}, {at: 0, wantDue: true}},
+	}, {
+		name: "leading: the rest of a burst gathers", quiet: 10 * ms, maxWait: 25 * ms, leading: true,
+		steps: []step{{at: 0, add: true}, {at: 0, wantDue: true}, {at: 0, done: true},
+			{at: 2 * ms, add: true}, {at: 2 * ms, wantWait: 10 * ms}, {at: 8 * ms, add: true}, {at: 16 * ms, add: true},
+			{at: 20 * ms, wantWait: 6 * ms}, {at: 26 * ms, add: true}, {at: 27 * ms, wantDue: true}, {at: 27 * ms, done: true},
+			// After Quiet without changes, the next one is a leading edge again.
+			{at: 36 * ms, add: true}, {at: 36 * ms, wantDue: true}},
+	}, {
 		name: "nothing pending is never due", quiet: 10 * ms, maxWait: 100 * ms,
 		steps: []step{{at: 0}, {at: time.Hour}},
 	}, {
@@ -41,8 +53,12 @@ func TestDebouncer(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-			d := Debouncer{Quiet: tt.quiet, MaxWait: tt.maxWait}
+			d := Debouncer{Quiet: tt.quiet, MaxWait: tt.maxWait, Leading: tt.leading}
 			for i, s := range tt.steps {
+				if s.done {
+					d.Done()
+					continue
+				}
 				if s.add {
 					d.Add(t0.Add(s.at))
 					continue
