@@ -313,12 +313,24 @@ func (w *watch) updateSlots() {
 	}
 }
 
+// queryOptions builds a query from index. A first query (index 0: at
+// start or after an error) is consistent: a Consul server that has just
+// restarted answers default and stale reads from its state store while it
+// still replays its raft log, so for seconds it serves an older catalog
+// (instances registered before the restart missing) with
+// X-Consul-KnownLeader true and an index that only looks lower to a
+// client that knew the old one; a consistent read waits until the leader
+// has applied its log, or fails ("Not ready to serve consistent reads"),
+// which keeps the last published state. Blocking queries that follow use
+// the configured consistency: they return only past the consistent
+// answer's index.
 func (w *watch) queryOptions(ctx context.Context, index uint64, wait time.Duration) *api.QueryOptions {
 	q := &api.QueryOptions{
-		Datacenter: w.r.cfg.Datacenter,
-		AllowStale: w.r.cfg.AllowStale,
-		WaitIndex:  index,
-		WaitTime:   wait,
+		Datacenter:        w.r.cfg.Datacenter,
+		AllowStale:        w.r.cfg.AllowStale && index != 0,
+		RequireConsistent: index == 0,
+		WaitIndex:         index,
+		WaitTime:          wait,
 	}
 	return q.WithContext(ctx)
 }
