@@ -76,8 +76,10 @@
 //
 // A failed query reports Degraded at once and keeps the last published
 // state. Queries retry with jittered backoff; the first query after an
-// error does not block, so recovery is seen at once. When the catalog and
-// every service answered again, the full state is published (Synced).
+// error does not block, so recovery is seen at once, and it is consistent
+// (as is every first query at start): a restarted server serves an older
+// catalog while it replays its raft log (queryOptions). When the catalog
+// and every service answered again, the full state is published (Synced).
 //
 // A token, when configured, is sent in a header by the HTTP transport; it
 // is never logged and never part of an error.
