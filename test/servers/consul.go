@@ -45,11 +45,6 @@ type ConsulOptions struct {
 	// certificate for 127.0.0.1 signed by a test CA (CAFile). Over HTTPS
 	// the agent speaks HTTP/2.
 	TLS bool
-	// RaftSnapshotThreshold, when set, makes the server snapshot its raft
-	// log after that many entries (raft_snapshot_threshold, checked every
-	// raft_snapshot_interval, then 1s): a restart then restores the
-	// snapshot and replays the log entries after it.
-	RaftSnapshotThreshold int
 }
 
 // Consul is a running Consul agent owned by one test.
@@ -124,10 +119,6 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		// A single server: elect quickly after a restart.
 		conf["performance"] = map[string]any{"raft_multiplier": 1}
 		args = []string{"agent"}
-		if opts.RaftSnapshotThreshold > 0 {
-			conf["raft_snapshot_threshold"] = opts.RaftSnapshotThreshold
-			conf["raft_snapshot_interval"] = "1s"
-		}
 	}
 	b, err := json.Marshal(conf)
 	if err != nil {
