@@ -105,6 +105,15 @@ func TestRestartedServerNeverPublishesAnOlderCatalog(t *testing.T) {
 	wg.Wait()
 	t.Logf("default reads during the restart: %d answers, %d lacked instances (last: %s)", polled, older, sample)
 
+	for name, st := range map[string]registrytest.State{"running": running.State(before.Shard), "fresh": fr} {
+		notReady := 0
+		for _, r := range st.Reports {
+			if strings.Contains(r.Err, "consistent reads") {
+				notReady++
+			}
+		}
+		t.Logf("%s registry: %d Replaces, %d reports, %d of them \"not ready to serve consistent reads\"", name, st.Replaces, len(st.Reports), notReady)
+	}
 	check := func(name string, states [][]model.Service) {
 		for i, st := range states {
 			if n := endpoints(st); n != services*instances {
