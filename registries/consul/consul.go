@@ -337,6 +337,13 @@ func (w *watch) queryOptions(ctx context.Context, index uint64, wait time.Durati
 	return q.WithContext(ctx)
 }
 
+// behind: a blocking query's answer has a lower index than it waited on.
+// The server restored a snapshot, or (allowStale) a lagging server let it
+// time out: its answer is not used; the query is asked again from index 0,
+// so consistently (queryOptions), which answers the state the leader has
+// applied.
+func behind(old, got uint64) bool { return old != 0 && got < old }
+
 // nextIndex applies Consul's rules for blocking indexes: reset when the
 // index goes backwards (a server restored an older state), never 0.
 func nextIndex(old, got uint64) uint64 {
@@ -370,6 +377,10 @@ func (w *watch) watchCatalog(ctx context.Context) {
 			continue
 		}
 		b.Reset()
+		if behind(index, meta.LastIndex) {
+			index = 0
+			continue
+		}
 		changed := meta.LastIndex != index || index == 0
 		index = nextIndex(index, meta.LastIndex)
 		if !changed && !errored {
@@ -452,6 +463,11 @@ func (w *watch) worker(ctx context.Context) {
 			continue
 		}
 		b.Reset()
+		if behind(e.index, meta.LastIndex) {
+			e.index = 0
+			w.q.push(e)
+			continue
+		}
 		changed := meta.LastIndex != e.index || e.index == 0
 		e.index = nextIndex(e.index, meta.LastIndex)
 		if changed || e.errored {

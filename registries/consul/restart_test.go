@@ -1,13 +1,17 @@
 package consul
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
@@ -123,4 +127,53 @@ func TestRestartedServerNeverPublishesAnOlderCatalog(t *testing.T) {
 	}
 	check("running registry", running.Replaced(before.Shard)[before.Replaces:])
 	check("registry started during the restart", fresh.Replaced(fr.Shard))
+}
+
+// A snapshot restore takes the catalog back to an older state with a lower
+// index. Consul does not wake blocking queries for it: they return at
+// waitTime with the lower index, are asked again from index 0
+// (consistently), and the registry publishes the restored catalog.
+func TestSnapshotRestorePublishesTheRestoredCatalog(t *testing.T) {
+	t.Parallel()
+	agent := servers.StartConsul(t, servers.ConsulOptions{})
+	cl := agentClient(t, agent)
+	register := func(node, id, svc string) {
+		t.Helper()
+		_, err := cl.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "192.0.2.30",
+			Service: &api.AgentService{ID: id, Service: svc, Port: 80}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	register("n1", "web-1", "web")
+	sink := registrytest.NewSink()
+	registrytest.Start(t, newRegistry(t, agent, "restore", func(c *Config) { c.WaitTime = registries.Duration(2 * time.Second) }), sink)
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		s, ok := find(st.Services, "web.consul")
+		return ok && len(s.Endpoints) == 1
+	})
+	snap, _, err := cl.Snapshot().Save(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := io.ReadAll(snap)
+	snap.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	register("n2", "web-2", "web")
+	register("n2", "api-1", "api")
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		s, ok := find(st.Services, "web.consul")
+		_, api := find(st.Services, "api.consul")
+		return ok && len(s.Endpoints) == 2 && api
+	})
+	if err := cl.Snapshot().Restore(nil, bytes.NewReader(saved)); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		s, ok := find(st.Services, "web.consul")
+		_, api := find(st.Services, "api.consul")
+		return st.Healthy() && ok && len(s.Endpoints) == 1 && !api
+	})
 }
