@@ -46,8 +46,9 @@ type Config struct {
 	// WaitTime is the longest a blocking query waits (Consul caps it at
 	// 10m). Default 5m.
 	WaitTime registries.Duration `yaml:"waitTime"`
-	// AllowStale lets any Consul server answer, not only the leader:
-	// cheaper, may lag the leader slightly. Default false.
+	// AllowStale lets any Consul server answer blocking queries, not only
+	// the leader: cheaper, may lag the leader slightly. First queries are
+	// consistent regardless. Default false.
 	AllowStale bool `yaml:"allowStale"`
 	// MaxConcurrentWatches bounds the connections the service queries
 	// hold (the catalog watch comes on top): over plain HTTP one blocking

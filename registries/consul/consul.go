@@ -76,8 +76,10 @@
 //
 // A failed query reports Degraded at once and keeps the last published
 // state. Queries retry with jittered backoff; the first query after an
-// error does not block, so recovery is seen at once. When the catalog and
-// every service answered again, the full state is published (Synced).
+// error does not block, so recovery is seen at once, and it is consistent
+// (as is every first query at start): a restarted server serves an older
+// catalog while it replays its raft log (queryOptions). When the catalog
+// and every service answered again, the full state is published (Synced).
 //
 // A token, when configured, is sent in a header by the HTTP transport; it
 // is never logged and never part of an error.
@@ -313,15 +315,34 @@ func (w *watch) updateSlots() {
 	}
 }
 
+// queryOptions builds a query from index. A first query (index 0: at
+// start or after an error) is consistent: a Consul server that has just
+// restarted answers default and stale reads from its state store while it
+// still replays its raft log, so for seconds it serves an older catalog
+// (instances registered before the restart missing) with
+// X-Consul-KnownLeader true and an index that only looks lower to a
+// client that knew the old one; a consistent read waits until the leader
+// has applied its log, or fails ("Not ready to serve consistent reads"),
+// which keeps the last published state. Blocking queries that follow use
+// the configured consistency: they return only past the consistent
+// answer's index.
 func (w *watch) queryOptions(ctx context.Context, index uint64, wait time.Duration) *api.QueryOptions {
 	q := &api.QueryOptions{
-		Datacenter: w.r.cfg.Datacenter,
-		AllowStale: w.r.cfg.AllowStale,
-		WaitIndex:  index,
-		WaitTime:   wait,
+		Datacenter:        w.r.cfg.Datacenter,
+		AllowStale:        w.r.cfg.AllowStale && index != 0,
+		RequireConsistent: index == 0,
+		WaitIndex:         index,
+		WaitTime:          wait,
 	}
 	return q.WithContext(ctx)
 }
+
+// behind: a blocking query's answer has a lower index than it waited on.
+// The server restored a snapshot, or (allowStale) a lagging server let it
+// time out: its answer is not used; the query is asked again from index 0,
+// so consistently (queryOptions), which answers the state the leader has
+// applied.
+func behind(old, got uint64) bool { return old != 0 && got < old }
 
 // nextIndex applies Consul's rules for blocking indexes: reset when the
 // index goes backwards (a server restored an older state), never 0.
@@ -356,6 +377,10 @@ func (w *watch) watchCatalog(ctx context.Context) {
 			continue
 		}
 		b.Reset()
+		if behind(index, meta.LastIndex) {
+			index = 0
+			continue
+		}
 		changed := meta.LastIndex != index || index == 0
 		index = nextIndex(index, meta.LastIndex)
 		if !changed && !errored {
@@ -438,6 +463,11 @@ func (w *watch) worker(ctx context.Context) {
 			continue
 		}
 		b.Reset()
+		if behind(e.index, meta.LastIndex) {
+			e.index = 0
+			w.q.push(e)
+			continue
+		}
 		changed := meta.LastIndex != e.index || e.index == 0
 		e.index = nextIndex(e.index, meta.LastIndex)
 		if changed || e.errored {
