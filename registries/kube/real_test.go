@@ -28,7 +28,8 @@ import (
 )
 
 // realTimeout bounds waits on real servers; recovery after an API server
-// restart waits for client-go's watch backoff (up to 30s).
+// restart waits for client-go's reflector backoff (30–60 s per wait at its
+// cap, docs/registries/kubernetes.md "Outages").
 const realTimeout = 60 * time.Second
 
 // errOf drops a call's result, for created(t, errOf(client.Create(...))).
