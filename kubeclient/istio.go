@@ -279,8 +279,8 @@ type cluster struct {
 	mu        sync.Mutex
 	failed    error // credentials could not be used
 	tracker   *Tracker
-	informers []cache.SharedIndexInformer // nil until connected
-	synced    bool                        // every informer listed once
+	informers []*Informer // nil until connected
+	synced    bool        // every informer listed once
 	// converted holds the last conversion of each object, by objectKey,
 	// with the resourceVersion it was made from.
 	converted   map[objectKey]Object
@@ -484,7 +484,7 @@ func (c *cluster) run(ctx context.Context, namespaces []string, changed func()) 
 // watch runs the informers until ctx ends.
 func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces []string, changed func()) {
 	tr := NewTracker()
-	var infs []cache.SharedIndexInformer
+	var infs []*Informer
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.mark(obj, false); changed() },
 		UpdateFunc: func(_, obj any) { c.mark(obj, false); changed() },
@@ -498,15 +498,14 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 		nw := cs.NetworkingV1()
 		for _, k := range c.kinds {
 			res := resources[k]
-			infs = append(infs, tr.Informer(res.plural+suffix, res.list(nw, ns), res.object,
-				cache.SharedIndexInformerOptions{ObjectDescription: res.plural + suffix}, nil))
+			infs = append(infs, tr.Informer(res.plural+suffix, res.list(nw, ns), res.object, nil, nil))
 		}
 	}
 	for _, inf := range infs {
 		if err := inf.SetTransform(slim); err != nil {
 			panic(err) // only after Run: a bug here
 		}
-		if _, err := inf.AddEventHandler(handler); err != nil {
+		if err := inf.AddEventHandler(handler); err != nil {
 			panic(err)
 		}
 	}

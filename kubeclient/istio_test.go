@@ -147,7 +147,7 @@ func vs(i int, rv string) *networkingv1.VirtualService {
 
 func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 	t.Parallel()
-	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &networkingv1.VirtualService{}, 0, cache.Indexers{})
+	inf := NewInformer("virtualservices", &cache.ListWatch{}, &networkingv1.VirtualService{}, nil)
 	store := inf.GetStore()
 	for i := range 50 {
 		if err := store.Add(vs(i, "1")); err != nil {
@@ -156,7 +156,7 @@ func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 	}
 	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
 	c := w.clusters[0]
-	c.informers, c.synced = []cache.SharedIndexInformer{inf}, true
+	c.informers, c.synced = []*Informer{inf}, true
 	specs := func() map[string]proto.Message {
 		out := map[string]proto.Message{}
 		for _, o := range w.Parts()[0].Objects {
@@ -212,11 +212,11 @@ func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 // deletions, and lists nothing else.
 func TestDeltasConvertOnlyMarkedObjects(t *testing.T) {
 	t.Parallel()
-	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &networkingv1.VirtualService{}, 0, cache.Indexers{})
+	inf := NewInformer("virtualservices", &cache.ListWatch{}, &networkingv1.VirtualService{}, nil)
 	store := inf.GetStore()
 	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
 	c := w.clusters[0]
-	c.informers, c.full = []cache.SharedIndexInformer{inf}, true
+	c.informers, c.full = []*Informer{inf}, true
 	if d := w.Deltas()[0]; d.Full || len(d.Objects) != 0 || d.Synced {
 		t.Fatalf("before the sync: %+v, want state only", d)
 	}

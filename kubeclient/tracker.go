@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -27,31 +26,13 @@ type Tracker struct{ h *health }
 // NewTracker returns a Tracker with no failures.
 func NewTracker() *Tracker { return &Tracker{h: newHealth()} }
 
-// Informer builds an informer over lw (objects of type obj) whose list
-// and watch calls, and the watch errors its reflector sees, are tracked
-// under name; onError, unless nil, is called for every failure (metrics).
-// The informer uses list-then-watch (not the streaming list), so stopping
-// it never waits out client-go's backoff.
-func (t *Tracker) Informer(name string, lw *cache.ListWatch, obj runtime.Object, opts cache.SharedIndexInformerOptions, onError func()) cache.SharedIndexInformer {
-	tlw := t.track(name, lw, onError)
-	inf := cache.NewSharedIndexInformerWithOptions(tlw, obj, opts)
-	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
-		// An expired resource version only means "relist"; not an outage.
-		if ctx.Err() == nil && !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) && !errors.Is(err, io.EOF) {
-			tlw.onError()
-			t.h.set(name, err)
-		}
-	}); err != nil {
-		panic(err) // only when called after Run: a bug here
-	}
-	return inf
-}
-
-// ListerWatcher returns lw with its list and watch calls tracked under
-// name (onError as in Informer), for an informer built by the caller:
-// the watch errors its reflector sees are not tracked.
-func (t *Tracker) ListerWatcher(name string, lw *cache.ListWatch, onError func()) cache.ListerWatcher {
-	return t.track(name, lw, onError)
+// Informer builds an Informer over lw (objects of type obj, indexed by
+// indexers) whose list and watch calls, and the errors its watches
+// report, are tracked under name; onError, unless nil, is called for
+// every failure (metrics). The informer lists and then watches (not the
+// streaming list), so stopping it never waits out a backoff.
+func (t *Tracker) Informer(name string, lw *cache.ListWatch, obj runtime.Object, indexers cache.Indexers, onError func()) *Informer {
+	return NewInformer(name, t.track(name, lw, onError), obj, indexers)
 }
 
 func (t *Tracker) track(name string, lw *cache.ListWatch, onError func()) *trackedLW {
@@ -186,10 +167,65 @@ func (t *trackedLW) ListWithContext(ctx context.Context, o metav1.ListOptions) (
 	return obj, err
 }
 
+// WatchWithContext records the call's outcome and every error the watch
+// then reports. An expired resource version (410, as after an API server
+// restart) is recorded too: the cache may be missing changes until the
+// reflector's relist, whose success clears it.
 func (t *trackedLW) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	wi, err := t.lw.WatchWithContext(ctx, o)
 	t.record(ctx, err)
-	return wi, err
+	if err != nil {
+		return wi, err
+	}
+	tw := &trackedWatch{in: wi, out: make(chan watch.Event), stop: make(chan struct{})}
+	go tw.loop(func(ev watch.Event) {
+		err := apierrors.FromObject(ev.Object)
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			err = fmt.Errorf("watch expired, relisting: %w", err)
+		}
+		t.record(ctx, err)
+	})
+	return tw, nil
+}
+
+// trackedWatch passes a watch's events on, reporting its errors first.
+// Unlike watch.Filter, Stop also ends the goroutine when nobody reads.
+type trackedWatch struct {
+	in   watch.Interface
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func (w *trackedWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *trackedWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.in.Stop()
+	})
+}
+
+func (w *trackedWatch) loop(onError func(watch.Event)) {
+	defer close(w.out)
+	for {
+		select {
+		case ev, ok := <-w.in.ResultChan():
+			if !ok {
+				return
+			}
+			if ev.Type == watch.Error {
+				onError(ev)
+			}
+			select {
+			case w.out <- ev:
+			case <-w.stop:
+				return
+			}
+		case <-w.stop:
+			return
+		}
+	}
 }
 
 func (t *trackedLW) List(o metav1.ListOptions) (runtime.Object, error) {

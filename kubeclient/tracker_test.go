@@ -105,7 +105,7 @@ func TestTrackerInformer(t *testing.T) {
 	lw := &flakyLW{}
 	lw.failures.Store(1)
 	var errs atomic.Int32
-	inf := tr.Informer("pods/shop", lw.listWatch(), &corev1.Pod{}, cache.SharedIndexInformerOptions{}, func() { errs.Add(1) })
+	inf := tr.Informer("pods/shop", lw.listWatch(), &corev1.Pod{}, nil, func() { errs.Add(1) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); inf.RunWithContext(ctx) }()
@@ -136,14 +136,14 @@ func TestTrackerInformer(t *testing.T) {
 	}
 }
 
-// TestListerWatcher: the tracked ListerWatcher of an informer the caller
-// builds records its calls, with a nil onError, and asks for list-then-watch.
-func TestListerWatcher(t *testing.T) {
+// TestTrackedListerWatcher: a tracked ListerWatcher records its calls,
+// with a nil onError, and asks for list-then-watch.
+func TestTrackedListerWatcher(t *testing.T) {
 	t.Parallel()
 	tr := NewTracker()
 	lw := &flakyLW{}
 	lw.failures.Store(1)
-	tlw := tr.ListerWatcher("secrets/istio-system", lw.listWatch(), nil)
+	var tlw cache.ListerWatcher = tr.track("secrets/istio-system", lw.listWatch(), nil)
 	lwc, ok := tlw.(cache.ListerWatcherWithContext)
 	if !ok {
 		t.Fatalf("%T does not take a context", tlw)

@@ -27,7 +27,7 @@ import (
 
 // scope holds the namespaced informers of one namespace ("" = all).
 type scope struct {
-	services, slices, pods cache.SharedIndexInformer
+	services, slices, pods *kubeclient.Informer
 }
 
 // clusterWatch is one connection to a cluster: the informers, the work queue and
@@ -40,10 +40,10 @@ type clusterWatch struct {
 	log    *slog.Logger
 
 	scopes     map[string]*scope // by namespace; "" = all namespaces
-	nodes      cache.SharedIndexInformer
-	namespaces cache.SharedIndexInformer // only with a namespace selector
+	nodes      *kubeclient.Informer
+	namespaces *kubeclient.Informer // only with a namespace selector
 	nsSel      labels.Selector
-	all        []cache.SharedIndexInformer
+	all        []*kubeclient.Informer
 	queue      *workqueue.Typed[svcKey]
 	tracker    *kubeclient.Tracker
 	pods       *podIndex // pod → services whose slices list it
@@ -73,13 +73,12 @@ func newWatch(r *Registry, c clients, ci clusterInfo) *clusterWatch {
 
 // informer builds one informer whose list and watch calls are tracked,
 // with the registry's transform.
-func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) cache.SharedIndexInformer {
+func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) *kubeclient.Informer {
 	return w.informerWith(name, resource, lw, obj, idx, w.r.transform)
 }
 
-func (w *clusterWatch) informerWith(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers, transform cache.TransformFunc) cache.SharedIndexInformer {
-	inf := w.tracker.Informer(name, lw, obj, cache.SharedIndexInformerOptions{Indexers: idx, ObjectDescription: name},
-		func() { w.r.m.watchError(resource) })
+func (w *clusterWatch) informerWith(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers, transform cache.TransformFunc) *kubeclient.Informer {
+	inf := w.tracker.Informer(name, lw, obj, idx, func() { w.r.m.watchError(resource) })
 	if transform != nil {
 		must(inf.SetTransform(transform))
 	}
@@ -93,7 +92,7 @@ func (w *clusterWatch) informerWith(name, resource string, lw *cache.ListWatch, 
 // 100,000 pods the full list is most of the first sync's bytes and
 // decoding), else typed lists through typed, which the transform turns
 // into PartialObjectMetadata.
-func (w *clusterWatch) labelled(name, resource, kind, ns string, typed *cache.ListWatch, obj runtime.Object) cache.SharedIndexInformer {
+func (w *clusterWatch) labelled(name, resource, kind, ns string, typed *cache.ListWatch, obj runtime.Object) *kubeclient.Informer {
 	if w.meta == nil {
 		return w.informer(name, resource, typed, obj, nil)
 	}
@@ -167,16 +166,16 @@ func (w *clusterWatch) setup() error {
 			}, &corev1.Pod{}),
 		}
 		w.scopes[ns] = sc
-		if _, err := sc.services.AddEventHandler(w.afterInitialList(resService, w.serviceHandler())); err != nil {
+		if err := sc.services.AddEventHandler(w.afterInitialList(resService, w.serviceHandler())); err != nil {
 			return err
 		}
-		if _, err := sc.slices.AddEventHandler(w.afterInitialList(resEndpointSlice, w.sliceHandler())); err != nil {
+		if err := sc.slices.AddEventHandler(w.afterInitialList(resEndpointSlice, w.sliceHandler())); err != nil {
 			return err
 		}
-		if _, err := sc.slices.AddEventHandler(w.pods.handler()); err != nil {
+		if err := sc.slices.AddEventHandler(w.pods.handler()); err != nil {
 			return err
 		}
-		if _, err := sc.pods.AddEventHandler(w.afterInitialList(resPod, w.podHandler())); err != nil {
+		if err := sc.pods.AddEventHandler(w.afterInitialList(resPod, w.podHandler())); err != nil {
 			return err
 		}
 	}
@@ -188,7 +187,7 @@ func (w *clusterWatch) setup() error {
 			return cs.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}, &corev1.Node{})
-	if _, err := w.nodes.AddEventHandler(w.afterInitialList(resNode, w.nodeHandler())); err != nil {
+	if err := w.nodes.AddEventHandler(w.afterInitialList(resNode, w.nodeHandler())); err != nil {
 		return err
 	}
 	if cfg.NamespaceSelector != "" {
@@ -205,7 +204,7 @@ func (w *clusterWatch) setup() error {
 				return cs.CoreV1().Namespaces().Watch(ctx, o)
 			},
 		}, &corev1.Namespace{})
-		if _, err := w.namespaces.AddEventHandler(w.afterInitialList(resNamespace, w.namespaceHandler())); err != nil {
+		if err := w.namespaces.AddEventHandler(w.afterInitialList(resNamespace, w.namespaceHandler())); err != nil {
 			return err
 		}
 	}

@@ -133,8 +133,7 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 			return client.CoreV1().Secrets(sd.Namespace).Watch(ctx, o)
 		},
 	}
-	t := tr.ListerWatcher("secrets/"+sd.Namespace, lw, func() { r.m.watchError(resSecret) })
-	inf := cache.NewSharedIndexInformerWithOptions(t, &corev1.Secret{}, cache.SharedIndexInformerOptions{ObjectDescription: "remote secrets"})
+	inf := tr.Informer("secrets/"+sd.Namespace, lw, &corev1.Secret{}, nil, func() { r.m.watchError(resSecret) })
 	must(inf.SetTransform(slim))
 	queue := workqueue.NewTyped[string]()
 	enqueue := func(ev string) func(obj any) {
@@ -145,7 +144,7 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 			}
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue(evAdd),
 		UpdateFunc: func(_, n any) { enqueue(evUpdate)(n) },
 		DeleteFunc: enqueue(evDelete),

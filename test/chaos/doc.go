@@ -62,7 +62,7 @@
 // Nacos after its push or resync (10s here); Push is 10s (files, watches),
 // 20s (Eureka) or 25s (Nacos). Heal adds a registry's restart backoff (up
 // to 15s), a reconnect and a full re-read: 30s (files), 45s (Consul,
-// ZooKeeper), 60s (Kubernetes: client-go's relist backoff; Polaris). The
+// ZooKeeper), 60s (Kubernetes: relists after restarts; Polaris). The
 // slack is what keeps the short slice in `make test` reliable on a loaded
 // 2-core machine: the measured convergence times (CHAOS.md) are two orders
 // of magnitude below the bounds; the checker never asserts a wall time
