@@ -122,11 +122,15 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 		i.mu.Unlock()
 		panic("kubeclient: Informer " + i.name + " run twice")
 	}
+	// Atomic events, as client-go's own informers use by default since
+	// v0.36: a list is one queued replacement, applied to the indexer at
+	// once (replaceAll).
 	fifo := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
-		Name:         i.name,
-		KeyFunction:  cache.MetaNamespaceKeyFunc,
-		KnownObjects: i.indexer,
-		Transformer:  i.trans,
+		Name:                  i.name,
+		KeyFunction:           cache.MetaNamespaceKeyFunc,
+		Transformer:           i.trans,
+		AtomicEvents:          true,
+		UnlockWhileProcessing: true,
 	})
 	i.fifo = fifo
 	handlers := i.handlers
@@ -166,6 +170,10 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 func (i *Informer) process(deltas cache.Deltas, isInInitialList bool, handlers []cache.ResourceEventHandler) {
 	for _, d := range deltas {
 		switch d.Type {
+		case cache.ReplacedAll:
+			if info, ok := d.Object.(cache.ReplacedAllInfo); ok {
+				i.replaceAll(info, isInInitialList, handlers)
+			}
 		case cache.Sync, cache.Replaced, cache.Added, cache.Updated:
 			if old, exists, err := i.indexer.Get(d.Object); err == nil && exists {
 				if i.indexer.Update(d.Object) != nil {
@@ -188,6 +196,50 @@ func (i *Informer) process(deltas cache.Deltas, isInInitialList bool, handlers [
 			}
 			for _, h := range handlers {
 				h.OnDelete(d.Object)
+			}
+		}
+	}
+}
+
+// replaceAll applies a list: the indexer holds exactly its objects, then
+// the handlers see the objects gone from it deleted (with their last
+// state) and every listed object added or updated, in list order.
+func (i *Informer) replaceAll(info cache.ReplacedAllInfo, isInInitialList bool, handlers []cache.ResourceEventHandler) {
+	listed := make(map[string]struct{}, len(info.Objects))
+	olds := make([]any, len(info.Objects))
+	for n, obj := range info.Objects {
+		key, err := cache.MetaNamespaceKeyFunc(obj)
+		if err != nil {
+			continue
+		}
+		listed[key] = struct{}{}
+		if old, ok, err := i.indexer.GetByKey(key); err == nil && ok {
+			olds[n] = old
+		}
+	}
+	var gone []cache.DeletedFinalStateUnknown
+	for _, key := range i.indexer.ListKeys() {
+		if _, ok := listed[key]; ok {
+			continue
+		}
+		if old, ok, err := i.indexer.GetByKey(key); err == nil && ok {
+			gone = append(gone, cache.DeletedFinalStateUnknown{Key: key, Obj: old})
+		}
+	}
+	if err := i.indexer.Replace(info.Objects, info.ResourceVersion); err != nil {
+		return
+	}
+	for _, g := range gone {
+		for _, h := range handlers {
+			h.OnDelete(g)
+		}
+	}
+	for n, obj := range info.Objects {
+		for _, h := range handlers {
+			if olds[n] != nil {
+				h.OnUpdate(olds[n], obj)
+			} else {
+				h.OnAdd(obj, isInInitialList)
 			}
 		}
 	}
