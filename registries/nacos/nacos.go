@@ -38,10 +38,12 @@
 // # Cost of a change
 //
 // Each service is one key of the Publisher (docs/architecture.md
-// §3.1.1): a push converts and compares its one service. A list read
-// again as it was (a resync, an http poll, a push of what is held) is
-// recognized by a hash of what the conversion reads and not converted
-// again.
+// §3.1.1): a push converts and compares its one service, and the
+// aggregator receives that service alone (a delta; a state in which two
+// services collide on a hostname goes whole, assembled here). A list
+// read again as it was (a resync, an http poll, a push of what is held)
+// is recognized by a hash of what the conversion reads and not converted
+// again. Besides its conversion, a service costs one map entry (held).
 //
 // # Outages
 //
