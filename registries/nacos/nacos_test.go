@@ -1,7 +1,6 @@
 package nacos
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
@@ -456,8 +454,9 @@ func TestConformance(t *testing.T) {
 }
 
 // TestPolarisOneChangeConvertsOneService: among many services, one new
-// instance converts and compares its one service and reaches the
-// aggregator as a delta of that one service (counted, not timed); resyncs
+// instance converts and compares its one service and is handed to a sink
+// that takes deltas (as the aggregator does) as a delta of that one
+// service (counted, not timed); resyncs
 // that read every service again convert and publish nothing that did not
 // change.
 func TestPolarisOneChangeConvertsOneService(t *testing.T) {
@@ -478,9 +477,9 @@ func TestPolarisOneChangeConvertsOneService(t *testing.T) {
 		converted[service]++
 		mu.Unlock()
 	}
-	sink := newAggregateSink(t, reg.common)
+	sink := registrytest.NewDeltaSink()
 	registrytest.Start(t, reg, sink)
-	sink.waitFor(t, "every service", func(s *model.Snapshot) bool { return s.Len() == services })
+	sink.WaitFor(t, visible, "every service", func(s map[string]model.Service) bool { return len(s) == services })
 	subscribes := func() int { return int(testutil.ToFloat64(requests.WithLabelValues(name, reqSubscribe, "ok"))) }
 	// resynced waits until every service was read once more.
 	resynced := func() {
@@ -504,20 +503,20 @@ func TestPolarisOneChangeConvertsOneService(t *testing.T) {
 	if c0 < services || c0 > 2*services {
 		t.Errorf("first sync of %d services: %d conversions", services, c0)
 	}
-	sink.reset()
+	sink.Take()
 	resynced()
 	if got := reg.conversions.Load() - c0; got != 0 {
 		t.Errorf("a resync of %d unchanged services converted %d", services, got)
 	}
-	if got := sink.reset(); len(got) != 0 {
+	if got := sink.Take(); len(got) != 0 {
 		t.Errorf("a resync of %d unchanged services published %v", services, got)
 	}
 	mu.Lock()
 	clear(converted)
 	mu.Unlock()
 	c.Register(t, servers.NacosInstance{Service: "svc-037", IP: "10.2.0.1", Port: 8080})
-	sink.waitFor(t, "the new instance", func(s *model.Snapshot) bool {
-		svc, ok := s.Service("svc-037.nacos")
+	sink.WaitFor(t, visible, "the new instance", func(s map[string]model.Service) bool {
+		svc, ok := s["svc-037.nacos"]
 		return ok && len(svc.Endpoints) == 2 && slices.ContainsFunc(svc.Endpoints, func(e model.Endpoint) bool { return e.Address == "10.2.0.1" })
 	})
 	resynced()
@@ -529,89 +528,13 @@ func TestPolarisOneChangeConvertsOneService(t *testing.T) {
 	if len(converted) != 1 || converted["DEFAULT_GROUP@@svc-037"] == 0 {
 		t.Errorf("one instance registered among %d services converted %v, want svc-037 only", services, converted)
 	}
-	got := sink.reset()
+	got := sink.Take()
 	if len(got) == 0 || len(got) > converted["DEFAULT_GROUP@@svc-037"] {
 		t.Errorf("one instance registered: %d states published for %d conversions", len(got), converted["DEFAULT_GROUP@@svc-037"])
 	}
 	for _, u := range got {
 		if u != "delta svc-037.nacos" {
 			t.Errorf("one instance registered among %d services published %q, want a delta of svc-037.nacos alone", services, u)
-		}
-	}
-}
-
-// aggregateSink hands a registry's updates to a real aggregator, which
-// takes deltas as in meshfed, and records each state published: "delta"
-// or "full", then the hostnames it carries (and "-host" for each removed).
-type aggregateSink struct {
-	agg     *aggregate.Aggregator
-	changed chan struct{} // a snapshot was built
-
-	mu     sync.Mutex
-	states []string
-}
-
-func newAggregateSink(t *testing.T, c registries.Common) *aggregateSink {
-	s := &aggregateSink{agg: aggregate.New(aggregate.Options{}), changed: make(chan struct{}, 1)}
-	s.agg.AddRegistry(aggregate.RegistryOptions{Common: c})
-	s.agg.Subscribe(func(*model.Snapshot) {
-		select {
-		case s.changed <- struct{}{}:
-		default:
-		}
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.agg.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return s
-}
-
-// Publish implements registries.Sink.
-func (s *aggregateSink) Publish(shard model.ShardKey, u registries.Update) {
-	if u.HasState {
-		kind := "full"
-		if u.Delta {
-			kind = "delta"
-		}
-		for _, svc := range u.Services {
-			kind += " " + svc.Hostname
-		}
-		for _, h := range u.Removed {
-			kind += " -" + h
-		}
-		s.mu.Lock()
-		s.states = append(s.states, kind)
-		s.mu.Unlock()
-	}
-	s.agg.Publish(shard, u)
-}
-
-// TakesDelta implements registries.DeltaSink.
-func (s *aggregateSink) TakesDelta() bool { return s.agg.TakesDelta() }
-
-// reset returns the states recorded since the last call.
-func (s *aggregateSink) reset() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.states
-	s.states = nil
-	return st
-}
-
-// waitFor waits until the aggregator's snapshot satisfies cond.
-func (s *aggregateSink) waitFor(t *testing.T, what string, cond func(*model.Snapshot) bool) {
-	t.Helper()
-	deadline := time.NewTimer(visible)
-	defer deadline.Stop()
-	for {
-		if snap := s.agg.Snapshot(); snap != nil && cond(snap) {
-			return
-		}
-		select {
-		case <-s.changed:
-		case <-deadline.C:
-			t.Fatalf("aggregator: %s not seen within %v", what, visible)
 		}
 	}
 }
