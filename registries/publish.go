@@ -68,7 +68,8 @@ type Entry[K comparable] struct {
 
 // PublisherOptions configure a Publisher.
 type PublisherOptions[K comparable] struct {
-	// Compare orders keys; the state is assembled in this order. Required.
+	// Compare orders keys; the state is assembled in this order. Required;
+	// it returns 0 for equal keys only.
 	Compare func(a, b K) int
 	// Assemble turns every key's conversion, in key order, into the
 	// shard's state. Nil: each entry's services then its rejections,
@@ -110,11 +111,10 @@ type Publisher[K comparable] struct {
 	mu   sync.Mutex
 	conv map[K]Converted
 	// entries is conv in key order, nil when a key came or went since it
-	// was sorted (pos: each key's index in it): a change of values only,
-	// the usual edit of a registry with a key per service, updates its
-	// entry without sorting or looking up every key again.
+	// was sorted: a change of values only, the usual edit of a registry
+	// with a key per service, updates its entry (found by binary search)
+	// without sorting or looking up every key again.
 	entries []Entry[K]
-	pos     map[K]int
 	// With the default Assemble (concat), flat is the services last
 	// assembled (immutable once handed out: the model's contract) and
 	// offs each entry's first index in it; patched lists the entries whose
@@ -230,8 +230,9 @@ func (p *Publisher[K]) store(key K, c Converted, had bool) {
 	p.conv[key] = c
 	if !had {
 		p.entries = nil
-	} else if p.entries != nil {
-		i := p.pos[key]
+	} else if i, ok := p.entry(key); !ok {
+		p.entries = nil
+	} else {
 		if p.flatOK && len(p.entries[i].Services) == len(c.Services) {
 			p.patched = append(p.patched, i)
 		} else {
@@ -494,12 +495,18 @@ func (p *Publisher[K]) assemble() ([]model.Service, []model.Rejection) {
 func (p *Publisher[K]) sortEntries() {
 	keys := slices.SortedFunc(maps.Keys(p.conv), p.opts.Compare)
 	p.entries = make([]Entry[K], len(keys))
-	p.pos = make(map[K]int, len(keys))
 	for i, k := range keys {
 		p.entries[i] = Entry[K]{Key: k, Converted: p.conv[k]}
-		p.pos[k] = i
 	}
 	p.flatOK = false
+}
+
+// entry returns key's index in entries, found by binary search (a map of
+// positions would cost a map entry per key), and false when entries is
+// nil or does not hold key. Called with mu held.
+func (p *Publisher[K]) entry(key K) (int, bool) {
+	i, ok := slices.BinarySearchFunc(p.entries, key, func(e Entry[K], k K) int { return p.opts.Compare(e.Key, k) })
+	return i, ok && p.entries[i].Key == key
 }
 
 // assembleConcat is Concat over the entries, patching the last result

@@ -109,8 +109,6 @@ type session struct {
 	pending map[serviceKey]pushed
 	signal  chan struct{} // one token: pending has something
 	recvErr chan error    // the stream ended
-
-	subscribed map[serviceKey]bool
 }
 
 var reqSeq atomic.Uint64
@@ -157,10 +155,9 @@ func (r *Registry) session(ctx context.Context, cl *client, st *state, i int) er
 	defer cancel()
 	s := &session{
 		r: r, cl: cl, st: st, target: cl.grpcTarget(i),
-		pending:    map[serviceKey]pushed{},
-		signal:     make(chan struct{}, 1),
-		recvErr:    make(chan error, 1),
-		subscribed: map[serviceKey]bool{},
+		pending: map[serviceKey]pushed{},
+		signal:  make(chan struct{}, 1),
+		recvErr: make(chan error, 1),
 	}
 	if err := cl.login(ctx, i); err != nil {
 		r.m.conn.Err.Inc()
@@ -178,9 +175,7 @@ func (r *Registry) session(ctx context.Context, cl *client, st *state, i int) er
 	defer s.conn.Close()
 	defer cancel()
 	r.m.conn.OK.Inc()
-	// lastRefTime orders the answers of one server; another server's
-	// clock may be behind.
-	clear(st.seen)
+	st.newSession()
 	if cl.current != i {
 		r.log.Info("nacos: connected to another server", "server", r.cfg.Servers[i])
 	}
@@ -354,7 +349,7 @@ func (s *session) applyPending() {
 	changed := false
 	first := time.Time{}
 	for key, v := range p {
-		if !s.subscribed[key] {
+		if !s.st.isSubscribed(key) {
 			continue // unsubscribed meanwhile, or not ours
 		}
 		if s.st.set(key, v.info.Hosts, v.info.LastRefTime) {
@@ -389,7 +384,7 @@ func (s *session) sync(ctx context.Context) error {
 	changed := false
 	at := time.Now()
 	for key := range keep {
-		if s.subscribed[key] {
+		if s.st.isSubscribed(key) {
 			continue
 		}
 		info, err := s.subscribe(ctx, key, true)
@@ -398,15 +393,14 @@ func (s *session) sync(ctx context.Context) error {
 			return err
 		}
 		s.r.m.sub.OK.Inc()
-		s.subscribed[key] = true
+		s.st.subscribed(key)
 		if s.st.set(key, info.Hosts, info.LastRefTime) {
 			changed = true
 		}
 		at = time.Now()
 	}
-	for key := range s.subscribed {
-		if !keep[key] {
-			delete(s.subscribed, key)
+	for key, h := range s.st.held {
+		if h.session == s.st.session && !keep[key] {
 			if _, err := s.subscribe(ctx, key, false); err != nil {
 				s.r.log.Debug("nacos unsubscribe failed", "service", key.String(), "err", err)
 			}
@@ -427,7 +421,10 @@ func (s *session) sync(ctx context.Context) error {
 func (s *session) resync(ctx context.Context) error {
 	changed := false
 	at := time.Now()
-	for key := range s.subscribed {
+	for key, h := range s.st.held {
+		if h.session != s.st.session {
+			continue
+		}
 		info, err := s.subscribe(ctx, key, true)
 		if err != nil {
 			s.r.m.sub.Err.Inc()
@@ -452,7 +449,7 @@ func (s *session) applyPendingInto(changed *bool) {
 	s.pending = map[serviceKey]pushed{}
 	s.mu.Unlock()
 	for key, v := range p {
-		if s.subscribed[key] && s.st.set(key, v.info.Hosts, v.info.LastRefTime) {
+		if s.st.isSubscribed(key) && s.st.set(key, v.info.Hosts, v.info.LastRefTime) {
 			*changed = true
 		}
 	}

@@ -38,10 +38,12 @@
 // # Cost of a change
 //
 // Each service is one key of the Publisher (docs/architecture.md
-// §3.1.1): a push converts and compares its one service. A list read
-// again as it was (a resync, an http poll, a push of what is held) is
-// recognized by a hash of what the conversion reads and not converted
-// again.
+// §3.1.1): a push converts and compares its one service, and the
+// aggregator receives that service alone (a delta; a state in which two
+// services collide on a hostname goes whole, assembled here). A list
+// read again as it was (a resync, an http poll, a push of what is held)
+// is recognized by a hash of what the conversion reads and not converted
+// again. Besides its conversion, a service costs one map entry (held).
 //
 // # Outages
 //
@@ -145,16 +147,31 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 type state struct {
 	r *Registry
 
-	pub  *registries.Publisher[serviceKey] // each service's conversion
-	raw  map[serviceKey]int                // instances per service, malformed ones included
-	seen map[serviceKey]int64              // lastRefTime of the newest list applied
-	// sums are the hashes of the lists pub's conversions were made from:
-	// a list read again as it was (a resync, an http poll, a push that
-	// changed nothing meshfed reads) is not converted again.
-	sums map[serviceKey]uint64
-	seed maphash.Seed
+	pub *registries.Publisher[serviceKey] // each service's conversion
+	// held is what the registry keeps of each service besides its
+	// conversion, one map entry per service; instances sums their n.
+	held      map[serviceKey]held
+	instances int
+	// session numbers the grpc transport's sessions (0: none yet).
+	session uint32
+	seed    maphash.Seed
 	// labels shares the endpoints' equal label maps.
 	labels registries.LabelSets
+}
+
+// held is what the registry keeps of one service besides its conversion.
+type held struct {
+	// sum hashes the list the conversion was made from: a list read again
+	// as it was (a resync, an http poll, a push that changed nothing
+	// meshfed reads) is not converted again.
+	sum uint64
+	// refTime is Nacos' lastRefTime of the newest list applied (0:
+	// none); it orders the answers of one session's server only.
+	refTime int64
+	n       int32 // instances, malformed ones included
+	// session is the grpc session that subscribed the service (0: none).
+	session uint32
+	ok      bool // converted at least once: sum is set
 }
 
 func newState(r *Registry, sink registries.Sink) *state {
@@ -169,9 +186,7 @@ func newState(r *Registry, sink registries.Sink) *state {
 			// one go to the aggregator as deltas.
 			ConcatUnlessDuplicate: true,
 		}),
-		raw:  map[serviceKey]int{},
-		seen: map[serviceKey]int64{},
-		sums: map[serviceKey]uint64{},
+		held: map[serviceKey]held{},
 		seed: maphash.MakeSeed(),
 	}
 }
@@ -180,18 +195,20 @@ func newState(r *Registry, sink registries.Sink) *state {
 // form changed. refTime is Nacos' lastRefTime of the list (0: unknown);
 // a list older than one already applied is ignored.
 func (s *state) set(key serviceKey, insts []instance, refTime int64) bool {
-	if refTime > 0 && refTime < s.seen[key] {
+	h := s.held[key]
+	if refTime > 0 && refTime < h.refTime {
 		return false
 	}
-	if refTime > 0 {
-		s.seen[key] = refTime
-	}
-	s.raw[key] = len(insts)
+	h.refTime = max(h.refTime, refTime)
+	s.instances += len(insts) - int(h.n)
+	h.n = int32(len(insts))
 	sum := s.sum(insts)
-	if old, ok := s.sums[key]; ok && old == sum {
+	if h.ok && h.sum == sum {
+		s.held[key] = h
 		return false
 	}
-	s.sums[key] = sum
+	h.sum, h.ok = sum, true
+	s.held[key] = h
 	s.r.conversions.Add(1)
 	if s.r.converted != nil {
 		s.r.converted(key.String())
@@ -199,6 +216,25 @@ func (s *state) set(key serviceKey, insts []instance, refTime int64) bool {
 	conv := convertService(s.r.common, &s.r.cfg, key, insts)
 	s.labels.ShareServices(conv.Services)
 	return s.pub.Set(key, conv)
+}
+
+// newSession starts a grpc session: no service is subscribed in it yet.
+func (s *state) newSession() { s.session++ }
+
+// subscribed records that the current session subscribed key. Its
+// lastRefTime is forgotten if an earlier session's: those order the
+// answers of one server, and another server's clock may be behind.
+func (s *state) subscribed(key serviceKey) {
+	h := s.held[key]
+	if h.session != s.session {
+		h.session, h.refTime = s.session, 0
+	}
+	s.held[key] = h
+}
+
+// isSubscribed reports whether the current session subscribed key.
+func (s *state) isSubscribed(key serviceKey) bool {
+	return s.session > 0 && s.held[key].session == s.session
 }
 
 // sum hashes what the conversion reads of an instance list, in order.
@@ -241,21 +277,21 @@ func (s *state) sum(insts []instance) uint64 {
 // retain drops every service not in keep and reports whether any was
 // dropped.
 func (s *state) retain(keep map[serviceKey]bool) bool {
-	maps.DeleteFunc(s.raw, func(k serviceKey, _ int) bool { return !keep[k] })
-	maps.DeleteFunc(s.seen, func(k serviceKey, _ int64) bool { return !keep[k] })
-	maps.DeleteFunc(s.sums, func(k serviceKey, _ uint64) bool { return !keep[k] })
+	maps.DeleteFunc(s.held, func(k serviceKey, h held) bool {
+		if keep[k] {
+			return false
+		}
+		s.instances -= int(h.n)
+		return true
+	})
 	return s.pub.Retain(func(k serviceKey) bool { return keep[k] })
 }
 
-// publish hands the full state to the sink when it changed or an outage
+// publish hands the state to the sink when it changed or an outage
 // ended; at is when the answer that brought the change arrived.
 func (s *state) publish(changed bool, at time.Time) {
-	n := 0
-	for _, c := range s.raw {
-		n += c
-	}
-	s.r.m.instances.Set(float64(n))
-	s.r.m.watched.Set(float64(len(s.raw)))
+	s.r.m.instances.Set(float64(s.instances))
+	s.r.m.watched.Set(float64(len(s.held)))
 	if changed {
 		s.pub.Changed(at)
 	}

@@ -454,8 +454,10 @@ func TestConformance(t *testing.T) {
 }
 
 // TestPolarisOneChangeConvertsOneService: among many services, one new
-// instance converts and compares its one service (counted, not timed);
-// resyncs that read every service again convert nothing that did not
+// instance converts and compares its one service and is handed to a sink
+// that takes deltas (as the aggregator does) as a delta of that one
+// service (counted, not timed); resyncs
+// that read every service again convert and publish nothing that did not
 // change.
 func TestPolarisOneChangeConvertsOneService(t *testing.T) {
 	t.Parallel()
@@ -475,9 +477,9 @@ func TestPolarisOneChangeConvertsOneService(t *testing.T) {
 		converted[service]++
 		mu.Unlock()
 	}
-	sink := registrytest.NewSink()
+	sink := registrytest.NewDeltaSink()
 	registrytest.Start(t, reg, sink)
-	sink.WaitFor(t, visible, func(st registrytest.State) bool { return len(st.Services) == services })
+	sink.WaitFor(t, visible, "every service", func(s map[string]model.Service) bool { return len(s) == services })
 	subscribes := func() int { return int(testutil.ToFloat64(requests.WithLabelValues(name, reqSubscribe, "ok"))) }
 	// resynced waits until every service was read once more.
 	resynced := func() {
@@ -501,22 +503,38 @@ func TestPolarisOneChangeConvertsOneService(t *testing.T) {
 	if c0 < services || c0 > 2*services {
 		t.Errorf("first sync of %d services: %d conversions", services, c0)
 	}
+	sink.Take()
 	resynced()
 	if got := reg.conversions.Load() - c0; got != 0 {
 		t.Errorf("a resync of %d unchanged services converted %d", services, got)
+	}
+	if got := sink.Take(); len(got) != 0 {
+		t.Errorf("a resync of %d unchanged services published %v", services, got)
 	}
 	mu.Lock()
 	clear(converted)
 	mu.Unlock()
 	c.Register(t, servers.NacosInstance{Service: "svc-037", IP: "10.2.0.1", Port: 8080})
-	sink.WaitFor(t, visible, hasEndpoints("svc-037.nacos", "http", "10.1.0.38:8080/HEALTHY/100", "10.2.0.1:8080/HEALTHY/100"))
+	sink.WaitFor(t, visible, "the new instance", func(s map[string]model.Service) bool {
+		svc, ok := s["svc-037.nacos"]
+		return ok && len(svc.Endpoints) == 2 && slices.ContainsFunc(svc.Endpoints, func(e model.Endpoint) bool { return e.Address == "10.2.0.1" })
+	})
 	resynced()
 	// Polaris may push the new instance's list twice (as registered, then
 	// with its health); each list that differs is converted, and only
-	// the service it belongs to.
+	// the service it belongs to, and handed on alone.
 	mu.Lock()
 	defer mu.Unlock()
 	if len(converted) != 1 || converted["DEFAULT_GROUP@@svc-037"] == 0 {
 		t.Errorf("one instance registered among %d services converted %v, want svc-037 only", services, converted)
+	}
+	got := sink.Take()
+	if len(got) == 0 || len(got) > converted["DEFAULT_GROUP@@svc-037"] {
+		t.Errorf("one instance registered: %d states published for %d conversions", len(got), converted["DEFAULT_GROUP@@svc-037"])
+	}
+	for _, u := range got {
+		if u != "delta svc-037.nacos" {
+			t.Errorf("one instance registered among %d services published %q, want a delta of svc-037.nacos alone", services, u)
+		}
 	}
 }

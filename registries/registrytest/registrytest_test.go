@@ -173,3 +173,28 @@ func TestCheckServices(t *testing.T) {
 		})
 	}
 }
+
+func TestDeltaSinkAppliesDeltas(t *testing.T) {
+	t.Parallel()
+	sink := NewDeltaSink()
+	go func() {
+		sink.Publish(shard, registries.Update{Condition: registries.Condition{Err: "down"}}) // no state
+		sink.Publish(shard, registries.FullState([]model.Service{svc("a.vm", "10.0.0.1"), svc("b.vm", "10.0.0.2")}, nil))
+		sink.Publish(shard, registries.Update{HasState: true, Complete: true, Delta: true,
+			Services: []model.Service{svc("a.vm", "10.0.0.3")}, Removed: []string{"b.vm"}})
+	}()
+	sink.WaitFor(t, 5*time.Second, "the delta", func(s map[string]model.Service) bool {
+		return len(s) == 1 && len(s["a.vm"].Endpoints) == 1 && s["a.vm"].Endpoints[0].Address == "10.0.0.3"
+	})
+	if got, want := strings.Join(sink.Take(), "; "), "full a.vm b.vm; delta a.vm -b.vm"; got != want {
+		t.Errorf("states %q, want %q", got, want)
+	}
+	if got := sink.Take(); len(got) != 0 {
+		t.Errorf("Take again: %q, want nothing", got)
+	}
+	f := &fakeT{TB: t}
+	sink.WaitFor(f, 10*time.Millisecond, "b.vm", func(s map[string]model.Service) bool { _, ok := s["b.vm"]; return ok })
+	if !strings.Contains(f.fatal, "b.vm not seen within") {
+		t.Errorf("WaitFor on a state that never comes: %q", f.fatal)
+	}
+}
