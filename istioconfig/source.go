@@ -493,7 +493,7 @@ func (s *Source) update() bool {
 			s.mu.Unlock()
 			return s.reload()
 		}
-		p := feedDoc(group, fo, &s.memo)
+		p := viewDoc(group, fo, &s.memo)
 		s.compared.Add(1)
 		if p.hash == old.Hash && p.source == old.Source && p.created.Equal(old.Created) {
 			continue
