@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/model"
 )
 
 // Feed is a config source whose objects arrive already typed from a
@@ -179,15 +181,19 @@ type viewPart struct {
 	objs []*viewObject
 }
 
-// viewObject is an object of a feedView with its hash and validation
-// result, made once per Spec pointer (a new pointer gets a new
-// viewObject).
+// viewObject is an object of a feedView, made once per Spec pointer (a
+// new pointer gets a new viewObject): the ConfigObject it is put in force
+// as (its Hash "" until hashed: viewDoc) and its validation result.
 type viewObject struct {
-	FeedObject
-	hash string // "" until hashed
+	obj *model.ConfigObject
 	// checked: err is the validation result of the object.
 	checked bool
 	err     error
+}
+
+func newViewObject(o FeedObject) *viewObject {
+	return &viewObject{obj: &model.ConfigObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source,
+		Created: o.Created, Spec: o.Spec}}
 }
 
 // changedKey is an object a delta changed: part i's key.
@@ -197,7 +203,9 @@ type changedKey struct {
 }
 
 // viewCompare orders viewObjects by feedCompare.
-func viewCompare(a *viewObject, b FeedObject) int { return feedCompare(a.FeedObject, b) }
+func viewCompare(a *viewObject, b FeedObject) int {
+	return joinedCompare([3]string{a.obj.Kind, a.obj.Namespace, a.obj.Name}, [3]string{b.Kind, b.Namespace, b.Name})
+}
 
 // apply takes deltas in. It returns the objects they changed (added,
 // updated or deleted), and whether a part's state (Synced, Failed, Err,
@@ -237,9 +245,9 @@ func (v *feedView) apply(deltas []FeedDelta) (changed []changedKey, restate bool
 			case ok && p.objs[j].same(o):
 				continue // a resync: the same object
 			case ok:
-				p.objs[j] = &viewObject{FeedObject: o}
+				p.objs[j] = newViewObject(o)
 			default:
-				p.objs = slices.Insert(p.objs, j, &viewObject{FeedObject: o})
+				p.objs = slices.Insert(p.objs, j, newViewObject(o))
 			}
 			changed = append(changed, changedKey{i, FeedKey{o.Kind, o.Namespace, o.Name}})
 		}
@@ -249,7 +257,7 @@ func (v *feedView) apply(deltas []FeedDelta) (changed []changedKey, restate bool
 
 // same: v is o (the same Spec pointer, source and creation time).
 func (v *viewObject) same(o FeedObject) bool {
-	return v.Spec == o.Spec && v.Source == o.Source && v.Created.Equal(o.Created)
+	return v.obj.Spec == any(o.Spec) && v.obj.Source == o.Source && v.obj.Created.Equal(o.Created)
 }
 
 // keep returns the part's viewObject of o when it is the same object,
@@ -258,7 +266,7 @@ func (p *viewPart) keep(o FeedObject) *viewObject {
 	if j, ok := slices.BinarySearchFunc(p.objs, o, viewCompare); ok && p.objs[j].same(o) {
 		return p.objs[j]
 	}
-	return &viewObject{FeedObject: o}
+	return newViewObject(o)
 }
 
 // object returns part i's object key, if held.
@@ -323,14 +331,15 @@ func feedDoc(group string, o FeedObject, hash string) *parsed {
 
 // viewDoc is feedDoc of a view's object, hashed once (counted in memo)
 // and validated once (p.view).
-func viewDoc(group string, o *viewObject, memo *objectMemo) *parsed {
-	if o.hash == "" {
-		o.hash = hashOf(o.Kind, o.Namespace, o.Name, o.Spec)
+func viewDoc(group string, v *viewObject, memo *objectMemo) *parsed {
+	o := v.obj
+	spec, _ := o.Spec.(proto.Message)
+	if o.Hash == "" {
+		o.Hash = hashOf(o.Kind, o.Namespace, o.Name, spec)
 		memo.hashed.Add(1)
 	}
-	p := feedDoc(group, o.FeedObject, o.hash)
-	p.view = o
-	return p
+	return &parsed{kind: o.Kind, namespace: o.Namespace, name: o.Name, source: o.Source, file: group,
+		spec: spec, hash: o.Hash, fromFeed: true, created: o.Created, view: v}
 }
 
 // partState is the state of a feed part on /debug/configz.
