@@ -24,7 +24,7 @@ package kubeclient
 // converts each object as it arrives (one conversion per
 // resourceVersion) and keeps only what Object holds — its spec, copied out
 // of the typed object, with equal label maps of ServiceEntry endpoints
-// and WorkloadEntries shared (registries.LabelSets) — so the typed
+// and WorkloadEntries shared (IstioOptions.ShareLabels) — so the typed
 // object, its metadata (UID, labels, annotations, managed fields) and
 // status are dropped at once. Cached objects are never modified, by the
 // informers or by readers.
@@ -74,8 +74,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/meshfed/meshfed/registries"
 )
 
 // retryConnect is how long a cluster whose credentials failed waits
@@ -109,6 +107,12 @@ type IstioOptions struct {
 	// KindServiceEntry, KindWorkloadEntry, KindSidecar); at least one.
 	Kinds  []string
 	Logger *slog.Logger
+	// ShareLabels, unless nil, is given the label map of every
+	// ServiceEntry endpoint and WorkloadEntry received, and returns the map
+	// to cache instead: an equal one it holds (registries.LabelSets.Share),
+	// so that thousands of endpoints carrying a few sets hold a few maps.
+	// It is called from the informers' goroutines.
+	ShareLabels func(map[string]string) map[string]string
 }
 
 // Part is the state of one cluster of an IstioWatch.
@@ -208,8 +212,6 @@ func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) 
 type IstioWatch struct {
 	namespaces []string
 	clusters   []*cluster
-	// labels shares the equal label maps of the cached specs.
-	labels *registries.LabelSets
 	// conversions counts the objects converted by the informers.
 	conversions atomic.Uint64
 }
@@ -226,7 +228,7 @@ func NewIstioWatch(o IstioOptions) *IstioWatch {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	w := &IstioWatch{namespaces: slices.Clone(o.Namespaces), labels: &registries.LabelSets{}}
+	w := &IstioWatch{namespaces: slices.Clone(o.Namespaces)}
 	if len(w.namespaces) == 0 {
 		w.namespaces = []string{metav1.NamespaceAll}
 	}
@@ -240,7 +242,7 @@ func NewIstioWatch(o IstioOptions) *IstioWatch {
 		}
 	}
 	for _, c := range o.Clusters {
-		w.clusters = append(w.clusters, &cluster{Cluster: c, kinds: kinds, log: log.With("cluster", c.Name), labels: w.labels, conversions: &w.conversions})
+		w.clusters = append(w.clusters, &cluster{Cluster: c, kinds: kinds, log: log.With("cluster", c.Name), shareLabels: o.ShareLabels, conversions: &w.conversions})
 	}
 	return w
 }
@@ -291,7 +293,8 @@ type cluster struct {
 	tracker   *Tracker
 	informers []cache.SharedIndexInformer // nil until connected
 	synced    bool                        // every informer listed once
-	labels    *registries.LabelSets
+	// shareLabels is IstioOptions.ShareLabels.
+	shareLabels func(map[string]string) map[string]string
 	// conversions counts the objects the transforms converted.
 	conversions *atomic.Uint64
 	// dirty holds the objects the event handlers saw change since the last
@@ -552,7 +555,7 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 			return obj, nil
 		}
 		o.Spec = detach(o.Spec)
-		c.shareLabels(o.Spec)
+		c.share(o.Spec)
 		if c.conversions != nil {
 			c.conversions.Add(1)
 		}
@@ -586,23 +589,22 @@ func kindOf(obj any) string {
 // bench/analysis.md).
 func detach(m proto.Message) proto.Message { return proto.Clone(m) }
 
-// shareLabels replaces the label maps of a new spec's ServiceEntry
-// endpoints, or of a WorkloadEntry, with the equal maps held by
-// c.labels: thousands of endpoints tend to carry a few sets.
-func (c *cluster) shareLabels(spec proto.Message) {
-	if c.labels == nil {
+// share replaces the label maps of a new spec's ServiceEntry endpoints,
+// or of a WorkloadEntry, with what c.shareLabels returns for them.
+func (c *cluster) share(spec proto.Message) {
+	if c.shareLabels == nil {
 		return
 	}
 	switch sp := spec.(type) {
 	case *networking.ServiceEntry:
 		for _, e := range sp.GetEndpoints() {
 			if len(e.Labels) > 0 {
-				e.Labels = c.labels.Share(e.Labels)
+				e.Labels = c.shareLabels(e.Labels)
 			}
 		}
 	case *networking.WorkloadEntry:
 		if len(sp.Labels) > 0 {
-			sp.Labels = c.labels.Share(sp.Labels)
+			sp.Labels = c.shareLabels(sp.Labels)
 		}
 	}
 }

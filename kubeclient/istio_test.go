@@ -3,6 +3,7 @@ package kubeclient
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -103,7 +104,17 @@ func TestConvertedSpecsPassTheGate(t *testing.T) {
 // version what is cached.
 func TestTransformKeepsWhatConvertReads(t *testing.T) {
 	t.Parallel()
-	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindServiceEntry}})
+	var held []map[string]string // ShareLabels: the first of equal maps
+	share := func(m map[string]string) map[string]string {
+		for _, h := range held {
+			if maps.Equal(h, m) {
+				return h
+			}
+		}
+		held = append(held, m)
+		return m
+	}
+	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindServiceEntry}, ShareLabels: share})
 	c := w.clusters[0]
 	store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
 	tr := c.transform(store)

@@ -30,12 +30,12 @@ type keyed struct {
 	r      *Registry
 	caches map[string]*docCache // by path
 
-	files    map[string][]Object // by path: the objects last resolved
-	decls    map[string][]decl   // by object key: its declarations in order
-	inForce  map[string]forced   // by object key: the version in force, its last good one
-	counts   map[string]contrib  // by object key: its share of the objects gauge
-	nIn      map[string]int      // objects in force by kind
-	nRej     map[string]int      // objects rejected by kind
+	files   map[string][]Object // by path: the objects last resolved
+	decls   map[string][]decl   // by object key: its declarations in order
+	inForce map[string]forced   // by object key: the version in force, its last good one
+	counts  map[string]contrib  // by object key: its share of the objects gauge
+	nIn     map[string]int      // objects in force by kind
+	nRej    map[string]int      // objects rejected by kind
 
 	claims    map[string][]claimant      // by host: the ServiceEntries in force naming it, in order
 	workloads map[string][]forced        // by namespace: the WorkloadEntries in force, in order
