@@ -217,8 +217,10 @@ type IstioWatch struct {
 }
 
 // Conversions returns how many objects the informers have converted so
-// far: one per object and resourceVersion received, not one per object
-// per Parts or Deltas call. For tests and diagnostics.
+// far: one per object and resourceVersion received (a deletion's final
+// state included; a relist of an unchanged resourceVersion converts
+// nothing), not one per object per Parts or Deltas call. For tests and
+// diagnostics.
 func (w *IstioWatch) Conversions() uint64 { return w.conversions.Load() }
 
 // NewIstioWatch returns an IstioWatch; it does no I/O. It panics without
