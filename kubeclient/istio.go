@@ -585,10 +585,8 @@ func kindOf(obj any) string {
 // detach returns a deep copy of m, the spec of a typed object just
 // decoded: nothing of the typed object stays referenced, and the copy's
 // pieces are allocated together, so the decoder's garbage, allocated
-// among m's pieces, leaves whole spans free rather than holes in the
-// spans that hold what is cached (at 5,000 VirtualServices about 200
-// bytes of RSS per object less than keeping m's pieces:
-// bench/analysis.md).
+// among m's pieces, can leave whole spans free rather than holes in the
+// spans that hold what is cached (bench/analysis.md).
 func detach(m proto.Message) proto.Message { return proto.Clone(m) }
 
 // share replaces the label maps of a new spec's ServiceEntry endpoints,
