@@ -122,6 +122,9 @@ type parsed struct {
 	hash                  string
 	err                   error
 	node                  *yaml.Node // the document's body, for positions below it
+	// view is the feedView object p was read from (nil for files and plain
+	// Feeds): it keeps p's validation result.
+	view *viewObject
 }
 
 // hostsOf returns the hosts p names: from its decoded spec, else from the
@@ -459,7 +462,8 @@ func hashOf(kind, ns, name string, m proto.Message) string {
 	h := sha256.New()
 	h.Write([]byte(kind + "\x00" + ns + "\x00" + name + "\x00"))
 	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	// 16 hex digits, not a slice of 64: the hash string is held per object.
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // durationKeys are the keys of the duration fields of VirtualService and

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/model"
 )
 
 // Feed is a config source whose objects arrive already typed from a
@@ -165,9 +167,33 @@ func joinedCompare(a, b [3]string) int {
 }
 
 // feedView is what the Source holds of a DeltaFeed's parts: their last
-// states, each part's objects sorted by feedCompare.
+// states, each part's objects sorted by feedCompare. Beside each object
+// it keeps what the gate derived from it (viewObject): a read after one
+// event hashes and validates that object only, without a memo of its own.
 type feedView struct {
-	parts []FeedPart
+	parts []viewPart
+}
+
+// viewPart is one part of a feedView: FeedPart's state (its Objects
+// unused) and its objects.
+type viewPart struct {
+	FeedPart
+	objs []*viewObject
+}
+
+// viewObject is an object of a feedView, made once per Spec pointer (a
+// new pointer gets a new viewObject): the ConfigObject it is put in force
+// as (its Hash "" until hashed: viewDoc) and its validation result.
+type viewObject struct {
+	obj *model.ConfigObject
+	// checked: err is the validation result of the object.
+	checked bool
+	err     error
+}
+
+func newViewObject(o FeedObject) *viewObject {
+	return &viewObject{obj: &model.ConfigObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source,
+		Created: o.Created, Spec: o.Spec}}
 }
 
 // changedKey is an object a delta changed: part i's key.
@@ -176,12 +202,17 @@ type changedKey struct {
 	key  FeedKey
 }
 
+// viewCompare orders viewObjects by feedCompare.
+func viewCompare(a *viewObject, b FeedObject) int {
+	return joinedCompare([3]string{a.obj.Kind, a.obj.Namespace, a.obj.Name}, [3]string{b.Kind, b.Namespace, b.Name})
+}
+
 // apply takes deltas in. It returns the objects they changed (added,
 // updated or deleted), and whether a part's state (Synced, Failed, Err,
 // the number of parts) changed or a part was listed in full.
 func (v *feedView) apply(deltas []FeedDelta) (changed []changedKey, restate bool) {
 	if len(deltas) != len(v.parts) {
-		v.parts = make([]FeedPart, len(deltas))
+		v.parts = make([]viewPart, len(deltas))
 		restate = true
 	}
 	for i, d := range deltas {
@@ -191,26 +222,32 @@ func (v *feedView) apply(deltas []FeedDelta) (changed []changedKey, restate bool
 		}
 		p.Name, p.Synced, p.Failed, p.Err = d.Name, d.Synced, d.Failed, d.Err
 		if d.Full {
+			// A relist: objects whose Spec did not change keep what was
+			// derived from them.
 			restate = true
-			p.Objects = slices.SortedFunc(slices.Values(d.Objects), feedCompare)
+			objs := make([]*viewObject, len(d.Objects))
+			for j, o := range slices.SortedFunc(slices.Values(d.Objects), feedCompare) {
+				objs[j] = p.keep(o)
+			}
+			p.objs = objs
 			continue
 		}
 		for _, k := range d.Deleted {
 			o := FeedObject{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name}
-			if j, ok := slices.BinarySearchFunc(p.Objects, o, feedCompare); ok {
-				p.Objects = slices.Delete(p.Objects, j, j+1)
+			if j, ok := slices.BinarySearchFunc(p.objs, o, viewCompare); ok {
+				p.objs = slices.Delete(p.objs, j, j+1)
 				changed = append(changed, changedKey{i, k})
 			}
 		}
 		for _, o := range d.Objects {
-			j, ok := slices.BinarySearchFunc(p.Objects, o, feedCompare)
+			j, ok := slices.BinarySearchFunc(p.objs, o, viewCompare)
 			switch {
-			case ok && p.Objects[j].Spec == o.Spec && p.Objects[j].Source == o.Source && p.Objects[j].Created.Equal(o.Created):
+			case ok && p.objs[j].same(o):
 				continue // a resync: the same object
 			case ok:
-				p.Objects[j] = o
+				p.objs[j] = newViewObject(o)
 			default:
-				p.Objects = slices.Insert(p.Objects, j, o)
+				p.objs = slices.Insert(p.objs, j, newViewObject(o))
 			}
 			changed = append(changed, changedKey{i, FeedKey{o.Kind, o.Namespace, o.Name}})
 		}
@@ -218,50 +255,91 @@ func (v *feedView) apply(deltas []FeedDelta) (changed []changedKey, restate bool
 	return changed, restate
 }
 
+// same: v is o (the same Spec pointer, source and creation time).
+func (v *viewObject) same(o FeedObject) bool {
+	return v.obj.Spec == any(o.Spec) && v.obj.Source == o.Source && v.obj.Created.Equal(o.Created)
+}
+
+// keep returns the part's viewObject of o when it is the same object,
+// else a new one.
+func (p *viewPart) keep(o FeedObject) *viewObject {
+	if j, ok := slices.BinarySearchFunc(p.objs, o, viewCompare); ok && p.objs[j].same(o) {
+		return p.objs[j]
+	}
+	return newViewObject(o)
+}
+
 // object returns part i's object key, if held.
-func (v *feedView) object(i int, k FeedKey) (FeedObject, bool) {
-	objs := v.parts[i].Objects
-	j, ok := slices.BinarySearchFunc(objs, FeedObject{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name}, feedCompare)
+func (v *feedView) object(i int, k FeedKey) (*viewObject, bool) {
+	objs := v.parts[i].objs
+	j, ok := slices.BinarySearchFunc(objs, FeedObject{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name}, viewCompare)
 	if !ok {
-		return FeedObject{}, false
+		return nil, false
 	}
 	return objs[j], true
 }
 
 // readFeed turns the parts of f (from view for a DeltaFeed, sorted by
 // feedCompare) into documents for the gate, the groups whose last good
-// objects stay (parts not synced) and their states. Each object's hash
-// is taken from memo while its Spec is the same pointer.
+// objects stay (parts not synced) and their states. A view's objects
+// keep their hashes and validation results (viewDoc); a plain Feed's
+// hashes are taken from memo while an object's Spec is the same pointer.
 func readFeed(f Feed, view *feedView, memo *objectMemo) (docs []*parsed, keep []string, states []SourceState) {
-	var parts []FeedPart
 	if view != nil {
 		view.apply(f.(DeltaFeed).Deltas())
-		parts = view.parts
-	} else {
-		parts = f.Parts()
-		for _, p := range parts {
-			slices.SortStableFunc(p.Objects, feedCompare)
+		for _, part := range view.parts {
+			st, group, ok := feedPart(f.Name(), part.FeedPart)
+			states = append(states, st)
+			if !ok {
+				keep = append(keep, group)
+				continue
+			}
+			for _, o := range part.objs {
+				docs = append(docs, viewDoc(group, o, memo))
+			}
 		}
+		return docs, keep, states
 	}
+	parts := f.Parts()
 	for _, part := range parts {
-		st := partState(f.Name(), part)
+		slices.SortStableFunc(part.Objects, feedCompare)
+		st, group, ok := feedPart(f.Name(), part)
 		states = append(states, st)
-		group := feedGroup(f.Name(), part.Name)
-		if !part.Synced {
+		if !ok {
 			keep = append(keep, group)
 			continue
 		}
 		for _, o := range part.Objects {
-			docs = append(docs, feedDoc(group, o, memo))
+			docs = append(docs, feedDoc(group, o, memo.hash(group, o)))
 		}
 	}
 	return docs, keep, states
 }
 
-// feedDoc is o of the part group as a document for the gate.
-func feedDoc(group string, o FeedObject, memo *objectMemo) *parsed {
+// feedPart is the state and group of a part of feed, and whether its
+// objects are read (it synced).
+func feedPart(feed string, part FeedPart) (st SourceState, group string, synced bool) {
+	return partState(feed, part), feedGroup(feed, part.Name), part.Synced
+}
+
+// feedDoc is o of the part group, of hash hash, as a document for the
+// gate.
+func feedDoc(group string, o FeedObject, hash string) *parsed {
 	return &parsed{kind: o.Kind, namespace: o.Namespace, name: o.Name, source: o.Source, file: group,
-		spec: o.Spec, hash: memo.hash(group, o), fromFeed: true, created: o.Created}
+		spec: o.Spec, hash: hash, fromFeed: true, created: o.Created}
+}
+
+// viewDoc is feedDoc of a view's object, hashed once (counted in memo)
+// and validated once (p.view).
+func viewDoc(group string, v *viewObject, memo *objectMemo) *parsed {
+	o := v.obj
+	spec, _ := o.Spec.(proto.Message)
+	if o.Hash == "" {
+		o.Hash = hashOf(o.Kind, o.Namespace, o.Name, spec)
+		memo.hashed.Add(1)
+	}
+	return &parsed{kind: o.Kind, namespace: o.Namespace, name: o.Name, source: o.Source, file: group,
+		spec: spec, hash: o.Hash, fromFeed: true, created: o.Created, view: v}
 }
 
 // partState is the state of a feed part on /debug/configz.

@@ -9,7 +9,8 @@ import (
 
 // objectMemo keeps what the Source derived from each object at its last
 // read, so that a read after one object changed hashes and validates
-// that object only:
+// that object only (a DeltaFeed's objects keep theirs in the feedView
+// instead: viewObject):
 //
 //   - the hash of a feed object, by (feed part, kind, namespace, name)
 //     and Spec pointer: a Feed returns the same Spec for an unchanged
@@ -63,8 +64,16 @@ func (m *objectMemo) hash(group string, o FeedObject) string {
 }
 
 // validate returns validate(p), computed only for a hash not validated at
-// the last read.
+// the last read, or, for an object of a feedView, once per viewObject
+// (kept there, not here).
 func (m *objectMemo) validate(p *parsed) error {
+	if v := p.view; v != nil {
+		if !v.checked {
+			v.err, v.checked = validate(p), true
+			m.validated.Add(1)
+		}
+		return v.err
+	}
 	m.mu.Lock()
 	err, ok := m.valid[p.hash]
 	m.mu.Unlock()

@@ -341,8 +341,13 @@ func (s *Source) reload() bool {
 	// does not know (docs/architecture.md §3.6).
 	objs := make(map[*parsed]*model.ConfigObject, len(valid))
 	for _, p := range valid {
-		o := &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash,
-			Created: p.created, Spec: p.spec}
+		var o *model.ConfigObject
+		if p.view != nil {
+			o = p.view.obj // a feed view's object is its own ConfigObject
+		} else {
+			o = &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash,
+				Created: p.created, Spec: p.spec}
+		}
 		if !p.fromFeed {
 			o.File = p.file
 			if p.node != nil {
@@ -394,7 +399,8 @@ func (s *Source) reload() bool {
 				owner[p.kind+"\x00"+h] = o
 			}
 		}
-		next[p.key()], fileOf[p.key()] = o, p.file
+		k := p.key() // one string for both maps
+		next[k], fileOf[k] = o, p.file
 	}
 
 	changed := s.snap == nil || len(next) != len(prev)
@@ -493,13 +499,12 @@ func (s *Source) update() bool {
 			s.mu.Unlock()
 			return s.reload()
 		}
-		p := feedDoc(group, fo, &s.memo)
+		p := viewDoc(group, fo, &s.memo)
 		s.compared.Add(1)
 		if p.hash == old.Hash && p.source == old.Source && p.created.Equal(old.Created) {
 			continue
 		}
-		o := &model.ConfigObject{Kind: p.kind, Namespace: p.namespace, Name: p.name, Source: p.source, Hash: p.hash,
-			Created: p.created, Spec: p.spec}
+		o := fo.obj
 		if s.memo.validate(p) != nil || !slices.Equal(claims(old), claims(o)) {
 			s.mu.Unlock()
 			return s.reload()

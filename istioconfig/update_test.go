@@ -176,3 +176,48 @@ func TestJoinedCompare(t *testing.T) {
 		}
 	}
 }
+
+// TestDeltaFeedRelistKeepsWork: a DeltaFeed's objects keep their hash,
+// validation and ConfigObject beside them in the feed view: a full relist
+// (a watch ended) of the same Specs hashes, validates and replaces
+// nothing; one new Spec in it costs one hash and one validation.
+func TestDeltaFeedRelistKeepsWork(t *testing.T) {
+	t.Parallel()
+	objs := make([]FeedObject, 20)
+	for i := range objs {
+		objs[i] = feedVS("east", fmt.Sprintf("svc%02d", i), 90, 10)
+	}
+	f := &deltaFeed{}
+	f.set(FeedPart{Name: "east", Synced: true, Objects: objs})
+	s := New(nil, nil, f)
+	s.Reload()
+	if h, v := s.Work(); h != 20 || v != 20 || len(s.Snapshot().Objects()) != 20 {
+		t.Fatalf("first read: hashed %d, validated %d, %d in force; want 20 each", h, v, len(s.Snapshot().Objects()))
+	}
+	before := map[string]any{}
+	for _, o := range s.Snapshot().Objects() {
+		before[o.Name] = o
+	}
+	f.last = nil // the next Deltas is a full list
+	if s.Reload() {
+		t.Error("a relist of the same objects changed what is in force")
+	}
+	if h, v := s.Work(); h != 20 || v != 20 {
+		t.Fatalf("relist: hashed %d, validated %d in all; want 20, 20", h, v)
+	}
+	objs = slices.Clone(objs)
+	objs[7] = feedVS("east", "svc07", 0, 100)
+	f.set(FeedPart{Name: "east", Synced: true, Objects: objs})
+	f.last = nil
+	if !s.Reload() {
+		t.Fatal("a relist with one changed object changed nothing")
+	}
+	if h, v := s.Work(); h != 21 || v != 21 {
+		t.Fatalf("relist with one change: hashed %d, validated %d in all; want 21, 21", h, v)
+	}
+	for _, o := range s.Snapshot().Objects() {
+		if changed := before[o.Name] != any(o); changed != (o.Name == "svc07") {
+			t.Errorf("%s: pointer changed = %v", o.Name, changed)
+		}
+	}
+}

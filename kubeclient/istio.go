@@ -19,15 +19,20 @@ package kubeclient
 // Istio's CRDs installed; if it did, the cluster is Degraded with the
 // decode error and its last read objects stay.
 //
-// Informers are per listed namespace, or cluster wide; the objects are
-// slimmed (managed fields, annotations and labels dropped) before they
-// are cached and are never modified, by the informers or by readers: a
-// converted Object shares its cached object's spec (one copy per object).
+// Informers are per listed namespace, or cluster wide. What they cache
+// is the converted Object, not the typed object: their transform
+// converts each object as it arrives (one conversion per
+// resourceVersion) and keeps only what Object holds — its spec, copied out
+// of the typed object, with equal label maps of ServiceEntry endpoints
+// and WorkloadEntries shared (IstioOptions.ShareLabels) — so the typed
+// object, its metadata (UID, labels, annotations, managed fields) and
+// status are dropped at once. Cached objects are never modified, by the
+// informers or by readers.
 //
-// Each cluster keeps its conversions per object (kind, namespace, name):
-// Parts converts an object only when its resourceVersion changed
-// since the last call, and otherwise returns the same Object again (the
-// same Spec pointer). One event therefore costs one conversion, and
+// An object relisted with an unchanged resourceVersion (after a watch
+// ended) keeps its cached Object. Parts and Deltas therefore hand out the
+// same Object again (the same Spec pointer) while an object's
+// resourceVersion is unchanged: one event costs one conversion, and
 // consumers can key their own per-object caches (validation, checks) on
 // the Spec pointer or on ResourceVersion (see Object).
 //
@@ -59,6 +64,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/client-go/pkg/clientset/versioned"
 	networkingclient "istio.io/client-go/pkg/clientset/versioned/typed/networking/v1"
@@ -101,6 +107,12 @@ type IstioOptions struct {
 	// KindServiceEntry, KindWorkloadEntry, KindSidecar); at least one.
 	Kinds  []string
 	Logger *slog.Logger
+	// ShareLabels, unless nil, is given the label map of every
+	// ServiceEntry endpoint and WorkloadEntry received, and returns the map
+	// to cache instead: an equal one it holds (registries.LabelSets.Share),
+	// so that thousands of endpoints carrying a few sets hold a few maps.
+	// It is called from the informers' goroutines.
+	ShareLabels func(map[string]string) map[string]string
 }
 
 // Part is the state of one cluster of an IstioWatch.
@@ -200,13 +212,15 @@ func listWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) 
 type IstioWatch struct {
 	namespaces []string
 	clusters   []*cluster
-	// conversions counts the objects converted by Parts and Deltas.
+	// conversions counts the objects converted by the informers.
 	conversions atomic.Uint64
 }
 
-// Conversions returns how many objects Parts and Deltas have converted so
-// far: one per object whose resourceVersion changed between two calls,
-// not one per object per call. For tests and diagnostics.
+// Conversions returns how many objects the informers have converted so
+// far: one per object and resourceVersion received (a deletion's final
+// state included; a relist of an unchanged resourceVersion converts
+// nothing), not one per object per Parts or Deltas call. For tests and
+// diagnostics.
 func (w *IstioWatch) Conversions() uint64 { return w.conversions.Load() }
 
 // NewIstioWatch returns an IstioWatch; it does no I/O. It panics without
@@ -230,7 +244,7 @@ func NewIstioWatch(o IstioOptions) *IstioWatch {
 		}
 	}
 	for _, c := range o.Clusters {
-		w.clusters = append(w.clusters, &cluster{Cluster: c, kinds: kinds, log: log.With("cluster", c.Name), conversions: &w.conversions})
+		w.clusters = append(w.clusters, &cluster{Cluster: c, kinds: kinds, log: log.With("cluster", c.Name), shareLabels: o.ShareLabels, conversions: &w.conversions})
 	}
 	return w
 }
@@ -281,13 +295,13 @@ type cluster struct {
 	tracker   *Tracker
 	informers []*Informer // nil until connected
 	synced    bool        // every informer listed once
-	// converted holds the last conversion of each object, by objectKey,
-	// with the resourceVersion it was made from.
-	converted   map[objectKey]Object
+	// shareLabels is IstioOptions.ShareLabels.
+	shareLabels func(map[string]string) map[string]string
+	// conversions counts the objects the transforms converted.
 	conversions *atomic.Uint64
 	// dirty holds the objects the event handlers saw change since the last
 	// delta, by key: the object of the last event, nil when deleted.
-	dirty map[objectKey]any
+	dirty map[objectKey]*cached
 	// full: the next delta lists every object (informers new).
 	full bool
 }
@@ -319,18 +333,13 @@ func (c *cluster) partLocked(list bool) Part {
 	if !c.synced || !list {
 		return p
 	}
-	next := make(map[objectKey]Object, len(c.converted))
 	for _, inf := range c.informers {
 		for _, obj := range inf.GetStore().List() {
-			o, ok := c.convert(obj)
-			if !ok {
-				continue
+			if o, ok := obj.(*cached); ok {
+				p.Objects = append(p.Objects, o.Object)
 			}
-			next[objectKey{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}] = o
-			p.Objects = append(p.Objects, o)
 		}
 	}
-	c.converted = next
 	return p
 }
 
@@ -344,21 +353,17 @@ func (c *cluster) delta() Delta {
 		// are in it.
 		d := Delta{Part: c.partLocked(true), Full: c.synced}
 		if c.synced {
-			c.full, c.dirty = false, map[objectKey]any{}
+			c.full, c.dirty = false, map[objectKey]*cached{}
 		}
 		return d
 	}
 	d := Delta{Part: c.partLocked(false)}
-	for k, obj := range c.dirty {
-		if obj == nil {
-			delete(c.converted, k)
+	for k, o := range c.dirty {
+		if o == nil {
 			d.Deleted = append(d.Deleted, k)
 			continue
 		}
-		if o, ok := c.convert(obj); ok {
-			c.converted[k] = o
-			d.Objects = append(d.Objects, o)
-		}
+		d.Objects = append(d.Objects, o.Object)
 	}
 	clear(c.dirty)
 	return d
@@ -369,56 +374,21 @@ func (c *cluster) mark(obj any, deleted bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj, deleted = t.Obj, true
 	}
-	m, ok := obj.(metav1.Object)
-	kind := kindOf(obj)
-	if !ok || kind == "" {
+	o, ok := obj.(*cached)
+	if !ok {
 		return
 	}
-	k := objectKey{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}
+	k := objectKey{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dirty == nil {
-		c.dirty = map[objectKey]any{}
+		c.dirty = map[objectKey]*cached{}
 	}
 	if deleted {
 		c.dirty[k] = nil
 	} else {
-		c.dirty[k] = obj
+		c.dirty[k] = o
 	}
-}
-
-// convert is Convert, reusing the last conversion of an object whose
-// resourceVersion is unchanged. c.mu is held.
-func (c *cluster) convert(obj any) (Object, bool) {
-	if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
-		if kind := kindOf(obj); kind != "" {
-			if o, ok := c.converted[objectKey{Kind: kind, Namespace: m.GetNamespace(), Name: m.GetName()}]; ok && o.ResourceVersion == m.GetResourceVersion() {
-				return o, true
-			}
-		}
-	}
-	o, ok := Convert(obj, c.Name)
-	if ok && c.conversions != nil {
-		c.conversions.Add(1)
-	}
-	return o, ok
-}
-
-// kindOf is the Kind constant of a cached object, "" for anything else.
-func kindOf(obj any) string {
-	switch obj.(type) {
-	case *networkingv1.VirtualService:
-		return KindVirtualService
-	case *networkingv1.DestinationRule:
-		return KindDestinationRule
-	case *networkingv1.ServiceEntry:
-		return KindServiceEntry
-	case *networkingv1.WorkloadEntry:
-		return KindWorkloadEntry
-	case *networkingv1.Sidecar:
-		return KindSidecar
-	}
-	return ""
 }
 
 // permanent reports whether err is an API server's answer that retrying
@@ -502,7 +472,7 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 		}
 	}
 	for _, inf := range infs {
-		if err := inf.SetTransform(slim); err != nil {
+		if err := inf.SetTransform(c.transform(inf.GetStore())); err != nil {
 			panic(err) // only after Run: a bug here
 		}
 		if err := inf.AddEventHandler(handler); err != nil {
@@ -551,25 +521,104 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 	<-ctx.Done()
 }
 
-// slim drops what conversion does not read before an object is cached:
-// managed fields, annotations (kubectl's last-applied copy), labels.
-func slim(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-		m.SetAnnotations(nil)
-		m.SetLabels(nil)
-	}
-	return obj, nil
+// cached is what the informers cache of an object: its conversion.
+// It gives client-go the metadata it keys and versions objects by
+// (meta.Accessor) through GetObjectMeta.
+type cached struct{ Object }
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor: a copy of the
+// metadata the object keeps (namespace, name, resourceVersion, creation
+// time); setting its fields changes nothing.
+func (o *cached) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion,
+		CreationTimestamp: metav1.NewTime(o.Created)}
 }
 
-// Convert turns a cached VirtualService, DestinationRule, Sidecar, ServiceEntry or
-// WorkloadEntry of cluster into an Object sharing its spec (the cached
-// object's: nobody may modify it); ok is
-// false for anything else (including cache tombstones).
+// transform returns the informers' transform of the cluster, for the
+// informer whose cache is store: a typed object becomes its conversion
+// (cached), or, when store holds the same object at the same
+// resourceVersion (a relist), the cached one. Anything else is returned
+// as it is (a cached object again: the transform is idempotent).
+func (c *cluster) transform(store cache.Store) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if _, ok := obj.(*cached); ok {
+			return obj, nil
+		}
+		if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
+			if held, ok, _ := store.GetByKey(cache.MetaObjectToName(m).String()); ok {
+				if h, ok := held.(*cached); ok && h.ResourceVersion == m.GetResourceVersion() && h.Kind == kindOf(obj) {
+					return h, nil
+				}
+			}
+		}
+		o, ok := Convert(obj, c.Name)
+		if !ok {
+			return obj, nil
+		}
+		o.Spec = detach(o.Spec)
+		c.share(o.Spec)
+		if c.conversions != nil {
+			c.conversions.Add(1)
+		}
+		return &cached{o}, nil
+	}
+}
+
+// kindOf is the Kind constant of a typed object, "" for anything else.
+func kindOf(obj any) string {
+	switch obj.(type) {
+	case *networkingv1.VirtualService:
+		return KindVirtualService
+	case *networkingv1.DestinationRule:
+		return KindDestinationRule
+	case *networkingv1.ServiceEntry:
+		return KindServiceEntry
+	case *networkingv1.WorkloadEntry:
+		return KindWorkloadEntry
+	case *networkingv1.Sidecar:
+		return KindSidecar
+	}
+	return ""
+}
+
+// detach returns a deep copy of m, the spec of a typed object just
+// decoded: nothing of the typed object stays referenced, and the copy's
+// pieces are allocated together, so the decoder's garbage, allocated
+// among m's pieces, can leave whole spans free rather than holes in the
+// spans that hold what is cached (bench/analysis.md).
+func detach(m proto.Message) proto.Message { return proto.Clone(m) }
+
+// share replaces the label maps of a new spec's ServiceEntry endpoints,
+// or of a WorkloadEntry, with what c.shareLabels returns for them.
+func (c *cluster) share(spec proto.Message) {
+	if c.shareLabels == nil {
+		return
+	}
+	switch sp := spec.(type) {
+	case *networking.ServiceEntry:
+		for _, e := range sp.GetEndpoints() {
+			if len(e.Labels) > 0 {
+				e.Labels = c.shareLabels(e.Labels)
+			}
+		}
+	case *networking.WorkloadEntry:
+		if len(sp.Labels) > 0 {
+			sp.Labels = c.shareLabels(sp.Labels)
+		}
+	}
+}
+
+// Convert turns a typed VirtualService, DestinationRule, Sidecar,
+// ServiceEntry or WorkloadEntry of cluster into an Object sharing its
+// spec (the typed object's: nobody may modify it), and an object cached
+// by an IstioWatch's informers into its Object; ok is false for anything
+// else (including cache tombstones).
 func Convert(obj any, cluster string) (o Object, ok bool) {
 	var spec proto.Message
 	var meta metav1.ObjectMeta
 	switch t := obj.(type) {
+	case *cached:
+		return t.Object, true
 	case *networkingv1.VirtualService:
 		o.Kind, meta, spec = KindVirtualService, t.ObjectMeta, &t.Spec
 	case *networkingv1.DestinationRule:

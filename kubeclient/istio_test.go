@@ -3,6 +3,7 @@ package kubeclient
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -95,19 +96,87 @@ func TestConvertedSpecsPassTheGate(t *testing.T) {
 	}
 }
 
-func TestSlim(t *testing.T) {
+// TestTransformKeepsWhatConvertReads: the informers cache an object's
+// conversion and nothing else of the typed object (metadata, status); its
+// spec is equal to the typed one but not inside it, label maps of
+// endpoints are shared among objects, a relist of an unchanged
+// resourceVersion keeps the cached object, and client-go can key and
+// version what is cached.
+func TestTransformKeepsWhatConvertReads(t *testing.T) {
 	t.Parallel()
-	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "y",
-		Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
-		Labels:        map[string]string{"a": "b"},
-		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
-	out, err := slim(vs)
+	var held []map[string]string // ShareLabels: the first of equal maps
+	share := func(m map[string]string) map[string]string {
+		for _, h := range held {
+			if maps.Equal(h, m) {
+				return h
+			}
+		}
+		held = append(held, m)
+		return m
+	}
+	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindServiceEntry}, ShareLabels: share})
+	c := w.clusters[0]
+	store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
+	tr := c.transform(store)
+	se := func(rv string) *networkingv1.ServiceEntry {
+		return &networkingv1.ServiceEntry{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "pay", ResourceVersion: rv, UID: "0b0e5a6e-3c1f-4a39-9b62-0c1d2e3f4a5b",
+				CreationTimestamp: metav1.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+				Annotations:       map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+				Labels:            map[string]string{"a": "b"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+			Spec: apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+				Endpoints: []*apinetworking.WorkloadEntry{{Address: "10.0.0.1", Labels: map[string]string{"version": "v1"}},
+					{Address: "10.0.0.2", Labels: map[string]string{"version": "v1"}}}},
+		}
+	}
+	in := se("7")
+	want := proto.Clone(&in.Spec)
+	out, err := tr(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := out.(*networkingv1.VirtualService)
-	if m.Annotations != nil || m.Labels != nil || m.ManagedFields != nil || m.Name != "x" || m.Namespace != "y" {
-		t.Errorf("slimmed meta = %+v", m.ObjectMeta)
+	got, ok := out.(*cached)
+	if !ok {
+		t.Fatalf("transform returned %T, want *cached", out)
+	}
+	if got.Kind != KindServiceEntry || got.Namespace != "shop" || got.Name != "pay" || got.Source != "shop/pay (east)" ||
+		got.ResourceVersion != "7" || !got.Created.Equal(in.CreationTimestamp.Time) {
+		t.Errorf("cached %+v", got.Object)
+	}
+	if !proto.Equal(got.Spec, want) {
+		t.Errorf("cached spec = %v, want %v", got.Spec, want)
+	}
+	if got.Spec == proto.Message(&in.Spec) {
+		t.Error("cached spec is the typed object's: the typed object stays alive")
+	}
+	eps := got.Spec.(*apinetworking.ServiceEntry).GetEndpoints()
+	if fmt.Sprintf("%p", eps[0].GetLabels()) != fmt.Sprintf("%p", eps[1].GetLabels()) {
+		t.Error("equal endpoint label maps are not shared")
+	}
+	// What client-go reads of a cached object.
+	if key, err := cache.MetaNamespaceKeyFunc(got); err != nil || key != "shop/pay" {
+		t.Errorf("key = %q, %v; want shop/pay", key, err)
+	}
+	m := got.GetObjectMeta()
+	if m.GetResourceVersion() != "7" || m.GetName() != "pay" || m.GetNamespace() != "shop" || len(m.GetLabels()) != 0 ||
+		len(m.GetAnnotations()) != 0 || m.GetManagedFields() != nil || m.GetUID() != "" {
+		t.Errorf("cached metadata = %+v, want namespace, name and resourceVersion only", m)
+	}
+	if again, _ := tr(got); again != got {
+		t.Error("transform of a cached object is not the object itself")
+	}
+	if err := store.Add(got); err != nil {
+		t.Fatal(err)
+	}
+	n := w.Conversions()
+	if relisted, _ := tr(se("7")); relisted != got || w.Conversions() != n {
+		t.Error("a relist of an unchanged resourceVersion converted the object again")
+	}
+	if updated, _ := tr(se("8")); updated == got || w.Conversions() != n+1 {
+		t.Error("a new resourceVersion was not converted")
+	}
+	if other, _ := tr(&metav1.Status{}); other == nil {
+		t.Error("transform dropped an object of another type")
 	}
 }
 
@@ -148,15 +217,15 @@ func vs(i int, rv string) *networkingv1.VirtualService {
 func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 	t.Parallel()
 	inf := NewInformer("virtualservices", &cache.ListWatch{}, &networkingv1.VirtualService{}, nil)
-	store := inf.GetStore()
+	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
+	c := w.clusters[0]
+	c.informers, c.synced = []*Informer{inf}, true
+	store := transformed{inf.GetStore(), c.transform(inf.GetStore())}
 	for i := range 50 {
 		if err := store.Add(vs(i, "1")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
-	c := w.clusters[0]
-	c.informers, c.synced = []*Informer{inf}, true
 	specs := func() map[string]proto.Message {
 		out := map[string]proto.Message{}
 		for _, o := range w.Parts()[0].Objects {
@@ -194,8 +263,8 @@ func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 	if len(third) != 49 || third["vs07"] == first["vs07"] || third["vs07"].(*apinetworking.VirtualService).GetHosts()[0] != "new.shop.svc.cluster.local" {
 		t.Fatalf("after the update: %d objects, vs07 = %v", len(third), third["vs07"])
 	}
-	if third["vs08"] != first["vs08"] || len(c.converted) != 49 {
-		t.Fatalf("unchanged vs08 re-converted or deleted vs09 still cached (%d cached)", len(c.converted))
+	if third["vs08"] != first["vs08"] {
+		t.Fatal("unchanged vs08 re-converted")
 	}
 	// An object re-created under the same name with a new resourceVersion
 	// is converted again.
@@ -213,16 +282,16 @@ func TestPartsConvertsChangedObjectsOnly(t *testing.T) {
 func TestDeltasConvertOnlyMarkedObjects(t *testing.T) {
 	t.Parallel()
 	inf := NewInformer("virtualservices", &cache.ListWatch{}, &networkingv1.VirtualService{}, nil)
-	store := inf.GetStore()
 	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
 	c := w.clusters[0]
 	c.informers, c.full = []*Informer{inf}, true
+	store := transformed{inf.GetStore(), c.transform(inf.GetStore())}
 	if d := w.Deltas()[0]; d.Full || len(d.Objects) != 0 || d.Synced {
 		t.Fatalf("before the sync: %+v, want state only", d)
 	}
 	for i := range 50 {
-		o := vs(i, "1")
-		if err := store.Add(o); err != nil {
+		o, _ := store.tr(vs(i, "1"))
+		if err := store.Store.Add(o); err != nil {
 			t.Fatal(err)
 		}
 		c.mark(o, false)
@@ -234,13 +303,15 @@ func TestDeltasConvertOnlyMarkedObjects(t *testing.T) {
 	if d := w.Deltas()[0]; d.Full || len(d.Objects) != 0 || len(d.Deleted) != 0 || w.Conversions() != 50 {
 		t.Fatalf("no event: %+v, %d conversions; want nothing", d, w.Conversions())
 	}
-	upd := vs(7, "2")
-	upd.Spec.Hosts = []string{"new.shop.svc.cluster.local"}
-	if err := store.Update(upd); err != nil {
+	typed := vs(7, "2")
+	typed.Spec.Hosts = []string{"new.shop.svc.cluster.local"}
+	upd, _ := store.tr(typed)
+	if err := store.Store.Update(upd); err != nil {
 		t.Fatal(err)
 	}
 	c.mark(upd, false)
-	c.mark(cache.DeletedFinalStateUnknown{Key: "shop/vs09", Obj: vs(9, "1")}, true)
+	gone, _, _ := store.Store.GetByKey("shop/vs09")
+	c.mark(cache.DeletedFinalStateUnknown{Key: "shop/vs09", Obj: gone}, true)
 	d := w.Deltas()[0]
 	if got := w.Conversions() - 50; got != 1 || len(d.Objects) != 1 || d.Objects[0].Name != "vs07" ||
 		d.Objects[0].Spec.(*apinetworking.VirtualService).GetHosts()[0] != "new.shop.svc.cluster.local" {
@@ -251,8 +322,34 @@ func TestDeltasConvertOnlyMarkedObjects(t *testing.T) {
 	}
 	// An update event of an unchanged resourceVersion (a resync) converts
 	// nothing and hands back the same Spec.
-	c.mark(vs(8, "1"), false)
+	resync, _ := store.tr(vs(8, "1"))
+	c.mark(resync, false)
 	if d := w.Deltas()[0]; w.Conversions() != 51 || len(d.Objects) != 1 {
 		t.Fatalf("resync of vs08: %d conversions, %d objects; want 51, 1", w.Conversions(), len(d.Objects))
 	}
+}
+
+// transformed is a store whose Add, Update and Delete take typed objects
+// through an informer's transform first, as the informer does.
+type transformed struct {
+	cache.Store
+	tr cache.TransformFunc
+}
+
+func (s transformed) Add(obj any) error {
+	o, err := s.tr(obj)
+	if err != nil {
+		return err
+	}
+	return s.Store.Add(o)
+}
+
+func (s transformed) Update(obj any) error { return s.Add(obj) }
+
+func (s transformed) Delete(obj any) error {
+	o, err := s.tr(obj)
+	if err != nil {
+		return err
+	}
+	return s.Store.Delete(o)
 }

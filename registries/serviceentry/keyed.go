@@ -30,13 +30,12 @@ type keyed struct {
 	r      *Registry
 	caches map[string]*docCache // by path
 
-	files    map[string][]Object // by path: the objects last resolved
-	decls    map[string][]decl   // by object key: its declarations in order
-	lastGood map[string]Object   // by object key: the version in force
-	inForce  map[string]forced   // by object key
-	counts   map[string]contrib  // by object key: its share of the objects gauge
-	nIn      map[string]int      // objects in force by kind
-	nRej     map[string]int      // objects rejected by kind
+	files   map[string][]Object // by path: the objects last resolved
+	decls   map[string][]decl   // by object key: its declarations in order
+	inForce map[string]forced   // by object key: the version in force, its last good one
+	counts  map[string]contrib  // by object key: its share of the objects gauge
+	nIn     map[string]int      // objects in force by kind
+	nRej    map[string]int      // objects rejected by kind
 
 	claims    map[string][]claimant      // by host: the ServiceEntries in force naming it, in order
 	workloads map[string][]forced        // by namespace: the WorkloadEntries in force, in order
@@ -46,7 +45,7 @@ type keyed struct {
 
 func newKeyed(r *Registry) *keyed {
 	return &keyed{r: r, caches: map[string]*docCache{}, files: map[string][]Object{}, decls: map[string][]decl{},
-		lastGood: map[string]Object{}, inForce: map[string]forced{}, counts: map[string]contrib{},
+		inForce: map[string]forced{}, counts: map[string]contrib{},
 		nIn: map[string]int{}, nRej: map[string]int{}, claims: map[string][]claimant{},
 		workloads: map[string][]forced{}, selectors: map[string]map[string]bool{}, entries: map[string]*entryConv{}}
 }
@@ -62,10 +61,12 @@ func (a order) compare(b order) int {
 	return cmp.Or(strings.Compare(a.path, b.path), cmp.Compare(a.idx, b.idx))
 }
 
-// decl is one declaration of an object.
+// decl is one declaration of an object: obj points into the files slice
+// that declares it (never modified, and undeclared before it is
+// replaced), so that each object is held once, not once per map.
 type decl struct {
 	at  order
-	obj Object
+	obj *Object
 }
 
 // forced is an object in force, at the place of its first declaration.
@@ -158,9 +159,9 @@ func (k *keyed) set(path string, objs []Object, touched map[string]bool) {
 		k.undeclare(objKey(o), order{path, i})
 		touched[objKey(o)] = true
 	}
-	for i, o := range objs {
-		key := objKey(o)
-		k.declare(key, decl{order{path, i}, o})
+	for i := range objs {
+		key := objKey(objs[i])
+		k.declare(key, decl{order{path, i}, &objs[i]})
 		touched[key] = true
 	}
 	if len(objs) == 0 {
@@ -219,7 +220,7 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 	if len(ds) > 0 {
 		first := ds[0]
 		c.kind = first.obj.Kind
-		o := first.obj
+		o := *first.obj
 		subject := func(o Object) string {
 			if o.Kind == "" {
 				return o.Source
@@ -228,26 +229,24 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 		}
 		if o.Err != nil {
 			c.rej++
-			last, kept := k.lastGood[key]
+			// The version in force is the last good one.
+			last, kept := k.inForce[key]
 			kept = kept && o.Kind != ""
-			rejected = append(rejected, problemRejections(k.r.common.Name, o, last, kept)...)
+			rejected = append(rejected, problemRejections(k.r.common.Name, o, last.obj, kept)...)
 			if kept {
-				next = &forced{at: first.at, obj: last}
+				next = &forced{at: first.at, obj: last.obj}
 			}
 		} else {
 			next = &forced{at: first.at, obj: o}
 		}
 		for _, d := range ds[1:] {
 			c.rej++
-			rejected = append(rejected, model.Rejection{Registry: k.r.common.Name, Subject: subject(d.obj),
-				Reason: fmt.Sprintf("object rejected: %s is already declared at %s, which is served", describe(d.obj), o.Source)})
+			rejected = append(rejected, model.Rejection{Registry: k.r.common.Name, Subject: subject(*d.obj),
+				Reason: fmt.Sprintf("object rejected: %s is already declared at %s, which is served", describe(*d.obj), o.Source)})
 		}
 	}
 	if next != nil {
 		c.in = 1
-		k.lastGood[key] = next.obj
-	} else {
-		delete(k.lastGood, key)
 	}
 	old := k.counts[key]
 	k.nIn[old.kind] -= old.in

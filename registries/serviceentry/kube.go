@@ -181,18 +181,20 @@ func kubeStatus(parts []kubeclient.Part) registries.Condition {
 // keeps each object's checked Object with the Spec it was checked from:
 // kubeclient.IstioWatch hands the same Spec pointer back while an
 // object's resourceVersion is unchanged, so an event checks, resolves and
-// converts the object it changed only. Used by one goroutine.
+// converts the object it changed only. Each object is held once: the
+// one-object slice kept here is the one declared in keyed. Used by one
+// goroutine.
 type kubeObjects struct {
 	k    *keyed
-	objs []map[kubeclient.ObjectKey]Object // per cluster
+	objs []map[kubeclient.ObjectKey][]Object // per cluster: the checked object, alone in its slice
 	// checked counts the objects checked (tests); may be nil.
 	checked *atomic.Uint64
 }
 
 func newKubeObjects(k *keyed, clusters int, checked *atomic.Uint64) *kubeObjects {
-	s := &kubeObjects{k: k, objs: make([]map[kubeclient.ObjectKey]Object, clusters), checked: checked}
+	s := &kubeObjects{k: k, objs: make([]map[kubeclient.ObjectKey][]Object, clusters), checked: checked}
 	for i := range s.objs {
-		s.objs[i] = map[kubeclient.ObjectKey]Object{}
+		s.objs[i] = map[kubeclient.ObjectKey][]Object{}
 	}
 	return s
 }
@@ -214,7 +216,7 @@ func (s *kubeObjects) apply(deltas []kubeclient.Delta, pub *registries.Publisher
 	for i, d := range deltas {
 		last := s.objs[i]
 		if d.Full {
-			next := make(map[kubeclient.ObjectKey]Object, len(d.Objects))
+			next := make(map[kubeclient.ObjectKey][]Object, len(d.Objects))
 			for key := range last {
 				touched[key] = true
 			}
@@ -241,14 +243,14 @@ func (s *kubeObjects) apply(deltas []kubeclient.Delta, pub *registries.Publisher
 		var first proto.Message
 		for i, objs := range s.objs {
 			o, ok := objs[key]
-			if !ok || (first != nil && (first == o.Spec || proto.Equal(first, o.Spec))) {
+			if !ok || (first != nil && (first == o[0].Spec || proto.Equal(first, o[0].Spec))) {
 				s.k.set(kubePath(i, key), nil, keys)
 				continue
 			}
 			if first == nil {
-				first = o.Spec
+				first = o[0].Spec
 			}
-			s.k.set(kubePath(i, key), []Object{o}, keys)
+			s.k.set(kubePath(i, key), o, keys)
 		}
 	}
 	if len(keys) > 0 {
@@ -257,14 +259,14 @@ func (s *kubeObjects) apply(deltas []kubeclient.Delta, pub *registries.Publisher
 	return len(keys) > 0
 }
 
-// check returns f checked, or last when it was checked from the same
-// Spec and source.
-func (s *kubeObjects) check(last Object, f kubeclient.Object) Object {
-	if last.Spec == f.Spec && last.Source == f.Source && f.Spec != nil {
+// check returns f checked, alone in a new slice, or last (the same slice)
+// when it was checked from the same Spec and source.
+func (s *kubeObjects) check(last []Object, f kubeclient.Object) []Object {
+	if len(last) == 1 && last[0].Spec == f.Spec && last[0].Source == f.Source && f.Spec != nil {
 		return last
 	}
-	o := Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
-	check(&o)
+	o := []Object{{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}}
+	check(&o[0])
 	if s.checked != nil {
 		s.checked.Add(1)
 	}

@@ -50,7 +50,8 @@ func (c *Config) New(common registries.Common, log *slog.Logger) (registries.Reg
 		return &Registry{
 			common: common,
 			log:    log.With("clusters", strings.Join(k.Clusters, ",")),
-			kube:   kubeclient.IstioOptions{Clusters: c.clusters(), Namespaces: k.Namespaces, Kinds: []string{KindServiceEntry, KindWorkloadEntry}, Logger: log},
+			kube: kubeclient.IstioOptions{Clusters: c.clusters(), Namespaces: k.Namespaces, Kinds: []string{KindServiceEntry, KindWorkloadEntry}, Logger: log,
+				ShareLabels: (&registries.LabelSets{}).Share},
 		}, nil
 	}
 	r := &Registry{common: common}
