@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshfed/meshfed/model"
@@ -79,6 +80,8 @@ type Store struct {
 	dirty  map[string]*Entry // latest unsaved state by registry; nil = delete the file
 	tomb   map[string]bool   // deleted registries not revived since
 	gen    map[string]uint64 // Deletes of each name: a write of an older generation is dropped
+
+	written atomic.Uint64 // writes finished (Written)
 }
 
 // Open creates dir if needed (mode 0700), removes temporary files a killed
@@ -228,6 +231,7 @@ func (s *Store) flush() {
 			continue
 		}
 		err := s.write(e)
+		s.written.Add(1)
 		if errors.Is(err, errSuperseded) {
 			s.log.Debug("state of a removed registry not saved", "registry", name)
 			continue
@@ -240,6 +244,10 @@ func (s *Store) flush() {
 		writes.WithLabelValues("ok").Inc()
 	}
 }
+
+// Written counts the states Serve has finished writing (or failed to
+// write) so far: a test or benchmark waits on it.
+func (s *Store) Written() uint64 { return s.written.Load() }
 
 // errSuperseded: the name was deleted after the state was saved.
 var errSuperseded = errors.New("registry removed since the state was saved")
