@@ -333,7 +333,11 @@ func (a *Aggregator) rebuild(now time.Time) {
 		if cfg != prev.Config && !cfgSeen.IsZero() && cfgSeen.Before(changedAt) {
 			changedAt = cfgSeen
 		}
-		snap = model.NewSortedSnapshot(prev.Version+1, a.servicesInOrder(changed))
+		hosts := slices.Sorted(maps.Keys(changed))
+		snap = model.NewSortedSnapshot(prev.Version+1, a.servicesInOrder(hosts))
+		if prev.Version > 0 {
+			snap.DeltaFrom, snap.DeltaHosts = prev.Version, hosts
+		}
 		snap.Config = cfg
 		snap.Changed = changedAt
 		snap.Restored = restored
@@ -396,14 +400,14 @@ func (a *Aggregator) rebuild(now time.Time) {
 // servicesInOrder lists the merged services for the next snapshot,
 // sorted by hostname: the previous snapshot's list (which holds exactly
 // the merged services before this rebuild) with the hostnames in changed
-// replaced, dropped or inserted, found by binary search and the runs
+// (sorted) replaced, dropped or inserted, found by binary search and the runs
 // between them copied, so that a change of k hostnames costs O(k log n)
 // and one copy of the pointers.
-func (a *Aggregator) servicesInOrder(changed map[string]bool) []*model.Service {
+func (a *Aggregator) servicesInOrder(changed []string) []*model.Service {
 	prev := a.snap.Load().Services()
 	out := make([]*model.Service, 0, len(a.merged))
 	i := 0
-	for _, h := range slices.Sorted(maps.Keys(changed)) {
+	for _, h := range changed {
 		j, found := slices.BinarySearchFunc(prev[i:], h, func(s *model.Service, h string) int { return strings.Compare(s.Hostname, h) })
 		out = append(out, prev[i:i+j]...)
 		i += j

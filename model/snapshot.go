@@ -27,7 +27,14 @@ type Snapshot struct {
 	// nil when none). The xDS server holds reconnecting clients while it
 	// is not empty (docs/architecture.md §3.4.1).
 	Restored []string
-	services []*Service // sorted by hostname; Service searches it
+	// DeltaFrom and DeltaHosts, when DeltaFrom is not 0: the services of
+	// this snapshot are those of version DeltaFrom (by pointer) except
+	// at DeltaHosts (sorted hostnames; one absent from this snapshot was
+	// removed). A consumer that holds version DeltaFrom may look at those
+	// hosts only (xds/translate does). Zero DeltaFrom: not known.
+	DeltaFrom  uint64
+	DeltaHosts []string
+	services   []*Service // sorted by hostname; Service searches it
 }
 
 // NewSnapshot builds a snapshot. It sorts services by hostname and takes
