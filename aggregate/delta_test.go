@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -53,10 +54,13 @@ func TestDeltaEqualsFull(t *testing.T) {
 	for i := range 30 {
 		hosts = append(hosts, fmt.Sprintf("%c.test", 'a'+i%26)+strings.Repeat("x", i/26))
 	}
-	var inPlace atomic.Int64
+	var inPlace, savedDeltas atomic.Int64
 	t.Cleanup(func() {
 		if inPlace.Load() < 1000 {
 			t.Errorf("%d steps ended with a delta applied in place, want ≥ 1000: the test checks too little", inPlace.Load())
+		}
+		if savedDeltas.Load() < 50 {
+			t.Errorf("%d accepted inputs handed as deltas, want ≥ 50: the test checks too little", savedDeltas.Load())
 		}
 	})
 	for seed := range uint64(40) {
@@ -68,11 +72,35 @@ func TestDeltaEqualsFull(t *testing.T) {
 				o.MaxDeleteRatio = 0.5
 			}
 			clock := newFakeClock()
-			var dSaved, fSaved []model.Service // as OnAccepted hands them to the state store
+			// As OnAccepted hands them to the state store: da's changes are
+			// applied to what it handed before.
+			var dSaved, fSaved []model.Service
 			da := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now,
-				OnAccepted: func(_ model.ShardKey, s []model.Service, _ []model.Rejection) { dSaved = s }})
+				OnAccepted: func(_ model.ShardKey, acc Accepted) {
+					if !acc.Delta {
+						dSaved = acc.Services
+						return
+					}
+					savedDeltas.Add(1)
+					m := map[string]model.Service{}
+					for _, s := range dSaved {
+						m[s.Hostname] = s
+					}
+					for _, h := range acc.Removed {
+						delete(m, h)
+					}
+					for _, s := range acc.Changed {
+						m[s.Hostname] = s
+					}
+					dSaved = slices.Collect(maps.Values(m))
+				}})
 			fa := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now,
-				OnAccepted: func(_ model.ShardKey, s []model.Service, _ []model.Rejection) { fSaved = s }})
+				OnAccepted: func(_ model.ShardKey, acc Accepted) {
+					if acc.Delta {
+						t.Fatal("a full-only registry's input was handed as a delta")
+					}
+					fSaved = acc.Services
+				}})
 			var dp, fp *registries.Publisher[string]
 			newRun := func() {
 				popts := registries.PublisherOptions[string]{Compare: strings.Compare}

@@ -24,6 +24,9 @@ type loopReg struct {
 	applied bool       // cur holds a published (or a restored) state
 	visible bool       // cur is served (not withdrawn)
 	saved   *input     // last input handed to OnAccepted
+	// deltaOf: raw was applied in place as its delta to this input
+	// (offerDelta); nil when raw was applied in full.
+	deltaOf *input
 	hold    *hold
 	memo    *normMemo // of the last normalization under opts
 	memoOf  *input    // the input memo's entries are (see materialize)
@@ -63,6 +66,24 @@ func (lr *loopReg) pin() {
 	if lr.raw != nil {
 		lr.materialize(lr.raw)
 	}
+}
+
+// accepted is raw as OnAccepted gets it, a delta when raw was applied
+// in place onto the input handed before; raw becomes the input handed.
+func (lr *loopReg) accepted() Accepted {
+	acc := Accepted{Rejected: lr.raw.rejected}
+	if d := lr.raw.delta; d != nil && lr.saved != nil && lr.deltaOf == lr.saved {
+		acc.Delta = true
+		for _, h := range slices.Sorted(maps.Keys(d.changed)) {
+			acc.Changed = append(acc.Changed, d.changed[h])
+		}
+		acc.Removed = slices.Sorted(maps.Keys(d.removed))
+	} else {
+		lr.pin()
+		acc.Services = lr.raw.services
+	}
+	lr.saved = lr.raw
+	return acc
 }
 
 // hold is an update held back by MaxDeleteRatio.
@@ -262,11 +283,10 @@ func (a *Aggregator) rebuild(now time.Time) {
 			lr.hold = nil
 		}
 		if a.onAccepted != nil && lr.raw != lr.saved && lr.raw != nil && !lr.raw.restored {
-			lr.saved = lr.raw
-			lr.pin()
+			acc := lr.accepted()
 			a.mu.Lock()
 			if a.regs[lr.opts.Name] == lr.shared { // not removed since the jobs were taken
-				a.onAccepted(lr.opts.Shard(), lr.raw.services, lr.raw.rejected)
+				a.onAccepted(lr.opts.Shard(), acc)
 			}
 			a.mu.Unlock()
 		}
@@ -579,6 +599,7 @@ func (a *Aggregator) offerDelta(lr *loopReg, in *input, touched map[string]bool)
 	for _, h := range slices.Sorted(maps.Keys(m.withCS)) {
 		lr.cur.conflicts = append(lr.cur.conflicts, m.entries[h].cs...)
 	}
+	lr.deltaOf = lr.raw
 	lr.raw, lr.memoOf = in, in
 	return true
 }
@@ -589,7 +610,7 @@ func (a *Aggregator) apply(lr *loopReg, st shardState, in *input, touched map[st
 	for _, h := range reuse(lr.cur.services, st.services) {
 		touched[h] = true
 	}
-	lr.cur, lr.raw, lr.applied = st, in, true
+	lr.cur, lr.raw, lr.applied, lr.deltaOf = st, in, true, nil
 }
 
 // collectConflicts lists every conflict of the accepted states, the holds

@@ -44,13 +44,13 @@ func benchSharedPath(b *testing.B, n int, state bool, streams int) {
 	log := slog.New(slog.DiscardHandler)
 	c := registries.Common{Name: Registry, Kind: Kind, Domain: Domain}
 	var st *statestore.Store
-	var onAccepted func(model.ShardKey, []model.Service, []model.Rejection)
+	var onAccepted func(model.ShardKey, aggregate.Accepted)
 	if state {
 		var err error
 		if st, err = statestore.Open(b.TempDir(), log); err != nil {
 			b.Fatal(err)
 		}
-		onAccepted = st.Save
+		onAccepted = st.Accept
 	}
 	agg := aggregate.New(aggregate.Options{Registries: []aggregate.RegistryOptions{{Common: c}}, OnAccepted: onAccepted, Logger: log})
 	x := xds.NewServer(xds.Options{Logger: log})
