@@ -487,4 +487,3 @@ func (g *Gateway) TrafficConfig() istioconfig.Status {
 	}
 	return g.traffic.Status()
 }
-

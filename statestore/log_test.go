@@ -228,3 +228,30 @@ func TestRandomSavesLoadAsAccepted(t *testing.T) {
 		})
 	}
 }
+
+// TestServeAgainWritesBase: a Serve run again (as suture does after a
+// panic) still saves the changes that follow, starting with a new base.
+func TestServeAgainWritesBase(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "state")
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.closeLogs)
+	shard := model.ShardKey{Kind: "file", Name: "vms"}
+	s.Save(shard, []model.Service{svcN(1, 0)}, nil)
+	s.flush()
+	s.SaveDelta(shard, []model.Service{svcN(2, 0)}, nil, nil)
+	s.flush()
+	s.closeLogs() // Serve returned
+	s.SaveDelta(shard, []model.Service{svcN(3, 0)}, nil, nil)
+	s.flush()
+	e, ok, err := s.Load("vms", "file", time.Hour)
+	if err != nil || !ok || len(e.Services) != 3 {
+		t.Fatalf("Load = %v, %v, %d services; want 3", ok, err, len(e.Services))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vms"+logSuffix)); err == nil {
+		t.Error("the change after Serve ran again was appended, want a new base")
+	}
+}

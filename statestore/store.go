@@ -347,8 +347,9 @@ func (s *Store) Save(shard model.ShardKey, services []model.Service, rejected []
 // SaveDelta records shard's latest accepted state as its change to the
 // state saved before (by Save or SaveDelta): the services of changed
 // replace those of their hostnames or are added, the hostnames of
-// removed go, rejected is every rejection. Serve appends it to the log.
-// The state it changes must not have two services of one hostname. Like
+// removed go (changed and removed are disjoint), rejected is every
+// rejection. Serve appends it to the log. The state it changes must not
+// have two services of one hostname. Like
 // Save, it does not block on I/O, keeps the slices, and is dropped for a
 // deleted name.
 func (s *Store) SaveDelta(shard model.ShardKey, changed []model.Service, removed []string, rejected []model.Rejection) {
@@ -569,12 +570,14 @@ func (s *Store) appendLog(name string, sv *saved, b []byte, gen uint64) error {
 	return sv.log.Sync()
 }
 
-// closeLogs closes the open logs; Serve's next write starts with a base.
+// closeLogs closes the open logs. The states are kept: a Serve run again
+// (after a panic) writes each registry's next state as a new base, as
+// the files may not hold the last one.
 func (s *Store) closeLogs() {
 	for _, sv := range s.saved {
 		sv.closeLog()
+		sv.stale = true
 	}
-	clear(s.saved)
 }
 
 func (sv *saved) closeLog() {

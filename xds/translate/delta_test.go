@@ -180,4 +180,3 @@ func TestDeltaSnapshotTranslatesOneService(t *testing.T) {
 		t.Errorf("a snapshot without DeltaFrom: %d services looked at, want 1000", tr.visits)
 	}
 }
-
