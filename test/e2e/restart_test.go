@@ -265,3 +265,65 @@ func endpoints(e *statestore.Entry) int {
 	}
 	return n
 }
+
+// TestWarmStartRestoresLoggedChanges: changes accepted after the first
+// saved state are appended to the registry's log (statestore), not
+// written as a new file; meshfed killed with SIGKILL after they were
+// logged restores them on the next start with the backend down.
+func TestWarmStartRestoresLoggedChanges(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	services := filepath.Join(dir, "services.yaml")
+	writeFile(t, services, ordersFile("127.0.0.1", "127.0.0.2"))
+	config, xdsAddr, adminAddr := stateDirConfig(t, dir, true)
+	stateDir := filepath.Join(dir, "state")
+	logFile := filepath.Join(stateDir, "vms.log")
+
+	m := startMeshfed(t, config, xdsAddr, adminAddr)
+	eventually(t, 20*time.Second, "first state saved", func() error {
+		e, err := readState(stateDir)
+		if err != nil {
+			return err
+		}
+		if n := endpoints(e); n != 2 {
+			return fmt.Errorf("saved %d endpoints", n)
+		}
+		return nil
+	})
+	base, err := os.ReadFile(filepath.Join(stateDir, "vms.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// orders loses an endpoint, payments is added: two changes.
+	writeFile(t, services, withPayments())
+	eventually(t, 20*time.Second, "the changes logged", func() error {
+		b, err := os.ReadFile(logFile)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), "payments.vm.internal") || b[len(b)-1] != '\n' {
+			return fmt.Errorf("log holds %d bytes without payments complete", len(b))
+		}
+		return nil
+	})
+	if b, _ := os.ReadFile(filepath.Join(stateDir, "vms.json")); !slices.Equal(b, base) {
+		t.Error("the base state file was rewritten for a change")
+	}
+	if err := m.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-m.done
+
+	if err := os.Remove(services); err != nil {
+		t.Fatal(err)
+	}
+	m = startMeshfed(t, config, xdsAddr, adminAddr)
+	eventually(t, 10*time.Second, "logged changes restored", func() error {
+		var reg admin.RegistryHealth
+		m.getJSON(t, "/healthz/registries/vms", &reg)
+		if !reg.Restored || reg.Services != 2 || reg.Endpoints != 2 {
+			return fmt.Errorf("registry vms %+v, want restored with 2 services of 1 endpoint", reg)
+		}
+		return nil
+	})
+}
