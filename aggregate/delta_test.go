@@ -241,12 +241,14 @@ func hostsOf(s *model.Snapshot) []string {
 
 // TestDeltaTouchesOneService: with 1,000 services published by a
 // Publisher, a change of one service makes the aggregate look at that one
-// service only (compare it, normalize it), not at the shard, and the
-// snapshot serves the change.
+// service only (compare it, normalize it), not at the shard, the
+// snapshot serves the change, and the state store is handed the change
+// (one service, one removal), not the shard.
 func TestDeltaTouchesOneService(t *testing.T) {
 	t.Parallel()
 	o := reg("bench", "bench", "bench.local")
-	a := New(Options{Registries: []RegistryOptions{o}})
+	var accepted []Accepted // as the state store gets them
+	a := New(Options{Registries: []RegistryOptions{o}, OnAccepted: func(_ model.ShardKey, acc Accepted) { accepted = append(accepted, acc) }})
 	p := registries.NewPublisher(o.Common, a, nil, registries.PublisherOptions[string]{Compare: strings.Compare})
 	state := benchShard(1000, 3)
 	for _, s := range state {
@@ -254,6 +256,9 @@ func TestDeltaTouchesOneService(t *testing.T) {
 	}
 	p.Flush(registries.Condition{})
 	a.rebuild(a.now())
+	if len(accepted) != 1 || accepted[0].Delta || len(accepted[0].Services) != 1000 {
+		t.Fatalf("first state handed to OnAccepted as %d calls, want one of 1000 services in full", len(accepted))
+	}
 	memo := a.loop["bench"].memo
 	if memo.visits != 1000 || memo.calls != 1000 {
 		t.Fatalf("first state: %d services looked at, %d normalized; want 1000, 1000", memo.visits, memo.calls)
@@ -269,6 +274,11 @@ func TestDeltaTouchesOneService(t *testing.T) {
 
 	if memo != a.loop["bench"].memo || memo.visits != 1002 || memo.calls != 1001 {
 		t.Fatalf("a change of one service and a removal: %d services looked at, %d normalized; want 2 and 1 more", memo.visits-1000, memo.calls-1000)
+	}
+	if acc := accepted[len(accepted)-1]; len(accepted) != 2 || !acc.Delta || acc.Services != nil ||
+		len(acc.Changed) != 1 || acc.Changed[0].Hostname != s.Hostname || !slices.Equal(acc.Removed, []string{state[7].Hostname}) {
+		t.Fatalf("the change handed to OnAccepted: delta %v, %d services in full, %d changed, removed %v (%d calls); want a delta of %s and the removal of %s",
+			acc.Delta, len(acc.Services), len(acc.Changed), acc.Removed, len(accepted), s.Hostname, state[7].Hostname)
 	}
 	snap := a.Snapshot()
 	if snap.Len() != 999 {
