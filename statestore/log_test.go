@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -253,5 +254,30 @@ func TestServeAgainWritesBase(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "vms"+logSuffix)); err == nil {
 		t.Error("the change after Serve ran again was appended, want a new base")
+	}
+}
+
+// TestVersion1FileLoads: a state file of format version 1 (before the
+// log) is still restored; one of an unknown version is not.
+func TestVersion1FileLoads(t *testing.T) {
+	t.Parallel()
+	s, dir := openRunning(t)
+	write := func(version int) {
+		t.Helper()
+		b, err := json.Marshal(Entry{Version: version, Registry: "vms", Kind: "file", SavedAt: time.Now(), Services: []model.Service{svcN(1, 0)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "vms.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1)
+	if e, ok, err := s.Load("vms", "file", time.Hour); err != nil || !ok || len(e.Services) != 1 {
+		t.Errorf("version 1: Load = %v, %v", ok, err)
+	}
+	write(3)
+	if _, ok, err := s.Load("vms", "file", time.Hour); ok || err == nil {
+		t.Errorf("version 3: Load = %v, %v; want an error", ok, err)
 	}
 }
