@@ -178,16 +178,7 @@ func TestStateSurvivesSIGKILLMidWrite(t *testing.T) {
 	stateDir := filepath.Join(dir, "state")
 
 	m := startMeshfedEnv(t, config, xdsAddr, adminAddr, statestore.WritePauseEnv+"=3s")
-	eventually(t, 20*time.Second, "first state saved", func() error {
-		e, err := readState(stateDir)
-		if err != nil {
-			return err
-		}
-		if n := endpoints(e); n != 2 {
-			return fmt.Errorf("saved %d endpoints", n)
-		}
-		return nil
-	})
+	waitSaved(t, stateDir, 2)
 	writeFile(t, services, ordersFile("127.0.0.1", "127.0.0.2", "127.0.0.3"))
 	// The change is written as a new base (a temporary file) or appended
 	// to the log (statestore): either is caught half-way.
@@ -249,6 +240,21 @@ func TestStateSurvivesSIGKILLMidWrite(t *testing.T) {
 	}
 }
 
+// waitSaved waits until the state file in dir holds n endpoints.
+func waitSaved(t *testing.T, dir string, n int) {
+	t.Helper()
+	eventually(t, 20*time.Second, "first state saved", func() error {
+		e, err := readState(dir)
+		if err != nil {
+			return err
+		}
+		if got := endpoints(e); got != n {
+			return fmt.Errorf("saved %d endpoints", got)
+		}
+		return nil
+	})
+}
+
 func readState(dir string) (*statestore.Entry, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "vms.json"))
 	if err != nil {
@@ -280,16 +286,7 @@ func TestWarmStartRestoresLoggedChanges(t *testing.T) {
 	logFile := filepath.Join(stateDir, "vms.log")
 
 	m := startMeshfed(t, config, xdsAddr, adminAddr)
-	eventually(t, 20*time.Second, "first state saved", func() error {
-		e, err := readState(stateDir)
-		if err != nil {
-			return err
-		}
-		if n := endpoints(e); n != 2 {
-			return fmt.Errorf("saved %d endpoints", n)
-		}
-		return nil
-	})
+	waitSaved(t, stateDir, 2)
 	base, err := os.ReadFile(filepath.Join(stateDir, "vms.json"))
 	if err != nil {
 		t.Fatal(err)
