@@ -354,7 +354,7 @@ func (a *Aggregator) rebuild(now time.Time) {
 			changedAt = cfgSeen
 		}
 		hosts := slices.Sorted(maps.Keys(changed))
-		snap = model.NewSortedSnapshot(prev.Version+1, a.servicesInOrder(hosts))
+		snap = prev.Next(prev.Version+1, hosts, func(h string) *model.Service { return a.merged[h] })
 		if prev.Version > 0 {
 			snap.DeltaFrom, snap.DeltaHosts = prev.Version, hosts
 		}
@@ -415,30 +415,6 @@ func (a *Aggregator) rebuild(now time.Time) {
 		}
 		a.delivered = cur.Version
 	}
-}
-
-// servicesInOrder lists the merged services for the next snapshot,
-// sorted by hostname: the previous snapshot's list (which holds exactly
-// the merged services before this rebuild) with the hostnames in changed
-// (sorted) replaced, dropped or inserted, found by binary search and the runs
-// between them copied, so that a change of k hostnames costs O(k log n)
-// and one copy of the pointers.
-func (a *Aggregator) servicesInOrder(changed []string) []*model.Service {
-	prev := a.snap.Load().Services()
-	out := make([]*model.Service, 0, len(a.merged))
-	i := 0
-	for _, h := range changed {
-		j, found := slices.BinarySearchFunc(prev[i:], h, func(s *model.Service, h string) int { return strings.Compare(s.Hostname, h) })
-		out = append(out, prev[i:i+j]...)
-		i += j
-		if found {
-			i++
-		}
-		if m := a.merged[h]; m != nil {
-			out = append(out, m)
-		}
-	}
-	return append(out, prev[i:]...)
 }
 
 // offer passes a published state through normalization and the hold-down.
