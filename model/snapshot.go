@@ -89,6 +89,9 @@ func (s *Snapshot) Next(version uint64, changed []string, lookup func(host strin
 	}
 	if len(changed) == 0 {
 		out.chunks = old
+		if s != nil {
+			out.flat.Store(s.flat.Load())
+		}
 		return out
 	}
 	chunks := make([][]*Service, 0, len(old)+1)
