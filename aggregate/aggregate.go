@@ -129,16 +129,34 @@ type Options struct {
 	// false (see Ready).
 	SyncTimeout time.Duration
 	// OnAccepted, when set, is called from Serve's goroutine with a
-	// registry's full input (as given to Publish) each time a different
-	// one becomes its accepted state (applied, not held; restored states
-	// excluded). It must return promptly, not modify the slices and not
-	// call the Aggregator: it runs with the aggregator's lock held, so that
-	// it is never called for a registry once RemoveRegistry returned (a
-	// removal wins over an accept in flight). The warm-start store
-	// persists them.
-	OnAccepted func(shard model.ShardKey, services []model.Service, rejected []model.Rejection)
+	// registry's input each time a different one becomes its accepted
+	// state (applied, not held; restored states excluded): in full, or
+	// as its change to the one the previous call handed (see Accepted).
+	// It must return promptly, not modify the slices and not call the
+	// Aggregator: it runs with the aggregator's lock held, so that it is
+	// never called for a registry once RemoveRegistry returned (a removal
+	// wins over an accept in flight). The warm-start store persists them.
+	OnAccepted func(shard model.ShardKey, acc Accepted)
 	Logger     *slog.Logger // nil discards
 	Now        func() time.Time
+}
+
+// Accepted is a registry's newly accepted input as Options.OnAccepted
+// gets it. A delta is handed when the input was applied in place as a
+// change to the one handed before (the common case of a registry that
+// publishes deltas: O(change)); the input in full otherwise.
+type Accepted struct {
+	// Services is the full input, as given to Publish; nil when Delta.
+	Services []model.Service
+	// Delta: the input is the one the previous call handed for the
+	// registry with the services of Changed (sorted by hostname) in place
+	// of those of their hostnames or added, and the hostnames of Removed
+	// (sorted) left out. That input has no two services of one hostname.
+	Delta   bool
+	Changed []model.Service
+	Removed []string
+	// Rejected is every rejection of the input.
+	Rejected []model.Rejection
 }
 
 // RegistryStatus is one registry's state as shown on /healthz/registries.
@@ -182,7 +200,7 @@ type Aggregator struct {
 	log                                   *slog.Logger
 	now                                   func() time.Time
 	quiet, maxWait, holdDown, syncTimeout time.Duration
-	onAccepted                            func(model.ShardKey, []model.Service, []model.Rejection)
+	onAccepted                            func(model.ShardKey, Accepted)
 
 	signal  chan struct{} // capacity 1: "something changed"
 	serving atomic.Bool

@@ -611,7 +611,7 @@ func TestRestore(t *testing.T) {
 	o := reg("dc1", "consul", "consul")
 	accepted := make(chan []model.Service, 10)
 	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now,
-		OnAccepted: func(_ model.ShardKey, s []model.Service, _ []model.Rejection) { accepted <- s }})
+		OnAccepted: func(_ model.ShardKey, acc Accepted) { accepted <- acc.Services }})
 	if !a.Restore(shard(o), []model.Service{svc("a.consul", ips(4)...)}, nil) {
 		t.Fatal("Restore before the first sync = false")
 	}
@@ -712,7 +712,7 @@ func TestNoAcceptAfterRemoveRegistry(t *testing.T) {
 	var events []string
 	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
 	var once sync.Once
-	a := New(Options{Registries: []RegistryOptions{o}, OnAccepted: func(model.ShardKey, []model.Service, []model.Rejection) {
+	a := New(Options{Registries: []RegistryOptions{o}, OnAccepted: func(model.ShardKey, Accepted) {
 		once.Do(func() {
 			close(entered)
 			<-release

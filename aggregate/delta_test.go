@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -53,10 +54,13 @@ func TestDeltaEqualsFull(t *testing.T) {
 	for i := range 30 {
 		hosts = append(hosts, fmt.Sprintf("%c.test", 'a'+i%26)+strings.Repeat("x", i/26))
 	}
-	var inPlace atomic.Int64
+	var inPlace, savedDeltas atomic.Int64
 	t.Cleanup(func() {
 		if inPlace.Load() < 1000 {
 			t.Errorf("%d steps ended with a delta applied in place, want ≥ 1000: the test checks too little", inPlace.Load())
+		}
+		if savedDeltas.Load() < 50 {
+			t.Errorf("%d accepted inputs handed as deltas, want ≥ 50: the test checks too little", savedDeltas.Load())
 		}
 	})
 	for seed := range uint64(40) {
@@ -68,11 +72,35 @@ func TestDeltaEqualsFull(t *testing.T) {
 				o.MaxDeleteRatio = 0.5
 			}
 			clock := newFakeClock()
-			var dSaved, fSaved []model.Service // as OnAccepted hands them to the state store
+			// As OnAccepted hands them to the state store: da's changes are
+			// applied to what it handed before.
+			var dSaved, fSaved []model.Service
 			da := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now,
-				OnAccepted: func(_ model.ShardKey, s []model.Service, _ []model.Rejection) { dSaved = s }})
+				OnAccepted: func(_ model.ShardKey, acc Accepted) {
+					if !acc.Delta {
+						dSaved = acc.Services
+						return
+					}
+					savedDeltas.Add(1)
+					m := map[string]model.Service{}
+					for _, s := range dSaved {
+						m[s.Hostname] = s
+					}
+					for _, h := range acc.Removed {
+						delete(m, h)
+					}
+					for _, s := range acc.Changed {
+						m[s.Hostname] = s
+					}
+					dSaved = slices.Collect(maps.Values(m))
+				}})
 			fa := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now,
-				OnAccepted: func(_ model.ShardKey, s []model.Service, _ []model.Rejection) { fSaved = s }})
+				OnAccepted: func(_ model.ShardKey, acc Accepted) {
+					if acc.Delta {
+						t.Fatal("a full-only registry's input was handed as a delta")
+					}
+					fSaved = acc.Services
+				}})
 			var dp, fp *registries.Publisher[string]
 			newRun := func() {
 				popts := registries.PublisherOptions[string]{Compare: strings.Compare}
@@ -213,12 +241,14 @@ func hostsOf(s *model.Snapshot) []string {
 
 // TestDeltaTouchesOneService: with 1,000 services published by a
 // Publisher, a change of one service makes the aggregate look at that one
-// service only (compare it, normalize it), not at the shard, and the
-// snapshot serves the change.
+// service only (compare it, normalize it), not at the shard, the
+// snapshot serves the change, and the state store is handed the change
+// (one service, one removal), not the shard.
 func TestDeltaTouchesOneService(t *testing.T) {
 	t.Parallel()
 	o := reg("bench", "bench", "bench.local")
-	a := New(Options{Registries: []RegistryOptions{o}})
+	var accepted []Accepted // as the state store gets them
+	a := New(Options{Registries: []RegistryOptions{o}, OnAccepted: func(_ model.ShardKey, acc Accepted) { accepted = append(accepted, acc) }})
 	p := registries.NewPublisher(o.Common, a, nil, registries.PublisherOptions[string]{Compare: strings.Compare})
 	state := benchShard(1000, 3)
 	for _, s := range state {
@@ -226,6 +256,9 @@ func TestDeltaTouchesOneService(t *testing.T) {
 	}
 	p.Flush(registries.Condition{})
 	a.rebuild(a.now())
+	if len(accepted) != 1 || accepted[0].Delta || len(accepted[0].Services) != 1000 {
+		t.Fatalf("first state handed to OnAccepted as %d calls, want one of 1000 services in full", len(accepted))
+	}
 	memo := a.loop["bench"].memo
 	if memo.visits != 1000 || memo.calls != 1000 {
 		t.Fatalf("first state: %d services looked at, %d normalized; want 1000, 1000", memo.visits, memo.calls)
@@ -241,6 +274,11 @@ func TestDeltaTouchesOneService(t *testing.T) {
 
 	if memo != a.loop["bench"].memo || memo.visits != 1002 || memo.calls != 1001 {
 		t.Fatalf("a change of one service and a removal: %d services looked at, %d normalized; want 2 and 1 more", memo.visits-1000, memo.calls-1000)
+	}
+	if acc := accepted[len(accepted)-1]; len(accepted) != 2 || !acc.Delta || acc.Services != nil ||
+		len(acc.Changed) != 1 || acc.Changed[0].Hostname != s.Hostname || !slices.Equal(acc.Removed, []string{state[7].Hostname}) {
+		t.Fatalf("the change handed to OnAccepted: delta %v, %d services in full, %d changed, removed %v (%d calls); want a delta of %s and the removal of %s",
+			acc.Delta, len(acc.Services), len(acc.Changed), acc.Removed, len(accepted), s.Hostname, state[7].Hostname)
 	}
 	snap := a.Snapshot()
 	if snap.Len() != 999 {

@@ -24,6 +24,9 @@ type loopReg struct {
 	applied bool       // cur holds a published (or a restored) state
 	visible bool       // cur is served (not withdrawn)
 	saved   *input     // last input handed to OnAccepted
+	// deltaOf: raw was applied in place as its delta to this input
+	// (offerDelta); nil when raw was applied in full.
+	deltaOf *input
 	hold    *hold
 	memo    *normMemo // of the last normalization under opts
 	memoOf  *input    // the input memo's entries are (see materialize)
@@ -63,6 +66,24 @@ func (lr *loopReg) pin() {
 	if lr.raw != nil {
 		lr.materialize(lr.raw)
 	}
+}
+
+// accepted is raw as OnAccepted gets it, a delta when raw was applied
+// in place onto the input handed before; raw becomes the input handed.
+func (lr *loopReg) accepted() Accepted {
+	acc := Accepted{Rejected: lr.raw.rejected}
+	if d := lr.raw.delta; d != nil && lr.saved != nil && lr.deltaOf == lr.saved {
+		acc.Delta = true
+		for _, h := range slices.Sorted(maps.Keys(d.changed)) {
+			acc.Changed = append(acc.Changed, d.changed[h])
+		}
+		acc.Removed = slices.Sorted(maps.Keys(d.removed))
+	} else {
+		lr.pin()
+		acc.Services = lr.raw.services
+	}
+	lr.saved = lr.raw
+	return acc
 }
 
 // hold is an update held back by MaxDeleteRatio.
@@ -262,11 +283,10 @@ func (a *Aggregator) rebuild(now time.Time) {
 			lr.hold = nil
 		}
 		if a.onAccepted != nil && lr.raw != lr.saved && lr.raw != nil && !lr.raw.restored {
-			lr.saved = lr.raw
-			lr.pin()
+			acc := lr.accepted()
 			a.mu.Lock()
 			if a.regs[lr.opts.Name] == lr.shared { // not removed since the jobs were taken
-				a.onAccepted(lr.opts.Shard(), lr.raw.services, lr.raw.rejected)
+				a.onAccepted(lr.opts.Shard(), acc)
 			}
 			a.mu.Unlock()
 		}
@@ -333,7 +353,11 @@ func (a *Aggregator) rebuild(now time.Time) {
 		if cfg != prev.Config && !cfgSeen.IsZero() && cfgSeen.Before(changedAt) {
 			changedAt = cfgSeen
 		}
-		snap = model.NewSortedSnapshot(prev.Version+1, a.servicesInOrder(changed))
+		hosts := slices.Sorted(maps.Keys(changed))
+		snap = prev.Next(prev.Version+1, hosts, func(h string) *model.Service { return a.merged[h] })
+		if prev.Version > 0 {
+			snap.DeltaFrom, snap.DeltaHosts = prev.Version, hosts
+		}
 		snap.Config = cfg
 		snap.Changed = changedAt
 		snap.Restored = restored
@@ -391,30 +415,6 @@ func (a *Aggregator) rebuild(now time.Time) {
 		}
 		a.delivered = cur.Version
 	}
-}
-
-// servicesInOrder lists the merged services for the next snapshot,
-// sorted by hostname: the previous snapshot's list (which holds exactly
-// the merged services before this rebuild) with the hostnames in changed
-// replaced, dropped or inserted, found by binary search and the runs
-// between them copied, so that a change of k hostnames costs O(k log n)
-// and one copy of the pointers.
-func (a *Aggregator) servicesInOrder(changed map[string]bool) []*model.Service {
-	prev := a.snap.Load().Services()
-	out := make([]*model.Service, 0, len(a.merged))
-	i := 0
-	for _, h := range slices.Sorted(maps.Keys(changed)) {
-		j, found := slices.BinarySearchFunc(prev[i:], h, func(s *model.Service, h string) int { return strings.Compare(s.Hostname, h) })
-		out = append(out, prev[i:i+j]...)
-		i += j
-		if found {
-			i++
-		}
-		if m := a.merged[h]; m != nil {
-			out = append(out, m)
-		}
-	}
-	return append(out, prev[i:]...)
 }
 
 // offer passes a published state through normalization and the hold-down.
@@ -575,6 +575,7 @@ func (a *Aggregator) offerDelta(lr *loopReg, in *input, touched map[string]bool)
 	for _, h := range slices.Sorted(maps.Keys(m.withCS)) {
 		lr.cur.conflicts = append(lr.cur.conflicts, m.entries[h].cs...)
 	}
+	lr.deltaOf = lr.raw
 	lr.raw, lr.memoOf = in, in
 	return true
 }
@@ -585,7 +586,7 @@ func (a *Aggregator) apply(lr *loopReg, st shardState, in *input, touched map[st
 	for _, h := range reuse(lr.cur.services, st.services) {
 		touched[h] = true
 	}
-	lr.cur, lr.raw, lr.applied = st, in, true
+	lr.cur, lr.raw, lr.applied, lr.deltaOf = st, in, true, nil
 }
 
 // collectConflicts lists every conflict of the accepted states, the holds

@@ -119,14 +119,14 @@ func NewGateway(cfg *config.Config, o GatewayOptions) (*Gateway, error) {
 	g.admin = srv
 	g.dyn.cfg = cfg
 	g.dyn.entries = make(map[string]*entry)
-	var onAccepted func(model.ShardKey, []model.Service, []model.Rejection)
+	var onAccepted func(model.ShardKey, aggregate.Accepted)
 	if cfg.State.Dir != "" {
 		st, err := statestore.Open(cfg.State.Dir, log.With("component", "state"))
 		if err != nil {
 			return nil, err
 		}
 		g.store = st
-		onAccepted = st.Save
+		onAccepted = st.Accept
 	}
 	g.agg = aggregate.New(aggregate.Options{
 		Quiet:       time.Duration(cfg.Debounce.Quiet),

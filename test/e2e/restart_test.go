@@ -178,35 +178,38 @@ func TestStateSurvivesSIGKILLMidWrite(t *testing.T) {
 	stateDir := filepath.Join(dir, "state")
 
 	m := startMeshfedEnv(t, config, xdsAddr, adminAddr, statestore.WritePauseEnv+"=3s")
-	eventually(t, 20*time.Second, "first state saved", func() error {
-		e, err := readState(stateDir)
-		if err != nil {
-			return err
-		}
-		if n := endpoints(e); n != 2 {
-			return fmt.Errorf("saved %d endpoints", n)
-		}
-		return nil
-	})
+	waitSaved(t, stateDir, 2)
 	writeFile(t, services, ordersFile("127.0.0.1", "127.0.0.2", "127.0.0.3"))
+	// The change is written as a new base (a temporary file) or appended
+	// to the log (statestore): either is caught half-way.
 	var tmp string
+	logFile := filepath.Join(stateDir, "vms.log")
+	halfRecord := func() bool {
+		b, err := os.ReadFile(logFile)
+		return err == nil && len(b) > 0 && b[len(b)-1] != '\n'
+	}
 	eventually(t, 20*time.Second, "a state write in progress", func() error {
-		ms, _ := filepath.Glob(filepath.Join(stateDir, "vms.*.tmp"))
-		if len(ms) == 0 {
-			return fmt.Errorf("no temporary file in %s", stateDir)
+		if ms, _ := filepath.Glob(filepath.Join(stateDir, "vms.*.tmp")); len(ms) > 0 {
+			tmp = ms[0]
+			return nil
 		}
-		tmp = ms[0]
-		return nil
+		if halfRecord() {
+			return nil
+		}
+		return fmt.Errorf("no temporary file or half-written log record in %s", stateDir)
 	})
 	if err := m.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-m.done
-	b, err := os.ReadFile(tmp)
-	if err != nil {
+	t.Logf("killed mid-write (temporary file %q; else the log)", tmp)
+	if tmp == "" {
+		if !halfRecord() {
+			t.Fatal("the log ends in a complete record after SIGKILL; the kill was not mid-write")
+		}
+	} else if b, err := os.ReadFile(tmp); err != nil {
 		t.Fatalf("temporary file gone after SIGKILL: %v", err)
-	}
-	if json.Valid(b) || len(b) == 0 {
+	} else if json.Valid(b) || len(b) == 0 {
 		t.Fatalf("the temporary file holds %d bytes of complete JSON; the kill was not mid-write", len(b))
 	}
 
@@ -232,9 +235,24 @@ func TestStateSurvivesSIGKILLMidWrite(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := os.Stat(tmp); err == nil {
+	if _, err := os.Stat(tmp); tmp != "" && err == nil {
 		t.Error("the unfinished temporary file is still there after the restart")
 	}
+}
+
+// waitSaved waits until the state file in dir holds n endpoints.
+func waitSaved(t *testing.T, dir string, n int) {
+	t.Helper()
+	eventually(t, 20*time.Second, "first state saved", func() error {
+		e, err := readState(dir)
+		if err != nil {
+			return err
+		}
+		if got := endpoints(e); got != n {
+			return fmt.Errorf("saved %d endpoints", got)
+		}
+		return nil
+	})
 }
 
 func readState(dir string) (*statestore.Entry, error) {
@@ -252,4 +270,57 @@ func endpoints(e *statestore.Entry) int {
 		n += len(s.Endpoints)
 	}
 	return n
+}
+
+// TestWarmStartRestoresLoggedChanges: changes accepted after the first
+// saved state are appended to the registry's log (statestore), not
+// written as a new file; meshfed killed with SIGKILL after they were
+// logged restores them on the next start with the backend down.
+func TestWarmStartRestoresLoggedChanges(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	services := filepath.Join(dir, "services.yaml")
+	writeFile(t, services, ordersFile("127.0.0.1", "127.0.0.2"))
+	config, xdsAddr, adminAddr := stateDirConfig(t, dir, true)
+	stateDir := filepath.Join(dir, "state")
+	logFile := filepath.Join(stateDir, "vms.log")
+
+	m := startMeshfed(t, config, xdsAddr, adminAddr)
+	waitSaved(t, stateDir, 2)
+	base, err := os.ReadFile(filepath.Join(stateDir, "vms.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// orders loses an endpoint, payments is added: two changes.
+	writeFile(t, services, withPayments())
+	eventually(t, 20*time.Second, "the changes logged", func() error {
+		b, err := os.ReadFile(logFile)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), "payments.vm.internal") || b[len(b)-1] != '\n' {
+			return fmt.Errorf("log holds %d bytes without payments complete", len(b))
+		}
+		return nil
+	})
+	if b, _ := os.ReadFile(filepath.Join(stateDir, "vms.json")); !slices.Equal(b, base) {
+		t.Error("the base state file was rewritten for a change")
+	}
+	if err := m.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-m.done
+
+	if err := os.Remove(services); err != nil {
+		t.Fatal(err)
+	}
+	m = startMeshfed(t, config, xdsAddr, adminAddr)
+	eventually(t, 10*time.Second, "logged changes restored", func() error {
+		var reg admin.RegistryHealth
+		m.getJSON(t, "/healthz/registries/vms", &reg)
+		if !reg.Restored || reg.Services != 2 || reg.Endpoints != 2 {
+			return fmt.Errorf("registry vms %+v, want restored with 2 services of 1 endpoint", reg)
+		}
+		return nil
+	})
 }

@@ -147,6 +147,10 @@ type Translator struct {
 	// next Translate reuses it (configByHost).
 	hostCfg *hostIndex
 	mcp     bool // build per-service MCP resources (EnableMCP)
+	// withDeps: the hosts whose state has deps (routes to other hosts),
+	// translated again on every incremental Translate (changedHosts).
+	withDeps map[string]bool
+	visits   int // translateService calls, for tests
 
 	// Scoping (scope.go): the root namespace, the index of the config
 	// last translated, the hosts not exported everywhere, the views and
@@ -195,6 +199,7 @@ func NewTranslator() *Translator {
 		root:     DefaultRootNamespace,
 		private:  map[string]bool{},
 		views:    map[string]*scopeView{},
+		withDeps: map[string]bool{},
 	}
 	for _, k := range Kinds {
 		t.current[k] = map[string]types.Resource{}
@@ -246,27 +251,48 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	// is known only once it is translated: hosts translated before it that
 	// route to it are translated again when what they need changed.
 	held := false
-	for _, svc := range snap.Services() {
-		held = b.translateService(svc, ch, dirty) || held
+	hosts, delta := t.changedHosts(snap, cfg)
+	if delta {
+		// Every other host is the same service under the same config:
+		// only its deps can have changed (withDeps). They are translated
+		// in hostname order, as in the walk of every host.
+		look := maps.Clone(t.withDeps)
+		for _, h := range hosts {
+			look[h] = true
+		}
+		for _, h := range slices.Sorted(maps.Keys(look)) {
+			if svc, ok := snap.Service(h); ok {
+				held = b.translateService(svc, ch, dirty) || held
+			}
+		}
+	} else {
+		for _, svc := range snap.Services() {
+			held = b.translateService(svc, ch, dirty) || held
+		}
 	}
 	if held {
-		for _, svc := range snap.Services() {
-			if st := t.services[svc.Hostname]; st != nil && st.deps != nil && !maps.Equal(st.deps, b.serviceDeps(svc.Hostname, st)) {
+		for _, h := range slices.Sorted(maps.Keys(t.withDeps)) {
+			st := t.services[h]
+			if svc, ok := snap.Service(h); ok && st != nil && !maps.Equal(st.deps, b.serviceDeps(h, st)) {
 				b.translateService(svc, ch, dirty)
 			}
 		}
 	}
-	// Every host of snap is in t.services now: more means some left.
+	// Every host of snap is in t.services now: more means some left
+	// (with a delta, among its hosts).
+	for _, h := range hosts {
+		if old := t.services[h]; old != nil && len(t.services) > snap.Len() {
+			if _, ok := snap.Service(h); !ok {
+				t.remove(b, old, ch, dirty)
+			}
+		}
+	}
 	for host, old := range t.services {
 		if len(t.services) == snap.Len() {
 			break
 		}
 		if _, ok := snap.Service(host); !ok {
-			t.replace(old, nil, ch, dirty)
-			delete(t.services, host)
-			delete(t.invalid, host)
-			delete(t.private, host)
-			b.touched[host] = true
+			t.remove(b, old, ch, dirty)
 		}
 	}
 	for _, port := range slices.Sorted(maps.Keys(dirty)) {
@@ -287,6 +313,28 @@ func (t *Translator) Translate(snap *model.Snapshot) Changes {
 	return ch
 }
 
+// changedHosts returns the hostnames whose service may differ between
+// the snapshot last translated and snap, when snap says so
+// (Snapshot.DeltaFrom) and the traffic config is the same; ok is false
+// when every host must be looked at.
+func (t *Translator) changedHosts(snap *model.Snapshot, cfg *model.ConfigSnapshot) (hosts []string, ok bool) {
+	if t.snap == nil || snap == nil || snap.DeltaFrom == 0 || snap.DeltaFrom != t.snap.Version || cfg != t.snap.Config {
+		return nil, false
+	}
+	return snap.DeltaHosts, true
+}
+
+// remove drops a host that left the snapshot, with its resources.
+func (t *Translator) remove(b *build, old *svcState, ch Changes, dirty map[uint32]bool) {
+	host := old.svc.Hostname
+	t.replace(old, nil, ch, dirty)
+	delete(t.services, host)
+	delete(t.invalid, host)
+	delete(t.private, host)
+	delete(t.withDeps, host)
+	b.touched[host] = true
+}
+
 // serviceDeps is what the routes of host need of other hosts (destRules)
 // given its state old (nil when new): of the config in force and, while
 // it is on its last good config, of that config too.
@@ -305,6 +353,7 @@ func (b *build) serviceDeps(host string, old *svcState) map[string]destDep {
 // in force (held on its last good config or none) or were until now.
 func (b *build) translateService(svc *model.Service, ch Changes, dirty map[uint32]bool) bool {
 	t := b.t
+	t.visits++
 	old := t.services[svc.Hostname]
 	hc := b.hostCfg.lookup(svc.Hostname)
 	deps := b.serviceDeps(svc.Hostname, old)
@@ -343,6 +392,11 @@ func (b *build) translateService(svc *model.Service, ch Changes, dirty map[uint3
 	}
 	t.replace(old, next, ch, dirty)
 	t.services[svc.Hostname] = next
+	if len(next.deps) > 0 {
+		t.withDeps[svc.Hostname] = true
+	} else {
+		delete(t.withDeps, svc.Hostname)
+	}
 	return wasHeld || next.applied != hc
 }
 
