@@ -205,6 +205,18 @@ func (i *Informer) process(deltas cache.Deltas, isInInitialList bool, handlers [
 // the handlers see the objects gone from it deleted (with their last
 // state) and every listed object added or updated, in list order.
 func (i *Informer) replaceAll(info cache.ReplacedAllInfo, isInInitialList bool, handlers []cache.ResourceEventHandler) {
+	known := i.indexer.ListKeys()
+	if len(known) == 0 { // the first list: nothing to compare with
+		if err := i.indexer.Replace(info.Objects, info.ResourceVersion); err != nil {
+			return
+		}
+		for _, obj := range info.Objects {
+			for _, h := range handlers {
+				h.OnAdd(obj, isInInitialList)
+			}
+		}
+		return
+	}
 	listed := make(map[string]struct{}, len(info.Objects))
 	olds := make([]any, len(info.Objects))
 	for n, obj := range info.Objects {
@@ -218,7 +230,7 @@ func (i *Informer) replaceAll(info cache.ReplacedAllInfo, isInInitialList bool, 
 		}
 	}
 	var gone []cache.DeletedFinalStateUnknown
-	for _, key := range i.indexer.ListKeys() {
+	for _, key := range known {
 		if _, ok := listed[key]; ok {
 			continue
 		}
