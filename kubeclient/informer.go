@@ -48,7 +48,6 @@ type Informer struct {
 	lw       cache.ListerWatcher
 	obj      runtime.Object
 	indexer  cache.Indexer
-	backoff  wait.Backoff
 	mu       sync.Mutex
 	handlers []cache.ResourceEventHandler
 	trans    cache.TransformFunc
@@ -66,7 +65,6 @@ func NewInformer(name string, lw cache.ListerWatcher, obj runtime.Object, indexe
 		lw:      lw,
 		obj:     obj,
 		indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
-		backoff: RetryBackoff,
 	}
 }
 
@@ -140,7 +138,7 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 	// Tracker, whose owner reports them once per change of health rather
 	// than once per retry.
 	quiet := logr.Discard()
-	backoff := i.backoff
+	backoff := RetryBackoff
 	r := cache.NewReflectorWithOptions(i.lw, i.obj, fifo, cache.ReflectorOptions{
 		Name:            i.name,
 		TypeDescription: i.name,
