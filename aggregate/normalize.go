@@ -69,6 +69,9 @@ type normMemo struct {
 	// Counted for tests: services looked at (compared with their entry or
 	// normalized) and services normalized (normalizeService).
 	visits, calls int
+	// sources is the Sources of every service normalized: [registry],
+	// one slice for all (immutable, as everything published).
+	sources []string
 }
 
 type memoEntry struct {
@@ -136,7 +139,10 @@ func normalizeWith(o RegistryOptions, in []model.Service, rejected []model.Rejec
 // normalize is normalizeService, counted.
 func (m *normMemo) normalize(o RegistryOptions, domain string, s *model.Service) (*model.Service, []Conflict) {
 	m.calls++
-	return normalizeService(o, domain, s)
+	if len(m.sources) != 1 || m.sources[0] != o.Name {
+		m.sources = []string{o.Name}
+	}
+	return normalizeService(o, domain, m.sources, s)
 }
 
 // registryConflicts lists what the registry rejected as conflicts of
@@ -161,7 +167,10 @@ func sameInput(a, b *model.Service) bool {
 	return sameEndpoints(a.Endpoints, b.Endpoints)
 }
 
-func normalizeService(o RegistryOptions, domain string, s *model.Service) (*model.Service, []Conflict) {
+// normalizeService normalizes one service of registry o (its Sources are
+// sources). What it leaves unchanged is shared with s, not copied: its
+// ports and endpoints (normalizeEndpoints).
+func normalizeService(o RegistryOptions, domain string, sources []string, s *model.Service) (*model.Service, []Conflict) {
 	var cs []Conflict
 	reject := func(cat, host, reason string) (*model.Service, []Conflict) {
 		return nil, append(cs, newConflict(cat, o.Name, host, host, reason))
@@ -223,12 +232,15 @@ func normalizeService(o RegistryOptions, domain string, s *model.Service) (*mode
 		return reject(CategoryInvalid, host, "service rejected: none of its ports is valid")
 	}
 	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
+	if slices.Equal(ports, s.Ports) {
+		ports = slices.Clip(s.Ports)
+	}
 
 	out := &model.Service{
 		Hostname:   host,
 		Ports:      ports,
 		Resolution: s.Resolution,
-		Sources:    []string{o.Name},
+		Sources:    sources,
 		Namespace:  cmp.Or(s.Namespace, o.Name),
 		ExportTo:   s.ExportTo,
 	}

@@ -295,7 +295,7 @@ func sameArray[E any](a, b []E) bool {
 }
 
 // TestNormalizeSharesUnchangedEndpoints: the gate shares what it leaves
-// unchanged (the model's slices are immutable): the endpoint slice of a
+// unchanged (the model's slices are immutable): the ports, and the endpoint slice of a
 // service whose endpoints already carry the defaults, are sorted and hold
 // no duplicate, with their maps and address strings. Any change gives the
 // service its own normalized slice, equal to what a fresh copy of the
@@ -369,6 +369,9 @@ func TestNormalizeSharesUnchangedEndpoints(t *testing.T) {
 			}
 			if !shared {
 				return
+			}
+			if !sameArray(got.Ports, s.Ports) || cap(got.Ports) != len(got.Ports) {
+				t.Errorf("ports %v copied or not clipped, though valid and sorted", got.Ports)
 			}
 			if cap(got.Endpoints) != len(got.Endpoints) {
 				t.Errorf("shared slice has cap %d > len %d: an append could write into the registry's array", cap(got.Endpoints), len(got.Endpoints))
