@@ -28,7 +28,10 @@ type shardState struct {
 
 // normalize is the gate every published state passes: it validates services, ports
 // and endpoints, fills defaults, and quarantines each bad item alone. It is
-// a pure function; the result shares no mutable state with the input.
+// a pure function. The result shares with the input what normalization
+// leaves unchanged (endpoint slices, ports, maps, strings: see
+// normalizeEndpoints); neither side ever writes them (the model's
+// immutability contract).
 //
 //   - A service with an invalid hostname, an unknown resolution or no valid
 //     port, a hostname outside the registry's domain, or a hostname already
@@ -44,9 +47,10 @@ type shardState struct {
 //     drop their endpoint, as do a locality, cluster or network that is not
 //     valid UTF-8; a label that is not valid UTF-8 or too large is dropped
 //     alone; weights summing over 2^32-1 are scaled down proportionally.
-//   - Defaults: weight 0 becomes 1, Source.Registry is the registry,
-//     Source.Cluster defaults to the registry name, Locality to the
-//     registry's locality.
+//   - Defaults (registries.Common.EndpointDefaults, which the Publisher
+//     applies first): weight 0 becomes 1, Source.Registry is the
+//     registry, Source.Cluster defaults to the registry name, Locality to
+//     the registry's locality.
 //
 // Ports are sorted by number, endpoints by address then ports.
 func normalize(o RegistryOptions, in []model.Service, rejected []model.Rejection) shardState {
