@@ -28,7 +28,10 @@ type shardState struct {
 
 // normalize is the gate every published state passes: it validates services, ports
 // and endpoints, fills defaults, and quarantines each bad item alone. It is
-// a pure function; the result shares no mutable state with the input.
+// a pure function. The result shares with the input what normalization
+// leaves unchanged (endpoint slices, ports, maps, strings: see
+// normalizeEndpoints); neither side ever writes them (the model's
+// immutability contract).
 //
 //   - A service with an invalid hostname, an unknown resolution or no valid
 //     port, a hostname outside the registry's domain, or a hostname already
@@ -44,9 +47,10 @@ type shardState struct {
 //     drop their endpoint, as do a locality, cluster or network that is not
 //     valid UTF-8; a label that is not valid UTF-8 or too large is dropped
 //     alone; weights summing over 2^32-1 are scaled down proportionally.
-//   - Defaults: weight 0 becomes 1, Source.Registry is the registry,
-//     Source.Cluster defaults to the registry name, Locality to the
-//     registry's locality.
+//   - Defaults (registries.Common.EndpointDefaults, which the Publisher
+//     applies first): weight 0 becomes 1, Source.Registry is the
+//     registry, Source.Cluster defaults to the registry name, Locality to
+//     the registry's locality.
 //
 // Ports are sorted by number, endpoints by address then ports.
 func normalize(o RegistryOptions, in []model.Service, rejected []model.Rejection) shardState {
@@ -69,6 +73,9 @@ type normMemo struct {
 	// Counted for tests: services looked at (compared with their entry or
 	// normalized) and services normalized (normalizeService).
 	visits, calls int
+	// sources is the Sources of every service normalized: [registry],
+	// one slice for all (immutable, as everything published).
+	sources []string
 }
 
 type memoEntry struct {
@@ -136,7 +143,10 @@ func normalizeWith(o RegistryOptions, in []model.Service, rejected []model.Rejec
 // normalize is normalizeService, counted.
 func (m *normMemo) normalize(o RegistryOptions, domain string, s *model.Service) (*model.Service, []Conflict) {
 	m.calls++
-	return normalizeService(o, domain, s)
+	if len(m.sources) != 1 || m.sources[0] != o.Name {
+		m.sources = []string{o.Name}
+	}
+	return normalizeService(o, domain, m.sources, s)
 }
 
 // registryConflicts lists what the registry rejected as conflicts of
@@ -161,7 +171,10 @@ func sameInput(a, b *model.Service) bool {
 	return sameEndpoints(a.Endpoints, b.Endpoints)
 }
 
-func normalizeService(o RegistryOptions, domain string, s *model.Service) (*model.Service, []Conflict) {
+// normalizeService normalizes one service of registry o (its Sources are
+// sources). What it leaves unchanged is shared with s, not copied: its
+// ports and endpoints (normalizeEndpoints).
+func normalizeService(o RegistryOptions, domain string, sources []string, s *model.Service) (*model.Service, []Conflict) {
 	var cs []Conflict
 	reject := func(cat, host, reason string) (*model.Service, []Conflict) {
 		return nil, append(cs, newConflict(cat, o.Name, host, host, reason))
@@ -223,12 +236,15 @@ func normalizeService(o RegistryOptions, domain string, s *model.Service) (*mode
 		return reject(CategoryInvalid, host, "service rejected: none of its ports is valid")
 	}
 	slices.SortFunc(ports, func(a, b model.Port) int { return cmp.Compare(a.Number, b.Number) })
+	if slices.Equal(ports, s.Ports) {
+		ports = slices.Clip(s.Ports)
+	}
 
 	out := &model.Service{
 		Hostname:   host,
 		Ports:      ports,
 		Resolution: s.Resolution,
-		Sources:    []string{o.Name},
+		Sources:    sources,
 		Namespace:  cmp.Or(s.Namespace, o.Name),
 		ExportTo:   s.ExportTo,
 	}
@@ -239,11 +255,30 @@ func normalizeService(o RegistryOptions, domain string, s *model.Service) (*mode
 		cs = append(cs, newConflict(CategoryInvalid, o.Name, host, "exportTo", "exportTo ignored (every namespace sees the service): "+err.Error()))
 		out.ExportTo = nil
 	}
-	if len(s.Endpoints) > 0 {
-		out.Endpoints = make([]model.Endpoint, 0, len(s.Endpoints))
+	out.Endpoints, cs = normalizeEndpoints(o, out, s.Endpoints, dropped, renamed, cs)
+	return out, cs
+}
+
+// normalizeEndpoints returns in normalized for the service out, with a
+// conflict appended to cs for each item dropped or altered. When
+// normalization changes nothing (every endpoint keeps its values, already
+// sorted, without a duplicate, weights that fit), it returns in itself:
+// the model's contract makes a published slice immutable, and the gate
+// never writes to the slice it returns, so the normalized service shares
+// the registry's endpoints instead of holding a copy of each
+// (docs/architecture.md §3.4). Otherwise it returns a new slice, and in is
+// not modified.
+func normalizeEndpoints(o RegistryOptions, out *model.Service, in []model.Endpoint, dropped map[string]bool, renamed string, cs []Conflict) ([]model.Endpoint, []Conflict) {
+	if len(in) == 0 {
+		return nil, cs
 	}
-	seen := make(map[string]bool, len(s.Endpoints))
-	for _, e := range s.Endpoints {
+	if unchangedEndpoints(o, out, in, dropped, renamed) {
+		return slices.Clip(in), cs
+	}
+	host, ports := out.Hostname, out.Ports
+	eps := make([]model.Endpoint, 0, len(in))
+	seen := make(map[string]bool, len(in))
+	for _, e := range in {
 		ne, reason := normalizeEndpoint(o, out, e, dropped, renamed)
 		subject := endpointSubject(e)
 		if reason == "" {
@@ -268,15 +303,43 @@ func normalizeService(o RegistryOptions, domain string, s *model.Service) (*mode
 			continue
 		}
 		seen[k] = true
-		out.Endpoints = append(out.Endpoints, ne)
+		eps = append(eps, ne)
 	}
-	sortEndpoints(out.Endpoints, ports)
-	if sum, scaled := scaleWeights(out.Endpoints); scaled {
+	sortEndpoints(eps, ports)
+	if sum, scaled := scaleWeights(eps); scaled {
 		cs = append(cs, scaledConflict(o.Name, host, sum))
 	}
-	return out, cs
+	return eps, cs
 }
 
+// unchangedEndpoints reports whether normalizeEndpoints would return in
+// as it is: every endpoint valid and left with equal values (maps nil
+// where in's are, no label dropped), strictly increasing by address and
+// ports (sorted, no duplicate), and weights whose sum fits.
+func unchangedEndpoints(o RegistryOptions, svc *model.Service, in []model.Endpoint, dropped map[string]bool, renamed string) bool {
+	var sum uint64
+	for i := range in {
+		e := &in[i]
+		ne, reason := normalizeEndpoint(o, svc, *e, dropped, renamed)
+		if reason != "" || !sameEndpoint(&ne, e) || (ne.Ports == nil) != (e.Ports == nil) || (ne.Labels == nil) != (e.Labels == nil) {
+			return false
+		}
+		if _, bad := checkLabels(e.Labels); len(bad) > 0 {
+			return false
+		}
+		if i > 0 && compareAddrPorts(&in[i-1], e, svc.Ports) >= 0 {
+			return false
+		}
+		if sum += uint64(max(e.Weight, 1)); sum > maxWeightSum {
+			return false
+		}
+	}
+	return true
+}
+
+// normalizeEndpoint returns e normalized for svc, or why it is dropped.
+// It shares e's Address, Ports and Labels when it leaves them unchanged;
+// checkLabels runs apart.
 func normalizeEndpoint(o RegistryOptions, svc *model.Service, e model.Endpoint, dropped map[string]bool, renamed string) (model.Endpoint, string) {
 	addr, err := normalizeAddress(e.Address, svc.Resolution)
 	if err != nil {
@@ -287,44 +350,57 @@ func normalizeEndpoint(o RegistryOptions, svc *model.Service, e model.Endpoint, 
 		return e, fmt.Sprintf("unknown health %d", int(e.Health))
 	}
 	if len(e.Ports) > 0 {
-		ports := make(map[string]uint32, len(e.Ports))
-		for name, n := range e.Ports {
-			if name == "" && renamed != "" {
-				name = renamed
-			}
-			if !slices.ContainsFunc(svc.Ports, func(p model.Port) bool { return p.Name == name }) {
-				if dropped[name] {
-					continue // the port itself is reported
-				}
-				return e, fmt.Sprintf("port override %q names no port of the service", name)
-			}
-			if n > 65535 {
-				return e, fmt.Sprintf("port override %s=%d is outside 1..65535", name, n)
-			}
-			ports[name] = n // 0: the endpoint does not serve this port
+		ports, reason := normalizeOverrides(svc, e.Ports, dropped, renamed)
+		if reason != "" {
+			return e, reason
 		}
-		e.Ports = nil
-		if len(ports) > 0 {
-			e.Ports = ports
-		}
+		e.Ports = ports
 	}
-	if len(e.Labels) == 0 {
-		e.Labels = nil
-	}
-	if e.Weight == 0 {
-		e.Weight = 1
-	}
-	e.Source.Registry = o.Name
-	if e.Source.Cluster == "" {
-		e.Source.Cluster = o.Name
-	}
-	if e.Locality.IsZero() {
-		e.Locality = o.Locality
-	}
+	e = o.EndpointDefaults(e)
 	if reason := checkStrings(&e); reason != "" {
 		return e, reason
 	}
 	return e, ""
+}
+
+// normalizeOverrides checks an endpoint's port overrides against svc's
+// ports: the override of the port that had no name is renamed, overrides
+// of dropped ports are left out. It returns in itself when nothing is
+// renamed or left out, nil when nothing is left, or why the endpoint is
+// dropped.
+func normalizeOverrides(svc *model.Service, in map[string]uint32, dropped map[string]bool, renamed string) (map[string]uint32, string) {
+	changed := false
+	for name, n := range in {
+		if name == "" && renamed != "" {
+			name, changed = renamed, true
+		}
+		if !slices.ContainsFunc(svc.Ports, func(p model.Port) bool { return p.Name == name }) {
+			if dropped[name] {
+				changed = true
+				continue // the port itself is reported
+			}
+			return nil, fmt.Sprintf("port override %q names no port of the service", name)
+		}
+		if n > 65535 {
+			return nil, fmt.Sprintf("port override %s=%d is outside 1..65535", name, n)
+		}
+	}
+	if !changed {
+		return in, ""
+	}
+	ports := make(map[string]uint32, len(in))
+	for name, n := range in {
+		if name == "" && renamed != "" {
+			name = renamed
+		}
+		if slices.ContainsFunc(svc.Ports, func(p model.Port) bool { return p.Name == name }) {
+			ports[name] = n // 0: the endpoint does not serve this port
+		}
+	}
+	if len(ports) == 0 {
+		return nil, ""
+	}
+	return ports, ""
 }
 
 func endpointSubject(e model.Endpoint) string {
@@ -363,14 +439,19 @@ func normalizeHostname(h string) (string, error) {
 
 // normalizeAddress checks an endpoint address and returns its canonical
 // form: an IP address a proxy can connect to (checkIP) for EDS, or such an
-// IP address or a hostname for DNS.
+// IP address or a hostname for DNS. An address in canonical form is
+// returned as it is (the same string).
 func normalizeAddress(a string, res model.Resolution) (string, error) {
 	ip, err := netip.ParseAddr(a)
 	if err == nil {
 		if reason := checkIP(ip); reason != "" {
 			return "", fmt.Errorf("address %q %s", a, reason)
 		}
-		return ip.Unmap().String(), nil
+		var buf [64]byte
+		if b := ip.Unmap().AppendTo(buf[:0]); string(b) != a {
+			return string(b), nil
+		}
+		return a, nil // canonical already: shared, not copied
 	}
 	if res == model.ResolutionDNS {
 		if h, err := normalizeHostname(a); err == nil {
@@ -398,20 +479,27 @@ func endpointKey(e *model.Endpoint, ports []model.Port) string {
 // service port, then by source, so that equal inputs give equal slices.
 func sortEndpoints(eps []model.Endpoint, ports []model.Port) {
 	slices.SortStableFunc(eps, func(a, b model.Endpoint) int {
-		if c := cmp.Compare(a.Address, b.Address); c != 0 {
-			return c
-		}
-		for _, p := range ports {
-			an, _ := a.PortFor(p)
-			bn, _ := b.PortFor(p)
-			if c := cmp.Compare(an, bn); c != 0 {
-				return c
-			}
-		}
 		return cmp.Or(
+			compareAddrPorts(&a, &b, ports),
 			cmp.Compare(a.Source.Registry, b.Source.Registry),
 			cmp.Compare(a.Source.Cluster, b.Source.Cluster),
 			cmp.Compare(a.Source.Network, b.Source.Network),
 		)
 	})
+}
+
+// compareAddrPorts orders endpoints by address, then by the port used for
+// each service port: 0 means one endpointKey.
+func compareAddrPorts(a, b *model.Endpoint, ports []model.Port) int {
+	if c := cmp.Compare(a.Address, b.Address); c != 0 {
+		return c
+	}
+	for _, p := range ports {
+		an, _ := a.PortFor(p)
+		bn, _ := b.PortFor(p)
+		if c := cmp.Compare(an, bn); c != 0 {
+			return c
+		}
+	}
+	return 0
 }

@@ -3,14 +3,18 @@ package aggregate
 import (
 	"fmt"
 	"maps"
+	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
 func portsOf(s *model.Service) []string {
@@ -283,4 +287,195 @@ func TestNormalizeMemo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameArray reports whether a and b are the same array, not only equal.
+func sameArray[E any](a, b []E) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
+}
+
+// TestNormalizeSharesUnchangedEndpoints: the gate shares what it leaves
+// unchanged (the model's slices are immutable): the ports, and the endpoint slice of a
+// service whose endpoints already carry the defaults, are sorted and hold
+// no duplicate, with their maps and address strings. Any change gives the
+// service its own normalized slice, equal to what a fresh copy of the
+// input normalizes to, and leaves the input as it was.
+func TestNormalizeSharesUnchangedEndpoints(t *testing.T) {
+	t.Parallel()
+	loc := model.Locality{Region: "eu"}
+	o := RegistryOptions{Common: registries.Common{Name: "vms", Kind: "file", Domain: "vm", Locality: loc}}
+	ports := []model.Port{{Name: "http", Number: 80, Protocol: model.ProtocolHTTP}, {Name: "grpc", Number: 90, Protocol: model.ProtocolGRPC}}
+	base := func() []model.Endpoint {
+		return o.FillDefaults([]model.Endpoint{
+			{Address: "10.0.0.1", Labels: map[string]string{"v": "1"}, Origin: "a"},
+			{Address: "10.0.0.2", Ports: map[string]uint32{"grpc": 9090}, Origin: "b"},
+			{Address: "10.0.0.2", Ports: map[string]uint32{"grpc": 9091}, Weight: 3, Origin: "c"},
+		})
+	}
+	for _, tt := range []struct {
+		name   string
+		mut    func(eps []model.Endpoint, s *model.Service) // nil: unchanged
+		wantCs int                                          // conflicts
+	}{
+		{name: "defaults filled, sorted, no duplicate"},
+		{name: "weight 0", mut: func(e []model.Endpoint, _ *model.Service) { e[1].Weight = 0 }},
+		{name: "no source", mut: func(e []model.Endpoint, _ *model.Service) { e[0].Source = model.Source{} }},
+		{name: "no locality", mut: func(e []model.Endpoint, _ *model.Service) { e[2].Locality = model.Locality{} }},
+		{name: "empty labels", mut: func(e []model.Endpoint, _ *model.Service) { e[1].Labels = map[string]string{} }},
+		{name: "not sorted", mut: func(e []model.Endpoint, _ *model.Service) { e[0], e[1] = e[1], e[0] }},
+		{name: "duplicate", mut: func(e []model.Endpoint, _ *model.Service) { e[2].Ports = e[1].Ports }, wantCs: 1},
+		{name: "address not canonical", mut: func(e []model.Endpoint, _ *model.Service) { e[0].Address = "::ffff:10.0.0.1" }},
+		{name: "bad address", mut: func(e []model.Endpoint, _ *model.Service) { e[0].Address = "not-an-ip" }, wantCs: 1},
+		{name: "label dropped", mut: func(e []model.Endpoint, _ *model.Service) { e[0].Labels = map[string]string{"v": "\xff"} }, wantCs: 1},
+		{name: "override of an unnamed port", mut: func(e []model.Endpoint, s *model.Service) {
+			s.Ports[1].Name = ""
+			e[1].Ports, e[2].Ports = map[string]uint32{"": 9090}, map[string]uint32{"": 9091}
+		}},
+		{name: "override of a dropped port", mut: func(e []model.Endpoint, s *model.Service) {
+			s.Ports = append(s.Ports, model.Port{Name: "bad", Number: 70000})
+			e[0].Ports = map[string]uint32{"bad": 1}
+		}, wantCs: 1},
+		{name: "weights overflow", mut: func(e []model.Endpoint, _ *model.Service) {
+			e[0].Weight, e[1].Weight = math.MaxUint32, math.MaxUint32
+		}, wantCs: 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := model.Service{Hostname: "a.vm", Ports: slices.Clone(ports), Endpoints: base()}
+			if tt.mut != nil {
+				tt.mut(s.Endpoints, &s)
+			}
+			before := registrytest.CloneServices([]model.Service{s})
+			st := normalize(o, []model.Service{s}, nil)
+			got := st.services["a.vm"]
+			if got == nil {
+				t.Fatalf("a.vm not served: %v", st.conflicts)
+			}
+			if len(st.conflicts) != tt.wantCs {
+				t.Errorf("conflicts %v, want %d", conflictsOf(st.conflicts), tt.wantCs)
+			}
+			// The input is not modified, whatever was shared.
+			if d := cmp.Diff(before[0], s); d != "" {
+				t.Errorf("normalize modified its input (-before +after):\n%s", d)
+			}
+			// The result is what a deep copy of the input normalizes to.
+			fresh := normalize(o, registrytest.CloneServices([]model.Service{s}), nil).services["a.vm"]
+			if d := cmp.Diff(fresh, got); d != "" {
+				t.Errorf("result differs from a copy's (-copy +shared):\n%s", d)
+			}
+			shared := sameArray(got.Endpoints, s.Endpoints)
+			if shared != (tt.mut == nil) {
+				t.Fatalf("endpoint slice shared = %v, want %v", shared, tt.mut == nil)
+			}
+			if !shared {
+				return
+			}
+			if !sameArray(got.Ports, s.Ports) || cap(got.Ports) != len(got.Ports) {
+				t.Errorf("ports %v copied or not clipped, though valid and sorted", got.Ports)
+			}
+			if cap(got.Endpoints) != len(got.Endpoints) {
+				t.Errorf("shared slice has cap %d > len %d: an append could write into the registry's array", cap(got.Endpoints), len(got.Endpoints))
+			}
+			for i := range got.Endpoints {
+				g, in := &got.Endpoints[i], &s.Endpoints[i]
+				if unsafe.StringData(g.Address) != unsafe.StringData(in.Address) {
+					t.Errorf("endpoint %d: address copied", i)
+				}
+			}
+		})
+	}
+}
+
+// TestNormalizeSharesCanonicalParts: a changed endpoint slice still shares
+// the address strings and maps normalization leaves as they are.
+func TestNormalizeSharesCanonicalParts(t *testing.T) {
+	t.Parallel()
+	o := reg("vms", "file", "vm")
+	labels := map[string]string{"v": "1"}
+	overrides := map[string]uint32{"http": 8080}
+	addr := strings.Clone("10.0.0.1")
+	in := []model.Service{{Hostname: "a.vm", Ports: []model.Port{{Name: "http", Number: 80}}, Endpoints: []model.Endpoint{
+		{Address: addr, Ports: overrides, Labels: labels}, // weight 0: the slice is copied
+	}}}
+	got := normalize(o, in, nil).services["a.vm"]
+	if sameArray(got.Endpoints, in[0].Endpoints) {
+		t.Fatal("endpoint slice shared though its weight was filled in")
+	}
+	e := got.Endpoints[0]
+	if e.Weight != 1 || unsafe.StringData(e.Address) != unsafe.StringData(addr) ||
+		reflect.ValueOf(e.Ports).UnsafePointer() != reflect.ValueOf(overrides).UnsafePointer() ||
+		reflect.ValueOf(e.Labels).UnsafePointer() != reflect.ValueOf(labels).UnsafePointer() {
+		t.Errorf("normalized endpoint %+v: want weight 1 with the input's address, ports and labels shared", e)
+	}
+}
+
+// TestMergeDoesNotWriteSharedEndpoints: merging a multicluster set sorts
+// and scales weights in a slice of its own; the registries' endpoints,
+// shared by their normalized services, keep their order and weights.
+func TestMergeDoesNotWriteSharedEndpoints(t *testing.T) {
+	t.Parallel()
+	var states []shardState
+	var ins []model.Service
+	for _, name := range []string{"west", "east"} {
+		o := RegistryOptions{Common: registries.Common{Name: name, Kind: "kubernetes", Domain: "svc.cluster.local"}, Multicluster: true}
+		in := model.Service{Hostname: "a.ns.svc.cluster.local", Ports: []model.Port{{Name: "http", Number: 80}},
+			Endpoints: o.FillDefaults([]model.Endpoint{{Address: "10.0.0.9", Weight: math.MaxUint32}})}
+		if name == "east" {
+			in.Endpoints = o.FillDefaults([]model.Endpoint{{Address: "10.0.0.1", Weight: math.MaxUint32}})
+		}
+		st := normalize(o, []model.Service{in}, nil)
+		if !sameArray(st.services[in.Hostname].Endpoints, in.Endpoints) {
+			t.Fatalf("%s: endpoints not shared", name)
+		}
+		states, ins = append(states, st), append(ins, in)
+	}
+	before := registrytest.CloneServices(ins)
+	var cs []contribution
+	for i, name := range []string{"east", "west"} {
+		cs = append(cs, contribution{name: name, kind: "kubernetes", domain: "svc.cluster.local", multicluster: true,
+			svc: states[1-i].services["a.ns.svc.cluster.local"]})
+	}
+	merged, conflicts := mergeHost("a.ns.svc.cluster.local", cs, nil)
+	if len(merged.Endpoints) != 2 || merged.Endpoints[0].Weight == math.MaxUint32 || len(conflicts) != 1 {
+		t.Fatalf("merged %+v, conflicts %v: want two endpoints scaled down", merged.Endpoints, conflicts)
+	}
+	if d := cmp.Diff(before, ins); d != "" {
+		t.Errorf("merge wrote into a registry's endpoints (-before +after):\n%s", d)
+	}
+}
+
+// TestPublishedEndpointsAreServedShared: through a registries.Publisher
+// (which fills the endpoints' defaults) into a running Aggregator, the
+// snapshot serves the very endpoint slices the Publisher holds, full state
+// or delta: each endpoint is held once.
+func TestPublishedEndpointsAreServedShared(t *testing.T) {
+	t.Parallel()
+	o := reg("vms", "file", "vm")
+	a := newRunning(t, newFakeClock(), o)
+	p := registries.NewPublisher(o.Common, a, nil, registries.PublisherOptions[string]{Compare: strings.Compare})
+	p.Set("a", registries.One(svc("a.vm", "10.0.0.1", "10.0.0.2"), true, nil))
+	p.Set("b", registries.One(svc("b.vm", "10.0.0.3"), true, nil))
+	p.Flush(registries.Condition{})
+	snap := waitVersion(t, a, 1)
+	check := func(step string, snap *model.Snapshot) {
+		t.Helper()
+		held, _ := p.State()
+		for _, h := range held {
+			s, ok := snap.Service(h.Hostname)
+			if !ok || !sameArray(s.Endpoints, h.Endpoints) {
+				t.Errorf("%s: %s served %v, not the Publisher's slice", step, h.Hostname, s)
+			}
+			if h.Endpoints[0].Weight != 1 || h.Endpoints[0].Source.Registry != "vms" {
+				t.Errorf("%s: %s held without its defaults: %+v", step, h.Hostname, h.Endpoints[0])
+			}
+		}
+	}
+	check("full state", snap)
+	p.Set("b", registries.One(svc("b.vm", "10.0.0.4"), true, nil))
+	p.Flush(registries.Condition{})
+	snap = waitVersion(t, a, snap.Version+1)
+	if got := addrs(snap, "b.vm"); !slices.Equal(got, []string{"10.0.0.4"}) {
+		t.Fatalf("b.vm serves %v after the change", got)
+	}
+	check("delta", snap)
 }

@@ -3,8 +3,11 @@
 // library only.
 //
 // Values handed across package boundaries are treated as immutable: a
-// registry never changes a slice after publishing it, and the aggregator
-// never changes a Service after putting it in a Snapshot.
+// registry never changes a slice or map after publishing it, and the
+// aggregator never changes a Service after putting it in a Snapshot.
+// Consumers rely on it to share rather than copy: the aggregator's
+// normalized services hold the registry's endpoints, ports and maps
+// wherever normalization leaves them unchanged.
 package model
 
 import (

@@ -103,6 +103,7 @@ type PublisherOptions[K comparable] struct {
 // other.
 type Publisher[K comparable] struct {
 	sink   Sink
+	common Common
 	shard  model.ShardKey
 	log    *slog.Logger
 	ingest interface{ Observe(float64) }
@@ -169,6 +170,7 @@ func NewPublisher[K comparable](c Common, sink Sink, log *slog.Logger, opts Publ
 		concat: concat,
 		deltas: concat || opts.ConcatUnlessDuplicate,
 		sink:   sink,
+		common: c,
 		shard:  c.Shard(),
 		log:    log,
 		ingest: ingestLatency.WithLabelValues(c.Name, c.Kind),
@@ -193,7 +195,12 @@ func Concat[K comparable](entries []Entry[K]) ([]model.Service, []model.Rejectio
 
 // Set stores key's conversion and reports whether it differs from the one
 // stored before (deep equality). An Empty conversion deletes the key.
+// Set and Put store the conversion with its endpoints' defaults filled in
+// (Common.FillDefaults, on a copy of what lacks them), so that the
+// aggregator's gate shares the endpoints it is published with instead of
+// copying them.
 func (p *Publisher[K]) Set(key K, c Converted) bool {
+	c = p.common.fillDefaults(c)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old, had := p.conv[key]
@@ -216,6 +223,7 @@ func (p *Publisher[K]) Set(key K, c Converted) bool {
 // Put stores key's conversion without comparing it with the previous one:
 // for callers that already know it changed.
 func (p *Publisher[K]) Put(key K, c Converted) {
+	c = p.common.fillDefaults(c)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, had := p.conv[key]

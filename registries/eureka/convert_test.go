@@ -52,10 +52,10 @@ var netflixWant = []model.Service{
 		Endpoints: []model.Endpoint{
 			{Address: "10.1.1.5", Labels: map[string]string{"management.port": "8081", "version": "1.10"},
 				Locality: model.Locality{Region: "us-east-1", Zone: "us-east-1a"}, Health: model.Healthy,
-				Source: src(), Origin: "ip-10-1-1-5.ec2.internal:orders:8080"},
+				Weight: 1, Source: src(), Origin: "ip-10-1-1-5.ec2.internal:orders:8080"},
 			{Address: "10.1.2.6", Labels: map[string]string{"zone": "dc1-b", "region": "dc1", "version": "1.10"},
 				Locality: model.Locality{Region: "dc1", Zone: "dc1-b"}, Health: model.Draining,
-				Source: src(), Origin: "orders-2.dc1.example.com:orders:8080"},
+				Weight: 1, Source: src(), Origin: "orders-2.dc1.example.com:orders:8080"},
 		},
 	},
 	{
@@ -64,12 +64,12 @@ var netflixWant = []model.Service{
 			{Name: "http", Number: 9090, Protocol: model.ProtocolGRPC},
 			{Name: "https", Number: 9443, Protocol: model.ProtocolTCP},
 		},
-		Endpoints: []model.Endpoint{{Address: "10.1.3.7", Health: model.Unhealthy, Source: src(), Origin: "billing-1:billing:9090"}},
+		Endpoints: []model.Endpoint{{Address: "10.1.3.7", Health: model.Unhealthy, Weight: 1, Source: src(), Origin: "billing-1:billing:9090"}},
 	},
 	{
 		Hostname: "legacy.eureka", Resolution: model.ResolutionEDS,
 		Ports:     []model.Port{{Name: "http", Number: 7001, Protocol: model.ProtocolHTTP}},
-		Endpoints: []model.Endpoint{{Address: "10.1.4.8", Health: model.Healthy, Source: src(), Origin: "legacy-good"}},
+		Endpoints: []model.Endpoint{{Address: "10.1.4.8", Health: model.Healthy, Weight: 1, Source: src(), Origin: "legacy-good"}},
 	},
 }
 
@@ -145,7 +145,7 @@ func TestPolarisFixtureBooleanEnabled(t *testing.T) {
 	want := []model.Service{{
 		Hostname: "orders.eureka", Resolution: model.ResolutionEDS,
 		Ports: []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}},
-		Endpoints: []model.Endpoint{{Address: "127.0.0.1", Health: model.Healthy, Source: src(), Origin: "orders-1",
+		Endpoints: []model.Endpoint{{Address: "127.0.0.1", Health: model.Healthy, Weight: 1, Source: src(), Origin: "orders-1",
 			Labels:   map[string]string{"campus": "", "protocol": "HTTP", "region": "", "version": "1.1", "zone": "zone-a"},
 			Locality: model.Locality{Zone: "zone-a"}}},
 	}}

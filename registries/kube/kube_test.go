@@ -105,6 +105,7 @@ func TestPublishesServicesWithPodLabelsAndNodeLocality(t *testing.T) {
 			Address: "192.0.2.1", Ports: map[string]uint32{"grpc": 18080},
 			Labels:   map[string]string{"app": "orders", "version": "v1"},
 			Locality: model.Locality{Region: "eu-west", Zone: "eu-west-1a"},
+			Weight:   1, // filled by the Publisher (registries.Common.FillDefaults)
 			Source:   model.Source{Registry: "east", Cluster: "east", Network: "east-net"},
 			Origin:   "Pod shop/orders-1",
 		}},

@@ -10,7 +10,19 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/registries"
 )
+
+// Published returns services as a Publisher of c stores and publishes
+// them: each endpoint with its defaults filled in
+// (registries.Common.FillDefaults). services is not modified.
+func Published(c registries.Common, services []model.Service) []model.Service {
+	out := slices.Clone(services)
+	for i := range out {
+		out[i].Endpoints = c.FillDefaults(out[i].Endpoints)
+	}
+	return out
+}
 
 // CloneServices returns a deep copy of services, keeping nil slices and maps
 // nil.

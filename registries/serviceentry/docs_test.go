@@ -85,7 +85,7 @@ func TestEditWorkPerObject(t *testing.T) {
 		}
 		want, wantRej := (&merger{common: c, lastGood: map[string]Object{}}).mergeObjects(all)
 		got, gotRej, _ := sink.Last(c.Shard())
-		if diff := registrytest.DiffServices(want, got); diff != "" {
+		if diff := registrytest.DiffServices(registrytest.Published(c, want), got); diff != "" {
 			t.Errorf("%s: published state differs from the full parse:\n%s", step, diff)
 		}
 		if diff := cmp.Diff(len(wantRej), len(gotRej)); diff != "" {
@@ -232,7 +232,7 @@ func keyedMatchesFullMerge(t *testing.T, rnd *rand.Rand) {
 		}
 		want, wantRej := full.mergeObjects(all)
 		got, gotRej, _ := sink.Last(c.Shard())
-		if diff := registrytest.DiffServices(want, got); diff != "" {
+		if diff := registrytest.DiffServices(registrytest.Published(c, want), got); diff != "" {
 			t.Fatalf("step %d: services differ from the full merge:\n%s", step, diff)
 		}
 		if diff := cmp.Diff(rejectionSet(wantRej), rejectionSet(gotRej)); diff != "" {

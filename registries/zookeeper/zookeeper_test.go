@@ -286,13 +286,13 @@ func testCurator(t *testing.T, addr string) {
 	src := model.Source{Registry: reg.common.Name, Cluster: reg.common.Name}
 	want := []model.Service{
 		{Hostname: "orders.zk", Ports: []model.Port{{Name: "http", Number: 8080, Protocol: model.ProtocolHTTP}}, Endpoints: []model.Endpoint{
-			{Address: "192.0.2.1", Labels: map[string]string{"instance_status": "UP", "version": "v1"}, Source: src, Origin: root + "/orders/a"},
-			{Address: "192.0.2.2", Labels: map[string]string{"version": "v2"}, Source: src, Origin: root + "/orders/b"},
+			{Address: "192.0.2.1", Labels: map[string]string{"instance_status": "UP", "version": "v1"}, Weight: 1, Source: src, Origin: root + "/orders/a"},
+			{Address: "192.0.2.2", Labels: map[string]string{"version": "v2"}, Weight: 1, Source: src, Origin: root + "/orders/b"},
 		}},
 		{Hostname: "payments.zk", Ports: []model.Port{
 			{Name: "http", Number: 9090, Protocol: model.ProtocolHTTP}, {Name: "https", Number: 9443, Protocol: model.ProtocolTCP},
 		}, Endpoints: []model.Endpoint{
-			{Address: "192.0.2.3", Source: src, Origin: root + "/payments/p"},
+			{Address: "192.0.2.3", Weight: 1, Source: src, Origin: root + "/payments/p"},
 		}},
 	}
 	if d := registrytest.DiffServices(want, st.Services); d != "" {
