@@ -9,10 +9,11 @@
 package filewatch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -110,7 +111,10 @@ type Watch[T any] struct {
 	Patterns []string
 	// Parse parses one file's content; path is the file's path. An error
 	// rejects the whole file (its last good parse stays); problems of one
-	// item of a file belong in T.
+	// item of a file belong in T. data is a buffer the Watch reuses: it
+	// stays unchanged until the second Parse of the same path after this
+	// one returns, so that Parse may keep it to compare the next read's
+	// bytes with (registries/file), and must not keep it longer.
 	Parse func(path string, data []byte) (T, error)
 	// Merge returns the shard's state from every file with a good parse,
 	// in path order, published under one key. It is called from Run's
@@ -279,8 +283,9 @@ func or(d, def time.Duration) time.Duration {
 // fileState is what a Run remembers of one file.
 type fileState[T any] struct {
 	info     os.FileInfo // at the last read; nil if never read or gone
-	sum      uint64      // hash of the bytes last parsed
-	parsed   bool        // sum, parseErr are set
+	data     []byte      // the bytes last parsed
+	spare    []byte      // the buffer the next read goes into (the bytes parsed before data)
+	parsed   bool        // data, parseErr are set
 	parseErr error       // of the bytes last parsed
 	value    T           // last good
 	good     bool        // value is set
@@ -309,8 +314,6 @@ func (wt *Watch[T]) newRunState(sink registries.Sink, w *fsnotify.Watcher, log *
 		pub:  registries.NewPublisher(c, sink, log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 		conf: newConfirmation(or(wt.Confirm, DefaultConfirmAfter)), merge: true}
 }
-
-var hashSeed = maphash.MakeSeed()
 
 // reload reads the files that changed (every file's bytes when full) and
 // publishes the merge if any file's parse changed. It reports false
@@ -429,12 +432,13 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 	if !full && st.info != nil && os.SameFile(st.info, info) && st.info.Size() == info.Size() && st.info.ModTime().Equal(info.ModTime()) {
 		return false, true // unchanged since the last read
 	}
-	data, err := os.ReadFile(p)
+	data, err := readInto(p, st.spare, info.Size())
 	if err != nil {
 		st.info, st.err = nil, err
 		s.result(false)
 		return false, true
 	}
+	st.spare = data // until it is parsed
 	after, err := os.Stat(p)
 	if err != nil {
 		st.info, st.err = nil, err
@@ -446,13 +450,17 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 		return false, false
 	}
 	st.info = after
-	sum := maphash.Bytes(hashSeed, data)
-	if !st.parsed || st.sum != sum {
+	// The last parsed bytes are kept (the read buffers are reused, two per
+	// file, so that an edit of a large file allocates nothing per read):
+	// compared with them, an unchanged file costs one memory compare and
+	// a changed one the compare of its head.
+	if !st.parsed || !bytes.Equal(data, st.data) {
 		value, err := s.Parse(p, data)
 		if s.Parsed != nil {
 			s.Parsed(p)
 		}
-		st.sum, st.parsed, st.parseErr = sum, true, err
+		st.data, st.spare = data, st.data
+		st.parsed, st.parseErr = true, err
 		if err == nil {
 			equal := s.Equal
 			if equal == nil {
@@ -465,6 +473,34 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 	st.err = st.parseErr
 	s.result(st.err == nil)
 	return changed, true
+}
+
+// readInto reads the file at p into buf, reused when it can hold size
+// bytes and is not much larger (size: the file's size as stat reported
+// it; a file that grew meanwhile is read to its end all the same).
+func readInto(p string, buf []byte, size int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return buf, err
+	}
+	defer f.Close()
+	if n := int(size) + 512; cap(buf) < n || cap(buf) > 2*n+1<<16 {
+		buf = make([]byte, 0, n)
+	}
+	buf = buf[:0]
+	for {
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grew since stat
+		}
+	}
 }
 
 // extensions of the files a directory is read for.
