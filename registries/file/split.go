@@ -16,8 +16,8 @@ import (
 // escapes), flow collections across lines and comments — and gives up (ok
 // false, the whole file takes the full parse) on anything it does not
 // follow: block scalars (| and >), directives, a second document, tags or
-// anchors on the sequence itself, a tab where an indentation is read, a
-// byte-order mark, anything after the sequence.
+// anchors on the sequence itself, a tab, a byte-order mark, a line
+// break other than LF and CRLF (plainBytes), anything after the sequence.
 
 // itemRange is one item of the services sequence: data[start:end]. line
 // is the 1-based line of start; a block item starts at the beginning of
@@ -60,13 +60,31 @@ type splitter struct {
 	// previous item there and returns, with stopped set.
 	stop    func(pos, line int) bool
 	stopped bool
+	// rootFlow: the services sequence is in a flow mapping at the root
+	// (formJSON), not in a block mapping.
+	rootFlow bool
+}
+
+// atColumn0: a line of b after its first begins with something other
+// than a space or a line break.
+func atColumn0(b []byte) bool {
+	for i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b); {
+		if c := b[i+1]; c != ' ' && c != '\n' && c != '\r' {
+			return true
+		}
+		j := bytes.IndexByte(b[i+1:], '\n')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
 }
 
 // splitServices cuts a services file into its items; ok false when the
 // file is not in a shape it follows (the caller then parses it whole).
 func splitServices(data []byte) (items []itemRange, form seqForm, ok bool) {
-	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) || bytes.IndexByte(data, '\t') >= 0 {
-		// A tab may be indentation, which the split does not read.
+	if !plainBytes(data) {
 		return nil, 0, false
 	}
 	s := &splitter{data: data, line: 1}
@@ -99,8 +117,10 @@ func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []it
 		items, _, ok = splitServices(data)
 		return items, 0, len(prevItems), len(items), 0, ok
 	}
-	if bytes.IndexByte(data[p:len(data)-q], '\t') >= 0 {
-		return nil, 0, 0, 0, 0, false // the rest was checked when prev was split
+	// The rest was checked when prev was split; a CR before the change
+	// may have met its LF in it.
+	if !plainBytes(data[max(p-1, 0):min(len(data)-q+1, len(data))]) {
+		return nil, 0, 0, 0, 0, false
 	}
 	delta, tail := len(data)-len(prev), len(data)-q
 	s := &splitter{data: data, pos: prevItems[a].start, line: prevItems[a].line}
@@ -135,6 +155,29 @@ func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []it
 		}
 	}
 	return items, a, bOld, bNew, dl, true
+}
+
+// plainBytes: b holds nothing that the split does not follow outside
+// of the constructs it tracks: no tab (it may be indentation), no
+// byte-order mark, and no line break but LF and CRLF (the YAML parser
+// also breaks lines at a lone CR and at NEL, LS and PS, and would count
+// lines, or see items begin, where the split does not).
+func plainBytes(b []byte) bool {
+	if bytes.IndexByte(b, '\t') >= 0 || bytes.Contains(b, []byte("\xef\xbb\xbf")) ||
+		bytes.Contains(b, []byte("\xc2\x85")) || bytes.Contains(b, []byte("\xe2\x80\xa8")) || bytes.Contains(b, []byte("\xe2\x80\xa9")) {
+		return false
+	}
+	for i := bytes.IndexByte(b, '\r'); i >= 0; {
+		if i+1 < len(b) && b[i+1] != '\n' {
+			return false
+		}
+		j := bytes.IndexByte(b[i+1:], '\r')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return true
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.
@@ -219,6 +262,7 @@ func (s *splitter) head() seqForm {
 // the split resumes at an item start — to the end of the file, checking
 // what follows it; it stops early when stop says so.
 func (s *splitter) rest(form seqForm) ([]itemRange, bool) {
+	s.rootFlow = form == formJSON
 	if form == formBlock {
 		return s.blockSeq()
 	}
@@ -355,6 +399,12 @@ func (s *splitter) flowItems() ([]itemRange, bool) {
 			return nil, false
 		}
 		it.end = s.pos
+		if !s.rootFlow && atColumn0(s.data[it.start:it.end]) {
+			// In `services: [...]` the sequence is inside a block mapping,
+			// which the YAML parser holds against some tokens at column 0
+			// (": x" is an error there); the item parsed alone is not.
+			return nil, false
+		}
 		items = append(items, it)
 		s.skipSpace()
 		if s.pos >= len(s.data) {
