@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -111,11 +112,18 @@ type Watch[T any] struct {
 	Patterns []string
 	// Parse parses one file's content; path is the file's path. An error
 	// rejects the whole file (its last good parse stays); problems of one
-	// item of a file belong in T. data is a buffer the Watch reuses: it
-	// stays unchanged until the second Parse of the same path after this
-	// one returns, so that Parse may keep it to compare the next read's
-	// bytes with (registries/file), and must not keep it longer.
+	// item of a file belong in T. With KeepBytes, data is a buffer the
+	// Watch reuses: it stays unchanged until the second Parse of the same
+	// path after this one returns, so that Parse may keep it to compare
+	// the next read's bytes with (registries/file), and must not keep it
+	// longer.
 	Parse func(path string, data []byte) (T, error)
+	// KeepBytes: keep each file's last parsed bytes and read the file
+	// into one of two buffers kept for it, so that a read allocates
+	// nothing and an unchanged file costs one memory compare; the file's
+	// bytes are held twice. Without it each read allocates its buffer
+	// and a hash of the bytes tells an unchanged file.
+	KeepBytes bool
 	// Merge returns the shard's state from every file with a good parse,
 	// in path order, published under one key. It is called from Run's
 	// goroutine only. Unused when Publish is set.
@@ -283,9 +291,10 @@ func or(d, def time.Duration) time.Duration {
 // fileState is what a Run remembers of one file.
 type fileState[T any] struct {
 	info     os.FileInfo // at the last read; nil if never read or gone
-	data     []byte      // the bytes last parsed
-	spare    []byte      // the buffer the next read goes into (the bytes parsed before data)
-	parsed   bool        // data, parseErr are set
+	sum      uint64      // hash of the bytes last parsed (without KeepBytes)
+	data     []byte      // the bytes last parsed (KeepBytes)
+	spare    []byte      // the buffer the next read goes into (KeepBytes: the bytes parsed before data)
+	parsed   bool        // sum or data, and parseErr are set
 	parseErr error       // of the bytes last parsed
 	value    T           // last good
 	good     bool        // value is set
@@ -307,6 +316,8 @@ type runState[T any] struct {
 	paths []string // matched at the last read, sorted
 	merge bool     // a file's parse changed since the last merge
 }
+
+var hashSeed = maphash.MakeSeed()
 
 func (wt *Watch[T]) newRunState(sink registries.Sink, w *fsnotify.Watcher, log *slog.Logger) *runState[T] {
 	c := registries.Common{Name: wt.Shard.Name, Kind: wt.Shard.Kind}
@@ -450,17 +461,26 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 		return false, false
 	}
 	st.info = after
-	// The last parsed bytes are kept (the read buffers are reused, two per
-	// file, so that an edit of a large file allocates nothing per read):
-	// compared with them, an unchanged file costs one memory compare and
-	// a changed one the compare of its head.
-	if !st.parsed || !bytes.Equal(data, st.data) {
+	// With KeepBytes the last parsed bytes are kept (the read buffers are
+	// reused, two per file, so that an edit of a large file allocates
+	// nothing per read): compared with them, an unchanged file costs one
+	// memory compare and a changed one the compare of its head.
+	var sum uint64
+	same := st.parsed && bytes.Equal(data, st.data)
+	if !s.KeepBytes {
+		st.spare = nil
+		sum = maphash.Bytes(hashSeed, data)
+		same = st.parsed && sum == st.sum
+	}
+	if !same {
 		value, err := s.Parse(p, data)
 		if s.Parsed != nil {
 			s.Parsed(p)
 		}
-		st.data, st.spare = data, st.data
-		st.parsed, st.parseErr = true, err
+		if s.KeepBytes {
+			st.data, st.spare = data, st.data
+		}
+		st.sum, st.parsed, st.parseErr = sum, true, err
 		if err == nil {
 			equal := s.Equal
 			if equal == nil {
