@@ -68,17 +68,21 @@ type splitter struct {
 // atColumn0: a line of b after its first begins with something other
 // than a space or a line break.
 func atColumn0(b []byte) bool {
-	for i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b); {
-		if c := b[i+1]; c != ' ' && c != '\n' && c != '\r' {
+	return followedBy(b, '\n', func(c byte) bool { return c != ' ' && c != '\n' && c != '\r' })
+}
+
+// followedBy: some byte x of b is followed by a byte for which f holds.
+func followedBy(b []byte, x byte, f func(byte) bool) bool {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], x)
+		if j < 0 || i+j+1 >= len(b) {
+			return false
+		}
+		i += j + 1
+		if f(b[i]) {
 			return true
 		}
-		j := bytes.IndexByte(b[i+1:], '\n')
-		if j < 0 {
-			break
-		}
-		i += 1 + j
 	}
-	return false
 }
 
 // splitServices cuts a services file into its items; ok false when the
@@ -167,17 +171,7 @@ func plainBytes(b []byte) bool {
 		bytes.Contains(b, []byte("\xc2\x85")) || bytes.Contains(b, []byte("\xe2\x80\xa8")) || bytes.Contains(b, []byte("\xe2\x80\xa9")) {
 		return false
 	}
-	for i := bytes.IndexByte(b, '\r'); i >= 0; {
-		if i+1 < len(b) && b[i+1] != '\n' {
-			return false
-		}
-		j := bytes.IndexByte(b[i+1:], '\r')
-		if j < 0 {
-			break
-		}
-		i += 1 + j
-	}
-	return true
+	return !followedBy(b, '\r', func(c byte) bool { return c != '\n' })
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.
