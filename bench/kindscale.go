@@ -92,6 +92,11 @@ type ScaleChange struct {
 	// Stamp is when the change was made; zero means just before Change
 	// was called.
 	Stamp time.Time
+	// WriterCPU, when the target measured it, is the CPU Change spent
+	// making the change in this process (the file kinds: rendering and
+	// writing the file, as an editor would), part of the process's CPU
+	// that is not the measured code's.
+	WriterCPU time.Duration
 }
 
 // ScaleState is one published state as the harness reads it.
@@ -234,6 +239,9 @@ type KindScaleResult struct {
 	// the client making the change and the harness) over the changes ÷
 	// changes, gaps included.
 	CPUPerChange float64 `json:"cpuPerChange"`
+	// WriterCPUPerChange is the part of CPUPerChange the targets' Change
+	// reported as its own (ScaleChange.WriterCPU); 0 when none did.
+	WriterCPUPerChange float64 `json:"writerCpuPerChange,omitempty"`
 	// Publishes is how many states were published during the changes.
 	Publishes int `json:"publishes"`
 	// Heap and RSS are the live Go heap and VmRSS of the process after the
@@ -408,6 +416,7 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	pub0 := sink.publishes
 	sink.mu.Unlock()
 	var lat []float64
+	var writer time.Duration
 	cpu0 = ProcessCPU()
 	for i := 1; i <= o.Changes; i++ {
 		sink.begin()
@@ -420,6 +429,7 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 		if c.Stamp.IsZero() {
 			c.Stamp = before
 		}
+		writer += c.WriterCPU
 		sink.expect(&c)
 		if sink.await(o.ChangeTimeout, func() bool { return !sink.seen.IsZero() }) {
 			sink.mu.Lock()
@@ -432,6 +442,7 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	}
 	if o.Changes > 0 {
 		res.CPUPerChange = ms(ProcessCPU()-cpu0) / float64(o.Changes)
+		res.WriterCPUPerChange = ms(writer) / float64(o.Changes)
 	}
 	stopProf()
 	if tg.After != nil {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,17 +67,19 @@ func ksAddr(i, j int, changed map[int]int) string {
 }
 
 // ksFixture is the files of a KS row: head, then the text of each of
-// their services (per services a file), kept so that a change renders
-// only the service it edits, as a user's edit costs one service of the
-// editor's time (the harness's CPU counts in the CPU per change).
+// their services (per services a file). A change splices the service it
+// edits into its file's text and writes the file, as an editor holding
+// the file writes it after an edit of one service: the harness's own CPU
+// for an edit is that splice and the write (measured apart, WriterCPU).
 type ksFixture struct {
-	dir      string
-	per      int
-	head     string
-	service  func(i int) []byte
-	inPlace  bool
-	services [][]byte
-	buf      bytes.Buffer // the file being written, reused
+	dir     string
+	per     int
+	head    string
+	service func(i int) []byte
+	inPlace bool
+	files   [][]byte // each file's text
+	offs    []int    // each service's offset in its file's text
+	lens    []int    // each service's length
 }
 
 func (fx *ksFixture) name(f int) string {
@@ -84,18 +89,12 @@ func (fx *ksFixture) name(f int) string {
 // write writes file f and returns when its new content became visible:
 // the rename of the temporary file, or the end of the write in place.
 func (fx *ksFixture) write(f int) (time.Time, error) {
-	b := &fx.buf
-	b.Reset()
-	b.WriteString(fx.head)
-	for _, s := range fx.services[f*fx.per : min((f+1)*fx.per, len(fx.services))] {
-		b.Write(s)
-	}
 	if fx.inPlace {
-		err := os.WriteFile(fx.name(f), b.Bytes(), 0o644)
+		err := os.WriteFile(fx.name(f), fx.files[f], 0o644)
 		return time.Now(), err
 	}
 	tmp := fx.name(f) + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(tmp, fx.files[f], 0o644); err != nil {
 		return time.Time{}, err
 	}
 	at := time.Now()
@@ -104,21 +103,44 @@ func (fx *ksFixture) write(f int) (time.Time, error) {
 
 // ksFiles writes the fixture's files into dir (per services each) and
 // returns how to rewrite the file of service i with its text rendered
-// again.
-func ksFiles(t testing.TB, fx *ksFixture, services int) func(i int) (time.Time, error) {
-	fx.services = make([][]byte, services)
-	for i := range fx.services {
-		fx.services[i] = fx.service(i)
-	}
+// again, and the CPU that rewrite took on its thread (the writer's).
+func ksFiles(t testing.TB, fx *ksFixture, services int) func(i int) (time.Time, time.Duration, error) {
+	fx.offs, fx.lens = make([]int, services), make([]int, services)
 	for f := 0; f*fx.per < services; f++ {
+		b := []byte(fx.head)
+		for i := f * fx.per; i < min((f+1)*fx.per, services); i++ {
+			s := fx.service(i)
+			fx.offs[i], fx.lens[i] = len(b), len(s)
+			b = append(b, s...)
+		}
+		fx.files = append(fx.files, b)
 		if _, err := fx.write(f); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return func(i int) (time.Time, error) {
-		fx.services[i] = fx.service(i)
-		return fx.write(i / fx.per)
+	return func(i int) (time.Time, time.Duration, error) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cpu0 := threadCPU()
+		f, s := i/fx.per, fx.service(i)
+		fx.files[f] = slices.Replace(fx.files[f], fx.offs[i], fx.offs[i]+fx.lens[i], s...)
+		for k := i + 1; k < min((f+1)*fx.per, services); k++ {
+			fx.offs[k] += len(s) - fx.lens[i]
+		}
+		fx.lens[i] = len(s)
+		at, err := fx.write(f)
+		return at, threadCPU() - cpu0, err
 	}
+}
+
+// threadCPU is the calling thread's user+system CPU time (getrusage
+// RUSAGE_THREAD; call with the goroutine locked to its thread).
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func fileKindScale(t testing.TB, services, per int, flow, inPlace bool) bench.KindScaleTarget {
@@ -173,8 +195,8 @@ func ksTarget(t testing.TB, fx *ksFixture, services int, changed map[int]int, c 
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
 			i := (n * 7919) % services
 			changed[i] = n
-			at, err := rewrite(i)
-			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.%s", i, c.Domain), Value: ksAddr(i, 0, changed), Stamp: at}, err
+			at, cpu, err := rewrite(i)
+			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.%s", i, c.Domain), Value: ksAddr(i, 0, changed), Stamp: at, WriterCPU: cpu}, err
 		}}
 }
 

@@ -116,13 +116,15 @@ func (r *Registry) watch() *filewatch.Watch[[]*svcItem] {
 			}
 			return parseItems(filepath.Base(path), data, r.common, cache, &r.work)
 		},
-		Publish: k.publish,
-		Equal:   slices.Equal[[]*svcItem],
-		Shard:   r.common.Shard(),
-		Log:     r.log,
-		Timing:  r.timing,
-		Read:    filewatch.CountReads(reloads, r.common.Name),
-		Parsed:  r.parsed,
+		// resplit compares a read with the bytes of the last one.
+		KeepBytes: true,
+		Publish:   k.publish,
+		Equal:     slices.Equal[[]*svcItem],
+		Shard:     r.common.Shard(),
+		Log:       r.log,
+		Timing:    r.timing,
+		Read:      filewatch.CountReads(reloads, r.common.Name),
+		Parsed:    r.parsed,
 	}
 }
 

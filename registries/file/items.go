@@ -53,8 +53,10 @@ type itemRec struct {
 type itemCache struct {
 	recs map[uint64]*itemRec // by the hash of the range's bytes
 	// The last read that took the split (nil data: none, or a full
-	// parse): its bytes (resplit compares the next read's with them), its
-	// items, each item's hash and service, and the hostnames served.
+	// parse): its bytes (resplit compares the next read's with them; the
+	// Watch leaves them unchanged until the read after next, see
+	// filewatch.Watch.Parse), its items, each item's hash and service, and
+	// the hostnames served.
 	data   []byte
 	form   seqForm
 	ranges []itemRange
@@ -80,13 +82,13 @@ var itemSeed = maphash.MakeSeed()
 // ranges.
 func parseItems(name string, data []byte, c registries.Common, cache *itemCache, w *work) ([]*svcItem, error) {
 	var (
-		ranges       []itemRange
-		a, bOld, mid int
-		form         = cache.form
-		ok           bool
+		ranges           []itemRange
+		a, bOld, mid, dl int
+		form             = cache.form
+		ok               bool
 	)
 	if cache.data != nil {
-		ranges, a, bOld, mid, ok = resplit(cache.data, data, cache.ranges, cache.form)
+		ranges, a, bOld, mid, dl, ok = resplit(cache.data, data, cache.ranges, cache.form)
 	} else {
 		ranges, form, ok = splitServices(data)
 		a, bOld, mid = 0, 0, len(ranges)
@@ -95,6 +97,8 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 	if !ok {
 		return parseWhole(name, data, c, cache, w)
 	}
+	// From here a failure takes the full parse, which empties the cache:
+	// resplit may have rewritten cache.ranges in place.
 	w.cut.Add(uint64(mid - a))
 	// The items a..bOld of the last read are replaced by ranges[a:mid];
 	// their parses are kept by hash for the ranges whose bytes they are.
@@ -105,11 +109,8 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 		delete(cache.recs, h)
 		delete(cache.names, cache.out[k].svc.Hostname)
 	}
-	shift := len(ranges) - mid // items after the change
-	sums := make([]uint64, 0, len(ranges))
-	sums = append(sums, cache.sums[:a]...)
-	out := make([]*svcItem, 0, len(ranges))
-	out = append(out, cache.out[:a]...)
+	sums := make([]uint64, 0, mid-a)
+	items := make([]*svcItem, 0, mid-a)
 	for _, rg := range ranges[a:mid] {
 		b := data[rg.start:rg.end]
 		h := maphash.Bytes(itemSeed, b)
@@ -128,20 +129,23 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 			return parseWhole(name, data, c, cache, w)
 		}
 		cache.recs[h], cache.names[it.svc.Hostname] = rec, true
-		sums, out = append(sums, h), append(out, it)
+		sums, items = append(sums, h), append(items, it)
 	}
-	// The items after the change: the same parses, on other lines when
-	// the change added or removed lines.
-	if shift > 0 && ranges[mid].line == cache.ranges[bOld].line {
-		sums, out = append(sums, cache.sums[bOld:]...), append(out, cache.out[bOld:]...)
-		shift = 0 // on the same lines: the same items
+	// The list returned is new (the last one is the Watch's to compare
+	// with); the hashes are kept in place.
+	out := make([]*svcItem, 0, len(ranges))
+	out = append(out, cache.out[:a]...)
+	out = append(out, items...)
+	tail := len(out)
+	out = append(out, cache.out[bOld:]...)
+	if dl != 0 {
+		// The items after the change: the same parses, on other lines.
+		for k := tail; k < len(out); k++ {
+			out[k], _ = cache.recs[cache.sums[bOld+k-tail]].at(ranges[k].line, name, c, w)
+		}
 	}
-	for k := bOld; k < bOld+shift; k++ {
-		h := cache.sums[k]
-		it, _ := cache.recs[h].at(ranges[mid+k-bOld].line, name, c, w)
-		sums, out = append(sums, h), append(out, it)
-	}
-	cache.data, cache.form, cache.ranges, cache.sums, cache.out = data, form, ranges, sums, out
+	cache.data, cache.form, cache.ranges, cache.out = data, form, ranges, out
+	cache.sums = slices.Replace(cache.sums, a, bOld, sums...)
 	return out, nil
 }
 

@@ -59,6 +59,10 @@ func TestParseItemsStyles(t *testing.T) {
 		{name: "empty", data: "services: []\n"},
 		{name: "anchor across services", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address: 10.0.0.1, labels: &l {v: x}}\n  - name: b\n" + svc + "    endpoints:\n      - {address: 10.0.0.2, labels: *l}\n", whole: true},
 		{name: "block scalar", data: "services:\n  - name: >-\n      a\n" + svc, whole: true},
+		{name: "crlf", data: strings.ReplaceAll(string(flowServices(3, 2, addrOf)), "\n", "\r\n")},
+		{name: "lone cr", data: strings.ReplaceAll(string(genServices(3, 2)), "\n", "\r"), whole: true},
+		{name: "byte-order mark", data: "\ufeff" + string(genServices(3, 2)), whole: true},
+		{name: "flow item line at column 0", data: "services: [\n  {name: a,\nports: [{name: http, port: 80, protocol: HTTP}]},\n]\n", whole: true},
 		{name: "tab", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address:\t10.0.0.1}\n", whole: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -384,16 +388,34 @@ func TestResplitEditChains(t *testing.T) {
 		return []byte(b.String())
 	}
 	snippets := []string{"", "\n", " ", "#", "# c\n", "'", "\"", "{", "}", "[", "]", ",", "- ", "  - ", "\t", "|", "---\n", "x",
+		"\r\n", "\r", "\ufeff", "&a ", "*a", "<<: *a\n", "...\n", "%YAML 1.2\n", "? ", "!!str ", `"{-#"`, "'- #'", " # {\n", "\\",
 		"  - name: added\n    ports: [{name: http, port: 80, protocol: HTTP}]\n",
-		"      - {address: 10.9.9.9}\n", "  {name: added, ports: [{name: http, port: 80, protocol: HTTP}]},\n"}
+		"      - {address: 10.9.9.9}\n", "  {name: added, ports: [{name: http, port: 80, protocol: HTTP}]},\n",
+		"      - {address: 10.9.9.8, labels: &l {v: \"x\"}}\n", "      - {address: 10.9.9.7, labels: *l}\n"}
+	// Anchors, aliases, quoted scalars holding what the split looks for,
+	// multi-line flow mappings, comments and CRLF line breaks.
+	mixed := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("# head\r\nservices:\r\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - name: \"svc-%d\"  # '{-#\r\n    ports: [{name: http, port: 80, protocol: HTTP}]\r\n    endpoints:\r\n", i)
+			fmt.Fprintf(&b, "      - {address: %s, labels: &l%d {note: \"a {b} - #c\", v: 'it''s'}}\r\n", addrOf(i, 0), i)
+			fmt.Fprintf(&b, "      - {address: %s,\r\n         labels: *l%d}\r\n", addrOf(i, 1), i)
+		}
+		return []byte(b.String())
+	}
 	starts := map[string][]byte{
 		"block": genServices(30, 2), "flow endpoints": flowServices(30, 2, addrOf),
-		"flow sequence": flowSeq(30), "json": jsonOf(30),
+		"flow sequence": flowSeq(30), "json": jsonOf(30), "mixed": mixed(30),
 	}
 	for _, style := range slices.Sorted(maps.Keys(starts)) {
 		data := starts[style]
 		cache := &itemCache{}
 		var w work
+		// The two buffers a Watch reads a file into, in turn
+		// (filewatch.Watch.Parse): a read overwrites the bytes of the
+		// read before the last one.
+		var bufs [2][]byte
 		for step := range 300 {
 			next := slices.Clone(data)
 			switch op := rnd.IntN(4); {
@@ -413,7 +435,8 @@ func TestResplitEditChains(t *testing.T) {
 			if rnd.IntN(8) == 0 {
 				next = starts[style] // back to a good file now and then
 			}
-			data = next
+			bufs[step%2] = append(bufs[step%2][:0], next...)
+			data = bufs[step%2]
 			items, err := parseItems("s.yaml", data, vms, cache, &w)
 			want, wantErr := Parse("s.yaml", data, vms)
 			if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {

@@ -2,6 +2,7 @@ package file
 
 import (
 	"bytes"
+	"slices"
 	"sort"
 )
 
@@ -15,8 +16,8 @@ import (
 // escapes), flow collections across lines and comments — and gives up (ok
 // false, the whole file takes the full parse) on anything it does not
 // follow: block scalars (| and >), directives, a second document, tags or
-// anchors on the sequence itself, a tab where an indentation is read, a
-// byte-order mark, anything after the sequence.
+// anchors on the sequence itself, a tab, a byte-order mark, a line
+// break other than LF and CRLF (plainBytes), anything after the sequence.
 
 // itemRange is one item of the services sequence: data[start:end]. line
 // is the 1-based line of start; a block item starts at the beginning of
@@ -59,13 +60,35 @@ type splitter struct {
 	// previous item there and returns, with stopped set.
 	stop    func(pos, line int) bool
 	stopped bool
+	// rootFlow: the services sequence is in a flow mapping at the root
+	// (formJSON), not in a block mapping.
+	rootFlow bool
+}
+
+// atColumn0: a line of b after its first begins with something other
+// than a space or a line break.
+func atColumn0(b []byte) bool {
+	return followedBy(b, '\n', func(c byte) bool { return c != ' ' && c != '\n' && c != '\r' })
+}
+
+// followedBy: some byte x of b is followed by a byte for which f holds.
+func followedBy(b []byte, x byte, f func(byte) bool) bool {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], x)
+		if j < 0 || i+j+1 >= len(b) {
+			return false
+		}
+		i += j + 1
+		if f(b[i]) {
+			return true
+		}
+	}
 }
 
 // splitServices cuts a services file into its items; ok false when the
 // file is not in a shape it follows (the caller then parses it whole).
 func splitServices(data []byte) (items []itemRange, form seqForm, ok bool) {
-	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) || bytes.IndexByte(data, '\t') >= 0 {
-		// A tab may be indentation, which the split does not read.
+	if !plainBytes(data) {
 		return nil, 0, false
 	}
 	s := &splitter{data: data, line: 1}
@@ -84,9 +107,11 @@ func splitServices(data []byte) (items []itemRange, form seqForm, ok bool) {
 // costs the items it touched, not the file (docs/architecture.md §3.1.1).
 // It returns the new items and where they differ: items[a:bNew] replace
 // prevItems[a:bOld]; the items before are prevItems[:a], those after are
-// prevItems[bOld:] moved by the change's length and lines. ok false: the
-// file is not in a shape the split follows.
-func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []itemRange, a, bOld, bNew int, ok bool) {
+// prevItems[bOld:] moved by the change's length and by dl lines. items
+// reuses prevItems' array (prevItems is not to be used after a
+// success). ok false: the file is not in a shape the split follows
+// (prevItems unchanged).
+func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []itemRange, a, bOld, bNew, dl int, ok bool) {
 	p := commonPrefix(prev, data)
 	q := commonSuffix(prev[p:], data[p:])
 	// The last item that begins before the first changed byte: its start
@@ -94,13 +119,14 @@ func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []it
 	a = sort.Search(len(prevItems), func(i int) bool { return prevItems[i].start >= p }) - 1
 	if a < 0 {
 		items, _, ok = splitServices(data)
-		return items, 0, len(prevItems), len(items), ok
+		return items, 0, len(prevItems), len(items), 0, ok
 	}
-	if bytes.IndexByte(data[p:len(data)-q], '\t') >= 0 {
-		return nil, 0, 0, 0, false // the rest was checked when prev was split
+	// The rest was checked when prev was split; a CR before the change
+	// may have met its LF in it.
+	if !plainBytes(data[max(p-1, 0):min(len(data)-q+1, len(data))]) {
+		return nil, 0, 0, 0, 0, false
 	}
 	delta, tail := len(data)-len(prev), len(data)-q
-	dl := 0
 	s := &splitter{data: data, pos: prevItems[a].start, line: prevItems[a].line}
 	bOld = len(prevItems)
 	s.stop = func(pos, line int) bool {
@@ -119,16 +145,33 @@ func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []it
 	}
 	mid, ok := s.rest(form)
 	if !ok {
-		return nil, 0, 0, 0, false
+		return nil, 0, 0, 0, 0, false
 	}
-	items = make([]itemRange, 0, a+len(mid)+len(prevItems)-bOld)
-	items = append(items, prevItems[:a]...)
-	items = append(items, mid...)
-	for _, it := range prevItems[bOld:] {
-		it.start, it.end, it.line = it.start+delta, it.end+delta, it.line+dl
-		items = append(items, it)
+	// In place: the items after the change are moved, not copied into a
+	// new list (an edit of one service in 10,000 allocates nothing here).
+	items = slices.Replace(prevItems, a, bOld, mid...)
+	bNew = a + len(mid)
+	if delta != 0 || dl != 0 {
+		for i := bNew; i < len(items); i++ {
+			items[i].start += delta
+			items[i].end += delta
+			items[i].line += dl
+		}
 	}
-	return items, a, bOld, a + len(mid), true
+	return items, a, bOld, bNew, dl, true
+}
+
+// plainBytes: b holds nothing that the split does not follow outside
+// of the constructs it tracks: no tab (it may be indentation), no
+// byte-order mark, and no line break but LF and CRLF (the YAML parser
+// also breaks lines at a lone CR and at NEL, LS and PS, and would count
+// lines, or see items begin, where the split does not).
+func plainBytes(b []byte) bool {
+	if bytes.IndexByte(b, '\t') >= 0 || bytes.Contains(b, []byte("\xef\xbb\xbf")) ||
+		bytes.Contains(b, []byte("\xc2\x85")) || bytes.Contains(b, []byte("\xe2\x80\xa8")) || bytes.Contains(b, []byte("\xe2\x80\xa9")) {
+		return false
+	}
+	return !followedBy(b, '\r', func(c byte) bool { return c != '\n' })
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.
@@ -213,6 +256,7 @@ func (s *splitter) head() seqForm {
 // the split resumes at an item start — to the end of the file, checking
 // what follows it; it stops early when stop says so.
 func (s *splitter) rest(form seqForm) ([]itemRange, bool) {
+	s.rootFlow = form == formJSON
 	if form == formBlock {
 		return s.blockSeq()
 	}
@@ -349,6 +393,12 @@ func (s *splitter) flowItems() ([]itemRange, bool) {
 			return nil, false
 		}
 		it.end = s.pos
+		if !s.rootFlow && atColumn0(s.data[it.start:it.end]) {
+			// In `services: [...]` the sequence is inside a block mapping,
+			// which the YAML parser holds against some tokens at column 0
+			// (": x" is an error there); the item parsed alone is not.
+			return nil, false
+		}
 		items = append(items, it)
 		s.skipSpace()
 		if s.pos >= len(s.data) {

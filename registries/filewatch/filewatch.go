@@ -9,10 +9,12 @@
 package filewatch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -110,8 +112,18 @@ type Watch[T any] struct {
 	Patterns []string
 	// Parse parses one file's content; path is the file's path. An error
 	// rejects the whole file (its last good parse stays); problems of one
-	// item of a file belong in T.
+	// item of a file belong in T. With KeepBytes, data is a buffer the
+	// Watch reuses: it stays unchanged until the second Parse of the same
+	// path after this one returns, so that Parse may keep it to compare
+	// the next read's bytes with (registries/file), and must not keep it
+	// longer.
 	Parse func(path string, data []byte) (T, error)
+	// KeepBytes: keep each file's last parsed bytes and read the file
+	// into one of two buffers kept for it, so that a read allocates
+	// nothing and an unchanged file costs one memory compare; the file's
+	// bytes are held twice. Without it each read allocates its buffer
+	// and a hash of the bytes tells an unchanged file.
+	KeepBytes bool
 	// Merge returns the shard's state from every file with a good parse,
 	// in path order, published under one key. It is called from Run's
 	// goroutine only. Unused when Publish is set.
@@ -279,8 +291,10 @@ func or(d, def time.Duration) time.Duration {
 // fileState is what a Run remembers of one file.
 type fileState[T any] struct {
 	info     os.FileInfo // at the last read; nil if never read or gone
-	sum      uint64      // hash of the bytes last parsed
-	parsed   bool        // sum, parseErr are set
+	sum      uint64      // hash of the bytes last parsed (without KeepBytes)
+	data     []byte      // the bytes last parsed (KeepBytes)
+	spare    []byte      // the buffer the next read goes into (KeepBytes: the bytes parsed before data)
+	parsed   bool        // sum or data, and parseErr are set
 	parseErr error       // of the bytes last parsed
 	value    T           // last good
 	good     bool        // value is set
@@ -303,14 +317,14 @@ type runState[T any] struct {
 	merge bool     // a file's parse changed since the last merge
 }
 
+var hashSeed = maphash.MakeSeed()
+
 func (wt *Watch[T]) newRunState(sink registries.Sink, w *fsnotify.Watcher, log *slog.Logger) *runState[T] {
 	c := registries.Common{Name: wt.Shard.Name, Kind: wt.Shard.Kind}
 	return &runState[T]{Watch: wt, log: log, files: map[string]*fileState[T]{}, watch: newWatchSet(w, wt.Patterns, log),
 		pub:  registries.NewPublisher(c, sink, log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 		conf: newConfirmation(or(wt.Confirm, DefaultConfirmAfter)), merge: true}
 }
-
-var hashSeed = maphash.MakeSeed()
 
 // reload reads the files that changed (every file's bytes when full) and
 // publishes the merge if any file's parse changed. It reports false
@@ -429,12 +443,13 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 	if !full && st.info != nil && os.SameFile(st.info, info) && st.info.Size() == info.Size() && st.info.ModTime().Equal(info.ModTime()) {
 		return false, true // unchanged since the last read
 	}
-	data, err := os.ReadFile(p)
+	data, err := readInto(p, st.spare, info.Size())
 	if err != nil {
 		st.info, st.err = nil, err
 		s.result(false)
 		return false, true
 	}
+	st.spare = data // until it is parsed
 	after, err := os.Stat(p)
 	if err != nil {
 		st.info, st.err = nil, err
@@ -446,11 +461,24 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 		return false, false
 	}
 	st.info = after
-	sum := maphash.Bytes(hashSeed, data)
-	if !st.parsed || st.sum != sum {
+	// With KeepBytes the last parsed bytes are kept (the read buffers are
+	// reused, two per file, so that an edit of a large file allocates
+	// nothing per read): compared with them, an unchanged file costs one
+	// memory compare and a changed one the compare of its head.
+	var sum uint64
+	same := st.parsed && bytes.Equal(data, st.data)
+	if !s.KeepBytes {
+		st.spare = nil
+		sum = maphash.Bytes(hashSeed, data)
+		same = st.parsed && sum == st.sum
+	}
+	if !same {
 		value, err := s.Parse(p, data)
 		if s.Parsed != nil {
 			s.Parsed(p)
+		}
+		if s.KeepBytes {
+			st.data, st.spare = data, st.data
 		}
 		st.sum, st.parsed, st.parseErr = sum, true, err
 		if err == nil {
@@ -465,6 +493,34 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 	st.err = st.parseErr
 	s.result(st.err == nil)
 	return changed, true
+}
+
+// readInto reads the file at p into buf, reused when it can hold size
+// bytes and is not much larger (size: the file's size as stat reported
+// it; a file that grew meanwhile is read to its end all the same).
+func readInto(p string, buf []byte, size int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return buf, err
+	}
+	defer f.Close()
+	if n := int(size) + 512; cap(buf) < n || cap(buf) > 2*n+1<<16 {
+		buf = make([]byte, 0, n)
+	}
+	buf = buf[:0]
+	for {
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grew since stat
+		}
+	}
 }
 
 // extensions of the files a directory is read for.

@@ -116,3 +116,50 @@ func TestConfirmSendsDropAgain(t *testing.T) {
 		t.Errorf("confirmation sent %q, want the update that dropped a2", hostnames(st))
 	}
 }
+
+// TestParseBuffers: with KeepBytes the Watch reuses its read buffers, and Parse sees
+// exactly the file's bytes as the file grows, shrinks and stays the same
+// (an unchanged file is not parsed again), while the bytes of the
+// previous Parse stay unchanged until the next Parse returns (a Parse may
+// compare with them, as registries/file does).
+func TestParseBuffers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.yaml")
+	var prev, prevCopy []byte
+	parses := 0
+	wt := lines(dir)
+	wt.KeepBytes = true
+	wt.Parse = func(_ string, data []byte) ([]string, error) {
+		parses++
+		if string(prev) != string(prevCopy) {
+			t.Errorf("parse %d: the previous parse's bytes changed before this parse returned", parses)
+		}
+		if len(prev) > 0 && len(data) > 0 && &prev[0] == &data[0] {
+			t.Errorf("parse %d: the same buffer as the previous parse", parses)
+		}
+		prev, prevCopy = data, append([]byte(nil), data...)
+		return strings.Fields(string(data)), nil
+	}
+	sink := registrytest.NewSink()
+	l, err := wt.NewLoop(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	contents := []string{"a\n", "a\nb\nc\n" + strings.Repeat("x\n", 5000), "a\nb\n", "a\nb\n", "c\n" + strings.Repeat("y\n", 70000), "d\n", "", "e\n"}
+	wantParses := 0
+	for i, c := range contents {
+		put(t, path, c)
+		if i == 0 || c != contents[i-1] {
+			wantParses++
+		}
+		l.Reload(true) // a full re-read: every file's bytes are read
+		if parses != wantParses {
+			t.Fatalf("step %d: %d parses, want %d", i, parses, wantParses)
+		}
+		if string(prev) != c {
+			t.Fatalf("step %d: parsed %d bytes, want the file's %d", i, len(prev), len(c))
+		}
+	}
+}
