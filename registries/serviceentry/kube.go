@@ -124,11 +124,7 @@ func (r *Registry) runKube(ctx context.Context, sink registries.Sink) error {
 		}
 		pub.Changed(time.Now())
 		if pub.Flush(st) {
-			services, _ := pub.Sent()
-			n := 0
-			for _, s := range services {
-				n += len(s.Endpoints)
-			}
+			_, n, _ := pub.SentCounts() // not Sent: that assembles every key after a delta
 			confirm.Stop()
 			if endpoints < 0 || n < endpoints {
 				confirm.Reset(confirmAfter)
