@@ -16,6 +16,7 @@ import (
 	"github.com/nacos-group/nacos-sdk-go/v2/clients/naming_client"
 	"github.com/nacos-group/nacos-sdk-go/v2/common/constant"
 	"github.com/nacos-group/nacos-sdk-go/v2/common/logger"
+	"github.com/nacos-group/nacos-sdk-go/v2/model"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
 	"go.uber.org/goleak"
 )
@@ -221,6 +222,22 @@ func (p *Polaris) NacosSubscribes(t testing.TB) bool {
 	defer c.Close()
 	_, err := c.c.SelectAllInstances(vo.SelectAllInstancesParam{ServiceName: "meshfed-probe"})
 	return err == nil
+}
+
+// Subscribe subscribes to service (DEFAULT_GROUP) and calls f with the
+// IPs of its instances on each change the server pushes, as applications
+// watch a service with the SDK.
+func (c *NacosClient) Subscribe(service string, f func(ips []string)) error {
+	return c.c.Subscribe(&vo.SubscribeParam{ServiceName: service, SubscribeCallback: func(ins []model.Instance, err error) {
+		if err != nil {
+			return
+		}
+		ips := make([]string, len(ins))
+		for i := range ins {
+			ips[i] = ins[i].Ip
+		}
+		f(ips)
+	}})
 }
 
 // Close closes the client's connection: the server drops its ephemeral
