@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -207,6 +208,12 @@ func eurekaScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	c := registries.Common{Name: "eureka", Kind: "eureka", Domain: "eureka"}
 	reg := newRegistry(t, &eureka.Config{URLs: []string{p.URL}, PollInterval: registries.Duration(time.Second)}, c)
 	mark, after := registryPart(t, c.Name, "the delta answer's arrival")
+	var fetches0 map[string]float64
+	mark, after = func() { mark(); fetches0 = eurekaFetches(t, c.Name) }, func() string {
+		f := eurekaFetches(t, c.Name)
+		return strings.TrimPrefix(after()+fmt.Sprintf("; during the changes %.0f delta fetches, %.0f full fetches, %.0f hashcode mismatches",
+			f["delta"]-fetches0["delta"], f["full"]-fetches0["full"], f["mismatch"]-fetches0["mismatch"]), "; ")
+	}
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
 		Note:  fmt.Sprintf("fixture: %d apps × %d instance, registered over the Eureka REST API (JSON), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, polarisLoaders, again),
 		After: after, Observed: obs.observed,
@@ -268,6 +275,22 @@ func nacosScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 			err := put(s, k)
 			return bench.ScaleChange{Host: fmt.Sprintf("svc-%d.nacos", s), Value: polarisAddr(s, k), Stamp: time.Now()}, err
 		}}
+}
+
+// eurekaFetches reads the eureka registry's fetch counters: "delta" and
+// "full" fetches answered, and hashcode "mismatch"es.
+func eurekaFetches(t testing.TB, registry string) map[string]float64 {
+	out := map[string]float64{}
+	ms, ls := series(t, eureka.Collectors(), "meshfed_eureka_fetches_total", registry)
+	for i, m := range ms {
+		if ls[i]["result"] == "ok" {
+			out[ls[i]["type"]] += m.GetCounter().GetValue()
+		}
+	}
+	if ms, _ := series(t, eureka.Collectors(), "meshfed_eureka_hashcode_mismatches_total", registry); len(ms) > 0 {
+		out["mismatch"] = ms[0].GetCounter().GetValue()
+	}
+	return out
 }
 
 // changedService is the service that change n registers an instance of.
