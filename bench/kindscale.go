@@ -251,9 +251,9 @@ type KindScaleResult struct {
 	// Heap and RSS are the live Go heap and VmRSS of the process after the
 	// changes above what it held before Run (each read after two GCs and
 	// FreeOSMemory).
-	Heap int64  `json:"heap"`
-	RSS  int64  `json:"rss"`
-	Lost int    `json:"lost"` // changes never seen
+	Heap int64 `json:"heap"`
+	RSS  int64 `json:"rss"`
+	Lost int   `json:"lost"` // changes never seen
 	// Server is the server's own delay per change, from the target's
 	// independent observer (Observed − Stamp); Own the measured code's
 	// part of each change (seen − Observed); OwnGoal their p99 goal (ns,
