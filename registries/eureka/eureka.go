@@ -372,8 +372,8 @@ func formatHashcode(counts map[string]int) string {
 // ended; at is when the fetch that brought the change returned.
 func (w *watch) publish(changed bool, at time.Time) {
 	n := 0
-	for _, m := range w.apps {
-		n += len(m)
+	for _, c := range w.statuses { // kept with apps: no walk of every app per poll
+		n += c
 	}
 	w.r.m.instances.Set(float64(n))
 	if changed {
