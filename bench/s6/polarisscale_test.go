@@ -207,11 +207,12 @@ func eurekaScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	obs := startObserver(t, "eureka", p.URL)
 	c := registries.Common{Name: "eureka", Kind: "eureka", Domain: "eureka"}
 	reg := newRegistry(t, &eureka.Config{URLs: []string{p.URL}, PollInterval: registries.Duration(time.Second)}, c)
-	mark, after := registryPart(t, c.Name, "the delta answer's arrival")
+	markPart, afterPart := registryPart(t, c.Name, "the delta answer's arrival")
 	var fetches0 map[string]float64
-	mark, after = func() { mark(); fetches0 = eurekaFetches(t, c.Name) }, func() string {
+	mark := func() { markPart(); fetches0 = eurekaFetches(t, c.Name) }
+	after := func() string {
 		f := eurekaFetches(t, c.Name)
-		return strings.TrimPrefix(after()+fmt.Sprintf("; during the changes %.0f delta fetches, %.0f full fetches, %.0f hashcode mismatches",
+		return strings.TrimPrefix(afterPart()+fmt.Sprintf("; during the changes %.0f delta fetches, %.0f full fetches, %.0f hashcode mismatches",
 			f["delta"]-fetches0["delta"], f["full"]-fetches0["full"], f["mismatch"]-fetches0["mismatch"]), "; ")
 	}
 	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
