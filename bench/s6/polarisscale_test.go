@@ -252,14 +252,15 @@ func nacosScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	// unhealthy now and then and refuses registrations until it has
 	// reconnected (Put gives up after 10s): try longer. (Persistent
 	// instances, which would not depend on the connection, Polaris 1.18.1
-	// refused with error 500.)
+	// refused with error 500.) At load ≈ 10 the SDK stayed unhealthy for
+	// over a minute: Put is tried for up to 3 minutes.
 	putRound := func(s, k, round int) error {
 		meta := map[string]string{"version": "v1"}
 		if round > 0 {
 			meta["fixtureRound"] = strconv.Itoa(round)
 		}
 		var err error
-		for range 6 {
+		for range 18 {
 			if err = clients[s%len(clients)].Put(servers.NacosInstance{Service: fmt.Sprintf("svc-%d", s), IP: polarisAddr(s, k), Port: 8080,
 				Metadata: meta}); err == nil {
 				return nil

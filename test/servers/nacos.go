@@ -242,10 +242,22 @@ func (c *NacosClient) Subscribe(service string, f func(ips []string)) error {
 
 // Close closes the client's connection: the server drops its ephemeral
 // instances.
+//
+// nacos-sdk-go v2.3.5's CloseClient can block for good after its
+// connection failed (Shutdown sends a connection event nobody receives
+// any more): Close gives up waiting after 10s and leaves it blocked.
 func (c *NacosClient) Close() {
-	sdkMu.Lock()
-	defer sdkMu.Unlock()
-	c.c.CloseClient()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sdkMu.Lock()
+		defer sdkMu.Unlock()
+		c.c.CloseClient()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
 }
 
 var sdkMu sync.Mutex
