@@ -79,20 +79,26 @@ func loadParallel(todo []int, loaders int, register func(s, k int) error) error 
 // as missing (which asks the server) finds some, registers those again:
 // Polaris answers a registration it later drops from its batch queue
 // (dropExpireTask, a task older than taskLife 30s) with success, as a
-// Eureka client would learn from its next heartbeat's 404. Registering
-// again the same instance did not always help: at load ≈ 10 the same 73
-// of 10,000 were missing after each of ten rounds (Polaris answers the
-// registration of an instance it already stores, unchanged, with success
-// and writes nothing), so register is told the round (0 first), and a
-// later round's registration changes the instance (its metadata names
-// the round). It returns how many were registered again.
-func loadPolaris(t testing.TB, services, loaders int, register func(s, k, round int) error, missing func() ([]int, error)) int {
+// Eureka client would learn from its next heartbeat's 404. Some it never
+// serves however often they are registered: at load ≈ 10 the same 73 of
+// 10,000 Eureka instances were missing after each of ten rounds, and 43
+// in another run although a later round's registration changes the
+// instance (register is told the round, 0 first; its metadata names it).
+// Once three rounds in a row leave as many missing, and they are fewer
+// than 1 % of the fixture, loading stops and those are lost: the row
+// runs on the fixture Polaris serves and says so. It returns how many
+// were registered again and the instances lost (as s*polarisPerService+k).
+func loadPolaris(t testing.TB, services, loaders int, register func(s, k, round int) error, missing func() ([]int, error)) (again int, lost []int) {
 	todo := make([]int, services*polarisPerService)
 	for i := range todo {
 		todo[i] = i
 	}
-	again := 0
+	var counts []int // missing after each round
 	for round := 0; len(todo) > 0; round++ {
+		if n := len(counts); n >= 3 && counts[n-1] == counts[n-3] && counts[n-1]*100 < services*polarisPerService {
+			t.Logf("Polaris still lacks the same %d of %d instances after %d rounds: leaving them out", len(todo), services*polarisPerService, round)
+			return again, todo
+		}
 		if round == 10 {
 			t.Fatalf("after 10 rounds Polaris still lacks %d of %d instances", len(todo), services*polarisPerService)
 		}
@@ -109,8 +115,33 @@ func loadPolaris(t testing.TB, services, loaders int, register func(s, k, round 
 		if todo, err = missing(); err != nil {
 			t.Fatal(err)
 		}
+		counts = append(counts, len(todo))
 	}
-	return again
+	return again, nil
+}
+
+// servedFixture is what the fixture holds once lost instances are left
+// out: apps (services) with at least one instance, and instances.
+func servedFixture(services int, lost []int) (apps, instances int) {
+	gone := map[int]int{}
+	for _, i := range lost {
+		gone[i/polarisPerService]++
+	}
+	apps = services
+	for _, n := range gone {
+		if n == polarisPerService {
+			apps--
+		}
+	}
+	return apps, services*polarisPerService - len(lost)
+}
+
+// lostNote says what the fixture lacks, if anything.
+func lostNote(lost []int) string {
+	if len(lost) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d instances Polaris answered but never served are left out of the fixture", len(lost))
 }
 
 // eurekaMissing returns the fixture's instances (as s*polarisPerService+k)
@@ -211,7 +242,8 @@ func eurekaScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	t.Cleanup(tr.CloseIdleConnections)
 	er := eurekaRegister{url: p.URL, c: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	t0 := time.Now()
-	again := loadPolaris(t, services, polarisLoaders, er.registerRound, func() ([]int, error) { return eurekaMissing(er.c, p.URL, services) })
+	again, lost := loadPolaris(t, services, polarisLoaders, er.registerRound, func() ([]int, error) { return eurekaMissing(er.c, p.URL, services) })
+	apps, instances := servedFixture(services, lost)
 	load := time.Since(t0)
 	// Every /apps/delta answer holds each change of the server's delta
 	// window (deltaExpireInterval, 60s here; Eureka's default is 3m), so
@@ -229,8 +261,8 @@ func eurekaScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 		return strings.TrimPrefix(afterPart()+fmt.Sprintf("; during the changes %.0f delta fetches, %.0f full fetches, %.0f hashcode mismatches",
 			f["delta"]-fetches0["delta"], f["full"]-fetches0["full"], f["mismatch"]-fetches0["mismatch"]), "; ")
 	}
-	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
-		Note:  fmt.Sprintf("fixture: %d apps × %d instance, registered over the Eureka REST API (JSON), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, polarisLoaders, again),
+	return bench.KindScaleTarget{Load: load, Services: apps, Endpoints: instances, Run: bench.RegistryRun(reg),
+		Note:  fmt.Sprintf("fixture: %d apps × %d instance, registered over the Eureka REST API (JSON), %d at once (%d dropped by Polaris and registered again%s); a change is timed from Polaris' answer to its registration", services, polarisPerService, polarisLoaders, again, lostNote(lost)),
 		After: after, Observed: obs.observed,
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
 			if n == 1 {
@@ -271,7 +303,8 @@ func nacosScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	hc := &http.Client{Timeout: 30 * time.Second}
 	t0 := time.Now()
 	put := func(s, k int) error { return putRound(s, k, 0) }
-	again := loadPolaris(t, services, nacosLoaders, putRound, func() ([]int, error) { return nacosMissing(hc, p.NacosAddr, services) })
+	again, lost := loadPolaris(t, services, nacosLoaders, putRound, func() ([]int, error) { return nacosMissing(hc, p.NacosAddr, services) })
+	svcs, instances := servedFixture(services, lost)
 	load := time.Since(t0)
 	// The observer subscribes to the services the row will change.
 	obsArgs := []string{"nacos", p.NacosAddr}
@@ -284,8 +317,8 @@ func nacosScaleSetup(t testing.TB, services int) bench.KindScaleTarget {
 	c := registries.Common{Name: "nacos", Kind: "nacos", Domain: "nacos"}
 	reg := newRegistry(t, &nacos.Config{Servers: []string{p.NacosAddr}}, c)
 	mark, after := registryPart(t, c.Name, "the push's arrival")
-	return bench.KindScaleTarget{Load: load, Services: services, Endpoints: services * polarisPerService, Run: bench.RegistryRun(reg),
-		Note:  fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), nacosLoaders, again),
+	return bench.KindScaleTarget{Load: load, Services: svcs, Endpoints: instances, Run: bench.RegistryRun(reg),
+		Note:  fmt.Sprintf("fixture: %d services × %d ephemeral instance, registered through the Nacos SDK (gRPC, %d clients), %d at once (%d dropped by Polaris and registered again%s); a change is timed from Polaris' answer to its registration", services, polarisPerService, len(clients), nacosLoaders, again, lostNote(lost)),
 		After: after, Observed: obs.observed,
 		Change: func(_ context.Context, n int) (bench.ScaleChange, error) {
 			if n == 1 {
