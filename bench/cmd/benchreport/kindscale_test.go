@@ -123,6 +123,9 @@ func TestKindScaleObservedRows(t *testing.T) {
 		{Kind: "nacos", Services: 10000, Endpoints: 10000, Goal: 1050e6, OwnGoal: 50e6, CPUPerChange: 3,
 			Change: bench.Summary{N: 3, P50: 900, P99: 1060, Max: 1060}, Server: bench.Summary{N: 3, P50: 800, P99: 1000, Max: 1000},
 			Own: bench.Summary{N: 3, P50: 60, P99: 80, Max: 80}},
+		{Kind: "nacos", Services: 3000, Endpoints: 3000, Goal: 3050e6, OwnGoal: 50e6, CPUPerChange: 3,
+			Change: bench.Summary{N: 3, P50: 900, P99: 1000, Max: 1000}, Server: bench.Summary{N: 3, P50: 100, P99: 3000, Max: 3000},
+			Own: bench.Summary{N: 3, P50: 800, P99: 900, Max: 900}},
 	}
 	verdicts, goals := map[string]string{}, map[string]string{}
 	for _, x := range kindScaleRows(res) {
@@ -134,6 +137,7 @@ func TestKindScaleObservedRows(t *testing.T) {
 		"nacos 1000: meshfed's own part of a change (change → sink − server delay)":  "met",
 		"nacos 10000: one change → sink":                                             "**missed**",
 		"nacos 10000: meshfed's own part of a change (change → sink − server delay)": "**missed**",
+		"nacos 3000: one change → sink":                                              "**missed**", // within the goal, but meshfed's own part is not
 	} {
 		if got, ok := verdicts[fig]; !ok || got != want {
 			t.Errorf("%q: verdict %q (present %v), want %q", fig, got, ok, want)
