@@ -52,6 +52,11 @@ type KindScaleRow struct {
 	// Smoke rows need no external server: they also run, at a tiny size,
 	// in `go test ./bench/...`.
 	Smoke bool
+	// OwnGoal, for rows whose target has an Observed, is the p99 goal of
+	// the measured code's own part of a change: its latency minus the
+	// server's delay, change by change. The change → sink goal is then
+	// the measured server delay's p99 + OwnGoal instead of Goal.
+	OwnGoal time.Duration
 	// Note is printed beside the figures.
 	Note string
 	// Setup starts the real server on 127.0.0.1 (stopped by t.Cleanup;
@@ -82,6 +87,13 @@ type KindScaleTarget struct {
 	// returns is appended to the note (e.g. the registry's own share of
 	// the latency, from its metrics).
 	After func() string
+	// Observed, when set, says when an observer independent of the
+	// measured code (its own client of the server, polling or subscribed,
+	// in another process) first saw change c; false when it did not. The
+	// harness asks for every change once the last was seen, and reports
+	// the server's delay (Observed − Stamp) and the measured code's own
+	// part (its seen − Observed) change by change.
+	Observed func(c ScaleChange) (time.Time, bool)
 }
 
 // ScaleChange is what a change makes: Host gets Value (for registries an
@@ -247,10 +259,19 @@ type KindScaleResult struct {
 	// Heap and RSS are the live Go heap and VmRSS of the process after the
 	// changes above what it held before Run (each read after two GCs and
 	// FreeOSMemory).
-	Heap int64  `json:"heap"`
-	RSS  int64  `json:"rss"`
-	Lost int    `json:"lost"` // changes never seen
-	Note string `json:"note,omitempty"`
+	Heap int64 `json:"heap"`
+	RSS  int64 `json:"rss"`
+	Lost int   `json:"lost"` // changes never seen
+	// Server is the server's own delay per change, from the target's
+	// independent observer (Observed − Stamp); Own the measured code's
+	// part of each change (seen − Observed); OwnGoal their p99 goal (ns,
+	// 0: none); Unobserved the changes seen at the sink but never by the
+	// observer. With OwnGoal, Goal is Server's p99 + OwnGoal.
+	Server     Summary `json:"server"`
+	Own        Summary `json:"own"`
+	OwnGoal    int64   `json:"ownGoal,omitempty"`
+	Unobserved int     `json:"unobserved,omitempty"`
+	Note       string  `json:"note,omitempty"`
 	// Skipped says why the row did not run.
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -417,6 +438,8 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	sink.mu.Unlock()
 	var lat []float64
 	var writer time.Duration
+	var made []ScaleChange // the changes seen, with seenAt
+	var seenAt []time.Time
 	cpu0 = ProcessCPU()
 	for i := 1; i <= o.Changes; i++ {
 		sink.begin()
@@ -434,6 +457,7 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 		if sink.await(o.ChangeTimeout, func() bool { return !sink.seen.IsZero() }) {
 			sink.mu.Lock()
 			lat = append(lat, ms(sink.seen.Sub(c.Stamp)))
+			made, seenAt = append(made, c), append(seenAt, sink.seen)
 			sink.mu.Unlock()
 		} else {
 			res.Lost++
@@ -455,6 +479,9 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	sink.want = nil
 	sink.mu.Unlock()
 	res.Change = Summarize(lat)
+	if tg.Observed != nil {
+		observe(&res, row, tg.Observed, made, seenAt)
+	}
 
 	mem1 := ReadMem()
 	rss1, _, _ := Mem(os.Getpid())
@@ -469,6 +496,27 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 		res.Note += fmt.Sprintf(" (%d changes not seen within %s)", res.Lost, o.ChangeTimeout)
 	}
 	return res
+}
+
+// observe fills res's server delay and own part from an observer's
+// sightings of the changes made (seen at the sink at seenAt), and its
+// goal from them.
+func observe(res *KindScaleResult, row KindScaleRow, observed func(ScaleChange) (time.Time, bool), made []ScaleChange, seenAt []time.Time) {
+	var server, own []float64
+	for i, c := range made {
+		at, ok := observed(c)
+		if !ok {
+			res.Unobserved++
+			continue
+		}
+		server = append(server, ms(at.Sub(c.Stamp)))
+		own = append(own, ms(seenAt[i].Sub(at)))
+	}
+	res.Server, res.Own = Summarize(server), Summarize(own)
+	if row.OwnGoal > 0 && len(server) > 0 {
+		res.OwnGoal = int64(row.OwnGoal)
+		res.Goal = int64(time.Duration(res.Server.P99*float64(time.Millisecond)) + row.OwnGoal)
+	}
 }
 
 // profile writes a CPU profile of this process to dir/name.pprof until

@@ -69,16 +69,22 @@ func TestKindScale(t *testing.T) {
 				res = bench.KindScaleResult{Kind: row.Kind, Services: n, Goal: int64(row.Goal), Skipped: "failed or skipped (server not installed?)"}
 			}
 			results = append(results, res)
+			if full {
+				// After every row: a run that hangs later (the Nacos
+				// SDK's Close can) keeps what it measured.
+				writeKindScale(t, results)
+			}
 		}
 	}
-	if full {
-		b, err := json.MarshalIndent(results, "", "  ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(*ksOut, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+}
+
+func writeKindScale(t *testing.T, results []bench.KindScaleResult) {
+	b, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(*ksOut, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

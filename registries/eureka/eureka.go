@@ -5,7 +5,8 @@
 // # Polling
 //
 // Run starts with a full fetch (GET <url>/apps), then every pollInterval
-// (default 30s, Eureka clients' registryFetchIntervalSeconds) fetches
+// (default 30s, Eureka clients' registryFetchIntervalSeconds; polls start
+// that far apart, however long a fetch took) fetches
 // <url>/apps/delta and applies its ADDED, MODIFIED and DELETED instances to
 // the local state. After each delta it computes the apps__hashcode of the
 // merged state (instance counts per status, "DOWN_1_UP_3_") and compares it
@@ -94,6 +95,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	b := &registries.Backoff{Initial: min(time.Second, r.cfg.PollInterval.Std()), Max: r.cfg.PollInterval.Std()}
 	needFull := true
 	for {
+		polled := time.Now()
 		var err error
 		if needFull || w.noDelta {
 			err = w.full(ctx)
@@ -116,10 +118,18 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		}
 		needFull = false
 		b.Reset()
-		if registries.Sleep(ctx, r.cfg.PollInterval.Std()) != nil {
+		if registries.Sleep(ctx, nextPoll(r.cfg.PollInterval.Std(), time.Since(polled))) != nil {
 			return ctx.Err()
 		}
 	}
+}
+
+// nextPoll is how long to wait after a poll that took took: polls start
+// interval apart, so that the fetch's own time does not add to how stale
+// a change can be when it is seen, but one that took longer than the
+// interval is followed by a pause of a tenth of it, not at once.
+func nextPoll(interval, took time.Duration) time.Duration {
+	return max(interval-took, interval/10)
 }
 
 // watch is the state of one Run.
@@ -372,8 +382,8 @@ func formatHashcode(counts map[string]int) string {
 // ended; at is when the fetch that brought the change returned.
 func (w *watch) publish(changed bool, at time.Time) {
 	n := 0
-	for _, m := range w.apps {
-		n += len(m)
+	for _, c := range w.statuses { // kept with apps: no walk of every app per poll
+		n += c
 	}
 	w.r.m.instances.Set(float64(n))
 	if changed {

@@ -351,3 +351,17 @@ func TestPolarisOneChangeConvertsOneApp(t *testing.T) {
 		t.Errorf("one instance registered among %d apps: %d apps converted, want 1", apps, got)
 	}
 }
+
+func TestNextPoll(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ took, want time.Duration }{
+		{0, time.Second},
+		{300 * time.Millisecond, 700 * time.Millisecond},
+		{950 * time.Millisecond, 100 * time.Millisecond}, // at least a tenth
+		{3 * time.Second, 100 * time.Millisecond},
+	} {
+		if got := nextPoll(time.Second, tc.took); got != tc.want {
+			t.Errorf("nextPoll(1s, %v) = %v, want %v", tc.took, got, tc.want)
+		}
+	}
+}

@@ -369,19 +369,38 @@ func (s *session) applyPending() {
 // and publishes. On a session's first call every service is new, so the
 // state is read anew in full; nothing is published if any step fails.
 func (s *session) sync(ctx context.Context) error {
-	keep := map[serviceKey]bool{}
-	for _, group := range s.r.cfg.Groups {
+	lists := make([][]string, len(s.r.cfg.Groups))
+	listed, known := 0, 0
+	for i, group := range s.r.cfg.Groups {
 		names, err := s.list(ctx, group)
 		if err != nil {
 			s.r.m.list.Err.Inc()
 			return err
 		}
 		s.r.m.list.OK.Inc()
+		lists[i] = names
 		for _, name := range names {
-			keep[serviceKey{group: group, name: name}] = true
+			listed++
+			if s.st.isSubscribed(serviceKey{group: group, name: name}) {
+				known++
+			}
 		}
 	}
 	changed := false
+	if known == listed && listed == len(s.st.held) {
+		// Every service listed is subscribed and none is held besides
+		// them (names are distinct): nothing came or went, so no set of
+		// the names is built and nothing held is walked.
+		s.applyPendingInto(&changed)
+		s.st.publish(changed, time.Now())
+		return nil
+	}
+	keep := make(map[serviceKey]bool, listed)
+	for i, group := range s.r.cfg.Groups {
+		for _, name := range lists[i] {
+			keep[serviceKey{group: group, name: name}] = true
+		}
+	}
 	at := time.Now()
 	for key := range keep {
 		if s.st.isSubscribed(key) {
@@ -457,7 +476,7 @@ func (s *session) applyPendingInto(changed *bool) {
 
 // list returns the wanted service names of a group, all pages.
 func (s *session) list(ctx context.Context, group string) ([]string, error) {
-	return listAll(s.r.cfg.wanted, func(pageNo, pageSize int) ([]string, int, error) {
+	return listAll(s.r.cfg.wanted, s.st.wholeList(group), func(pageNo, pageSize int) ([]string, int, error) {
 		req := serviceListRequest{
 			namingRequest: namingRequest{RequestID: nextID(), Module: "naming", Namespace: s.r.cfg.Namespace, GroupName: group},
 			PageNo:        pageNo, PageSize: pageSize,

@@ -107,7 +107,7 @@ func (r *Registry) readAllHTTP(ctx context.Context, cl *client, i int) (map[serv
 
 // listHTTP returns the wanted service names of a group, all pages.
 func (r *Registry) listHTTP(ctx context.Context, cl *client, i int, group string) ([]string, error) {
-	return listAll(r.cfg.wanted, func(pageNo, pageSize int) ([]string, int, error) {
+	return listAll(r.cfg.wanted, nil, func(pageNo, pageSize int) ([]string, int, error) {
 		q := url.Values{
 			"pageNo": {strconv.Itoa(pageNo)}, "pageSize": {strconv.Itoa(pageSize)},
 			"namespaceId": {r.cfg.Namespace}, "groupName": {group},
@@ -128,8 +128,11 @@ func (r *Registry) listHTTP(ctx context.Context, cl *client, i int, group string
 // overlap and leave services out (at 1,000 services: 502 found, the rest
 // dropped and found again on the next list). When the pages hold fewer
 // distinct names than the count, the list is read again as one page
-// holding them all.
-func listAll(wanted func(string) bool, fetch func(pageNo, pageSize int) ([]string, int, error)) ([]string, error) {
+// holding them all. whole, when not nil, remembers that across lists: it
+// is the count of the last list whose pages overlapped (0: none), and
+// such a group is read as one page from the first request on (at 10,000
+// services: one request instead of 21, and half the names decoded).
+func listAll(wanted func(string) bool, whole *int, fetch func(pageNo, pageSize int) ([]string, int, error)) ([]string, error) {
 	seen := map[string]bool{}
 	var names []string
 	add := func(page []string) {
@@ -142,6 +145,21 @@ func listAll(wanted func(string) bool, fetch func(pageNo, pageSize int) ([]strin
 			}
 			seen[n] = true
 		}
+	}
+	if whole != nil && *whole > 0 {
+		page, c, err := fetch(1, *whole+1)
+		if err != nil {
+			return nil, err
+		}
+		add(page)
+		if len(seen) < c { // more services than last time
+			if page, _, err = fetch(1, c+1); err != nil {
+				return nil, err
+			}
+			add(page)
+		}
+		*whole = c
+		return names, nil
 	}
 	count := 0
 	for pageNo := 1; pageNo <= 10000; pageNo++ {
@@ -164,6 +182,9 @@ func listAll(wanted func(string) bool, fetch func(pageNo, pageSize int) ([]strin
 			return nil, err
 		}
 		add(page)
+		if whole != nil {
+			*whole = count
+		}
 	}
 	return names, nil
 }

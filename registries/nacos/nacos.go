@@ -157,6 +157,9 @@ type state struct {
 	seed    maphash.Seed
 	// labels shares the endpoints' equal label maps.
 	labels registries.LabelSets
+	// whole is, per group, the count of its last list whose pages
+	// overlapped (listAll).
+	whole map[string]*int
 }
 
 // held is what the registry keeps of one service besides its conversion.
@@ -216,6 +219,17 @@ func (s *state) set(key serviceKey, insts []instance, refTime int64) bool {
 	conv := convertService(s.r.common, &s.r.cfg, key, insts)
 	s.labels.ShareServices(conv.Services)
 	return s.pub.Set(key, conv)
+}
+
+// wholeList is listAll's memory of group's overlapping pages.
+func (s *state) wholeList(group string) *int {
+	if s.whole[group] == nil {
+		if s.whole == nil {
+			s.whole = map[string]*int{}
+		}
+		s.whole[group] = new(int)
+	}
+	return s.whole[group]
 }
 
 // newSession starts a grpc session: no service is subscribed in it yet.

@@ -9,13 +9,17 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	nacospb "github.com/nacos-group/nacos-sdk-go/v2/api/grpc"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
@@ -34,6 +38,9 @@ type scriptedNacos struct {
 	acks    []string // "<type> <requestId>"
 	setups  int
 	changed chan struct{}
+	// services, when set, are listed (in a new order on every call, as
+	// Polaris 1.18 does) beside "echo", each with one instance.
+	services []string
 }
 
 func (f *scriptedNacos) notify() {
@@ -59,12 +66,32 @@ func (f *scriptedNacos) Request(_ context.Context, p *nacospb.Payload) (*nacospb
 	case typeHealthCheck:
 		return payload("HealthCheckResponse", ok), nil
 	case typeServiceList:
+		if f.services != nil {
+			var req serviceListRequest
+			_ = json.Unmarshal(p.GetBody().GetValue(), &req)
+			order := slices.Clone(f.services)
+			rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			from := min(max(0, req.PageNo-1)*req.PageSize, len(order))
+			return payload("ServiceListResponse", struct {
+				response
+				Count        int      `json:"count"`
+				ServiceNames []string `json:"serviceNames"`
+			}{ok, len(order), order[from:min(from+req.PageSize, len(order))]}), nil
+		}
 		return payload("ServiceListResponse", struct {
 			response
 			Count        int      `json:"count"`
 			ServiceNames []string `json:"serviceNames"`
 		}{ok, 1, []string{"echo"}}), nil
 	case typeSubscribe:
+		var req subscribeRequest
+		_ = json.Unmarshal(p.GetBody().GetValue(), &req)
+		if req.ServiceName != "echo" {
+			return payload("SubscribeServiceResponse", struct {
+				response
+				ServiceInfo serviceInfo `json:"serviceInfo"`
+			}{ok, serviceInfo{Name: req.ServiceName, GroupName: DefaultGroup, Hosts: []instance{{InstanceID: "i", IP: "10.2.0.1", Port: 8080, Weight: 1, Healthy: yes, Enabled: yes}}, LastRefTime: 100}}), nil
+		}
 		return payload("SubscribeServiceResponse", struct {
 			response
 			ServiceInfo serviceInfo `json:"serviceInfo"`
@@ -124,7 +151,7 @@ func (f *scriptedNacos) waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func startScripted(t *testing.T, hosts []instance) (*scriptedNacos, string) {
+func startScripted(t testing.TB, hosts []instance) (*scriptedNacos, string) {
 	t.Helper()
 	f := &scriptedNacos{hosts: hosts, refTime: 100, changed: make(chan struct{})}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -221,7 +248,8 @@ func TestListAllUnstablePages(t *testing.T) {
 		from := min((pageNo-1)*pageSize, len(order))
 		return order[from:min(from+pageSize, len(order))], len(order), nil
 	}
-	got, err := listAll(func(n string) bool { return n != "svc-7" }, fetch)
+	var whole int
+	got, err := listAll(func(n string) bool { return n != "svc-7" }, &whole, fetch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,4 +262,59 @@ func TestListAllUnstablePages(t *testing.T) {
 	if calls != 4 { // three pages, then one page of all
 		t.Errorf("%d list calls, want 4", calls)
 	}
+	// Remembered: the next list is one page, and one more when the
+	// server holds more services than last time.
+	for _, more := range []int{0, 30} {
+		for i := range more {
+			all = append(all, fmt.Sprintf("new-%d", i))
+		}
+		calls = 0
+		got, err = listAll(func(string) bool { return true }, &whole, fetch)
+		if want := 1 + min(1, more); err != nil || len(got) != len(all) || calls != want {
+			t.Errorf("%d more: %d names in %d calls (%v), want %d in %d", more, len(got), calls, err, len(all), want)
+		}
+	}
+}
+
+// BenchmarkListAtSize: the registry's periodic read of the service list
+// (every listInterval, 10s by default) against a server listing size
+// services in pages whose order changes on every call (Polaris 1.18).
+// One op is one list read and what the registry does with it; the fake
+// server runs in this process, so its CPU is included.
+func BenchmarkListAtSize(b *testing.B) {
+	for _, size := range []int{1000, 10000} {
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			f, addr := startScripted(b, nil)
+			for i := range size {
+				f.services = append(f.services, fmt.Sprintf("svc-%d", i))
+			}
+			reg := registrytest.NewRegistry[*Registry](b, &Config{Servers: []string{addr}, ListInterval: registries.Duration(100 * time.Millisecond)},
+				registries.Common{Name: "bench", Kind: "nacos", Domain: "nacos"}, registrytest.Logger())
+			reg.cfg.GRPCPortOffset = 0
+			sink := registrytest.NewSink()
+			registrytest.Start(b, reg, sink)
+			sink.WaitFor(b, time.Minute, func(st registrytest.State) bool { return len(st.Services) == size })
+			lists := func() float64 { return counterValue(reg.m.list.OK) }
+			n0, cpu0 := lists(), processCPU()
+			b.ResetTimer()
+			for deadline := time.Now().Add(5 * time.Minute); lists() < n0+float64(b.N) && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/1e6/(lists()-n0), "cpu-ms/list")
+		})
+	}
+}
+
+// processCPU is this process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// counterValue reads a prometheus counter.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	_ = c.Write(&m)
+	return m.GetCounter().GetValue()
 }

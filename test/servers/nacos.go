@@ -16,6 +16,7 @@ import (
 	"github.com/nacos-group/nacos-sdk-go/v2/clients/naming_client"
 	"github.com/nacos-group/nacos-sdk-go/v2/common/constant"
 	"github.com/nacos-group/nacos-sdk-go/v2/common/logger"
+	"github.com/nacos-group/nacos-sdk-go/v2/model"
 	"github.com/nacos-group/nacos-sdk-go/v2/vo"
 	"go.uber.org/goleak"
 )
@@ -223,12 +224,40 @@ func (p *Polaris) NacosSubscribes(t testing.TB) bool {
 	return err == nil
 }
 
+// Subscribe subscribes to service (DEFAULT_GROUP) and calls f with the
+// IPs of its instances on each change the server pushes, as applications
+// watch a service with the SDK.
+func (c *NacosClient) Subscribe(service string, f func(ips []string)) error {
+	return c.c.Subscribe(&vo.SubscribeParam{ServiceName: service, SubscribeCallback: func(ins []model.Instance, err error) {
+		if err != nil {
+			return
+		}
+		ips := make([]string, len(ins))
+		for i := range ins {
+			ips[i] = ins[i].Ip
+		}
+		f(ips)
+	}})
+}
+
 // Close closes the client's connection: the server drops its ephemeral
 // instances.
+//
+// nacos-sdk-go v2.3.5's CloseClient can block for good after its
+// connection failed (Shutdown sends a connection event nobody receives
+// any more): Close gives up waiting after 10s and leaves it blocked.
 func (c *NacosClient) Close() {
-	sdkMu.Lock()
-	defer sdkMu.Unlock()
-	c.c.CloseClient()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sdkMu.Lock()
+		defer sdkMu.Unlock()
+		c.c.CloseClient()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
 }
 
 var sdkMu sync.Mutex

@@ -109,3 +109,41 @@ func TestKindScaleMergeOfSomeKinds(t *testing.T) {
 		t.Error("merged report keeps the replaced kind's old row")
 	}
 }
+
+// TestKindScaleObservedRows: a row with an independent observer shows the
+// server's delay and meshfed's own part, whose verdict is its own goal
+// (a change within the server's delay + the goal is met even when the
+// server alone is slow).
+func TestKindScaleObservedRows(t *testing.T) {
+	t.Parallel()
+	res := []bench.KindScaleResult{
+		{Kind: "nacos", Services: 1000, Endpoints: 1000, Goal: 2050e6, OwnGoal: 50e6, CPUPerChange: 3,
+			Change: bench.Summary{N: 3, P50: 1500, P99: 2010, Max: 2010}, Server: bench.Summary{N: 3, P50: 1499, P99: 2000, Max: 2000},
+			Own: bench.Summary{N: 3, P50: 0.2, P99: 12, Max: 12}},
+		{Kind: "nacos", Services: 10000, Endpoints: 10000, Goal: 1050e6, OwnGoal: 50e6, CPUPerChange: 3,
+			Change: bench.Summary{N: 3, P50: 900, P99: 1060, Max: 1060}, Server: bench.Summary{N: 3, P50: 800, P99: 1000, Max: 1000},
+			Own: bench.Summary{N: 3, P50: 60, P99: 80, Max: 80}},
+		{Kind: "nacos", Services: 3000, Endpoints: 3000, Goal: 3050e6, OwnGoal: 50e6, CPUPerChange: 3,
+			Change: bench.Summary{N: 3, P50: 900, P99: 1000, Max: 1000}, Server: bench.Summary{N: 3, P50: 100, P99: 3000, Max: 3000},
+			Own: bench.Summary{N: 3, P50: 800, P99: 900, Max: 900}},
+	}
+	verdicts, goals := map[string]string{}, map[string]string{}
+	for _, x := range kindScaleRows(res) {
+		verdicts[x.figure], goals[x.figure] = verdict(x), x.goal
+	}
+	for fig, want := range map[string]string{
+		"nacos 1000: one change → sink":                                              "met",
+		"nacos 1000: server delay (change → an independent observer sees it)":        "",
+		"nacos 1000: meshfed's own part of a change (change → sink − server delay)":  "met",
+		"nacos 10000: one change → sink":                                             "**missed**",
+		"nacos 10000: meshfed's own part of a change (change → sink − server delay)": "**missed**",
+		"nacos 3000: one change → sink":                                              "**missed**", // within the goal, but meshfed's own part is not
+	} {
+		if got, ok := verdicts[fig]; !ok || got != want {
+			t.Errorf("%q: verdict %q (present %v), want %q", fig, got, ok, want)
+		}
+	}
+	if g := goals["nacos 1000: one change → sink"]; g != "p99 ≤ 2.05s (server delay p99 + 50ms)" {
+		t.Errorf("change goal %q", g)
+	}
+}
