@@ -31,10 +31,11 @@ func (c Common) EndpointDefaults(e model.Endpoint) model.Endpoint {
 	return e
 }
 
-// hasDefaults reports whether EndpointDefaults leaves e unchanged.
+// hasDefaults reports whether EndpointDefaults leaves e unchanged (it
+// compares the fields EndpointDefaults writes, so the two cannot drift).
 func (c Common) hasDefaults(e *model.Endpoint) bool {
-	return e.Weight != 0 && e.Source.Registry == c.Name && e.Source.Cluster != "" &&
-		(!e.Locality.IsZero() || c.Locality.IsZero()) && (e.Labels == nil || len(e.Labels) > 0)
+	d := c.EndpointDefaults(*e)
+	return d.Weight == e.Weight && d.Source == e.Source && d.Locality == e.Locality && (d.Labels == nil) == (e.Labels == nil)
 }
 
 // FillDefaults returns eps with EndpointDefaults applied to each: eps
