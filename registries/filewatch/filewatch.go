@@ -495,19 +495,16 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 	return changed, true
 }
 
-// readInto reads the file at p into buf, reused when it can hold size
-// bytes and is not much larger (size: the file's size as stat reported
-// it; a file that grew meanwhile is read to its end all the same).
+// readInto reads the file at p into buf (readBuffer; size: the file's
+// size as stat reported it; a file that grew meanwhile is read to its end
+// all the same).
 func readInto(p string, buf []byte, size int64) ([]byte, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return buf, err
 	}
 	defer f.Close()
-	if n := int(size) + 512; cap(buf) < n || cap(buf) > 2*n+1<<16 {
-		buf = make([]byte, 0, n)
-	}
-	buf = buf[:0]
+	buf = readBuffer(buf, size)
 	for {
 		n, err := f.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -521,6 +518,20 @@ func readInto(p string, buf []byte, size int64) ([]byte, error) {
 			buf = append(buf, 0)[:len(buf)] // grew since stat
 		}
 	}
+}
+
+// readBuffer returns buf emptied when it holds a file of size bytes
+// with one byte to spare (a read sees the end of the file without
+// growing it) and is not much larger, else a new buffer with room for
+// the file to grow a little: editing a large file usually changes its
+// size by a few bytes, and a buffer allocated per edit of an 8 MB file
+// would pace the GC (bench/analysis.md, "file-flow-onefile").
+func readBuffer(buf []byte, size int64) []byte {
+	n := int(size)
+	if cap(buf) <= n || cap(buf) > 2*n+1<<16 {
+		return make([]byte, 0, n+n/32+4096)
+	}
+	return buf[:0]
 }
 
 // extensions of the files a directory is read for.
