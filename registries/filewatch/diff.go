@@ -134,9 +134,12 @@ func (d *differ) edit(data []byte) Edit {
 }
 
 // readChunk is how much readEdit reads at a time: small enough that the
-// chunk is still in the CPU's cache when it is compared with prev, large
-// enough that the read syscalls cost little.
-const readChunk = 128 << 10
+// chunk is still in the CPU's cache (L2) when it is compared with prev,
+// large enough that the read syscalls, and the Go runtime's handling of
+// each (sysmon), cost little. KS file-flow-onefile at 10,000: 128 KB and
+// 1 MB measured the same within noise, 512 KB slightly less
+// (bench/analysis.md).
+const readChunk = 512 << 10
 
 // readEdit reads the file at p into buf (readBuffer; size: the file's
 // size as stat reported it; a file that grew meanwhile is read to its end
