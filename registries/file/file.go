@@ -108,23 +108,23 @@ func (r *Registry) watch() *filewatch.Watch[[]*svcItem] {
 	k := &keyed{r: r, caches: map[string]*itemCache{}, files: map[string][]*svcItem{}, owners: map[string][]decl{}}
 	return &filewatch.Watch[[]*svcItem]{
 		Patterns: r.patterns,
-		Parse: func(path string, data []byte) ([]*svcItem, error) {
+		// resplit cuts again the part of a read that differs from the
+		// bytes of the last one.
+		ParseEdit: func(path string, data []byte, e filewatch.Edit) ([]*svcItem, error) {
 			cache := k.caches[path]
 			if cache == nil {
 				cache = &itemCache{}
 				k.caches[path] = cache
 			}
-			return parseItems(filepath.Base(path), data, r.common, cache, &r.work)
+			return parseItems(filepath.Base(path), data, e, r.common, cache, &r.work)
 		},
-		// resplit compares a read with the bytes of the last one.
-		KeepBytes: true,
-		Publish:   k.publish,
-		Equal:     slices.Equal[[]*svcItem],
-		Shard:     r.common.Shard(),
-		Log:       r.log,
-		Timing:    r.timing,
-		Read:      filewatch.CountReads(reloads, r.common.Name),
-		Parsed:    r.parsed,
+		Publish: k.publish,
+		Equal:   slices.Equal[[]*svcItem],
+		Shard:   r.common.Shard(),
+		Log:     r.log,
+		Timing:  r.timing,
+		Read:    filewatch.CountReads(reloads, r.common.Name),
+		Parsed:  r.parsed,
 	}
 }
 

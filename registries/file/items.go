@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/filewatch"
 	"github.com/meshfed/meshfed/yamlconf"
 	"github.com/meshfed/meshfed/yamlconf/yamlpath"
 )
@@ -53,10 +54,10 @@ type itemRec struct {
 type itemCache struct {
 	recs map[uint64]*itemRec // by the hash of the range's bytes
 	// The last read that took the split (nil data: none, or a full
-	// parse): its bytes (resplit compares the next read's with them; the
-	// Watch leaves them unchanged until the read after next, see
-	// filewatch.Watch.Parse), its items, each item's hash and service, and
-	// the hostnames served.
+	// parse): its bytes (the next read is cut again where it differs from
+	// them; the Watch leaves them unchanged until the read after next, see
+	// filewatch.Watch.ParseEdit), its items, each item's hash and service,
+	// and the hostnames served.
 	data   []byte
 	form   seqForm
 	ranges []itemRange
@@ -77,10 +78,10 @@ type work struct {
 var itemSeed = maphash.MakeSeed()
 
 // parseItems is Parse for a Run: it splits again only the part of data
-// that differs from the file's last read (resplit), re-parses only the
-// ranges whose bytes are not in cache, and leaves cache holding data's
-// ranges.
-func parseItems(name string, data []byte, c registries.Common, cache *itemCache, w *work) ([]*svcItem, error) {
+// that differs from the file's last read (resplit; e says where, as the
+// Watch found it reading data), re-parses only the ranges whose bytes are
+// not in cache, and leaves cache holding data's ranges.
+func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common, cache *itemCache, w *work) ([]*svcItem, error) {
 	var (
 		ranges           []itemRange
 		a, bOld, mid, dl int
@@ -88,7 +89,10 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 		ok               bool
 	)
 	if cache.data != nil {
-		ranges, a, bOld, mid, dl, ok = resplit(cache.data, data, cache.ranges, cache.form)
+		if !sameSlice(e.Prev, cache.data) {
+			e = filewatch.Diff(cache.data, data) // not the Watch's last bytes (tests)
+		}
+		ranges, a, bOld, mid, dl, ok = resplit(data, e, cache.ranges, cache.form)
 	} else {
 		ranges, form, ok = splitServices(data)
 		a, bOld, mid = 0, 0, len(ranges)
@@ -147,6 +151,11 @@ func parseItems(name string, data []byte, c registries.Common, cache *itemCache,
 	cache.data, cache.form, cache.ranges, cache.out = data, form, ranges, out
 	cache.sums = slices.Replace(cache.sums, a, bOld, sums...)
 	return out, nil
+}
+
+// sameSlice: a and b are the same bytes in memory.
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // at returns the range's service converted at line: its last conversion

@@ -72,7 +72,7 @@ func TestParseItemsStyles(t *testing.T) {
 				t.Fatal(err)
 			}
 			var w work
-			items, err := parseItems("services.yaml", []byte(tc.data), vms, &itemCache{}, &w)
+			items, err := parseItems("services.yaml", []byte(tc.data), filewatch.Edit{}, vms, &itemCache{}, &w)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,11 +98,11 @@ func TestParseItemsErrors(t *testing.T) {
 	})
 	cache := &itemCache{}
 	var w work
-	if _, err := parseItems("services.yaml", flowServices(20, 3, addrOf), vms, cache, &w); err != nil {
+	if _, err := parseItems("services.yaml", flowServices(20, 3, addrOf), filewatch.Edit{}, vms, cache, &w); err != nil {
 		t.Fatal(err)
 	}
 	_, want := Parse("services.yaml", data, vms)
-	_, err := parseItems("services.yaml", data, vms, cache, &w)
+	_, err := parseItems("services.yaml", data, filewatch.Edit{}, vms, cache, &w)
 	if err == nil || err.Error() != want.Error() || !strings.Contains(err.Error(), "services.yaml:109:37:") {
 		t.Fatalf("error %v, want %v (at line 109)", err, want)
 	}
@@ -213,12 +213,12 @@ func TestEditMovesLines(t *testing.T) {
 	t.Parallel()
 	cache := &itemCache{}
 	var w work
-	if _, err := parseItems("s.yaml", flowServices(50, 2, addrOf), vms, cache, &w); err != nil {
+	if _, err := parseItems("s.yaml", flowServices(50, 2, addrOf), filewatch.Edit{}, vms, cache, &w); err != nil {
 		t.Fatal(err)
 	}
 	data := strings.Replace(string(flowServices(50, 2, addrOf)), "    endpoints:\n", "    endpoints:\n      - {address: 10.99.0.1}\n", 1)
 	p0, c0 := w.parsed.Load(), w.converted.Load()
-	items, err := parseItems("s.yaml", []byte(data), vms, cache, &w)
+	items, err := parseItems("s.yaml", []byte(data), filewatch.Edit{}, vms, cache, &w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,8 +241,8 @@ func FuzzParseItems(f *testing.F) {
 	f.Fuzz(func(t *testing.T, warm, data []byte) {
 		cache := &itemCache{}
 		var w work
-		_, _ = parseItems("services.yaml", warm, vms, cache, &w)
-		items, err := parseItems("services.yaml", data, vms, cache, &w)
+		_, _ = parseItems("services.yaml", warm, filewatch.Edit{}, vms, cache, &w)
+		items, err := parseItems("services.yaml", data, filewatch.Edit{}, vms, cache, &w)
 		want, wantErr := Parse("services.yaml", data, vms)
 		if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
 			t.Fatalf("error %v, want %v:\n%s", err, wantErr, data)
@@ -436,8 +436,11 @@ func TestResplitEditChains(t *testing.T) {
 				next = starts[style] // back to a good file now and then
 			}
 			bufs[step%2] = append(bufs[step%2][:0], next...)
+			prev := data
 			data = bufs[step%2]
-			items, err := parseItems("s.yaml", data, vms, cache, &w)
+			// As the Watch passes it: how data differs from the last
+			// bytes parsed.
+			items, err := parseItems("s.yaml", data, filewatch.Diff(prev, data), vms, cache, &w)
 			want, wantErr := Parse("s.yaml", data, vms)
 			if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
 				t.Fatalf("%s, step %d: error %v, want %v:\n%s", style, step, err, wantErr, data)
@@ -546,11 +549,11 @@ func TestOneLineJSON10k(t *testing.T) {
 	}
 	cache := &itemCache{}
 	var w work
-	if _, err := parseItems("s.json", gen(-1), vms, cache, &w); err != nil {
+	if _, err := parseItems("s.json", gen(-1), filewatch.Edit{}, vms, cache, &w); err != nil {
 		t.Fatal(err)
 	}
 	cut0, p0 := w.cut.Load(), w.parsed.Load()
-	items, err := parseItems("s.json", gen(4321), vms, cache, &w)
+	items, err := parseItems("s.json", gen(4321), filewatch.Edit{}, vms, cache, &w)
 	if err != nil {
 		t.Fatal(err)
 	}

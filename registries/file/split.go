@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"sort"
+
+	"github.com/meshfed/meshfed/registries/filewatch"
 )
 
 // The split: a services file cut into one byte range per service, so that
@@ -100,8 +102,9 @@ func splitServices(data []byte) (items []itemRange, form seqForm, ok bool) {
 	return items, form, ok
 }
 
-// resplit cuts data into its items knowing that prev, the file's
-// previous bytes, was cut into prevItems (form): only the bytes from the
+// resplit cuts data into its items knowing that the file's previous
+// bytes, e.Prev, were cut into prevItems (form) and share e's head and
+// tail with data (e is filewatch.Diff(e.Prev, data)): only the bytes from the
 // last item that begins before the first changed byte up to the first
 // item start in the unchanged tail are split again, so that an edit
 // costs the items it touched, not the file (docs/architecture.md §3.1.1).
@@ -111,9 +114,8 @@ func splitServices(data []byte) (items []itemRange, form seqForm, ok bool) {
 // reuses prevItems' array (prevItems is not to be used after a
 // success). ok false: the file is not in a shape the split follows
 // (prevItems unchanged).
-func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []itemRange, a, bOld, bNew, dl int, ok bool) {
-	p := commonPrefix(prev, data)
-	q := commonSuffix(prev[p:], data[p:])
+func resplit(data []byte, e filewatch.Edit, prevItems []itemRange, form seqForm) (items []itemRange, a, bOld, bNew, dl int, ok bool) {
+	p, q := e.Prefix, e.Suffix
 	// The last item that begins before the first changed byte: its start
 	// is unchanged and is an item start in data too.
 	a = sort.Search(len(prevItems), func(i int) bool { return prevItems[i].start >= p }) - 1
@@ -121,17 +123,17 @@ func resplit(prev, data []byte, prevItems []itemRange, form seqForm) (items []it
 		items, _, ok = splitServices(data)
 		return items, 0, len(prevItems), len(items), 0, ok
 	}
-	// The rest was checked when prev was split; a CR before the change
+	// The rest was checked when e.Prev was split; a CR before the change
 	// may have met its LF in it.
 	if !plainBytes(data[max(p-1, 0):min(len(data)-q+1, len(data))]) {
 		return nil, 0, 0, 0, 0, false
 	}
-	delta, tail := len(data)-len(prev), len(data)-q
+	delta, tail := len(data)-len(e.Prev), len(data)-q
 	s := &splitter{data: data, pos: prevItems[a].start, line: prevItems[a].line}
 	bOld = len(prevItems)
 	s.stop = func(pos, line int) bool {
-		// An item start in the unchanged tail that began an item of prev:
-		// the rest of the split is prev's.
+		// An item start in the unchanged tail that began an item of
+		// e.Prev: the rest of the split is e.Prev's.
 		if pos < tail {
 			return false
 		}
@@ -172,34 +174,6 @@ func plainBytes(b []byte) bool {
 		return false
 	}
 	return !followedBy(b, '\r', func(c byte) bool { return c != '\n' })
-}
-
-// commonPrefix is the length of the longest common prefix of a and b.
-func commonPrefix(a, b []byte) int {
-	n := min(len(a), len(b))
-	const chunk = 4096 // bytes.Equal on chunks: memcmp speed
-	i := 0
-	for i+chunk <= n && bytes.Equal(a[i:i+chunk], b[i:i+chunk]) {
-		i += chunk
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
-}
-
-// commonSuffix is the length of the longest common suffix of a and b.
-func commonSuffix(a, b []byte) int {
-	n := min(len(a), len(b))
-	const chunk = 4096
-	i := 0
-	for i+chunk <= n && bytes.Equal(a[len(a)-i-chunk:len(a)-i], b[len(b)-i-chunk:len(b)-i]) {
-		i += chunk
-	}
-	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
-		i++
-	}
-	return i
 }
 
 // head reads what comes before the services sequence and says its form;

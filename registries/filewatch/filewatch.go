@@ -9,12 +9,10 @@
 package filewatch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -112,18 +110,22 @@ type Watch[T any] struct {
 	Patterns []string
 	// Parse parses one file's content; path is the file's path. An error
 	// rejects the whole file (its last good parse stays); problems of one
-	// item of a file belong in T. With KeepBytes, data is a buffer the
-	// Watch reuses: it stays unchanged until the second Parse of the same
-	// path after this one returns, so that Parse may keep it to compare
-	// the next read's bytes with (registries/file), and must not keep it
-	// longer.
+	// item of a file belong in T. Unused when ParseEdit is set.
 	Parse func(path string, data []byte) (T, error)
-	// KeepBytes: keep each file's last parsed bytes and read the file
-	// into one of two buffers kept for it, so that a read allocates
-	// nothing and an unchanged file costs one memory compare; the file's
-	// bytes are held twice. Without it each read allocates its buffer
-	// and a hash of the bytes tells an unchanged file.
-	KeepBytes bool
+	// ParseEdit, when set, is Parse for a registry that re-reads only
+	// what an edit changed (registries/file): the Watch keeps each file's
+	// last parsed bytes, reads the file into one of two buffers kept for
+	// it (a read allocates nothing; the file's bytes are held twice),
+	// compares each chunk read with the last parsed bytes while it is in
+	// the CPU's cache, and tells ParseEdit where the bytes differ (e,
+	// against e.Prev: the bytes of this path's last ParseEdit). An
+	// unchanged file costs that compare and is not parsed. data stays
+	// unchanged until the second ParseEdit of the same path after this
+	// one returns, so that ParseEdit may keep it to read the next edit
+	// against, and must not keep it longer. Without ParseEdit each read
+	// allocates its buffer and a hash of the bytes tells an unchanged
+	// file.
+	ParseEdit func(path string, data []byte, e Edit) (T, error)
 	// Merge returns the shard's state from every file with a good parse,
 	// in path order, published under one key. It is called from Run's
 	// goroutine only. Unused when Publish is set.
@@ -291,9 +293,9 @@ func or(d, def time.Duration) time.Duration {
 // fileState is what a Run remembers of one file.
 type fileState[T any] struct {
 	info     os.FileInfo // at the last read; nil if never read or gone
-	sum      uint64      // hash of the bytes last parsed (without KeepBytes)
-	data     []byte      // the bytes last parsed (KeepBytes)
-	spare    []byte      // the buffer the next read goes into (KeepBytes: the bytes parsed before data)
+	sum      uint64      // hash of the bytes last parsed (without ParseEdit)
+	data     []byte      // the bytes last parsed (ParseEdit)
+	spare    []byte      // the buffer the next read goes into (ParseEdit: the bytes parsed before data)
 	parsed   bool        // sum or data, and parseErr are set
 	parseErr error       // of the bytes last parsed
 	value    T           // last good
@@ -443,7 +445,12 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 	if !full && st.info != nil && os.SameFile(st.info, info) && st.info.Size() == info.Size() && st.info.ModTime().Equal(info.ModTime()) {
 		return false, true // unchanged since the last read
 	}
-	data, err := readInto(p, st.spare, info.Size())
+	keep := s.ParseEdit != nil
+	var prev []byte // with ParseEdit, compared chunk by chunk as read
+	if keep && st.parsed {
+		prev = st.data
+	}
+	data, edit, err := readEdit(p, st.spare, prev, info.Size())
 	if err != nil {
 		st.info, st.err = nil, err
 		s.result(false)
@@ -461,24 +468,26 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 		return false, false
 	}
 	st.info = after
-	// With KeepBytes the last parsed bytes are kept (the read buffers are
+	// With ParseEdit the last parsed bytes are kept (the read buffers are
 	// reused, two per file, so that an edit of a large file allocates
-	// nothing per read): compared with them, an unchanged file costs one
-	// memory compare and a changed one the compare of its head.
+	// nothing per read), and the read compared them with the new ones.
 	var sum uint64
-	same := st.parsed && bytes.Equal(data, st.data)
-	if !s.KeepBytes {
+	same := st.parsed && edit.Prefix == len(data) && len(data) == len(prev)
+	if !keep {
 		st.spare = nil
 		sum = maphash.Bytes(hashSeed, data)
 		same = st.parsed && sum == st.sum
 	}
 	if !same {
-		value, err := s.Parse(p, data)
+		var value T
+		if keep {
+			value, err = s.ParseEdit(p, data, edit)
+			st.data, st.spare = data, st.data
+		} else {
+			value, err = s.Parse(p, data)
+		}
 		if s.Parsed != nil {
 			s.Parsed(p)
-		}
-		if s.KeepBytes {
-			st.data, st.spare = data, st.data
 		}
 		st.sum, st.parsed, st.parseErr = sum, true, err
 		if err == nil {
@@ -493,34 +502,6 @@ func (s *runState[T]) readOne(p string, st *fileState[T], full bool) (changed, o
 	st.err = st.parseErr
 	s.result(st.err == nil)
 	return changed, true
-}
-
-// readInto reads the file at p into buf, reused when it can hold size
-// bytes and is not much larger (size: the file's size as stat reported
-// it; a file that grew meanwhile is read to its end all the same).
-func readInto(p string, buf []byte, size int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return buf, err
-	}
-	defer f.Close()
-	if n := int(size) + 512; cap(buf) < n || cap(buf) > 2*n+1<<16 {
-		buf = make([]byte, 0, n)
-	}
-	buf = buf[:0]
-	for {
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // grew since stat
-		}
-	}
 }
 
 // extensions of the files a directory is read for.

@@ -117,26 +117,35 @@ func TestConfirmSendsDropAgain(t *testing.T) {
 	}
 }
 
-// TestParseBuffers: with KeepBytes the Watch reuses its read buffers, and Parse sees
-// exactly the file's bytes as the file grows, shrinks and stays the same
-// (an unchanged file is not parsed again), while the bytes of the
-// previous Parse stay unchanged until the next Parse returns (a Parse may
-// compare with them, as registries/file does).
+// TestParseBuffers: with ParseEdit the Watch reuses its read buffers, and
+// ParseEdit sees exactly the file's bytes as the file grows, shrinks and
+// stays the same (an unchanged file is not parsed again), with the Edit
+// of the last parse's bytes that Diff gives, while the bytes of the
+// previous parse stay unchanged until the next returns (ParseEdit may
+// compare with them, as registries/file does). A file that grows or
+// shrinks by a few bytes per edit is read into the same two buffers.
 func TestParseBuffers(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.yaml")
 	var prev, prevCopy []byte
 	parses := 0
+	buffers := map[*byte]bool{}
 	wt := lines(dir)
-	wt.KeepBytes = true
-	wt.Parse = func(_ string, data []byte) ([]string, error) {
+	wt.Parse = nil
+	wt.ParseEdit = func(_ string, data []byte, e Edit) ([]string, error) {
 		parses++
 		if string(prev) != string(prevCopy) {
 			t.Errorf("parse %d: the previous parse's bytes changed before this parse returned", parses)
 		}
 		if len(prev) > 0 && len(data) > 0 && &prev[0] == &data[0] {
 			t.Errorf("parse %d: the same buffer as the previous parse", parses)
+		}
+		if want := Diff(prev, data); e.Prefix != want.Prefix || e.Suffix != want.Suffix || string(e.Prev) != string(prev) || (prev == nil) != (e.Prev == nil) {
+			t.Errorf("parse %d: edit {%d bytes, %d, %d}, want the last parse's %d bytes, %d, %d", parses, len(e.Prev), e.Prefix, e.Suffix, len(prev), want.Prefix, want.Suffix)
+		}
+		if cap(data) > 0 {
+			buffers[&data[:1][0]] = true
 		}
 		prev, prevCopy = data, append([]byte(nil), data...)
 		return strings.Fields(string(data)), nil
@@ -147,7 +156,9 @@ func TestParseBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	contents := []string{"a\n", "a\nb\nc\n" + strings.Repeat("x\n", 5000), "a\nb\n", "a\nb\n", "c\n" + strings.Repeat("y\n", 70000), "d\n", "", "e\n"}
+	big := strings.Repeat("y\n", 70000)
+	contents := []string{"a\n", "a\nb\nc\n" + strings.Repeat("x\n", 5000), "a\nb\n", "a\nb\n", "c\n" + big, "d\n", "", "e\n",
+		"e\n" + big, "e\n" + big + "f\n", "e\nf\n" + big + "f\n", "ee\nf\n" + big + "f\n", "e\nf\n" + big, "e\nf\n" + big + "gg\n"}
 	wantParses := 0
 	for i, c := range contents {
 		put(t, path, c)
@@ -161,5 +172,11 @@ func TestParseBuffers(t *testing.T) {
 		if string(prev) != c {
 			t.Fatalf("step %d: parsed %d bytes, want the file's %d", i, len(prev), len(c))
 		}
+		if i == 8 {
+			clear(buffers) // from here the file's size changes by a few bytes per edit
+		}
+	}
+	if len(buffers) != 2 {
+		t.Errorf("a file growing and shrinking by a few bytes was read into %d buffers, want the same two", len(buffers))
 	}
 }
