@@ -312,51 +312,87 @@ func exportTo(svc *corev1.Service) []string {
 // slimMeta keeps of m its name, namespace, resource version (which the
 // informer compares on a relist) and the labels keepLabels accepts (nil:
 // all), as a map shared by every object with the same labels (labelSets).
-func slimMeta(m metav1.Object, keepLabels func(string) bool) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.GetName(), Namespace: internString(m.GetNamespace()), ResourceVersion: m.GetResourceVersion(),
+// Name and resource version are packed (pack) with more, strings of the
+// same object.
+func slimMeta(m metav1.Object, keepLabels func(string) bool, more ...*string) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{Name: m.GetName(), Namespace: internString(m.GetNamespace()), ResourceVersion: m.GetResourceVersion(),
 		Labels: sharedLabels.get(m.GetLabels(), keepLabels)}
+	pack(append([]*string{&out.Name, &out.ResourceVersion}, more...)...)
+	return out
 }
 
 func slimService(s *corev1.Service) *corev1.Service {
-	out := &corev1.Service{ObjectMeta: slimMeta(s, func(string) bool { return false })}
-	if v, ok := s.Annotations[annotationExportTo]; ok {
-		out.Annotations = map[string]string{annotationExportTo: v}
-	}
+	out := &corev1.Service{}
 	out.Spec.Type = s.Spec.Type
 	out.Spec.ClusterIP = s.Spec.ClusterIP
 	out.Spec.ExternalName = s.Spec.ExternalName
+	out.ObjectMeta = slimMeta(s, func(string) bool { return false }, &out.Spec.ClusterIP, &out.Spec.ExternalName)
+	if v, ok := s.Annotations[annotationExportTo]; ok {
+		out.Annotations = map[string]string{annotationExportTo: strings.Clone(v)}
+	}
 	out.Spec.Ports = make([]corev1.ServicePort, len(s.Spec.Ports))
 	for i, p := range s.Spec.Ports {
-		out.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port}
+		out.Spec.Ports[i] = corev1.ServicePort{Name: internString(p.Name), Protocol: corev1.Protocol(internString(string(p.Protocol))),
+			AppProtocol: sharedStrings.get(p.AppProtocol), Port: p.Port}
 	}
 	return out
 }
 
 // slimEndpointSlice keeps of a slice its service-name label, address type
-// and ports, and per endpoint its first address, conditions (pointers to
-// shared values), node, zone and target pod.
+// and ports (shared by the slices with the same ports: portLists), and
+// per endpoint its first address, conditions (pointers to shared values),
+// node, zone and target pod. What it keeps is a few allocations per slice
+// whatever its endpoints (see pack): one array of endpoints, one of
+// addresses and one of target references, the addresses packed, the
+// names packed with the slice's own.
 func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: s.Name, Namespace: internString(s.Namespace), ResourceVersion: s.ResourceVersion},
-		AddressType: s.AddressType,
-		Ports:       s.Ports,
+		AddressType: discoveryv1.AddressType(internString(string(s.AddressType))),
+		Ports:       sharedPorts.get(s.Ports),
 		Endpoints:   make([]discoveryv1.Endpoint, len(s.Endpoints)),
 	}
-	if v, ok := s.Labels[labelServiceName]; ok {
-		out.Labels = map[string]string{labelServiceName: v}
-	}
+	var addrs []string
+	var refs []corev1.ObjectReference
 	for i, e := range s.Endpoints {
+		if len(e.Addresses) > 0 && addrs == nil {
+			addrs = make([]string, len(s.Endpoints))
+		}
+		if e.TargetRef != nil && refs == nil {
+			refs = make([]corev1.ObjectReference, len(s.Endpoints))
+		}
 		se := discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{
 			Ready: sharedBool(e.Conditions.Ready), Serving: sharedBool(e.Conditions.Serving), Terminating: sharedBool(e.Conditions.Terminating),
 		}, NodeName: sharedStrings.get(e.NodeName), Zone: sharedStrings.get(e.Zone)}
 		if len(e.Addresses) > 0 {
-			se.Addresses = e.Addresses[:1:1]
+			addrs[i] = e.Addresses[0]
+			se.Addresses = addrs[i : i+1 : i+1]
 		}
 		if r := e.TargetRef; r != nil {
-			se.TargetRef = &corev1.ObjectReference{Kind: internString(r.Kind), Namespace: internString(r.Namespace), Name: r.Name}
+			refs[i] = corev1.ObjectReference{Kind: internString(r.Kind), Namespace: internString(r.Namespace), Name: r.Name}
+			se.TargetRef = &refs[i]
 		}
 		out.Endpoints[i] = se
 	}
+	var service string
+	kept := make([]*string, 0, 1+len(refs))
+	if v, ok := s.Labels[labelServiceName]; ok {
+		service = v
+		kept = append(kept, &service)
+	}
+	for i := range refs {
+		kept = append(kept, &refs[i].Name)
+	}
+	out.ObjectMeta = slimMeta(s, func(string) bool { return false }, kept...)
+	if _, ok := s.Labels[labelServiceName]; ok {
+		out.Labels = map[string]string{labelServiceName: service}
+	}
+	// Addresses are packed apart: published endpoints hold them (and so
+	// their pack) while the slice may be replaced.
+	ptrs := make([]*string, len(addrs))
+	for i := range addrs {
+		ptrs[i] = &addrs[i]
+	}
+	pack(ptrs...)
 	return out
 }
 
