@@ -265,7 +265,7 @@ type KindScaleResult struct {
 	// how many more goroutines the process runs.
 	Mem        MemSplit `json:"mem"`
 	Goroutines int64    `json:"goroutines"`
-	Lost int   `json:"lost"` // changes never seen
+	Lost       int      `json:"lost"` // changes never seen
 	// Server is the server's own delay per change, from the target's
 	// independent observer (Observed − Stamp); Own the measured code's
 	// part of each change (seen − Observed); OwnGoal their p99 goal (ns,

@@ -92,9 +92,21 @@ func (m MemSplit) Sub(o MemSplit) MemSplit {
 		Other: m.Other - o.Other, RSSAnon: m.RSSAnon - o.RSSAnon, RSSFile: m.RSSFile - o.RSSFile}
 }
 
-// String renders m in MB, class by class.
+// String renders m in MB (10^6 bytes), the classes that hold more than
+// 0.05 MB either way.
 func (m MemSplit) String() string {
-	mb := func(x int64) string { return fmt.Sprintf("%.1f MB", float64(x)/(1<<20)) }
-	return fmt.Sprintf("heap objects %s, heap fragmentation %s, heap free %s, stacks %s, runtime metadata %s, profiling %s, other %s; resident anonymous %s, file-backed %s",
-		mb(m.Objects), mb(m.Unused), mb(m.Free), mb(m.Stacks), mb(m.Metadata), mb(m.Profiling), mb(m.Other), mb(m.RSSAnon), mb(m.RSSFile))
+	var parts []string
+	for _, c := range []struct {
+		what string
+		n    int64
+	}{
+		{"heap objects", m.Objects}, {"heap fragmentation (free slots of in-use spans)", m.Unused}, {"free heap not returned", m.Free},
+		{"goroutine stacks", m.Stacks}, {"runtime metadata", m.Metadata}, {"profiling", m.Profiling}, {"other runtime", m.Other},
+	} {
+		if c.n >= 50_000 || c.n <= -50_000 {
+			parts = append(parts, fmt.Sprintf("%s %.1f MB", c.what, float64(c.n)/1e6))
+		}
+	}
+	return fmt.Sprintf("%s; resident anonymous %.1f MB, file-backed (code first run) %.1f MB",
+		strings.Join(parts, ", "), float64(m.RSSAnon)/1e6, float64(m.RSSFile)/1e6)
 }

@@ -4,7 +4,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"unique"
 
@@ -125,37 +124,6 @@ func (p *stringPointers) get(s *string) *string {
 	v := internString(*s)
 	p.m[v] = &v
 	return &v
-}
-
-// pack makes the strings *ss point into one new allocation holding them
-// all. The informers decode each object into many small allocations, of
-// which the transform keeps a few strings (names, resource versions,
-// addresses); kept one by one, each pins its allocator span among the
-// decoded object's garbage, and the heap holds those spans mostly empty
-// (the KS rows measured 65 MB of such fragmentation beside 137 MB of
-// objects for 100,000 endpoints). Packed, an object's kept strings are
-// one allocation made after its decode. A packed string keeps the whole
-// pack alive: pack only strings of one object, which live and die with
-// it.
-func pack(ss ...*string) {
-	n := 0
-	for _, s := range ss {
-		n += len(*s)
-	}
-	if n == 0 {
-		return
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, s := range ss {
-		b.WriteString(*s)
-	}
-	all, off := b.String(), 0
-	for _, s := range ss {
-		l := len(*s)
-		*s = all[off : off+l]
-		off += l
-	}
 }
 
 // portLists hands out one copy per distinct list of EndpointSlice ports
