@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
@@ -412,14 +414,36 @@ func sharedBool(b *bool) *bool {
 }
 
 // Pods, nodes and namespaces are read for their labels only: the cache
-// keeps their metadata as a PartialObjectMetadata (about 250 bytes plus
-// labels, where an empty corev1.Pod alone takes over 1 KB). With a
-// metadata client they arrive as PartialObjectMetadata already, their
-// kind set by the informer's list and watch (clusterWatch.labelled).
+// keeps a labelled (64 bytes plus the shared labels, where a
+// PartialObjectMetadata takes 288 and an empty corev1.Pod over 1 KB).
+// With a metadata client they arrive as PartialObjectMetadata, their kind
+// set by the informer's list and watch (clusterWatch.labelled).
+
+// labelled is what the informers cache of a pod, node or namespace. It
+// gives client-go the metadata it keys and versions objects by
+// (meta.Accessor) through GetObjectMeta; like every cached object it is
+// never modified, and its labels map is shared (labelSets).
+type labelled struct {
+	namespace, name, resourceVersion string
+	labels                           map[string]string
+}
+
+// GetObjectKind implements runtime.Object: a labelled has no kind.
+func (o *labelled) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object; the copy shares the labels,
+// which are never modified.
+func (o *labelled) DeepCopyObject() runtime.Object { c := *o; return &c }
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor: a copy of the
+// metadata o keeps; setting its fields changes nothing.
+func (o *labelled) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: o.namespace, Name: o.name, ResourceVersion: o.resourceVersion, Labels: o.labels}
+}
 
 // slimLabelled keeps of m what conversion reads: its name and namespace,
 // and of a node only its locality labels.
-func slimLabelled(kind string, m metav1.Object) *metav1.PartialObjectMetadata {
+func slimLabelled(kind string, m metav1.Object) *labelled {
 	var keep func(string) bool
 	if kind == "Node" {
 		keep = func(k string) bool {
@@ -430,11 +454,8 @@ func slimLabelled(kind string, m metav1.Object) *metav1.PartialObjectMetadata {
 			return false
 		}
 	}
-	return partial(kind, slimMeta(m, keep))
-}
-
-func partial(kind string, m metav1.ObjectMeta) *metav1.PartialObjectMetadata {
-	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: kind}, ObjectMeta: m}
+	meta := slimMeta(m, keep)
+	return &labelled{namespace: meta.Namespace, name: meta.Name, resourceVersion: meta.ResourceVersion, labels: meta.Labels}
 }
 
 func slimSecret(s *corev1.Secret) *corev1.Secret {

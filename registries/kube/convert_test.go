@@ -288,10 +288,10 @@ func TestPodsWithTheSameLabelsShareOneMap(t *testing.T) {
 			t.Fatal(err)
 		}
 		pod.Labels["version"] = "changed" // the cached map is not the decoded one
-		cached["shop/"+name] = out.(*metav1.PartialObjectMetadata).Labels
+		cached["shop/"+name] = out.(*labelled).labels
 	}
 	other, _ := slim(podObj("shop", "p4", map[string]string{"app": "orders", "version": "v2"}))
-	cached["shop/p4"] = other.(*metav1.PartialObjectMetadata).Labels
+	cached["shop/p4"] = other.(*labelled).labels
 
 	s := sliceObj("shop", "s", "a", discoveryv1.AddressTypeIPv4, map[string]int32{"http": 80},
 		epSpec{addr: "192.0.2.1", pod: "p1"}, epSpec{addr: "192.0.2.2", pod: "p2"}, epSpec{addr: "192.0.2.3", pod: "p3"}, epSpec{addr: "192.0.2.4", pod: "p4"})
@@ -405,14 +405,14 @@ func TestSlimKeepsOnlyWhatConversionReads(t *testing.T) {
 		labelRegion: "r", labelZone: "z", "kubernetes.io/hostname": "n"}},
 		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}}}
 	n, _ := slim(node)
-	if got := n.(*metav1.PartialObjectMetadata); !reflect.DeepEqual(got.Labels, map[string]string{labelRegion: "r", labelZone: "z"}) || got.Name != "n" {
+	if got := n.(*labelled); !reflect.DeepEqual(got.labels, map[string]string{labelRegion: "r", labelZone: "z"}) || got.name != "n" {
 		t.Errorf("slimmed node = %+v", got)
 	}
 
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", Labels: map[string]string{"app": "a"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
 	p, _ := slim(pod)
-	if got := p.(*metav1.PartialObjectMetadata); got.Labels["app"] != "a" || got.Name != "p" || got.Namespace != "shop" {
+	if got := p.(*labelled); got.labels["app"] != "a" || got.name != "p" || got.namespace != "shop" {
 		t.Errorf("slimmed pod = %+v", got)
 	}
 
@@ -421,8 +421,7 @@ func TestSlimKeepsOnlyWhatConversionReads(t *testing.T) {
 		Labels: map[string]string{labelZone: "z", "kubernetes.io/hostname": "n"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
 		Annotations: map[string]string{"a": "b"}}}
 	pn, _ := slim(pm)
-	if got := pn.(*metav1.PartialObjectMetadata); !reflect.DeepEqual(got.Labels, map[string]string{labelZone: "z"}) || got.Name != "n" ||
-		got.ManagedFields != nil || got.Annotations != nil {
+	if got := pn.(*labelled); !reflect.DeepEqual(got.labels, map[string]string{labelZone: "z"}) || got.name != "n" {
 		t.Errorf("slimmed node metadata = %+v", got)
 	}
 
