@@ -74,6 +74,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshfed/meshfed/pack"
 )
 
 // retryConnect is how long a cluster whose credentials failed waits
@@ -557,6 +559,9 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 		}
 		o.Spec = detach(o.Spec)
 		c.share(o.Spec)
+		// The metadata strings kept, decoded one by one, are packed into
+		// one allocation as the spec is detached (pack.Strings).
+		pack.Strings(&o.Namespace, &o.Name, &o.ResourceVersion, &o.Source)
 		if c.conversions != nil {
 			c.conversions.Add(1)
 		}

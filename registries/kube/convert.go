@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/meshfed/meshfed/model"
-	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/pack"
 )
 
 // Node labels read for locality.
@@ -315,12 +315,12 @@ func exportTo(svc *corev1.Service) []string {
 // slimMeta keeps of m its name, namespace, resource version (which the
 // informer compares on a relist) and the labels keepLabels accepts (nil:
 // all), as a map shared by every object with the same labels (labelSets).
-// Name and resource version are packed (registries.Pack) with more, strings of the
+// Name and resource version are packed (pack.Strings) with more, strings of the
 // same object.
 func slimMeta(m metav1.Object, keepLabels func(string) bool, more ...*string) metav1.ObjectMeta {
 	out := metav1.ObjectMeta{Name: m.GetName(), Namespace: internString(m.GetNamespace()), ResourceVersion: m.GetResourceVersion(),
 		Labels: sharedLabels.get(m.GetLabels(), keepLabels)}
-	registries.Pack(append([]*string{&out.Name, &out.ResourceVersion}, more...)...)
+	pack.Strings(append([]*string{&out.Name, &out.ResourceVersion}, more...)...)
 	return out
 }
 
@@ -345,7 +345,7 @@ func slimService(s *corev1.Service) *corev1.Service {
 // and ports (shared by the slices with the same ports: portLists), and
 // per endpoint its first address, conditions (pointers to shared values),
 // node, zone and target pod. What it keeps is a few allocations per slice
-// whatever its endpoints (see registries.Pack): one array of endpoints, one of
+// whatever its endpoints (see pack.Strings): one array of endpoints, one of
 // addresses and one of target references, the addresses packed, the
 // names packed with the slice's own.
 func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
@@ -395,7 +395,7 @@ func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice 
 	for i := range addrs {
 		ptrs[i] = &addrs[i]
 	}
-	registries.Pack(ptrs...)
+	pack.Strings(ptrs...)
 	return out
 }
 

@@ -1,10 +1,11 @@
-package registries
+// Package pack keeps what a client decoded in few allocations.
+package pack
 
 import "strings"
 
-// Pack makes the strings *ss point into one new allocation holding them
+// Strings makes the strings *ss point into one new allocation holding them
 // all. A client decodes each object of a catalog into many small
-// allocations, of which a registry keeps a few strings (names, versions,
+// allocations, of which meshfed keeps a few strings (names, versions,
 // addresses). Kept one by one, each keeps its allocator span alive among
 // the decoded object's garbage, and the heap holds those spans mostly
 // empty: before packing, the KS kubernetes row at 100,000 endpoints held
@@ -14,7 +15,7 @@ import "strings"
 //
 // A packed string keeps the whole pack alive: pack only strings that
 // live and die together (those of one object).
-func Pack(ss ...*string) {
+func Strings(ss ...*string) {
 	n := 0
 	for _, s := range ss {
 		n += len(*s)
