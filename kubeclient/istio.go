@@ -559,13 +559,23 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 		}
 		o.Spec = detach(o.Spec)
 		c.share(o.Spec)
-		// The metadata strings kept, decoded one by one, are packed into
-		// one allocation as the spec is detached (pack.Strings).
-		pack.Strings(&o.Namespace, &o.Name, &o.ResourceVersion, &o.Source)
+		packMeta(&o)
 		if c.conversions != nil {
 			c.conversions.Add(1)
 		}
 		return &cached{o}, nil
+	}
+}
+
+// packMeta makes the metadata strings o keeps, decoded one by one, one
+// allocation (pack.Strings): Source ("namespace/name (cluster)", as
+// Convert writes it) and the resource version, the namespace and name
+// read out of Source.
+func packMeta(o *Object) {
+	ns, name := len(o.Namespace), len(o.Name)
+	pack.Strings(&o.Source, &o.ResourceVersion)
+	if len(o.Source) > ns+name && o.Source[:ns] == o.Namespace && o.Source[ns] == '/' && o.Source[ns+1:ns+1+name] == o.Name {
+		o.Namespace, o.Name = o.Source[:ns], o.Source[ns+1:ns+1+name]
 	}
 }
 

@@ -143,7 +143,6 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 				Ports:   maps.Clone(override),
 				Health:  endpointHealth(e.Conditions),
 				Source:  model.Source{Registry: ci.registry, Cluster: ci.cluster, Network: ci.network},
-				Origin:  "EndpointSlice " + s.Namespace + "/" + s.Name,
 			}
 			if n := e.NodeName; n != nil && *n != "" {
 				ep.Locality = lk.nodeLocality(*n)
@@ -155,6 +154,8 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 				ns := cmp.Or(r.Namespace, s.Namespace)
 				ep.Labels = lk.podLabels(ns, r.Name)
 				ep.Origin = "Pod " + ns + "/" + r.Name
+			} else {
+				ep.Origin = "EndpointSlice " + s.Namespace + "/" + s.Name
 			}
 			k := ekey{ep.Address, pk}
 			if i, dup := byKey[k]; dup {
@@ -170,6 +171,13 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 	slices.SortFunc(out.Endpoints, func(a, b model.Endpoint) int {
 		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(formatOverride(a.Ports), formatOverride(b.Ports)))
 	})
+	// The endpoints' origins, one string each as built, are held as long
+	// as the service: one allocation for them all (pack.Strings).
+	origins := make([]*string, len(out.Endpoints))
+	for i := range out.Endpoints {
+		origins[i] = &out.Endpoints[i].Origin
+	}
+	pack.Strings(origins...)
 	return out, rejected, true
 }
 
