@@ -429,3 +429,32 @@ func TestSlimKeepsOnlyWhatConversionReads(t *testing.T) {
 		t.Errorf("slim changed an unknown object: %v", out)
 	}
 }
+
+// TestSlimEndpointSliceShares: slices listing the same ports share one
+// copy of them, and a slimmed slice keeps each endpoint's address and
+// target pod in arrays of its own, none of it the decoded object's.
+func TestSlimEndpointSliceShares(t *testing.T) {
+	t.Parallel()
+	ports := map[string]int32{"http": 8080}
+	a := sliceObj("shop", "a-1", "a", discoveryv1.AddressTypeIPv4, ports, epSpec{addr: "10.0.0.1", pod: "a-p1"}, epSpec{addr: "10.0.0.2", pod: "a-p2"})
+	b := sliceObj("shop", "b-1", "b", discoveryv1.AddressTypeIPv4, ports, epSpec{addr: "10.0.1.1"})
+	sa, sb := slimEndpointSlice(a), slimEndpointSlice(b)
+	if len(sa.Ports) != 1 || &sa.Ports[0] != &sb.Ports[0] || *sa.Ports[0].Name != "http" || *sa.Ports[0].Port != 8080 || *sa.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("ports not shared or changed: %+v, %+v", sa.Ports, sb.Ports)
+	}
+	if &sa.Ports[0] == &a.Ports[0] || sa.Ports[0].Port == a.Ports[0].Port {
+		t.Error("ports point into the decoded slice")
+	}
+	for i, want := range []struct{ addr, pod string }{{"10.0.0.1", "a-p1"}, {"10.0.0.2", "a-p2"}} {
+		e := sa.Endpoints[i]
+		if len(e.Addresses) != 1 || e.Addresses[0] != want.addr || e.TargetRef == nil || e.TargetRef.Name != want.pod || e.TargetRef.Kind != "Pod" {
+			t.Errorf("endpoint %d = %+v", i, e)
+		}
+		if &e.Addresses[0] == &a.Endpoints[i].Addresses[0] || e.TargetRef == a.Endpoints[i].TargetRef {
+			t.Errorf("endpoint %d points into the decoded slice", i)
+		}
+	}
+	if sa.Name != "a-1" || sa.Namespace != "shop" || sa.Labels[labelServiceName] != "a" || sb.Endpoints[0].TargetRef != nil {
+		t.Errorf("slimmed slice = %+v", sa)
+	}
+}
