@@ -601,7 +601,15 @@ func kindOf(obj any) string {
 // pieces are allocated together, so the decoder's garbage, allocated
 // among m's pieces, can leave whole spans free rather than holes in the
 // spans that hold what is cached (bench/analysis.md).
-func detach(m proto.Message) proto.Message { return proto.Clone(m) }
+//
+// The copy's strings, which proto.Clone shares with m (each allocated
+// by the decoder among its garbage), are packed into one allocation
+// (pack.Message).
+func detach(m proto.Message) proto.Message {
+	c := proto.Clone(m)
+	pack.Message(c)
+	return c
+}
 
 // share replaces the label maps of a new spec's ServiceEntry endpoints,
 // or of a WorkloadEntry, with what c.shareLabels returns for them.
