@@ -74,8 +74,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/meshfed/meshfed/pack"
 )
 
 // retryConnect is how long a cluster whose credentials failed waits
@@ -559,23 +557,10 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 		}
 		o.Spec = detach(o.Spec)
 		c.share(o.Spec)
-		packMeta(&o)
 		if c.conversions != nil {
 			c.conversions.Add(1)
 		}
 		return &cached{o}, nil
-	}
-}
-
-// packMeta makes the metadata strings o keeps, decoded one by one, one
-// allocation (pack.Strings): Source ("namespace/name (cluster)", as
-// Convert writes it) and the resource version, the namespace and name
-// read out of Source.
-func packMeta(o *Object) {
-	ns, name := len(o.Namespace), len(o.Name)
-	pack.Strings(&o.Source, &o.ResourceVersion)
-	if len(o.Source) > ns+name && o.Source[:ns] == o.Namespace && o.Source[ns] == '/' && o.Source[ns+1:ns+1+name] == o.Name {
-		o.Namespace, o.Name = o.Source[:ns], o.Source[ns+1:ns+1+name]
 	}
 }
 
@@ -601,15 +586,7 @@ func kindOf(obj any) string {
 // pieces are allocated together, so the decoder's garbage, allocated
 // among m's pieces, can leave whole spans free rather than holes in the
 // spans that hold what is cached (bench/analysis.md).
-//
-// The copy's strings, which proto.Clone shares with m (each allocated
-// by the decoder among its garbage), are packed into one allocation
-// (pack.Message).
-func detach(m proto.Message) proto.Message {
-	c := proto.Clone(m)
-	pack.Message(c)
-	return c
-}
+func detach(m proto.Message) proto.Message { return proto.Clone(m) }
 
 // share replaces the label maps of a new spec's ServiceEntry endpoints,
 // or of a WorkloadEntry, with what c.shareLabels returns for them.
