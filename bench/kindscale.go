@@ -261,7 +261,11 @@ type KindScaleResult struct {
 	// FreeOSMemory).
 	Heap int64 `json:"heap"`
 	RSS  int64 `json:"rss"`
-	Lost int   `json:"lost"` // changes never seen
+	// Mem is where the RSS growth is, read right after it; Goroutines
+	// how many more goroutines the process runs.
+	Mem        MemSplit `json:"mem"`
+	Goroutines int64    `json:"goroutines"`
+	Lost       int      `json:"lost"` // changes never seen
 	// Server is the server's own delay per change, from the target's
 	// independent observer (Observed − Stamp); Own the measured code's
 	// part of each change (seen − Observed); OwnGoal their p99 goal (ns,
@@ -401,6 +405,7 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	}
 	mem0 := ReadMem()
 	rss0, _, _ := Mem(os.Getpid())
+	split0 := ReadMemSplit()
 
 	sink := &scaleSink{services: tg.Services, endpoints: tg.Endpoints, wake: make(chan struct{}, 1)}
 	stopProf := profile(t, o.ProfileDir, fmt.Sprintf("%s-%d-sync", row.Kind, services))
@@ -486,6 +491,8 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	mem1 := ReadMem()
 	rss1, _, _ := Mem(os.Getpid())
 	res.Heap, res.RSS = int64(mem1.HeapLive)-int64(mem0.HeapLive), rss1-rss0
+	res.Mem = ReadMemSplit().Sub(split0)
+	res.Goroutines = int64(mem1.Goroutines) - int64(mem0.Goroutines)
 	if o.ProfileDir != "" {
 		writeHeapProfile(t, filepath.Join(o.ProfileDir, fmt.Sprintf("%s-%d-heap.pprof", row.Kind, services)))
 	}

@@ -62,8 +62,8 @@ func TestKindScale(t *testing.T) {
 				if res.Lost > 0 {
 					t.Errorf("%d of %d changes never reached the sink", res.Lost, o.Changes)
 				}
-				t.Logf("%s %d: load %.1f s, sync %.1f s, change → sink %+v, CPU %.1f ms/change, %.0f B heap and %.0f B RSS per endpoint",
-					row.Kind, n, res.Load/1e3, res.Sync/1e3, res.Change, res.CPUPerChange, res.PerEndpoint(res.Heap), res.PerEndpoint(res.RSS))
+				t.Logf("%s %d: load %.1f s, sync %.1f s, change → sink %+v, CPU %.1f ms/change, %.0f B heap and %.0f B RSS per endpoint (growth: %s; %+d goroutines)",
+					row.Kind, n, res.Load/1e3, res.Sync/1e3, res.Change, res.CPUPerChange, res.PerEndpoint(res.Heap), res.PerEndpoint(res.RSS), res.Mem, res.Goroutines)
 			})
 			if !ran && res.Kind == "" {
 				res = bench.KindScaleResult{Kind: row.Kind, Services: n, Goal: int64(row.Goal), Skipped: "failed or skipped (server not installed?)"}

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/hudl/fargo"
+
+	"github.com/meshfed/meshfed/pack"
 )
 
 // This file reads Eureka's two wire formats into fargo's types. fargo
@@ -95,6 +97,9 @@ func (w *wireInstance) instance() *instance {
 	if p.DataCenterInfo.Name == fargo.Amazon {
 		in.awsID, in.zone = p.DataCenterInfo.Metadata.InstanceID, p.DataCenterInfo.Metadata.AvailabilityZone
 	}
+	// Packed: the strings kept are one allocation, not one each among the
+	// decoded answer's garbage (pack.Strings).
+	pack.Strings(&in.InstanceId, &in.IPAddr, &in.HostName, (*string)(&in.Status), &in.Metadata, &in.action, &in.awsID, &in.zone)
 	in.Port, in.PortEnabled = w.WirePort.number, w.WirePort.enabled
 	in.SecurePort, in.SecurePortEnabled = w.WireSecurePort.number, w.WireSecurePort.enabled
 	switch {

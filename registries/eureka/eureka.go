@@ -55,6 +55,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/meshfed/meshfed/registries"
 )
@@ -229,7 +230,7 @@ func (w *watch) delta(ctx context.Context) error {
 func (w *watch) applyFull(p *payload) bool {
 	apps := make(map[string]map[string]*instance, len(p.apps))
 	for _, a := range p.apps {
-		key := strings.ToUpper(a.name)
+		key := appKey(a.name)
 		m := apps[key]
 		if m == nil {
 			m = make(map[string]*instance, len(a.instances))
@@ -260,6 +261,12 @@ func (w *watch) applyFull(p *payload) bool {
 	return changed
 }
 
+// appKey is the key of app name: upper case, as Eureka keys apps, and
+// the canonical copy (package unique), so that the state's keys are held
+// once whatever the fetches that named them (a decoded name kept as a
+// key would keep its allocator span, among the answer's garbage, alive).
+func appKey(name string) string { return unique.Make(strings.ToUpper(name)).Value() }
+
 // sameApp reports whether two reads of an app hold the same instances
 // with the same content.
 func sameApp(a, b map[string]*instance) bool {
@@ -287,7 +294,7 @@ func sameInstance(a, b *instance) bool {
 func (w *watch) applyDelta(p *payload) map[string]bool {
 	touched := map[string]bool{}
 	for _, a := range p.apps {
-		key := strings.ToUpper(a.name)
+		key := appKey(a.name)
 		for _, in := range a.instances {
 			m := w.apps[key]
 			switch strings.ToUpper(in.action) {

@@ -10,8 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/pack"
 )
 
 // Node labels read for locality.
@@ -140,7 +143,6 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 				Ports:   maps.Clone(override),
 				Health:  endpointHealth(e.Conditions),
 				Source:  model.Source{Registry: ci.registry, Cluster: ci.cluster, Network: ci.network},
-				Origin:  "EndpointSlice " + s.Namespace + "/" + s.Name,
 			}
 			if n := e.NodeName; n != nil && *n != "" {
 				ep.Locality = lk.nodeLocality(*n)
@@ -152,6 +154,8 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 				ns := cmp.Or(r.Namespace, s.Namespace)
 				ep.Labels = lk.podLabels(ns, r.Name)
 				ep.Origin = "Pod " + ns + "/" + r.Name
+			} else {
+				ep.Origin = "EndpointSlice " + s.Namespace + "/" + s.Name
 			}
 			k := ekey{ep.Address, pk}
 			if i, dup := byKey[k]; dup {
@@ -167,6 +171,13 @@ func convertService(ci clusterInfo, svc *corev1.Service, eps []*discoveryv1.Endp
 	slices.SortFunc(out.Endpoints, func(a, b model.Endpoint) int {
 		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(formatOverride(a.Ports), formatOverride(b.Ports)))
 	})
+	// The endpoints' origins, one string each as built, are held as long
+	// as the service: one allocation for them all (pack.Strings).
+	origins := make([]*string, len(out.Endpoints))
+	for i := range out.Endpoints {
+		origins[i] = &out.Endpoints[i].Origin
+	}
+	pack.Strings(origins...)
 	return out, rejected, true
 }
 
@@ -312,51 +323,87 @@ func exportTo(svc *corev1.Service) []string {
 // slimMeta keeps of m its name, namespace, resource version (which the
 // informer compares on a relist) and the labels keepLabels accepts (nil:
 // all), as a map shared by every object with the same labels (labelSets).
-func slimMeta(m metav1.Object, keepLabels func(string) bool) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.GetName(), Namespace: internString(m.GetNamespace()), ResourceVersion: m.GetResourceVersion(),
+// Name and resource version are packed (pack.Strings) with more, strings of the
+// same object.
+func slimMeta(m metav1.Object, keepLabels func(string) bool, more ...*string) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{Name: m.GetName(), Namespace: internString(m.GetNamespace()), ResourceVersion: m.GetResourceVersion(),
 		Labels: sharedLabels.get(m.GetLabels(), keepLabels)}
+	pack.Strings(append([]*string{&out.Name, &out.ResourceVersion}, more...)...)
+	return out
 }
 
 func slimService(s *corev1.Service) *corev1.Service {
-	out := &corev1.Service{ObjectMeta: slimMeta(s, func(string) bool { return false })}
-	if v, ok := s.Annotations[annotationExportTo]; ok {
-		out.Annotations = map[string]string{annotationExportTo: v}
-	}
+	out := &corev1.Service{}
 	out.Spec.Type = s.Spec.Type
 	out.Spec.ClusterIP = s.Spec.ClusterIP
 	out.Spec.ExternalName = s.Spec.ExternalName
+	out.ObjectMeta = slimMeta(s, func(string) bool { return false }, &out.Spec.ClusterIP, &out.Spec.ExternalName)
+	if v, ok := s.Annotations[annotationExportTo]; ok {
+		out.Annotations = map[string]string{annotationExportTo: strings.Clone(v)}
+	}
 	out.Spec.Ports = make([]corev1.ServicePort, len(s.Spec.Ports))
 	for i, p := range s.Spec.Ports {
-		out.Spec.Ports[i] = corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port}
+		out.Spec.Ports[i] = corev1.ServicePort{Name: internString(p.Name), Protocol: corev1.Protocol(internString(string(p.Protocol))),
+			AppProtocol: sharedStrings.get(p.AppProtocol), Port: p.Port}
 	}
 	return out
 }
 
 // slimEndpointSlice keeps of a slice its service-name label, address type
-// and ports, and per endpoint its first address, conditions (pointers to
-// shared values), node, zone and target pod.
+// and ports (shared by the slices with the same ports: portLists), and
+// per endpoint its first address, conditions (pointers to shared values),
+// node, zone and target pod. What it keeps is a few allocations per slice
+// whatever its endpoints (see pack.Strings): one array of endpoints, one of
+// addresses and one of target references, the addresses packed, the
+// names packed with the slice's own.
 func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: s.Name, Namespace: internString(s.Namespace), ResourceVersion: s.ResourceVersion},
-		AddressType: s.AddressType,
-		Ports:       s.Ports,
+		AddressType: discoveryv1.AddressType(internString(string(s.AddressType))),
+		Ports:       sharedPorts.get(s.Ports),
 		Endpoints:   make([]discoveryv1.Endpoint, len(s.Endpoints)),
 	}
-	if v, ok := s.Labels[labelServiceName]; ok {
-		out.Labels = map[string]string{labelServiceName: v}
-	}
+	var addrs []string
+	var refs []corev1.ObjectReference
 	for i, e := range s.Endpoints {
+		if len(e.Addresses) > 0 && addrs == nil {
+			addrs = make([]string, len(s.Endpoints))
+		}
+		if e.TargetRef != nil && refs == nil {
+			refs = make([]corev1.ObjectReference, len(s.Endpoints))
+		}
 		se := discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{
 			Ready: sharedBool(e.Conditions.Ready), Serving: sharedBool(e.Conditions.Serving), Terminating: sharedBool(e.Conditions.Terminating),
 		}, NodeName: sharedStrings.get(e.NodeName), Zone: sharedStrings.get(e.Zone)}
 		if len(e.Addresses) > 0 {
-			se.Addresses = e.Addresses[:1:1]
+			addrs[i] = e.Addresses[0]
+			se.Addresses = addrs[i : i+1 : i+1]
 		}
 		if r := e.TargetRef; r != nil {
-			se.TargetRef = &corev1.ObjectReference{Kind: internString(r.Kind), Namespace: internString(r.Namespace), Name: r.Name}
+			refs[i] = corev1.ObjectReference{Kind: internString(r.Kind), Namespace: internString(r.Namespace), Name: r.Name}
+			se.TargetRef = &refs[i]
 		}
 		out.Endpoints[i] = se
 	}
+	var service string
+	kept := make([]*string, 0, 1+len(refs))
+	if v, ok := s.Labels[labelServiceName]; ok {
+		service = v
+		kept = append(kept, &service)
+	}
+	for i := range refs {
+		kept = append(kept, &refs[i].Name)
+	}
+	out.ObjectMeta = slimMeta(s, func(string) bool { return false }, kept...)
+	if _, ok := s.Labels[labelServiceName]; ok {
+		out.Labels = map[string]string{labelServiceName: service}
+	}
+	// Addresses are packed apart: published endpoints hold them (and so
+	// their pack) while the slice may be replaced.
+	ptrs := make([]*string, len(addrs))
+	for i := range addrs {
+		ptrs[i] = &addrs[i]
+	}
+	pack.Strings(ptrs...)
 	return out
 }
 
@@ -375,14 +422,36 @@ func sharedBool(b *bool) *bool {
 }
 
 // Pods, nodes and namespaces are read for their labels only: the cache
-// keeps their metadata as a PartialObjectMetadata (about 250 bytes plus
-// labels, where an empty corev1.Pod alone takes over 1 KB). With a
-// metadata client they arrive as PartialObjectMetadata already, their
-// kind set by the informer's list and watch (clusterWatch.labelled).
+// keeps a labelled (64 bytes plus the shared labels, where a
+// PartialObjectMetadata takes 288 and an empty corev1.Pod over 1 KB).
+// With a metadata client they arrive as PartialObjectMetadata, their kind
+// set by the informer's list and watch (clusterWatch.labelled).
+
+// labelled is what the informers cache of a pod, node or namespace. It
+// gives client-go the metadata it keys and versions objects by
+// (meta.Accessor) through GetObjectMeta; like every cached object it is
+// never modified, and its labels map is shared (labelSets).
+type labelled struct {
+	namespace, name, resourceVersion string
+	labels                           map[string]string
+}
+
+// GetObjectKind implements runtime.Object: a labelled has no kind.
+func (o *labelled) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object; the copy shares the labels,
+// which are never modified.
+func (o *labelled) DeepCopyObject() runtime.Object { c := *o; return &c }
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor: a copy of the
+// metadata o keeps; setting its fields changes nothing.
+func (o *labelled) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: o.namespace, Name: o.name, ResourceVersion: o.resourceVersion, Labels: o.labels}
+}
 
 // slimLabelled keeps of m what conversion reads: its name and namespace,
 // and of a node only its locality labels.
-func slimLabelled(kind string, m metav1.Object) *metav1.PartialObjectMetadata {
+func slimLabelled(kind string, m metav1.Object) *labelled {
 	var keep func(string) bool
 	if kind == "Node" {
 		keep = func(k string) bool {
@@ -393,11 +462,8 @@ func slimLabelled(kind string, m metav1.Object) *metav1.PartialObjectMetadata {
 			return false
 		}
 	}
-	return partial(kind, slimMeta(m, keep))
-}
-
-func partial(kind string, m metav1.ObjectMeta) *metav1.PartialObjectMetadata {
-	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: kind}, ObjectMeta: m}
+	meta := slimMeta(m, keep)
+	return &labelled{namespace: meta.Namespace, name: meta.Name, resourceVersion: meta.ResourceVersion, labels: meta.Labels}
 }
 
 func slimSecret(s *corev1.Secret) *corev1.Secret {

@@ -288,10 +288,10 @@ func TestPodsWithTheSameLabelsShareOneMap(t *testing.T) {
 			t.Fatal(err)
 		}
 		pod.Labels["version"] = "changed" // the cached map is not the decoded one
-		cached["shop/"+name] = out.(*metav1.PartialObjectMetadata).Labels
+		cached["shop/"+name] = out.(*labelled).labels
 	}
 	other, _ := slim(podObj("shop", "p4", map[string]string{"app": "orders", "version": "v2"}))
-	cached["shop/p4"] = other.(*metav1.PartialObjectMetadata).Labels
+	cached["shop/p4"] = other.(*labelled).labels
 
 	s := sliceObj("shop", "s", "a", discoveryv1.AddressTypeIPv4, map[string]int32{"http": 80},
 		epSpec{addr: "192.0.2.1", pod: "p1"}, epSpec{addr: "192.0.2.2", pod: "p2"}, epSpec{addr: "192.0.2.3", pod: "p3"}, epSpec{addr: "192.0.2.4", pod: "p4"})
@@ -405,14 +405,14 @@ func TestSlimKeepsOnlyWhatConversionReads(t *testing.T) {
 		labelRegion: "r", labelZone: "z", "kubernetes.io/hostname": "n"}},
 		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}}}
 	n, _ := slim(node)
-	if got := n.(*metav1.PartialObjectMetadata); !reflect.DeepEqual(got.Labels, map[string]string{labelRegion: "r", labelZone: "z"}) || got.Name != "n" {
+	if got := n.(*labelled); !reflect.DeepEqual(got.labels, map[string]string{labelRegion: "r", labelZone: "z"}) || got.name != "n" {
 		t.Errorf("slimmed node = %+v", got)
 	}
 
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", Labels: map[string]string{"app": "a"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
 	p, _ := slim(pod)
-	if got := p.(*metav1.PartialObjectMetadata); got.Labels["app"] != "a" || got.Name != "p" || got.Namespace != "shop" {
+	if got := p.(*labelled); got.labels["app"] != "a" || got.name != "p" || got.namespace != "shop" {
 		t.Errorf("slimmed pod = %+v", got)
 	}
 
@@ -421,12 +421,40 @@ func TestSlimKeepsOnlyWhatConversionReads(t *testing.T) {
 		Labels: map[string]string{labelZone: "z", "kubernetes.io/hostname": "n"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
 		Annotations: map[string]string{"a": "b"}}}
 	pn, _ := slim(pm)
-	if got := pn.(*metav1.PartialObjectMetadata); !reflect.DeepEqual(got.Labels, map[string]string{labelZone: "z"}) || got.Name != "n" ||
-		got.ManagedFields != nil || got.Annotations != nil {
+	if got := pn.(*labelled); !reflect.DeepEqual(got.labels, map[string]string{labelZone: "z"}) || got.name != "n" {
 		t.Errorf("slimmed node metadata = %+v", got)
 	}
 
 	if out, _ := slim("other"); out != "other" {
 		t.Errorf("slim changed an unknown object: %v", out)
+	}
+}
+
+// TestSlimEndpointSliceShares: slices listing the same ports share one
+// copy of them, and a slimmed slice keeps each endpoint's address and
+// target pod in arrays of its own, none of it the decoded object's.
+func TestSlimEndpointSliceShares(t *testing.T) {
+	t.Parallel()
+	ports := map[string]int32{"http": 8080}
+	a := sliceObj("shop", "a-1", "a", discoveryv1.AddressTypeIPv4, ports, epSpec{addr: "10.0.0.1", pod: "a-p1"}, epSpec{addr: "10.0.0.2", pod: "a-p2"})
+	b := sliceObj("shop", "b-1", "b", discoveryv1.AddressTypeIPv4, ports, epSpec{addr: "10.0.1.1"})
+	sa, sb := slimEndpointSlice(a), slimEndpointSlice(b)
+	if len(sa.Ports) != 1 || &sa.Ports[0] != &sb.Ports[0] || *sa.Ports[0].Name != "http" || *sa.Ports[0].Port != 8080 || *sa.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("ports not shared or changed: %+v, %+v", sa.Ports, sb.Ports)
+	}
+	if &sa.Ports[0] == &a.Ports[0] || sa.Ports[0].Port == a.Ports[0].Port {
+		t.Error("ports point into the decoded slice")
+	}
+	for i, want := range []struct{ addr, pod string }{{"10.0.0.1", "a-p1"}, {"10.0.0.2", "a-p2"}} {
+		e := sa.Endpoints[i]
+		if len(e.Addresses) != 1 || e.Addresses[0] != want.addr || e.TargetRef == nil || e.TargetRef.Name != want.pod || e.TargetRef.Kind != "Pod" {
+			t.Errorf("endpoint %d = %+v", i, e)
+		}
+		if &e.Addresses[0] == &a.Endpoints[i].Addresses[0] || e.TargetRef == a.Endpoints[i].TargetRef {
+			t.Errorf("endpoint %d points into the decoded slice", i)
+		}
+	}
+	if sa.Name != "a-1" || sa.Namespace != "shop" || sa.Labels[labelServiceName] != "a" || sb.Endpoints[0].TargetRef != nil {
+		t.Errorf("slimmed slice = %+v", sa)
 	}
 }

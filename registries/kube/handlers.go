@@ -51,6 +51,9 @@ func metaOf(obj any) (metav1.Object, bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
+	if l, ok := obj.(*labelled); ok {
+		return l.GetObjectMeta(), true
+	}
 	m, ok := obj.(metav1.Object)
 	return m, ok
 }
@@ -143,6 +146,9 @@ func (w *clusterWatch) enqueueSlices(sc *scope, index, value string) {
 }
 
 func labelsOf(obj any) map[string]string {
+	if l, ok := obj.(*labelled); ok {
+		return l.labels // conversion reads each endpoint's pod: no copy
+	}
 	if m, ok := metaOf(obj); ok {
 		return m.GetLabels()
 	}

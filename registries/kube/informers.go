@@ -90,8 +90,8 @@ func (w *clusterWatch) informerWith(name, resource string, lw *cache.ListWatch, 
 // (Pods, Nodes, Namespaces) in namespace ns ("" = all): with a metadata
 // client the API server sends only metadata (PartialObjectMetadata; with
 // 100,000 pods the full list is most of the first sync's bytes and
-// decoding), else typed lists through typed, which the transform turns
-// into PartialObjectMetadata.
+// decoding), else typed lists through typed; the transform keeps either
+// as a labelled.
 func (w *clusterWatch) labelled(name, resource, kind, ns string, typed *cache.ListWatch, obj runtime.Object) *kubeclient.Informer {
 	if w.meta == nil {
 		return w.informer(name, resource, typed, obj, nil)

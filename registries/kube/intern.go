@@ -2,8 +2,12 @@ package kube
 
 import (
 	"hash/maphash"
+	"slices"
+	"strconv"
 	"sync"
 	"unique"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 // Interning: the informers' transform makes values that repeat across
@@ -120,4 +124,78 @@ func (p *stringPointers) get(s *string) *string {
 	v := internString(*s)
 	p.m[v] = &v
 	return &v
+}
+
+// portLists hands out one copy per distinct list of EndpointSlice ports
+// (the slices of services alike list the same ports). It forgets
+// everything once it holds maxPortLists lists.
+type portLists struct {
+	mu sync.Mutex
+	m  map[string][]discoveryv1.EndpointPort // by portsKey
+}
+
+const maxPortLists = 1 << 14
+
+var sharedPorts = &portLists{}
+
+// get returns the shared copy of ports (nil for none); it must not be
+// modified.
+func (p *portLists) get(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	if len(ports) == 0 {
+		return nil
+	}
+	k := portsKey(ports)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.m[k]; ok {
+		return v
+	}
+	if p.m == nil || len(p.m) >= maxPortLists {
+		p.m = map[string][]discoveryv1.EndpointPort{}
+	}
+	v := slices.Clone(ports)
+	for i := range v {
+		v[i].Name = sharedStrings.get(v[i].Name)
+		v[i].AppProtocol = sharedStrings.get(v[i].AppProtocol)
+		if v[i].Protocol != nil {
+			proto := *v[i].Protocol
+			v[i].Protocol = &proto
+		}
+		if v[i].Port != nil {
+			n := *v[i].Port
+			v[i].Port = &n
+		}
+	}
+	p.m[k] = v
+	return v
+}
+
+// portsKey renders ports, nil pointers apart from empty values.
+func portsKey(ports []discoveryv1.EndpointPort) string {
+	var b []byte
+	str := func(s *string) {
+		if s == nil {
+			b = append(b, 0)
+			return
+		}
+		b = append(b, 1)
+		b = strconv.AppendQuote(b, *s)
+	}
+	for _, p := range ports {
+		str(p.Name)
+		if p.Protocol == nil {
+			str(nil)
+		} else {
+			proto := string(*p.Protocol)
+			str(&proto)
+		}
+		if p.Port == nil {
+			b = append(b, 0)
+		} else {
+			b = strconv.AppendInt(append(b, 1), int64(*p.Port), 10)
+		}
+		str(p.AppProtocol)
+		b = append(b, ';')
+	}
+	return string(b)
 }

@@ -40,8 +40,12 @@
 // a Service keeps its name, type, cluster IP, external name and ports; an
 // EndpointSlice its service-name label, address type, ports and per
 // endpoint the first address, conditions, node, zone and target pod; Pods,
-// Nodes and Namespaces become PartialObjectMetadata with their labels
-// (Nodes only the locality ones). Values that repeat are shared (intern.go):
+// Nodes and Namespaces become a labelled (namespace, name, resource
+// version and labels; Nodes only the locality labels). The strings an
+// object keeps are packed into one allocation (pack.Strings: the decoded
+// strings kept one by one left most of the heap's spans they sat in
+// empty). Values that repeat are shared (intern.go): EndpointSlices with
+// the same ports share them,
 // pods with the same labels share one map, which the endpoints converted
 // from them share too (model values are immutable), namespaces, label
 // strings, node names and zones are held once. TestRealTransformMemory

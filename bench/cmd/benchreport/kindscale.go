@@ -141,7 +141,7 @@ func kindScaleRows(res []bench.KindScaleResult) []row {
 		}
 		rows = append(rows, row{id: "KS", figure: short + ": RSS per " + unit + " held", unit: "KB", mf: one(perRSS / 1024),
 			goal: "≤ 2 KB", met: ptr(perRSS <= ksBytesPerEndp),
-			note: fmt.Sprintf("%s above the process's before the start; Go live heap %s (%.0f B per %s)", mb(x.RSS), mb(x.Heap), x.PerEndpoint(x.Heap), unit)})
+			note: fmt.Sprintf("%s above the process's before the start; Go live heap %s (%.0f B per %s)%s", mb(x.RSS), mb(x.Heap), x.PerEndpoint(x.Heap), unit, memSplit(x))})
 	}
 	return rows
 }
@@ -167,4 +167,13 @@ func observedRows(x bench.KindScaleResult, short string) []row {
 			note: fmt.Sprintf("Polaris' own delay, per change, seen by a client of its own in another process (see the row's first note); the change → sink goal is its p99 + %s", time.Duration(x.OwnGoal))},
 		own,
 	}
+}
+
+// memSplit says where a row's RSS growth is (results written before
+// KindScaleResult.Mem existed have none).
+func memSplit(x bench.KindScaleResult) string {
+	if x.Mem == (bench.MemSplit{}) {
+		return ""
+	}
+	return "; where the growth is: " + x.Mem.String()
 }
