@@ -16,9 +16,18 @@ import (
 type fakeFeed struct {
 	mu    sync.Mutex
 	parts []FeedPart
+	name  string // "k8s" when empty
 }
 
-func (f *fakeFeed) Name() string { return "k8s" }
+// Name is "k8s" unless the test named the feed: a test that reads the
+// source gauges gives its feed a name of its own, since the gauges are
+// shared by the package's parallel tests.
+func (f *fakeFeed) Name() string {
+	if f.name == "" {
+		return "k8s"
+	}
+	return f.name
+}
 
 func (f *fakeFeed) Run(ctx context.Context, _ func()) error { <-ctx.Done(); return ctx.Err() }
 
@@ -45,21 +54,21 @@ func feedVS(cluster, name string, weights ...int32) FeedObject {
 
 func TestFeedGate(t *testing.T) {
 	t.Parallel()
-	f := &fakeFeed{}
+	f := &fakeFeed{name: "gate"}
 	f.set(FeedPart{Name: "east"}, FeedPart{Name: "west", Failed: true, Err: "kubeconfig: no such file"})
 	s := New(nil, nil, f)
 	s.Reload()
-	if ok, why := s.Ready(); ok || !strings.Contains(why, "config source k8s cluster east") || strings.Contains(why, "west") {
+	if ok, why := s.Ready(); ok || !strings.Contains(why, "config source gate cluster east") || strings.Contains(why, "west") {
 		t.Errorf("Ready() = %v, %q; want waiting for east only", ok, why)
 	}
 	st := s.Status()
-	if want := []SourceState{{Name: "k8s", Kind: "kubernetes", Cluster: "east", State: StateStarting},
-		{Name: "k8s", Kind: "kubernetes", Cluster: "west", State: StateFailed, Error: "kubeconfig: no such file"}}; !slices.Equal(st.Sources, want) {
+	if want := []SourceState{{Name: "gate", Kind: "kubernetes", Cluster: "east", State: StateStarting},
+		{Name: "gate", Kind: "kubernetes", Cluster: "west", State: StateFailed, Error: "kubeconfig: no such file"}}; !slices.Equal(st.Sources, want) {
 		t.Errorf("sources = %+v, want %+v", st.Sources, want)
 	}
 
-	if got := testutil.ToFloat64(sourceState.WithLabelValues("k8s", "west", StateFailed)); got != 1 {
-		t.Errorf(`meshfed_config_source_state{source="k8s",cluster="west",state="Failed"} = %v, want 1`, got)
+	if got := testutil.ToFloat64(sourceState.WithLabelValues("gate", "west", StateFailed)); got != 1 {
+		t.Errorf(`meshfed_config_source_state{source="gate",cluster="west",state="Failed"} = %v, want 1`, got)
 	}
 
 	// Synced: objects come into force; the same object in two clusters
