@@ -120,8 +120,9 @@ func (s *syncBuffer) String() string {
 // given registries block (YAML, indented as list items under registries:).
 func writeClusters(t *testing.T, dir, registries string) (path, xdsAddr, adminAddr string) {
 	t.Helper()
-	xdsAddr = fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
-	adminAddr = fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
+	pick := servers.FreePorts(t, 2)
+	xdsAddr = fmt.Sprintf("127.0.0.1:%d", pick[0])
+	adminAddr = fmt.Sprintf("127.0.0.1:%d", pick[1])
 	cfg := fmt.Sprintf("xds:\n  address: %s\nadmin:\n  address: %s\ndebounce: {quiet: 10ms, max: 100ms}\nregistries:\n%s", xdsAddr, adminAddr, registries)
 	path = filepath.Join(dir, "clusters.yaml")
 	writeFile(t, path, cfg)

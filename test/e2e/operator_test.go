@@ -79,8 +79,9 @@ spec:
   hosts: [echo.vm.internal]
   http: [{route: [{destination: {subset: v1}}]}]
 `)
-	xdsAddr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
-	adminAddr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
+	pick := servers.FreePorts(t, 2)
+	xdsAddr := fmt.Sprintf("127.0.0.1:%d", pick[0])
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", pick[1])
 	o.config = filepath.Join(dir, "clusters.yaml")
 	writeFile(t, o.config, fmt.Sprintf(`xds: {address: %s}
 admin: {address: %s, tokenFile: admin.token}

@@ -26,8 +26,9 @@ func TestGRPCClientOverTLS(t *testing.T) {
 			b1 := startBackend(t, "b1")
 			svcFile := filepath.Join(dir, "services.yaml")
 			writeFile(t, svcFile, servicesYAML(localEndpoint(b1, "v1")))
-			xdsAddr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
-			adminAddr := fmt.Sprintf("127.0.0.1:%d", servers.FreePort(t))
+			pick := servers.FreePorts(t, 2)
+			xdsAddr := fmt.Sprintf("127.0.0.1:%d", pick[0])
+			adminAddr := fmt.Sprintf("127.0.0.1:%d", pick[1])
 			tlsBlock := "{cert: server.crt, key: server.key}"
 			if mTLS {
 				tlsBlock = "{cert: server.crt, key: server.key, clientCA: ca.crt}"

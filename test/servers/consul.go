@@ -70,10 +70,11 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 	t.Helper()
 	bin := needBinary(t, ConsulBinary, "consul "+ConsulVersion, "consul")
 	dir := t.TempDir()
-	httpPort := FreePort(t)
+	pick := FreePorts(t, 7) // the last for HTTPS (opts.TLS)
+	httpPort := pick[0]
 	ports := map[string]int{
-		"http": httpPort, "dns": FreePort(t), "serf_lan": FreePort(t), "serf_wan": FreePort(t),
-		"server": FreePort(t), "grpc": FreePort(t), "https": -1, "grpc_tls": -1,
+		"http": httpPort, "dns": pick[1], "serf_lan": pick[2], "serf_wan": pick[3],
+		"server": pick[4], "grpc": pick[5], "https": -1, "grpc_tls": -1,
 	}
 	c := &Consul{
 		HTTPAddr:   "127.0.0.1:" + strconv.Itoa(httpPort),
@@ -99,7 +100,7 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		}
 	}
 	if opts.TLS {
-		httpsPort := FreePort(t)
+		httpsPort := pick[6]
 		ports["https"] = httpsPort
 		c.HTTPSAddr = "127.0.0.1:" + strconv.Itoa(httpsPort)
 		pki := WriteTestPKI(t, dir)

@@ -49,7 +49,8 @@ func StartIstiod(t testing.TB, opts IstiodOptions) *Istiod {
 	t.Helper()
 	bin := needBinary(t, IstiodBinary, "istiod "+IstiodVersion, "istiod")
 	dir := t.TempDir()
-	addr := func() string { return "127.0.0.1:" + strconv.Itoa(FreePort(t)) }
+	pick := FreePorts(t, 4) // gRPC, HTTP, monitoring, HTTPS
+	addr := func() string { p := pick[0]; pick = pick[1:]; return "127.0.0.1:" + strconv.Itoa(p) }
 	d := &Istiod{GRPCAddr: addr(), HTTPAddr: addr()}
 	mesh := fmt.Sprintf("configSources:\n- address: xds://%s\nrootNamespace: istio-system\ntrustDomain: cluster.local\n", opts.ConfigSource)
 	meshFile := filepath.Join(dir, "mesh.yaml")

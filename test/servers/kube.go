@@ -81,7 +81,8 @@ func StartEtcd(t testing.TB) *Etcd {
 		Missing(t, "kube-apiserver "+KubeVersion+" and etcd "+EtcdVersion, "tools/testservers/build.sh kube-apiserver; tools/testservers/build.sh etcd")
 	}
 	dir := t.TempDir()
-	client, peer := FreePort(t), FreePort(t)
+	pick := FreePorts(t, 2)
+	client, peer := pick[0], pick[1]
 	e := &Etcd{URL: "http://127.0.0.1:" + strconv.Itoa(client)}
 	e.p = &Process{Name: "etcd", Bin: bin, LogPath: filepath.Join(dir, "etcd.log"), StopTimeout: 15 * time.Second, Args: []string{
 		"--name", "test",

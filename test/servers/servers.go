@@ -53,6 +53,31 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// FreePorts returns n distinct ports as FreePort does, for one server
+// that listens on several: each is held while the next is picked, so no
+// two are the same (n separate FreePort calls could return one port
+// twice, and the server would then fail to bind its second listener).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		p := FreePort(t)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue // taken meanwhile, or already held: pick again
+		}
+		held = append(held, l)
+		ports = append(ports, p)
+	}
+	return ports
+}
+
 // LowPort returns a loopback port below 32768 (outside Linux's ephemeral
 // range, so no outgoing connection takes it meanwhile) that was free a
 // moment ago.
