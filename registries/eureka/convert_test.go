@@ -261,12 +261,13 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestHashcode(t *testing.T) {
 	t.Parallel()
-	mk := func(statuses ...string) map[string]map[string]*instance {
-		apps := map[string]map[string]*instance{"A": {}, "B": {}}
+	mk := func(statuses ...string) map[string]appInstances {
+		apps := map[string]appInstances{"A": {}, "B": {}}
 		for i, s := range statuses {
-			in := &instance{}
+			in := &instance{InstanceId: string(rune('a' + i))}
 			in.Status = fargoStatus(s)
-			apps[[]string{"A", "B"}[i%2]][string(rune('a'+i))] = in
+			key := []string{"A", "B"}[i%2]
+			apps[key] = append(apps[key], in)
 		}
 		return apps
 	}
@@ -396,7 +397,7 @@ func TestConvertRules(t *testing.T) {
 			t.Parallel()
 			cfg := tc.cfg
 			cfg.ApplyDefaults()
-			c := convertApp(common, &cfg, tc.app, tc.insts)
+			c := convertApp(common, &cfg, tc.app, tc.insts, nil)
 			var ports, eps, rej []string
 			for _, p := range c.Service().Ports {
 				ports = append(ports, p.Name+":"+itoa(p.Number)+":"+string(p.Protocol))

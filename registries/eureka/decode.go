@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	"github.com/hudl/fargo"
-
-	"github.com/meshfed/meshfed/pack"
 )
 
 // This file reads Eureka's two wire formats into fargo's types. fargo
@@ -32,8 +30,10 @@ type payload struct {
 }
 
 type appPayload struct {
-	name      string
-	instances []*instance
+	name string
+	// instances are as decoded: their strings may point into the answer
+	// and its decoding's garbage; the state keeps copies (settle).
+	instances []instance
 }
 
 // instance is what the registry keeps of one Eureka instance: the fields
@@ -50,11 +50,11 @@ type instance struct {
 	// awsID is the AWS instance-id (dataCenterInfo Amazon), zone its
 	// availability zone.
 	awsID, zone string
-	// Metadata is the metadata element or object as it came, copied out
-	// of the answer (parseMetadata reads it).
+	// Metadata is the metadata element as it came, or the metadata
+	// object compacted (parseMetadata reads it).
 	Metadata string
-	// action is the delta action: ADDED, MODIFIED or DELETED ("" in full
-	// fetches).
+	// action is the delta action of a decoded instance: ADDED, MODIFIED
+	// or DELETED ("" in full fetches and in the state).
 	action string
 	// problem says why the instance cannot be served as it came over the
 	// wire ("" if it can); conversion quarantines it with this reason.
@@ -85,21 +85,16 @@ type wireInstance struct {
 	ActionType     string   `xml:"actionType" json:"actionType"`
 }
 
-func (w *wireInstance) instance() *instance {
+func (w *wireInstance) instance() instance {
 	p := &w.plainInstance
-	in := &instance{
+	in := instance{
 		InstanceId: p.InstanceId, IPAddr: p.IPAddr, HostName: p.HostName, Status: p.Status,
-		// fargo's JSON metadata aliases the answer: a copy does not keep
-		// the whole answer alive.
-		Metadata: string(p.Metadata.Raw),
+		Metadata: compactMetadata(p.Metadata.Raw),
 		action:   w.ActionType,
 	}
 	if p.DataCenterInfo.Name == fargo.Amazon {
 		in.awsID, in.zone = p.DataCenterInfo.Metadata.InstanceID, p.DataCenterInfo.Metadata.AvailabilityZone
 	}
-	// Packed: the strings kept are one allocation, not one each among the
-	// decoded answer's garbage (pack.Strings).
-	pack.Strings(&in.InstanceId, &in.IPAddr, &in.HostName, (*string)(&in.Status), &in.Metadata, &in.action, &in.awsID, &in.zone)
 	in.Port, in.PortEnabled = w.WirePort.number, w.WirePort.enabled
 	in.SecurePort, in.SecurePortEnabled = w.WireSecurePort.number, w.WireSecurePort.enabled
 	switch {
@@ -109,6 +104,21 @@ func (w *wireInstance) instance() *instance {
 		in.problem = "securePort: " + w.WireSecurePort.problem
 	}
 	return in
+}
+
+// compactMetadata returns a JSON metadata object without its
+// insignificant spaces (servers such as Polaris indent their answers:
+// most of the metadata's bytes), anything else as it came. It copies:
+// fargo's JSON metadata aliases the answer.
+func compactMetadata(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '{' {
+		var b bytes.Buffer
+		if json.Compact(&b, raw) == nil {
+			return b.String()
+		}
+	}
+	return string(raw)
 }
 
 // wirePort is `<port enabled="true">8080</port>` in XML and
@@ -212,7 +222,7 @@ func decodeXML(b []byte) (*payload, error) {
 	}
 	p := &payload{hashcode: strings.TrimSpace(doc.AppsHashcode), apps: make([]appPayload, 0, len(doc.Applications))}
 	for _, a := range doc.Applications {
-		ap := appPayload{name: strings.TrimSpace(a.Name), instances: make([]*instance, 0, len(a.Instances))}
+		ap := appPayload{name: strings.TrimSpace(a.Name), instances: make([]instance, 0, len(a.Instances))}
 		for i := range a.Instances {
 			ap.instances = append(ap.instances, a.Instances[i].instance())
 		}
@@ -273,7 +283,7 @@ func decodeJSON(b []byte) (*payload, error) {
 	p := &payload{hashcode: strings.TrimSpace(doc.Applications.AppsHashcode)}
 	p.apps = make([]appPayload, 0, len(doc.Applications.Application))
 	for _, a := range doc.Applications.Application {
-		ap := appPayload{name: strings.TrimSpace(a.Name), instances: make([]*instance, 0, len(a.Instance))}
+		ap := appPayload{name: strings.TrimSpace(a.Name), instances: make([]instance, 0, len(a.Instance))}
 		for _, raw := range a.Instance {
 			ap.instances = append(ap.instances, decodeJSONInstance(raw))
 		}
@@ -285,7 +295,7 @@ func decodeJSON(b []byte) (*payload, error) {
 // decodeJSONInstance decodes one instance. One that does not decode keeps
 // what identifies it (so that deltas and the hashcode still account for
 // it) and carries the decode error as its problem.
-func decodeJSONInstance(raw json.RawMessage) *instance {
+func decodeJSONInstance(raw json.RawMessage) instance {
 	var w wireInstance
 	err := json.Unmarshal(raw, &w)
 	if err == nil {
@@ -299,7 +309,7 @@ func decodeJSONInstance(raw json.RawMessage) *instance {
 		ActionType string           `json:"actionType"`
 	}
 	_ = json.Unmarshal(raw, &id) // best effort: the problem below is what counts
-	in := &instance{action: id.ActionType, problem: "instance does not decode: " + shortErr(err)}
+	in := instance{action: id.ActionType, problem: "instance does not decode: " + shortErr(err)}
 	in.InstanceId, in.HostName, in.Status = id.InstanceID, id.HostName, id.Status
 	return in
 }
