@@ -125,8 +125,8 @@ func validateInstance(cfg *Config, in *instance, memo metaMemo) (valid, error) {
 	if v.subject == "" {
 		v.subject = "instance without instanceId or hostName"
 	}
-	if in.problem != "" {
-		return v, errors.New(in.problem)
+	if p := in.rareOf().problem; p != "" {
+		return v, errors.New(p)
 	}
 	meta, err := memo.parse(in.Metadata)
 	if err != nil {
@@ -194,7 +194,7 @@ func decide(c registries.Common, v valid) portplan.Instance {
 		Endpoint: model.Endpoint{
 			Address:  v.addr,
 			Labels:   labels,
-			Locality: locality(c.Locality, labels, in.zone),
+			Locality: locality(c.Locality, labels, in.rareOf().zone),
 			Health:   health(in.Status),
 			Source:   model.Source{Registry: c.Name, Cluster: c.Name},
 			Origin:   v.subject,

@@ -44,21 +44,43 @@ type appPayload struct {
 type instance struct {
 	InstanceId, IPAddr, HostName string
 	Status                       fargo.StatusType
-	Port, SecurePort             int
-	PortEnabled                  bool
-	SecurePortEnabled            bool
+	// Metadata is the metadata element as it came, or the metadata
+	// object compacted (parseMetadata reads it).
+	Metadata          string
+	Port, SecurePort  int32 // as sent; validated by conversion
+	PortEnabled       bool
+	SecurePortEnabled bool
+	// deleted: a delta's DELETED entry (its actionType; ADDED and
+	// MODIFIED are alike, as for Netflix's client).
+	deleted bool
+	// rare holds what most instances lack (nil: all empty).
+	rare *rareFields
+}
+
+// rareFields are an instance's fields that most instances leave empty.
+type rareFields struct {
 	// awsID is the AWS instance-id (dataCenterInfo Amazon), zone its
 	// availability zone.
 	awsID, zone string
-	// Metadata is the metadata element as it came, or the metadata
-	// object compacted (parseMetadata reads it).
-	Metadata string
-	// action is the delta action of a decoded instance: ADDED, MODIFIED
-	// or DELETED ("" in full fetches and in the state).
-	action string
 	// problem says why the instance cannot be served as it came over the
 	// wire ("" if it can); conversion quarantines it with this reason.
 	problem string
+}
+
+// rareOf returns in's rare fields, empty ones if it has none.
+func (i *instance) rareOf() rareFields {
+	if i.rare == nil {
+		return rareFields{}
+	}
+	return *i.rare
+}
+
+// setRare sets in's rare fields (nil when all are empty).
+func (i *instance) setRare(r rareFields) {
+	i.rare = nil
+	if r != (rareFields{}) {
+		i.rare = &r
+	}
 }
 
 // id is the instance's key within its app: instanceId, else what Eureka
@@ -68,8 +90,8 @@ func (i *instance) id() string {
 	switch {
 	case i.InstanceId != "":
 		return i.InstanceId
-	case i.awsID != "":
-		return i.awsID
+	case i.rare != nil && i.rare.awsID != "":
+		return i.rare.awsID
 	}
 	return i.HostName
 }
@@ -90,19 +112,21 @@ func (w *wireInstance) instance() instance {
 	in := instance{
 		InstanceId: p.InstanceId, IPAddr: p.IPAddr, HostName: p.HostName, Status: p.Status,
 		Metadata: compactMetadata(p.Metadata.Raw),
-		action:   w.ActionType,
+		deleted:  strings.EqualFold(w.ActionType, "DELETED"),
 	}
+	var rare rareFields
 	if p.DataCenterInfo.Name == fargo.Amazon {
-		in.awsID, in.zone = p.DataCenterInfo.Metadata.InstanceID, p.DataCenterInfo.Metadata.AvailabilityZone
+		rare.awsID, rare.zone = p.DataCenterInfo.Metadata.InstanceID, p.DataCenterInfo.Metadata.AvailabilityZone
 	}
 	in.Port, in.PortEnabled = w.WirePort.number, w.WirePort.enabled
 	in.SecurePort, in.SecurePortEnabled = w.WireSecurePort.number, w.WireSecurePort.enabled
 	switch {
 	case w.WirePort.enabled && w.WirePort.problem != "":
-		in.problem = "port: " + w.WirePort.problem
+		rare.problem = "port: " + w.WirePort.problem
 	case w.WireSecurePort.enabled && w.WireSecurePort.problem != "":
-		in.problem = "securePort: " + w.WireSecurePort.problem
+		rare.problem = "securePort: " + w.WireSecurePort.problem
 	}
+	in.setRare(rare)
 	return in
 }
 
@@ -126,7 +150,7 @@ func compactMetadata(raw []byte) string {
 // number or a string and "@enabled" a string or a boolean. It never fails
 // the document: a value it cannot read is kept as a problem.
 type wirePort struct {
-	number  int
+	number  int32
 	enabled bool
 	problem string
 }
@@ -175,7 +199,7 @@ func (p *wirePort) set(number, enabled string) {
 		p.enabled = e
 	}
 	if number != "" && number != "null" {
-		n, err := strconv.Atoi(number)
+		n, err := strconv.ParseInt(number, 10, 32)
 		if err != nil {
 			p.problem = fmt.Sprintf("%q is not a port number", number)
 			// An unreadable port marked enabled is still enabled: the
@@ -185,7 +209,7 @@ func (p *wirePort) set(number, enabled string) {
 			}
 			return
 		}
-		p.number = n
+		p.number = int32(n)
 	}
 }
 
@@ -309,8 +333,9 @@ func decodeJSONInstance(raw json.RawMessage) instance {
 		ActionType string           `json:"actionType"`
 	}
 	_ = json.Unmarshal(raw, &id) // best effort: the problem below is what counts
-	in := instance{action: id.ActionType, problem: "instance does not decode: " + shortErr(err)}
+	in := instance{deleted: strings.EqualFold(id.ActionType, "DELETED")}
 	in.InstanceId, in.HostName, in.Status = id.InstanceID, id.HostName, id.Status
+	in.setRare(rareFields{problem: "instance does not decode: " + shortErr(err)})
 	return in
 }
 

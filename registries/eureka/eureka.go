@@ -275,8 +275,9 @@ func sameApp(a, b appInstances) bool {
 // the conversion (the delta action aside).
 func sameInstance(a, b *instance) bool {
 	x, y := *a, *b
-	x.action, y.action = "", ""
-	return x == y
+	x.deleted, y.deleted = false, false
+	x.rare, y.rare = nil, nil
+	return x == y && a.rareOf() == b.rareOf()
 }
 
 // applyDelta merges a delta into the state and returns the apps it
@@ -289,8 +290,8 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 			in := &a.instances[i]
 			insts := w.apps[key]
 			at, held := insts.find(in.id())
-			switch strings.ToUpper(in.action) {
-			case "DELETED":
+			switch {
+			case in.deleted:
 				if !held {
 					continue // gone already (repeated, as below)
 				}

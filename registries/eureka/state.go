@@ -34,19 +34,31 @@ func (a appInstances) find(id string) (int, bool) {
 	return slices.BinarySearchFunc(a, id, func(in *instance, id string) int { return strings.Compare(in.id(), id) })
 }
 
-// settle copies ins into one new array, their strings into one new pack,
-// with the delta action dropped and the status canonical (package
+// settle copies ins into one new array (their rare fields into another),
+// their strings into one new pack, with the delta action dropped and the status canonical (package
 // unique: few values). Equal metadata is held once (instances alike carry
 // the same), and so is a host name equal to the address.
 func settle(ins []instance) []instance {
 	out := slices.Clone(ins)
-	strs := make([]*string, 0, 7*len(out))
+	strs := make([]*string, 0, 4*len(out))
 	firstMeta := map[string]int{} // metadata → first instance with it
+	nrare := 0
+	for i := range out {
+		if out[i].rare != nil {
+			nrare++
+		}
+	}
+	rares := make([]rareFields, 0, nrare)
 	for i := range out {
 		in := &out[i]
-		in.action = ""
+		in.deleted = false
 		in.Status = fargo.StatusType(unique.Make(string(in.Status)).Value())
-		strs = append(strs, &in.InstanceId, &in.IPAddr, &in.awsID, &in.zone, &in.problem)
+		strs = append(strs, &in.InstanceId, &in.IPAddr)
+		if in.rare != nil {
+			rares = append(rares, *in.rare)
+			in.rare = &rares[len(rares)-1]
+			strs = append(strs, &in.rare.awsID, &in.rare.zone, &in.rare.problem)
+		}
 		if in.HostName != in.IPAddr {
 			strs = append(strs, &in.HostName)
 		}

@@ -91,8 +91,9 @@ func TestFullFetchSettledTogether(t *testing.T) {
 		if in.Metadata != `{"version":"v1","zone":""}` {
 			t.Errorf("%s: metadata %q, want it compacted", in.id(), in.Metadata)
 		}
-		strs = append(strs, in.InstanceId, in.IPAddr, in.awsID, in.zone)
-		packed += len(in.InstanceId) + len(in.IPAddr) + len(in.awsID) + len(in.zone)
+		r := in.rareOf()
+		strs = append(strs, in.InstanceId, in.IPAddr, r.awsID, r.zone)
+		packed += len(in.InstanceId) + len(in.IPAddr) + len(r.awsID) + len(r.zone)
 	}
 	packed += len(all[0].Metadata)
 	plo := uintptr(unsafe.Pointer(unsafe.StringData(all[0].InstanceId)))

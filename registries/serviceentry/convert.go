@@ -368,7 +368,10 @@ func checkEndpoint(we *networking.WorkloadEntry, se *networking.ServiceEntry) st
 }
 
 // endpoint converts a checked WorkloadEntry (inline or selected) serving
-// se; origin names it in reports.
+// se; origin names it in reports. It carries the registry's defaults
+// (Common.EndpointDefaults), so that the Publisher keeps the converted
+// endpoints rather than a copy, which would leave them as garbage among
+// what the heap keeps.
 func endpoint(we *networking.WorkloadEntry, se *networking.ServiceEntry, c registries.Common, origin string) model.Endpoint {
 	loc, _ := model.ParseLocality(we.GetLocality()) // checked
 	ep := model.Endpoint{
@@ -391,7 +394,7 @@ func endpoint(we *networking.WorkloadEntry, se *networking.ServiceEntry, c regis
 			ep.Ports[p.GetName()] = n
 		}
 	}
-	return ep
+	return c.EndpointDefaults(ep)
 }
 
 // selects: every label of selector is in labels with the same value.
