@@ -40,6 +40,14 @@
 //
 // Answers are parsed by their first byte, XML or JSON, whatever was asked
 // for; see decode.go for what fargo lacks and this package adds.
+//
+// # Memory
+//
+// The state keeps copies of what it reads, made after the decode: a full
+// fetch's instances in one array, their strings in one allocation
+// (state.go); conversion copies the strings it publishes and parses each
+// distinct metadata once per fetch (docs/registries/eureka.md, "At
+// scale").
 package eureka
 
 import (
