@@ -324,9 +324,12 @@ func convertEntry(o Object, se *networking.ServiceEntry, claims []hostClaim, wor
 			}
 		}
 	case len(se.GetEndpoints()) > 0:
+		var pos, origin string // the last origin, shared by endpoints at one position (all of a cluster object's)
 		for i, we := range se.GetEndpoints() {
 			key := fmt.Sprintf("spec.endpoints[%d]", i)
-			origin := position(o, key) + " " + id
+			if p := position(o, key); p != pos || origin == "" {
+				pos, origin = p, p+" "+id
+			}
 			if reason := checkEndpoint(we, se); reason != "" {
 				for _, h := range hosts {
 					reject(h, we.GetAddress()+" ("+origin+")", "endpoint rejected: %s: %s", key, reason)
