@@ -324,8 +324,11 @@ func convertEntry(o Object, se *networking.ServiceEntry, claims []hostClaim, wor
 			}
 		}
 	case len(se.GetEndpoints()) > 0:
-		eps = make([]model.Endpoint, 0, len(se.GetEndpoints())) // no slice grown and dropped among the kept ones
-		var pos, origin string                                  // the last origin, shared by endpoints at one position (all of a cluster object's)
+		// Sized: no slice grown and dropped among the kept ones.
+		eps = make([]model.Endpoint, 0, len(se.GetEndpoints()))
+		// The last origin, shared by the endpoints at one position (all
+		// of a cluster object's).
+		var pos, origin string
 		for i, we := range se.GetEndpoints() {
 			key := fmt.Sprintf("spec.endpoints[%d]", i)
 			if p := position(o, key); p != pos || origin == "" {
