@@ -10,6 +10,7 @@ import (
 	"github.com/hudl/fargo"
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/pack"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/portplan"
 	"github.com/meshfed/meshfed/validate"
@@ -52,14 +53,16 @@ func Convert(c registries.Common, cfg Config, body []byte) ([]model.Service, []m
 // <app-lowercased>.<domain>, in three steps: validate each instance,
 // decide which ports it serves, and materialise the service with the
 // shared port plan. Malformed instances are rejected one by one; the rest
-// are kept. It does not modify insts.
-func convertApp(c registries.Common, cfg *Config, app string, insts []*instance) registries.Converted {
+// are kept. It does not modify insts, and what it returns holds none of
+// their strings (the state's records share them: state.go). Metadata is
+// parsed through memo (nil: each instance's apart).
+func convertApp(c registries.Common, cfg *Config, app string, insts []*instance, memo metaMemo) registries.Converted {
 	var out registries.Converted
 	name := strings.ToLower(app)
 	host := name + "." + c.Domain
 	reject := func(subject, format string, args ...any) {
 		out.Rejected = append(out.Rejected, model.Rejection{
-			Registry: c.Name, Host: host, Subject: subject, Reason: fmt.Sprintf(format, args...),
+			Registry: c.Name, Host: host, Subject: strings.Clone(subject), Reason: fmt.Sprintf(format, args...),
 		})
 	}
 	if !validate.Label(name) {
@@ -68,7 +71,7 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 	}
 	planned := make([]portplan.Instance, 0, len(insts))
 	for _, in := range insts {
-		v, err := validateInstance(cfg, in)
+		v, err := validateInstance(cfg, in, memo)
 		if err != nil {
 			reject(v.subject, "%s", err)
 			continue
@@ -88,6 +91,19 @@ func convertApp(c registries.Common, cfg *Config, app string, insts []*instance)
 	if !ok {
 		return out
 	}
+	// With the registry's defaults (weight) set here, the Publisher keeps
+	// these endpoints instead of copies (Common.FillDefaults: a copy
+	// leaves the original among the heap's live objects as garbage of
+	// the same size). The strings an endpoint may take from its instance
+	// (origin, host name, AWS zone) are copied into one allocation per
+	// app.
+	kept := make([]*string, 0, 4*len(res.Endpoints))
+	for i := range res.Endpoints {
+		e := &res.Endpoints[i]
+		*e = c.EndpointDefaults(*e)
+		kept = append(kept, &e.Origin, &e.Address, &e.Locality.Region, &e.Locality.Zone)
+	}
+	pack.Strings(kept...)
 	out.Services = []model.Service{{Hostname: host, Ports: res.Ports, Resolution: res.Resolution, Endpoints: res.Endpoints}}
 	return out
 }
@@ -98,21 +114,21 @@ type valid struct {
 	subject string            // names the instance in rejections and origins
 	addr    string            // canonical if an IP
 	ip      bool              // addr is an IP address
-	meta    map[string]string // metadata, parsed
+	meta    map[string]string // metadata, parsed; shared, not to be modified
 }
 
-// validateInstance checks one instance: metadata, address (ipAddr, or
-// hostName with useHostName) and enabled ports. The error says why it is
-// rejected.
-func validateInstance(cfg *Config, in *instance) (valid, error) {
+// validateInstance checks one instance: metadata (parsed through memo),
+// address (ipAddr, or hostName with useHostName) and enabled ports. The
+// error says why it is rejected.
+func validateInstance(cfg *Config, in *instance, memo metaMemo) (valid, error) {
 	v := valid{in: in, subject: in.id()}
 	if v.subject == "" {
 		v.subject = "instance without instanceId or hostName"
 	}
-	if in.problem != "" {
-		return v, errors.New(in.problem)
+	if p := in.rareOf().problem; p != "" {
+		return v, errors.New(p)
 	}
-	meta, err := parseMetadata([]byte(in.Metadata))
+	meta, err := memo.parse(in.Metadata)
 	if err != nil {
 		return v, err
 	}
@@ -154,16 +170,21 @@ func decide(c registries.Common, v valid) portplan.Instance {
 	ports := map[string]portplan.Port{}
 	if in.PortEnabled {
 		p := portplan.Port{Number: uint32(in.Port)}
-		if proto, err := model.ParseProtocol(v.meta[metaProtocol]); err == nil {
-			p.Protocol = proto
+		if s := v.meta[metaProtocol]; s != "" {
+			if proto, err := model.ParseProtocol(s); err == nil {
+				p.Protocol = proto
+			}
 		}
 		ports[portHTTP] = p
 	}
 	if in.SecurePortEnabled {
 		ports[portHTTPS] = portplan.Port{Number: uint32(in.SecurePort), Protocol: model.ProtocolTCP}
 	}
-	labels := maps.Clone(v.meta)
-	delete(labels, metaProtocol)
+	labels := v.meta // shared: published labels are never modified
+	if _, ok := labels[metaProtocol]; ok {
+		labels = maps.Clone(labels)
+		delete(labels, metaProtocol)
+	}
 	if len(labels) == 0 {
 		labels = nil
 	}
@@ -173,7 +194,7 @@ func decide(c registries.Common, v valid) portplan.Instance {
 		Endpoint: model.Endpoint{
 			Address:  v.addr,
 			Labels:   labels,
-			Locality: locality(c.Locality, labels, in.zone),
+			Locality: locality(c.Locality, labels, in.rareOf().zone),
 			Health:   health(in.Status),
 			Source:   model.Source{Registry: c.Name, Cluster: c.Name},
 			Origin:   v.subject,
@@ -208,4 +229,26 @@ func locality(def model.Locality, meta map[string]string, awsZone string) model.
 		}
 	}
 	return registries.MetaLocality(l, meta)
+}
+
+// metaMemo parses each distinct metadata once for a batch of conversions
+// (the apps one fetch changed: instances alike carry the same metadata,
+// held once by the state, settle). The maps it returns are shared and
+// never modified. A nil metaMemo parses every call.
+type metaMemo map[string]parsedMeta
+
+type parsedMeta struct {
+	m   map[string]string
+	err error
+}
+
+func (mm metaMemo) parse(raw string) (map[string]string, error) {
+	if p, ok := mm[raw]; ok {
+		return p.m, p.err
+	}
+	m, err := parseMetadata([]byte(raw))
+	if mm != nil {
+		mm[raw] = parsedMeta{m, err}
+	}
+	return m, err
 }

@@ -164,7 +164,7 @@ func TestSingleElementFixture(t *testing.T) {
 		t.Fatalf("decoded %+v, want one app with one instance", p.apps)
 	}
 	if in := p.apps[0].instances[0]; in.id() != "qa16gs.qa.example.com" || in.Port != 7100 || !in.PortEnabled ||
-		in.SecurePort != 7443 || in.SecurePortEnabled || in.problem != "" {
+		in.SecurePort != 7443 || in.SecurePortEnabled || in.rareOf().problem != "" {
 		t.Errorf("instance %+v", in)
 	}
 	w := fixtureWatch(t, Config{})
@@ -185,7 +185,7 @@ func TestDecodeEnabledAndPortVariants(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		body        string
-		wantPort    int
+		wantPort    int32
 		wantEnabled bool
 		wantProblem string
 	}{
@@ -209,8 +209,8 @@ func TestDecodeEnabledAndPortVariants(t *testing.T) {
 				t.Fatal(err)
 			}
 			in := p.apps[0].instances[0]
-			if in.Port != tc.wantPort || in.PortEnabled != tc.wantEnabled || in.problem != tc.wantProblem {
-				t.Errorf("port %d enabled %v problem %q, want %d %v %q", in.Port, in.PortEnabled, in.problem,
+			if in.Port != tc.wantPort || in.PortEnabled != tc.wantEnabled || in.rareOf().problem != tc.wantProblem {
+				t.Errorf("port %d enabled %v problem %q, want %d %v %q", in.Port, in.PortEnabled, in.rareOf().problem,
 					tc.wantPort, tc.wantEnabled, tc.wantProblem)
 			}
 		})
@@ -261,12 +261,13 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestHashcode(t *testing.T) {
 	t.Parallel()
-	mk := func(statuses ...string) map[string]map[string]*instance {
-		apps := map[string]map[string]*instance{"A": {}, "B": {}}
+	mk := func(statuses ...string) map[string]appInstances {
+		apps := map[string]appInstances{"A": {}, "B": {}}
 		for i, s := range statuses {
-			in := &instance{}
+			in := &instance{InstanceId: string(rune('a' + i))}
 			in.Status = fargoStatus(s)
-			apps[[]string{"A", "B"}[i%2]][string(rune('a'+i))] = in
+			key := []string{"A", "B"}[i%2]
+			apps[key] = append(apps[key], in)
 		}
 		return apps
 	}
@@ -290,8 +291,8 @@ func TestConvertRules(t *testing.T) {
 	mk := func(id, ip, host string, port, secure int, status string, meta string) *instance {
 		in := &instance{}
 		in.InstanceId, in.IPAddr, in.HostName, in.Status = id, ip, host, fargoStatus(status)
-		in.Port, in.PortEnabled = port, port != 0
-		in.SecurePort, in.SecurePortEnabled = secure, secure != 0
+		in.Port, in.PortEnabled = int32(port), port != 0
+		in.SecurePort, in.SecurePortEnabled = int32(secure), secure != 0
 		in.Metadata = meta
 		return in
 	}
@@ -396,7 +397,7 @@ func TestConvertRules(t *testing.T) {
 			t.Parallel()
 			cfg := tc.cfg
 			cfg.ApplyDefaults()
-			c := convertApp(common, &cfg, tc.app, tc.insts)
+			c := convertApp(common, &cfg, tc.app, tc.insts, nil)
 			var ports, eps, rej []string
 			for _, p := range c.Service().Ports {
 				ports = append(ports, p.Name+":"+itoa(p.Number)+":"+string(p.Protocol))

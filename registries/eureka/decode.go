@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	"github.com/hudl/fargo"
-
-	"github.com/meshfed/meshfed/pack"
 )
 
 // This file reads Eureka's two wire formats into fargo's types. fargo
@@ -32,8 +30,10 @@ type payload struct {
 }
 
 type appPayload struct {
-	name      string
-	instances []*instance
+	name string
+	// instances are as decoded: their strings may point into the answer
+	// and its decoding's garbage; the state keeps copies (settle).
+	instances []instance
 }
 
 // instance is what the registry keeps of one Eureka instance: the fields
@@ -44,21 +44,43 @@ type appPayload struct {
 type instance struct {
 	InstanceId, IPAddr, HostName string
 	Status                       fargo.StatusType
-	Port, SecurePort             int
-	PortEnabled                  bool
-	SecurePortEnabled            bool
+	// Metadata is the metadata element as it came, or the metadata
+	// object compacted (parseMetadata reads it).
+	Metadata          string
+	Port, SecurePort  int32 // as sent; validated by conversion
+	PortEnabled       bool
+	SecurePortEnabled bool
+	// deleted: a delta's DELETED entry (its actionType; ADDED and
+	// MODIFIED are alike, as for Netflix's client).
+	deleted bool
+	// rare holds what most instances lack (nil: all empty).
+	rare *rareFields
+}
+
+// rareFields are an instance's fields that most instances leave empty.
+type rareFields struct {
 	// awsID is the AWS instance-id (dataCenterInfo Amazon), zone its
 	// availability zone.
 	awsID, zone string
-	// Metadata is the metadata element or object as it came, copied out
-	// of the answer (parseMetadata reads it).
-	Metadata string
-	// action is the delta action: ADDED, MODIFIED or DELETED ("" in full
-	// fetches).
-	action string
 	// problem says why the instance cannot be served as it came over the
 	// wire ("" if it can); conversion quarantines it with this reason.
 	problem string
+}
+
+// rareOf returns in's rare fields, empty ones if it has none.
+func (i *instance) rareOf() rareFields {
+	if i.rare == nil {
+		return rareFields{}
+	}
+	return *i.rare
+}
+
+// setRare sets in's rare fields (nil when all are empty).
+func (i *instance) setRare(r rareFields) {
+	i.rare = nil
+	if r != (rareFields{}) {
+		i.rare = &r
+	}
 }
 
 // id is the instance's key within its app: instanceId, else what Eureka
@@ -68,8 +90,8 @@ func (i *instance) id() string {
 	switch {
 	case i.InstanceId != "":
 		return i.InstanceId
-	case i.awsID != "":
-		return i.awsID
+	case i.rare != nil && i.rare.awsID != "":
+		return i.rare.awsID
 	}
 	return i.HostName
 }
@@ -85,30 +107,42 @@ type wireInstance struct {
 	ActionType     string   `xml:"actionType" json:"actionType"`
 }
 
-func (w *wireInstance) instance() *instance {
+func (w *wireInstance) instance() instance {
 	p := &w.plainInstance
-	in := &instance{
+	in := instance{
 		InstanceId: p.InstanceId, IPAddr: p.IPAddr, HostName: p.HostName, Status: p.Status,
-		// fargo's JSON metadata aliases the answer: a copy does not keep
-		// the whole answer alive.
-		Metadata: string(p.Metadata.Raw),
-		action:   w.ActionType,
+		Metadata: compactMetadata(p.Metadata.Raw),
+		deleted:  strings.EqualFold(w.ActionType, "DELETED"),
 	}
+	var rare rareFields
 	if p.DataCenterInfo.Name == fargo.Amazon {
-		in.awsID, in.zone = p.DataCenterInfo.Metadata.InstanceID, p.DataCenterInfo.Metadata.AvailabilityZone
+		rare.awsID, rare.zone = p.DataCenterInfo.Metadata.InstanceID, p.DataCenterInfo.Metadata.AvailabilityZone
 	}
-	// Packed: the strings kept are one allocation, not one each among the
-	// decoded answer's garbage (pack.Strings).
-	pack.Strings(&in.InstanceId, &in.IPAddr, &in.HostName, (*string)(&in.Status), &in.Metadata, &in.action, &in.awsID, &in.zone)
 	in.Port, in.PortEnabled = w.WirePort.number, w.WirePort.enabled
 	in.SecurePort, in.SecurePortEnabled = w.WireSecurePort.number, w.WireSecurePort.enabled
 	switch {
 	case w.WirePort.enabled && w.WirePort.problem != "":
-		in.problem = "port: " + w.WirePort.problem
+		rare.problem = "port: " + w.WirePort.problem
 	case w.WireSecurePort.enabled && w.WireSecurePort.problem != "":
-		in.problem = "securePort: " + w.WireSecurePort.problem
+		rare.problem = "securePort: " + w.WireSecurePort.problem
 	}
+	in.setRare(rare)
 	return in
+}
+
+// compactMetadata returns a JSON metadata object without its
+// insignificant spaces (servers such as Polaris indent their answers:
+// most of the metadata's bytes), anything else as it came. It copies:
+// fargo's JSON metadata aliases the answer.
+func compactMetadata(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '{' {
+		var b bytes.Buffer
+		if json.Compact(&b, raw) == nil {
+			return b.String()
+		}
+	}
+	return string(raw)
 }
 
 // wirePort is `<port enabled="true">8080</port>` in XML and
@@ -116,7 +150,7 @@ func (w *wireInstance) instance() *instance {
 // number or a string and "@enabled" a string or a boolean. It never fails
 // the document: a value it cannot read is kept as a problem.
 type wirePort struct {
-	number  int
+	number  int32
 	enabled bool
 	problem string
 }
@@ -165,7 +199,7 @@ func (p *wirePort) set(number, enabled string) {
 		p.enabled = e
 	}
 	if number != "" && number != "null" {
-		n, err := strconv.Atoi(number)
+		n, err := strconv.ParseInt(number, 10, 32)
 		if err != nil {
 			p.problem = fmt.Sprintf("%q is not a port number", number)
 			// An unreadable port marked enabled is still enabled: the
@@ -175,7 +209,7 @@ func (p *wirePort) set(number, enabled string) {
 			}
 			return
 		}
-		p.number = n
+		p.number = int32(n)
 	}
 }
 
@@ -212,7 +246,7 @@ func decodeXML(b []byte) (*payload, error) {
 	}
 	p := &payload{hashcode: strings.TrimSpace(doc.AppsHashcode), apps: make([]appPayload, 0, len(doc.Applications))}
 	for _, a := range doc.Applications {
-		ap := appPayload{name: strings.TrimSpace(a.Name), instances: make([]*instance, 0, len(a.Instances))}
+		ap := appPayload{name: strings.TrimSpace(a.Name), instances: make([]instance, 0, len(a.Instances))}
 		for i := range a.Instances {
 			ap.instances = append(ap.instances, a.Instances[i].instance())
 		}
@@ -273,7 +307,7 @@ func decodeJSON(b []byte) (*payload, error) {
 	p := &payload{hashcode: strings.TrimSpace(doc.Applications.AppsHashcode)}
 	p.apps = make([]appPayload, 0, len(doc.Applications.Application))
 	for _, a := range doc.Applications.Application {
-		ap := appPayload{name: strings.TrimSpace(a.Name), instances: make([]*instance, 0, len(a.Instance))}
+		ap := appPayload{name: strings.TrimSpace(a.Name), instances: make([]instance, 0, len(a.Instance))}
 		for _, raw := range a.Instance {
 			ap.instances = append(ap.instances, decodeJSONInstance(raw))
 		}
@@ -285,7 +319,7 @@ func decodeJSON(b []byte) (*payload, error) {
 // decodeJSONInstance decodes one instance. One that does not decode keeps
 // what identifies it (so that deltas and the hashcode still account for
 // it) and carries the decode error as its problem.
-func decodeJSONInstance(raw json.RawMessage) *instance {
+func decodeJSONInstance(raw json.RawMessage) instance {
 	var w wireInstance
 	err := json.Unmarshal(raw, &w)
 	if err == nil {
@@ -299,8 +333,9 @@ func decodeJSONInstance(raw json.RawMessage) *instance {
 		ActionType string           `json:"actionType"`
 	}
 	_ = json.Unmarshal(raw, &id) // best effort: the problem below is what counts
-	in := &instance{action: id.ActionType, problem: "instance does not decode: " + shortErr(err)}
+	in := instance{deleted: strings.EqualFold(id.ActionType, "DELETED")}
 	in.InstanceId, in.HostName, in.Status = id.InstanceID, id.HostName, id.Status
+	in.setRare(rareFields{problem: "instance does not decode: " + shortErr(err)})
 	return in
 }
 

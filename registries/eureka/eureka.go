@@ -40,6 +40,14 @@
 //
 // Answers are parsed by their first byte, XML or JSON, whatever was asked
 // for; see decode.go for what fargo lacks and this package adds.
+//
+// # Memory
+//
+// The state keeps copies of what it reads, made after the decode: a full
+// fetch's instances in one array, their strings in one allocation
+// (state.go); conversion copies the strings it publishes and parses each
+// distinct metadata once per fetch (docs/registries/eureka.md, "At
+// scale").
 package eureka
 
 import (
@@ -141,8 +149,9 @@ type watch struct {
 	current int // index of the endpoint that answered last
 
 	// apps is the merged raw state: app name (upper case, as Eureka keys
-	// it) → instance id → instance. It is what the hashcode is computed on.
-	apps map[string]map[string]*instance
+	// it) → its instances (state.go). It is what the hashcode is computed
+	// on.
+	apps map[string]appInstances
 	// pub holds each app's converted form, recomputed only for apps a
 	// fetch touched, and publishes them.
 	pub *registries.Publisher[string]
@@ -153,6 +162,10 @@ type watch struct {
 	// a delta's hashcode check does not count every instance again.
 	statuses map[string]int
 
+	// memo parses metadata for the conversions of one fetch (nil
+	// between fetches).
+	memo metaMemo
+
 	noDelta bool // the server refuses deltas: full fetches only
 	// labels shares the endpoints' equal label maps.
 	labels registries.LabelSets
@@ -161,7 +174,7 @@ type watch struct {
 func newWatch(r *Registry, sink registries.Sink) *watch {
 	return &watch{
 		r:           r,
-		apps:        map[string]map[string]*instance{},
+		apps:        map[string]appInstances{},
 		unconverted: map[string]bool{},
 		statuses:    map[string]int{},
 		pub:         registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
@@ -216,11 +229,13 @@ func (w *watch) delta(ctx context.Context) error {
 		return w.full(ctx)
 	}
 	changed := false
+	w.memo = metaMemo{}
 	for key := range touched {
 		if w.reconvert(key) {
 			changed = true
 		}
 	}
+	w.memo = nil
 	w.publish(changed, at)
 	return nil
 }
@@ -228,35 +243,26 @@ func (w *watch) delta(ctx context.Context) error {
 // applyFull replaces the state with a full fetch's and reports whether any
 // app's converted form changed.
 func (w *watch) applyFull(p *payload) bool {
-	apps := make(map[string]map[string]*instance, len(p.apps))
-	for _, a := range p.apps {
-		key := appKey(a.name)
-		m := apps[key]
-		if m == nil {
-			m = make(map[string]*instance, len(a.instances))
-			apps[key] = m
-		}
-		for _, in := range a.instances {
-			m[in.id()] = in
-		}
-	}
+	apps := settleFull(p)
 	changed := w.pub.Retain(func(key string) bool { _, ok := apps[key]; return ok })
 	old := w.apps
 	w.apps = apps
 	clear(w.statuses)
-	for _, m := range apps {
-		for _, in := range m {
+	for _, insts := range apps {
+		for _, in := range insts {
 			w.statuses[string(in.Status)]++
 		}
 	}
-	for key, m := range apps {
-		if !w.unconverted[key] && sameApp(old[key], m) {
+	w.memo = metaMemo{}
+	for key, insts := range apps {
+		if !w.unconverted[key] && sameApp(old[key], insts) {
 			continue // as converted last time
 		}
 		if w.reconvert(key) {
 			changed = true
 		}
 	}
+	w.memo = nil
 	clear(w.unconverted)
 	return changed
 }
@@ -269,24 +275,17 @@ func appKey(name string) string { return unique.Make(strings.ToUpper(name)).Valu
 
 // sameApp reports whether two reads of an app hold the same instances
 // with the same content.
-func sameApp(a, b map[string]*instance) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for id, ia := range a {
-		if ib, ok := b[id]; !ok || !sameInstance(ia, ib) {
-			return false
-		}
-	}
-	return true
+func sameApp(a, b appInstances) bool {
+	return slices.EqualFunc(a, b, sameInstance)
 }
 
 // sameInstance reports whether two reads of an instance say the same to
 // the conversion (the delta action aside).
 func sameInstance(a, b *instance) bool {
 	x, y := *a, *b
-	x.action, y.action = "", ""
-	return x == y
+	x.deleted, y.deleted = false, false
+	x.rare, y.rare = nil, nil
+	return x == y && a.rareOf() == b.rareOf()
 }
 
 // applyDelta merges a delta into the state and returns the apps it
@@ -295,35 +294,37 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 	touched := map[string]bool{}
 	for _, a := range p.apps {
 		key := appKey(a.name)
-		for _, in := range a.instances {
-			m := w.apps[key]
-			switch strings.ToUpper(in.action) {
-			case "DELETED":
-				if _, held := m[in.id()]; !held {
+		for i := range a.instances {
+			in := &a.instances[i]
+			insts := w.apps[key]
+			at, held := insts.find(in.id())
+			switch {
+			case in.deleted:
+				if !held {
 					continue // gone already (repeated, as below)
 				}
-				w.count(m[in.id()], -1)
-				delete(m, in.id())
-				if len(m) == 0 {
+				w.count(insts[at], -1)
+				if insts = slices.Delete(insts, at, at+1); len(insts) == 0 {
 					delete(w.apps, key)
+				} else {
+					w.apps[key] = insts
 				}
 			default: // ADDED, MODIFIED; Netflix's client treats them alike
-				if m == nil {
-					m = map[string]*instance{}
-					w.apps[key] = m
-				}
 				// Eureka repeats a change in every delta for minutes
 				// (its delta window): one that says what we hold already
 				// touches nothing.
-				held, ok := m[in.id()]
-				if ok && sameInstance(held, in) {
+				if held && sameInstance(insts[at], in) {
 					continue
 				}
-				if ok {
-					w.count(held, -1)
+				kept := &settle([]instance{*in})[0]
+				if held {
+					w.count(insts[at], -1)
+					insts[at] = kept
+				} else {
+					insts = slices.Insert(insts, at, kept)
 				}
-				w.count(in, 1)
-				m[in.id()] = in
+				w.count(kept, 1)
+				w.apps[key] = insts
 			}
 			touched[key] = true
 			w.unconverted[key] = true
@@ -336,17 +337,12 @@ func (w *watch) applyDelta(p *payload) map[string]bool {
 // changed.
 func (w *watch) reconvert(key string) bool {
 	delete(w.unconverted, key)
-	m := w.apps[key]
-	if len(m) == 0 {
+	insts := w.apps[key]
+	if len(insts) == 0 {
 		return w.pub.Delete(key)
 	}
-	ids := slices.Sorted(maps.Keys(m))
-	insts := make([]*instance, 0, len(ids))
-	for _, id := range ids {
-		insts = append(insts, m[id])
-	}
 	w.r.conversions.Add(1)
-	conv := convertApp(w.r.common, &w.r.cfg, key, insts)
+	conv := convertApp(w.r.common, &w.r.cfg, key, insts, w.memo)
 	w.labels.ShareServices(conv.Services)
 	return w.pub.Set(key, conv)
 }
@@ -364,10 +360,10 @@ func (w *watch) hashcode() string { return formatHashcode(w.statuses) }
 
 // hashcode is Eureka's reconcile hashcode of a state: for each status, in
 // name order, "<STATUS>_<count>_" (e.g. "DOWN_1_UP_3_"); "" when empty.
-func hashcode(apps map[string]map[string]*instance) string {
+func hashcode(apps map[string]appInstances) string {
 	counts := map[string]int{}
-	for _, m := range apps {
-		for _, in := range m {
+	for _, insts := range apps {
+		for _, in := range insts {
 			counts[string(in.Status)]++
 		}
 	}

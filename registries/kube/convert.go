@@ -325,26 +325,26 @@ func exportTo(svc *corev1.Service) []string {
 // all), as a map shared by every object with the same labels (labelSets).
 // Name and resource version are packed (pack.Strings) with more, strings of the
 // same object.
-func slimMeta(m metav1.Object, keepLabels func(string) bool, more ...*string) metav1.ObjectMeta {
+func (in *interning) slimMeta(m metav1.Object, keepLabels func(string) bool, more ...*string) metav1.ObjectMeta {
 	out := metav1.ObjectMeta{Name: m.GetName(), Namespace: internString(m.GetNamespace()), ResourceVersion: m.GetResourceVersion(),
-		Labels: sharedLabels.get(m.GetLabels(), keepLabels)}
+		Labels: in.labels.get(m.GetLabels(), keepLabels)}
 	pack.Strings(append([]*string{&out.Name, &out.ResourceVersion}, more...)...)
 	return out
 }
 
-func slimService(s *corev1.Service) *corev1.Service {
+func (in *interning) slimService(s *corev1.Service) *corev1.Service {
 	out := &corev1.Service{}
 	out.Spec.Type = s.Spec.Type
 	out.Spec.ClusterIP = s.Spec.ClusterIP
 	out.Spec.ExternalName = s.Spec.ExternalName
-	out.ObjectMeta = slimMeta(s, func(string) bool { return false }, &out.Spec.ClusterIP, &out.Spec.ExternalName)
+	out.ObjectMeta = in.slimMeta(s, func(string) bool { return false }, &out.Spec.ClusterIP, &out.Spec.ExternalName)
 	if v, ok := s.Annotations[annotationExportTo]; ok {
 		out.Annotations = map[string]string{annotationExportTo: strings.Clone(v)}
 	}
 	out.Spec.Ports = make([]corev1.ServicePort, len(s.Spec.Ports))
 	for i, p := range s.Spec.Ports {
 		out.Spec.Ports[i] = corev1.ServicePort{Name: internString(p.Name), Protocol: corev1.Protocol(internString(string(p.Protocol))),
-			AppProtocol: sharedStrings.get(p.AppProtocol), Port: p.Port}
+			AppProtocol: in.strings.get(p.AppProtocol), Port: p.Port}
 	}
 	return out
 }
@@ -356,10 +356,10 @@ func slimService(s *corev1.Service) *corev1.Service {
 // whatever its endpoints (see pack.Strings): one array of endpoints, one of
 // addresses and one of target references, the addresses packed, the
 // names packed with the slice's own.
-func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+func (in *interning) slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
 		AddressType: discoveryv1.AddressType(internString(string(s.AddressType))),
-		Ports:       sharedPorts.get(s.Ports),
+		Ports:       in.ports.get(s.Ports, &in.strings),
 		Endpoints:   make([]discoveryv1.Endpoint, len(s.Endpoints)),
 	}
 	var addrs []string
@@ -373,7 +373,7 @@ func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice 
 		}
 		se := discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{
 			Ready: sharedBool(e.Conditions.Ready), Serving: sharedBool(e.Conditions.Serving), Terminating: sharedBool(e.Conditions.Terminating),
-		}, NodeName: sharedStrings.get(e.NodeName), Zone: sharedStrings.get(e.Zone)}
+		}, NodeName: in.strings.get(e.NodeName), Zone: in.strings.get(e.Zone)}
 		if len(e.Addresses) > 0 {
 			addrs[i] = e.Addresses[0]
 			se.Addresses = addrs[i : i+1 : i+1]
@@ -393,7 +393,7 @@ func slimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice 
 	for i := range refs {
 		kept = append(kept, &refs[i].Name)
 	}
-	out.ObjectMeta = slimMeta(s, func(string) bool { return false }, kept...)
+	out.ObjectMeta = in.slimMeta(s, func(string) bool { return false }, kept...)
 	if _, ok := s.Labels[labelServiceName]; ok {
 		out.Labels = map[string]string{labelServiceName: service}
 	}
@@ -451,7 +451,7 @@ func (o *labelled) GetObjectMeta() metav1.Object {
 
 // slimLabelled keeps of m what conversion reads: its name and namespace,
 // and of a node only its locality labels.
-func slimLabelled(kind string, m metav1.Object) *labelled {
+func (in *interning) slimLabelled(kind string, m metav1.Object) *labelled {
 	var keep func(string) bool
 	if kind == "Node" {
 		keep = func(k string) bool {
@@ -462,12 +462,12 @@ func slimLabelled(kind string, m metav1.Object) *labelled {
 			return false
 		}
 	}
-	meta := slimMeta(m, keep)
+	meta := in.slimMeta(m, keep)
 	return &labelled{namespace: meta.Namespace, name: meta.Name, resourceVersion: meta.ResourceVersion, labels: meta.Labels}
 }
 
-func slimSecret(s *corev1.Secret) *corev1.Secret {
-	out := &corev1.Secret{ObjectMeta: slimMeta(s, nil), Data: s.Data}
+func (in *interning) slimSecret(s *corev1.Secret) *corev1.Secret {
+	out := &corev1.Secret{ObjectMeta: in.slimMeta(s, nil), Data: s.Data}
 	for _, k := range []string{labelNetwork, annotationClusterA} {
 		if v, ok := s.Annotations[k]; ok {
 			if out.Annotations == nil {
@@ -479,24 +479,25 @@ func slimSecret(s *corev1.Secret) *corev1.Secret {
 	return out
 }
 
-// slim is the informers' transform: it slims the types above and passes
-// anything else (e.g. DeletedFinalStateUnknown) through.
-func slim(obj any) (any, error) {
+// slim is the informers' transform: it slims the types above, sharing
+// values through in, and passes anything else (e.g.
+// DeletedFinalStateUnknown) through.
+func (in *interning) slim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
-		return slimService(o), nil
+		return in.slimService(o), nil
 	case *discoveryv1.EndpointSlice:
-		return slimEndpointSlice(o), nil
+		return in.slimEndpointSlice(o), nil
 	case *corev1.Pod:
-		return slimLabelled("Pod", o), nil
+		return in.slimLabelled("Pod", o), nil
 	case *corev1.Node:
-		return slimLabelled("Node", o), nil
+		return in.slimLabelled("Node", o), nil
 	case *corev1.Namespace:
-		return slimLabelled("Namespace", o), nil
+		return in.slimLabelled("Namespace", o), nil
 	case *metav1.PartialObjectMetadata:
-		return slimLabelled(o.Kind, o), nil
+		return in.slimLabelled(o.Kind, o), nil
 	case *corev1.Secret:
-		return slimSecret(o), nil
+		return in.slimSecret(o), nil
 	}
 	return obj, nil
 }

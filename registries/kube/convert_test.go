@@ -280,6 +280,7 @@ func TestConvertService(t *testing.T) {
 // hands that map to every endpoint of those pods instead of a copy each.
 func TestPodsWithTheSameLabelsShareOneMap(t *testing.T) {
 	t.Parallel()
+	slim := newInterning().slim
 	cached := map[string]map[string]string{}
 	for _, name := range []string{"p1", "p2", "p3"} {
 		pod := podObj("shop", name, map[string]string{"app": "orders", "version": "v1"})
@@ -375,6 +376,7 @@ func TestPortProtocol(t *testing.T) {
 
 func TestSlimKeepsOnlyWhatConversionReads(t *testing.T) {
 	t.Parallel()
+	slim := newInterning().slim
 	svc := svcObj("shop", "orders", func(s *corev1.Service) {
 		s.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 1000)}
 		s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
@@ -438,7 +440,8 @@ func TestSlimEndpointSliceShares(t *testing.T) {
 	ports := map[string]int32{"http": 8080}
 	a := sliceObj("shop", "a-1", "a", discoveryv1.AddressTypeIPv4, ports, epSpec{addr: "10.0.0.1", pod: "a-p1"}, epSpec{addr: "10.0.0.2", pod: "a-p2"})
 	b := sliceObj("shop", "b-1", "b", discoveryv1.AddressTypeIPv4, ports, epSpec{addr: "10.0.1.1"})
-	sa, sb := slimEndpointSlice(a), slimEndpointSlice(b)
+	in := newInterning()
+	sa, sb := in.slimEndpointSlice(a), in.slimEndpointSlice(b)
 	if len(sa.Ports) != 1 || &sa.Ports[0] != &sb.Ports[0] || *sa.Ports[0].Name != "http" || *sa.Ports[0].Port != 8080 || *sa.Ports[0].Protocol != corev1.ProtocolTCP {
 		t.Errorf("ports not shared or changed: %+v, %+v", sa.Ports, sb.Ports)
 	}

@@ -46,7 +46,8 @@ type clusterWatch struct {
 	all        []*kubeclient.Informer
 	queue      *workqueue.Typed[svcKey]
 	tracker    *kubeclient.Tracker
-	pods       *podIndex // pod → services whose slices list it
+	pods       *podIndex  // pod → services whose slices list it
+	in         *interning // the transform's tables, held while run runs
 
 	pub     *registries.Publisher[svcKey] // each Service as last computed
 	mu      sync.Mutex
@@ -74,7 +75,15 @@ func newWatch(r *Registry, c clients, ci clusterInfo) *clusterWatch {
 // informer builds one informer whose list and watch calls are tracked,
 // with the registry's transform.
 func (w *clusterWatch) informer(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers) *kubeclient.Informer {
-	return w.informerWith(name, resource, lw, obj, idx, w.r.transform)
+	return w.informerWith(name, resource, lw, obj, idx, w.transform())
+}
+
+// transform is the informers' transform: nil for a raw registry.
+func (w *clusterWatch) transform() cache.TransformFunc {
+	if w.r.raw {
+		return nil
+	}
+	return w.in.slim
 }
 
 func (w *clusterWatch) informerWith(name, resource string, lw *cache.ListWatch, obj runtime.Object, idx cache.Indexers, transform cache.TransformFunc) *kubeclient.Informer {
@@ -106,7 +115,7 @@ func (w *clusterWatch) labelled(name, resource, kind, ns string, typed *cache.Li
 		},
 	}
 	var transform cache.TransformFunc
-	if slim := w.r.transform; slim != nil {
+	if slim := w.transform(); slim != nil {
 		// The API server sends kind PartialObjectMetadata; slim keeps
 		// labels by kind.
 		transform = func(obj any) (any, error) {
@@ -367,6 +376,8 @@ func (w *clusterWatch) run(ctx context.Context, sink registries.Sink) error {
 		// is complete even while a watch fails.
 		CompleteWhileDegraded: true,
 	})
+	w.in = acquireInterning()
+	defer releaseInterning() // last: after the informers stopped
 	if err := w.setup(); err != nil {
 		return registries.Permanent(err)
 	}

@@ -15,6 +15,49 @@ import (
 // and neither are published model values (package model's contract), so
 // converted endpoints share them too.
 
+// interning is the tables the transform shares values through (its
+// method slim). The watches that run at a time share one (clusters alike
+// share label sets and ports), which is dropped when the last of them
+// stops: a stopped registry leaves nothing in it.
+type interning struct {
+	labels  labelSets
+	strings stringPointers
+	ports   portLists
+}
+
+func newInterning() *interning {
+	return &interning{labels: labelSets{seed: maphash.MakeSeed()}}
+}
+
+// interned is the interning in use and how many hold it.
+var interned struct {
+	mu    sync.Mutex
+	users int
+	cur   *interning
+}
+
+// acquireInterning returns the interning in use, made if there is none;
+// each call must be followed by one releaseInterning once the informers
+// that use it stopped.
+func acquireInterning() *interning {
+	interned.mu.Lock()
+	defer interned.mu.Unlock()
+	if interned.cur == nil {
+		interned.cur = newInterning()
+	}
+	interned.users++
+	return interned.cur
+}
+
+// releaseInterning drops the interning in use after its last user.
+func releaseInterning() {
+	interned.mu.Lock()
+	defer interned.mu.Unlock()
+	if interned.users--; interned.users == 0 {
+		interned.cur = nil
+	}
+}
+
 // internString returns the canonical copy of s (package unique): the
 // namespace of 100,000 pods, their label keys and values, held once.
 func internString(s string) string {
@@ -37,8 +80,6 @@ type labelSets struct {
 }
 
 const labelSetsGeneration = 1 << 16
-
-var sharedLabels = &labelSets{seed: maphash.MakeSeed()}
 
 // get returns the shared map holding the labels of src that keep accepts
 // (nil: all), nil if none. The result must not be modified.
@@ -106,8 +147,6 @@ type stringPointers struct {
 
 const maxStringPointers = 1 << 14
 
-var sharedStrings = &stringPointers{}
-
 // get returns the shared pointer to a copy of *s; nil for nil.
 func (p *stringPointers) get(s *string) *string {
 	if s == nil {
@@ -136,11 +175,9 @@ type portLists struct {
 
 const maxPortLists = 1 << 14
 
-var sharedPorts = &portLists{}
-
-// get returns the shared copy of ports (nil for none); it must not be
-// modified.
-func (p *portLists) get(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+// get returns the shared copy of ports (nil for none), its names shared
+// through strs; it must not be modified.
+func (p *portLists) get(ports []discoveryv1.EndpointPort, strs *stringPointers) []discoveryv1.EndpointPort {
 	if len(ports) == 0 {
 		return nil
 	}
@@ -155,8 +192,8 @@ func (p *portLists) get(ports []discoveryv1.EndpointPort) []discoveryv1.Endpoint
 	}
 	v := slices.Clone(ports)
 	for i := range v {
-		v[i].Name = sharedStrings.get(v[i].Name)
-		v[i].AppProtocol = sharedStrings.get(v[i].AppProtocol)
+		v[i].Name = strs.get(v[i].Name)
+		v[i].AppProtocol = strs.get(v[i].AppProtocol)
 		if v[i].Protocol != nil {
 			proto := *v[i].Protocol
 			v[i].Protocol = &proto

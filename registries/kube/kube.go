@@ -48,7 +48,9 @@
 // the same ports share them,
 // pods with the same labels share one map, which the endpoints converted
 // from them share too (model values are immutable), namespaces, label
-// strings, node names and zones are held once. TestRealTransformMemory
+// strings, node names and zones are held once. The tables that share them
+// are held by the registries that run and dropped when the last one stops
+// (TestStoppedRegistriesLeaveNoInterning). TestRealTransformMemory
 // measures the informers' heap with and without the transform;
 // TestRealTransformKeepsWhatConversionReads checks that the transform
 // keeps every field conversion reads. A registry built by NewForClient
@@ -141,9 +143,9 @@ type Registry struct {
 	// costs.
 	conversions atomic.Uint64
 
-	// transform is the informers' transform (slim); tests set nil to
-	// compare with the objects as listed.
-	transform func(any) (any, error)
+	// raw: the informers cache objects as listed, without the transform
+	// (interning.slim); tests compare with them.
+	raw bool
 }
 
 var _ registries.Registry = (*Registry)(nil)
@@ -159,8 +161,6 @@ func newRegistry(common registries.Common, cfg Config, creds func() (*rest.Confi
 		log:    log, // the caller's child logger carries the registry key
 		m:      newMetrics(common.Name),
 		creds:  creds,
-
-		transform: slim,
 	}
 	r.clientFor = r.connectKubeconfig
 	return r

@@ -134,7 +134,9 @@ func (r *Registry) discoverSecrets(ctx context.Context, client kubernetes.Interf
 		},
 	}
 	inf := tr.Informer("secrets/"+sd.Namespace, lw, &corev1.Secret{}, nil, func() { r.m.watchError(resSecret) })
-	must(inf.SetTransform(slim))
+	in := acquireInterning()
+	defer releaseInterning() // after the informer stopped (deferred below)
+	must(inf.SetTransform(in.slim))
 	queue := workqueue.NewTyped[string]()
 	enqueue := func(ev string) func(obj any) {
 		return func(obj any) {

@@ -43,7 +43,7 @@ func TestRealTransformKeepsWhatConversionReads(t *testing.T) {
 		for i, transform := range []bool{true, false} {
 			reg := registryFor(t, "east", kubeconfig, func(c *Config) { c.NamespaceSelector = sel }).(*Registry)
 			if !transform {
-				reg.transform = nil
+				reg.raw = true
 			}
 			sink := registrytest.NewSink()
 			stop := registrytest.Start(t, reg, sink)
@@ -92,7 +92,7 @@ func TestRealTransformMemory(t *testing.T) {
 	for _, transform := range []bool{true, false} {
 		reg := registryFor(t, "east", kubeconfig, nil).(*Registry)
 		if !transform {
-			reg.transform = nil
+			reg.raw = true
 		}
 		before := liveHeap()
 		sink := &countSink{want: cat.Endpoints(), done: make(chan struct{})}

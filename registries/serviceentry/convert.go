@@ -324,9 +324,16 @@ func convertEntry(o Object, se *networking.ServiceEntry, claims []hostClaim, wor
 			}
 		}
 	case len(se.GetEndpoints()) > 0:
+		// Sized: no slice grown and dropped among the kept ones.
+		eps = make([]model.Endpoint, 0, len(se.GetEndpoints()))
+		// The last origin, shared by the endpoints at one position (all
+		// of a cluster object's).
+		var pos, origin string
 		for i, we := range se.GetEndpoints() {
 			key := fmt.Sprintf("spec.endpoints[%d]", i)
-			origin := position(o, key) + " " + id
+			if p := position(o, key); p != pos || origin == "" {
+				pos, origin = p, p+" "+id
+			}
 			if reason := checkEndpoint(we, se); reason != "" {
 				for _, h := range hosts {
 					reject(h, we.GetAddress()+" ("+origin+")", "endpoint rejected: %s: %s", key, reason)
@@ -368,7 +375,10 @@ func checkEndpoint(we *networking.WorkloadEntry, se *networking.ServiceEntry) st
 }
 
 // endpoint converts a checked WorkloadEntry (inline or selected) serving
-// se; origin names it in reports.
+// se; origin names it in reports. It carries the registry's defaults
+// (Common.EndpointDefaults), so that the Publisher keeps the converted
+// endpoints rather than a copy, which would leave them as garbage among
+// what the heap keeps.
 func endpoint(we *networking.WorkloadEntry, se *networking.ServiceEntry, c registries.Common, origin string) model.Endpoint {
 	loc, _ := model.ParseLocality(we.GetLocality()) // checked
 	ep := model.Endpoint{
@@ -391,7 +401,7 @@ func endpoint(we *networking.WorkloadEntry, se *networking.ServiceEntry, c regis
 			ep.Ports[p.GetName()] = n
 		}
 	}
-	return ep
+	return c.EndpointDefaults(ep)
 }
 
 // selects: every label of selector is in labels with the same value.

@@ -109,7 +109,7 @@ func TestConvertFields(t *testing.T) {
 		{Address: "10.0.0.1", Ports: map[string]uint32{"grpc": 18080}, Labels: map[string]string{"version": "v1"},
 			Locality: model.Locality{Region: "us-east", Zone: "us-east-1a", SubZone: "rack1"}, Weight: 3,
 			Source: model.Source{Registry: "istio", Cluster: "istio", Network: "net-a"}, Origin: "f0.yaml:13 ServiceEntry shop/vms"},
-		{Address: "10.0.0.2", Ports: map[string]uint32{"grpc": 19090, "web": 8001},
+		{Address: "10.0.0.2", Ports: map[string]uint32{"grpc": 19090, "web": 8001}, Weight: 1, // the default
 			Source: model.Source{Registry: "istio", Cluster: "istio"}, Origin: "f0.yaml:18 ServiceEntry shop/vms"},
 	}
 	if diff := cmp.Diff(want, orders.Endpoints, cmpopts.EquateEmpty()); diff != "" {
@@ -236,7 +236,7 @@ func TestConvertWorkloadSelector(t *testing.T) {
 			Locality: model.Locality{Region: "eu", Zone: "eu-1a"}, Weight: 5,
 			Source: model.Source{Registry: "istio", Cluster: "istio", Network: "vpc-1"}, Origin: "f1.yaml:1 WorkloadEntry shop/vm-1"},
 		{Address: "10.1.0.2", Ports: map[string]uint32{"grpc": 9100}, Labels: map[string]string{"app": "pay", "version": "v2"},
-			Source: model.Source{Registry: "istio", Cluster: "istio"}, Origin: "f1.yaml:11 WorkloadEntry shop/vm-2"},
+			Weight: 1, Source: model.Source{Registry: "istio", Cluster: "istio"}, Origin: "f1.yaml:11 WorkloadEntry shop/vm-2"}, // weight: the default
 	}
 	if diff := cmp.Diff(want, pay.Endpoints, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("selected endpoints (-want +got): same namespace, labels match, WorkloadEntry ports over targetPort\n%s", diff)
