@@ -113,7 +113,7 @@ func (f forced) same(g forced) bool { return f.at == g.at && sameDecode(*f.obj, 
 // contrib is an object's share of the objects gauge.
 type contrib struct {
 	kind    string
-	in, rej int
+	in, rej int32
 }
 
 // claimant is host i of a ServiceEntry in force: rec's (whose inForce
@@ -124,11 +124,23 @@ type claimant struct {
 	rec *record
 }
 
-// entryConv is what a ServiceEntry was last converted from.
+// entryConv is what a ServiceEntry was last converted from: claims is
+// nil when every host was served (they are then spec's hosts in order).
 type entryConv struct {
 	node   *yaml.Node
 	spec   proto.Message
 	claims []hostClaim
+}
+
+// keptClaims is claims as entryConv keeps them: nil when none has a
+// reason.
+func keptClaims(claims []hostClaim) []hostClaim {
+	for _, cl := range claims {
+		if cl.reason != "" {
+			return claims
+		}
+	}
+	return nil
 }
 
 func objKey(o Object) string {
@@ -291,10 +303,10 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 		c.in = 1
 	}
 	old := r.count
-	k.nIn[old.kind] -= old.in
-	k.nRej[old.kind] -= old.rej
-	k.nIn[c.kind] += c.in
-	k.nRej[c.kind] += c.rej
+	k.nIn[old.kind] -= int(old.in)
+	k.nRej[old.kind] -= int(old.rej)
+	k.nIn[c.kind] += int(c.in)
+	k.nRej[c.kind] += int(c.rej)
 	r.count = c
 	pub.Set("obj:"+key, registries.Converted{Rejected: rejected})
 
@@ -410,11 +422,12 @@ func (k *keyed) convert(key string, pub *registries.Publisher[string], nsChanged
 		claims = append(claims, cl)
 	}
 	prev := r.conv
-	if prev.spec != nil && prev.node == f.obj.Node && prev.spec == f.obj.Spec && slices.Equal(prev.claims, claims) &&
+	kept := keptClaims(claims)
+	if prev.spec != nil && prev.node == f.obj.Node && prev.spec == f.obj.Spec && slices.Equal(prev.claims, kept) &&
 		(se.GetWorkloadSelector() == nil || !nsChanged[f.obj.Namespace]) {
 		return
 	}
-	r.conv = entryConv{node: f.obj.Node, spec: f.obj.Spec, claims: claims}
+	r.conv = entryConv{node: f.obj.Node, spec: f.obj.Spec, claims: kept}
 	ws := k.workloads[f.obj.Namespace]
 	objs := make([]Object, len(ws))
 	for i, w := range ws {
