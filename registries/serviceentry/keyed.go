@@ -30,24 +30,53 @@ type keyed struct {
 	r      *Registry
 	caches map[string]*docCache // by path
 
-	files   map[string][]Object // by path: the objects last resolved
-	decls   map[string][]decl   // by object key: its declarations in order
-	inForce map[string]forced   // by object key: the version in force, its last good one
-	counts  map[string]contrib  // by object key: its share of the objects gauge
-	nIn     map[string]int      // objects in force by kind
-	nRej    map[string]int      // objects rejected by kind
+	files map[string][]Object // by path: the objects last resolved
+	recs  map[string]*record  // by object key: its declarations, version in force, share and conversion
+	nIn   map[string]int      // objects in force by kind
+	nRej  map[string]int      // objects rejected by kind
 
 	claims    map[string][]claimant      // by host: the ServiceEntries in force naming it, in order
 	workloads map[string][]forced        // by namespace: the WorkloadEntries in force, in order
 	selectors map[string]map[string]bool // by namespace: keys of ServiceEntries with a workloadSelector
-	entries   map[string]*entryConv      // by ServiceEntry key: what it was last converted from
 }
 
 func newKeyed(r *Registry) *keyed {
-	return &keyed{r: r, caches: map[string]*docCache{}, files: map[string][]Object{}, decls: map[string][]decl{},
-		inForce: map[string]forced{}, counts: map[string]contrib{},
+	return &keyed{r: r, caches: map[string]*docCache{}, files: map[string][]Object{}, recs: map[string]*record{},
 		nIn: map[string]int{}, nRej: map[string]int{}, claims: map[string][]claimant{},
-		workloads: map[string][]forced{}, selectors: map[string]map[string]bool{}, entries: map[string]*entryConv{}}
+		workloads: map[string][]forced{}, selectors: map[string]map[string]bool{}}
+}
+
+// record is keyed's state of one object key, one record per key so that
+// the key is held once (docs/architecture.md §8: per-object state at
+// size). It is dropped when it holds nothing (idle).
+type record struct {
+	key     string // the object key (the map's)
+	decls   []decl // its declarations in order
+	inForce forced // the version in force, its last good one (obj nil: none)
+	count   contrib
+	conv    entryConv // a ServiceEntry's last conversion (spec nil: none)
+}
+
+// idle: nothing declared, in force, counted or converted.
+func (r *record) idle() bool {
+	return len(r.decls) == 0 && r.inForce.obj == nil && r.count == (contrib{}) && r.conv.spec == nil
+}
+
+// rec is key's record, created when missing.
+func (k *keyed) rec(key string) *record {
+	r := k.recs[key]
+	if r == nil {
+		r = &record{key: key}
+		k.recs[key] = r
+	}
+	return r
+}
+
+// drop removes r's record when it is idle.
+func (k *keyed) drop(r *record) {
+	if r.idle() {
+		delete(k.recs, r.key)
+	}
 }
 
 // order is where a declaration is: files in path order, documents in
@@ -69,35 +98,49 @@ type decl struct {
 	obj *Object
 }
 
-// forced is an object in force, at the place of its first declaration.
+// forced is an object in force, at the place of its first declaration:
+// obj points into a declaring slice (see decl), so the object is held
+// once.
 type forced struct {
 	at  order
-	obj Object
+	obj *Object
 }
 
 // same: the same object at the same place (a decode is the same pointer
 // while its bytes and lines are).
-func (f forced) same(g forced) bool { return f.at == g.at && sameDecode(f.obj, g.obj) }
+func (f forced) same(g forced) bool { return f.at == g.at && sameDecode(*f.obj, *g.obj) }
 
 // contrib is an object's share of the objects gauge.
 type contrib struct {
 	kind    string
-	in, rej int
+	in, rej int32
 }
 
-// claimant is host i of a ServiceEntry in force.
+// claimant is host i of a ServiceEntry in force: rec's (whose inForce
+// it is while it claims).
 type claimant struct {
 	at  order
 	i   int
-	key string // the ServiceEntry's object key
-	id  string // describe(its object)
+	rec *record
 }
 
-// entryConv is what a ServiceEntry was last converted from.
+// entryConv is what a ServiceEntry was last converted from: claims is
+// nil when every host was served (they are then spec's hosts in order).
 type entryConv struct {
 	node   *yaml.Node
 	spec   proto.Message
 	claims []hostClaim
+}
+
+// keptClaims is claims as entryConv keeps them: nil when none has a
+// reason.
+func keptClaims(claims []hostClaim) []hostClaim {
+	for _, cl := range claims {
+		if cl.reason != "" {
+			return claims
+		}
+	}
+	return nil
 }
 
 func objKey(o Object) string {
@@ -191,21 +234,23 @@ func (k *keyed) apply(touched map[string]bool, pub *registries.Publisher[string]
 }
 
 func (k *keyed) declare(key string, d decl) {
-	ds := k.decls[key]
-	i, _ := slices.BinarySearchFunc(ds, d.at, func(x decl, at order) int { return x.at.compare(at) })
-	k.decls[key] = slices.Insert(ds, i, d)
+	r := k.rec(key)
+	i, _ := slices.BinarySearchFunc(r.decls, d.at, func(x decl, at order) int { return x.at.compare(at) })
+	r.decls = slices.Insert(r.decls, i, d)
 }
 
 func (k *keyed) undeclare(key string, at order) {
-	ds := k.decls[key]
-	if i, ok := slices.BinarySearchFunc(ds, at, func(x decl, at order) int { return x.at.compare(at) }); ok {
-		ds = slices.Delete(ds, i, i+1)
-	}
-	if len(ds) == 0 {
-		delete(k.decls, key)
+	r := k.recs[key]
+	if r == nil {
 		return
 	}
-	k.decls[key] = ds
+	if i, ok := slices.BinarySearchFunc(r.decls, at, func(x decl, at order) int { return x.at.compare(at) }); ok {
+		r.decls = slices.Delete(r.decls, i, i+1)
+	}
+	if len(r.decls) == 0 {
+		r.decls = nil
+	}
+	// Not dropped here: resolve, which every touched key reaches, does.
 }
 
 // resolve decides the object key's version in force and its rejections
@@ -213,7 +258,12 @@ func (k *keyed) undeclare(key string, at order) {
 // change affects: the ServiceEntry itself and those claiming its hosts
 // (convert), its namespace's selectors (nsChanged).
 func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, nsChanged map[string]bool) {
-	ds := k.decls[key]
+	r := k.recs[key]
+	if r == nil {
+		return
+	}
+	defer k.drop(r)
+	ds := r.decls
 	var rejected []model.Rejection
 	var next *forced
 	c := contrib{}
@@ -230,14 +280,18 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 		if o.Err != nil {
 			c.rej++
 			// The version in force is the last good one.
-			last, kept := k.inForce[key]
-			kept = kept && o.Kind != ""
-			rejected = append(rejected, problemRejections(k.r.common.Name, o, last.obj, kept)...)
+			last := r.inForce
+			kept := last.obj != nil && o.Kind != ""
+			var lastObj Object
+			if kept {
+				lastObj = *last.obj
+			}
+			rejected = append(rejected, problemRejections(k.r.common.Name, o, lastObj, kept)...)
 			if kept {
 				next = &forced{at: first.at, obj: last.obj}
 			}
 		} else {
-			next = &forced{at: first.at, obj: o}
+			next = &forced{at: first.at, obj: first.obj}
 		}
 		for _, d := range ds[1:] {
 			c.rej++
@@ -248,48 +302,46 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 	if next != nil {
 		c.in = 1
 	}
-	old := k.counts[key]
-	k.nIn[old.kind] -= old.in
-	k.nRej[old.kind] -= old.rej
-	k.nIn[c.kind] += c.in
-	k.nRej[c.kind] += c.rej
-	if c.kind == "" && c.in == 0 && c.rej == 0 {
-		delete(k.counts, key)
-	} else {
-		k.counts[key] = c
-	}
+	old := r.count
+	k.nIn[old.kind] -= int(old.in)
+	k.nRej[old.kind] -= int(old.rej)
+	k.nIn[c.kind] += int(c.in)
+	k.nRej[c.kind] += int(c.rej)
+	r.count = c
 	pub.Set("obj:"+key, registries.Converted{Rejected: rejected})
 
-	prev, had := k.inForce[key]
+	prev := r.inForce
+	had := prev.obj != nil
 	if had && next != nil && prev.same(*next) {
 		return
 	}
 	if had {
-		k.withdraw(key, prev, convert, nsChanged)
-		delete(k.inForce, key)
+		k.withdraw(r, prev, convert, nsChanged)
+		r.inForce = forced{}
 	}
 	if next != nil {
-		k.inForce[key] = *next
-		k.enforce(key, *next, convert, nsChanged)
+		r.inForce = *next
+		k.enforce(r, *next, convert, nsChanged)
 	}
 }
 
 // withdraw takes the object in force f out of the host claims, the
 // workloads and the selectors.
-func (k *keyed) withdraw(key string, f forced, convert, nsChanged map[string]bool) {
+func (k *keyed) withdraw(r *record, f forced, convert, nsChanged map[string]bool) {
+	key := r.key
 	switch sp := f.obj.Spec.(type) {
 	case *networking.ServiceEntry:
 		convert[key] = true
 		for i, h := range sp.GetHosts() {
 			host := strings.ToLower(strings.TrimSuffix(h, "."))
-			cs := slices.DeleteFunc(k.claims[host], func(c claimant) bool { return c.key == key && c.i == i })
+			cs := slices.DeleteFunc(k.claims[host], func(c claimant) bool { return c.rec == r && c.i == i })
 			if len(cs) == 0 {
 				delete(k.claims, host)
 			} else {
 				k.claims[host] = cs
 			}
 			for _, c := range cs {
-				convert[c.key] = true
+				convert[c.rec.key] = true
 			}
 		}
 		if sp.GetWorkloadSelector() != nil {
@@ -307,17 +359,17 @@ func (k *keyed) withdraw(key string, f forced, convert, nsChanged map[string]boo
 
 // enforce puts the object in force f into the host claims, the workloads
 // and the selectors.
-func (k *keyed) enforce(key string, f forced, convert, nsChanged map[string]bool) {
+func (k *keyed) enforce(r *record, f forced, convert, nsChanged map[string]bool) {
+	key := r.key
 	switch sp := f.obj.Spec.(type) {
 	case *networking.ServiceEntry:
 		convert[key] = true
-		id := describe(f.obj)
 		for i, h := range sp.GetHosts() {
 			host := strings.ToLower(strings.TrimSuffix(h, "."))
-			c := claimant{at: f.at, i: i, key: key, id: id}
+			c := claimant{at: f.at, i: i, rec: r}
 			cs := k.claims[host]
 			for _, o := range cs {
-				convert[o.key] = true
+				convert[o.rec.key] = true
 			}
 			j, _ := slices.BinarySearchFunc(cs, c, func(x, y claimant) int { return cmp.Or(x.at.compare(y.at), cmp.Compare(x.i, y.i)) })
 			k.claims[host] = slices.Insert(cs, j, c)
@@ -342,11 +394,19 @@ func (k *keyed) enforce(key string, f forced, convert, nsChanged map[string]bool
 // outcomes or (with a selector) its namespace's WorkloadEntries changed,
 // and sets its Publisher key.
 func (k *keyed) convert(key string, pub *registries.Publisher[string], nsChanged map[string]bool) {
-	f, ok := k.inForce[key]
-	se, isSE := f.obj.Spec.(*networking.ServiceEntry)
-	if !ok || !isSE {
-		if _, had := k.entries[key]; had {
-			delete(k.entries, key)
+	r := k.recs[key]
+	var f forced
+	if r != nil {
+		f = r.inForce
+	}
+	var se *networking.ServiceEntry
+	if f.obj != nil {
+		se, _ = f.obj.Spec.(*networking.ServiceEntry)
+	}
+	if se == nil {
+		if r != nil && r.conv.spec != nil {
+			r.conv = entryConv{}
+			k.drop(r)
 			pub.Delete("se:" + key)
 		}
 		return
@@ -356,25 +416,26 @@ func (k *keyed) convert(key string, pub *registries.Publisher[string], nsChanged
 	for i, h := range se.GetHosts() {
 		host := strings.ToLower(strings.TrimSuffix(h, "."))
 		cl := hostClaim{i: i, host: host, reason: unservable(host, domain)}
-		if w := k.winner(host); cl.reason == "" && (w.key != key || w.i != i) {
-			cl.reason = fmt.Sprintf("host rejected: already served by %s (the first in file order wins)", w.id)
+		if w := k.winner(host); cl.reason == "" && (w.rec != r || w.i != i) {
+			cl.reason = fmt.Sprintf("host rejected: already served by %s (the first in file order wins)", describe(*w.rec.inForce.obj))
 		}
 		claims = append(claims, cl)
 	}
-	prev := k.entries[key]
-	if prev != nil && prev.node == f.obj.Node && prev.spec == f.obj.Spec && slices.Equal(prev.claims, claims) &&
+	prev := r.conv
+	kept := keptClaims(claims)
+	if prev.spec != nil && prev.node == f.obj.Node && prev.spec == f.obj.Spec && slices.Equal(prev.claims, kept) &&
 		(se.GetWorkloadSelector() == nil || !nsChanged[f.obj.Namespace]) {
 		return
 	}
-	k.entries[key] = &entryConv{node: f.obj.Node, spec: f.obj.Spec, claims: claims}
+	r.conv = entryConv{node: f.obj.Node, spec: f.obj.Spec, claims: kept}
 	ws := k.workloads[f.obj.Namespace]
 	objs := make([]Object, len(ws))
 	for i, w := range ws {
-		objs[i] = w.obj
+		objs[i] = *w.obj
 	}
 	k.r.work.converted.Add(1)
 	k.r.work.compared.Add(1)
-	pub.Set("se:"+key, convertEntry(f.obj, se, claims, objs, k.r.common))
+	pub.Set("se:"+key, convertEntry(*f.obj, se, claims, objs, k.r.common))
 }
 
 // winner is the claimant that serves host: the first in order. (A

@@ -163,3 +163,45 @@ func TestKubeObjectsOnlyChangedObjects(t *testing.T) {
 		t.Fatalf("after a deletion: %d checked, %d converted, %d services, %d held; want 51, 51, 49, 49", c, conv, len(svcs), len(s.objs[0]))
 	}
 }
+
+// TestKeyedDropsGoneObjects: once every object of a cluster is deleted
+// (among them a ServiceEntry whose host another claims, one whose update
+// is invalid and keeps its last good version, and a WorkloadEntry),
+// nothing is published and keyed holds no record, claim or file of them.
+func TestKeyedDropsGoneObjects(t *testing.T) {
+	t.Parallel()
+	ports := []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}}
+	se := func(name, host, addr string) kubeclient.Object {
+		return kubeclient.Object{Kind: KindServiceEntry, Namespace: "shop", Name: name, Source: "shop/" + name + " (east)",
+			Spec: &apinetworking.ServiceEntry{Hosts: []string{host}, Ports: ports, Resolution: apinetworking.ServiceEntry_STATIC,
+				Endpoints: []*apinetworking.WorkloadEntry{{Address: addr}}}}
+	}
+	objs := []kubeclient.Object{se("a", "pay.ext.example", "10.0.0.1"), se("b", "pay.ext.example", "10.0.0.2"),
+		se("c", "cart.ext.example", "10.0.0.3"), feedWE("east", "vm-1", "10.0.0.9")}
+	s, pub := newKubeTest(1, nil)
+	svcs, rej := kubeState(t, s, pub, []kubeclient.Delta{{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: objs}}})
+	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(got, []string{"10.0.0.1"}) || len(rej) != 1 {
+		t.Fatalf("pay at %v (want a's), rejected:\n%s", got, reasons(rej))
+	}
+	bad := se("c", "cart.ext.example", "10.0.0.4")
+	bad.Spec.(*apinetworking.ServiceEntry).Hosts = nil // invalid
+	svcs, rej = kubeState(t, s, pub, []kubeclient.Delta{{Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{bad}}}})
+	if got := endpointsOf(svcs, "cart.ext.example"); !slices.Equal(got, []string{"10.0.0.3"}) || len(rej) != 2 {
+		t.Fatalf("cart at %v (want its last good version), rejected:\n%s", got, reasons(rej))
+	}
+	if len(s.k.recs) != 4 {
+		t.Errorf("%d records, want one per object key (4)", len(s.k.recs))
+	}
+	var gone []kubeclient.ObjectKey
+	for _, o := range objs {
+		gone = append(gone, kubeclient.ObjectKey{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name})
+	}
+	svcs, rej = kubeState(t, s, pub, []kubeclient.Delta{{Part: kubeclient.Part{Name: "east", Synced: true}, Deleted: gone}})
+	if len(svcs) != 0 || len(rej) != 0 {
+		t.Errorf("after deleting everything: %d services, rejected:\n%s", len(svcs), reasons(rej))
+	}
+	if len(s.k.recs) != 0 || len(s.k.claims) != 0 || len(s.k.files) != 0 || len(s.k.workloads) != 0 {
+		t.Errorf("after deleting everything keyed holds %d records, %d claimed hosts, %d files, %d namespaces of workloads",
+			len(s.k.recs), len(s.k.claims), len(s.k.files), len(s.k.workloads))
+	}
+}
