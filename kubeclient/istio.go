@@ -20,14 +20,17 @@ package kubeclient
 // decode error and its last read objects stay.
 //
 // Informers are per listed namespace, or cluster wide. What they cache
-// is the converted Object, not the typed object: their transform
+// is the converted object, not the typed object: their transform
 // converts each object as it arrives (one conversion per
-// resourceVersion) and keeps only what Object holds — its spec, copied out
-// of the typed object, with equal label maps of ServiceEntry endpoints
-// and WorkloadEntries shared (IstioOptions.ShareLabels) — so the typed
-// object, its metadata (UID, labels, annotations, managed fields) and
-// status are dropped at once. Cached objects are never modified, by the
-// informers or by readers.
+// resourceVersion) into one record, the model.ConfigObject a config
+// source puts in force (Object.Config) and the resourceVersion — its
+// spec copied out of the typed object, with equal label maps of
+// ServiceEntry endpoints and WorkloadEntries shared
+// (IstioOptions.ShareLabels) — so the typed object, its metadata (UID,
+// labels, annotations, managed fields) and status are dropped at once,
+// and a config source holds the informers' record rather than a copy of
+// it. Cached objects are never modified, by the informers or by readers,
+// except the Hash of Object.Config (see there).
 //
 // An object relisted with an unchanged resourceVersion (after a watch
 // ended) keeps its cached Object. Parts and Deltas therefore hand out the
@@ -74,6 +77,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshfed/meshfed/model"
 )
 
 // retryConnect is how long a cluster whose credentials failed waits
@@ -151,6 +156,15 @@ type Object struct {
 	// the same pointer (so a consumer may cache what it derives from an
 	// object by Spec pointer), and nobody may modify it.
 	Spec proto.Message
+	// Config is the object as a config source puts it in force: the
+	// record the informers cache (Kind, Namespace, Name, Source, Created
+	// and Spec as above), the same pointer while ResourceVersion is
+	// unchanged, so that a config source holds it instead of a copy. Its
+	// Hash is "" until the watch's reader sets it (istioconfig, from the
+	// goroutine that calls Deltas; the informers never read it); nobody
+	// modifies anything else of it. nil for an object Convert made of a
+	// typed object.
+	Config *model.ConfigObject
 }
 
 // ObjectKey names an object within a cluster.
@@ -336,7 +350,7 @@ func (c *cluster) partLocked(list bool) Part {
 	for _, inf := range c.informers {
 		for _, obj := range inf.GetStore().List() {
 			if o, ok := obj.(*cached); ok {
-				p.Objects = append(p.Objects, o.Object)
+				p.Objects = append(p.Objects, o.object())
 			}
 		}
 	}
@@ -363,7 +377,7 @@ func (c *cluster) delta() Delta {
 			d.Deleted = append(d.Deleted, k)
 			continue
 		}
-		d.Objects = append(d.Objects, o.Object)
+		d.Objects = append(d.Objects, o.object())
 	}
 	clear(c.dirty)
 	return d
@@ -378,7 +392,7 @@ func (c *cluster) mark(obj any, deleted bool) {
 	if !ok {
 		return
 	}
-	k := objectKey{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
+	k := objectKey{Kind: o.c.Kind, Namespace: o.c.Namespace, Name: o.c.Name}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dirty == nil {
@@ -521,17 +535,29 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 	<-ctx.Done()
 }
 
-// cached is what the informers cache of an object: its conversion.
-// It gives client-go the metadata it keys and versions objects by
-// (meta.Accessor) through GetObjectMeta.
-type cached struct{ Object }
+// cached is what the informers cache of an object: its conversion, one
+// record (160 B) that is also what a config source puts in force
+// (Object.Config). It gives client-go the metadata it keys and versions
+// objects by (meta.Accessor) through GetObjectMeta.
+type cached struct {
+	c               model.ConfigObject // Hash is the reader's (Object.Config)
+	resourceVersion string
+}
+
+// object is the Object of o. It reads every field of o.c but Hash, which
+// the reader may be setting.
+func (o *cached) object() Object {
+	spec, _ := o.c.Spec.(proto.Message)
+	return Object{Kind: o.c.Kind, Namespace: o.c.Namespace, Name: o.c.Name, Source: o.c.Source, Created: o.c.Created,
+		ResourceVersion: o.resourceVersion, Spec: spec, Config: &o.c}
+}
 
 // GetObjectMeta implements metav1.ObjectMetaAccessor: a copy of the
 // metadata the object keeps (namespace, name, resourceVersion, creation
 // time); setting its fields changes nothing.
 func (o *cached) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion,
-		CreationTimestamp: metav1.NewTime(o.Created)}
+	return &metav1.ObjectMeta{Namespace: o.c.Namespace, Name: o.c.Name, ResourceVersion: o.resourceVersion,
+		CreationTimestamp: metav1.NewTime(o.c.Created)}
 }
 
 // transform returns the informers' transform of the cluster, for the
@@ -546,7 +572,7 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 		}
 		if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
 			if held, ok, _ := store.GetByKey(cache.MetaObjectToName(m).String()); ok {
-				if h, ok := held.(*cached); ok && h.ResourceVersion == m.GetResourceVersion() && h.Kind == kindOf(obj) {
+				if h, ok := held.(*cached); ok && h.resourceVersion == m.GetResourceVersion() && h.c.Kind == kindOf(obj) {
 					return h, nil
 				}
 			}
@@ -555,12 +581,13 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 		if !ok {
 			return obj, nil
 		}
-		o.Spec = detach(o.Spec)
-		c.share(o.Spec)
+		spec := detach(o.Spec)
+		c.share(spec)
 		if c.conversions != nil {
 			c.conversions.Add(1)
 		}
-		return &cached{o}, nil
+		return &cached{c: model.ConfigObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source,
+			Created: o.Created, Spec: spec}, resourceVersion: o.ResourceVersion}, nil
 	}
 }
 
@@ -618,7 +645,7 @@ func Convert(obj any, cluster string) (o Object, ok bool) {
 	var meta metav1.ObjectMeta
 	switch t := obj.(type) {
 	case *cached:
-		return t.Object, true
+		return t.object(), true
 	case *networkingv1.VirtualService:
 		o.Kind, meta, spec = KindVirtualService, t.ObjectMeta, &t.Spec
 	case *networkingv1.DestinationRule:

@@ -135,13 +135,18 @@ func TestTransformKeepsWhatConvertReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := out.(*cached)
+	rec, ok := out.(*cached)
 	if !ok {
 		t.Fatalf("transform returned %T, want *cached", out)
 	}
+	got := rec.object()
+	if got.Config != &rec.c || got.Config.Spec != any(got.Spec) || got.Config.Kind != got.Kind || got.Config.Source != got.Source ||
+		got.Config.Name != got.Name || got.Config.Namespace != got.Namespace || !got.Config.Created.Equal(got.Created) || got.Config.Hash != "" {
+		t.Errorf("Config = %+v, want the cached record, as Object without a hash", got.Config)
+	}
 	if got.Kind != KindServiceEntry || got.Namespace != "shop" || got.Name != "pay" || got.Source != "shop/pay (east)" ||
 		got.ResourceVersion != "7" || !got.Created.Equal(in.CreationTimestamp.Time) {
-		t.Errorf("cached %+v", got.Object)
+		t.Errorf("cached %+v", got)
 	}
 	if !proto.Equal(got.Spec, want) {
 		t.Errorf("cached spec = %v, want %v", got.Spec, want)
@@ -154,25 +159,25 @@ func TestTransformKeepsWhatConvertReads(t *testing.T) {
 		t.Error("equal endpoint label maps are not shared")
 	}
 	// What client-go reads of a cached object.
-	if key, err := cache.MetaNamespaceKeyFunc(got); err != nil || key != "shop/pay" {
+	if key, err := cache.MetaNamespaceKeyFunc(rec); err != nil || key != "shop/pay" {
 		t.Errorf("key = %q, %v; want shop/pay", key, err)
 	}
-	m := got.GetObjectMeta()
+	m := rec.GetObjectMeta()
 	if m.GetResourceVersion() != "7" || m.GetName() != "pay" || m.GetNamespace() != "shop" || len(m.GetLabels()) != 0 ||
 		len(m.GetAnnotations()) != 0 || m.GetManagedFields() != nil || m.GetUID() != "" {
 		t.Errorf("cached metadata = %+v, want namespace, name and resourceVersion only", m)
 	}
-	if again, _ := tr(got); again != got {
+	if again, _ := tr(rec); again != rec {
 		t.Error("transform of a cached object is not the object itself")
 	}
-	if err := store.Add(got); err != nil {
+	if err := store.Add(rec); err != nil {
 		t.Fatal(err)
 	}
 	n := w.Conversions()
-	if relisted, _ := tr(se("7")); relisted != got || w.Conversions() != n {
+	if relisted, _ := tr(se("7")); relisted != rec || w.Conversions() != n {
 		t.Error("a relist of an unchanged resourceVersion converted the object again")
 	}
-	if updated, _ := tr(se("8")); updated == got || w.Conversions() != n+1 {
+	if updated, _ := tr(se("8")); updated == rec || w.Conversions() != n+1 {
 		t.Error("a new resourceVersion was not converted")
 	}
 	if other, _ := tr(&metav1.Status{}); other == nil {
