@@ -577,35 +577,104 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 				}
 			}
 		}
-		o, ok := Convert(obj, c.Name)
-		if !ok {
+		kind, meta, spec := typed(obj)
+		if kind == "" {
 			return obj, nil
 		}
-		spec := detach(o.Spec)
+		spec = detach(spec)
 		c.share(spec)
+		shareHosts(spec)
 		if c.conversions != nil {
 			c.conversions.Add(1)
 		}
-		return &cached{c: model.ConfigObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source,
-			Created: o.Created, Spec: spec}, resourceVersion: o.ResourceVersion}, nil
+		r := &cached{c: model.ConfigObject{Kind: kind, Created: meta.CreationTimestamp.Time, Spec: spec}}
+		r.c.Namespace, r.c.Name, r.c.Source, r.resourceVersion = metaStrings(meta.Namespace, meta.Name, c.Name, meta.ResourceVersion)
+		return r, nil
+	}
+}
+
+// metaStrings returns the namespace, name, source ("namespace/name
+// (cluster)") and resource version of a cached object as parts of one new
+// string: the record keeps no string of the decoded object, each of
+// which would keep its span of the decoder's garbage alive
+// (bench/analysis.md), and the source, made anyway, holds the others.
+func metaStrings(namespace, name, cluster, rv string) (ns, n, source, version string) {
+	var b strings.Builder
+	b.Grow(len(namespace) + len(name) + len(cluster) + len(rv) + 4)
+	b.WriteString(namespace)
+	b.WriteByte('/')
+	b.WriteString(name)
+	b.WriteString(" (")
+	b.WriteString(cluster)
+	b.WriteByte(')')
+	src := b.Len()
+	b.WriteString(rv)
+	all := b.String()
+	return all[:len(namespace)], all[len(namespace)+1 : len(namespace)+1+len(name)], all[:src], all[src:]
+}
+
+// shareHosts makes the destination hosts of a new VirtualService spec
+// that equal one of its hosts (the usual case: a route to the service the
+// rule is for) that host's string rather than an equal copy decoded apart.
+func shareHosts(spec proto.Message) {
+	vs, ok := spec.(*networking.VirtualService)
+	if !ok || len(vs.Hosts) == 0 {
+		return
+	}
+	same := func(d *networking.Destination) {
+		if d == nil {
+			return
+		}
+		for _, h := range vs.Hosts {
+			if d.Host == h {
+				d.Host = h
+				return
+			}
+		}
+	}
+	for _, r := range vs.Http {
+		for _, d := range r.Route {
+			same(d.GetDestination())
+		}
+		for _, m := range r.Mirrors {
+			same(m.GetDestination())
+		}
+		same(r.Mirror)
+	}
+	for _, r := range vs.Tls {
+		for _, d := range r.Route {
+			same(d.GetDestination())
+		}
+	}
+	for _, r := range vs.Tcp {
+		for _, d := range r.Route {
+			same(d.GetDestination())
+		}
 	}
 }
 
 // kindOf is the Kind constant of a typed object, "" for anything else.
 func kindOf(obj any) string {
-	switch obj.(type) {
+	kind, _, _ := typed(obj)
+	return kind
+}
+
+// typed returns the Kind constant, metadata and spec (inside obj) of a
+// typed object; kind is "" for anything else.
+func typed(obj any) (kind string, meta *metav1.ObjectMeta, spec proto.Message) {
+	switch t := obj.(type) {
 	case *networkingv1.VirtualService:
-		return KindVirtualService
+		return KindVirtualService, &t.ObjectMeta, &t.Spec
 	case *networkingv1.DestinationRule:
-		return KindDestinationRule
+		return KindDestinationRule, &t.ObjectMeta, &t.Spec
 	case *networkingv1.ServiceEntry:
-		return KindServiceEntry
+		return KindServiceEntry, &t.ObjectMeta, &t.Spec
 	case *networkingv1.WorkloadEntry:
-		return KindWorkloadEntry
+		return KindWorkloadEntry, &t.ObjectMeta, &t.Spec
 	case *networkingv1.Sidecar:
-		return KindSidecar
+		return KindSidecar, &t.ObjectMeta, &t.Spec
 	}
-	return ""
+	return "", nil, nil
 }
 
 // detach returns a deep copy of m, the spec of a typed object just
@@ -641,25 +710,14 @@ func (c *cluster) share(spec proto.Message) {
 // by an IstioWatch's informers into its Object; ok is false for anything
 // else (including cache tombstones).
 func Convert(obj any, cluster string) (o Object, ok bool) {
-	var spec proto.Message
-	var meta metav1.ObjectMeta
-	switch t := obj.(type) {
-	case *cached:
+	if t, ok := obj.(*cached); ok {
 		return t.object(), true
-	case *networkingv1.VirtualService:
-		o.Kind, meta, spec = KindVirtualService, t.ObjectMeta, &t.Spec
-	case *networkingv1.DestinationRule:
-		o.Kind, meta, spec = KindDestinationRule, t.ObjectMeta, &t.Spec
-	case *networkingv1.ServiceEntry:
-		o.Kind, meta, spec = KindServiceEntry, t.ObjectMeta, &t.Spec
-	case *networkingv1.WorkloadEntry:
-		o.Kind, meta, spec = KindWorkloadEntry, t.ObjectMeta, &t.Spec
-	case *networkingv1.Sidecar:
-		o.Kind, meta, spec = KindSidecar, t.ObjectMeta, &t.Spec
-	default:
+	}
+	kind, meta, spec := typed(obj)
+	if kind == "" {
 		return o, false
 	}
-	o.Namespace, o.Name = meta.Namespace, meta.Name
+	o.Kind, o.Namespace, o.Name = kind, meta.Namespace, meta.Name
 	o.Source = fmt.Sprintf("%s/%s (%s)", meta.Namespace, meta.Name, cluster)
 	o.Created = meta.CreationTimestamp.Time
 	o.ResourceVersion = meta.ResourceVersion

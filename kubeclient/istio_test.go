@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 	apinetworking "istio.io/api/networking/v1alpha3"
@@ -357,4 +358,54 @@ func (s transformed) Delete(obj any) error {
 		return err
 	}
 	return s.Store.Delete(o)
+}
+
+// TestTransformHoldsNoDecodedString: a cached record's namespace, name,
+// source and resourceVersion are one new string, none of the typed
+// object's, and a VirtualService's destination hosts equal to one of its
+// hosts are that host's string; the values are unchanged.
+func TestTransformHoldsNoDecodedString(t *testing.T) {
+	t.Parallel()
+	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
+	tr := w.clusters[0].transform(cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc))
+	host := "orders.shop.svc.cluster.local"
+	in := &networkingv1.VirtualService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", ResourceVersion: "42"},
+		Spec: apinetworking.VirtualService{Hosts: []string{strings.Clone(host)},
+			Http: []*apinetworking.HTTPRoute{{Route: []*apinetworking.HTTPRouteDestination{
+				{Destination: &apinetworking.Destination{Host: strings.Clone(host), Subset: "v1"}},
+				{Destination: &apinetworking.Destination{Host: "other.shop.svc.cluster.local"}},
+			}}},
+			Tcp: []*apinetworking.TCPRoute{{Route: []*apinetworking.RouteDestination{{Destination: &apinetworking.Destination{Host: strings.Clone(host)}}}}}},
+	}
+	want := proto.Clone(&in.Spec)
+	out, err := tr(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := out.(*cached)
+	got := rec.object()
+	if got.Namespace != "shop" || got.Name != "orders" || got.Source != "shop/orders (east)" || got.ResourceVersion != "42" {
+		t.Fatalf("got %q %q %q %q", got.Namespace, got.Name, got.Source, got.ResourceVersion)
+	}
+	data := func(s string) *byte { return unsafe.StringData(s) }
+	if data(got.Namespace) != data(got.Source) || data(got.Name) != (*byte)(unsafe.Add(unsafe.Pointer(data(got.Source)), len("shop/"))) ||
+		data(got.ResourceVersion) != (*byte)(unsafe.Add(unsafe.Pointer(data(got.Source)), len(got.Source))) {
+		t.Error("namespace, name, source and resourceVersion are not one string")
+	}
+	for _, s := range []string{in.Namespace, in.Name, in.ResourceVersion} {
+		for _, k := range []string{got.Namespace, got.Name, got.ResourceVersion} {
+			if data(s) == data(k) {
+				t.Errorf("%q is the typed object's string", k)
+			}
+		}
+	}
+	if !proto.Equal(got.Spec, want) {
+		t.Fatalf("spec = %v, want %v", got.Spec, want)
+	}
+	vs := got.Spec.(*apinetworking.VirtualService)
+	h := data(vs.Hosts[0])
+	if data(vs.Http[0].Route[0].Destination.Host) != h || data(vs.Tcp[0].Route[0].Destination.Host) != h {
+		t.Error("destination hosts equal to the host are not its string")
+	}
 }
