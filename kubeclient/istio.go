@@ -486,6 +486,9 @@ func (c *cluster) watch(ctx context.Context, cs versioned.Interface, namespaces 
 		}
 	}
 	for _, inf := range infs {
+		if err := inf.SetKeyFunc(cachedKey); err != nil {
+			panic(err) // only after Run: a bug here
+		}
 		if err := inf.SetTransform(c.transform(inf.GetStore())); err != nil {
 			panic(err) // only after Run: a bug here
 		}
@@ -550,6 +553,17 @@ func (o *cached) object() Object {
 	spec, _ := o.c.Spec.(proto.Message)
 	return Object{Kind: o.c.Kind, Namespace: o.c.Namespace, Name: o.c.Name, Source: o.c.Source, Created: o.c.Created,
 		ResourceVersion: o.resourceVersion, Spec: spec, Config: &o.c}
+}
+
+// cachedKey is the informers' key function: the key of a cached object
+// ("namespace/name", Istio's kinds are namespaced) is the start of its
+// source (metaStrings), so the cache holds no key string of its own;
+// anything else is keyed by cache.DeletionHandlingMetaNamespaceKeyFunc.
+func cachedKey(obj any) (string, error) {
+	if o, ok := obj.(*cached); ok && o.c.Namespace != "" {
+		return o.c.Source[:len(o.c.Namespace)+1+len(o.c.Name)], nil
+	}
+	return cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 }
 
 // GetObjectMeta implements metav1.ObjectMetaAccessor: a copy of the

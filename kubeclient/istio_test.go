@@ -362,7 +362,8 @@ func (s transformed) Delete(obj any) error {
 
 // TestTransformHoldsNoDecodedString: a cached record's namespace, name,
 // source and resourceVersion are one new string, none of the typed
-// object's, and a VirtualService's destination hosts equal to one of its
+// object's, its cache key is the start of that string, and a
+// VirtualService's destination hosts equal to one of its
 // hosts are that host's string; the values are unchanged.
 func TestTransformHoldsNoDecodedString(t *testing.T) {
 	t.Parallel()
@@ -392,6 +393,14 @@ func TestTransformHoldsNoDecodedString(t *testing.T) {
 	if data(got.Namespace) != data(got.Source) || data(got.Name) != (*byte)(unsafe.Add(unsafe.Pointer(data(got.Source)), len("shop/"))) ||
 		data(got.ResourceVersion) != (*byte)(unsafe.Add(unsafe.Pointer(data(got.Source)), len(got.Source))) {
 		t.Error("namespace, name, source and resourceVersion are not one string")
+	}
+	key, err := cachedKey(rec)
+	if want, _ := cache.MetaNamespaceKeyFunc(rec); err != nil || key != want || data(key) != data(got.Source) {
+		t.Errorf("cachedKey = %q, %v; want %q, the start of the source", key, err, want)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "shop/orders", Obj: rec}
+	if k, err := cachedKey(tomb); err != nil || k != "shop/orders" {
+		t.Errorf("cachedKey of a tombstone = %q, %v", k, err)
 	}
 	for _, s := range []string{in.Namespace, in.Name, in.ResourceVersion} {
 		for _, k := range []string{got.Namespace, got.Name, got.ResourceVersion} {
