@@ -62,9 +62,9 @@ func NewInformer(name string, lw cache.ListerWatcher, obj runtime.Object, indexe
 		indexers = cache.Indexers{}
 	}
 	return &Informer{
-		name:    name,
-		lw:      lw,
-		obj:     obj,
+		name:     name,
+		lw:       lw,
+		obj:      obj,
 		indexer:  cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
 		indexers: indexers,
 	}
