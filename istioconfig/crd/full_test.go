@@ -14,7 +14,6 @@ import (
 
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/kubeclient"
-	"github.com/meshfed/meshfed/test/servers"
 )
 
 // fullFeed is a plain istioconfig.Feed of one cluster that lists the
@@ -76,11 +75,7 @@ func (f fullFeed) Parts() []istioconfig.FeedPart {
 // /debug/configz.
 func TestRealPublishedAsFromFullObjects(t *testing.T) {
 	t.Parallel()
-	api := servers.StartKubeClusters(t, 1).Servers[0]
-	api.InstallIstioCRDs(t)
-	api.EnsureNamespace(t, "shop")
-	api.EnsureNamespace(t, "pay")
-	ic := istioClient(t, api)
+	api, ic := istioServer(t, "shop", "pay")
 	ctx := context.Background()
 	meta := func(ns, name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name, "app.kubernetes.io/managed-by": "Helm"},
