@@ -577,8 +577,9 @@ func (o *cached) GetObjectMeta() metav1.Object {
 // transform returns the informers' transform of the cluster, for the
 // informer whose cache is store: a typed object becomes its conversion
 // (cached), or, when store holds the same object at the same
-// resourceVersion (a relist), the cached one. Anything else is returned
-// as it is (a cached object again: the transform is idempotent).
+// resourceVersion (a relist), the cached one; either way the typed
+// object is zeroed (clearTyped). Anything else is returned as it is (a
+// cached object again: the transform is idempotent).
 func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		if _, ok := obj.(*cached); ok {
@@ -587,6 +588,7 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 		if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
 			if held, ok, _ := store.GetByKey(cache.MetaObjectToName(m).String()); ok {
 				if h, ok := held.(*cached); ok && h.resourceVersion == m.GetResourceVersion() && h.c.Kind == kindOf(obj) {
+					clearTyped(obj)
 					return h, nil
 				}
 			}
@@ -603,6 +605,7 @@ func (c *cluster) transform(store cache.Store) cache.TransformFunc {
 		}
 		r := &cached{c: model.ConfigObject{Kind: kind, Created: meta.CreationTimestamp.Time, Spec: spec}}
 		r.c.Namespace, r.c.Name, r.c.Source, r.resourceVersion = metaStrings(meta.Namespace, meta.Name, c.Name, meta.ResourceVersion)
+		clearTyped(obj)
 		return r, nil
 	}
 }
@@ -664,6 +667,29 @@ func shareHosts(spec proto.Message) {
 		for _, d := range r.Route {
 			same(d.GetDestination())
 		}
+	}
+}
+
+// clearTyped zeroes a typed object the transform has converted (as
+// client-go's transforms may modify what they are given): what was
+// decoded into it is garbage at once, although the list that holds it
+// stays alive until its last object is converted, so the collections
+// during a list's conversion free the decode of the objects converted so
+// far and their conversions fill those holes. Measured: heap
+// fragmentation at 5,000 VirtualServices 290 B per object instead of
+// 365–660 (bench/analysis.md).
+func clearTyped(obj any) {
+	switch t := obj.(type) {
+	case *networkingv1.VirtualService:
+		*t = networkingv1.VirtualService{}
+	case *networkingv1.DestinationRule:
+		*t = networkingv1.DestinationRule{}
+	case *networkingv1.ServiceEntry:
+		*t = networkingv1.ServiceEntry{}
+	case *networkingv1.WorkloadEntry:
+		*t = networkingv1.WorkloadEntry{}
+	case *networkingv1.Sidecar:
+		*t = networkingv1.Sidecar{}
 	}
 }
 

@@ -131,7 +131,7 @@ func TestTransformKeepsWhatConvertReads(t *testing.T) {
 		}
 	}
 	in := se("7")
-	want := proto.Clone(&in.Spec)
+	want, created := proto.Clone(&in.Spec), in.CreationTimestamp.Time
 	out, err := tr(in)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestTransformKeepsWhatConvertReads(t *testing.T) {
 		t.Errorf("Config = %+v, want the cached record, as Object without a hash", got.Config)
 	}
 	if got.Kind != KindServiceEntry || got.Namespace != "shop" || got.Name != "pay" || got.Source != "shop/pay (east)" ||
-		got.ResourceVersion != "7" || !got.Created.Equal(in.CreationTimestamp.Time) {
+		got.ResourceVersion != "7" || !got.Created.Equal(created) {
 		t.Errorf("cached %+v", got)
 	}
 	if !proto.Equal(got.Spec, want) {
@@ -154,6 +154,9 @@ func TestTransformKeepsWhatConvertReads(t *testing.T) {
 	}
 	if got.Spec == proto.Message(&in.Spec) {
 		t.Error("cached spec is the typed object's: the typed object stays alive")
+	}
+	if in.Name != "" || in.Spec.Hosts != nil || in.Labels != nil {
+		t.Errorf("typed object after the transform: %+v, want it zeroed", in)
 	}
 	eps := got.Spec.(*apinetworking.ServiceEntry).GetEndpoints()
 	if fmt.Sprintf("%p", eps[0].GetLabels()) != fmt.Sprintf("%p", eps[1].GetLabels()) {
@@ -175,8 +178,9 @@ func TestTransformKeepsWhatConvertReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := w.Conversions()
-	if relisted, _ := tr(se("7")); relisted != rec || w.Conversions() != n {
-		t.Error("a relist of an unchanged resourceVersion converted the object again")
+	again := se("7")
+	if relisted, _ := tr(again); relisted != rec || w.Conversions() != n || again.Name != "" {
+		t.Error("a relist of an unchanged resourceVersion converted the object again, or kept the typed one")
 	}
 	if updated, _ := tr(se("8")); updated == rec || w.Conversions() != n+1 {
 		t.Error("a new resourceVersion was not converted")
@@ -380,6 +384,7 @@ func TestTransformHoldsNoDecodedString(t *testing.T) {
 			Tcp: []*apinetworking.TCPRoute{{Route: []*apinetworking.RouteDestination{{Destination: &apinetworking.Destination{Host: strings.Clone(host)}}}}}},
 	}
 	want := proto.Clone(&in.Spec)
+	decoded := []string{in.Namespace, in.Name, in.ResourceVersion}
 	out, err := tr(in)
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +407,7 @@ func TestTransformHoldsNoDecodedString(t *testing.T) {
 	if k, err := cachedKey(tomb); err != nil || k != "shop/orders" {
 		t.Errorf("cachedKey of a tombstone = %q, %v", k, err)
 	}
-	for _, s := range []string{in.Namespace, in.Name, in.ResourceVersion} {
+	for _, s := range decoded {
 		for _, k := range []string{got.Namespace, got.Name, got.ResourceVersion} {
 			if data(s) == data(k) {
 				t.Errorf("%q is the typed object's string", k)
