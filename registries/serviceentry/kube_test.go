@@ -3,6 +3,7 @@ package serviceentry
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -214,5 +215,87 @@ func TestKeyedDropsGoneObjects(t *testing.T) {
 	if len(s.k.recs) != 0 || len(s.k.claims) != 0 || len(s.k.files) != 0 || len(s.k.workloads) != 0 {
 		t.Errorf("after deleting everything keyed holds %d records, %d claimed hosts, %d files, %d namespaces of workloads",
 			len(s.k.recs), len(s.k.claims), len(s.k.files), len(s.k.workloads))
+	}
+}
+
+// TestKubeOrderIsClusterKindNamespaceName: cluster objects are ordered as
+// (cluster, kind, namespace, name), which decides which ServiceEntry
+// serves a host: the same order as the path "cluster\x00kind\x00
+// namespace\x00name" they were once declared at, whatever the names'
+// dashes and dots (which sort below '/').
+func TestKubeOrderIsClusterKindNamespaceName(t *testing.T) {
+	t.Parallel()
+	path := func(at order) string {
+		return fmt.Sprintf("%04d\x00%s", at.idx, strings.ReplaceAll(at.path, "/", "\x00"))
+	}
+	parts := []string{"a", "a-b", "a.b", "ab", "a0", "b", "a-", "z.a-0"}
+	var ats []order
+	for cl := range 2 {
+		for _, kind := range []string{KindServiceEntry, KindWorkloadEntry} {
+			for _, ns := range parts {
+				for _, name := range parts {
+					ats = append(ats, order{kubeKey(kind, ns, name), cl})
+				}
+			}
+		}
+	}
+	k := &keyed{kube: true}
+	for _, a := range ats {
+		for _, b := range ats {
+			if got, want := k.compare(a, b), strings.Compare(path(a), path(b)); got != want {
+				t.Fatalf("compare(%q, %q) = %d, want %d", path(a), path(b), got, want)
+			}
+		}
+	}
+	// Two ServiceEntries claiming one host in namespaces "a" and "a-b":
+	// "a" comes first ("a/" sorts after "a-b/" as a string).
+	se := func(ns string) kubeclient.Object {
+		return kubeclient.Object{Kind: KindServiceEntry, Namespace: ns, Name: "pay", Source: ns + "/pay (east)",
+			Spec: &apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+				Resolution: apinetworking.ServiceEntry_STATIC, Endpoints: []*apinetworking.WorkloadEntry{{Address: "10.0.0." + strconv.Itoa(len(ns))}}}}
+	}
+	s, pub := newKubeTest(1, nil)
+	svcs, rej := kubeState(t, s, pub, []kubeclient.Delta{{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{se("a-b"), se("a")}}}})
+	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(got, []string{"10.0.0.1"}) || len(rej) != 1 || !strings.Contains(reasons(rej), "a-b/pay (east)") {
+		t.Errorf("pay at %v (want namespace a's, 10.0.0.1), rejected:\n%s", got, reasons(rej))
+	}
+}
+
+// TestKubeRelistAndClusters: a full relist that lacks an object removes
+// it; an object equal to an earlier cluster's is served once and takes
+// over when the earlier one goes; once every cluster's objects are gone,
+// keyed holds nothing of them.
+func TestKubeRelistAndClusters(t *testing.T) {
+	t.Parallel()
+	s, pub := newKubeTest(2, nil)
+	se := kubeclient.Object{Kind: KindServiceEntry, Namespace: "shop", Name: "pay", Source: "shop/pay (east)",
+		Spec: &apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+			WorkloadSelector: &apinetworking.WorkloadSelector{Labels: map[string]string{"app": "pay"}}}}
+	svcs, rej := kubeState(t, s, pub, []kubeclient.Delta{
+		{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{se, feedWE("east", "vm-1", "10.0.0.1"), feedWE("east", "vm-2", "10.0.0.2")}}},
+		{Full: true, Part: kubeclient.Part{Name: "west", Synced: true, Objects: []kubeclient.Object{feedWE("west", "vm-2", "10.0.0.2")}}},
+	})
+	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) || len(rej) != 0 {
+		t.Fatalf("endpoints %v, want vm-1 and vm-2 once; rejected:\n%s", got, reasons(rej))
+	}
+	// east relists without its WorkloadEntries: vm-1 is gone, west's vm-2
+	// is served.
+	svcs, rej = kubeState(t, s, pub, []kubeclient.Delta{
+		{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{se}}},
+		{Part: kubeclient.Part{Name: "west", Synced: true}},
+	})
+	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(got, []string{"10.0.0.2"}) || len(rej) != 0 || held(s, 0) != 1 || held(s, 1) != 1 {
+		t.Fatalf("after east's relist: endpoints %v (want west's vm-2), %d and %d held; rejected:\n%s", got, held(s, 0), held(s, 1), reasons(rej))
+	}
+	svcs, rej = kubeState(t, s, pub, []kubeclient.Delta{
+		{Full: true, Part: kubeclient.Part{Name: "east", Synced: true}},
+		{Part: kubeclient.Part{Name: "west", Synced: true}, Deleted: []kubeclient.ObjectKey{{Kind: KindWorkloadEntry, Namespace: "shop", Name: "vm-2"}}},
+	})
+	if len(svcs) != 0 || len(rej) != 0 {
+		t.Errorf("after deleting everything: %d services, rejected:\n%s", len(svcs), reasons(rej))
+	}
+	if len(s.k.recs) != 0 || len(s.k.claims) != 0 || len(s.k.files) != 0 || len(s.k.workloads) != 0 || len(s.k.selectors["shop"]) != 0 {
+		t.Errorf("after deleting everything keyed holds %d records, %d claimed hosts, %d files, %d namespaces of workloads, %d selectors",
+			len(s.k.recs), len(s.k.claims), len(s.k.files), len(s.k.workloads), len(s.k.selectors["shop"]))
 	}
 }
