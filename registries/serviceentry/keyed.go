@@ -141,10 +141,18 @@ type forced struct {
 // while its bytes and lines are).
 func (f forced) same(g forced) bool { return f.at == g.at && sameDecode(*f.obj, *g.obj) }
 
-// contrib is an object's share of the objects gauge.
-type contrib struct {
-	kind    string
-	in, rej int32
+// contrib is an object's share of the objects gauge, of its key's kind
+// (keyKind).
+type contrib struct{ in, rej int32 }
+
+// keyKind is the kind of the objects of key (objKey): "" for what is not
+// an object.
+func keyKind(key string) string {
+	kind, _, _ := strings.Cut(key, "/")
+	if strings.HasPrefix(key, "?") {
+		return ""
+	}
+	return kind
 }
 
 // claimant is host i of a ServiceEntry in force: rec's, whose inForce
@@ -336,7 +344,6 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 	c := contrib{}
 	if len(ds) > 0 {
 		first := ds[0]
-		c.kind = first.obj.Kind
 		o := *first.obj
 		subject := func(o Object) string {
 			if o.Kind == "" {
@@ -373,11 +380,9 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 	if next != nil {
 		c.in = 1
 	}
-	old := r.count
-	k.nIn[old.kind] -= int(old.in)
-	k.nRej[old.kind] -= int(old.rej)
-	k.nIn[c.kind] += int(c.in)
-	k.nRej[c.kind] += int(c.rej)
+	old, kind := r.count, keyKind(key)
+	k.nIn[kind] += int(c.in - old.in)
+	k.nRej[kind] += int(c.rej - old.rej)
 	r.count = c
 	pub.Set("obj:"+key, registries.Converted{Rejected: rejected})
 
