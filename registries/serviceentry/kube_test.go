@@ -2,12 +2,16 @@ package serviceentry
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	apinetworking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/kubeclient"
@@ -297,5 +301,120 @@ func TestKubeRelistAndClusters(t *testing.T) {
 	if len(s.k.recs) != 0 || len(s.k.claims) != 0 || len(s.k.files) != 0 || len(s.k.workloads) != 0 || len(s.k.selectors["shop"]) != 0 {
 		t.Errorf("after deleting everything keyed holds %d records, %d claimed hosts, %d files, %d namespaces of workloads, %d selectors",
 			len(s.k.recs), len(s.k.claims), len(s.k.files), len(s.k.workloads), len(s.k.selectors["shop"]))
+	}
+}
+
+// TestKubeObjectsMatchFullMerge: after every step of random events in
+// three clusters (adds and updates, resyncs of an unchanged object,
+// deletes, full relists; objects often equal to another cluster's), what
+// kubeObjects publishes is the full merge (merger) of the clusters'
+// objects in order — clusters in configured order, each by kind,
+// namespace and name — where an object equal to an earlier cluster's is
+// the same object.
+func TestKubeObjectsMatchFullMerge(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			kubeMatchesFullMerge(t, rand.New(rand.NewPCG(22, seed)))
+		})
+	}
+}
+
+func kubeMatchesFullMerge(t *testing.T, rnd *rand.Rand) {
+	const clusters = 3
+	names := []string{"east", "west", "north"}
+	// spec returns a new message for variant v of kind (equal variants
+	// are equal messages, never the same pointer).
+	spec := func(kind string, v int) proto.Message {
+		if kind == KindWorkloadEntry {
+			addr := fmt.Sprintf("10.1.0.%d", v%4+1)
+			if v%5 == 4 {
+				addr = "unix:///x" // invalid
+			}
+			return &apinetworking.WorkloadEntry{Address: addr, Labels: map[string]string{"app": fmt.Sprintf("x%d", v%2)}}
+		}
+		if v%4 == 3 {
+			return &apinetworking.ServiceEntry{Hosts: []string{fmt.Sprintf("h%d.ext.example", v%3)}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+				Resolution: apinetworking.ServiceEntry_STATIC, WorkloadSelector: &apinetworking.WorkloadSelector{Labels: map[string]string{"app": fmt.Sprintf("x%d", v%2)}}}
+		}
+		port := []uint32{80, 81, 0}[v%3] // 0: invalid
+		return &apinetworking.ServiceEntry{Hosts: []string{fmt.Sprintf("h%d.ext.example", v%4), fmt.Sprintf("h%d.ext.example", v%3)},
+			Ports:      []*apinetworking.ServicePort{{Name: "http", Number: port, Protocol: "HTTP"}},
+			Resolution: apinetworking.ServiceEntry_STATIC, Endpoints: []*apinetworking.WorkloadEntry{{Address: fmt.Sprintf("10.0.0.%d", v%5+1)}}}
+	}
+	held := make([]map[kubeclient.ObjectKey]kubeclient.Object, clusters) // what each cluster holds
+	for i := range held {
+		held[i] = map[kubeclient.ObjectKey]kubeclient.Object{}
+	}
+	s, pub := newKubeTest(clusters, nil)
+	full := &merger{common: common, lastGood: map[string]Object{}}
+	listAll := func(i int) []kubeclient.Object { return slices.Collect(maps.Values(held[i])) }
+	for step := range 300 {
+		deltas := make([]kubeclient.Delta, clusters)
+		for i := range deltas {
+			deltas[i].Part = kubeclient.Part{Name: names[i], Synced: true}
+		}
+		i := rnd.IntN(clusters)
+		key := kubeclient.ObjectKey{Kind: []string{KindServiceEntry, KindWorkloadEntry}[rnd.IntN(2)], Namespace: []string{"a", "a-b"}[rnd.IntN(2)], Name: fmt.Sprintf("o%d", rnd.IntN(3))}
+		switch op := rnd.IntN(10); {
+		case step == 0:
+			for i := range deltas {
+				deltas[i].Full = true
+			}
+		case op < 5: // added or updated
+			o := kubeclient.Object{Kind: key.Kind, Namespace: key.Namespace, Name: key.Name,
+				Source: key.Namespace + "/" + key.Name + " (" + names[i] + ")", Spec: spec(key.Kind, rnd.IntN(10))}
+			held[i][key] = o
+			deltas[i].Objects = []kubeclient.Object{o}
+		case op < 6: // resynced: the same object again
+			if o, ok := held[i][key]; ok {
+				deltas[i].Objects = []kubeclient.Object{o}
+			}
+		case op < 9:
+			delete(held[i], key)
+			deltas[i].Deleted = []kubeclient.ObjectKey{key}
+		default: // relisted, after losing an object while the watch was down
+			delete(held[i], key)
+			deltas[i].Full = true
+		}
+		for i := range deltas {
+			if deltas[i].Full {
+				deltas[i].Objects = listAll(i)
+			}
+		}
+		got, gotRej := kubeState(t, s, pub, deltas)
+
+		var all []Object
+		for i := range clusters {
+			for _, k := range slices.SortedFunc(maps.Keys(held[i]), func(a, b kubeclient.ObjectKey) int {
+				return strings.Compare(a.Kind+"\x00"+a.Namespace+"\x00"+a.Name, b.Kind+"\x00"+b.Namespace+"\x00"+b.Name)
+			}) {
+				f := held[i][k]
+				var first proto.Message
+				for j := range i {
+					if o, ok := held[j][k]; ok {
+						first = o.Spec
+						break
+					}
+				}
+				if first != nil && proto.Equal(first, f.Spec) {
+					continue // the same object as an earlier cluster's
+				}
+				o := Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
+				check(&o)
+				all = append(all, o)
+			}
+		}
+		want, wantRej := full.mergeObjects(all)
+		if diff := registrytest.DiffServices(registrytest.Published(common, want), got); diff != "" {
+			t.Fatalf("step %d: services differ from the full merge:\n%s", step, diff)
+		}
+		if diff := cmp.Diff(rejectionSet(wantRej), rejectionSet(gotRej)); diff != "" {
+			t.Fatalf("step %d: rejections differ from the full merge (-full +kube):\n%s", step, diff)
+		}
+	}
+	if len(s.k.files) != 0 {
+		t.Errorf("%d files held for cluster objects", len(s.k.files))
 	}
 }
