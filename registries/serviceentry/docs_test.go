@@ -159,10 +159,15 @@ func TestParseDocsErrors(t *testing.T) {
 // every file gives with the same history (mergeObjects).
 func TestKeyedMatchesFullMerge(t *testing.T) {
 	t.Parallel()
+	seeded(t, keyedMatchesFullMerge)
+}
+
+// seeded runs f in parallel subtests, one per seed of four.
+func seeded(t *testing.T, f func(*testing.T, *rand.Rand)) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			keyedMatchesFullMerge(t, rand.New(rand.NewPCG(22, seed)))
+			f(t, rand.New(rand.NewPCG(22, seed)))
 		})
 	}
 }

@@ -313,12 +313,7 @@ func TestKubeRelistAndClusters(t *testing.T) {
 // the same object.
 func TestKubeObjectsMatchFullMerge(t *testing.T) {
 	t.Parallel()
-	for seed := range uint64(4) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			kubeMatchesFullMerge(t, rand.New(rand.NewPCG(22, seed)))
-		})
-	}
+	seeded(t, kubeMatchesFullMerge)
 }
 
 func kubeMatchesFullMerge(t *testing.T, rnd *rand.Rand) {
