@@ -389,6 +389,9 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 	prev := r.inForce
 	had := prev.obj != nil
 	if had && next != nil && prev.same(*next) {
+		if prev.obj != next.obj {
+			k.rebind(r, *next)
+		}
 		return
 	}
 	if had {
@@ -421,6 +424,22 @@ func repeats(ds []decl, first, i int) bool {
 	}
 	a, b := ds[first].obj.Spec, ds[i].obj.Spec
 	return a == b || proto.Equal(a, b)
+}
+
+// rebind points r's version in force, and its place among the
+// workloads, at next, the same decode as the one in force (forced.same)
+// declared anew: a file's other documents changed, so it was parsed into
+// a new slice. Nothing is converted again, but the superseded slice is
+// no longer held by the objects it shares with the new one.
+func (k *keyed) rebind(r *record, next forced) {
+	prev := r.inForce
+	r.inForce = next
+	if _, ok := prev.obj.Spec.(*networking.WorkloadEntry); ok {
+		ws := k.workloads[prev.obj.Namespace]
+		if j, ok := slices.BinarySearchFunc(ws, prev.at, func(w forced, at order) int { return k.compare(w.at, at) }); ok && ws[j].obj == prev.obj {
+			ws[j] = next
+		}
+	}
 }
 
 // withdraw takes the object in force f out of the host claims, the
