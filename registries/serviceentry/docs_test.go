@@ -159,10 +159,15 @@ func TestParseDocsErrors(t *testing.T) {
 // every file gives with the same history (mergeObjects).
 func TestKeyedMatchesFullMerge(t *testing.T) {
 	t.Parallel()
+	seeded(t, keyedMatchesFullMerge)
+}
+
+// seeded runs f in parallel subtests, one per seed of four.
+func seeded(t *testing.T, f func(*testing.T, *rand.Rand)) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			keyedMatchesFullMerge(t, rand.New(rand.NewPCG(22, seed)))
+			f(t, rand.New(rand.NewPCG(22, seed)))
 		})
 	}
 }
@@ -277,6 +282,91 @@ func TestLabelSetsShared(t *testing.T) {
 	for i := range want {
 		if !proto.Equal(want[i].Spec, objs[i].Spec) {
 			t.Fatalf("object %d differs from the full parse: %v, want %v", i, objs[i].Spec, want[i].Spec)
+		}
+	}
+}
+
+// TestKeyedHoldsCurrentParse: after edits of some documents of a file
+// (one that moves the lines of the documents below it), the objects in
+// force and the WorkloadEntries point into the file's current parse, not
+// into a superseded one, which would then stay held (a whole file's
+// objects per edited object); what is published is the same as a fresh
+// read of the file.
+func TestKeyedHoldsCurrentParse(t *testing.T) {
+	t.Parallel()
+	doc := func(i, addr int, comment bool) string {
+		c := ""
+		if comment {
+			c = "# moved\n"
+		}
+		if i%2 == 1 {
+			return fmt.Sprintf("%sapiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm-%d, namespace: shop}\nspec: {address: 10.1.0.%d, labels: {app: pay}}\n", c, i, addr)
+		}
+		return fmt.Sprintf("%sapiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se-%d, namespace: shop}\nspec:\n  hosts: [se-%d.ext.example]\n  ports: [{name: http, number: 80, protocol: HTTP}]\n  resolution: STATIC\n  workloadSelector: {labels: {app: pay}}\n", c, i, i)
+	}
+	addrs := []int{1, 1, 1, 1, 1, 1}
+	comments := make([]bool, len(addrs))
+	file := func() string {
+		var docs []string
+		for i, a := range addrs {
+			docs = append(docs, doc(i, a, comments[i]))
+		}
+		return strings.Join(docs, "---\n")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f.yaml")
+	write(t, path, file())
+	r, c := newDirRegistry(t, dir)
+	k := newKeyed(r)
+	w := r.fileWatch()
+	w.Parse, w.Publish = func(p string, data []byte) ([]Object, error) {
+		if k.caches[p] == nil {
+			k.caches[p] = &docCache{}
+		}
+		return parseDocs(p, data, k.caches[p], &r.work)
+	}, k.publish
+	sink := registrytest.NewSink()
+	loop, err := w.NewLoop(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Close()
+	for step, edit := range []func(){
+		func() { addrs[1]++ },
+		func() { addrs[3]++ },
+		func() { comments[0] = true }, // every document below moves a line
+		func() { addrs[5]++ },
+	} {
+		edit()
+		write(t, path, file())
+		loop.Reload(true)
+		cur := k.files[path]
+		current := func(o *Object) bool {
+			for i := range cur {
+				if o == &cur[i] {
+					return true
+				}
+			}
+			return false
+		}
+		for key, rec := range k.recs {
+			if rec.inForce.obj != nil && !current(rec.inForce.obj) {
+				t.Errorf("step %d: %s: the version in force is held from a superseded parse", step, key)
+			}
+		}
+		for _, wl := range k.workloads["shop"] {
+			if !current(wl.obj) {
+				t.Errorf("step %d: WorkloadEntry %s is held from a superseded parse", step, wl.obj.Name)
+			}
+		}
+		objs, err := Parse(path, []byte(file()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := (&merger{common: c, lastGood: map[string]Object{}}).mergeObjects(objs)
+		got, _, _ := sink.Last(c.Shard())
+		if diff := registrytest.DiffServices(registrytest.Published(c, want), got); diff != "" {
+			t.Errorf("step %d: services differ from a fresh read:\n%s", step, diff)
 		}
 	}
 }

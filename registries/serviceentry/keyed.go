@@ -26,11 +26,17 @@ import (
 // ServiceEntries whose object, host outcomes or (with a workloadSelector)
 // namespace's WorkloadEntries changed are converted and compared. Used
 // from the Run's goroutine only.
+//
+// Objects read from clusters (kube: runKube's kubeObjects) are declared
+// with place, not set: each at order{key, cluster}, in its record only
+// (no files entry, no path string), and a later cluster's object equal
+// to the first cluster's is one object (not rejected).
 type keyed struct {
 	r      *Registry
+	kube   bool                 // objects from clusters (place), not files (set)
 	caches map[string]*docCache // by path
 
-	files map[string][]Object // by path: the objects last resolved
+	files map[string][]Object // by path: the objects last resolved (files only)
 	recs  map[string]*record  // by object key: its declarations, version in force, share and conversion
 	nIn   map[string]int      // objects in force by kind
 	nRej  map[string]int      // objects rejected by kind
@@ -80,14 +86,39 @@ func (k *keyed) drop(r *record) {
 }
 
 // order is where a declaration is: files in path order, documents in
-// file order.
+// file order. For objects from clusters (keyed.kube) path is the object
+// key and idx the cluster: clusters in configured order, each cluster's
+// objects by kind, namespace and name.
 type order struct {
 	path string
 	idx  int
 }
 
-func (a order) compare(b order) int {
+// compare orders declarations (see order).
+func (k *keyed) compare(a, b order) int {
+	if k.kube {
+		return cmp.Or(cmp.Compare(a.idx, b.idx), compareKeys(a.path, b.path))
+	}
 	return cmp.Or(strings.Compare(a.path, b.path), cmp.Compare(a.idx, b.idx))
+}
+
+// compareKeys compares two object keys ("kind/namespace/name") as
+// (kind, namespace, name): as strings with '/' below every other byte
+// (Kubernetes names never hold '/').
+func compareKeys(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		x, y := a[i], b[i]
+		if x == '/' {
+			x = 0
+		}
+		if y == '/' {
+			y = 0
+		}
+		if x != y {
+			return cmp.Compare(x, y)
+		}
+	}
+	return cmp.Compare(len(a), len(b))
 }
 
 // decl is one declaration of an object: obj points into the files slice
@@ -110,16 +141,24 @@ type forced struct {
 // while its bytes and lines are).
 func (f forced) same(g forced) bool { return f.at == g.at && sameDecode(*f.obj, *g.obj) }
 
-// contrib is an object's share of the objects gauge.
-type contrib struct {
-	kind    string
-	in, rej int32
+// contrib is an object's share of the objects gauge, of its key's kind
+// (keyKind).
+type contrib struct{ in, rej int32 }
+
+// keyKind is the kind of the objects of key (objKey): "" for what is not
+// an object.
+func keyKind(key string) string {
+	kind, _, _ := strings.Cut(key, "/")
+	if strings.HasPrefix(key, "?") {
+		return ""
+	}
+	return kind
 }
 
-// claimant is host i of a ServiceEntry in force: rec's (whose inForce
-// it is while it claims).
+// claimant is host i of a ServiceEntry in force: rec's, whose inForce
+// it is while it claims, so that its place is rec.inForce.at (16 B: most
+// hosts have one claimant, one per ServiceEntry).
 type claimant struct {
-	at  order
 	i   int
 	rec *record
 }
@@ -190,8 +229,8 @@ func (k *keyed) publish(files []filewatch.File[[]Object], pub *registries.Publis
 	k.apply(touched, pub)
 }
 
-// set makes objs the objects declared at path (a file, or one cluster
-// object: kubeObjects), in order, and marks the object keys it touched.
+// set makes objs the objects declared at path (a file), in order, and
+// marks the object keys it touched.
 // Objects identical to those already there (sameIdentity) touch nothing.
 func (k *keyed) set(path string, objs []Object, touched map[string]bool) {
 	old := k.files[path]
@@ -233,9 +272,45 @@ func (k *keyed) apply(touched map[string]bool, pub *registries.Publisher[string]
 	setObjects(k.r.common.Name, k.nIn, k.nRej)
 }
 
+// place makes o (nil: none) the object that cluster declares under key,
+// and marks key touched unless it is the object declared there already
+// (sameDecode). Objects of clusters are held by their records alone:
+// declared returns them.
+func (k *keyed) place(key string, cluster int, o *Object, touched map[string]bool) {
+	old := k.declared(key, cluster)
+	if old == o || (old != nil && o != nil && sameDecode(*old, *o) && old.Source == o.Source) {
+		return
+	}
+	if old != nil {
+		k.undeclare(key, order{key, cluster})
+	}
+	if o != nil {
+		r := k.rec(key)
+		k.declare(key, decl{order{r.key, cluster}, o})
+	}
+	touched[key] = true
+}
+
+// declared is the object cluster declares under key (place), or nil.
+func (k *keyed) declared(key string, cluster int) *Object {
+	r := k.recs[key]
+	if r == nil {
+		return nil
+	}
+	if i, ok := k.search(r.decls, order{key, cluster}); ok {
+		return r.decls[i].obj
+	}
+	return nil
+}
+
+// search is where at is, or would be, in decls (in order).
+func (k *keyed) search(decls []decl, at order) (int, bool) {
+	return slices.BinarySearchFunc(decls, at, func(x decl, at order) int { return k.compare(x.at, at) })
+}
+
 func (k *keyed) declare(key string, d decl) {
 	r := k.rec(key)
-	i, _ := slices.BinarySearchFunc(r.decls, d.at, func(x decl, at order) int { return x.at.compare(at) })
+	i, _ := k.search(r.decls, d.at)
 	r.decls = slices.Insert(r.decls, i, d)
 }
 
@@ -244,7 +319,7 @@ func (k *keyed) undeclare(key string, at order) {
 	if r == nil {
 		return
 	}
-	if i, ok := slices.BinarySearchFunc(r.decls, at, func(x decl, at order) int { return x.at.compare(at) }); ok {
+	if i, ok := k.search(r.decls, at); ok {
 		r.decls = slices.Delete(r.decls, i, i+1)
 	}
 	if len(r.decls) == 0 {
@@ -269,7 +344,6 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 	c := contrib{}
 	if len(ds) > 0 {
 		first := ds[0]
-		c.kind = first.obj.Kind
 		o := *first.obj
 		subject := func(o Object) string {
 			if o.Kind == "" {
@@ -293,7 +367,11 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 		} else {
 			next = &forced{at: first.at, obj: first.obj}
 		}
-		for _, d := range ds[1:] {
+		withSpec := k.firstSpec(ds)
+		for j, d := range ds[1:] {
+			if repeats(ds, withSpec, j+1) {
+				continue // the same object in a later cluster: one object
+			}
 			c.rej++
 			rejected = append(rejected, model.Rejection{Registry: k.r.common.Name, Subject: subject(*d.obj),
 				Reason: fmt.Sprintf("object rejected: %s is already declared at %s, which is served", describe(*d.obj), o.Source)})
@@ -302,17 +380,18 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 	if next != nil {
 		c.in = 1
 	}
-	old := r.count
-	k.nIn[old.kind] -= int(old.in)
-	k.nRej[old.kind] -= int(old.rej)
-	k.nIn[c.kind] += int(c.in)
-	k.nRej[c.kind] += int(c.rej)
+	old, kind := r.count, keyKind(key)
+	k.nIn[kind] += int(c.in - old.in)
+	k.nRej[kind] += int(c.rej - old.rej)
 	r.count = c
 	pub.Set("obj:"+key, registries.Converted{Rejected: rejected})
 
 	prev := r.inForce
 	had := prev.obj != nil
 	if had && next != nil && prev.same(*next) {
+		if prev.obj != next.obj {
+			k.rebind(r, *next)
+		}
 		return
 	}
 	if had {
@@ -322,6 +401,44 @@ func (k *keyed) resolve(key string, pub *registries.Publisher[string], convert, 
 	if next != nil {
 		r.inForce = *next
 		k.enforce(r, *next, convert, nsChanged)
+	}
+}
+
+// firstSpec is, for objects from clusters (kube), the index of the
+// first of a key's declarations ds that has a spec: a later cluster's
+// object with an equal spec is the same object (repeats), not declared
+// twice. It is -1 for files, which declare nothing twice without a
+// rejection.
+func (k *keyed) firstSpec(ds []decl) int {
+	if !k.kube {
+		return -1
+	}
+	return slices.IndexFunc(ds, func(d decl) bool { return d.obj.Spec != nil })
+}
+
+// repeats: declaration i of ds is the same object as declaration first
+// (firstSpec), which comes before it.
+func repeats(ds []decl, first, i int) bool {
+	if first < 0 || i <= first {
+		return false
+	}
+	a, b := ds[first].obj.Spec, ds[i].obj.Spec
+	return a == b || proto.Equal(a, b)
+}
+
+// rebind points r's version in force, and its place among the
+// workloads, at next, the same decode as the one in force (forced.same)
+// declared anew: a file's other documents changed, so it was parsed into
+// a new slice. Nothing is converted again, but the superseded slice is
+// no longer held by the objects it shares with the new one.
+func (k *keyed) rebind(r *record, next forced) {
+	prev := r.inForce
+	r.inForce = next
+	if _, ok := prev.obj.Spec.(*networking.WorkloadEntry); ok {
+		ws := k.workloads[prev.obj.Namespace]
+		if j, ok := slices.BinarySearchFunc(ws, prev.at, func(w forced, at order) int { return k.compare(w.at, at) }); ok && ws[j].obj == prev.obj {
+			ws[j] = next
+		}
 	}
 }
 
@@ -366,12 +483,14 @@ func (k *keyed) enforce(r *record, f forced, convert, nsChanged map[string]bool)
 		convert[key] = true
 		for i, h := range sp.GetHosts() {
 			host := strings.ToLower(strings.TrimSuffix(h, "."))
-			c := claimant{at: f.at, i: i, rec: r}
+			c := claimant{i: i, rec: r} // r.inForce is f
 			cs := k.claims[host]
 			for _, o := range cs {
 				convert[o.rec.key] = true
 			}
-			j, _ := slices.BinarySearchFunc(cs, c, func(x, y claimant) int { return cmp.Or(x.at.compare(y.at), cmp.Compare(x.i, y.i)) })
+			j, _ := slices.BinarySearchFunc(cs, c, func(x, y claimant) int {
+				return cmp.Or(k.compare(x.rec.inForce.at, y.rec.inForce.at), cmp.Compare(x.i, y.i))
+			})
 			k.claims[host] = slices.Insert(cs, j, c)
 		}
 		if sp.GetWorkloadSelector() != nil {
@@ -384,7 +503,7 @@ func (k *keyed) enforce(r *record, f forced, convert, nsChanged map[string]bool)
 	case *networking.WorkloadEntry:
 		ns := f.obj.Namespace
 		ws := k.workloads[ns]
-		j, _ := slices.BinarySearchFunc(ws, f.at, func(w forced, at order) int { return w.at.compare(at) })
+		j, _ := slices.BinarySearchFunc(ws, f.at, func(w forced, at order) int { return k.compare(w.at, at) })
 		k.workloads[ns] = slices.Insert(ws, j, f)
 		nsChanged[ns] = true
 	}

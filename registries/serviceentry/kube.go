@@ -6,12 +6,9 @@ package serviceentry
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/kubeclient"
 	"github.com/meshfed/meshfed/registries"
@@ -169,100 +166,72 @@ func kubeStatus(parts []kubeclient.Part) registries.Condition {
 }
 
 // kubeObjects is runKube's state over the clusters' objects, fed to
-// keyed: each cluster object is declared at its own path (kubePath:
-// clusters in configured order, each cluster's objects by kind,
-// namespace and name), so that keyed's rules — first declaration wins,
+// keyed (keyed.place): cluster i's object is declared under its object
+// key at order{key, i}, so that keyed's rules — first declaration wins,
 // an invalid object keeps its last good version, a host is served by the
-// first ServiceEntry claiming it — give the order runKube documents. It
-// keeps each object's checked Object with the Spec it was checked from:
-// kubeclient.IstioWatch hands the same Spec pointer back while an
-// object's resourceVersion is unchanged, so an event checks, resolves and
-// converts the object it changed only. Each object is held once: the
-// one-object slice kept here is the one declared in keyed. Used by one
-// goroutine.
+// first ServiceEntry claiming it — give the order runKube documents
+// (clusters in configured order, each cluster's objects by kind,
+// namespace and name), and an object equal to an earlier cluster's is
+// one object. It keeps each object's checked Object with the Spec it was
+// checked from: kubeclient.IstioWatch hands the same Spec pointer back
+// while an object's resourceVersion is unchanged, so an event checks,
+// resolves and converts the object it changed only. Each object is held
+// once, by keyed's record of its key (no map of its own: per-object state
+// at size, docs/architecture.md §8). Used by one goroutine.
 type kubeObjects struct {
-	k    *keyed
-	objs []map[kubeclient.ObjectKey][]Object // per cluster: the checked object, alone in its slice
+	k        *keyed
+	clusters int
 	// checked counts the objects checked (tests); may be nil.
 	checked *atomic.Uint64
 }
 
 func newKubeObjects(k *keyed, clusters int, checked *atomic.Uint64) *kubeObjects {
-	s := &kubeObjects{k: k, objs: make([]map[kubeclient.ObjectKey][]Object, clusters), checked: checked}
-	for i := range s.objs {
-		s.objs[i] = map[kubeclient.ObjectKey][]Object{}
-	}
-	return s
+	k.kube = true
+	return &kubeObjects{k: k, clusters: clusters, checked: checked}
 }
 
-// kubePath is where cluster i's object key is declared in keyed: "\x00"
-// sorts below any character of a kind or a name, so paths sort as
-// (cluster, kind, namespace, name).
-func kubePath(i int, key kubeclient.ObjectKey) string {
-	return fmt.Sprintf("%04d\x00%s\x00%s\x00%s", i, key.Kind, key.Namespace, key.Name)
-}
+// kubeKey is the object key (objKey) of a cluster object.
+func kubeKey(kind, namespace, name string) string { return kind + "/" + namespace + "/" + name }
 
 // apply takes the clusters' deltas (one per cluster, in configured order)
 // in and sets the Publisher keys of what they changed; it reports whether
-// any object changed. The same object (an equal spec) in several clusters
-// is one object, the first cluster's; a differing one is declared too,
-// and keyed rejects it as declared twice.
+// any object changed.
 func (s *kubeObjects) apply(deltas []kubeclient.Delta, pub *registries.Publisher[string]) bool {
-	touched := map[kubeclient.ObjectKey]bool{}
+	touched := map[string]bool{}
 	for i, d := range deltas {
-		last := s.objs[i]
 		if d.Full {
-			next := make(map[kubeclient.ObjectKey][]Object, len(d.Objects))
-			for key := range last {
-				touched[key] = true
-			}
+			listed := make(map[string]bool, len(d.Objects))
 			for _, f := range d.Objects {
-				key := kubeclient.ObjectKey{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name}
-				next[key] = s.check(last[key], f)
-				touched[key] = true
+				listed[kubeKey(f.Kind, f.Namespace, f.Name)] = true
 			}
-			s.objs[i] = next
-			continue
+			for key := range s.k.recs {
+				if !listed[key] {
+					s.k.place(key, i, nil, touched)
+				}
+			}
 		}
 		for _, key := range d.Deleted {
-			delete(last, key)
-			touched[key] = true
+			s.k.place(kubeKey(key.Kind, key.Namespace, key.Name), i, nil, touched)
 		}
 		for _, f := range d.Objects {
-			key := kubeclient.ObjectKey{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name}
-			last[key] = s.check(last[key], f)
-			touched[key] = true
+			key := kubeKey(f.Kind, f.Namespace, f.Name)
+			s.k.place(key, i, s.check(s.k.declared(key, i), f), touched)
 		}
 	}
-	keys := map[string]bool{}
-	for key := range touched {
-		var first proto.Message
-		for i, objs := range s.objs {
-			o, ok := objs[key]
-			if !ok || (first != nil && (first == o[0].Spec || proto.Equal(first, o[0].Spec))) {
-				s.k.set(kubePath(i, key), nil, keys)
-				continue
-			}
-			if first == nil {
-				first = o[0].Spec
-			}
-			s.k.set(kubePath(i, key), o, keys)
-		}
+	if len(touched) > 0 {
+		s.k.apply(touched, pub)
 	}
-	if len(keys) > 0 {
-		s.k.apply(keys, pub)
-	}
-	return len(keys) > 0
+	return len(touched) > 0
 }
 
-// check returns f checked, alone in a new slice, or last (the same slice)
-// when it was checked from the same Spec and source.
-func (s *kubeObjects) check(last []Object, f kubeclient.Object) []Object {
-	if len(last) == 1 && last[0].Spec == f.Spec && last[0].Source == f.Source && f.Spec != nil {
+// check returns f checked, as a new Object, or last when it was checked
+// from the same Spec and source.
+func (s *kubeObjects) check(last *Object, f kubeclient.Object) *Object {
+	if last != nil && last.Spec == f.Spec && last.Source == f.Source && f.Spec != nil {
 		return last
 	}
-	o := []Object{{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}}
-	check(&o[0])
+	o := &Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
+	check(o)
 	if s.checked != nil {
 		s.checked.Add(1)
 	}

@@ -2,11 +2,16 @@ package serviceentry
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	apinetworking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/kubeclient"
@@ -79,6 +84,17 @@ func TestKubeObjects(t *testing.T) {
 	if len(rej) != 1 || strings.Contains(reasons(rej), "already declared") {
 		t.Errorf("after the deletes, rejected:\n%s", reasons(rej))
 	}
+}
+
+// held counts the objects kubeObjects holds of cluster.
+func held(s *kubeObjects, cluster int) int {
+	n := 0
+	for key := range s.k.recs {
+		if s.k.declared(key, cluster) != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func TestKubeStatus(t *testing.T) {
@@ -159,8 +175,8 @@ func TestKubeObjectsOnlyChangedObjects(t *testing.T) {
 	}
 	svcs, _ = kubeState(t, s, pub, []kubeclient.Delta{{Part: kubeclient.Part{Name: "east", Synced: true},
 		Deleted: []kubeclient.ObjectKey{{Kind: KindServiceEntry, Namespace: "shop", Name: "se-03"}}}})
-	if c, conv, _ := work(); c != 51 || conv != 51 || len(svcs) != 49 || len(s.objs[0]) != 49 {
-		t.Fatalf("after a deletion: %d checked, %d converted, %d services, %d held; want 51, 51, 49, 49", c, conv, len(svcs), len(s.objs[0]))
+	if c, conv, _ := work(); c != 51 || conv != 51 || len(svcs) != 49 || held(s, 0) != 49 {
+		t.Fatalf("after a deletion: %d checked, %d converted, %d services, %d held; want 51, 51, 49, 49", c, conv, len(svcs), held(s, 0))
 	}
 }
 
@@ -203,5 +219,197 @@ func TestKeyedDropsGoneObjects(t *testing.T) {
 	if len(s.k.recs) != 0 || len(s.k.claims) != 0 || len(s.k.files) != 0 || len(s.k.workloads) != 0 {
 		t.Errorf("after deleting everything keyed holds %d records, %d claimed hosts, %d files, %d namespaces of workloads",
 			len(s.k.recs), len(s.k.claims), len(s.k.files), len(s.k.workloads))
+	}
+}
+
+// TestKubeOrderIsClusterKindNamespaceName: cluster objects are ordered as
+// (cluster, kind, namespace, name), which decides which ServiceEntry
+// serves a host: the same order as the path "cluster\x00kind\x00
+// namespace\x00name" they were once declared at, whatever the names'
+// dashes and dots (which sort below '/').
+func TestKubeOrderIsClusterKindNamespaceName(t *testing.T) {
+	t.Parallel()
+	path := func(at order) string {
+		return fmt.Sprintf("%04d\x00%s", at.idx, strings.ReplaceAll(at.path, "/", "\x00"))
+	}
+	parts := []string{"a", "a-b", "a.b", "ab", "a0", "b", "a-", "z.a-0"}
+	var ats []order
+	for cl := range 2 {
+		for _, kind := range []string{KindServiceEntry, KindWorkloadEntry} {
+			for _, ns := range parts {
+				for _, name := range parts {
+					ats = append(ats, order{kubeKey(kind, ns, name), cl})
+				}
+			}
+		}
+	}
+	k := &keyed{kube: true}
+	for _, a := range ats {
+		for _, b := range ats {
+			if got, want := k.compare(a, b), strings.Compare(path(a), path(b)); got != want {
+				t.Fatalf("compare(%q, %q) = %d, want %d", path(a), path(b), got, want)
+			}
+		}
+	}
+	// Two ServiceEntries claiming one host in namespaces "a" and "a-b":
+	// "a" comes first ("a/" sorts after "a-b/" as a string).
+	se := func(ns string) kubeclient.Object {
+		return kubeclient.Object{Kind: KindServiceEntry, Namespace: ns, Name: "pay", Source: ns + "/pay (east)",
+			Spec: &apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+				Resolution: apinetworking.ServiceEntry_STATIC, Endpoints: []*apinetworking.WorkloadEntry{{Address: "10.0.0." + strconv.Itoa(len(ns))}}}}
+	}
+	s, pub := newKubeTest(1, nil)
+	svcs, rej := kubeState(t, s, pub, []kubeclient.Delta{{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{se("a-b"), se("a")}}}})
+	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(got, []string{"10.0.0.1"}) || len(rej) != 1 || !strings.Contains(reasons(rej), "a-b/pay (east)") {
+		t.Errorf("pay at %v (want namespace a's, 10.0.0.1), rejected:\n%s", got, reasons(rej))
+	}
+}
+
+// TestKubeRelistAndClusters: a full relist that lacks an object removes
+// it; an object equal to an earlier cluster's is served once and takes
+// over when the earlier one goes; once every cluster's objects are gone,
+// keyed holds nothing of them.
+func TestKubeRelistAndClusters(t *testing.T) {
+	t.Parallel()
+	s, pub := newKubeTest(2, nil)
+	se := kubeclient.Object{Kind: KindServiceEntry, Namespace: "shop", Name: "pay", Source: "shop/pay (east)",
+		Spec: &apinetworking.ServiceEntry{Hosts: []string{"pay.ext.example"}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+			WorkloadSelector: &apinetworking.WorkloadSelector{Labels: map[string]string{"app": "pay"}}}}
+	svcs, rej := kubeState(t, s, pub, []kubeclient.Delta{
+		{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{se, feedWE("east", "vm-1", "10.0.0.1"), feedWE("east", "vm-2", "10.0.0.2")}}},
+		{Full: true, Part: kubeclient.Part{Name: "west", Synced: true, Objects: []kubeclient.Object{feedWE("west", "vm-2", "10.0.0.2")}}},
+	})
+	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) || len(rej) != 0 {
+		t.Fatalf("endpoints %v, want vm-1 and vm-2 once; rejected:\n%s", got, reasons(rej))
+	}
+	// east relists without its WorkloadEntries: vm-1 is gone, west's vm-2
+	// is served.
+	svcs, rej = kubeState(t, s, pub, []kubeclient.Delta{
+		{Full: true, Part: kubeclient.Part{Name: "east", Synced: true, Objects: []kubeclient.Object{se}}},
+		{Part: kubeclient.Part{Name: "west", Synced: true}},
+	})
+	if got := endpointsOf(svcs, "pay.ext.example"); !slices.Equal(got, []string{"10.0.0.2"}) || len(rej) != 0 || held(s, 0) != 1 || held(s, 1) != 1 {
+		t.Fatalf("after east's relist: endpoints %v (want west's vm-2), %d and %d held; rejected:\n%s", got, held(s, 0), held(s, 1), reasons(rej))
+	}
+	svcs, rej = kubeState(t, s, pub, []kubeclient.Delta{
+		{Full: true, Part: kubeclient.Part{Name: "east", Synced: true}},
+		{Part: kubeclient.Part{Name: "west", Synced: true}, Deleted: []kubeclient.ObjectKey{{Kind: KindWorkloadEntry, Namespace: "shop", Name: "vm-2"}}},
+	})
+	if len(svcs) != 0 || len(rej) != 0 {
+		t.Errorf("after deleting everything: %d services, rejected:\n%s", len(svcs), reasons(rej))
+	}
+	if len(s.k.recs) != 0 || len(s.k.claims) != 0 || len(s.k.files) != 0 || len(s.k.workloads) != 0 || len(s.k.selectors["shop"]) != 0 {
+		t.Errorf("after deleting everything keyed holds %d records, %d claimed hosts, %d files, %d namespaces of workloads, %d selectors",
+			len(s.k.recs), len(s.k.claims), len(s.k.files), len(s.k.workloads), len(s.k.selectors["shop"]))
+	}
+}
+
+// TestKubeObjectsMatchFullMerge: after every step of random events in
+// three clusters (adds and updates, resyncs of an unchanged object,
+// deletes, full relists; objects often equal to another cluster's), what
+// kubeObjects publishes is the full merge (merger) of the clusters'
+// objects in order — clusters in configured order, each by kind,
+// namespace and name — where an object equal to an earlier cluster's is
+// the same object.
+func TestKubeObjectsMatchFullMerge(t *testing.T) {
+	t.Parallel()
+	seeded(t, kubeMatchesFullMerge)
+}
+
+func kubeMatchesFullMerge(t *testing.T, rnd *rand.Rand) {
+	const clusters = 3
+	names := []string{"east", "west", "north"}
+	// spec returns a new message for variant v of kind (equal variants
+	// are equal messages, never the same pointer).
+	spec := func(kind string, v int) proto.Message {
+		if kind == KindWorkloadEntry {
+			addr := fmt.Sprintf("10.1.0.%d", v%4+1)
+			if v%5 == 4 {
+				addr = "unix:///x" // invalid
+			}
+			return &apinetworking.WorkloadEntry{Address: addr, Labels: map[string]string{"app": fmt.Sprintf("x%d", v%2)}}
+		}
+		if v%4 == 3 {
+			return &apinetworking.ServiceEntry{Hosts: []string{fmt.Sprintf("h%d.ext.example", v%3)}, Ports: []*apinetworking.ServicePort{{Name: "http", Number: 80, Protocol: "HTTP"}},
+				Resolution: apinetworking.ServiceEntry_STATIC, WorkloadSelector: &apinetworking.WorkloadSelector{Labels: map[string]string{"app": fmt.Sprintf("x%d", v%2)}}}
+		}
+		port := []uint32{80, 81, 0}[v%3] // 0: invalid
+		return &apinetworking.ServiceEntry{Hosts: []string{fmt.Sprintf("h%d.ext.example", v%4), fmt.Sprintf("h%d.ext.example", v%3)},
+			Ports:      []*apinetworking.ServicePort{{Name: "http", Number: port, Protocol: "HTTP"}},
+			Resolution: apinetworking.ServiceEntry_STATIC, Endpoints: []*apinetworking.WorkloadEntry{{Address: fmt.Sprintf("10.0.0.%d", v%5+1)}}}
+	}
+	held := make([]map[kubeclient.ObjectKey]kubeclient.Object, clusters) // what each cluster holds
+	for i := range held {
+		held[i] = map[kubeclient.ObjectKey]kubeclient.Object{}
+	}
+	s, pub := newKubeTest(clusters, nil)
+	full := &merger{common: common, lastGood: map[string]Object{}}
+	listAll := func(i int) []kubeclient.Object { return slices.Collect(maps.Values(held[i])) }
+	for step := range 300 {
+		deltas := make([]kubeclient.Delta, clusters)
+		for i := range deltas {
+			deltas[i].Part = kubeclient.Part{Name: names[i], Synced: true}
+		}
+		i := rnd.IntN(clusters)
+		key := kubeclient.ObjectKey{Kind: []string{KindServiceEntry, KindWorkloadEntry}[rnd.IntN(2)], Namespace: []string{"a", "a-b"}[rnd.IntN(2)], Name: fmt.Sprintf("o%d", rnd.IntN(3))}
+		switch op := rnd.IntN(10); {
+		case step == 0:
+			for i := range deltas {
+				deltas[i].Full = true
+			}
+		case op < 5: // added or updated
+			o := kubeclient.Object{Kind: key.Kind, Namespace: key.Namespace, Name: key.Name,
+				Source: key.Namespace + "/" + key.Name + " (" + names[i] + ")", Spec: spec(key.Kind, rnd.IntN(10))}
+			held[i][key] = o
+			deltas[i].Objects = []kubeclient.Object{o}
+		case op < 6: // resynced: the same object again
+			if o, ok := held[i][key]; ok {
+				deltas[i].Objects = []kubeclient.Object{o}
+			}
+		case op < 9:
+			delete(held[i], key)
+			deltas[i].Deleted = []kubeclient.ObjectKey{key}
+		default: // relisted, after losing an object while the watch was down
+			delete(held[i], key)
+			deltas[i].Full = true
+		}
+		for i := range deltas {
+			if deltas[i].Full {
+				deltas[i].Objects = listAll(i)
+			}
+		}
+		got, gotRej := kubeState(t, s, pub, deltas)
+
+		var all []Object
+		for i := range clusters {
+			for _, k := range slices.SortedFunc(maps.Keys(held[i]), func(a, b kubeclient.ObjectKey) int {
+				return strings.Compare(a.Kind+"\x00"+a.Namespace+"\x00"+a.Name, b.Kind+"\x00"+b.Namespace+"\x00"+b.Name)
+			}) {
+				f := held[i][k]
+				var first proto.Message
+				for j := range i {
+					if o, ok := held[j][k]; ok {
+						first = o.Spec
+						break
+					}
+				}
+				if first != nil && proto.Equal(first, f.Spec) {
+					continue // the same object as an earlier cluster's
+				}
+				o := Object{Kind: f.Kind, Namespace: f.Namespace, Name: f.Name, Source: f.Source, Spec: f.Spec}
+				check(&o)
+				all = append(all, o)
+			}
+		}
+		want, wantRej := full.mergeObjects(all)
+		if diff := registrytest.DiffServices(registrytest.Published(common, want), got); diff != "" {
+			t.Fatalf("step %d: services differ from the full merge:\n%s", step, diff)
+		}
+		if diff := cmp.Diff(rejectionSet(wantRej), rejectionSet(gotRej)); diff != "" {
+			t.Fatalf("step %d: rejections differ from the full merge (-full +kube):\n%s", step, diff)
+		}
+	}
+	if len(s.k.files) != 0 {
+		t.Errorf("%d files held for cluster objects", len(s.k.files))
 	}
 }

@@ -139,9 +139,17 @@ func kindScaleRows(res []bench.KindScaleResult) []row {
 		if x.Endpoints == 0 {
 			unit = "object"
 		}
-		rows = append(rows, row{id: "KS", figure: short + ": RSS per " + unit + " held", unit: "KB", mf: one(perRSS / 1024),
-			goal: "≤ 2 KB", met: ptr(perRSS <= ksBytesPerEndp),
-			note: fmt.Sprintf("%s above the process's before the start; Go live heap %s (%.0f B per %s)%s", mb(x.RSS), mb(x.Heap), x.PerEndpoint(x.Heap), unit, memSplit(x))})
+		mem := row{id: "KS", figure: short + ": RSS per " + unit + " held", unit: "KB", mf: one(perRSS / 1024),
+			note: fmt.Sprintf("%s above the process's before the start; Go live heap %s (%.0f B per %s)%s", mb(x.RSS), mb(x.Heap), x.PerEndpoint(x.Heap), unit, memSplit(x))}
+		if x.Services == largest[x.Kind] {
+			mem.goal, mem.met = "≤ 2 KB", ptr(perRSS <= ksBytesPerEndp)
+		} else {
+			// Issue #22 sets the goal at the full size: a smaller catalog
+			// spreads the registry's fixed memory (its goroutines' stacks,
+			// runtime structures sized for it) over fewer endpoints.
+			mem.note += fmt.Sprintf("; not judged: the goal is per %s at the full size (%d), where fixed costs do not decide it", unit, largest[x.Kind])
+		}
+		rows = append(rows, mem)
 	}
 	return rows
 }
