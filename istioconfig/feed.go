@@ -96,6 +96,12 @@ type FeedObject struct {
 	// object costs one hash and one validation. A new pointer is always
 	// correct, only slower.
 	Spec proto.Message
+	// Config, if not nil, is the object as the Source puts it in force,
+	// made by the feed with the fields above and no Hash (the same
+	// pointer while Spec is: kubeclient.Object.Config). The Source then
+	// holds it rather than a copy, and sets its Hash; nobody else
+	// modifies it. nil: the Source makes its own.
+	Config *model.ConfigObject
 }
 
 // Source states on /debug/configz (Status.Sources), named like registry
@@ -192,6 +198,9 @@ type viewObject struct {
 }
 
 func newViewObject(o FeedObject) *viewObject {
+	if o.Config != nil {
+		return &viewObject{obj: o.Config}
+	}
 	return &viewObject{obj: &model.ConfigObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source,
 		Created: o.Created, Spec: o.Spec}}
 }

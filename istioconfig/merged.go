@@ -1,6 +1,7 @@
 package istioconfig
 
 import (
+	"iter"
 	"slices"
 	"strings"
 
@@ -29,11 +30,11 @@ type MergedRule struct {
 	DroppedSubsets []drmerge.DroppedSubset `json:"droppedSubsets,omitempty"`
 }
 
-// mergedRules lists the hosts of inForce that have several
+// mergedRules lists the hosts of the objects in force that have several
 // DestinationRules, sorted by host.
-func mergedRules(inForce map[string]*model.ConfigObject) []MergedRule {
+func mergedRules(inForce iter.Seq[*model.ConfigObject]) []MergedRule {
 	byHost := map[string][]*model.ConfigObject{}
-	for _, o := range inForce {
+	for o := range inForce {
 		if o.Kind != KindDestinationRule {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -94,8 +95,7 @@ type Source struct {
 	memo objectMemo
 
 	mu       sync.Mutex
-	inForce  map[string]*model.ConfigObject // by Key
-	fileOf   map[string]string              // key → file it was read from
+	inForce  map[string]held // by Key
 	rejected []Rejection
 	merged   []MergedRule
 	states   []SourceState
@@ -112,7 +112,7 @@ func New(dirs []Dir, log *slog.Logger, feeds ...Feed) *Source {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Source{dirs: slices.Clone(dirs), feeds: slices.Clone(feeds), log: log, inForce: map[string]*model.ConfigObject{}, fileOf: map[string]string{}}
+	s := &Source{dirs: slices.Clone(dirs), feeds: slices.Clone(feeds), log: log, inForce: map[string]held{}}
 	s.views = make([]*feedView, len(feeds))
 	for i, f := range feeds {
 		if _, ok := f.(DeltaFeed); ok {
@@ -281,13 +281,11 @@ func (s *Source) reload() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev := s.inForce
-	next := map[string]*model.ConfigObject{}
-	fileOf := map[string]string{}
+	next := map[string]held{}
 	// Objects of files (or directories) that could not be read stay as they were.
-	for k, o := range prev {
-		f := s.fileOf[k]
-		if failedFiles[f] || failedFiles[filepath.Dir(f)+string(filepath.Separator)] {
-			next[k], fileOf[k] = o, f
+	for k, h := range prev {
+		if failedFiles[h.file] || failedFiles[filepath.Dir(h.file)+string(filepath.Separator)] {
+			next[k] = h
 		}
 	}
 	reject := func(p *parsed, err error) {
@@ -298,9 +296,9 @@ func (s *Source) reload() bool {
 		r := rejectionOf(p, err)
 		r.KeptLastGood = kept
 		rejected = append(rejected, r)
-		if o := prev[p.key()]; o != nil && p.kind != "" {
+		if h, ok := prev[p.key()]; ok && p.kind != "" {
 			if _, taken := next[p.key()]; !taken {
-				next[p.key()], fileOf[p.key()] = o, s.fileOf[p.key()]
+				next[p.key()] = h
 			}
 		}
 	}
@@ -308,8 +306,8 @@ func (s *Source) reload() bool {
 	// What a source that could not be read still holds counts as defined
 	// there: another source's object of the same key is a duplicate.
 	seen := map[string]*parsed{}
-	for k, o := range next {
-		seen[k] = &parsed{source: o.Source, hash: o.Hash, fromFeed: strings.HasPrefix(fileOf[k], feedPrefix)}
+	for k, h := range next {
+		seen[k] = &parsed{source: h.obj.Source, hash: h.obj.Hash, fromFeed: strings.HasPrefix(h.file, feedPrefix)}
 	}
 	for _, p := range docs {
 		if p.err != nil {
@@ -354,7 +352,7 @@ func (s *Source) reload() bool {
 				o.Line = p.node.Line
 			}
 		}
-		if old := prev[p.key()]; old != nil && old.Hash == o.Hash && old.Source == o.Source && old.Created.Equal(o.Created) &&
+		if old := prev[p.key()].obj; old != nil && old.Hash == o.Hash && old.Source == o.Source && old.Created.Equal(o.Created) &&
 			old.File == o.File && old.Line == o.Line {
 			o = old
 		}
@@ -370,9 +368,9 @@ func (s *Source) reload() bool {
 		return model.CompareAge(objs[a], objs[b]) < 0
 	})
 	owner := map[string]*model.ConfigObject{} // kind + "\x00" + host → holder
-	for _, o := range next {                  // kept last-good objects hold their hosts
-		for _, h := range claims(o) {
-			owner[o.Kind+"\x00"+h] = o
+	for _, k := range next {                  // kept last-good objects hold their hosts
+		for _, h := range claims(k.obj) {
+			owner[k.obj.Kind+"\x00"+h] = k.obj
 		}
 	}
 	for _, p := range valid {
@@ -399,20 +397,19 @@ func (s *Source) reload() bool {
 				owner[p.kind+"\x00"+h] = o
 			}
 		}
-		k := p.key() // one string for both maps
-		next[k], fileOf[k] = o, p.file
+		next[p.key()] = held{o, p.file}
 	}
 
 	changed := s.snap == nil || len(next) != len(prev)
-	for k, o := range next {
-		if prev[k] != o {
+	for k, h := range next {
+		if prev[k].obj != h.obj {
 			changed = true
 		}
 	}
 	s.compared.Add(uint64(len(next)))
-	s.inForce, s.fileOf, s.rejected, s.states = next, fileOf, rejected, states
+	s.inForce, s.rejected, s.states = next, rejected, states
 	s.memo.done()
-	s.merged = mergedRules(next)
+	s.merged = mergedRules(heldObjects(next))
 	// Each rejection is logged once: again only after it went away (the
 	// object was fixed or removed) or changed (another reason, source or
 	// last good state).
@@ -426,8 +423,8 @@ func (s *Source) reload() bool {
 	}
 	s.warned = warned
 	inForce, rej := map[string]int{}, map[string]int{}
-	for _, o := range next {
-		inForce[o.Kind]++
+	for _, h := range next {
+		inForce[h.obj.Kind]++
 	}
 	for _, r := range rejected {
 		k := r.Kind
@@ -442,7 +439,7 @@ func (s *Source) reload() bool {
 		snapshotsTotal.Inc()
 		s.version++
 		objs := make([]*model.ConfigObject, 0, len(next))
-		for _, o := range next {
+		for o := range heldObjects(next) {
 			objs = append(objs, o)
 		}
 		s.snap = model.NewConfigSnapshot(s.version, objs)
@@ -493,9 +490,10 @@ func (s *Source) update() bool {
 		v := s.views[c.feed]
 		group := feedGroup(s.feeds[c.feed].Name(), v.parts[c.part].Name)
 		key := c.key.Kind + "/" + c.key.Namespace + "/" + c.key.Name
-		old := s.inForce[key]
-		fo, held := v.object(c.part, c.key)
-		if old == nil || !held || s.fileOf[key] != group || !s.alone(c.feed, c.part, c.key) || s.rejects(c.key) {
+		in := s.inForce[key]
+		old := in.obj
+		fo, ok := v.object(c.part, c.key)
+		if old == nil || !ok || in.file != group || !s.alone(c.feed, c.part, c.key) || s.rejects(c.key) {
 			s.mu.Unlock()
 			return s.reload()
 		}
@@ -517,15 +515,34 @@ func (s *Source) update() bool {
 		return false
 	}
 	for _, o := range next {
-		s.inForce[o.Key()] = o
+		k := o.Key()
+		s.inForce[k] = held{o, s.inForce[k].file}
 	}
 	if rules {
-		s.merged = mergedRules(s.inForce)
+		s.merged = mergedRules(heldObjects(s.inForce))
 	}
 	snapshotsTotal.Inc()
 	s.version++
 	s.snap = s.snap.Replace(s.version, next...)
 	return true
+}
+
+// held is an object in force and the file (or feed group: feedGroup) it
+// was read from, by key in Source.inForce: one map, one key string.
+type held struct {
+	obj  *model.ConfigObject
+	file string
+}
+
+// heldObjects yields the objects of inForce.
+func heldObjects(inForce map[string]held) iter.Seq[*model.ConfigObject] {
+	return func(yield func(*model.ConfigObject) bool) {
+		for _, h := range inForce {
+			if !yield(h.obj) {
+				return
+			}
+		}
+	}
 }
 
 // alone: no other part of a DeltaFeed holds key. s.readMu is held.

@@ -48,6 +48,7 @@ type Informer struct {
 	lw       cache.ListerWatcher
 	obj      runtime.Object
 	indexer  cache.Indexer
+	indexers cache.Indexers
 	mu       sync.Mutex
 	handlers []cache.ResourceEventHandler
 	trans    cache.TransformFunc
@@ -61,11 +62,27 @@ func NewInformer(name string, lw cache.ListerWatcher, obj runtime.Object, indexe
 		indexers = cache.Indexers{}
 	}
 	return &Informer{
-		name:    name,
-		lw:      lw,
-		obj:     obj,
-		indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
+		name:     name,
+		lw:       lw,
+		obj:      obj,
+		indexer:  cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
+		indexers: indexers,
 	}
+}
+
+// SetKeyFunc makes the informer's cache key objects by f instead of
+// cache.DeletionHandlingMetaNamespaceKeyFunc, whose keys f must equal
+// (it may return them without allocating one, as a substring of a string
+// the object holds). It replaces the cache: call it before GetIndexer.
+// It fails once the informer runs.
+func (i *Informer) SetKeyFunc(f cache.KeyFunc) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.fifo != nil {
+		return errStarted
+	}
+	i.indexer = cache.NewIndexer(f, i.indexers)
+	return nil
 }
 
 var errStarted = errors.New("informer already started")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 	apinetworking "istio.io/api/networking/v1alpha3"
@@ -130,18 +131,23 @@ func TestTransformKeepsWhatConvertReads(t *testing.T) {
 		}
 	}
 	in := se("7")
-	want := proto.Clone(&in.Spec)
+	want, created := proto.Clone(&in.Spec), in.CreationTimestamp.Time
 	out, err := tr(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := out.(*cached)
+	rec, ok := out.(*cached)
 	if !ok {
 		t.Fatalf("transform returned %T, want *cached", out)
 	}
+	got := rec.object()
+	if got.Config != &rec.c || got.Config.Spec != any(got.Spec) || got.Config.Kind != got.Kind || got.Config.Source != got.Source ||
+		got.Config.Name != got.Name || got.Config.Namespace != got.Namespace || !got.Config.Created.Equal(got.Created) || got.Config.Hash != "" {
+		t.Errorf("Config = %+v, want the cached record, as Object without a hash", got.Config)
+	}
 	if got.Kind != KindServiceEntry || got.Namespace != "shop" || got.Name != "pay" || got.Source != "shop/pay (east)" ||
-		got.ResourceVersion != "7" || !got.Created.Equal(in.CreationTimestamp.Time) {
-		t.Errorf("cached %+v", got.Object)
+		got.ResourceVersion != "7" || !got.Created.Equal(created) {
+		t.Errorf("cached %+v", got)
 	}
 	if !proto.Equal(got.Spec, want) {
 		t.Errorf("cached spec = %v, want %v", got.Spec, want)
@@ -149,30 +155,34 @@ func TestTransformKeepsWhatConvertReads(t *testing.T) {
 	if got.Spec == proto.Message(&in.Spec) {
 		t.Error("cached spec is the typed object's: the typed object stays alive")
 	}
+	if in.Name != "" || in.Spec.Hosts != nil || in.Labels != nil {
+		t.Errorf("typed object after the transform: %+v, want it zeroed", in)
+	}
 	eps := got.Spec.(*apinetworking.ServiceEntry).GetEndpoints()
 	if fmt.Sprintf("%p", eps[0].GetLabels()) != fmt.Sprintf("%p", eps[1].GetLabels()) {
 		t.Error("equal endpoint label maps are not shared")
 	}
 	// What client-go reads of a cached object.
-	if key, err := cache.MetaNamespaceKeyFunc(got); err != nil || key != "shop/pay" {
+	if key, err := cache.MetaNamespaceKeyFunc(rec); err != nil || key != "shop/pay" {
 		t.Errorf("key = %q, %v; want shop/pay", key, err)
 	}
-	m := got.GetObjectMeta()
+	m := rec.GetObjectMeta()
 	if m.GetResourceVersion() != "7" || m.GetName() != "pay" || m.GetNamespace() != "shop" || len(m.GetLabels()) != 0 ||
 		len(m.GetAnnotations()) != 0 || m.GetManagedFields() != nil || m.GetUID() != "" {
 		t.Errorf("cached metadata = %+v, want namespace, name and resourceVersion only", m)
 	}
-	if again, _ := tr(got); again != got {
+	if again, _ := tr(rec); again != rec {
 		t.Error("transform of a cached object is not the object itself")
 	}
-	if err := store.Add(got); err != nil {
+	if err := store.Add(rec); err != nil {
 		t.Fatal(err)
 	}
 	n := w.Conversions()
-	if relisted, _ := tr(se("7")); relisted != got || w.Conversions() != n {
-		t.Error("a relist of an unchanged resourceVersion converted the object again")
+	again := se("7")
+	if relisted, _ := tr(again); relisted != rec || w.Conversions() != n || again.Name != "" {
+		t.Error("a relist of an unchanged resourceVersion converted the object again, or kept the typed one")
 	}
-	if updated, _ := tr(se("8")); updated == got || w.Conversions() != n+1 {
+	if updated, _ := tr(se("8")); updated == rec || w.Conversions() != n+1 {
 		t.Error("a new resourceVersion was not converted")
 	}
 	if other, _ := tr(&metav1.Status{}); other == nil {
@@ -352,4 +362,64 @@ func (s transformed) Delete(obj any) error {
 		return err
 	}
 	return s.Store.Delete(o)
+}
+
+// TestTransformHoldsNoDecodedString: a cached record's namespace, name,
+// source and resourceVersion are one new string, none of the typed
+// object's, its cache key is the start of that string, and a
+// VirtualService's destination hosts equal to one of its
+// hosts are that host's string; the values are unchanged.
+func TestTransformHoldsNoDecodedString(t *testing.T) {
+	t.Parallel()
+	w := NewIstioWatch(IstioOptions{Clusters: []Cluster{{Name: "east"}}, Kinds: []string{KindVirtualService}})
+	tr := w.clusters[0].transform(cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc))
+	host := "orders.shop.svc.cluster.local"
+	in := &networkingv1.VirtualService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", ResourceVersion: "42"},
+		Spec: apinetworking.VirtualService{Hosts: []string{strings.Clone(host)},
+			Http: []*apinetworking.HTTPRoute{{Route: []*apinetworking.HTTPRouteDestination{
+				{Destination: &apinetworking.Destination{Host: strings.Clone(host), Subset: "v1"}},
+				{Destination: &apinetworking.Destination{Host: "other.shop.svc.cluster.local"}},
+			}}},
+			Tcp: []*apinetworking.TCPRoute{{Route: []*apinetworking.RouteDestination{{Destination: &apinetworking.Destination{Host: strings.Clone(host)}}}}}},
+	}
+	want := proto.Clone(&in.Spec)
+	decoded := []string{in.Namespace, in.Name, in.ResourceVersion}
+	out, err := tr(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := out.(*cached)
+	got := rec.object()
+	if got.Namespace != "shop" || got.Name != "orders" || got.Source != "shop/orders (east)" || got.ResourceVersion != "42" {
+		t.Fatalf("got %q %q %q %q", got.Namespace, got.Name, got.Source, got.ResourceVersion)
+	}
+	data := func(s string) *byte { return unsafe.StringData(s) }
+	if data(got.Namespace) != data(got.Source) || data(got.Name) != (*byte)(unsafe.Add(unsafe.Pointer(data(got.Source)), len("shop/"))) ||
+		data(got.ResourceVersion) != (*byte)(unsafe.Add(unsafe.Pointer(data(got.Source)), len(got.Source))) {
+		t.Error("namespace, name, source and resourceVersion are not one string")
+	}
+	key, err := cachedKey(rec)
+	if want, _ := cache.MetaNamespaceKeyFunc(rec); err != nil || key != want || data(key) != data(got.Source) {
+		t.Errorf("cachedKey = %q, %v; want %q, the start of the source", key, err, want)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "shop/orders", Obj: rec}
+	if k, err := cachedKey(tomb); err != nil || k != "shop/orders" {
+		t.Errorf("cachedKey of a tombstone = %q, %v", k, err)
+	}
+	for _, s := range decoded {
+		for _, k := range []string{got.Namespace, got.Name, got.ResourceVersion} {
+			if data(s) == data(k) {
+				t.Errorf("%q is the typed object's string", k)
+			}
+		}
+	}
+	if !proto.Equal(got.Spec, want) {
+		t.Fatalf("spec = %v, want %v", got.Spec, want)
+	}
+	vs := got.Spec.(*apinetworking.VirtualService)
+	h := data(vs.Hosts[0])
+	if data(vs.Http[0].Route[0].Destination.Host) != h || data(vs.Tcp[0].Route[0].Destination.Host) != h {
+		t.Error("destination hosts equal to the host are not its string")
+	}
 }

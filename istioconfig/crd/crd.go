@@ -113,7 +113,9 @@ func (s *Source) Deltas() []istioconfig.FeedDelta {
 }
 
 // feedObject is o as istioconfig reads it (kubeclient's kind names are
-// istioconfig's: KindVirtualService, KindDestinationRule).
+// istioconfig's: KindVirtualService, KindDestinationRule), with the
+// informers' record as the object put in force: one record per object.
 func feedObject(o kubeclient.Object) istioconfig.FeedObject {
-	return istioconfig.FeedObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source, Created: o.Created, Spec: o.Spec}
+	return istioconfig.FeedObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Source: o.Source, Created: o.Created, Spec: o.Spec,
+		Config: o.Config}
 }

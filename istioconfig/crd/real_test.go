@@ -44,6 +44,18 @@ func istioClient(t *testing.T, api *servers.KubeAPIServer) versioned.Interface {
 	return cs
 }
 
+// istioServer starts a kube-apiserver with Istio's CRDs and namespaces,
+// and returns it with an Istio clientset for it.
+func istioServer(t *testing.T, namespaces ...string) (*servers.KubeAPIServer, versioned.Interface) {
+	t.Helper()
+	api := servers.StartKubeClusters(t, 1).Servers[0]
+	api.InstallIstioCRDs(t)
+	for _, ns := range namespaces {
+		api.EnsureNamespace(t, ns)
+	}
+	return api, istioClient(t, api)
+}
+
 // connector reaches the cluster of a kubeconfig file and context as a
 // registry's kubernetes block does (kube.Config.Connect, with its default
 // qps and burst).
@@ -135,11 +147,7 @@ func setVS(spec *apinetworking.VirtualService, w1, w2 int32) {
 
 func TestRealFollowsCRDs(t *testing.T) {
 	t.Parallel()
-	api := servers.StartKubeClusters(t, 1).Servers[0]
-	api.InstallIstioCRDs(t)
-	api.EnsureNamespace(t, "shop")
-	api.EnsureNamespace(t, "other")
-	ic := istioClient(t, api)
+	api, ic := istioServer(t, "shop", "other")
 	ctx := context.Background()
 
 	// Not watched: namespace "other".
@@ -378,10 +386,7 @@ func TestRealRBACIsEnough(t *testing.T) {
 // real informers; unchanged objects keep their pointers.
 func TestRealOneEventOneObject(t *testing.T) {
 	t.Parallel()
-	api := servers.StartKubeClusters(t, 1).Servers[0]
-	api.InstallIstioCRDs(t)
-	api.EnsureNamespace(t, "shop")
-	ic := istioClient(t, api)
+	api, ic := istioServer(t, "shop")
 	ctx := context.Background()
 	const n = 50
 	for i := range n {
