@@ -59,8 +59,13 @@
 // "Consul at 10,000 services"). Consul's streaming backend (?cached,
 // use_streaming_backend) changes how the agent learns from the servers,
 // not the HTTP side: each blocking request still holds a connection to
-// the agent; its catalog-wide subscription (pbsubscribe) is served only
-// on the servers' internal RPC port. One goroutine and connection per
+// the agent; its subscriptions (pbsubscribe) are served only on the
+// servers' internal RPC port, and the only Go definitions of that
+// protocol are in Consul's main module, under the Business Source
+// License since 1.16.2 (the MPL releases' packages import agent/structs
+// and the whole agent with it). The agent refuses HTTP/2 without TLS
+// (h2c; Consul 1.22.5 answers a prior-knowledge connection with nothing),
+// so HTTP/2 needs HTTPS. One goroutine and connection per
 // service over HTTP/1.1, as Prometheus' consul_sd and consul-template do,
 // runs into the agent's connection limit with a few hundred services.
 //
