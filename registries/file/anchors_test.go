@@ -3,13 +3,17 @@ package file
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries/filewatch"
+	"github.com/meshfed/meshfed/registries/registrytest"
 )
 
 // anchorService is the text of a service that defines or takes the
@@ -104,4 +108,105 @@ func TestAnchorEditChains(t *testing.T) {
 			t.Errorf("seed %d: %d ranges cut, %d full parses of valid files", seed, w.cut.Load(), w.whole.Load())
 		}
 	}
+}
+
+// TestAnchorEditWork: in a file of 300 services that take their ports
+// and labels from anchors (services 0 and 150 define them), an edit of
+// one service that takes them parses it with the service defining them
+// and converts and compares it alone; an edit of what service 0's anchor
+// holds converts and compares the services that take it from service 0
+// (1-149), not those that take it from service 150.
+func TestAnchorEditWork(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	gen := func(port, edited int) []byte {
+		var b strings.Builder
+		b.WriteString("services:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - name: svc-%d\n", i)
+			if i%150 == 0 {
+				p := 8080 + i
+				if i == 0 {
+					p = port
+				}
+				fmt.Fprintf(&b, "    ports: &p [{name: http, port: %d, protocol: HTTP}]\n    endpoints:\n      - {address: %s, labels: &l {team: \"t%d\"}}\n", p, addrOf(i, 0), i)
+				continue
+			}
+			addr := addrOf(i, 0)
+			if i == edited {
+				addr = "10.99.0.1"
+			}
+			fmt.Fprintf(&b, "    ports: *p\n    endpoints:\n      - {address: %s, labels: *l}\n", addr)
+		}
+		return []byte(b.String())
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	write := func(data []byte) {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(gen(8080, -1))
+	r, sink, loop := loopOver(t, dir)
+	loop.Reload(true)
+	_, c0, k0 := r.Work()
+	if c0 != n || k0 != n {
+		t.Fatalf("first read: converted %d, compared %d; want %d", c0, k0, n)
+	}
+	if r.work.whole.Load() != 0 {
+		t.Fatal("the first read took the full parse")
+	}
+	check := func(what string, wantConv uint64, host string, ok func(s model.Service) bool) {
+		t.Helper()
+		p0, c0, k0 := r.Work()
+		loop.Reload(true)
+		p1, c1, k1 := r.Work()
+		if c1-c0 != wantConv || k1-k0 != wantConv || r.work.whole.Load() != 0 {
+			t.Errorf("%s: parsed %d, converted %d, compared %d, full parses %d; want %d converted and compared, no full parse",
+				what, p1-p0, c1-c0, k1-k0, r.work.whole.Load(), wantConv)
+		}
+		got, _, _ := sink.Last(vms.Shard())
+		want, err := Parse("services.yaml", mustRead(t, path), vms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byHost := func(a, b model.Service) int { return strings.Compare(a.Hostname, b.Hostname) }
+		slices.SortFunc(want, byHost)
+		got = slices.SortedFunc(slices.Values(got), byHost)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: published differs from the full parse (-full +published):\n%s", what, diff)
+		}
+		if s, found := registrytest.Find(got, host); !found || !ok(s) {
+			t.Errorf("%s: %s is %+v", what, host, s)
+		}
+	}
+	write(gen(8080, 77))
+	check("an edit of service 77", 1, "svc-77.vm.internal", func(s model.Service) bool {
+		return s.Endpoints[0].Address == "10.99.0.1" && s.Ports[0].Number == 8080 && s.Endpoints[0].Labels["team"] == "t0"
+	})
+	// Each service that takes anchors: alone (which stops at the first
+	// alias), then after service 0 or 150; the edit: the same once.
+	if p0, _, _ := r.Work(); p0 != 3*(n-2)+2+3 {
+		t.Errorf("parsed %d services in all, want %d", p0, 3*(n-2)+2+3)
+	}
+	write(gen(9090, 77))
+	check("service 0's anchor", 150, "svc-149.vm.internal", func(s model.Service) bool { return s.Ports[0].Number == 9090 })
+	if s, _ := registrytest.Find(mustLast(sink), "svc-151.vm.internal"); s.Ports[0].Number != 8230 {
+		t.Errorf("svc-151 takes its ports from service 150: %+v", s.Ports)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustLast(sink *registrytest.Sink) []model.Service {
+	got, _, _ := sink.Last(vms.Shard())
+	return got
 }

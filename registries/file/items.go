@@ -207,12 +207,15 @@ func (cache *itemCache) parseAt(data []byte, ranges []itemRange, p int, rec func
 		var taken []string
 		r, taken, missing, ok = parseItem(it, rg.flow, ctx)
 		w.parsed.Add(uint64(len(at) + 1))
-		// Every anchor taken must be in uses: the context (the nearest
-		// definer of each of uses) may have bound another to a definition
-		// other than its nearest.
-		if extra := without(taken, uses); ok && len(extra) > 0 {
-			uses = append(uses, extra[1:]...)
-			ok, missing = false, extra[0]
+		// The context (the nearest definer of each of uses) may have bound
+		// another anchor: right when its nearest definer is in the
+		// context (no later one is), else parse again with that one too.
+		for _, name := range without(taken, uses) {
+			uses = append(uses, name)
+			if d, _ := cache.anchors.nearest(name, p); ok && !slices.Contains(at, d) {
+				ok, missing = false, name
+				uses = uses[:len(uses)-1]
+			}
 		}
 	}
 	r.uses = uses
