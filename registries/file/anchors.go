@@ -1,6 +1,9 @@
 package file
 
 import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -135,14 +138,14 @@ func (x *anchorIndex) context(p int, uses []string, rec func(q int) *itemRec) ([
 }
 
 // affected returns, ascending, the positions of the services that take
-// name from a service before from, were its definitions there to change:
-// those from from on up to the next definition of name (included, when
-// that service takes name too).
-func (x *anchorIndex) affected(name string, from int) []int {
+// name from a service in [from, until) or before, were the definitions
+// there to change: those from from on, up to the first definition of
+// name at or after until (included, when that service takes name too).
+func (x *anchorIndex) affected(name string, from, until int) []int {
 	ps := x.users[name]
 	ps = ps[sort.SearchInts(ps, from):]
 	defs := x.defs[name]
-	if i := sort.SearchInts(defs, from); i < len(defs) {
+	if i := sort.SearchInts(defs, until); i < len(defs) {
 		ps = ps[:sort.SearchInts(ps, defs[i]+1)]
 	}
 	return ps
@@ -160,13 +163,28 @@ func unknownAnchor(msg string) string {
 	return msg[i+len(pre) : j]
 }
 
-// anchorsIn returns the anchors defined in the tree at n, in file order.
-func anchorsIn(n *yaml.Node) []string {
-	var out []string
+// anchorsIn returns the anchors defined in the tree at n, in file order,
+// and a hash of what each holds (its last definition there): its values,
+// aliases followed, and where in the service its nodes are (line - first,
+// which an endpoint's Origin depends on). A service whose edit leaves the
+// hashes as they were changes nothing for the services taking them.
+func anchorsIn(n *yaml.Node, first int) (names []string, sums []uint64) {
 	var walk func(n *yaml.Node)
 	walk = func(n *yaml.Node) {
-		if n.Anchor != "" && !slices.Contains(out, n.Anchor) {
-			out = append(out, n.Anchor)
+		if n.Anchor != "" {
+			var h maphash.Hash
+			h.SetSeed(itemSeed)
+			budget := maxAnchorNodes
+			hashNode(&h, n, first, &budget)
+			sum := h.Sum64()
+			if budget < 0 {
+				sum = rand.Uint64() // too large to tell: never the same
+			}
+			if i := slices.Index(names, n.Anchor); i >= 0 {
+				sums[i] = sum
+			} else {
+				names, sums = append(names, n.Anchor), append(sums, sum)
+			}
 		}
 		if n.Kind == yaml.AliasNode {
 			return
@@ -176,6 +194,67 @@ func anchorsIn(n *yaml.Node) []string {
 		}
 	}
 	walk(n)
+	return names, sums
+}
+
+// maxAnchorNodes bounds the nodes hashed for one anchor, aliases
+// expanded.
+const maxAnchorNodes = 1 << 16
+
+// hashNode writes the tree at n to h: kinds, tags and values, and the
+// line (relative to first) of the nodes that are not reached through an
+// alias (first 0: none).
+func hashNode(h *maphash.Hash, n *yaml.Node, first int, budget *int) {
+	if *budget--; *budget < 0 {
+		return
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		h.WriteByte('*')
+		hashNode(h, n.Alias, 0, budget)
+		return
+	}
+	var buf [8]byte
+	line := 0
+	if first != 0 {
+		line = n.Line - first
+	}
+	binary.LittleEndian.PutUint64(buf[:], uint64(line)<<8|uint64(n.Kind))
+	h.Write(buf[:])
+	h.WriteString(n.ShortTag())
+	h.WriteByte(0)
+	h.WriteString(n.Value)
+	h.WriteByte(0)
+	binary.LittleEndian.PutUint64(buf[:], uint64(len(n.Content)))
+	h.Write(buf[:])
+	for _, c := range n.Content {
+		hashNode(h, c, first, budget)
+	}
+}
+
+// changedAnchors returns the anchors whose definitions in new (parses of
+// services in file order) differ from those in old.
+func changedAnchors(old, new []*itemRec) []string {
+	defs := func(recs []*itemRec) map[string][]uint64 {
+		m := map[string][]uint64{}
+		for _, r := range recs {
+			for i, name := range r.defines {
+				m[name] = append(m[name], r.defSums[i])
+			}
+		}
+		return m
+	}
+	o, n := defs(old), defs(new)
+	var out []string
+	for name, sums := range o {
+		if !slices.Equal(sums, n[name]) {
+			out = append(out, name)
+		}
+	}
+	for name := range n {
+		if _, ok := o[name]; !ok {
+			out = append(out, name)
+		}
+	}
 	return out
 }
 

@@ -113,7 +113,8 @@ func TestAnchorEditChains(t *testing.T) {
 // TestAnchorEditWork: in a file of 300 services that take their ports
 // and labels from anchors (services 0 and 150 define them), an edit of
 // one service that takes them parses it with the service defining them
-// and converts and compares it alone; an edit of what service 0's anchor
+// and converts and compares it alone, as does an edit of service 0 outside
+// what its anchors hold; an edit of what service 0's anchor
 // holds converts and compares the services that take it from service 0
 // (1-149), not those that take it from service 150.
 func TestAnchorEditWork(t *testing.T) {
@@ -129,7 +130,11 @@ func TestAnchorEditWork(t *testing.T) {
 				if i == 0 {
 					p = port
 				}
-				fmt.Fprintf(&b, "    ports: &p [{name: http, port: %d, protocol: HTTP}]\n    endpoints:\n      - {address: %s, labels: &l {team: \"t%d\"}}\n", p, addrOf(i, 0), i)
+				addr := addrOf(i, 0)
+				if i == edited {
+					addr = "10.99.0.1"
+				}
+				fmt.Fprintf(&b, "    ports: &p [{name: http, port: %d, protocol: HTTP}]\n    endpoints:\n      - {address: %s, labels: &l {team: \"t%d\"}}\n", p, addr, i)
 				continue
 			}
 			addr := addrOf(i, 0)
@@ -190,7 +195,10 @@ func TestAnchorEditWork(t *testing.T) {
 	if p0, _, _ := r.Work(); p0 != 3*(n-2)+2+3 {
 		t.Errorf("parsed %d services in all, want %d", p0, 3*(n-2)+2+3)
 	}
-	write(gen(9090, 77))
+	write(gen(8080, 0))
+	// Service 0 edited, service 77 back as it was: two services.
+	check("an edit of service 0 outside its anchors", 2, "svc-0.vm.internal", func(s model.Service) bool { return s.Endpoints[0].Address == "10.99.0.1" })
+	write(gen(9090, 0))
 	check("service 0's anchor", 150, "svc-149.vm.internal", func(s model.Service) bool { return s.Ports[0].Number == 9090 })
 	if s, _ := registrytest.Find(mustLast(sink), "svc-151.vm.internal"); s.Ports[0].Number != 8230 {
 		t.Errorf("svc-151 takes its ports from service 150: %+v", s.Ports)

@@ -51,6 +51,7 @@ type itemRec struct {
 	epRel   []int        // each endpoint's line - the range's first line
 	last    *svcItem     // its last conversion
 	defines []string     // the anchors it defines (anchors.go)
+	defSums []uint64     // a hash of what each holds (anchorsIn)
 	uses    []string     // the anchors it takes from earlier services; nil: it parses alone
 	foreign bool         // an endpoint is an earlier service's (epRel < 0 then)
 }
@@ -117,11 +118,11 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 	// Anchors the replaced items defined: the services taking them are
 	// parsed again below.
 	was := make(map[uint64]*itemRec, bOld-a)
-	var redefined []string
+	wasRecs := make([]*itemRec, 0, bOld-a)
 	for k := a; k < bOld; k++ {
 		h := cache.sums[k]
 		was[h] = cache.recs[h]
-		redefined = append(redefined, cache.recs[h].defines...)
+		wasRecs = append(wasRecs, cache.recs[h])
 		delete(cache.recs, h)
 		delete(cache.names, cache.out[k].svc.Hostname)
 	}
@@ -129,6 +130,7 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 	sums := make([]uint64, 0, mid-a)
 	items := make([]*svcItem, 0, mid-a)
 	recs := make([]*itemRec, 0, mid-a)
+	var fresh []int // the positions parsed again
 	recAt := func(q int) *itemRec {
 		if q < a {
 			return cache.recs[cache.sums[q]]
@@ -142,10 +144,11 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 			return parseWhole(name, data, c, cache, w) // two services with the same bytes: a duplicate name
 		}
 		rec := was[h]
-		if rec == nil || rec.size != len(b) || rec.uses != nil {
+		if rec == nil || rec.size != len(b) || rec.foreign {
 			if rec, ok = cache.parseAt(data, ranges, a+j, recAt, w); !ok {
 				return parseWhole(name, data, c, cache, w)
 			}
+			fresh = append(fresh, a+j)
 		}
 		it, failed := rec.at(rg.line, name, c, w)
 		if failed || cache.names[it.svc.Hostname] {
@@ -154,7 +157,6 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		cache.recs[h], cache.names[it.svc.Hostname] = rec, true
 		cache.anchors.add(a+j, rec)
 		sums, items, recs = append(sums, h), append(items, it), append(recs, rec)
-		redefined = append(redefined, rec.defines...)
 	}
 	// The list returned is new (the last one is the Watch's to compare
 	// with); the hashes are kept in place.
@@ -175,7 +177,8 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		}
 	}
 	cache.sums = slices.Replace(cache.sums, a, bOld, sums...)
-	if len(redefined)+len(moved) > 0 && !cache.reparseUsers(name, data, ranges, out, moved, redefined, mid, c, w) {
+	redefined := changedAnchors(wasRecs, recs)
+	if len(redefined)+len(moved) > 0 && !cache.reparseUsers(name, data, ranges, out, fresh, moved, redefined, a, mid, c, w) {
 		return parseWhole(name, data, c, cache, w)
 	}
 	cache.data, cache.form, cache.ranges, cache.out = data, form, ranges, out
@@ -223,21 +226,24 @@ func (cache *itemCache) parseAt(data []byte, ranges []itemRange, p int, rec func
 }
 
 // reparseUsers parses again, in out (the file's new list), the services
-// at positions, those from bNew on that took one of names from the
-// replaced services or take it from the new ones (anchorIndex.affected),
-// and in turn those taking the anchors these define. false: one no
+// at positions, those that take one of names, which the edit of [a, bNew)
+// changed, from there (anchorIndex.affected), and in turn those taking
+// the anchors these define, unless just parsed (parsed). false: one no
 // longer parses or converts.
-func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRange, out []*svcItem, positions []int, names []string, bNew int, c registries.Common, w *work) bool {
+func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRange, out []*svcItem, parsed, positions []int, names []string, a, bNew int, c registries.Common, w *work) bool {
 	type change struct {
-		anchor string
-		from   int
+		anchor      string
+		from, until int
 	}
 	var todo []change
 	for _, n := range names {
-		todo = append(todo, change{n, bNew})
+		todo = append(todo, change{n, a, bNew})
 	}
 	recAt := func(q int) *itemRec { return cache.recs[cache.sums[q]] }
 	done := map[int]bool{}
+	for _, q := range parsed {
+		done[q] = true
+	}
 	reparse := func(q int) bool {
 		if done[q] {
 			return true
@@ -259,8 +265,8 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 		}
 		cache.names[it.svc.Hostname] = true
 		out[q] = it
-		for _, n := range rec.defines {
-			todo = append(todo, change{n, q + 1})
+		for _, n := range changedAnchors([]*itemRec{old}, []*itemRec{rec}) {
+			todo = append(todo, change{n, q + 1, q + 1})
 		}
 		return true
 	}
@@ -272,7 +278,7 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 	for len(todo) > 0 {
 		ch := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
-		for _, q := range slices.Clone(cache.anchors.affected(ch.anchor, ch.from)) {
+		for _, q := range slices.Clone(cache.anchors.affected(ch.anchor, ch.from, ch.until)) {
 			if !reparse(q) {
 				return false
 			}
@@ -403,18 +409,19 @@ func parseItem(it piece, flow bool, ctx []piece) (rec *itemRec, taken []string, 
 		return nil, nil, "", false
 	}
 	d := yamlconf.NewDecoder("", "", len(doc))
-	rec = &itemRec{size: len(b), defines: anchorsIn(node)}
+	rec = &itemRec{size: len(b)}
 	d.Decode("", node, node, &rec.se)
 	if len(d.Problems()) > 0 {
 		return nil, nil, "", false
 	}
+	first := starts[len(ctx)]
+	rec.defines, rec.defSums = anchorsIn(node, first)
 	if len(ctx) > 0 {
 		taken = takenAnchors(node)
 	}
 	// Each endpoint's line in the file, relative to the range's: an
 	// endpoint taken from an earlier service (`endpoints: *e`) is where
 	// that service has it.
-	first := starts[len(ctx)]
 	rec.epRel = make([]int, len(rec.se.Endpoints))
 	for j := range rec.se.Endpoints {
 		n, _ := yamlpath.Lookup(node, yamlpath.Index("endpoints", j))
