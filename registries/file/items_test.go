@@ -243,6 +243,15 @@ func FuzzParseItems(f *testing.F) {
 	f.Add(genServices(3, 2), flowServices(3, 2, addrOf))
 	f.Add(flowServices(4, 1, addrOf), []byte("services: [{name: a, ports: [{name: http, port: 80, protocol: HTTP}]}]\n"))
 	f.Add([]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - {address: '1.2.3.4', labels: {a: \"x\n  - y\"}}\n"), genServices(2, 1))
+	anchored := func(kinds ...int) []byte {
+		b := []byte("services:\n")
+		for i, k := range kinds {
+			b = append(b, anchorService(fmt.Sprintf("s%d", i), k, i)...)
+		}
+		return b
+	}
+	f.Add(anchored(0, 1, 2, 3, 5, 7), anchored(0, 2, 1, 0, 7, 11, 4))
+	f.Add(anchored(0, 6, 10, 2), anchored(0, 6, 2))
 	f.Fuzz(func(t *testing.T, warm, data []byte) {
 		cache := &itemCache{}
 		var w work
