@@ -155,9 +155,11 @@ func TestAnchorEditWork(t *testing.T) {
 	write(gen(8080, -1))
 	r, sink, loop := loopOver(t, dir)
 	loop.Reload(true)
-	_, c0, k0 := r.Work()
-	if c0 != n || k0 != n {
-		t.Fatalf("first read: converted %d, compared %d; want %d", c0, k0, n)
+	// A service that takes anchors is parsed with service 0 or 150 (two
+	// services), after a try alone for the first of a run.
+	p0, c0, k0 := r.Work()
+	if c0 != n || k0 != n || p0 > 2*n+4 {
+		t.Fatalf("first read: parsed %d, converted %d, compared %d; want at most %d parsed, %d converted and compared", p0, c0, k0, 2*n+4, n)
 	}
 	if r.work.whole.Load() != 0 {
 		t.Fatal("the first read took the full parse")
@@ -167,8 +169,8 @@ func TestAnchorEditWork(t *testing.T) {
 		p0, c0, k0 := r.Work()
 		loop.Reload(true)
 		p1, c1, k1 := r.Work()
-		if c1-c0 != wantConv || k1-k0 != wantConv || r.work.whole.Load() != 0 {
-			t.Errorf("%s: parsed %d, converted %d, compared %d, full parses %d; want %d converted and compared, no full parse",
+		if c1-c0 != wantConv || k1-k0 != wantConv || p1-p0 > 3*wantConv || r.work.whole.Load() != 0 {
+			t.Errorf("%s: parsed %d, converted %d, compared %d, full parses %d; want %d converted and compared, at most 3 parsed per service, no full parse",
 				what, p1-p0, c1-c0, k1-k0, r.work.whole.Load(), wantConv)
 		}
 		got, _, _ := sink.Last(vms.Shard())
@@ -190,11 +192,6 @@ func TestAnchorEditWork(t *testing.T) {
 	check("an edit of service 77", 1, "svc-77.vm.internal", func(s model.Service) bool {
 		return s.Endpoints[0].Address == "10.99.0.1" && s.Ports[0].Number == 8080 && s.Endpoints[0].Labels["team"] == "t0"
 	})
-	// Each service that takes anchors: alone (which stops at the first
-	// alias), then after service 0 or 150; the edit: the same once.
-	if p0, _, _ := r.Work(); p0 != 3*(n-2)+2+3 {
-		t.Errorf("parsed %d services in all, want %d", p0, 3*(n-2)+2+3)
-	}
 	write(gen(8080, 0))
 	// Service 0 edited, service 77 back as it was: two services.
 	check("an edit of service 0 outside its anchors", 2, "svc-0.vm.internal", func(s model.Service) bool { return s.Endpoints[0].Address == "10.99.0.1" })

@@ -70,8 +70,10 @@ type itemCache struct {
 	sums   []uint64
 	out    []*svcItem
 	names  map[string]bool
-	// Which services define anchors and which take them from others.
+	// Which services define anchors and which take them from others,
+	// and what the last service parsed with others took (parseAt).
 	anchors anchorIndex
+	hint    []string
 }
 
 // Work counts what a Run's reads did, for tests and diagnostics.
@@ -188,41 +190,79 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 // parseAt parses the service at position p of ranges (data's): alone,
 // or after the services defining the anchors it takes (anchors.go; rec
 // gives the parse of an earlier service). It counts every service parsed.
+// A service is first parsed after the definers of what the last service
+// parsed with others took (cache.hint), as most take the same anchors;
+// when that does not parse, alone, then with each anchor missing.
 func (cache *itemCache) parseAt(data []byte, ranges []itemRange, p int, rec func(int) *itemRec, w *work) (*itemRec, bool) {
 	rg := ranges[p]
 	it := piece{data[rg.start:rg.end], rg.line}
-	r, _, missing, ok := parseItem(it, rg.flow, nil)
-	w.parsed.Add(1)
-	var uses []string
-	for round := 0; !ok; round++ {
-		if missing == "" || slices.Contains(uses, missing) || round == maxTaken {
-			return nil, false
-		}
-		uses = append(uses, missing)
+	// withCtx parses it after the definers of uses; missing: what it
+	// takes that they do not define; retry: it took more, with the right
+	// definers now in uses.
+	withCtx := func(uses []string) (r *itemRec, out []string, missing string, ok bool) {
 		at, found := cache.anchors.context(p, uses, rec)
 		if !found {
-			return nil, false
+			return nil, uses, "", false
 		}
 		ctx := make([]piece, len(at))
 		for i, q := range at {
 			ctx[i] = piece{data[ranges[q].start:ranges[q].end], ranges[q].line}
 		}
-		var taken []string
-		r, taken, missing, ok = parseItem(it, rg.flow, ctx)
+		r, taken, missing, ok := parseItem(it, rg.flow, ctx)
 		w.parsed.Add(uint64(len(at) + 1))
-		// The context (the nearest definer of each of uses) may have bound
-		// another anchor: right when its nearest definer is in the
-		// context (no later one is), else parse again with that one too.
+		if !ok {
+			return nil, uses, missing, false
+		}
+		// The context (the nearest definer of each of uses) may have
+		// bound another anchor: right when its nearest definer is in the
+		// context (no later one is), else parse again with it.
 		for _, name := range without(taken, uses) {
 			uses = append(uses, name)
-			if d, _ := cache.anchors.nearest(name, p); ok && !slices.Contains(at, d) {
-				ok, missing = false, name
-				uses = uses[:len(uses)-1]
+			if d, _ := cache.anchors.nearest(name, p); !slices.Contains(at, d) {
+				ok = false
 			}
 		}
+		if !ok {
+			return nil, uses, "", false
+		}
+		r.uses = nil
+		if len(taken) > 0 {
+			r.uses = taken
+		}
+		return r, uses, "", true
 	}
-	r.uses = uses
-	return r, true
+	done := func(r *itemRec) (*itemRec, bool) {
+		cache.hint = r.uses
+		return r, true
+	}
+	if len(cache.hint) > 0 {
+		if r, _, _, ok := withCtx(slices.Clone(cache.hint)); ok {
+			return done(r)
+		}
+	}
+	r, _, missing, ok := parseItem(it, rg.flow, nil)
+	w.parsed.Add(1)
+	if ok {
+		return done(r)
+	}
+	var uses []string
+	for range maxTaken {
+		if missing != "" {
+			if slices.Contains(uses, missing) {
+				return nil, false
+			}
+			uses = append(uses, missing)
+		}
+		prev := len(uses)
+		r, uses, missing, ok = withCtx(uses)
+		if ok {
+			return done(r)
+		}
+		if missing == "" && len(uses) == prev {
+			return nil, false // fails for another reason
+		}
+	}
+	return nil, false
 }
 
 // reparseUsers parses again, in out (the file's new list), the services
