@@ -196,9 +196,9 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 func (cache *itemCache) parseAt(data []byte, ranges []itemRange, p int, rec func(int) *itemRec, w *work) (*itemRec, bool) {
 	rg := ranges[p]
 	it := piece{data[rg.start:rg.end], rg.line}
-	// withCtx parses it after the definers of uses; missing: what it
-	// takes that they do not define; retry: it took more, with the right
-	// definers now in uses.
+	// withCtx parses it after the definers of uses. Not ok: missing is
+	// what it takes that they do not define, or out (uses and what else
+	// it took) names the definers to parse it with again.
 	withCtx := func(uses []string) (r *itemRec, out []string, missing string, ok bool) {
 		at, found := cache.anchors.context(p, uses, rec)
 		if !found {
