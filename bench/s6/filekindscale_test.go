@@ -49,6 +49,9 @@ func init() {
 		bench.KindScaleRow{Kind: "file-flow-onefile", Goal: 50 * time.Millisecond, Smoke: true,
 			Note:  note + ", every service in one file, compact flow style",
 			Setup: func(t testing.TB, n int) bench.KindScaleTarget { return fileKindScale(t, n, n, true, false) }},
+		bench.KindScaleRow{Kind: "file-anchors", Goal: 50 * time.Millisecond, Smoke: true,
+			Note:  note + ", 100 services per file, quoted scalars, the first service of each file defining the ports and labels the others take (`ports: *http`, `labels: *v1`)",
+			Setup: fileAnchorsKindScale},
 		bench.KindScaleRow{Kind: "serviceentry", Goal: 50 * time.Millisecond, Smoke: true,
 			Note:  note + ", 100 ServiceEntries (STATIC, inline endpoints) per multi-document file",
 			Setup: serviceEntryKindScale},
@@ -161,6 +164,32 @@ func fileKindScale(t testing.TB, services, per int, flow, inPlace bool) bench.Ki
 		return b.Bytes()
 	}
 	fx := &ksFixture{dir: t.TempDir(), per: per, head: "services:\n", service: service, inPlace: inPlace}
+	c := registries.Common{Name: "vms", Kind: "file", Domain: "vm.internal"}
+	return ksTarget(t, fx, services, changed, c, &file.Config{Options: filewatch.Options{Path: fx.dir}})
+}
+
+// fileAnchorsKindScale is the file registry over files of per services
+// written with quotes and anchors: the first service of each file
+// defines its ports (&http) and its endpoints' labels (&v1), the others
+// take them. A change replaces endpoint 0's address, never what an
+// anchor holds.
+func fileAnchorsKindScale(t testing.TB, services int) bench.KindScaleTarget {
+	const per = 100
+	changed := map[int]int{}
+	service := func(i int) []byte {
+		var b bytes.Buffer
+		ports, labels := "*http", "*v1"
+		if i%per == 0 {
+			ports, labels = "&http\n      - {name: http, port: 8080, protocol: \"HTTP\"}", `&v1 {version: "v1", team: 'payments'}`
+		}
+		fmt.Fprintf(&b, "  - name: \"svc-%d\"\n    ports: %s\n    endpoints:\n", i, ports)
+		for j := range ksEndpoints {
+			fmt.Fprintf(&b, "      - address: \"%s\"\n        locality: 'us-east/us-east-1a'\n        labels: %s\n", ksAddr(i, j, changed), labels)
+			labels = "*v1"
+		}
+		return b.Bytes()
+	}
+	fx := &ksFixture{dir: t.TempDir(), per: per, head: "services:\n", service: service}
 	c := registries.Common{Name: "vms", Kind: "file", Domain: "vm.internal"}
 	return ksTarget(t, fx, services, changed, c, &file.Config{Options: filewatch.Options{Path: fx.dir}})
 }

@@ -1,8 +1,10 @@
 package file
 
 import (
+	"bytes"
 	"hash/maphash"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -44,10 +46,14 @@ type svcItem struct {
 // conversion at the line it was last at (only Endpoint.Origin depends on
 // the line: moveItem). The entry is dropped once converted.
 type itemRec struct {
-	size  int
-	se    serviceEntry // until converted
-	epRel []int        // each endpoint's line - the range's first line
-	last  *svcItem     // its last conversion
+	size    int
+	se      serviceEntry // until converted
+	epRel   []int        // each endpoint's line - the range's first line
+	last    *svcItem     // its last conversion
+	defines []string     // the anchors it defines (anchors.go)
+	defSums []uint64     // a hash of what each holds (anchorsIn)
+	uses    []string     // the anchors it takes from earlier services; nil: it parses alone
+	foreign bool         // an endpoint is an earlier service's (epRel < 0 then)
 }
 
 // itemCache is one file's parsed ranges and its last split read.
@@ -64,6 +70,10 @@ type itemCache struct {
 	sums   []uint64
 	out    []*svcItem
 	names  map[string]bool
+	// Which services define anchors and which take them from others,
+	// and what the last service parsed with others took (parseAt).
+	anchors anchorIndex
+	hint    []string
 }
 
 // Work counts what a Run's reads did, for tests and diagnostics.
@@ -97,6 +107,7 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		ranges, form, ok = splitServices(data)
 		a, bOld, mid = 0, 0, len(ranges)
 		cache.recs, cache.ranges, cache.sums, cache.out, cache.names = map[uint64]*itemRec{}, nil, nil, nil, map[string]bool{}
+		cache.anchors = anchorIndex{}
 	}
 	if !ok {
 		return parseWhole(name, data, c, cache, w)
@@ -106,34 +117,48 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 	w.cut.Add(uint64(mid - a))
 	// The items a..bOld of the last read are replaced by ranges[a:mid];
 	// their parses are kept by hash for the ranges whose bytes they are.
+	// Anchors the replaced items defined: the services taking them are
+	// parsed again below.
 	was := make(map[uint64]*itemRec, bOld-a)
+	wasRecs := make([]*itemRec, 0, bOld-a)
 	for k := a; k < bOld; k++ {
 		h := cache.sums[k]
 		was[h] = cache.recs[h]
+		wasRecs = append(wasRecs, cache.recs[h])
 		delete(cache.recs, h)
 		delete(cache.names, cache.out[k].svc.Hostname)
 	}
+	cache.anchors.replace(a, bOld, mid)
 	sums := make([]uint64, 0, mid-a)
 	items := make([]*svcItem, 0, mid-a)
-	for _, rg := range ranges[a:mid] {
+	recs := make([]*itemRec, 0, mid-a)
+	var fresh []int // the positions parsed again
+	recAt := func(q int) *itemRec {
+		if q < a {
+			return cache.recs[cache.sums[q]]
+		}
+		return recs[q-a]
+	}
+	for j, rg := range ranges[a:mid] {
 		b := data[rg.start:rg.end]
 		h := maphash.Bytes(itemSeed, b)
 		if cache.recs[h] != nil {
 			return parseWhole(name, data, c, cache, w) // two services with the same bytes: a duplicate name
 		}
 		rec := was[h]
-		if rec == nil || rec.size != len(b) {
-			if rec, ok = parseItem(b, rg.flow); !ok {
+		if rec == nil || rec.size != len(b) || rec.foreign {
+			if rec, ok = cache.parseAt(data, ranges, a+j, recAt, w); !ok {
 				return parseWhole(name, data, c, cache, w)
 			}
-			w.parsed.Add(1)
+			fresh = append(fresh, a+j)
 		}
 		it, failed := rec.at(rg.line, name, c, w)
 		if failed || cache.names[it.svc.Hostname] {
 			return parseWhole(name, data, c, cache, w)
 		}
 		cache.recs[h], cache.names[it.svc.Hostname] = rec, true
-		sums, items = append(sums, h), append(items, it)
+		cache.anchors.add(a+j, rec)
+		sums, items, recs = append(sums, h), append(items, it), append(recs, rec)
 	}
 	// The list returned is new (the last one is the Watch's to compare
 	// with); the hashes are kept in place.
@@ -142,15 +167,164 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 	out = append(out, items...)
 	tail := len(out)
 	out = append(out, cache.out[bOld:]...)
+	var moved []int // after the change, on other lines, with an earlier service's endpoints
 	if dl != 0 {
 		// The items after the change: the same parses, on other lines.
 		for k := tail; k < len(out); k++ {
-			out[k], _ = cache.recs[cache.sums[bOld+k-tail]].at(ranges[k].line, name, c, w)
+			rec := cache.recs[cache.sums[bOld+k-tail]]
+			if rec.foreign {
+				moved = append(moved, k)
+			}
+			out[k], _ = rec.at(ranges[k].line, name, c, w)
 		}
 	}
-	cache.data, cache.form, cache.ranges, cache.out = data, form, ranges, out
 	cache.sums = slices.Replace(cache.sums, a, bOld, sums...)
+	redefined := changedAnchors(wasRecs, recs)
+	if len(redefined)+len(moved) > 0 && !cache.reparseUsers(name, data, ranges, out, fresh, moved, redefined, a, mid, c, w) {
+		return parseWhole(name, data, c, cache, w)
+	}
+	cache.data, cache.form, cache.ranges, cache.out = data, form, ranges, out
 	return out, nil
+}
+
+// parseAt parses the service at position p of ranges (data's): alone,
+// or after the services defining the anchors it takes (anchors.go; rec
+// gives the parse of an earlier service). It counts every service parsed.
+// A service is first parsed after the definers of what the last service
+// parsed with others took (cache.hint), as most take the same anchors;
+// when that does not parse, alone, then with each anchor missing.
+func (cache *itemCache) parseAt(data []byte, ranges []itemRange, p int, rec func(int) *itemRec, w *work) (*itemRec, bool) {
+	rg := ranges[p]
+	it := piece{data[rg.start:rg.end], rg.line}
+	// withCtx parses it after the definers of uses. Not ok: missing is
+	// what it takes that they do not define, or out (uses and what else
+	// it took) names the definers to parse it with again.
+	withCtx := func(uses []string) (r *itemRec, out []string, missing string, ok bool) {
+		at, found := cache.anchors.context(p, uses, rec)
+		if !found {
+			return nil, uses, "", false
+		}
+		ctx := make([]piece, len(at))
+		for i, q := range at {
+			ctx[i] = piece{data[ranges[q].start:ranges[q].end], ranges[q].line}
+		}
+		r, taken, missing, ok := parseItem(it, rg.flow, ctx)
+		w.parsed.Add(uint64(len(at) + 1))
+		if !ok {
+			return nil, uses, missing, false
+		}
+		// The context (the nearest definer of each of uses) may have
+		// bound another anchor: right when its nearest definer is in the
+		// context (no later one is), else parse again with it.
+		for _, name := range without(taken, uses) {
+			uses = append(uses, name)
+			if d, _ := cache.anchors.nearest(name, p); !slices.Contains(at, d) {
+				ok = false
+			}
+		}
+		if !ok {
+			return nil, uses, "", false
+		}
+		r.uses = nil
+		if len(taken) > 0 {
+			r.uses = taken
+		}
+		return r, uses, "", true
+	}
+	done := func(r *itemRec) (*itemRec, bool) {
+		cache.hint = r.uses
+		return r, true
+	}
+	if len(cache.hint) > 0 {
+		if r, _, _, ok := withCtx(slices.Clone(cache.hint)); ok {
+			return done(r)
+		}
+	}
+	r, _, missing, ok := parseItem(it, rg.flow, nil)
+	w.parsed.Add(1)
+	if ok {
+		return done(r)
+	}
+	var uses []string
+	for range maxTaken {
+		if missing != "" {
+			if slices.Contains(uses, missing) {
+				return nil, false
+			}
+			uses = append(uses, missing)
+		}
+		prev := len(uses)
+		r, uses, missing, ok = withCtx(uses)
+		if ok {
+			return done(r)
+		}
+		if missing == "" && len(uses) == prev {
+			return nil, false // fails for another reason
+		}
+	}
+	return nil, false
+}
+
+// reparseUsers parses again, in out (the file's new list), the services
+// at positions, those that take one of names, which the edit of [a, bNew)
+// changed, from there (anchorIndex.affected), and in turn those taking
+// the anchors these define, unless just parsed (parsed). false: one no
+// longer parses or converts.
+func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRange, out []*svcItem, parsed, positions []int, names []string, a, bNew int, c registries.Common, w *work) bool {
+	type change struct {
+		anchor      string
+		from, until int
+	}
+	var todo []change
+	for _, n := range names {
+		todo = append(todo, change{n, a, bNew})
+	}
+	recAt := func(q int) *itemRec { return cache.recs[cache.sums[q]] }
+	done := map[int]bool{}
+	for _, q := range parsed {
+		done[q] = true
+	}
+	reparse := func(q int) bool {
+		if done[q] {
+			return true
+		}
+		done[q] = true
+		h := cache.sums[q]
+		old := cache.recs[h]
+		rec, ok := cache.parseAt(data, ranges, q, recAt, w)
+		if !ok {
+			return false
+		}
+		cache.anchors.remove(q, old)
+		cache.anchors.add(q, rec)
+		cache.recs[h] = rec
+		delete(cache.names, out[q].svc.Hostname)
+		it, failed := rec.at(ranges[q].line, file, c, w)
+		if failed || cache.names[it.svc.Hostname] {
+			return false
+		}
+		cache.names[it.svc.Hostname] = true
+		out[q] = it
+		for _, n := range changedAnchors([]*itemRec{old}, []*itemRec{rec}) {
+			todo = append(todo, change{n, q + 1, q + 1})
+		}
+		return true
+	}
+	for _, q := range positions {
+		if !reparse(q) {
+			return false
+		}
+	}
+	for len(todo) > 0 {
+		ch := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		for _, q := range slices.Clone(cache.anchors.affected(ch.anchor, ch.from, ch.until)) {
+			if !reparse(q) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // sameSlice: a and b are the same bytes in memory.
@@ -214,43 +388,95 @@ func parseWhole(name string, data []byte, c registries.Common, cache *itemCache,
 	return out, nil
 }
 
-// parseItem parses one range alone: a block item ("- ..." lines, from
-// the beginning of its first line) or a flow mapping. ok is false when it
-// does not parse alone as one valid service entry.
-func parseItem(b []byte, flow bool) (*itemRec, bool) {
-	if !flow {
+// piece is a range of the file: its bytes and the line it begins on.
+type piece struct {
+	b    []byte
+	line int
+}
+
+// parseItem parses one range: a block item ("- ..." lines, from the
+// beginning of its first line) or a flow mapping, alone or after ctx, the
+// ranges of earlier services of the same sequence whose anchors it takes
+// (anchors.go). ok is false when it does not parse as one valid service
+// entry; missing is then the anchor it takes that neither it nor ctx
+// defines, if that is why. taken is the anchors it took from ctx.
+func parseItem(it piece, flow bool, ctx []piece) (rec *itemRec, taken []string, missing string, ok bool) {
+	b := it.b
+	if !flow && ctx == nil {
 		if rec, ok := fastItem(b); ok {
-			return rec, true
+			return rec, nil, "", true
 		}
 	}
-	root, probs := yamlconf.Parse("", b)
+	doc := b
+	// The line of doc each of ctx begins on, then b's.
+	starts := make([]int, 0, len(ctx)+1)
+	if len(ctx) > 0 {
+		var buf []byte
+		if flow {
+			buf = append(buf, '[')
+		}
+		for _, r := range ctx {
+			starts = append(starts, 1+bytes.Count(buf, []byte{'\n'}))
+			buf = append(buf, r.b...)
+			if flow {
+				buf = append(buf, ',')
+			}
+		}
+		starts = append(starts, 1+bytes.Count(buf, []byte{'\n'}))
+		buf = append(buf, b...)
+		if flow {
+			buf = append(buf, ']')
+		}
+		doc = buf
+	} else {
+		starts = append(starts, 1)
+	}
+	root, probs := yamlconf.Parse("", doc)
 	if len(probs) > 0 || root == nil {
-		return nil, false
+		if len(probs) == 1 {
+			missing = unknownAnchor(probs[0].Msg)
+		}
+		return nil, nil, missing, false
 	}
 	node := root
-	if !flow {
-		if root.Kind != yaml.SequenceNode || len(root.Content) != 1 {
-			return nil, false
+	if !flow || len(ctx) > 0 {
+		if root.Kind != yaml.SequenceNode || len(root.Content) != len(ctx)+1 {
+			return nil, nil, "", false
 		}
-		node = root.Content[0]
+		node = root.Content[len(ctx)]
 	}
 	if node.Kind != yaml.MappingNode {
-		return nil, false
+		return nil, nil, "", false
 	}
-	d := yamlconf.NewDecoder("", "", len(b))
-	rec := &itemRec{size: len(b)}
+	d := yamlconf.NewDecoder("", "", len(doc))
+	rec = &itemRec{size: len(b)}
 	d.Decode("", node, node, &rec.se)
 	if len(d.Problems()) > 0 {
-		return nil, false
+		return nil, nil, "", false
 	}
-	// The range's first line is line 1 of b.
+	first := starts[len(ctx)]
+	rec.defines, rec.defSums = anchorsIn(node, first)
+	if len(ctx) > 0 {
+		taken = takenAnchors(node)
+	}
+	// Each endpoint's line in the file, relative to the range's: an
+	// endpoint taken from an earlier service (`endpoints: *e`) is where
+	// that service has it.
 	rec.epRel = make([]int, len(rec.se.Endpoints))
 	for j := range rec.se.Endpoints {
-		if n, _ := yamlpath.Lookup(node, yamlpath.Index("endpoints", j)); n != nil {
-			rec.epRel[j] = n.Line - 1
+		n, _ := yamlpath.Lookup(node, yamlpath.Index("endpoints", j))
+		if n == nil {
+			continue
 		}
+		if n.Line >= first {
+			rec.epRel[j] = n.Line - first
+			continue
+		}
+		k := sort.SearchInts(starts, n.Line+1) - 1
+		rec.epRel[j] = ctx[k].line + n.Line - starts[k] - it.line
+		rec.foreign = true
 	}
-	return rec, true
+	return rec, taken, "", true
 }
 
 // fastItem is parseItem on the fast path (fast.go) for a block item.

@@ -57,7 +57,12 @@ func TestParseItemsStyles(t *testing.T) {
 		{name: "flow sequence", data: "services: [\n  {name: a, ports: [{name: http, port: 80, protocol: HTTP}], endpoints: [{address: 10.0.0.1}]},\n  {name: b, ports: [{name: http, port: 80, protocol: HTTP}]}, # c\n]\n"},
 		{name: "json", data: `{"services": [{"name": "a", "ports": [{"name": "http", "port": 80, "protocol": "HTTP"}], "endpoints": [{"address": "10.0.0.1", "labels": {"v": "x"}}]},` + "\n" + ` {"name": "b", "ports": [{"name": "http", "port": 80, "protocol": "HTTP"}]}]}` + "\n"},
 		{name: "empty", data: "services: []\n"},
-		{name: "anchor across services", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address: 10.0.0.1, labels: &l {v: x}}\n  - name: b\n" + svc + "    endpoints:\n      - {address: 10.0.0.2, labels: *l}\n", whole: true},
+		{name: "anchor across services", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address: 10.0.0.1, labels: &l {v: x}}\n  - name: b\n" + svc + "    endpoints:\n      - {address: 10.0.0.2, labels: *l}\n"},
+		{name: "anchors across services, taken in turn and redefined", data: "services:\n  - name: a\n    ports: &p\n      - {name: http, port: 80, protocol: HTTP}\n    endpoints:\n      - {address: 10.0.0.1, labels: &l {v: x}}\n" +
+			"  - name: b\n    ports: *p\n    endpoints: &e\n      - {address: 10.0.0.2, labels: *l}\n  - name: c\n    ports: *p\n    endpoints:\n      - {address: 10.0.0.3, labels: &l {v: y}}\n" +
+			"  - name: d\n    ports: *p\n    endpoints: [{address: 10.0.0.4, labels: *l}, {address: 10.0.0.5, labels: {v: z}}]\n  - name: e\n    ports: *p\n    endpoints: *e\n"},
+		{name: "anchors across services in a flow sequence", data: "services: [\n  {name: a, ports: &p [{name: http, port: 80, protocol: HTTP}]},\n  {name: b, ports: *p,\n   endpoints: [{address: 10.0.0.2}]},\n]\n"},
+		{name: "alias before its anchor", data: "services:\n  - name: a\n    ports: *p\n  - name: b\n    ports: &p [{name: http, port: 80, protocol: HTTP}]\n", whole: true},
 		{name: "block scalar", data: "services:\n  - name: >-\n      a\n" + svc, whole: true},
 		{name: "crlf", data: strings.ReplaceAll(string(flowServices(3, 2, addrOf)), "\n", "\r\n")},
 		{name: "lone cr", data: strings.ReplaceAll(string(genServices(3, 2)), "\n", "\r"), whole: true},
@@ -67,17 +72,17 @@ func TestParseItemsStyles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			want, err := Parse("services.yaml", []byte(tc.data), vms)
-			if err != nil {
-				t.Fatal(err)
-			}
+			want, wantErr := Parse("services.yaml", []byte(tc.data), vms)
 			var w work
 			items, err := parseItems("services.yaml", []byte(tc.data), filewatch.Edit{}, vms, &itemCache{}, &w)
-			if err != nil {
-				t.Fatal(err)
+			if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+				t.Fatalf("error %v, want %v", err, wantErr)
 			}
 			if whole := w.whole.Load() > 0; whole != tc.whole {
 				t.Errorf("full parse %v, want %v", whole, tc.whole)
+			}
+			if err != nil {
+				return
 			}
 			if diff := cmp.Diff(want, services(items)); diff != "" {
 				t.Errorf("range by range differs from the full parse (-full +ranges):\n%s", diff)
@@ -238,6 +243,15 @@ func FuzzParseItems(f *testing.F) {
 	f.Add(genServices(3, 2), flowServices(3, 2, addrOf))
 	f.Add(flowServices(4, 1, addrOf), []byte("services: [{name: a, ports: [{name: http, port: 80, protocol: HTTP}]}]\n"))
 	f.Add([]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - {address: '1.2.3.4', labels: {a: \"x\n  - y\"}}\n"), genServices(2, 1))
+	anchored := func(kinds ...int) []byte {
+		b := []byte("services:\n")
+		for i, k := range kinds {
+			b = append(b, anchorService(fmt.Sprintf("s%d", i), k, i)...)
+		}
+		return b
+	}
+	f.Add(anchored(0, 1, 2, 3, 5, 7), anchored(0, 2, 1, 0, 7, 11, 4))
+	f.Add(anchored(0, 6, 10, 2), anchored(0, 6, 2))
 	f.Fuzz(func(t *testing.T, warm, data []byte) {
 		cache := &itemCache{}
 		var w work
@@ -404,9 +418,33 @@ func TestResplitEditChains(t *testing.T) {
 		}
 		return []byte(b.String())
 	}
+	// Anchors defined by some services and taken by later ones, some
+	// taking in turn what they take, some redefined.
+	anchors := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("services:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - name: svc-%d\n", i)
+			switch {
+			case i%10 == 0:
+				fmt.Fprintf(&b, "    ports: &p\n      - {name: http, port: %d, protocol: HTTP}\n", 80+i)
+			default:
+				b.WriteString("    ports: *p\n")
+			}
+			switch i % 7 {
+			case 0:
+				fmt.Fprintf(&b, "    endpoints: &e\n      - {address: %s, labels: &l {v: \"%d\"}}\n", addrOf(i, 0), i)
+			case 3:
+				b.WriteString("    endpoints: *e\n")
+			default:
+				fmt.Fprintf(&b, "    endpoints:\n      - {address: %s, labels: *l}\n", addrOf(i, 0))
+			}
+		}
+		return []byte(b.String())
+	}
 	starts := map[string][]byte{
 		"block": genServices(30, 2), "flow endpoints": flowServices(30, 2, addrOf),
-		"flow sequence": flowSeq(30), "json": jsonOf(30), "mixed": mixed(30),
+		"flow sequence": flowSeq(30), "json": jsonOf(30), "mixed": mixed(30), "anchors": anchors(30),
 	}
 	for _, style := range slices.Sorted(maps.Keys(starts)) {
 		data := starts[style]
