@@ -17,7 +17,7 @@ import (
 // tracks what can hide an item boundary — quoted scalars (with their
 // escapes), flow collections across lines and comments — and gives up (ok
 // false, the whole file takes the full parse) on anything it does not
-// follow: block scalars (| and >), directives, a second document, tags or
+// follow: block scalars (| and >) it cannot place, directives, a second document, tags or
 // anchors on the sequence itself, a tab, a byte-order mark, a line
 // break other than LF and CRLF (plainBytes), anything after the sequence.
 
@@ -431,6 +431,70 @@ func (s *splitter) flowNode() bool {
 	return false
 }
 
+// blockScalar moves pos over the block scalar (| or >) whose indicator
+// is at pos and over its content, to the beginning of the first line
+// after it: the content is every following line that is blank or
+// indented more than the node holding the scalar (the key of "key: |",
+// the "-" of "- |"), which is how YAML ends it. false when the split
+// cannot place the indicator (at the beginning of a line, after a tag or
+// anchor, inside a plain scalar) or its header is not one.
+func (s *splitter) blockScalar() bool {
+	ls := bytes.LastIndexByte(s.data[:s.pos], '\n') + 1
+	i := ls
+	for i < s.pos && s.data[i] == ' ' {
+		i++
+	}
+	owner := i - ls
+	for i+1 < s.pos && s.data[i] == '-' && s.data[i+1] == ' ' {
+		j := i + 1
+		for j < s.pos && s.data[j] == ' ' {
+			j++
+		}
+		if j == s.pos {
+			return s.skipBlockScalar(i - ls) // "- |"
+		}
+		i, owner = j, j-ls
+	}
+	if i == s.pos {
+		return false // its key is on an earlier line
+	}
+	k := s.pos - 1
+	for k > i && s.data[k] == ' ' {
+		k--
+	}
+	if s.data[k] != ':' {
+		return false
+	}
+	return s.skipBlockScalar(owner)
+}
+
+// skipBlockScalar moves pos from a block scalar's indicator over its
+// header and content (the lines blank or indented more than owner).
+func (s *splitter) skipBlockScalar(owner int) bool {
+	s.pos++
+	for n := 0; n < 2 && s.pos < len(s.data); n++ {
+		if c := s.data[s.pos]; c != '+' && c != '-' && (c < '1' || c > '9') {
+			break
+		}
+		s.pos++
+	}
+	if !s.restOfLineEmpty() {
+		return false
+	}
+	s.nextLine()
+	for s.pos < len(s.data) {
+		i := s.pos
+		for i < len(s.data) && s.data[i] == ' ' {
+			i++
+		}
+		if i < len(s.data) && s.data[i] != '\n' && s.data[i] != '\r' && i-s.pos <= owner {
+			return true // the first line after the content
+		}
+		s.nextLine()
+	}
+	return true
+}
+
 // quoted moves pos over the quoted scalar that starts at pos (quote q);
 // false if it does not end.
 func (s *splitter) quoted(q byte) bool {
@@ -548,7 +612,7 @@ func (s *splitter) blockLine() bool {
 			}
 			continue
 		case (c == '|' || c == '>') && node:
-			return false // a block scalar: its lines are not followed
+			return s.blockScalar()
 		}
 		s.pos++
 	}
