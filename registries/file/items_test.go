@@ -73,7 +73,9 @@ func TestParseItemsStyles(t *testing.T) {
 		{name: "lone cr", data: strings.ReplaceAll(string(genServices(3, 2)), "\n", "\r"), whole: true},
 		{name: "byte-order mark", data: "\ufeff" + string(genServices(3, 2)), whole: true},
 		{name: "flow item line at column 0", data: "services: [\n  {name: a,\nports: [{name: http, port: 80, protocol: HTTP}]},\n]\n", whole: true},
-		{name: "tab", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address:\t10.0.0.1}\n", whole: true},
+		{name: "tab", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address:\t10.0.0.1}\n"},
+		{name: "tabs separating, before comments and quotes", data: "services:\t# \"x\n  - name:\ta\t# it's\n" + svc + "    endpoints:\n      - address:\t'10.0.0.1'\n        labels:\t{v:\t\"x\n  - name: y\"}\t\n\t\n  - name: b\n" + svc},
+		{name: "tab in indentation", data: "services:\n  - name: a\n\t" + svc, whole: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -259,6 +261,7 @@ func FuzzParseItems(f *testing.F) {
 	f.Add(anchored(0, 6, 10, 2), anchored(0, 6, 2))
 	f.Add([]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - address: 10.0.0.1\n        labels:\n          n: |\n            - name: b\n          m: >-\n           x\n  - name: c\n    ports: [{name: http, port: 80, protocol: HTTP}]\n"),
 		[]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n"))
+	f.Add([]byte("services:\t# \"x\n  - name:\ta\t# it's\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - {address:\t'10.0.0.1', labels:\t{v:\t\"x\n  - y\"}}\n"), genServices(2, 2))
 	f.Fuzz(func(t *testing.T, warm, data []byte) {
 		cache := &itemCache{}
 		var w work

@@ -18,7 +18,7 @@ import (
 // escapes), flow collections across lines and comments — and gives up (ok
 // false, the whole file takes the full parse) on anything it does not
 // follow: block scalars (| and >) it cannot place, directives, a second document, tags or
-// anchors on the sequence itself, a tab, a byte-order mark, a line
+// anchors on the sequence itself, a tab in indentation, a byte-order mark, a line
 // break other than LF and CRLF (plainBytes), anything after the sequence.
 
 // itemRange is one item of the services sequence: data[start:end]. line
@@ -66,6 +66,11 @@ type splitter struct {
 	// (formJSON), not in a block mapping.
 	rootFlow bool
 }
+
+// blank: c separates tokens within a line (a space or a tab; YAML
+// indents with spaces only, so the split counts indentation in spaces
+// and gives up on a line indented with a tab).
+func blank(c byte) bool { return c == ' ' || c == '\t' }
 
 // atColumn0: a line of b after its first begins with something other
 // than a space or a line break.
@@ -169,7 +174,7 @@ func resplit(data []byte, e filewatch.Edit, prevItems []itemRange, form seqForm)
 // also breaks lines at a lone CR and at NEL, LS and PS, and would count
 // lines, or see items begin, where the split does not).
 func plainBytes(b []byte) bool {
-	if bytes.IndexByte(b, '\t') >= 0 || bytes.Contains(b, []byte("\xef\xbb\xbf")) ||
+	if bytes.Contains(b, []byte("\xef\xbb\xbf")) ||
 		bytes.Contains(b, []byte("\xc2\x85")) || bytes.Contains(b, []byte("\xe2\x80\xa8")) || bytes.Contains(b, []byte("\xe2\x80\xa9")) {
 		return false
 	}
@@ -211,7 +216,7 @@ func (s *splitter) head() seqForm {
 		if !s.key() {
 			return 0
 		}
-		for s.pos < len(data) && data[s.pos] == ' ' {
+		for s.pos < len(data) && (data[s.pos] == ' ' || data[s.pos] == '\t') {
 			s.pos++
 		}
 		if s.pos < len(data) && data[s.pos] == '[' {
@@ -255,7 +260,7 @@ func (s *splitter) key() bool {
 			s.pos += len(k)
 			if s.pos < len(s.data) && s.data[s.pos] == ':' {
 				s.pos++
-				return s.pos == len(s.data) || s.data[s.pos] == ' ' || s.data[s.pos] == '\n' || s.data[s.pos] == '\r' || k[0] != 's'
+				return s.pos == len(s.data) || blank(s.data[s.pos]) || s.data[s.pos] == '\n' || s.data[s.pos] == '\r' || k[0] != 's'
 			}
 			return false
 		}
@@ -268,18 +273,18 @@ func (s *splitter) key() bool {
 func (s *splitter) atDocMarker(m string) bool {
 	d := s.data[s.pos:]
 	return (s.pos == 0 || s.data[s.pos-1] == '\n') && bytes.HasPrefix(d, []byte(m)) &&
-		(len(d) == 3 || d[3] == ' ' || d[3] == '\n' || d[3] == '\r')
+		(len(d) == 3 || blank(d[3]) || d[3] == '\n' || d[3] == '\r')
 }
 
 // restOfLineEmpty: only spaces and a comment remain on pos's line.
 func (s *splitter) restOfLineEmpty() bool {
 	for i := s.pos; i < len(s.data); i++ {
 		switch c := s.data[i]; {
-		case c == ' ' || c == '\r':
+		case blank(c) || c == '\r':
 		case c == '\n':
 			return true
 		case c == '#':
-			return i == s.pos || s.data[i-1] == ' '
+			return i == s.pos || blank(s.data[i-1])
 		default:
 			return false
 		}
@@ -302,7 +307,7 @@ func (s *splitter) nextLine() {
 func (s *splitter) skipBlankAndComments() {
 	for s.pos < len(s.data) {
 		i := s.pos
-		for i < len(s.data) && s.data[i] == ' ' {
+		for i < len(s.data) && blank(s.data[i]) {
 			i++
 		}
 		if i < len(s.data) && s.data[i] != '\n' && s.data[i] != '\r' && s.data[i] != '#' {
@@ -317,13 +322,13 @@ func (s *splitter) skipBlankAndComments() {
 func (s *splitter) skipSpace() {
 	for s.pos < len(s.data) {
 		switch c := s.data[s.pos]; c {
-		case ' ', '\r':
+		case ' ', '\t', '\r':
 			s.pos++
 		case '\n':
 			s.pos++
 			s.line++
 		case '#':
-			if s.pos > 0 && s.data[s.pos-1] != ' ' && s.data[s.pos-1] != '\n' {
+			if s.pos > 0 && !blank(s.data[s.pos-1]) && s.data[s.pos-1] != '\n' {
 				return
 			}
 			for s.pos < len(s.data) && s.data[s.pos] != '\n' {
@@ -410,14 +415,14 @@ func (s *splitter) flowNode() bool {
 				return true
 			}
 		case '"', '\'':
-			if p := s.data[s.pos-1]; p == ' ' || p == '\n' || p == '[' || p == '{' || p == ',' || p == ':' {
+			if p := s.data[s.pos-1]; blank(p) || p == '\n' || p == '[' || p == '{' || p == ',' || p == ':' {
 				if !s.quoted(c) {
 					return false
 				}
 				continue
 			}
 		case '#':
-			if p := s.data[s.pos-1]; p == ' ' || p == '\n' {
+			if p := s.data[s.pos-1]; blank(p) || p == '\n' {
 				for s.pos < len(s.data) && s.data[s.pos] != '\n' {
 					s.pos++
 				}
@@ -459,7 +464,7 @@ func (s *splitter) blockScalar() bool {
 		return false // its key is on an earlier line
 	}
 	k := s.pos - 1
-	for k > i && s.data[k] == ' ' {
+	for k > i && blank(s.data[k]) {
 		k--
 	}
 	if s.data[k] != ':' {
@@ -592,7 +597,7 @@ func (s *splitter) blockLine() bool {
 		if s.pos > 0 {
 			prev = s.data[s.pos-1]
 		}
-		node := prev == ' ' || prev == '\n' // where a node may begin
+		node := blank(prev) || prev == '\n' // where a node may begin
 		switch {
 		case c == '\n':
 			s.pos++
