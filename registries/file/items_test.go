@@ -71,7 +71,9 @@ func TestParseItemsStyles(t *testing.T) {
 		{name: "block scalar on the line after its key", data: "services:\n  - name:\n      |\n      a\n" + svc, whole: true},
 		{name: "crlf", data: strings.ReplaceAll(string(flowServices(3, 2, addrOf)), "\n", "\r\n")},
 		{name: "lone cr", data: strings.ReplaceAll(string(genServices(3, 2)), "\n", "\r"), whole: true},
-		{name: "byte-order mark", data: "\ufeff" + string(genServices(3, 2)), whole: true},
+		{name: "byte-order mark", data: "\ufeff" + string(genServices(3, 2))},
+		{name: "byte-order mark and CRLF (Windows)", data: "\ufeff# head\r\n" + strings.ReplaceAll(string(flowServices(3, 2, addrOf)), "\n", "\r\n")},
+		{name: "byte-order mark inside", data: string(genServices(1, 1)) + "  - name: \ufeffb\n" + svc, whole: true},
 		{name: "flow item line at column 0", data: "services: [\n  {name: a,\nports: [{name: http, port: 80, protocol: HTTP}]},\n]\n", whole: true},
 		{name: "tab", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address:\t10.0.0.1}\n"},
 		{name: "tabs separating, before comments and quotes", data: "services:\t# \"x\n  - name:\ta\t# it's\n" + svc + "    endpoints:\n      - address:\t'10.0.0.1'\n        labels:\t{v:\t\"x\n  - name: y\"}\t\n\t\n  - name: b\n" + svc},
@@ -468,6 +470,7 @@ func TestResplitEditChains(t *testing.T) {
 		"block": genServices(30, 2), "flow endpoints": flowServices(30, 2, addrOf),
 		"flow sequence": flowSeq(30), "json": jsonOf(30), "mixed": mixed(30), "anchors": anchors(30),
 		"block scalars": blockScalars(30),
+		"windows": append([]byte("\ufeff"), strings.ReplaceAll(string(genServices(30, 2)), "\n", "\r\n")...),
 	}
 	for _, style := range slices.Sorted(maps.Keys(starts)) {
 		data := starts[style]

@@ -18,7 +18,8 @@ import (
 // escapes), flow collections across lines and comments — and gives up (ok
 // false, the whole file takes the full parse) on anything it does not
 // follow: block scalars (| and >) it cannot place, directives, a second document, tags or
-// anchors on the sequence itself, a tab in indentation, a byte-order mark, a line
+// anchors on the sequence itself, a tab in indentation, a byte-order mark
+// other than the file's first bytes, a line
 // break other than LF and CRLF (plainBytes), anything after the sequence.
 
 // itemRange is one item of the services sequence: data[start:end]. line
@@ -65,7 +66,11 @@ type splitter struct {
 	// rootFlow: the services sequence is in a flow mapping at the root
 	// (formJSON), not in a block mapping.
 	rootFlow bool
+	// start: where the file's text begins (after a byte-order mark).
+	start int
 }
+
+var bom = []byte("\xef\xbb\xbf")
 
 // blank: c separates tokens within a line (a space or a tab; YAML
 // indents with spaces only, so the split counts indentation in spaces
@@ -95,10 +100,13 @@ func followedBy(b []byte, x byte, f func(byte) bool) bool {
 // splitServices cuts a services file into its items; ok false when the
 // file is not in a shape it follows (the caller then parses it whole).
 func splitServices(data []byte) (items []itemRange, form seqForm, ok bool) {
-	if !plainBytes(data) {
+	// A byte-order mark may begin the file (editors on Windows write
+	// one); the YAML parser skips it there.
+	start := len(data) - len(bytes.TrimPrefix(data, bom))
+	if !plainBytes(data[start:]) {
 		return nil, 0, false
 	}
-	s := &splitter{data: data, line: 1}
+	s := &splitter{data: data, pos: start, start: start, line: 1}
 	form = s.head()
 	if form == 0 {
 		return nil, 0, false
@@ -174,7 +182,7 @@ func resplit(data []byte, e filewatch.Edit, prevItems []itemRange, form seqForm)
 // also breaks lines at a lone CR and at NEL, LS and PS, and would count
 // lines, or see items begin, where the split does not).
 func plainBytes(b []byte) bool {
-	if bytes.Contains(b, []byte("\xef\xbb\xbf")) ||
+	if bytes.Contains(b, bom) ||
 		bytes.Contains(b, []byte("\xc2\x85")) || bytes.Contains(b, []byte("\xe2\x80\xa8")) || bytes.Contains(b, []byte("\xe2\x80\xa9")) {
 		return false
 	}
@@ -272,7 +280,7 @@ func (s *splitter) key() bool {
 // beginning of a line.
 func (s *splitter) atDocMarker(m string) bool {
 	d := s.data[s.pos:]
-	return (s.pos == 0 || s.data[s.pos-1] == '\n') && bytes.HasPrefix(d, []byte(m)) &&
+	return (s.pos == s.start || s.data[s.pos-1] == '\n') && bytes.HasPrefix(d, []byte(m)) &&
 		(len(d) == 3 || blank(d[3]) || d[3] == '\n' || d[3] == '\r')
 }
 
