@@ -63,12 +63,21 @@ func TestParseItemsStyles(t *testing.T) {
 			"  - name: d\n    ports: *p\n    endpoints: [{address: 10.0.0.4, labels: *l}, {address: 10.0.0.5, labels: {v: z}}]\n  - name: e\n    ports: *p\n    endpoints: *e\n"},
 		{name: "anchors across services in a flow sequence", data: "services: [\n  {name: a, ports: &p [{name: http, port: 80, protocol: HTTP}]},\n  {name: b, ports: *p,\n   endpoints: [{address: 10.0.0.2}]},\n]\n"},
 		{name: "alias before its anchor", data: "services:\n  - name: a\n    ports: *p\n  - name: b\n    ports: &p [{name: http, port: 80, protocol: HTTP}]\n", whole: true},
-		{name: "block scalar", data: "services:\n  - name: >-\n      a\n" + svc, whole: true},
+		{name: "block scalar", data: "services:\n  - name: >-\n      a\n" + svc},
+		{name: "block scalars hiding items, quotes, flow and comments", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - address: 10.0.0.1\n        labels:\n          note: |\n            - name: fake\n  \n            \"not closed {[\n            # not a comment\n          w: |2-  # header comment\n             x\n          v: >\n\n           folded\n\n  - name: b\n" + svc + "    endpoints:\n      - address: 10.0.0.2\n        labels: {v: y}\n        locality: |-\n          r/z"},
+		{name: "block scalar in a sequence entry", data: "services:\n  - name: a\n    ports:\n      - |\n        x\n  - name: b\n" + svc, whole: true}, // invalid: the error of the full parse
+		{name: "bar inside a plain scalar", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - address: 10.0.0.1\n        labels: {v: x}\n        locality: a | b\n", whole: true},
+		{name: "block scalar after a tag", data: "services:\n  - name: !!str |\n      a\n" + svc, whole: true},
+		{name: "block scalar on the line after its key", data: "services:\n  - name:\n      |\n      a\n" + svc, whole: true},
 		{name: "crlf", data: strings.ReplaceAll(string(flowServices(3, 2, addrOf)), "\n", "\r\n")},
 		{name: "lone cr", data: strings.ReplaceAll(string(genServices(3, 2)), "\n", "\r"), whole: true},
-		{name: "byte-order mark", data: "\ufeff" + string(genServices(3, 2)), whole: true},
+		{name: "byte-order mark", data: "\ufeff" + string(genServices(3, 2))},
+		{name: "byte-order mark and CRLF (Windows)", data: "\ufeff# head\r\n" + strings.ReplaceAll(string(flowServices(3, 2, addrOf)), "\n", "\r\n")},
+		{name: "byte-order mark inside", data: string(genServices(1, 1)) + "  - name: \ufeffb\n" + svc, whole: true},
 		{name: "flow item line at column 0", data: "services: [\n  {name: a,\nports: [{name: http, port: 80, protocol: HTTP}]},\n]\n", whole: true},
-		{name: "tab", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address:\t10.0.0.1}\n", whole: true},
+		{name: "tab", data: "services:\n  - name: a\n" + svc + "    endpoints:\n      - {address:\t10.0.0.1}\n"},
+		{name: "tabs separating, before comments and quotes", data: "services:\t# \"x\n  - name:\ta\t# it's\n" + svc + "    endpoints:\n      - address:\t'10.0.0.1'\n        labels:\t{v:\t\"x\n  - name: y\"}\t\n\t\n  - name: b\n" + svc},
+		{name: "tab in indentation", data: "services:\n  - name: a\n\t" + svc, whole: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -252,6 +261,9 @@ func FuzzParseItems(f *testing.F) {
 	}
 	f.Add(anchored(0, 1, 2, 3, 5, 7), anchored(0, 2, 1, 0, 7, 11, 4))
 	f.Add(anchored(0, 6, 10, 2), anchored(0, 6, 2))
+	f.Add([]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - address: 10.0.0.1\n        labels:\n          n: |\n            - name: b\n          m: >-\n           x\n  - name: c\n    ports: [{name: http, port: 80, protocol: HTTP}]\n"),
+		[]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n"))
+	f.Add([]byte("services:\t# \"x\n  - name:\ta\t# it's\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - {address:\t'10.0.0.1', labels:\t{v:\t\"x\n  - y\"}}\n"), genServices(2, 2))
 	f.Fuzz(func(t *testing.T, warm, data []byte) {
 		cache := &itemCache{}
 		var w work
@@ -402,6 +414,7 @@ func TestResplitEditChains(t *testing.T) {
 		return []byte(b.String())
 	}
 	snippets := []string{"", "\n", " ", "#", "# c\n", "'", "\"", "{", "}", "[", "]", ",", "- ", "  - ", "\t", "|", "---\n", "x",
+		": |\n", ": >-\n  - name: x\n", "    note: |2\n       - a\n     b\n", "\n          |\n",
 		"\r\n", "\r", "\ufeff", "&a ", "*a", "<<: *a\n", "...\n", "%YAML 1.2\n", "? ", "!!str ", `"{-#"`, "'- #'", " # {\n", "\\",
 		"  - name: added\n    ports: [{name: http, port: 80, protocol: HTTP}]\n",
 		"      - {address: 10.9.9.9}\n", "  {name: added, ports: [{name: http, port: 80, protocol: HTTP}]},\n",
@@ -442,9 +455,22 @@ func TestResplitEditChains(t *testing.T) {
 		}
 		return []byte(b.String())
 	}
+	// Block scalars whose lines look like items, quotes, flow
+	// collections and comments.
+	blockScalars := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("services:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - name: svc-%d\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n", i)
+			fmt.Fprintf(&b, "      - address: %s\n        labels:\n          note: |\n            - name: x%d\n            \"{[# '\n\n          w: >-\n           %d\n", addrOf(i, 0), i, i)
+		}
+		return []byte(b.String())
+	}
 	starts := map[string][]byte{
 		"block": genServices(30, 2), "flow endpoints": flowServices(30, 2, addrOf),
 		"flow sequence": flowSeq(30), "json": jsonOf(30), "mixed": mixed(30), "anchors": anchors(30),
+		"block scalars": blockScalars(30),
+		"windows": append([]byte("\ufeff"), strings.ReplaceAll(string(genServices(30, 2)), "\n", "\r\n")...),
 	}
 	for _, style := range slices.Sorted(maps.Keys(starts)) {
 		data := starts[style]

@@ -17,8 +17,9 @@ import (
 // tracks what can hide an item boundary — quoted scalars (with their
 // escapes), flow collections across lines and comments — and gives up (ok
 // false, the whole file takes the full parse) on anything it does not
-// follow: block scalars (| and >), directives, a second document, tags or
-// anchors on the sequence itself, a tab, a byte-order mark, a line
+// follow: block scalars (| and >) it cannot place, directives, a second document, tags or
+// anchors on the sequence itself, a tab in indentation, a byte-order mark
+// other than the file's first bytes, a line
 // break other than LF and CRLF (plainBytes), anything after the sequence.
 
 // itemRange is one item of the services sequence: data[start:end]. line
@@ -65,7 +66,16 @@ type splitter struct {
 	// rootFlow: the services sequence is in a flow mapping at the root
 	// (formJSON), not in a block mapping.
 	rootFlow bool
+	// start: where the file's text begins (after a byte-order mark).
+	start int
 }
+
+var bom = []byte("\xef\xbb\xbf")
+
+// blank: c separates tokens within a line (a space or a tab; YAML
+// indents with spaces only, so the split counts indentation in spaces
+// and gives up on a line indented with a tab).
+func blank(c byte) bool { return c == ' ' || c == '\t' }
 
 // atColumn0: a line of b after its first begins with something other
 // than a space or a line break.
@@ -90,10 +100,13 @@ func followedBy(b []byte, x byte, f func(byte) bool) bool {
 // splitServices cuts a services file into its items; ok false when the
 // file is not in a shape it follows (the caller then parses it whole).
 func splitServices(data []byte) (items []itemRange, form seqForm, ok bool) {
-	if !plainBytes(data) {
+	// A byte-order mark may begin the file (editors on Windows write
+	// one); the YAML parser skips it there.
+	start := len(data) - len(bytes.TrimPrefix(data, bom))
+	if !plainBytes(data[start:]) {
 		return nil, 0, false
 	}
-	s := &splitter{data: data, line: 1}
+	s := &splitter{data: data, pos: start, start: start, line: 1}
 	form = s.head()
 	if form == 0 {
 		return nil, 0, false
@@ -169,7 +182,7 @@ func resplit(data []byte, e filewatch.Edit, prevItems []itemRange, form seqForm)
 // also breaks lines at a lone CR and at NEL, LS and PS, and would count
 // lines, or see items begin, where the split does not).
 func plainBytes(b []byte) bool {
-	if bytes.IndexByte(b, '\t') >= 0 || bytes.Contains(b, []byte("\xef\xbb\xbf")) ||
+	if bytes.Contains(b, bom) ||
 		bytes.Contains(b, []byte("\xc2\x85")) || bytes.Contains(b, []byte("\xe2\x80\xa8")) || bytes.Contains(b, []byte("\xe2\x80\xa9")) {
 		return false
 	}
@@ -211,7 +224,7 @@ func (s *splitter) head() seqForm {
 		if !s.key() {
 			return 0
 		}
-		for s.pos < len(data) && data[s.pos] == ' ' {
+		for s.pos < len(data) && (data[s.pos] == ' ' || data[s.pos] == '\t') {
 			s.pos++
 		}
 		if s.pos < len(data) && data[s.pos] == '[' {
@@ -255,7 +268,7 @@ func (s *splitter) key() bool {
 			s.pos += len(k)
 			if s.pos < len(s.data) && s.data[s.pos] == ':' {
 				s.pos++
-				return s.pos == len(s.data) || s.data[s.pos] == ' ' || s.data[s.pos] == '\n' || s.data[s.pos] == '\r' || k[0] != 's'
+				return s.pos == len(s.data) || blank(s.data[s.pos]) || s.data[s.pos] == '\n' || s.data[s.pos] == '\r' || k[0] != 's'
 			}
 			return false
 		}
@@ -267,19 +280,19 @@ func (s *splitter) key() bool {
 // beginning of a line.
 func (s *splitter) atDocMarker(m string) bool {
 	d := s.data[s.pos:]
-	return (s.pos == 0 || s.data[s.pos-1] == '\n') && bytes.HasPrefix(d, []byte(m)) &&
-		(len(d) == 3 || d[3] == ' ' || d[3] == '\n' || d[3] == '\r')
+	return (s.pos == s.start || s.data[s.pos-1] == '\n') && bytes.HasPrefix(d, []byte(m)) &&
+		(len(d) == 3 || blank(d[3]) || d[3] == '\n' || d[3] == '\r')
 }
 
 // restOfLineEmpty: only spaces and a comment remain on pos's line.
 func (s *splitter) restOfLineEmpty() bool {
 	for i := s.pos; i < len(s.data); i++ {
 		switch c := s.data[i]; {
-		case c == ' ' || c == '\r':
+		case blank(c) || c == '\r':
 		case c == '\n':
 			return true
 		case c == '#':
-			return i == s.pos || s.data[i-1] == ' '
+			return i == s.pos || blank(s.data[i-1])
 		default:
 			return false
 		}
@@ -302,7 +315,7 @@ func (s *splitter) nextLine() {
 func (s *splitter) skipBlankAndComments() {
 	for s.pos < len(s.data) {
 		i := s.pos
-		for i < len(s.data) && s.data[i] == ' ' {
+		for i < len(s.data) && blank(s.data[i]) {
 			i++
 		}
 		if i < len(s.data) && s.data[i] != '\n' && s.data[i] != '\r' && s.data[i] != '#' {
@@ -317,13 +330,13 @@ func (s *splitter) skipBlankAndComments() {
 func (s *splitter) skipSpace() {
 	for s.pos < len(s.data) {
 		switch c := s.data[s.pos]; c {
-		case ' ', '\r':
+		case ' ', '\t', '\r':
 			s.pos++
 		case '\n':
 			s.pos++
 			s.line++
 		case '#':
-			if s.pos > 0 && s.data[s.pos-1] != ' ' && s.data[s.pos-1] != '\n' {
+			if s.pos > 0 && !blank(s.data[s.pos-1]) && s.data[s.pos-1] != '\n' {
 				return
 			}
 			for s.pos < len(s.data) && s.data[s.pos] != '\n' {
@@ -410,14 +423,14 @@ func (s *splitter) flowNode() bool {
 				return true
 			}
 		case '"', '\'':
-			if p := s.data[s.pos-1]; p == ' ' || p == '\n' || p == '[' || p == '{' || p == ',' || p == ':' {
+			if p := s.data[s.pos-1]; blank(p) || p == '\n' || p == '[' || p == '{' || p == ',' || p == ':' {
 				if !s.quoted(c) {
 					return false
 				}
 				continue
 			}
 		case '#':
-			if p := s.data[s.pos-1]; p == ' ' || p == '\n' {
+			if p := s.data[s.pos-1]; blank(p) || p == '\n' {
 				for s.pos < len(s.data) && s.data[s.pos] != '\n' {
 					s.pos++
 				}
@@ -429,6 +442,70 @@ func (s *splitter) flowNode() bool {
 		s.pos++
 	}
 	return false
+}
+
+// blockScalar moves pos over the block scalar (| or >) whose indicator
+// is at pos and over its content, to the beginning of the first line
+// after it: the content is every following line that is blank or
+// indented more than the node holding the scalar (the key of "key: |",
+// the "-" of "- |"), which is how YAML ends it. false when the split
+// cannot place the indicator (at the beginning of a line, after a tag or
+// anchor, inside a plain scalar) or its header is not one.
+func (s *splitter) blockScalar() bool {
+	ls := bytes.LastIndexByte(s.data[:s.pos], '\n') + 1
+	i := ls
+	for i < s.pos && s.data[i] == ' ' {
+		i++
+	}
+	owner := i - ls
+	for i+1 < s.pos && s.data[i] == '-' && s.data[i+1] == ' ' {
+		j := i + 1
+		for j < s.pos && s.data[j] == ' ' {
+			j++
+		}
+		if j == s.pos {
+			return s.skipBlockScalar(i - ls) // "- |"
+		}
+		i, owner = j, j-ls
+	}
+	if i == s.pos {
+		return false // its key is on an earlier line
+	}
+	k := s.pos - 1
+	for k > i && blank(s.data[k]) {
+		k--
+	}
+	if s.data[k] != ':' {
+		return false
+	}
+	return s.skipBlockScalar(owner)
+}
+
+// skipBlockScalar moves pos from a block scalar's indicator over its
+// header and content (the lines blank or indented more than owner).
+func (s *splitter) skipBlockScalar(owner int) bool {
+	s.pos++
+	for n := 0; n < 2 && s.pos < len(s.data); n++ {
+		if c := s.data[s.pos]; c != '+' && c != '-' && (c < '1' || c > '9') {
+			break
+		}
+		s.pos++
+	}
+	if !s.restOfLineEmpty() {
+		return false
+	}
+	s.nextLine()
+	for s.pos < len(s.data) {
+		i := s.pos
+		for i < len(s.data) && s.data[i] == ' ' {
+			i++
+		}
+		if i < len(s.data) && s.data[i] != '\n' && s.data[i] != '\r' && i-s.pos <= owner {
+			return true // the first line after the content
+		}
+		s.nextLine()
+	}
+	return true
 }
 
 // quoted moves pos over the quoted scalar that starts at pos (quote q);
@@ -528,7 +605,7 @@ func (s *splitter) blockLine() bool {
 		if s.pos > 0 {
 			prev = s.data[s.pos-1]
 		}
-		node := prev == ' ' || prev == '\n' // where a node may begin
+		node := blank(prev) || prev == '\n' // where a node may begin
 		switch {
 		case c == '\n':
 			s.pos++
@@ -548,7 +625,7 @@ func (s *splitter) blockLine() bool {
 			}
 			continue
 		case (c == '|' || c == '>') && node:
-			return false // a block scalar: its lines are not followed
+			return s.blockScalar()
 		}
 		s.pos++
 	}
