@@ -470,7 +470,7 @@ func TestResplitEditChains(t *testing.T) {
 		"block": genServices(30, 2), "flow endpoints": flowServices(30, 2, addrOf),
 		"flow sequence": flowSeq(30), "json": jsonOf(30), "mixed": mixed(30), "anchors": anchors(30),
 		"block scalars": blockScalars(30),
-		"windows": append([]byte("\ufeff"), strings.ReplaceAll(string(genServices(30, 2)), "\n", "\r\n")...),
+		"windows":       append([]byte("\ufeff"), strings.ReplaceAll(string(genServices(30, 2)), "\n", "\r\n")...),
 	}
 	for _, style := range slices.Sorted(maps.Keys(starts)) {
 		data := starts[style]
