@@ -32,6 +32,12 @@ type anchorIndex struct {
 // before the file takes the full parse.
 const maxTaken = 64
 
+// maxContext bounds how many services one service is parsed after
+// before the file takes the full parse: a chain of services each taking
+// an anchor from the one before would otherwise cost each service a parse
+// of all those before it.
+const maxContext = 16
+
 // replace drops the positions in [a, bOld), which an edit replaced by
 // [a, bNew), and moves those after by bNew-bOld.
 func (x *anchorIndex) replace(a, bOld, bNew int) {
@@ -105,7 +111,8 @@ func (x *anchorIndex) nearest(name string, p int) (int, bool) {
 // context returns, ascending, the positions of the services the service
 // at p must be parsed after to take the anchors uses: the nearest earlier
 // definer of each, and theirs in turn (rec gives a service's parse).
-// false: an anchor has no earlier definition.
+// false: an anchor has no earlier definition, or they are more than
+// maxContext.
 func (x *anchorIndex) context(p int, uses []string, rec func(q int) *itemRec) ([]int, bool) {
 	set := map[int]bool{}
 	var visit func(q int, names []string) bool
@@ -119,6 +126,9 @@ func (x *anchorIndex) context(p int, uses []string, rec func(q int) *itemRec) ([
 				continue
 			}
 			set[d] = true
+			if len(set) > maxContext {
+				return false
+			}
 			r := rec(d)
 			if r == nil || !visit(d, r.uses) {
 				return false
@@ -203,14 +213,9 @@ const maxAnchorNodes = 1 << 16
 
 // hashNode writes the tree at n to h: kinds, tags and values, and the
 // line (relative to first) of the nodes that are not reached through an
-// alias (first 0: none).
+// alias, aliases included (first 0: none).
 func hashNode(h *maphash.Hash, n *yaml.Node, first int, budget *int) {
 	if *budget--; *budget < 0 {
-		return
-	}
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		h.WriteByte('*')
-		hashNode(h, n.Alias, 0, budget)
 		return
 	}
 	var buf [8]byte
@@ -220,6 +225,12 @@ func hashNode(h *maphash.Hash, n *yaml.Node, first int, budget *int) {
 	}
 	binary.LittleEndian.PutUint64(buf[:], uint64(line)<<8|uint64(n.Kind))
 	h.Write(buf[:])
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		// The alias's own line counts too: an endpoint that is an alias
+		// (`endpoints: &e [*x]`) has its Origin there.
+		hashNode(h, n.Alias, 0, budget)
+		return
+	}
 	h.WriteString(n.ShortTag())
 	h.WriteByte(0)
 	h.WriteString(n.Value)
@@ -232,18 +243,20 @@ func hashNode(h *maphash.Hash, n *yaml.Node, first int, budget *int) {
 }
 
 // changedAnchors returns the anchors whose definitions in new (parses of
-// services in file order) differ from those in old.
-func changedAnchors(old, new []*itemRec) []string {
-	defs := func(recs []*itemRec) map[string][]uint64 {
+// services in file order, at lines newLines) differ from those in old (at
+// oldLines): in what they hold or in the line of the service defining
+// them, which the Origin of an endpoint taken from it depends on.
+func changedAnchors(old, new []*itemRec, oldLines, newLines []int) []string {
+	defs := func(recs []*itemRec, lines []int) map[string][]uint64 {
 		m := map[string][]uint64{}
-		for _, r := range recs {
+		for k, r := range recs {
 			for i, name := range r.defines {
-				m[name] = append(m[name], r.defSums[i])
+				m[name] = append(m[name], r.defSums[i], uint64(lines[k]))
 			}
 		}
 		return m
 	}
-	o, n := defs(old), defs(new)
+	o, n := defs(old, oldLines), defs(new, newLines)
 	var out []string
 	for name, sums := range o {
 		if !slices.Equal(sums, n[name]) {

@@ -54,6 +54,7 @@ type itemRec struct {
 	defSums []uint64     // a hash of what each holds (anchorsIn)
 	uses    []string     // the anchors it takes from earlier services; nil: it parses alone
 	foreign bool         // an endpoint is an earlier service's (epRel < 0 then)
+	values  int          // values its decode counts, aliases expanded (at most, on the fast path)
 }
 
 // itemCache is one file's parsed ranges and its last split read.
@@ -74,6 +75,9 @@ type itemCache struct {
 	// and what the last service parsed with others took (parseAt).
 	anchors anchorIndex
 	hint    []string
+	// values sums the items' values: the full parse rejects a file that
+	// expands to more than yamlconf.MaxValues, so the items do too.
+	values int
 }
 
 // Work counts what a Run's reads did, for tests and diagnostics.
@@ -107,7 +111,7 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		ranges, form, ok = splitServices(data)
 		a, bOld, mid = 0, 0, len(ranges)
 		cache.recs, cache.ranges, cache.sums, cache.out, cache.names = map[uint64]*itemRec{}, nil, nil, nil, map[string]bool{}
-		cache.anchors = anchorIndex{}
+		cache.anchors, cache.values = anchorIndex{}, 0
 	}
 	if !ok {
 		return parseWhole(name, data, c, cache, w)
@@ -121,14 +125,24 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 	// parsed again below.
 	was := make(map[uint64]*itemRec, bOld-a)
 	wasRecs := make([]*itemRec, 0, bOld-a)
+	wasLines := make([]int, 0, bOld-a)
 	for k := a; k < bOld; k++ {
 		h := cache.sums[k]
 		was[h] = cache.recs[h]
-		wasRecs = append(wasRecs, cache.recs[h])
+		wasRecs, wasLines = append(wasRecs, cache.recs[h]), append(wasLines, cache.out[k].line)
+		cache.values -= cache.recs[h].values
 		delete(cache.recs, h)
 		delete(cache.names, cache.out[k].svc.Hostname)
 	}
-	cache.anchors.replace(a, bOld, mid)
+	if mid == bOld {
+		// No position moves: forget what the replaced items recorded,
+		// not every anchor's.
+		for k, rec := range wasRecs {
+			cache.anchors.remove(a+k, rec)
+		}
+	} else {
+		cache.anchors.replace(a, bOld, mid)
+	}
 	sums := make([]uint64, 0, mid-a)
 	items := make([]*svcItem, 0, mid-a)
 	recs := make([]*itemRec, 0, mid-a)
@@ -158,6 +172,7 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		}
 		cache.recs[h], cache.names[it.svc.Hostname] = rec, true
 		cache.anchors.add(a+j, rec)
+		cache.values += rec.values
 		sums, items, recs = append(sums, h), append(items, it), append(recs, rec)
 	}
 	// The list returned is new (the last one is the Watch's to compare
@@ -179,9 +194,16 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		}
 	}
 	cache.sums = slices.Replace(cache.sums, a, bOld, sums...)
-	redefined := changedAnchors(wasRecs, recs)
+	lines := make([]int, len(items))
+	for j, it := range items {
+		lines[j] = it.line
+	}
+	redefined := changedAnchors(wasRecs, recs, wasLines, lines)
 	if len(redefined)+len(moved) > 0 && !cache.reparseUsers(name, data, ranges, out, fresh, moved, redefined, a, mid, c, w) {
 		return parseWhole(name, data, c, cache, w)
+	}
+	if rootValues+cache.values > yamlconf.MaxValues(len(data)) {
+		return parseWhole(name, data, c, cache, w) // too many values: as Parse says
 	}
 	cache.data, cache.form, cache.ranges, cache.out = data, form, ranges, out
 	return out, nil
@@ -297,6 +319,7 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 		}
 		cache.anchors.remove(q, old)
 		cache.anchors.add(q, rec)
+		cache.values += rec.values - old.values
 		cache.recs[h] = rec
 		delete(cache.names, out[q].svc.Hostname)
 		it, failed := rec.at(ranges[q].line, file, c, w)
@@ -305,7 +328,8 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 		}
 		cache.names[it.svc.Hostname] = true
 		out[q] = it
-		for _, n := range changedAnchors([]*itemRec{old}, []*itemRec{rec}) {
+		line := []int{ranges[q].line}
+		for _, n := range changedAnchors([]*itemRec{old}, []*itemRec{rec}, line, line) {
 			todo = append(todo, change{n, q + 1, q + 1})
 		}
 		return true
@@ -369,6 +393,10 @@ func moveItem(it *svcItem, line int, epRel []int, name string) *svcItem {
 	}
 	return out
 }
+
+// rootValues is what the full parse's decode counts besides the items':
+// the root mapping, its services and their sequence.
+const rootValues = 3
 
 // parseWhole is the full parse of a file (Parse), its services as new
 // items; the cache is emptied.
@@ -454,6 +482,7 @@ func parseItem(it piece, flow bool, ctx []piece) (rec *itemRec, taken []string, 
 	if len(d.Problems()) > 0 {
 		return nil, nil, "", false
 	}
+	rec.values = d.Values()
 	first := starts[len(ctx)]
 	rec.defines, rec.defSums = anchorsIn(node, first)
 	if len(ctx) > 0 {
@@ -494,7 +523,9 @@ func fastItem(b []byte) (*itemRec, bool) {
 	if !ok {
 		return nil, false
 	}
-	rec := &itemRec{size: len(b), se: se, epRel: epLines}
+	// Without aliases a decode counts fewer values than the item has
+	// bytes (fast.go takes none): twice as many is a bound.
+	rec := &itemRec{size: len(b), se: se, epRel: epLines, values: 2 * len(b)}
 	for j := range rec.epRel {
 		rec.epRel[j]--
 	}
