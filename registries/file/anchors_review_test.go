@@ -2,7 +2,9 @@ package file
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,7 +31,7 @@ func readsMatchParse(t *testing.T, files ...string) (w *work, rejected int) {
 		want, wantErr := Parse("s.yaml", data, vms)
 		prev = data
 		if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
-			t.Fatalf("read %d: error %v, want %v:\n%s", i, err, wantErr, data)
+			t.Fatalf("read %d: error %v, want %v:\n%s\nafter:\n%s", i, err, wantErr, data, files[max(i-1, 0)])
 		}
 		if err != nil {
 			rejected++
@@ -37,7 +39,7 @@ func readsMatchParse(t *testing.T, files ...string) (w *work, rejected int) {
 		}
 		if got := services(items); !reflect.DeepEqual(want, got) {
 			diff := cmp.Diff(want, got)
-			t.Fatalf("read %d: differs from the full parse (-full +ranges):\n%s\n%s", i, diff, data)
+			t.Fatalf("read %d: differs from the full parse (-full +ranges):\n%s\n%s\nafter:\n%s", i, diff, data, files[max(i-1, 0)])
 		}
 	}
 	return w, rejected
@@ -130,6 +132,22 @@ func TestAnchorReviewEdits(t *testing.T) {
 				"  - name: m\n    # m\n" + p + "  - name: u\n" + p + "    endpoints: *e\n",
 			"services:\n  - name: c\n    # c\n" + p + "  - name: d\n" + p + "    endpoints: &e\n      - address: 10.0.0.2\n" +
 				"  - name: m\n" + p + "  - name: u\n" + p + "    endpoints: *e\n",
+		},
+		// In flow form an endpoint taken from an earlier service has its
+		// Origin there, not on the user's line.
+		"flow endpoints taken": {
+			"services: [\n  {name: a, ports: [{name: http, port: 81, protocol: HTTP}], endpoints: &e [{address: 10.1.1.2}]},\n" +
+				"  {name: b, ports: [{name: http, port: 80, protocol: HTTP}], endpoints: *e},\n  {name: c,\n    # gap\n    ports: [{name: http, port: 80, protocol: HTTP}], endpoints: *e}\n]\n",
+		},
+		// Two services swapped around their definer, which stays where it
+		// was: the user, its bytes unchanged, now comes before what it
+		// takes, or takes it from another definition.
+		"user moved before its definer": {
+			"services:\n" + svcPorts("a", port("", 80)) + svcPorts("b", port("&h ", 81)) + svcPorts("c", "*h") + svcPorts("d", port("", 82)),
+			"services:\n" + svcPorts("c", "*h") + svcPorts("b", port("&h ", 81)) + svcPorts("a", port("", 80)) + svcPorts("d", port("", 82)),
+			"services:\n" + svcPorts("a", port("", 80)) + svcPorts("b", port("&h ", 81)) + svcPorts("c", "*h") + svcPorts("d", port("", 82)),
+			"services:\n" + svcPorts("a", port("&h ", 79)) + svcPorts("b", port("&h ", 81)) + svcPorts("c", "*h") + svcPorts("d", port("", 82)),
+			"services:\n" + svcPorts("a", port("&h ", 79)) + svcPorts("c", "*h") + svcPorts("b", port("&h ", 81)) + svcPorts("d", port("", 82)),
 		},
 		"crlf": {
 			strings.ReplaceAll("services:\n"+svcPorts("a", port("&h ", 80))+svcPorts("b", "*h"), "\n", "\r\n"),
@@ -226,3 +244,174 @@ func TestAnchorReviewChainWork(t *testing.T) {
 		t.Errorf("%d reads parsed %d services, want at most %d", len(files), w.parsed.Load(), max)
 	}
 }
+
+// reviewSvc is one service of TestAnchorReviewRandomEdits: which anchors
+// it defines and takes, and where it has comment lines.
+type reviewSvc struct {
+	name                       int
+	ports, eps, labels, member int // 0: own value; 1..3: define anchor k-1; 4..6: take anchor k-4
+	v                          int // a value the anchors it defines hold
+	gaps                       int // bit i: a comment line at place i
+}
+
+// reviewNames are the anchor names, odd characters included (the YAML
+// scanner refuses "ü").
+var reviewNames = []string{"a", "a.b", "a/b:1"}
+
+func (s reviewSvc) render(b *strings.Builder, flow bool) {
+	def := func(kind string, k int) string { return "&" + kind + reviewNames[k-1] + " " }
+	use := func(kind string, k int) string { return "*" + kind + reviewNames[k-4] }
+	gap := func(i int) {
+		if s.gaps&(1<<i) != 0 {
+			b.WriteString("\n    # gap\n   ")
+		}
+	}
+	fmt.Fprintf(b, "{name: s%d,", s.name)
+	gap(0)
+	b.WriteString(" ports: ")
+	switch {
+	case s.ports >= 4:
+		b.WriteString(use("p", s.ports))
+	case s.ports >= 1:
+		fmt.Fprintf(b, "%s[{name: http, port: %d, protocol: HTTP}]", def("p", s.ports), 80+s.v%7)
+	default:
+		b.WriteString("[{name: http, port: 80, protocol: HTTP}]")
+	}
+	b.WriteString(",")
+	gap(1)
+	labels := "{v: x}"
+	switch {
+	case s.labels >= 4:
+		labels = use("l", s.labels)
+	case s.labels >= 1:
+		labels = fmt.Sprintf("%s{v: \"%d\"}", def("l", s.labels), s.v%5)
+	}
+	member := fmt.Sprintf("{address: 10.3.%d.1}", s.name%250)
+	switch {
+	case s.member >= 4:
+		member = use("m", s.member)
+	case s.member >= 1:
+		member = fmt.Sprintf("%s{address: 10.4.%d.%d}", def("m", s.member), s.name%250, 1+s.v%3)
+	}
+	b.WriteString(" endpoints: ")
+	switch {
+	case s.eps >= 4:
+		b.WriteString(use("e", s.eps))
+	default:
+		if s.eps >= 1 {
+			b.WriteString(def("e", s.eps))
+		}
+		fmt.Fprintf(b, "[{address: 10.1.%d.%d, labels: %s},", s.name%250, 1+s.v%3, labels)
+		gap(2)
+		b.WriteString(" " + member)
+		gap(3)
+		b.WriteString("]")
+	}
+	b.WriteString("}")
+	_ = flow
+}
+
+// TestAnchorReviewRandomEdits: files of services that define and take
+// anchors of several names (ports, endpoints, labels, single endpoints),
+// with comment lines that move what follows, in block and flow form,
+// edited at random (a service changed, added, removed, two swapped, its
+// comment lines changed, the file's line breaks changed), give what the
+// full parse gives after every edit, errors included.
+func TestAnchorReviewRandomEdits(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(reviewSeeds) {
+		rnd := rand.New(rand.NewPCG(seed, 7))
+		flow, crlf := seed%2 == 1, false
+		kind := func() int {
+			if rnd.IntN(3) == 0 {
+				return 0
+			}
+			return 1 + rnd.IntN(6)
+		}
+		next := 0
+		svc := func() reviewSvc {
+			next++
+			return reviewSvc{next, kind(), kind(), kind(), kind(), rnd.IntN(100), rnd.IntN(16)}
+		}
+		// Three services first define every anchor; edits seldom touch
+		// them, so that most files are valid.
+		var list []reviewSvc
+		for k := 1; k <= 3; k++ {
+			next++
+			list = append(list, reviewSvc{next, k, k, k, k, 0, 0})
+		}
+		for range 12 {
+			list = append(list, svc())
+		}
+		render := func() string {
+			var b strings.Builder
+			if flow {
+				b.WriteString("services: [\n")
+			} else {
+				b.WriteString("services:\n")
+			}
+			for i, s := range list {
+				if flow {
+					b.WriteString("  ")
+				} else {
+					b.WriteString("  - ")
+				}
+				s.render(&b, flow)
+				if flow && i < len(list)-1 {
+					b.WriteString(",")
+				}
+				b.WriteString("\n")
+			}
+			if flow {
+				b.WriteString("]\n")
+			}
+			out := b.String()
+			if crlf {
+				out = strings.ReplaceAll(out, "\n", "\r\n")
+			}
+			return out
+		}
+		files := []string{render()}
+		for range 60 {
+			i := rnd.IntN(len(list))
+			if i < 3 && rnd.IntN(4) != 0 {
+				i = 3 + rnd.IntN(len(list)-3)
+			}
+			switch rnd.IntN(8) {
+			case 0, 1:
+				list[i].v++
+			case 2:
+				list[i].ports, list[i].eps, list[i].labels, list[i].member = kind(), kind(), kind(), kind()
+			case 3:
+				list = slices.Insert(list, i, svc())
+			case 4:
+				if len(list) > 4 {
+					list = slices.Delete(list, i, i+1)
+				}
+			case 5:
+				j := rnd.IntN(len(list))
+				if j < 3 && rnd.IntN(4) != 0 {
+					j = 3 + rnd.IntN(len(list)-3)
+				}
+				list[i], list[j] = list[j], list[i]
+			case 6:
+				list[i].gaps = rnd.IntN(16)
+			case 7:
+				if rnd.IntN(4) == 0 {
+					crlf = !crlf
+				} else {
+					list[i].gaps ^= 1 << rnd.IntN(4)
+				}
+			}
+			files = append(files, render())
+		}
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			w, rejected := readsMatchParse(t, files...)
+			t.Logf("%d reads, %d rejected, %d full parses, %d services parsed", len(files), rejected, w.whole.Load(), w.parsed.Load())
+		})
+	}
+}
+
+// reviewSeeds is how many files TestAnchorReviewRandomEdits edits (400
+// were run once).
+var reviewSeeds = 40

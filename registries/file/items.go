@@ -159,8 +159,11 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		if cache.recs[h] != nil {
 			return parseWhole(name, data, c, cache, w) // two services with the same bytes: a duplicate name
 		}
+		// A service that takes anchors is parsed again: the edit may
+		// have moved it before what defines them, or have moved another
+		// definition between.
 		rec := was[h]
-		if rec == nil || rec.size != len(b) || rec.foreign {
+		if rec == nil || rec.size != len(b) || rec.foreign || rec.uses != nil {
 			if rec, ok = cache.parseAt(data, ranges, a+j, recAt, w); !ok {
 				return parseWhole(name, data, c, cache, w)
 			}
@@ -447,7 +450,9 @@ func parseItem(it piece, flow bool, ctx []piece) (rec *itemRec, taken []string, 
 			starts = append(starts, 1+bytes.Count(buf, []byte{'\n'}))
 			buf = append(buf, r.b...)
 			if flow {
-				buf = append(buf, ',')
+				// A flow item ends without a line break: the next
+				// begins on a line of its own, where starts says.
+				buf = append(buf, ",\n"...)
 			}
 		}
 		starts = append(starts, 1+bytes.Count(buf, []byte{'\n'}))
