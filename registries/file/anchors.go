@@ -147,6 +147,36 @@ func (x *anchorIndex) context(p int, uses []string, rec func(q int) *itemRec) ([
 	return out, true
 }
 
+// bound returns what the anchors uses hold (their definitions' sums,
+// anchorsIn) for a service at p: the nearest earlier definition of each
+// (rec gives a service's parse). false: one has none.
+func (x *anchorIndex) bound(uses []string, p int, rec func(q int) *itemRec) ([]uint64, bool) {
+	out := make([]uint64, len(uses))
+	for i, name := range uses {
+		d, ok := x.nearest(name, p)
+		if !ok {
+			return nil, false
+		}
+		r := rec(d)
+		j := -1
+		if r != nil {
+			j = slices.Index(r.defines, name)
+		}
+		if j < 0 {
+			return nil, false
+		}
+		out[i] = r.defSums[j]
+	}
+	return out, true
+}
+
+// binds: a service at p that takes uses takes what they held where it
+// was (took, from bound).
+func (x *anchorIndex) binds(uses []string, p int, rec func(q int) *itemRec, took []uint64) bool {
+	now, ok := x.bound(uses, p, rec)
+	return ok && took != nil && slices.Equal(now, took)
+}
+
 // affected returns, ascending, the positions of the services that take
 // name from a service in [from, until) or before, were the definitions
 // there to change: those from from on, up to the first definition of
@@ -174,26 +204,31 @@ func unknownAnchor(msg string) string {
 }
 
 // anchorsIn returns the anchors defined in the tree at n, in file order,
-// and a hash of what each holds (its last definition there): its values,
-// aliases followed, and where in the service its nodes are (line - first,
-// which an endpoint's Origin depends on). A service whose edit leaves the
-// hashes as they were changes nothing for the services taking them.
-func anchorsIn(n *yaml.Node, first int) (names []string, sums []uint64) {
+// and two hashes of what each holds (its last definition there): its
+// values, aliases followed (sums), and those with where in the service
+// its nodes are (places: line - first, which the Origin of an endpoint
+// taken from it depends on). A service whose edit leaves the hashes as
+// they were changes nothing for the services taking them; one that
+// leaves the sums changes only the Origin of endpoints taken.
+func anchorsIn(n *yaml.Node, first int) (names []string, sums, places []uint64) {
+	hash := func(n *yaml.Node, first int) uint64 {
+		var h maphash.Hash
+		h.SetSeed(itemSeed)
+		budget := maxAnchorNodes
+		hashNode(&h, n, first, &budget)
+		if budget < 0 {
+			return rand.Uint64() // too large to tell: never the same
+		}
+		return h.Sum64()
+	}
 	var walk func(n *yaml.Node)
 	walk = func(n *yaml.Node) {
 		if n.Anchor != "" {
-			var h maphash.Hash
-			h.SetSeed(itemSeed)
-			budget := maxAnchorNodes
-			hashNode(&h, n, first, &budget)
-			sum := h.Sum64()
-			if budget < 0 {
-				sum = rand.Uint64() // too large to tell: never the same
-			}
+			sum, place := hash(n, 0), hash(n, first)
 			if i := slices.Index(names, n.Anchor); i >= 0 {
-				sums[i] = sum
+				sums[i], places[i] = sum, place
 			} else {
-				names, sums = append(names, n.Anchor), append(sums, sum)
+				names, sums, places = append(names, n.Anchor), append(sums, sum), append(places, place)
 			}
 		}
 		if n.Kind == yaml.AliasNode {
@@ -204,7 +239,7 @@ func anchorsIn(n *yaml.Node, first int) (names []string, sums []uint64) {
 		}
 	}
 	walk(n)
-	return names, sums
+	return names, sums, places
 }
 
 // maxAnchorNodes bounds the nodes hashed for one anchor, aliases
@@ -244,31 +279,37 @@ func hashNode(h *maphash.Hash, n *yaml.Node, first int, budget *int) {
 
 // changedAnchors returns the anchors whose definitions in new (parses of
 // services in file order, at lines newLines) differ from those in old (at
-// oldLines): in what they hold or in the line of the service defining
-// them, which the Origin of an endpoint taken from it depends on.
-func changedAnchors(old, new []*itemRec, oldLines, newLines []int) []string {
-	defs := func(recs []*itemRec, lines []int) map[string][]uint64 {
-		m := map[string][]uint64{}
+// oldLines) in what they hold (changed), or else only in where they are
+// (moved: the place of their nodes in the service or the line of the
+// service, which only the Origin of an endpoint taken from them depends
+// on).
+func changedAnchors(old, new []*itemRec, oldLines, newLines []int) (changed, moved []string) {
+	defs := func(recs []*itemRec, lines []int) (sums, places map[string][]uint64) {
+		sums, places = map[string][]uint64{}, map[string][]uint64{}
 		for k, r := range recs {
 			for i, name := range r.defines {
-				m[name] = append(m[name], r.defSums[i], uint64(lines[k]))
+				sums[name] = append(sums[name], r.defSums[i])
+				places[name] = append(places[name], r.defPlaces[i], uint64(lines[k]))
 			}
 		}
-		return m
+		return sums, places
 	}
-	o, n := defs(old, oldLines), defs(new, newLines)
-	var out []string
-	for name, sums := range o {
-		if !slices.Equal(sums, n[name]) {
-			out = append(out, name)
+	os, op := defs(old, oldLines)
+	ns, np := defs(new, newLines)
+	for name, sums := range os {
+		switch {
+		case !slices.Equal(sums, ns[name]):
+			changed = append(changed, name)
+		case !slices.Equal(op[name], np[name]):
+			moved = append(moved, name)
 		}
 	}
-	for name := range n {
-		if _, ok := o[name]; !ok {
-			out = append(out, name)
+	for name := range ns {
+		if _, ok := os[name]; !ok {
+			changed = append(changed, name)
 		}
 	}
-	return out
+	return changed, moved
 }
 
 // takenAnchors returns the anchors the tree at n takes from outside it.

@@ -415,3 +415,50 @@ func TestAnchorReviewRandomEdits(t *testing.T) {
 // reviewSeeds is how many files TestAnchorReviewRandomEdits edits (400
 // were run once).
 var reviewSeeds = 40
+
+// sharedFile is n services that take their ports from the first
+// (endpoints too, with takeEps), which has a comment line above its
+// anchors with comment.
+func sharedFile(n int, comment, takeEps bool) string {
+	var b strings.Builder
+	b.WriteString("services:\n  - name: s0\n")
+	if comment {
+		b.WriteString("    # what every service takes\n")
+	}
+	b.WriteString("    ports: &p [{name: http, port: 80, protocol: HTTP}]\n    endpoints: &e [{address: 10.0.0.1}]\n")
+	for i := 1; i < n; i++ {
+		eps := fmt.Sprintf("[{address: 10.1.%d.%d}]", i/250, i%250)
+		if takeEps && i%2 == 0 {
+			eps = "*e"
+		}
+		fmt.Fprintf(&b, "  - name: s%d\n    ports: *p\n    endpoints: %s\n", i, eps)
+	}
+	return b.String()
+}
+
+// TestAnchorReviewLineOnlyWork: a line added in the service defining the
+// anchors, above them, moves what they hold without changing it: the
+// services taking only ports are converted on their new lines, not
+// parsed again; those taking endpoints, whose Origin is the definer's
+// line, are (counted, not timed).
+func TestAnchorReviewLineOnlyWork(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	for _, takeEps := range []bool{false, true} {
+		w, _ := readsMatchParse(t, sharedFile(n, false, takeEps), sharedFile(n, true, takeEps), sharedFile(n, false, takeEps))
+		// A first read parses each service after its definer (2 parses);
+		// each edit parses the definer and the services taking endpoints
+		// (half of them, with their definer) and converts every service.
+		// (Those taking endpoints are converted on their new line, then
+		// again once parsed.)
+		want, conv := uint64(2*n+2*2), uint64(3*n)
+		if takeEps {
+			const foreign = (n - 1) / 2
+			want += 2 * 2 * foreign
+			conv += 2 * foreign
+		}
+		if w.parsed.Load() > want || w.converted.Load() != conv || w.whole.Load() != 0 {
+			t.Errorf("endpoints taken %v: parsed %d, converted %d, full parses %d; want at most %d parsed, %d converted, none", takeEps, w.parsed.Load(), w.converted.Load(), w.whole.Load(), want, conv)
+		}
+	}
+}

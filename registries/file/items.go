@@ -46,15 +46,16 @@ type svcItem struct {
 // conversion at the line it was last at (only Endpoint.Origin depends on
 // the line: moveItem). The entry is dropped once converted.
 type itemRec struct {
-	size    int
-	se      serviceEntry // until converted
-	epRel   []int        // each endpoint's line - the range's first line
-	last    *svcItem     // its last conversion
-	defines []string     // the anchors it defines (anchors.go)
-	defSums []uint64     // a hash of what each holds (anchorsIn)
-	uses    []string     // the anchors it takes from earlier services; nil: it parses alone
-	foreign bool         // an endpoint is an earlier service's (epRel < 0 then)
-	values  int          // values its decode counts, aliases expanded (at most, on the fast path)
+	size      int
+	se        serviceEntry // until converted
+	epRel     []int        // each endpoint's line - the range's first line
+	last      *svcItem     // its last conversion
+	defines   []string     // the anchors it defines (anchors.go)
+	defSums   []uint64     // a hash of what each holds (anchorsIn)
+	defPlaces []uint64     // and of where (anchorsIn)
+	uses      []string     // the anchors it takes from earlier services; nil: it parses alone
+	foreign   bool         // an endpoint is an earlier service's (epRel < 0 then)
+	values    int          // values its decode counts, aliases expanded (at most, on the fast path)
 }
 
 // itemCache is one file's parsed ranges and its last split read.
@@ -124,6 +125,14 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 	// Anchors the replaced items defined: the services taking them are
 	// parsed again below.
 	was := make(map[uint64]*itemRec, bOld-a)
+	// What the replaced items that take anchors took (anchorIndex.bound):
+	// one whose bytes are kept is kept only if it takes the same.
+	took := map[*itemRec][]uint64{}
+	for k := a; k < bOld; k++ {
+		if rec := cache.recs[cache.sums[k]]; rec.uses != nil {
+			took[rec], _ = cache.anchors.bound(rec.uses, k, func(q int) *itemRec { return cache.recs[cache.sums[q]] })
+		}
+	}
 	wasRecs := make([]*itemRec, 0, bOld-a)
 	wasLines := make([]int, 0, bOld-a)
 	for k := a; k < bOld; k++ {
@@ -159,11 +168,8 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		if cache.recs[h] != nil {
 			return parseWhole(name, data, c, cache, w) // two services with the same bytes: a duplicate name
 		}
-		// A service that takes anchors is parsed again: the edit may
-		// have moved it before what defines them, or have moved another
-		// definition between.
 		rec := was[h]
-		if rec == nil || rec.size != len(b) || rec.foreign || rec.uses != nil {
+		if rec == nil || rec.size != len(b) || rec.foreign || rec.uses != nil && !cache.anchors.binds(rec.uses, a+j, recAt, took[rec]) {
 			if rec, ok = cache.parseAt(data, ranges, a+j, recAt, w); !ok {
 				return parseWhole(name, data, c, cache, w)
 			}
@@ -201,8 +207,8 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 	for j, it := range items {
 		lines[j] = it.line
 	}
-	redefined := changedAnchors(wasRecs, recs, wasLines, lines)
-	if len(redefined)+len(moved) > 0 && !cache.reparseUsers(name, data, ranges, out, fresh, moved, redefined, a, mid, c, w) {
+	redefined, placed := changedAnchors(wasRecs, recs, wasLines, lines)
+	if len(redefined)+len(placed)+len(moved) > 0 && !cache.reparseUsers(name, data, ranges, out, fresh, moved, redefined, placed, a, mid, c, w) {
 		return parseWhole(name, data, c, cache, w)
 	}
 	if rootValues+cache.values > yamlconf.MaxValues(len(data)) {
@@ -292,17 +298,23 @@ func (cache *itemCache) parseAt(data []byte, ranges []itemRange, p int, rec func
 
 // reparseUsers parses again, in out (the file's new list), the services
 // at positions, those that take one of names, which the edit of [a, bNew)
-// changed, from there (anchorIndex.affected), and in turn those taking
-// the anchors these define, unless just parsed (parsed). false: one no
-// longer parses or converts.
-func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRange, out []*svcItem, parsed, positions []int, names []string, a, bNew int, c registries.Common, w *work) bool {
+// changed, from there (anchorIndex.affected), those of them with an
+// endpoint taken from elsewhere that take one of moved (whose nodes only
+// moved, changedAnchors), and in turn those taking the anchors these
+// define, unless just parsed (parsed). false: one no longer parses or
+// converts.
+func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRange, out []*svcItem, parsed, positions []int, names, moved []string, a, bNew int, c registries.Common, w *work) bool {
 	type change struct {
 		anchor      string
 		from, until int
+		foreign     bool // only the users with an endpoint taken
 	}
 	var todo []change
 	for _, n := range names {
-		todo = append(todo, change{n, a, bNew})
+		todo = append(todo, change{n, a, bNew, false})
+	}
+	for _, n := range moved {
+		todo = append(todo, change{n, a, bNew, true})
 	}
 	recAt := func(q int) *itemRec { return cache.recs[cache.sums[q]] }
 	done := map[int]bool{}
@@ -332,8 +344,12 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 		cache.names[it.svc.Hostname] = true
 		out[q] = it
 		line := []int{ranges[q].line}
-		for _, n := range changedAnchors([]*itemRec{old}, []*itemRec{rec}, line, line) {
-			todo = append(todo, change{n, q + 1, q + 1})
+		changed, moved := changedAnchors([]*itemRec{old}, []*itemRec{rec}, line, line)
+		for _, n := range changed {
+			todo = append(todo, change{n, q + 1, q + 1, false})
+		}
+		for _, n := range moved {
+			todo = append(todo, change{n, q + 1, q + 1, true})
 		}
 		return true
 	}
@@ -346,6 +362,9 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 		ch := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
 		for _, q := range slices.Clone(cache.anchors.affected(ch.anchor, ch.from, ch.until)) {
+			if ch.foreign && !recAt(q).foreign {
+				continue // takes no line from it
+			}
 			if !reparse(q) {
 				return false
 			}
@@ -489,7 +508,7 @@ func parseItem(it piece, flow bool, ctx []piece) (rec *itemRec, taken []string, 
 	}
 	rec.values = d.Values()
 	first := starts[len(ctx)]
-	rec.defines, rec.defSums = anchorsIn(node, first)
+	rec.defines, rec.defSums, rec.defPlaces = anchorsIn(node, first)
 	if len(ctx) > 0 {
 		taken = takenAnchors(node)
 	}
