@@ -252,6 +252,12 @@ func FuzzParseItems(f *testing.F) {
 	}
 	f.Add(anchored(0, 1, 2, 3, 5, 7), anchored(0, 2, 1, 0, 7, 11, 4))
 	f.Add(anchored(0, 6, 10, 2), anchored(0, 6, 2))
+	// Found by the anchors review: endpoints taken in flow form; a user
+	// swapped before its definer.
+	f.Add([]byte("services: [\n  {name: a, ports: &p [{name: http, port: 80, protocol: HTTP}], endpoints: &e [{address: 10.0.0.1}]},\n  {name: b, ports: *p, endpoints: *e}]\n"),
+		[]byte("services: [\n  {name: a, ports: &p [{name: http, port: 80, protocol: HTTP}], endpoints: &e [{address: 10.0.0.1}]},\n  {name: c, ports: *p},\n  {name: b, ports: *p, endpoints: *e}]\n"))
+	f.Add([]byte("services:\n"+svcPorts("a", "[{name: http, port: 80, protocol: HTTP}]")+svcPorts("b", "&h [{name: http, port: 81, protocol: HTTP}]")+svcPorts("c", "*h")),
+		[]byte("services:\n"+svcPorts("c", "*h")+svcPorts("b", "&h [{name: http, port: 81, protocol: HTTP}]")+svcPorts("a", "[{name: http, port: 80, protocol: HTTP}]")))
 	f.Fuzz(func(t *testing.T, warm, data []byte) {
 		cache := &itemCache{}
 		var w work
