@@ -19,7 +19,9 @@ import (
 // to the node it binds to in the whole file. An edit re-parses the
 // services it changed and every later service that takes an anchor a
 // changed service defines or defined (and, in turn, those taking the
-// anchors these define): what the edit changes, not the file.
+// anchors these define): what the edit changes, not the file. An anchor
+// that only moved to other lines changes only the services with an
+// endpoint taken from elsewhere (its Origin names the line).
 
 // anchorIndex says, by position in a file's ranges, which services define
 // anchors and which take anchors from earlier services.
