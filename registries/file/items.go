@@ -31,9 +31,11 @@ import (
 // another line keeps its conversion with its endpoints' Origin (which
 // names their lines) moved: a new value, not a new parse. The whole file
 // takes the full parse (Parse) when the split does not follow it
-// (split.go) or a range does not parse alone (an alias of an anchor in
-// another service), and whenever anything in it is invalid, so that
-// every error is reported as before with its file:line:col.
+// (split.go), when a range does not parse alone or after the services
+// defining the anchors it takes (anchors.go), when its services decode,
+// aliases expanded, to more values than Parse allows the file, and
+// whenever anything in it is invalid, so that every error is reported as
+// before with its file:line:col.
 
 // svcItem is one service of a file as last read: the same pointer while
 // its bytes and line are unchanged.
