@@ -31,6 +31,7 @@ type (
 
 // value decodes n (at path; owner is where to point when n is null) into v.
 func (d *Decoder) value(path string, owner, n *yaml.Node, v reflect.Value) {
+	d.values++
 	if d.budget--; d.budget < 0 {
 		if !d.over {
 			d.over = true

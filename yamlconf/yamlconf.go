@@ -195,6 +195,7 @@ type Decoder struct {
 	// budget bounds how many nodes one file may decode to, aliases
 	// expanded, so that nested aliases cannot make decoding exponential.
 	budget   int
+	values   int // decoded so far
 	over     bool
 	problems []Problem
 	// bad holds the keys with a problem and every ancestor of them.
@@ -205,8 +206,17 @@ type Decoder struct {
 // NewDecoder returns a Decoder for file; dir is what relative paths are
 // resolved against (registries.PathResolver), size the file's length.
 func NewDecoder(file, dir string, size int) *Decoder {
-	return &Decoder{file: file, dir: dir, budget: 1000 + 20*size, bad: map[string]bool{}, badLeaf: map[string]bool{}}
+	return &Decoder{file: file, dir: dir, budget: MaxValues(size), bad: map[string]bool{}, badLeaf: map[string]bool{}}
 }
+
+// MaxValues is how many values a Decoder for a file of size bytes
+// decodes, aliases expanded, before it reports that the file expands to
+// too many.
+func MaxValues(size int) int { return 1000 + 20*size }
+
+// Values returns how many values the Decoder has decoded so far, aliases
+// expanded (what MaxValues bounds).
+func (d *Decoder) Values() int { return d.values }
 
 // File returns the name of the file being decoded.
 func (d *Decoder) File() string { return d.file }

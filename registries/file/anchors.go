@@ -19,7 +19,9 @@ import (
 // to the node it binds to in the whole file. An edit re-parses the
 // services it changed and every later service that takes an anchor a
 // changed service defines or defined (and, in turn, those taking the
-// anchors these define): what the edit changes, not the file.
+// anchors these define): what the edit changes, not the file. An anchor
+// that only moved to other lines changes only the services with an
+// endpoint taken from elsewhere (its Origin names the line).
 
 // anchorIndex says, by position in a file's ranges, which services define
 // anchors and which take anchors from earlier services.
@@ -31,6 +33,12 @@ type anchorIndex struct {
 // maxTaken bounds how many anchors one service may take from others
 // before the file takes the full parse.
 const maxTaken = 64
+
+// maxContext bounds how many services one service is parsed after
+// before the file takes the full parse: a chain of services each taking
+// an anchor from the one before would otherwise cost each service a parse
+// of all those before it.
+const maxContext = 16
 
 // replace drops the positions in [a, bOld), which an edit replaced by
 // [a, bNew), and moves those after by bNew-bOld.
@@ -105,7 +113,8 @@ func (x *anchorIndex) nearest(name string, p int) (int, bool) {
 // context returns, ascending, the positions of the services the service
 // at p must be parsed after to take the anchors uses: the nearest earlier
 // definer of each, and theirs in turn (rec gives a service's parse).
-// false: an anchor has no earlier definition.
+// false: an anchor has no earlier definition, or they are more than
+// maxContext.
 func (x *anchorIndex) context(p int, uses []string, rec func(q int) *itemRec) ([]int, bool) {
 	set := map[int]bool{}
 	var visit func(q int, names []string) bool
@@ -119,6 +128,9 @@ func (x *anchorIndex) context(p int, uses []string, rec func(q int) *itemRec) ([
 				continue
 			}
 			set[d] = true
+			if len(set) > maxContext {
+				return false
+			}
 			r := rec(d)
 			if r == nil || !visit(d, r.uses) {
 				return false
@@ -135,6 +147,36 @@ func (x *anchorIndex) context(p int, uses []string, rec func(q int) *itemRec) ([
 	}
 	slices.Sort(out)
 	return out, true
+}
+
+// bound returns what the anchors uses hold (their definitions' sums,
+// anchorsIn) for a service at p: the nearest earlier definition of each
+// (rec gives a service's parse). false: one has none.
+func (x *anchorIndex) bound(uses []string, p int, rec func(q int) *itemRec) ([]uint64, bool) {
+	out := make([]uint64, len(uses))
+	for i, name := range uses {
+		d, ok := x.nearest(name, p)
+		if !ok {
+			return nil, false
+		}
+		r := rec(d)
+		j := -1
+		if r != nil {
+			j = slices.Index(r.defines, name)
+		}
+		if j < 0 {
+			return nil, false
+		}
+		out[i] = r.defSums[j]
+	}
+	return out, true
+}
+
+// binds: a service at p that takes uses takes what they held where it
+// was (took, from bound).
+func (x *anchorIndex) binds(uses []string, p int, rec func(q int) *itemRec, took []uint64) bool {
+	now, ok := x.bound(uses, p, rec)
+	return ok && took != nil && slices.Equal(now, took)
 }
 
 // affected returns, ascending, the positions of the services that take
@@ -164,26 +206,31 @@ func unknownAnchor(msg string) string {
 }
 
 // anchorsIn returns the anchors defined in the tree at n, in file order,
-// and a hash of what each holds (its last definition there): its values,
-// aliases followed, and where in the service its nodes are (line - first,
-// which an endpoint's Origin depends on). A service whose edit leaves the
-// hashes as they were changes nothing for the services taking them.
-func anchorsIn(n *yaml.Node, first int) (names []string, sums []uint64) {
+// and two hashes of what each holds (its last definition there): its
+// values, aliases followed (sums), and those with where in the service
+// its nodes are (places: line - first, which the Origin of an endpoint
+// taken from it depends on). A service whose edit leaves the hashes as
+// they were changes nothing for the services taking them; one that
+// leaves the sums changes only the Origin of endpoints taken.
+func anchorsIn(n *yaml.Node, first int) (names []string, sums, places []uint64) {
+	hash := func(n *yaml.Node, first int) uint64 {
+		var h maphash.Hash
+		h.SetSeed(itemSeed)
+		budget := maxAnchorNodes
+		hashNode(&h, n, first, &budget)
+		if budget < 0 {
+			return rand.Uint64() // too large to tell: never the same
+		}
+		return h.Sum64()
+	}
 	var walk func(n *yaml.Node)
 	walk = func(n *yaml.Node) {
 		if n.Anchor != "" {
-			var h maphash.Hash
-			h.SetSeed(itemSeed)
-			budget := maxAnchorNodes
-			hashNode(&h, n, first, &budget)
-			sum := h.Sum64()
-			if budget < 0 {
-				sum = rand.Uint64() // too large to tell: never the same
-			}
+			sum, place := hash(n, 0), hash(n, first)
 			if i := slices.Index(names, n.Anchor); i >= 0 {
-				sums[i] = sum
+				sums[i], places[i] = sum, place
 			} else {
-				names, sums = append(names, n.Anchor), append(sums, sum)
+				names, sums, places = append(names, n.Anchor), append(sums, sum), append(places, place)
 			}
 		}
 		if n.Kind == yaml.AliasNode {
@@ -194,7 +241,7 @@ func anchorsIn(n *yaml.Node, first int) (names []string, sums []uint64) {
 		}
 	}
 	walk(n)
-	return names, sums
+	return names, sums, places
 }
 
 // maxAnchorNodes bounds the nodes hashed for one anchor, aliases
@@ -203,14 +250,9 @@ const maxAnchorNodes = 1 << 16
 
 // hashNode writes the tree at n to h: kinds, tags and values, and the
 // line (relative to first) of the nodes that are not reached through an
-// alias (first 0: none).
+// alias, aliases included (first 0: none).
 func hashNode(h *maphash.Hash, n *yaml.Node, first int, budget *int) {
 	if *budget--; *budget < 0 {
-		return
-	}
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		h.WriteByte('*')
-		hashNode(h, n.Alias, 0, budget)
 		return
 	}
 	var buf [8]byte
@@ -220,6 +262,12 @@ func hashNode(h *maphash.Hash, n *yaml.Node, first int, budget *int) {
 	}
 	binary.LittleEndian.PutUint64(buf[:], uint64(line)<<8|uint64(n.Kind))
 	h.Write(buf[:])
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		// The alias's own line counts too: an endpoint that is an alias
+		// (`endpoints: &e [*x]`) has its Origin there.
+		hashNode(h, n.Alias, 0, budget)
+		return
+	}
 	h.WriteString(n.ShortTag())
 	h.WriteByte(0)
 	h.WriteString(n.Value)
@@ -232,30 +280,38 @@ func hashNode(h *maphash.Hash, n *yaml.Node, first int, budget *int) {
 }
 
 // changedAnchors returns the anchors whose definitions in new (parses of
-// services in file order) differ from those in old.
-func changedAnchors(old, new []*itemRec) []string {
-	defs := func(recs []*itemRec) map[string][]uint64 {
-		m := map[string][]uint64{}
-		for _, r := range recs {
+// services in file order, at lines newLines) differ from those in old (at
+// oldLines) in what they hold (changed), or else only in where they are
+// (moved: the place of their nodes in the service or the line of the
+// service, which only the Origin of an endpoint taken from them depends
+// on).
+func changedAnchors(old, new []*itemRec, oldLines, newLines []int) (changed, moved []string) {
+	defs := func(recs []*itemRec, lines []int) (sums, places map[string][]uint64) {
+		sums, places = map[string][]uint64{}, map[string][]uint64{}
+		for k, r := range recs {
 			for i, name := range r.defines {
-				m[name] = append(m[name], r.defSums[i])
+				sums[name] = append(sums[name], r.defSums[i])
+				places[name] = append(places[name], r.defPlaces[i], uint64(lines[k]))
 			}
 		}
-		return m
+		return sums, places
 	}
-	o, n := defs(old), defs(new)
-	var out []string
-	for name, sums := range o {
-		if !slices.Equal(sums, n[name]) {
-			out = append(out, name)
+	os, op := defs(old, oldLines)
+	ns, np := defs(new, newLines)
+	for name, sums := range os {
+		switch {
+		case !slices.Equal(sums, ns[name]):
+			changed = append(changed, name)
+		case !slices.Equal(op[name], np[name]):
+			moved = append(moved, name)
 		}
 	}
-	for name := range n {
-		if _, ok := o[name]; !ok {
-			out = append(out, name)
+	for name := range ns {
+		if _, ok := os[name]; !ok {
+			changed = append(changed, name)
 		}
 	}
-	return out
+	return changed, moved
 }
 
 // takenAnchors returns the anchors the tree at n takes from outside it.

@@ -31,9 +31,11 @@ import (
 // another line keeps its conversion with its endpoints' Origin (which
 // names their lines) moved: a new value, not a new parse. The whole file
 // takes the full parse (Parse) when the split does not follow it
-// (split.go) or a range does not parse alone (an alias of an anchor in
-// another service), and whenever anything in it is invalid, so that
-// every error is reported as before with its file:line:col.
+// (split.go), when a range does not parse alone or after the services
+// defining the anchors it takes (anchors.go), when its services decode,
+// aliases expanded, to more values than Parse allows the file, and
+// whenever anything in it is invalid, so that every error is reported as
+// before with its file:line:col.
 
 // svcItem is one service of a file as last read: the same pointer while
 // its bytes and line are unchanged.
@@ -46,14 +48,16 @@ type svcItem struct {
 // conversion at the line it was last at (only Endpoint.Origin depends on
 // the line: moveItem). The entry is dropped once converted.
 type itemRec struct {
-	size    int
-	se      serviceEntry // until converted
-	epRel   []int        // each endpoint's line - the range's first line
-	last    *svcItem     // its last conversion
-	defines []string     // the anchors it defines (anchors.go)
-	defSums []uint64     // a hash of what each holds (anchorsIn)
-	uses    []string     // the anchors it takes from earlier services; nil: it parses alone
-	foreign bool         // an endpoint is an earlier service's (epRel < 0 then)
+	size      int
+	se        serviceEntry // until converted
+	epRel     []int        // each endpoint's line - the range's first line
+	last      *svcItem     // its last conversion
+	defines   []string     // the anchors it defines (anchors.go)
+	defSums   []uint64     // a hash of what each holds (anchorsIn)
+	defPlaces []uint64     // and of where (anchorsIn)
+	uses      []string     // the anchors it takes from earlier services; nil: it parses alone
+	foreign   bool         // an endpoint is an earlier service's (epRel < 0 then)
+	values    int          // values its decode counts, aliases expanded (at most, on the fast path)
 }
 
 // itemCache is one file's parsed ranges and its last split read.
@@ -74,6 +78,9 @@ type itemCache struct {
 	// and what the last service parsed with others took (parseAt).
 	anchors anchorIndex
 	hint    []string
+	// values sums the items' values: the full parse rejects a file that
+	// expands to more than yamlconf.MaxValues, so the items do too.
+	values int
 }
 
 // Work counts what a Run's reads did, for tests and diagnostics.
@@ -107,7 +114,7 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		ranges, form, ok = splitServices(data)
 		a, bOld, mid = 0, 0, len(ranges)
 		cache.recs, cache.ranges, cache.sums, cache.out, cache.names = map[uint64]*itemRec{}, nil, nil, nil, map[string]bool{}
-		cache.anchors = anchorIndex{}
+		cache.anchors, cache.values = anchorIndex{}, 0
 	}
 	if !ok {
 		return parseWhole(name, data, c, cache, w)
@@ -120,15 +127,33 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 	// Anchors the replaced items defined: the services taking them are
 	// parsed again below.
 	was := make(map[uint64]*itemRec, bOld-a)
+	// What the replaced items that take anchors took (anchorIndex.bound):
+	// one whose bytes are kept is kept only if it takes the same.
+	took := map[*itemRec][]uint64{}
+	for k := a; k < bOld; k++ {
+		if rec := cache.recs[cache.sums[k]]; rec.uses != nil {
+			took[rec], _ = cache.anchors.bound(rec.uses, k, func(q int) *itemRec { return cache.recs[cache.sums[q]] })
+		}
+	}
 	wasRecs := make([]*itemRec, 0, bOld-a)
+	wasLines := make([]int, 0, bOld-a)
 	for k := a; k < bOld; k++ {
 		h := cache.sums[k]
 		was[h] = cache.recs[h]
-		wasRecs = append(wasRecs, cache.recs[h])
+		wasRecs, wasLines = append(wasRecs, cache.recs[h]), append(wasLines, cache.out[k].line)
+		cache.values -= cache.recs[h].values
 		delete(cache.recs, h)
 		delete(cache.names, cache.out[k].svc.Hostname)
 	}
-	cache.anchors.replace(a, bOld, mid)
+	if mid == bOld {
+		// No position moves: forget what the replaced items recorded,
+		// not every anchor's.
+		for k, rec := range wasRecs {
+			cache.anchors.remove(a+k, rec)
+		}
+	} else {
+		cache.anchors.replace(a, bOld, mid)
+	}
 	sums := make([]uint64, 0, mid-a)
 	items := make([]*svcItem, 0, mid-a)
 	recs := make([]*itemRec, 0, mid-a)
@@ -146,7 +171,7 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 			return parseWhole(name, data, c, cache, w) // two services with the same bytes: a duplicate name
 		}
 		rec := was[h]
-		if rec == nil || rec.size != len(b) || rec.foreign {
+		if rec == nil || rec.size != len(b) || rec.foreign || rec.uses != nil && !cache.anchors.binds(rec.uses, a+j, recAt, took[rec]) {
 			if rec, ok = cache.parseAt(data, ranges, a+j, recAt, w); !ok {
 				return parseWhole(name, data, c, cache, w)
 			}
@@ -158,6 +183,7 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		}
 		cache.recs[h], cache.names[it.svc.Hostname] = rec, true
 		cache.anchors.add(a+j, rec)
+		cache.values += rec.values
 		sums, items, recs = append(sums, h), append(items, it), append(recs, rec)
 	}
 	// The list returned is new (the last one is the Watch's to compare
@@ -179,9 +205,16 @@ func parseItems(name string, data []byte, e filewatch.Edit, c registries.Common,
 		}
 	}
 	cache.sums = slices.Replace(cache.sums, a, bOld, sums...)
-	redefined := changedAnchors(wasRecs, recs)
-	if len(redefined)+len(moved) > 0 && !cache.reparseUsers(name, data, ranges, out, fresh, moved, redefined, a, mid, c, w) {
+	lines := make([]int, len(items))
+	for j, it := range items {
+		lines[j] = it.line
+	}
+	redefined, placed := changedAnchors(wasRecs, recs, wasLines, lines)
+	if len(redefined)+len(placed)+len(moved) > 0 && !cache.reparseUsers(name, data, ranges, out, fresh, moved, redefined, placed, a, mid, c, w) {
 		return parseWhole(name, data, c, cache, w)
+	}
+	if rootValues+cache.values > yamlconf.MaxValues(len(data)) {
+		return parseWhole(name, data, c, cache, w) // too many values: as Parse says
 	}
 	cache.data, cache.form, cache.ranges, cache.out = data, form, ranges, out
 	return out, nil
@@ -267,17 +300,23 @@ func (cache *itemCache) parseAt(data []byte, ranges []itemRange, p int, rec func
 
 // reparseUsers parses again, in out (the file's new list), the services
 // at positions, those that take one of names, which the edit of [a, bNew)
-// changed, from there (anchorIndex.affected), and in turn those taking
-// the anchors these define, unless just parsed (parsed). false: one no
-// longer parses or converts.
-func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRange, out []*svcItem, parsed, positions []int, names []string, a, bNew int, c registries.Common, w *work) bool {
+// changed, from there (anchorIndex.affected), those of them with an
+// endpoint taken from elsewhere that take one of moved (whose nodes only
+// moved, changedAnchors), and in turn those taking the anchors these
+// define, unless just parsed (parsed). false: one no longer parses or
+// converts.
+func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRange, out []*svcItem, parsed, positions []int, names, moved []string, a, bNew int, c registries.Common, w *work) bool {
 	type change struct {
 		anchor      string
 		from, until int
+		foreign     bool // only the users with an endpoint taken
 	}
 	var todo []change
 	for _, n := range names {
-		todo = append(todo, change{n, a, bNew})
+		todo = append(todo, change{n, a, bNew, false})
+	}
+	for _, n := range moved {
+		todo = append(todo, change{n, a, bNew, true})
 	}
 	recAt := func(q int) *itemRec { return cache.recs[cache.sums[q]] }
 	done := map[int]bool{}
@@ -297,6 +336,7 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 		}
 		cache.anchors.remove(q, old)
 		cache.anchors.add(q, rec)
+		cache.values += rec.values - old.values
 		cache.recs[h] = rec
 		delete(cache.names, out[q].svc.Hostname)
 		it, failed := rec.at(ranges[q].line, file, c, w)
@@ -305,8 +345,13 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 		}
 		cache.names[it.svc.Hostname] = true
 		out[q] = it
-		for _, n := range changedAnchors([]*itemRec{old}, []*itemRec{rec}) {
-			todo = append(todo, change{n, q + 1, q + 1})
+		line := []int{ranges[q].line}
+		changed, moved := changedAnchors([]*itemRec{old}, []*itemRec{rec}, line, line)
+		for _, n := range changed {
+			todo = append(todo, change{n, q + 1, q + 1, false})
+		}
+		for _, n := range moved {
+			todo = append(todo, change{n, q + 1, q + 1, true})
 		}
 		return true
 	}
@@ -319,6 +364,9 @@ func (cache *itemCache) reparseUsers(file string, data []byte, ranges []itemRang
 		ch := todo[len(todo)-1]
 		todo = todo[:len(todo)-1]
 		for _, q := range slices.Clone(cache.anchors.affected(ch.anchor, ch.from, ch.until)) {
+			if ch.foreign && !recAt(q).foreign {
+				continue // takes no line from it
+			}
 			if !reparse(q) {
 				return false
 			}
@@ -370,6 +418,10 @@ func moveItem(it *svcItem, line int, epRel []int, name string) *svcItem {
 	return out
 }
 
+// rootValues is what the full parse's decode counts besides the items':
+// the root mapping, its services and their sequence.
+const rootValues = 3
+
 // parseWhole is the full parse of a file (Parse), its services as new
 // items; the cache is emptied.
 func parseWhole(name string, data []byte, c registries.Common, cache *itemCache, w *work) ([]*svcItem, error) {
@@ -419,7 +471,9 @@ func parseItem(it piece, flow bool, ctx []piece) (rec *itemRec, taken []string, 
 			starts = append(starts, 1+bytes.Count(buf, []byte{'\n'}))
 			buf = append(buf, r.b...)
 			if flow {
-				buf = append(buf, ',')
+				// A flow item ends without a line break: the next
+				// begins on a line of its own, where starts says.
+				buf = append(buf, ",\n"...)
 			}
 		}
 		starts = append(starts, 1+bytes.Count(buf, []byte{'\n'}))
@@ -454,8 +508,9 @@ func parseItem(it piece, flow bool, ctx []piece) (rec *itemRec, taken []string, 
 	if len(d.Problems()) > 0 {
 		return nil, nil, "", false
 	}
+	rec.values = d.Values()
 	first := starts[len(ctx)]
-	rec.defines, rec.defSums = anchorsIn(node, first)
+	rec.defines, rec.defSums, rec.defPlaces = anchorsIn(node, first)
 	if len(ctx) > 0 {
 		taken = takenAnchors(node)
 	}
@@ -494,7 +549,9 @@ func fastItem(b []byte) (*itemRec, bool) {
 	if !ok {
 		return nil, false
 	}
-	rec := &itemRec{size: len(b), se: se, epRel: epLines}
+	// Without aliases a decode counts fewer values than the item has
+	// bytes (fast.go takes none): twice as many is a bound.
+	rec := &itemRec{size: len(b), se: se, epRel: epLines, values: 2 * len(b)}
 	for j := range rec.epRel {
 		rec.epRel[j]--
 	}

@@ -264,6 +264,12 @@ func FuzzParseItems(f *testing.F) {
 	f.Add([]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - address: 10.0.0.1\n        labels:\n          n: |\n            - name: b\n          m: >-\n           x\n  - name: c\n    ports: [{name: http, port: 80, protocol: HTTP}]\n"),
 		[]byte("services:\n  - name: a\n    ports: [{name: http, port: 80, protocol: HTTP}]\n"))
 	f.Add([]byte("services:\t# \"x\n  - name:\ta\t# it's\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n      - {address:\t'10.0.0.1', labels:\t{v:\t\"x\n  - y\"}}\n"), genServices(2, 2))
+	// Found by the anchors review: endpoints taken in flow form; a user
+	// swapped before its definer.
+	f.Add([]byte("services: [\n  {name: a, ports: &p [{name: http, port: 80, protocol: HTTP}], endpoints: &e [{address: 10.0.0.1}]},\n  {name: b, ports: *p, endpoints: *e}]\n"),
+		[]byte("services: [\n  {name: a, ports: &p [{name: http, port: 80, protocol: HTTP}], endpoints: &e [{address: 10.0.0.1}]},\n  {name: c, ports: *p},\n  {name: b, ports: *p, endpoints: *e}]\n"))
+	f.Add([]byte("services:\n"+svcPorts("a", "[{name: http, port: 80, protocol: HTTP}]")+svcPorts("b", "&h [{name: http, port: 81, protocol: HTTP}]")+svcPorts("c", "*h")),
+		[]byte("services:\n"+svcPorts("c", "*h")+svcPorts("b", "&h [{name: http, port: 81, protocol: HTTP}]")+svcPorts("a", "[{name: http, port: 80, protocol: HTTP}]")))
 	f.Fuzz(func(t *testing.T, warm, data []byte) {
 		cache := &itemCache{}
 		var w work
