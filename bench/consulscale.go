@@ -22,6 +22,11 @@ type ConsulScaleResult struct {
 	// registry's Sink.Publish holding it (ms).
 	Change Summary `json:"change"`
 	Lost   int     `json:"lost"` // changes not seen within the timeout
+	// Health is a check of one instance turning critical → the registry's
+	// Sink.Publish showing that endpoint UNHEALTHY (ms), one change at a
+	// time; HealthLost of them not seen within the timeout.
+	Health     Summary `json:"health"`
+	HealthLost int     `json:"healthLost"`
 	// Concurrent: the changes were made at once on different services
 	// (else one after another).
 	Concurrent bool `json:"concurrent"`

@@ -43,6 +43,9 @@ type scaleSink struct {
 	addrs  map[string]string // awaited address → service
 	seen   map[string]time.Time
 	wake   chan struct{}
+	// unhealthy: awaited endpoint (by Origin, node/serviceID) → when it
+	// was first published UNHEALTHY (zero until then).
+	unhealthy map[string]time.Time
 }
 
 // Publish implements registries.Sink: it notes every state.
@@ -63,6 +66,9 @@ func (s *scaleSink) Publish(_ model.ShardKey, u registries.Update) {
 				if _, done := s.seen[e.Address]; !done {
 					s.seen[e.Address] = now
 				}
+			}
+			if at, ok := s.unhealthy[e.Origin]; ok && at.IsZero() && e.Health == model.Unhealthy {
+				s.unhealthy[e.Origin] = now
 			}
 		}
 	}
@@ -174,9 +180,11 @@ func TestConsulScale(t *testing.T) {
 	full := *scaleOut != ""
 	services, instances, budget := 40, 2, 8
 	idle, churnFor, churnRate, h1wait := 2*time.Second, 2*time.Second, 10.0, 10*time.Second
+	healthChanges := 5
 	if full {
 		services, instances, budget = *scaleServices, *scaleInstances, consul.DefaultMaxConcurrentWatches
 		idle, churnFor, churnRate, h1wait = 20*time.Second, 15*time.Second, 20, time.Minute
+		healthChanges = 20
 	}
 	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, TLS: true})
 	t0 := time.Now()
@@ -212,7 +220,7 @@ func TestConsulScale(t *testing.T) {
 			cfg.Address, cfg.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
 		}
 		reg := newRegistry(t, cfg, c)
-		sink := &scaleSink{want: services, addrs: map[string]string{}, seen: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+		sink := &scaleSink{want: services, addrs: map[string]string{}, seen: map[string]time.Time{}, wake: make(chan struct{}, 1), unhealthy: map[string]time.Time{}}
 		res := bench.ConsulScaleResult{Mode: m.name, Proto: m.proto, Services: services, Instances: instances, Budget: cfg.MaxConcurrentWatches,
 			WaitTime: int64(cfg.WaitTime), Register: float64(register) / 1e6, Concurrent: m.concurrent, LoadAvg: loadavg()}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -297,6 +305,38 @@ func TestConsulScale(t *testing.T) {
 		if res.Lost > 0 {
 			t.Errorf("%s: %d of %d changes not seen within %s", m.name, res.Lost, m.changes, m.timeout)
 		}
+		// A check of one instance turns critical, one service at a time
+		// (each back to passing before the next).
+		var healthLat []float64
+		for j := range healthChanges {
+			svc := (j*104729 + 3) % services
+			node := fmt.Sprintf("node-%d", svc*instances/100)
+			check := func(status string) {
+				if _, err := cl.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "10.0.0.0", SkipNodeUpdate: true,
+					Check: &api.AgentCheck{Node: node, CheckID: fmt.Sprintf("check-%d-0", svc), Name: "up", Status: status, ServiceID: fmt.Sprintf("svc-%d-0", svc)}}, nil); err != nil {
+					t.Errorf("check: %v", err)
+				}
+			}
+			origin := fmt.Sprintf("%s/svc-%d-0", node, svc)
+			sink.mu.Lock()
+			sink.unhealthy[origin] = time.Time{}
+			sink.mu.Unlock()
+			stamp := time.Now()
+			check(api.HealthCritical)
+			if sink.await(m.timeout, func() bool { return !sink.unhealthy[origin].IsZero() }) {
+				sink.mu.Lock()
+				healthLat = append(healthLat, float64(sink.unhealthy[origin].Sub(stamp))/1e6)
+				delete(sink.unhealthy, origin)
+				sink.mu.Unlock()
+			} else {
+				res.HealthLost++
+			}
+			check(api.HealthPassing)
+		}
+		res.Health = bench.Summarize(healthLat)
+		if res.HealthLost > 0 {
+			t.Errorf("%s: %d of %d health changes not seen within %s", m.name, res.HealthLost, healthChanges, m.timeout)
+		}
 		if m.churn {
 			var churned []change
 			var stopProf func()
@@ -323,8 +363,8 @@ func TestConsulScale(t *testing.T) {
 			}
 		}
 		stop()
-		t.Logf("%s: %d services × %d, budget %d, wait %s: sync %.0f ms, change %+v, idle %+v, churn %+v",
-			m.name, services, instances, res.Budget, time.Duration(cfg.WaitTime), res.Sync, res.Change, res.Idle, res.Churn)
+		t.Logf("%s: %d services × %d, budget %d, wait %s: sync %.0f ms, change %+v, a check turns critical %+v, idle %+v, churn %+v",
+			m.name, services, instances, res.Budget, time.Duration(cfg.WaitTime), res.Sync, res.Change, res.Health, res.Idle, res.Churn)
 		results = append(results, res)
 	}
 	if full {

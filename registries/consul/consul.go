@@ -31,7 +31,16 @@
 //     blocking for waitTime×maxConcurrentWatches/services (at least 1s). A
 //     query whose index is behind returns at once, so a changed service is
 //     seen at its next turn, within about waitTime; unchanged services cost
-//     one answer per turn.
+//     one answer per turn. Health changes do not wait for the turn: two
+//     more blocking queries hold the checks that are not passing
+//     (/v1/health/state/critical and /warning; Consul indexes checks by
+//     status, so an answer costs the non-passing checks, not the catalog),
+//     and a service whose check entered or left one of them — a failing or
+//     recovering instance, maintenance mode, a new instance whose checks
+//     start critical, or every service of a node whose node check did — is
+//     asked next, ahead of its turn (health hints). Instances added or
+//     removed without such a change, and changes to addresses, ports, tags
+//     or metadata, still wait for their service's turn.
 //
 // Why not one catalog-wide query that says which services changed? The
 // agent's HTTP API has none that is cheaper than the catalog: every list
@@ -152,6 +161,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		firsts:   make(chan struct{}, r.cfg.MaxConcurrentWatches),
 		catalog:  make(chan catalogEvent),
 		service:  make(chan serviceEvent),
+		hints:    make(chan []string, 16),
 		services: map[string]*serviceState{},
 		pub:      registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
@@ -176,8 +186,8 @@ func (r *Registry) newClient(tt *tokenTransport) (*api.Client, *http.Transport, 
 		}
 		token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
 	}
-	tr := cleanhttp.DefaultPooledTransport() // attempts HTTP/2 over TLS
-	tr.MaxIdleConnsPerHost = c.MaxConcurrentWatches + 2
+	tr := cleanhttp.DefaultPooledTransport()            // attempts HTTP/2 over TLS
+	tr.MaxIdleConnsPerHost = c.MaxConcurrentWatches + 4 // + the catalog's and watchChecks' queries
 	if c.Scheme == "https" {
 		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
 			Address:            c.TLS.ServerName,
@@ -286,9 +296,11 @@ type watch struct {
 	q       *queue
 	catalog chan catalogEvent
 	service chan serviceEvent
+	hints   chan []string // services whose health changed, from watchChecks
 	active  atomic.Int64  // services watched, for the round-robin wait
 	slots   atomic.Int64  // service queries that may be in flight at once
 	firsts  chan struct{} // first (non-blocking) service queries in flight
+	turns   turns         // round-robin queries in flight, which a hint may end
 	wg      sync.WaitGroup
 
 	// Owned by loop.
@@ -296,6 +308,7 @@ type watch struct {
 	notReady  int  // services whose state is not ready(), so that publishing need not scan them all
 	workers   int  // worker goroutines started
 	warned    bool // logged that services take turns
+	hinting   bool // watchChecks runs
 	catalogOK bool // the catalog answered since the last catalog error
 	pub       *registries.Publisher[string]
 }
@@ -323,6 +336,84 @@ func (w *watch) updateSlots() {
 	}
 	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
 		w.wg.Go(func() { w.worker(w.ctx) })
+	}
+	if len(w.services) > slots && !w.hinting {
+		// Services take turns: health changes are learned apart.
+		w.hinting = true
+		for _, state := range []string{api.HealthCritical, api.HealthWarning} {
+			w.wg.Go(func() { w.watchChecks(w.ctx, state) })
+		}
+	}
+}
+
+// watchChecks holds a blocking query on the checks in state (critical or
+// warning) and sends the loop the services whose checks entered or left
+// it since its last answer: for a node's check, every service of that
+// node (/v1/catalog/node-services). Its first answer, and the first after
+// an error, only learn the set. Consul indexes checks by status, so an
+// answer costs the checks in that state.
+func (w *watch) watchChecks(ctx context.Context, state string) {
+	b := w.backoff()
+	var index uint64
+	var last map[string]*api.HealthCheck // by node and check ID
+	for ctx.Err() == nil {
+		w.r.m.inFlight.Inc()
+		checks, meta, err := w.client.Health().State(state, w.queryOptions(ctx, index, w.r.cfg.WaitTime.Std()))
+		w.r.m.inFlight.Dec()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			w.r.m.checksErrors.Inc()
+			index, last = 0, nil
+			if b.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
+		b.Reset()
+		if behind(index, meta.LastIndex) {
+			index = 0
+			continue
+		}
+		index = nextIndex(index, meta.LastIndex)
+		cur := make(map[string]*api.HealthCheck, len(checks))
+		for _, c := range checks {
+			cur[c.Node+"\x00"+c.CheckID] = c
+		}
+		if last != nil {
+			var services, nodes []string
+			note := func(c *api.HealthCheck) {
+				if c.ServiceID == "" {
+					nodes = append(nodes, c.Node)
+				} else {
+					services = append(services, c.ServiceName)
+				}
+			}
+			for k, c := range cur {
+				if _, ok := last[k]; !ok {
+					note(c)
+				}
+			}
+			for k, c := range last {
+				if _, ok := cur[k]; !ok {
+					note(c)
+				}
+			}
+			for _, node := range nodes {
+				q := &api.QueryOptions{Datacenter: w.r.cfg.Datacenter, AllowStale: w.r.cfg.AllowStale}
+				on, _, err := w.client.Catalog().NodeServiceList(node, q.WithContext(ctx))
+				if err == nil && on != nil {
+					for _, s := range on.Services {
+						services = append(services, s.Service)
+					}
+				}
+			}
+			if len(services) > 0 && !send(ctx, w.hints, services) {
+				return
+			}
+		}
+		last = cur
 	}
 }
 
@@ -432,8 +523,10 @@ func (w *watch) worker(ctx context.Context) {
 			continue // the service went away
 		}
 		wait := cfg.WaitTime.Std()
+		turn := false
 		if n, slots := w.active.Load(), w.slots.Load(); n > slots {
 			wait = max(minTurn, time.Duration(int64(wait)*slots/n))
+			turn = true
 		}
 		// A first query (index 0) answers at once with the whole service:
 		// at most maxConcurrentWatches of them run together, so that over
@@ -448,9 +541,15 @@ func (w *watch) worker(ctx context.Context) {
 				return
 			}
 		}
+		qctx, done := e.ctx, func() {}
+		if turn && !first {
+			qctx, done = w.turns.start(e)
+		}
 		w.r.m.inFlight.Inc()
-		entries, meta, err := w.client.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(e.ctx, e.index, wait))
+		entries, meta, err := w.client.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(qctx, e.index, wait))
 		w.r.m.inFlight.Dec()
+		ended := err != nil && qctx.Err() != nil && e.ctx.Err() == nil
+		done()
 		if first {
 			<-w.firsts
 		}
@@ -458,6 +557,10 @@ func (w *watch) worker(ctx context.Context) {
 			return
 		}
 		if e.ctx.Err() != nil {
+			continue
+		}
+		if ended {
+			w.q.push(e) // its turn was ended for a hinted service
 			continue
 		}
 		at := time.Now()
@@ -525,6 +628,8 @@ func (w *watch) loop(ctx context.Context) error {
 			}
 		case ev := <-w.service:
 			w.onService(ev)
+		case names := <-w.hints:
+			w.onHints(names)
 		}
 		// Drain what is already waiting before publishing.
 		for more := true; more; {
@@ -600,6 +705,72 @@ func hasAll(tags, required []string) bool {
 	return true
 }
 
+// onHints asks the named services next, ahead of their turn (a service
+// whose query is in flight needs nothing: its index moved, so the query
+// returns).
+func (w *watch) onHints(names []string) {
+	hinted := make(map[string]bool, len(names))
+	for _, name := range names {
+		hinted[name] = true
+	}
+	for _, name := range names {
+		if st, ok := w.services[name]; ok && w.q.promote(st.e) {
+			w.r.m.hinted.Inc()
+			// Every worker is waiting out a turn: end the oldest turn of a
+			// service not hinted (one hinted returns by itself), which is
+			// asked again at its next turn, so that a worker takes the
+			// hinted service now.
+			w.turns.endOldest(hinted)
+		}
+	}
+}
+
+// turns are the round-robin queries in flight.
+type turns struct {
+	mu sync.Mutex
+	m  map[*entry]turnQuery
+}
+
+type turnQuery struct {
+	cancel context.CancelFunc
+	since  time.Time
+}
+
+// start registers e's turn query and returns its context and the func
+// that forgets it.
+func (t *turns) start(e *entry) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[*entry]turnQuery{}
+	}
+	t.m[e] = turnQuery{cancel, time.Now()}
+	t.mu.Unlock()
+	return ctx, func() {
+		t.mu.Lock()
+		delete(t.m, e)
+		t.mu.Unlock()
+		cancel()
+	}
+}
+
+// endOldest ends the turn query that has waited longest, of a service
+// not in skip.
+func (t *turns) endOldest(skip map[string]bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var oldest *entry
+	for e, q := range t.m {
+		if !skip[e.name] && (oldest == nil || q.since.Before(t.m[oldest].since)) {
+			oldest = e
+		}
+	}
+	if oldest != nil {
+		t.m[oldest].cancel()
+		delete(t.m, oldest)
+	}
+}
+
 func (w *watch) onService(ev serviceEvent) {
 	st, ok := w.services[ev.e.name]
 	if !ok || st.e != ev.e {
@@ -657,6 +828,19 @@ func (q *queue) push(e *entry) {
 	close(q.notify)
 	q.notify = make(chan struct{})
 	q.mu.Unlock()
+}
+
+// promote moves e to the front of the queue; false when it is not queued.
+func (q *queue) promote(e *entry) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := slices.Index(q.items, e)
+	if i < 0 {
+		return false
+	}
+	copy(q.items[1:i+1], q.items[:i])
+	q.items[0] = e
+	return true
 }
 
 // pop takes the oldest entry, waiting for one; false when ctx ended.

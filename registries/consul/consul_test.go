@@ -351,8 +351,8 @@ func TestMoreServicesThanWatches(t *testing.T) {
 		t.Errorf("changes seen after %v, want within one rotation (~5s)", d)
 	}
 	t.Logf("changes seen after %v with 13 services on 3 watches", time.Since(start).Round(time.Millisecond))
-	if got := testutil.ToFloat64(inFlight.WithLabelValues("roundrobin")); got > 4 {
-		t.Errorf("%v blocking queries in flight, want at most 3 + the catalog", got)
+	if got := testutil.ToFloat64(inFlight.WithLabelValues("roundrobin")); got > 6 {
+		t.Errorf("%v blocking queries in flight, want at most 3 + the catalog + the two on non-passing checks", got)
 	}
 }
 
@@ -569,6 +569,82 @@ func TestMoreServicesThanWatchesOverHTTP2(t *testing.T) {
 			t.Errorf("%s: %v unchanged services were fetched again, want 0", step.name, got)
 		}
 	}
+	if p := sink.Problems(); len(p) > 0 {
+		t.Errorf("sink problems: %v", p)
+	}
+}
+
+// TestHealthHintsAheadOfTurns watches a catalog larger than the watch
+// budget (300 services, maxConcurrentWatches 8) over plain HTTP, where
+// the services take turns of 8s (a round is waitTime, 5m): a check that
+// turns critical and back, and a node check that fails every service of
+// its node (100 services), are served within 30s, a tenth of a round,
+// because the checks that are not passing are watched apart and the
+// services whose checks moved are asked ahead of their turn.
+func TestHealthHintsAheadOfTurns(t *testing.T) {
+	t.Parallel()
+	const services = 300
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true})
+	cl := agentClient(t, agent)
+	agent.RegisterSpread(t, services, 1, 100, 4)
+	reg := newRegistry(t, agent, "hints", func(c *Config) {
+		c.MaxConcurrentWatches, c.WaitTime = 8, registries.Duration(5*time.Minute)
+	})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, wait, registrytest.State.Synced)
+	if len(st.Services) != services+1 { // + consul itself
+		t.Fatalf("published %d services, want %d", len(st.Services), services+1)
+	}
+	setCheck := func(node, checkID, serviceID, status string) {
+		t.Helper()
+		_, err := cl.Catalog().Register(&api.CatalogRegistration{
+			Node: node, Address: "10.0.0.0", SkipNodeUpdate: true,
+			Check: &api.AgentCheck{Node: node, CheckID: checkID, Name: "up", Status: status, ServiceID: serviceID},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The health of svc-S's instance, on node-(S/100).
+	healthOf := func(st registrytest.State, s int) model.Health {
+		h, _ := endpointHealth(st, fmt.Sprintf("svc-%d.consul", s), fmt.Sprintf("node-%d/svc-%d-0", s/100, s))
+		return h
+	}
+	hinted := func() float64 { return testutil.ToFloat64(reg.m.hinted) }
+	// 30s is a tenth of a round of turns: only a hint serves every step in time.
+	step := func(name string, change func(), seen func(registrytest.State) bool) {
+		t.Helper()
+		before, start := hinted(), time.Now()
+		change()
+		sink.WaitFor(t, wait, seen)
+		t.Logf("%s: served after %v, %v services hinted", name, time.Since(start).Round(time.Millisecond), hinted()-before)
+		if hinted() == before {
+			t.Errorf("%s: served without a hint (at its turn)", name)
+		}
+	}
+	step("a check turns critical", func() { setCheck("node-0", "check-7-0", "svc-7-0", api.HealthCritical) },
+		func(st registrytest.State) bool { return healthOf(st, 7) == model.Unhealthy })
+	step("and passing again", func() { setCheck("node-0", "check-7-0", "svc-7-0", api.HealthPassing) },
+		func(st registrytest.State) bool { return healthOf(st, 7) == model.Healthy })
+	step("node-2's node check fails", func() { setCheck("node-2", "node-down", "", api.HealthCritical) },
+		func(st registrytest.State) bool {
+			for s := 200; s < 300; s++ {
+				if healthOf(st, s) != model.Unhealthy {
+					return false
+				}
+			}
+			return healthOf(st, 199) == model.Healthy
+		})
+	step("and recovers", func() { setCheck("node-2", "node-down", "", api.HealthPassing) },
+		func(st registrytest.State) bool {
+			for s := 200; s < 300; s++ {
+				if healthOf(st, s) != model.Healthy {
+					return false
+				}
+			}
+			return true
+		})
 	if p := sink.Problems(); len(p) > 0 {
 		t.Errorf("sink problems: %v", p)
 	}

@@ -10,6 +10,7 @@ import (
 const (
 	queryCatalog = "catalog" // /v1/catalog/services
 	queryHealth  = "health"  // /v1/health/service/<name>
+	queryChecks  = "checks"  // /v1/health/state/{critical,warning} (health hints)
 )
 
 var (
@@ -19,12 +20,13 @@ var (
 	watchedServices = metric.GaugeVec("meshfed_consul_watched_services", "Consul services a registry watches.", "registry")
 	httpRequests    = metric.CounterVec("meshfed_consul_http_requests_total", "HTTP requests a Consul registry sent to its agent.", "registry")
 	httpRespBytes   = metric.CounterVec("meshfed_consul_http_response_bytes_total", "Bytes of response bodies a Consul registry read from its agent.", "registry")
+	healthHints     = metric.CounterVec("meshfed_consul_health_hints_total", "Services a Consul registry asked ahead of their turn because a check of theirs entered or left critical or warning (plain HTTP, services taking turns).", "registry")
 )
 
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices, httpRequests, httpRespBytes}
+	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices, httpRequests, httpRespBytes, healthHints}
 }
 
 // metrics are the collectors curried with one registry's name.
@@ -33,8 +35,10 @@ type metrics struct {
 	catalogChanged, catalogSame prometheus.Counter
 	healthChanged, healthSame   prometheus.Counter
 	catalogErrors, healthErrors prometheus.Counter
+	checksErrors                prometheus.Counter
 	watched                     prometheus.Gauge
 	requests, respBytes         prometheus.Counter
+	hinted                      prometheus.Counter
 }
 
 func newMetrics(registry string) metrics {
@@ -46,8 +50,10 @@ func newMetrics(registry string) metrics {
 		healthSame:     queries.WithLabelValues(registry, queryHealth, "false"),
 		catalogErrors:  queryErrors.WithLabelValues(registry, queryCatalog),
 		healthErrors:   queryErrors.WithLabelValues(registry, queryHealth),
+		checksErrors:   queryErrors.WithLabelValues(registry, queryChecks),
 		watched:        watchedServices.WithLabelValues(registry),
 		requests:       httpRequests.WithLabelValues(registry),
 		respBytes:      httpRespBytes.WithLabelValues(registry),
+		hinted:         healthHints.WithLabelValues(registry),
 	}
 }

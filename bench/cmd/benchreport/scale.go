@@ -221,6 +221,14 @@ func (r *runner) runConsulSize(services int) error {
 				x.Budget, x.Services, turn, (turn * time.Duration((x.Services+x.Budget-1)/x.Budget)).Round(time.Second))
 		}
 		r.rep.add(row{id: "CS", figure: "same: a change → Sink.Publish", unit: "ms", mf: &x.Change, goal: goal, met: ptr(met), note: note})
+		if x.Health.N > 0 {
+			hnote := "a check of one instance set critical → the registry's Sink.Publish showing it UNHEALTHY, one at a time" + lostNote(x.HealthLost)
+			if x.Proto == "HTTP/1.1" && x.Budget < x.Services {
+				hnote += "; over HTTP/1.1 the checks that are not passing are watched apart (/v1/health/state/critical and /warning) and a service whose check moved is asked ahead of its turn (health hints, registries/consul/consul.go)"
+			}
+			r.rep.add(row{id: "CS", figure: "same: a check turns critical → Sink.Publish", unit: "ms", mf: &x.Health, goal: "≤ 1000 ms p99",
+				met: ptr(x.Health.P99 <= 1000 && x.HealthLost == 0), note: hnote})
+		}
 		if x.ChurnRate > 0 {
 			r.rep.add(row{id: "CS", figure: fmt.Sprintf("same, under churn (%.0f agent registrations/s on different services, as fast as the agent took them up to 20/s): a change → Sink.Publish", x.ChurnRate), unit: "ms",
 				mf: &x.Churn.Change, goal: "≤ 1000 ms p99", met: ptr(x.Churn.Change.P99 <= 1000 && x.Churn.Lost == 0),
