@@ -353,68 +353,71 @@ func (w *watch) updateSlots() {
 // an error, only learn the set. Consul indexes checks by status, so an
 // answer costs the checks in that state.
 func (w *watch) watchChecks(ctx context.Context, state string) {
-	b := w.backoff()
-	var index uint64
-	var last map[string]*api.HealthCheck // by node and check ID
-	for ctx.Err() == nil {
-		w.r.m.inFlight.Inc()
-		checks, meta, err := w.client.Health().State(state, w.queryOptions(ctx, index, w.r.cfg.WaitTime.Std()))
-		w.r.m.inFlight.Dec()
-		if ctx.Err() != nil {
-			return
+	var checks, last []*api.HealthCheck
+	known := false // last is an answer's
+	w.poll(ctx, func(q *api.QueryOptions) (uint64, error) {
+		var meta *api.QueryMeta
+		var err error
+		if checks, meta, err = w.client.Health().State(state, q); err != nil {
+			return 0, err
 		}
-		if err != nil {
-			w.r.m.checksErrors.Inc()
-			index, last = 0, nil
-			if b.Wait(ctx) != nil {
-				return
-			}
-			continue
+		return meta.LastIndex, nil
+	}, func(error) bool {
+		w.r.m.checksErrors.Inc()
+		known = false
+		return true
+	}, func(_, _ uint64) bool {
+		was, had := last, known
+		last, known = checks, true
+		if !had {
+			return true
 		}
-		b.Reset()
-		if behind(index, meta.LastIndex) {
-			index = 0
-			continue
-		}
-		index = nextIndex(index, meta.LastIndex)
-		cur := make(map[string]*api.HealthCheck, len(checks))
+		services := w.moved(ctx, was, checks)
+		return len(services) == 0 || send(ctx, w.hints, services)
+	})
+}
+
+// moved returns the services whose checks are in one of last and cur but
+// not the other: for a node's check, every service of that node
+// (/v1/catalog/node-services; none when that fails).
+func (w *watch) moved(ctx context.Context, last, cur []*api.HealthCheck) []string {
+	key := func(c *api.HealthCheck) string { return c.Node + "\x00" + c.CheckID }
+	in := func(checks []*api.HealthCheck) map[string]*api.HealthCheck {
+		m := make(map[string]*api.HealthCheck, len(checks))
 		for _, c := range checks {
-			cur[c.Node+"\x00"+c.CheckID] = c
+			m[key(c)] = c
 		}
-		if last != nil {
-			var services, nodes []string
-			note := func(c *api.HealthCheck) {
-				if c.ServiceID == "" {
-					nodes = append(nodes, c.Node)
-				} else {
-					services = append(services, c.ServiceName)
-				}
-			}
-			for k, c := range cur {
-				if _, ok := last[k]; !ok {
-					note(c)
-				}
-			}
-			for k, c := range last {
-				if _, ok := cur[k]; !ok {
-					note(c)
-				}
-			}
-			for _, node := range nodes {
-				q := &api.QueryOptions{Datacenter: w.r.cfg.Datacenter, AllowStale: w.r.cfg.AllowStale}
-				on, _, err := w.client.Catalog().NodeServiceList(node, q.WithContext(ctx))
-				if err == nil && on != nil {
-					for _, s := range on.Services {
-						services = append(services, s.Service)
-					}
-				}
-			}
-			if len(services) > 0 && !send(ctx, w.hints, services) {
-				return
-			}
-		}
-		last = cur
+		return m
 	}
+	was, now := in(last), in(cur)
+	var services, nodes []string
+	note := func(c *api.HealthCheck) {
+		if c.ServiceID == "" {
+			nodes = append(nodes, c.Node)
+		} else {
+			services = append(services, c.ServiceName)
+		}
+	}
+	for k, c := range now {
+		if _, ok := was[k]; !ok {
+			note(c)
+		}
+	}
+	for k, c := range was {
+		if _, ok := now[k]; !ok {
+			note(c)
+		}
+	}
+	for _, node := range nodes {
+		q := &api.QueryOptions{Datacenter: w.r.cfg.Datacenter, AllowStale: w.r.cfg.AllowStale}
+		on, _, err := w.client.Catalog().NodeServiceList(node, q.WithContext(ctx))
+		if err == nil && on != nil {
+			for _, s := range on.Services {
+				services = append(services, s.Service)
+			}
+		}
+	}
+	return services
 }
 
 // queryOptions builds a query from index. A first query (index 0: at
@@ -456,43 +459,28 @@ func nextIndex(old, got uint64) uint64 {
 }
 
 func (w *watch) watchCatalog(ctx context.Context) {
-	b := w.backoff()
-	var index uint64
 	errored := false
-	for ctx.Err() == nil {
-		w.r.m.inFlight.Inc()
-		names, meta, err := w.client.Catalog().Services(w.queryOptions(ctx, index, w.r.cfg.WaitTime.Std()))
-		w.r.m.inFlight.Dec()
-		if ctx.Err() != nil {
-			return
+	var names map[string][]string
+	w.poll(ctx, func(q *api.QueryOptions) (uint64, error) {
+		var meta *api.QueryMeta
+		var err error
+		if names, meta, err = w.client.Catalog().Services(q); err != nil {
+			return 0, err
 		}
-		at := time.Now()
-		if err != nil {
-			w.r.m.catalogErrors.Inc()
-			if !send(ctx, w.catalog, catalogEvent{err: err, at: at}) {
-				return
-			}
-			index, errored = 0, true
-			if b.Wait(ctx) != nil {
-				return
-			}
-			continue
-		}
-		b.Reset()
-		if behind(index, meta.LastIndex) {
-			index = 0
-			continue
-		}
-		changed := meta.LastIndex != index || index == 0
-		index = nextIndex(index, meta.LastIndex)
-		if !changed && !errored {
+		return meta.LastIndex, nil
+	}, func(err error) bool {
+		w.r.m.catalogErrors.Inc()
+		errored = true
+		return send(ctx, w.catalog, catalogEvent{err: err, at: time.Now()})
+	}, func(asked, index uint64) bool {
+		if index == asked && asked != 0 && !errored {
 			w.r.m.catalogSame.Inc()
-			continue
+			return true
 		}
 		w.r.m.catalogChanged.Inc()
 		errored = false
-		if !send(ctx, w.catalog, catalogEvent{services: names, at: at}) {
-			return
+		if !send(ctx, w.catalog, catalogEvent{services: names, at: time.Now()}) {
+			return false
 		}
 		// Consul builds this list from every instance of the catalog, and
 		// its index moves whenever any instance is added or removed: at
@@ -501,7 +489,44 @@ func (w *watch) watchCatalog(ctx context.Context) {
 		// do not wait for it; their own queries carry them).
 		select {
 		case <-time.After(catalogGap):
+			return true
 		case <-ctx.Done():
+			return false
+		}
+	})
+}
+
+// poll runs one blocking query after another until ctx ends or a
+// callback returns false. ask makes one query with q and returns its
+// answer's index. After an error, failed(err) and a backoff, the next
+// query starts from index 0 (consistent, queryOptions); an answer behind
+// the index asked is dropped and asked again from 0 (behind); any other
+// is handed to got with the index asked and the answer's.
+func (w *watch) poll(ctx context.Context, ask func(q *api.QueryOptions) (uint64, error), failed func(error) bool, got func(asked, index uint64) bool) {
+	b := w.backoff()
+	var index uint64
+	for ctx.Err() == nil {
+		w.r.m.inFlight.Inc()
+		at, err := ask(w.queryOptions(ctx, index, w.r.cfg.WaitTime.Std()))
+		w.r.m.inFlight.Dec()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			index = 0
+			if !failed(err) || b.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
+		b.Reset()
+		if behind(index, at) {
+			index = 0
+			continue
+		}
+		asked := index
+		index = nextIndex(index, at)
+		if !got(asked, at) {
 			return
 		}
 	}
