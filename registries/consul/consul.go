@@ -162,6 +162,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		catalog:  make(chan catalogEvent),
 		service:  make(chan serviceEvent),
 		hints:    make(chan []string, 16),
+		synced:   make(chan struct{}),
 		services: map[string]*serviceState{},
 		pub:      registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
@@ -301,7 +302,10 @@ type watch struct {
 	slots   atomic.Int64  // service queries that may be in flight at once
 	firsts  chan struct{} // first (non-blocking) service queries in flight
 	turns   turns         // round-robin queries in flight, which a hint may end
-	wg      sync.WaitGroup
+	// synced is closed at the first full state (maybePublish).
+	synced   chan struct{}
+	syncOnce sync.Once
+	wg       sync.WaitGroup
 
 	// Owned by loop.
 	services  map[string]*serviceState
@@ -562,6 +566,21 @@ func (w *watch) worker(ctx context.Context) {
 		if first {
 			select {
 			case w.firsts <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		} else if !turn {
+			// Until the first full state, a service's blocking query
+			// waits: a blocking query computes the service's answer once
+			// to compare indexes, which with a query per service doubled
+			// the agent's work while it still built the other services'
+			// first answers (and nothing is published before the full
+			// state, so nothing is served later). When every service has
+			// a worker of its own (not in turns) a worker may hold its
+			// service while it waits: a service whose first query must be
+			// asked again still finds a worker.
+			select {
+			case <-w.synced:
 			case <-ctx.Done():
 				return
 			}
@@ -836,6 +855,7 @@ func (w *watch) maybePublish() {
 		return
 	}
 	w.pub.Flush(registries.Condition{})
+	w.syncOnce.Do(func() { close(w.synced) })
 }
 
 // queue hands watched services to workers, first in first out.
