@@ -82,7 +82,11 @@
 // service answers at once with all of it; at most maxConcurrentWatches
 // run together, so the initial sync of a large catalog is paced by the
 // agent's throughput (asking for 10,000 services at one moment over
-// HTTP/2 left a loaded agent collecting garbage for minutes). And the
+// HTTP/2 left a loaded agent collecting garbage for minutes). Over HTTPS
+// the services' blocking queries start only once the first full state is
+// published: a blocking query makes the agent build the service's answer
+// once more to compare indexes, which doubled its work during the sync
+// (16.7 s → 8.0 s at 10,000 services, bench/analysis.md). And the
 // catalog list (/v1/catalog/services) moves whenever any instance is
 // added or removed; Consul builds it from every instance, so it is asked
 // at most once per catalogGap (250ms): a new or removed service is seen
