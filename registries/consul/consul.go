@@ -82,7 +82,11 @@
 // service answers at once with all of it; at most maxConcurrentWatches
 // run together, so the initial sync of a large catalog is paced by the
 // agent's throughput (asking for 10,000 services at one moment over
-// HTTP/2 left a loaded agent collecting garbage for minutes). And the
+// HTTP/2 left a loaded agent collecting garbage for minutes). Over HTTPS
+// the services' blocking queries start only once the first full state is
+// published: a blocking query makes the agent build the service's answer
+// once more to compare indexes, which doubled its work during the sync
+// (16.7 s → 8.0 s at 10,000 services, bench/analysis.md). And the
 // catalog list (/v1/catalog/services) moves whenever any instance is
 // added or removed; Consul builds it from every instance, so it is asked
 // at most once per catalogGap (250ms): a new or removed service is seen
@@ -162,6 +166,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		catalog:  make(chan catalogEvent),
 		service:  make(chan serviceEvent),
 		hints:    make(chan []string, 16),
+		synced:   make(chan struct{}),
 		services: map[string]*serviceState{},
 		pub:      registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
@@ -301,7 +306,10 @@ type watch struct {
 	slots   atomic.Int64  // service queries that may be in flight at once
 	firsts  chan struct{} // first (non-blocking) service queries in flight
 	turns   turns         // round-robin queries in flight, which a hint may end
-	wg      sync.WaitGroup
+	// synced is closed at the first full state (maybePublish).
+	synced   chan struct{}
+	syncOnce sync.Once
+	wg       sync.WaitGroup
 
 	// Owned by loop.
 	services  map[string]*serviceState
@@ -562,6 +570,21 @@ func (w *watch) worker(ctx context.Context) {
 		if first {
 			select {
 			case w.firsts <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		} else if !turn {
+			// Until the first full state, a service's blocking query
+			// waits: a blocking query computes the service's answer once
+			// to compare indexes, which with a query per service doubled
+			// the agent's work while it still built the other services'
+			// first answers (and nothing is published before the full
+			// state, so nothing is served later). When every service has
+			// a worker of its own (not in turns) a worker may hold its
+			// service while it waits: a service whose first query must be
+			// asked again still finds a worker.
+			select {
+			case <-w.synced:
 			case <-ctx.Done():
 				return
 			}
@@ -836,6 +859,7 @@ func (w *watch) maybePublish() {
 		return
 	}
 	w.pub.Flush(registries.Condition{})
+	w.syncOnce.Do(func() { close(w.synced) })
 }
 
 // queue hands watched services to workers, first in first out.

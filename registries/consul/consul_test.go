@@ -649,3 +649,61 @@ func TestHealthHintsAheadOfTurns(t *testing.T) {
 		t.Errorf("sink problems: %v", p)
 	}
 }
+
+// firstStateSink is a registrytest.Sink that notes the agent requests the
+// registry had sent when it published its first state.
+type firstStateSink struct {
+	*registrytest.Sink
+	requests func() float64
+	mu       sync.Mutex
+	at       float64 // -1 until the first state
+}
+
+func (s *firstStateSink) Publish(shard model.ShardKey, u registries.Update) {
+	s.mu.Lock()
+	if s.at < 0 && u.HasState {
+		s.at = s.requests()
+	}
+	s.mu.Unlock()
+	s.Sink.Publish(shard, u)
+}
+
+// TestBlockingQueriesAfterFirstState: over HTTPS, where every service has
+// a blocking query of its own, none is sent before the first full state
+// (a blocking query makes the agent build the service's answer once more
+// while it still builds the others' first answers): when the registry
+// publishes its first state it has sent the catalog's queries and one
+// query per service, nothing else; the blocking queries follow.
+func TestBlockingQueriesAfterFirstState(t *testing.T) {
+	t.Parallel()
+	const services = 300
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, TLS: true})
+	agent.RegisterSpread(t, services, 1, 100, 4)
+	reg := newRegistry(t, agent, "firststate", func(c *Config) {
+		c.Address, c.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
+		c.MaxConcurrentWatches = 8
+	})
+	sink := &firstStateSink{Sink: registrytest.NewSink(), requests: func() float64 { return testutil.ToFloat64(reg.m.requests) }, at: -1}
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, wait, registrytest.State.Synced)
+	if len(st.Services) != services+1 {
+		t.Fatalf("published %d services, want %d", len(st.Services), services+1)
+	}
+	sink.mu.Lock()
+	at := sink.at
+	sink.mu.Unlock()
+	// services+1 first queries (with consul itself) and at most two of
+	// the catalog (its first and its blocking one).
+	if want := float64(services + 1 + 2); at > want {
+		t.Errorf("%v requests sent before the first state, want at most %v (no blocking service query)", at, want)
+	}
+	// Then every service's blocking query is in flight.
+	inFlightNow := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues("firststate")) }
+	deadline := time.Now().Add(wait)
+	for inFlightNow() < services+2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := inFlightNow(); got != services+2 {
+		t.Errorf("%v blocking queries in flight after the first state, want one per service and the catalog's (%d)", got, services+2)
+	}
+}
