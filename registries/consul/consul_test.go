@@ -511,12 +511,7 @@ func TestMoreServicesThanWatchesOverHTTP2(t *testing.T) {
 	}
 	// Every service's query is in flight (+ the catalog's), far above the
 	// 8 connections.
-	inFlightNow := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues("http2")) }
-	deadline := time.Now().Add(wait)
-	for inFlightNow() < services+2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := inFlightNow(); got != services+2 {
+	if got := awaitInFlight("http2", services+2); got != services+2 {
 		t.Fatalf("%v blocking queries in flight, want one per service and the catalog's (%d)", got, services+2)
 	}
 
@@ -698,12 +693,17 @@ func TestBlockingQueriesAfterFirstState(t *testing.T) {
 		t.Errorf("%v requests sent before the first state, want at most %v (no blocking service query)", at, want)
 	}
 	// Then every service's blocking query is in flight.
-	inFlightNow := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues("firststate")) }
-	deadline := time.Now().Add(wait)
-	for inFlightNow() < services+2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := inFlightNow(); got != services+2 {
+	if got := awaitInFlight("firststate", services+2); got != services+2 {
 		t.Errorf("%v blocking queries in flight after the first state, want one per service and the catalog's (%d)", got, services+2)
 	}
+}
+
+// awaitInFlight waits (up to wait) until registry has n blocking queries
+// in flight and returns how many it has.
+func awaitInFlight(registry string, n int) float64 {
+	now := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues(registry)) }
+	for deadline := time.Now().Add(wait); now() < float64(n) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return now()
 }
