@@ -17,10 +17,11 @@ import (
 // tracks what can hide an item boundary — quoted scalars (with their
 // escapes), flow collections across lines and comments — and gives up (ok
 // false, the whole file takes the full parse) on anything it does not
-// follow: block scalars (| and >) it cannot place, directives, a second document, tags or
-// anchors on the sequence itself, a tab in indentation, a byte-order mark
-// other than the file's first bytes, a line
-// break other than LF and CRLF (plainBytes), anything after the sequence.
+// follow: block scalars (| and >) it cannot place, directives, a second
+// document, tags or anchors on the sequence itself, a tab in
+// indentation, a byte-order mark other than the file's first bytes, a
+// line break other than LF and CRLF (plainBytes), anything after the
+// sequence.
 
 // itemRange is one item of the services sequence: data[start:end]. line
 // is the 1-based line of start; a block item starts at the beginning of
@@ -224,7 +225,7 @@ func (s *splitter) head() seqForm {
 		if !s.key() {
 			return 0
 		}
-		for s.pos < len(data) && (data[s.pos] == ' ' || data[s.pos] == '\t') {
+		for s.pos < len(data) && blank(data[s.pos]) {
 			s.pos++
 		}
 		if s.pos < len(data) && data[s.pos] == '[' {
@@ -284,7 +285,7 @@ func (s *splitter) atDocMarker(m string) bool {
 		(len(d) == 3 || blank(d[3]) || d[3] == '\n' || d[3] == '\r')
 }
 
-// restOfLineEmpty: only spaces and a comment remain on pos's line.
+// restOfLineEmpty: only blanks and a comment remain on pos's line.
 func (s *splitter) restOfLineEmpty() bool {
 	for i := s.pos; i < len(s.data); i++ {
 		switch c := s.data[i]; {
