@@ -361,8 +361,8 @@ func (w *watch) updateSlots() {
 // an error, only learn the set. Consul indexes checks by status, so an
 // answer costs the checks in that state.
 func (w *watch) watchChecks(ctx context.Context, state string) {
-	var checks, last []*api.HealthCheck
-	known := false // last is an answer's
+	var checks []*api.HealthCheck
+	var last map[string]*api.HealthCheck // the last answer's, by node and check; nil: none
 	w.poll(ctx, func(q *api.QueryOptions) (uint64, error) {
 		var meta *api.QueryMeta
 		var err error
@@ -372,32 +372,26 @@ func (w *watch) watchChecks(ctx context.Context, state string) {
 		return meta.LastIndex, nil
 	}, func(error) bool {
 		w.r.m.checksErrors.Inc()
-		known = false
+		last = nil
 		return true
 	}, func(_, _ uint64) bool {
-		was, had := last, known
-		last, known = checks, true
-		if !had {
+		was := last
+		last = make(map[string]*api.HealthCheck, len(checks))
+		for _, c := range checks {
+			last[c.Node+"\x00"+c.CheckID] = c
+		}
+		if was == nil {
 			return true
 		}
-		services := w.moved(ctx, was, checks)
+		services := w.moved(ctx, was, last)
 		return len(services) == 0 || send(ctx, w.hints, services)
 	})
 }
 
-// moved returns the services whose checks are in one of last and cur but
-// not the other: for a node's check, every service of that node
-// (/v1/catalog/node-services; none when that fails).
-func (w *watch) moved(ctx context.Context, last, cur []*api.HealthCheck) []string {
-	key := func(c *api.HealthCheck) string { return c.Node + "\x00" + c.CheckID }
-	in := func(checks []*api.HealthCheck) map[string]*api.HealthCheck {
-		m := make(map[string]*api.HealthCheck, len(checks))
-		for _, c := range checks {
-			m[key(c)] = c
-		}
-		return m
-	}
-	was, now := in(last), in(cur)
+// moved returns the services whose checks (by node and check ID) are in
+// one of was and now but not the other: for a node's check, every service
+// of that node (/v1/catalog/node-services; none when that fails).
+func (w *watch) moved(ctx context.Context, was, now map[string]*api.HealthCheck) []string {
 	var services, nodes []string
 	note := func(c *api.HealthCheck) {
 		if c.ServiceID == "" {
