@@ -110,6 +110,7 @@
 package consul
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,7 +163,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		client:   client,
 		proto:    tt,
 		q:        newQueue(),
-		firsts:   make(chan struct{}, r.cfg.MaxConcurrentWatches),
+		firsts:   make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
 		catalog:  make(chan catalogEvent),
 		service:  make(chan serviceEvent),
 		hints:    make(chan []string, 16),
@@ -191,8 +192,11 @@ func (r *Registry) newClient(tt *tokenTransport) (*api.Client, *http.Transport, 
 		}
 		token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
 	}
-	tr := cleanhttp.DefaultPooledTransport()            // attempts HTTP/2 over TLS
-	tr.MaxIdleConnsPerHost = c.MaxConcurrentWatches + 4 // + the catalog's and watchChecks' queries
+	tr := cleanhttp.DefaultPooledTransport() // attempts HTTP/2 over TLS
+	// Keep every connection a query made for the next (the budget is
+	// known only once the agent answered: watchBudget).
+	tr.MaxIdleConns = 0
+	tr.MaxIdleConnsPerHost = cmp.Or(c.MaxConcurrentWatches, maxAutoWatches) + extraConns + 1
 	if c.Scheme == "https" {
 		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
 			Address:            c.TLS.ServerName,
@@ -307,7 +311,10 @@ type watch struct {
 	firsts  chan struct{} // first (non-blocking) service queries in flight
 	turns   turns         // round-robin queries in flight, which a hint may end
 	// synced is closed at the first full state (maybePublish).
-	synced   chan struct{}
+	synced chan struct{}
+	// budget is the connections the service queries may hold
+	// (sizeBudget), set before the first catalog state reaches the loop.
+	budget   int
 	syncOnce sync.Once
 	wg       sync.WaitGroup
 
@@ -332,15 +339,15 @@ const h2StreamsPerConn = 250
 // connections, not requests), and starts workers up to that many, never
 // more than there are services.
 func (w *watch) updateSlots() {
-	slots := w.r.cfg.MaxConcurrentWatches
+	slots := w.budget
 	if w.proto.h2.Load() {
 		slots *= h2StreamsPerConn
 	}
 	w.slots.Store(int64(slots))
 	if n := len(w.services); n > slots && !w.warned {
 		w.warned = true
-		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise maxConcurrentWatches with the agent's limits.http_max_conns_per_client",
-			"services", n, "maxConcurrentWatches", w.r.cfg.MaxConcurrentWatches, "waitTime", w.r.cfg.WaitTime.Std())
+		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise the agent's limits.http_max_conns_per_client (an unset maxConcurrentWatches takes 64 % of it)",
+			"services", n, "maxConcurrentWatches", w.budget, "waitTime", w.r.cfg.WaitTime.Std())
 	}
 	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
 		w.wg.Go(func() { w.worker(w.ctx) })
@@ -462,6 +469,7 @@ func nextIndex(old, got uint64) uint64 {
 
 func (w *watch) watchCatalog(ctx context.Context) {
 	errored := false
+	sized := false
 	var names map[string][]string
 	w.poll(ctx, func(q *api.QueryOptions) (uint64, error) {
 		var meta *api.QueryMeta
@@ -481,6 +489,12 @@ func (w *watch) watchCatalog(ctx context.Context) {
 		}
 		w.r.m.catalogChanged.Inc()
 		errored = false
+		if !sized {
+			// The agent answers: learn its connection limit before any
+			// service query starts.
+			w.sizeBudget(ctx)
+			sized = true
+		}
 		if !send(ctx, w.catalog, catalogEvent{services: names, at: time.Now()}) {
 			return false
 		}
@@ -840,7 +854,11 @@ func (w *watch) onService(ev serviceEvent) {
 }
 
 func (w *watch) degrade(what string, err error) {
-	w.pub.Report(registries.Condition{Err: fmt.Sprintf("consul %s: %v", what, err)})
+	msg := fmt.Sprintf("consul %s: %v", what, err)
+	if se := (api.StatusError{}); errors.As(err, &se) && se.Code == http.StatusTooManyRequests {
+		msg += fmt.Sprintf(" (the agent's limits.http_max_conns_per_client: this registry holds up to %d connections, other clients on this address the rest)", w.budget+extraConns)
+	}
+	w.pub.Report(registries.Condition{Err: msg})
 }
 
 // maybePublish publishes the full state when it changed (or an outage
