@@ -167,7 +167,9 @@ func (c *Consul) SetMaxConnsPerClient(t testing.TB, n int) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("consul: reload: %s", resp.Status)
 	}
-	var self struct{ DebugConfig struct{ HTTPMaxConnsPerClient int } }
+	var self struct {
+		DebugConfig struct{ HTTPMaxConnsPerClient int }
+	}
 	if err := c.get(ctx, "/v1/agent/self", &self); err != nil {
 		t.Fatal(err)
 	}
