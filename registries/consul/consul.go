@@ -16,9 +16,12 @@
 //
 // Every blocking query holds one goroutine on the agent for up to
 // waitTime, and an agent refuses more than limits.http_max_conns_per_client
-// (200 by default) connections from one address. How many queries fit in
-// maxConcurrentWatches connections (default 128) depends on the protocol
-// the agent speaks, which the registry reads off its answers:
+// (200 by default) connections from one address (429 Too Many Requests).
+// Unless maxConcurrentWatches is set, the registry takes 64 % of the limit
+// the agent reports (128 at the default; budget.go), so raising the
+// agent's limit is the one setting a large plain-HTTP catalog needs. How
+// many queries fit in maxConcurrentWatches connections depends on the
+// protocol the agent speaks, which the registry reads off its answers:
 //
 //   - HTTPS: the agent speaks HTTP/2, which carries up to 250 requests at
 //     once on one connection (h2StreamsPerConn), so 128 connections hold
@@ -40,7 +43,8 @@
 //     start critical, or every service of a node whose node check did — is
 //     asked next, ahead of its turn (health hints). Instances added or
 //     removed without such a change, and changes to addresses, ports, tags
-//     or metadata, still wait for their service's turn.
+//     or metadata, still wait for their service's turn, unless the agent's
+//     limit leaves a connection per service.
 //
 // Why not one catalog-wide query that says which services changed? The
 // agent's HTTP API has none that is cheaper than the catalog: every list

@@ -200,15 +200,27 @@ func (r *runner) runConsulSize(services int) error {
 		}
 	}
 	for _, x := range rows {
-		mode := fmt.Sprintf("%s, %s, maxConcurrentWatches %d, waitTime %s", x.Mode, x.Proto, x.Budget, time.Duration(x.WaitTime))
+		budget := fmt.Sprintf("maxConcurrentWatches %d", x.Budget)
+		if !x.BudgetSet && x.AgentLimit > 0 {
+			budget += " (unset: 64 % of the agent's limit)"
+		}
+		mode := fmt.Sprintf("%s, %s, %s, waitTime %s", x.Mode, x.Proto, budget, time.Duration(x.WaitTime))
+		limits := "limits at their defaults: http_max_conns_per_client 200"
+		if x.AgentLimit > 0 && x.AgentLimit != 200 {
+			limits = fmt.Sprintf("limits.http_max_conns_per_client raised to %d (reloaded), the rest at their defaults", x.AgentLimit)
+		}
+		mem := ""
+		if x.Memory != 0 {
+			mem = fmt.Sprintf("; the registry's live heap and goroutine stacks at the first full state (growth after two GCs): %.0f MB", x.Memory)
+		}
 		load := func(l bench.Load) string {
 			return fmt.Sprintf("%.1f requests/s and %.1f KB/s to the agent, agent CPU %.2f cores, registry process CPU %.2f cores (over %.0f s)",
 				l.ReqPerSec, l.BytesPerSec/1e3, l.AgentCPU, l.MeshfedCPU, l.Seconds)
 		}
 		r.rep.add(row{id: "CS", figure: fmt.Sprintf("Consul %d services × %d instances (%s): registry start → first Replace holding all", x.Services, x.Instances, mode), unit: "s",
 			mf: one(x.Sync / 1e3), goal: "≤ 15 s", met: ptr(x.Sync <= 15e3),
-			note: fmt.Sprintf("real Consul %s (dev agent, limits at their defaults: http_max_conns_per_client 200), %d instances on nodes of 100, loaded through /v1/txn in %.1f s before the registry starts (not in this figure); loadavg %s; idle afterwards: %s",
-				servers.ConsulVersion, x.Services*x.Instances, x.Register/1e3, x.LoadAvg, load(x.Idle))})
+			note: fmt.Sprintf("real Consul %s (dev agent, %s), %d instances on nodes of 100, loaded through /v1/txn in %.1f s before the registry starts (not in this figure); loadavg %s%s; idle afterwards: %s",
+				servers.ConsulVersion, limits, x.Services*x.Instances, x.Register/1e3, x.LoadAvg, mem, load(x.Idle))})
 		how := "one change at a time"
 		if x.Concurrent {
 			how = "changes made at once on different services"
