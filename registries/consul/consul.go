@@ -350,8 +350,9 @@ func (w *watch) updateSlots() {
 	w.slots.Store(int64(slots))
 	if n := len(w.services); n > slots && !w.warned {
 		w.warned = true
-		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise the agent's limits.http_max_conns_per_client (an unset maxConcurrentWatches takes 64 % of it)",
-			"services", n, "maxConcurrentWatches", w.budget, "waitTime", w.r.cfg.WaitTime.Std())
+		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change other than health is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise the agent's limits.http_max_conns_per_client to agentLimitNeeded (an unset maxConcurrentWatches takes 64 % of it)",
+			"services", n, "maxConcurrentWatches", w.budget, "waitTime", w.r.cfg.WaitTime.Std(),
+			"agentLimitNeeded", (n*autoShareDen+autoShareNum-1)/autoShareNum)
 	}
 	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
 		w.wg.Go(func() { w.worker(w.ctx) })
