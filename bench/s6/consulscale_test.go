@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -276,8 +277,19 @@ func TestConsulScale(t *testing.T) {
 		res.Sync = float64(sink.synced.Sub(start)) / 1e6
 		time.Sleep(2 * time.Second) // the first queries of every service settle
 		res.Budget = int(registryMetric(t, name, "meshfed_consul_max_concurrent_watches"))
-		res.Memory = (float64(liveMemory()) - float64(mem0)) / 1e6
 		res.Idle = window(t, name, agent.PID(), func() { time.Sleep(idle) })
+		// Every blocking query is in flight by now.
+		res.Memory = (float64(liveMemory()) - float64(mem0)) / 1e6
+		if *scalePprof != "" {
+			bench.HeapProfile(t, filepath.Join(*scalePprof, fmt.Sprintf("consul-%d-%d-heap.pprof", services, mi)))
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			t.Logf("%s: heap %d MB, stacks %d MB, %d goroutines", m.name, ms.HeapAlloc>>20, ms.StackInuse>>20, runtime.NumGoroutine())
+			if f, err := os.Create(filepath.Join(*scalePprof, fmt.Sprintf("consul-%d-%d-goroutines.txt", services, mi))); err == nil {
+				_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+				f.Close()
+			}
+		}
 
 		type change struct {
 			addr  string

@@ -102,6 +102,9 @@ func (w *watch) sizeBudget(ctx context.Context) {
 	a := w.readAgentLimit(ctx)
 	n, lowered := watchBudget(cfg, a, openFileLimit())
 	w.budget = n
+	// Before the first service query: an HTTP/2 transport would otherwise
+	// dial a connection for every request that finds the others full.
+	w.svcTr.MaxConnsPerHost, w.svcTr.MaxIdleConnsPerHost = n, n
 	w.r.m.budget.Set(float64(n))
 	log := w.r.log.With("maxConcurrentWatches", n)
 	switch {

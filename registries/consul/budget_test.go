@@ -1,8 +1,10 @@
 package consul
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,45 +58,55 @@ func TestWatchBudget(t *testing.T) {
 	}
 }
 
-// TestAgentLimitSizesWatches runs 41 services against an agent whose
-// limits.http_max_conns_per_client is 40: a query per service and the
-// catalog's would be 42 connections, and the agent answers 429 past 40.
-// Unset, maxConcurrentWatches is sized from the agent (25: services take
-// turns, with the two health-state watches); set past the limit (64), it
-// is lowered the same way. No query is refused in two rounds of turns.
+// TestAgentLimitSizesWatches runs a catalog against an agent whose
+// limits.http_max_conns_per_client is 40, where the agent answers 429
+// past 40 connections from one address. Over plain HTTP, 41 services: a
+// query per service and the catalog's would be 42 connections. Unset,
+// maxConcurrentWatches is sized from the agent (25: services take turns,
+// with the two health-state watches); set past the limit (64), it is
+// lowered the same way. Over HTTPS, 300 services: 301 streams started at
+// once would each dial a connection when the others are full, unless the
+// transport is bounded to the budget. No query is refused in two rounds.
 func TestAgentLimitSizesWatches(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name       string
 		configured int
-	}{{"unset", 0}, {"past-the-limit", 64}} {
+		tls        bool
+		services   int
+	}{{"unset", 0, false, 40}, {"past-the-limit", 64, false, 40}, {"https", 0, true, 300}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, MaxConnsPerClient: 40})
-			agent.RegisterBulk(t, 40, 1, 2)
+			agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, MaxConnsPerClient: 40, TLS: c.tls})
+			agent.RegisterBulk(t, c.services, 1, 2)
 			name := "limit-" + c.name
 			reg := newRegistry(t, agent, name, func(cfg *Config) {
 				cfg.MaxConcurrentWatches, cfg.WaitTime = c.configured, registries.Duration(4*time.Second)
+				if c.tls {
+					cfg.Address, cfg.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
+				}
 			})
 			sink := registrytest.NewSink()
 			registrytest.Start(t, reg, sink)
 			st := sink.WaitFor(t, wait, registrytest.State.Synced)
-			if len(st.Services) != 41 {
-				t.Fatalf("published %d services, want 41", len(st.Services))
+			if len(st.Services) != c.services+1 {
+				t.Fatalf("published %d services, want %d", len(st.Services), c.services+1)
 			}
 			if got := testutil.ToFloat64(reg.m.budget); got != 25 {
 				t.Errorf("maxConcurrentWatches = %v, want 25 (64 %% of the agent's 40)", got)
 			}
-			// Two rounds: 41 services on 25 workers, turns of 2.4s.
+			// Two rounds: over plain HTTP 41 services on 25 workers, turns
+			// of 2.4s; over HTTPS every service's query returns each 4s.
 			answered := func() float64 { return testutil.ToFloat64(reg.m.healthSame) + testutil.ToFloat64(reg.m.healthChanged) }
+			want := float64(3 * (c.services + 1))
 			deadline := time.Now().Add(wait)
-			for answered() < 3*41 && time.Now().Before(deadline) {
+			for answered() < want && time.Now().Before(deadline) {
 				time.Sleep(100 * time.Millisecond)
 			}
-			if got := answered(); got < 3*41 {
-				t.Errorf("%v service answers in %v, want two rounds of turns", got, wait)
+			if got := answered(); got < want {
+				t.Errorf("%v service answers in %v, want %v: two rounds", got, wait, want)
 			}
-			if got := testutil.ToFloat64(inFlight.WithLabelValues(name)); got > 25+extraConns {
+			if got := testutil.ToFloat64(inFlight.WithLabelValues(name)); !c.tls && got > 25+extraConns {
 				t.Errorf("%v queries in flight, want at most 25 + %d", got, extraConns)
 			}
 			for _, m := range []prometheus.Counter{reg.m.healthErrors, reg.m.catalogErrors, reg.m.checksErrors} {
@@ -196,6 +208,43 @@ func TestAgentLimitNeedsAgentRead(t *testing.T) {
 		}
 		if got := testutil.ToFloat64(reg.m.budget); got != c.want {
 			t.Errorf("%s: maxConcurrentWatches = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestEnvironmentTokenOverridden: the api package takes CONSUL_HTTP_TOKEN
+// from the environment; the registry sends its configured token, or none.
+func TestEnvironmentTokenOverridden(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "from-the-environment")
+	type seen struct{ token, auth string }
+	got := make(chan seen, 16)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- seen{r.Header.Get("X-Consul-Token"), r.Header.Get("Authorization")}:
+		default:
+		}
+		http.Error(w, "no", http.StatusInternalServerError)
+	})}
+	ln := listen(t)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	for _, token := range []string{"", "configured"} {
+		var file string
+		if token != "" {
+			file = filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reg := newRegistry(t, &servers.Consul{HTTPAddr: ln.Addr().String()}, "env", func(c *Config) { c.TokenFile = file })
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = reg.Run(ctx, registrytest.NewSink()) }()
+		s := <-got
+		cancel()
+		<-done
+		if s.token != token || s.auth != "" {
+			t.Errorf("configured token %q: the agent got token %q and Authorization %q, want %q and none", token, s.token, s.auth, token)
 		}
 	}
 }

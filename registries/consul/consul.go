@@ -153,27 +153,42 @@ var _ registries.Registry = (*Registry)(nil)
 
 // Run implements registries.Registry.
 func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
-	tt := &tokenTransport{m: &r.m}
-	client, tr, err := r.newClient(tt)
+	token, err := r.readToken()
+	if err != nil {
+		return registries.Permanent(err)
+	}
+	// Two transports, so that each bounds its connections: the catalog
+	// and health-state watches with the lookups between their answers,
+	// and the service queries (their bound is set by sizeBudget before the
+	// first one).
+	tt := &tokenTransport{m: &r.m, token: token}
+	client, tr, err := r.newClient(tt, extraConns+1)
 	if err != nil {
 		return registries.Permanent(err)
 	}
 	defer tr.CloseIdleConnections()
+	services, svcTr, err := r.newClient(&tokenTransport{m: &r.m, token: token}, 0)
+	if err != nil {
+		return registries.Permanent(err)
+	}
+	defer svcTr.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &watch{
-		ctx:      ctx,
-		r:        r,
-		client:   client,
-		proto:    tt,
-		q:        newQueue(),
-		firsts:   make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
-		catalog:  make(chan catalogEvent),
-		service:  make(chan serviceEvent),
-		hints:    make(chan []string, 16),
-		synced:   make(chan struct{}),
-		services: map[string]*serviceState{},
-		pub:      registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
+		ctx:       ctx,
+		r:         r,
+		client:    client,
+		svcClient: services,
+		svcTr:     svcTr,
+		proto:     tt,
+		q:         newQueue(),
+		firsts:    make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
+		catalog:   make(chan catalogEvent),
+		service:   make(chan serviceEvent),
+		hints:     make(chan []string, 16),
+		synced:    make(chan struct{}),
+		services:  map[string]*serviceState{},
+		pub:       registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
 	w.wg.Go(func() { w.watchCatalog(ctx) })
 	err = w.loop(ctx)
@@ -183,24 +198,34 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	return err
 }
 
-// newClient builds the API client from the config alone: the CONSUL_HTTP_*
-// environment variables the api package reads are overridden. tt gets the
-// token and wraps the transport.
-func (r *Registry) newClient(tt *tokenTransport) (*api.Client, *http.Transport, error) {
-	c := r.cfg
-	var token string
-	if c.TokenFile != "" {
-		b, err := os.ReadFile(c.TokenFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("consul tokenFile: %w", err)
-		}
-		token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+// readToken reads the ACL token (the first line of tokenFile, trimmed);
+// "" without a tokenFile.
+func (r *Registry) readToken() (string, error) {
+	if r.cfg.TokenFile == "" {
+		return "", nil
 	}
+	b, err := os.ReadFile(r.cfg.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("consul tokenFile: %w", err)
+	}
+	return strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]), nil
+}
+
+// newClient builds an API client from the config alone: the CONSUL_HTTP_*
+// environment variables the api package reads are overridden. tt holds
+// the token and wraps the transport, which opens at most maxConns
+// connections (HTTP/2 ones included; 0: no bound yet, to be set before
+// its first request) and keeps them all for the next query.
+func (r *Registry) newClient(tt *tokenTransport, maxConns int) (*api.Client, *http.Transport, error) {
+	c := r.cfg
 	tr := cleanhttp.DefaultPooledTransport() // attempts HTTP/2 over TLS
-	// Keep every connection a query made for the next (the budget is
-	// known only once the agent answered: watchBudget).
 	tr.MaxIdleConns = 0
-	tr.MaxIdleConnsPerHost = cmp.Or(c.MaxConcurrentWatches, maxAutoWatches) + extraConns + 1
+	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = maxConns, maxConns
+	// HTTP/1.1 buffers per connection: a query and an answer's headers
+	// take a few hundred bytes, and bodies are read past the buffer; with
+	// a connection per service (the agent's limit raised) the default 4 KB
+	// each were 8 KB per service.
+	tr.ReadBufferSize, tr.WriteBufferSize = 1024, 1024
 	if c.Scheme == "https" {
 		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
 			Address:            c.TLS.ServerName,
@@ -218,9 +243,10 @@ func (r *Registry) newClient(tt *tokenTransport) (*api.Client, *http.Transport, 
 		Address:    c.Address,
 		Scheme:     c.Scheme,
 		Datacenter: c.Datacenter,
+		Token:      tt.token, // so that the request needs no change (RoundTrip)
 		HttpClient: &http.Client{Transport: tt},
 	})
-	tt.token, tt.next = token, tr
+	tt.next = tr
 	return client, tr, err
 }
 
@@ -236,12 +262,16 @@ type tokenTransport struct {
 }
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	req = req.Clone(req.Context())
-	req.Header.Del("Authorization")
-	if t.token == "" {
-		req.Header.Del("X-Consul-Token")
-	} else {
-		req.Header.Set("X-Consul-Token", t.token)
+	if req.Header.Get("X-Consul-Token") != t.token || req.Header.Get("Authorization") != "" {
+		// Only what the api package took from the environment: a request
+		// held for every blocking query is not copied otherwise.
+		req = req.Clone(req.Context())
+		req.Header.Del("Authorization")
+		if t.token == "" {
+			req.Header.Del("X-Consul-Token")
+		} else {
+			req.Header.Set("X-Consul-Token", t.token)
+		}
 	}
 	t.m.requests.Inc()
 	resp, err := t.next.RoundTrip(req)
@@ -302,18 +332,22 @@ func (st *serviceState) ready() bool { return st.fetched && !st.failing }
 
 // watch is the state of one Run.
 type watch struct {
-	ctx     context.Context // of the Run; entries derive theirs from it
-	r       *Registry
-	client  *api.Client
-	proto   *tokenTransport // says whether the agent speaks HTTP/2
-	q       *queue
-	catalog chan catalogEvent
-	service chan serviceEvent
-	hints   chan []string // services whose health changed, from watchChecks
-	active  atomic.Int64  // services watched, for the round-robin wait
-	slots   atomic.Int64  // service queries that may be in flight at once
-	firsts  chan struct{} // first (non-blocking) service queries in flight
-	turns   turns         // round-robin queries in flight, which a hint may end
+	ctx    context.Context // of the Run; entries derive theirs from it
+	r      *Registry
+	client *api.Client // the catalog and health-state watches
+	// svcClient is the service queries' client; svcTr its transport,
+	// whose connection bound sizeBudget sets.
+	svcClient *api.Client
+	svcTr     *http.Transport
+	proto     *tokenTransport // says whether the agent speaks HTTP/2
+	q         *queue
+	catalog   chan catalogEvent
+	service   chan serviceEvent
+	hints     chan []string // services whose health changed, from watchChecks
+	active    atomic.Int64  // services watched, for the round-robin wait
+	slots     atomic.Int64  // service queries that may be in flight at once
+	firsts    chan struct{} // first (non-blocking) service queries in flight
+	turns     turns         // round-robin queries in flight, which a hint may end
 	// synced is closed at the first full state (maybePublish).
 	synced chan struct{}
 	// budget is the connections the service queries may hold
@@ -607,7 +641,7 @@ func (w *watch) worker(ctx context.Context) {
 			qctx, done = w.turns.start(e)
 		}
 		w.r.m.inFlight.Inc()
-		entries, meta, err := w.client.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(qctx, e.index, wait))
+		entries, meta, err := w.svcClient.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(qctx, e.index, wait))
 		w.r.m.inFlight.Dec()
 		ended := err != nil && qctx.Err() != nil && e.ctx.Err() == nil
 		done()
