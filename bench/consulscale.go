@@ -24,8 +24,8 @@ type ConsulScaleResult struct {
 	Sync float64 `json:"sync"`
 	// Memory is the growth of the registry process's live heap and
 	// goroutine stacks (MB, after two GCs) from before the registry starts
-	// to 2 s after the first full state: the registry's state and its
-	// queries in flight.
+	// to the end of the idle window after the first full state: the
+	// registry's state and its queries in flight.
 	Memory float64 `json:"memory"`
 	// Change is an agent registration of one more instance → the
 	// registry's Sink.Publish holding it (ms).
