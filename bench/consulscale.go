@@ -11,13 +11,22 @@ type ConsulScaleResult struct {
 	Services  int    `json:"services"`
 	Instances int    `json:"instances"`
 	Budget    int    `json:"budget"`
-	WaitTime  int64  `json:"waitTime"`
+	// BudgetSet: maxConcurrentWatches was set in the config (else sized
+	// from AgentLimit, the agent's limits.http_max_conns_per_client).
+	BudgetSet  bool  `json:"budgetSet"`
+	AgentLimit int   `json:"agentLimit"`
+	WaitTime   int64 `json:"waitTime"`
 	// Register is how long loading the fixture into the agent took (ms),
 	// before the registry starts.
 	Register float64 `json:"register"`
 	// Sync is registry start → the first Sink.Publish holding every
 	// service (ms).
 	Sync float64 `json:"sync"`
+	// Memory is the growth of the registry process's live heap and
+	// goroutine stacks (MB, after two GCs) from before the registry starts
+	// to the end of the idle window after the first full state: the
+	// registry's state and its queries in flight.
+	Memory float64 `json:"memory"`
 	// Change is an agent registration of one more instance → the
 	// registry's Sink.Publish holding it (ms).
 	Change Summary `json:"change"`

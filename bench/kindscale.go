@@ -494,7 +494,7 @@ func RunKindScale(t testing.TB, row KindScaleRow, services int, o KindScaleOptio
 	res.Mem = ReadMemSplit().Sub(split0)
 	res.Goroutines = int64(mem1.Goroutines) - int64(mem0.Goroutines)
 	if o.ProfileDir != "" {
-		writeHeapProfile(t, filepath.Join(o.ProfileDir, fmt.Sprintf("%s-%d-heap.pprof", row.Kind, services)))
+		HeapProfile(t, filepath.Join(o.ProfileDir, fmt.Sprintf("%s-%d-heap.pprof", row.Kind, services)))
 	}
 	if err := stop(); err != nil && ctx.Err() == nil {
 		t.Errorf("%s %d: Run: %v", row.Kind, services, err)
@@ -551,7 +551,8 @@ func CPUProfile(t testing.TB, path string) func() {
 	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
-func writeHeapProfile(t testing.TB, path string) {
+// HeapProfile writes the heap profile to path (a failure is logged).
+func HeapProfile(t testing.TB, path string) {
 	f, err := os.Create(path)
 	if err != nil {
 		t.Logf("pprof: %v", err)

@@ -1,6 +1,7 @@
 package s6
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,6 +10,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,6 +123,13 @@ func selfCPU() time.Duration {
 // counters for one registry name.
 func registryCounters(t *testing.T, name string) (reqs, bytes float64) {
 	t.Helper()
+	return registryMetric(t, name, "meshfed_consul_http_requests_total"), registryMetric(t, name, "meshfed_consul_http_response_bytes_total")
+}
+
+// registryMetric reads one of the consul package's counters or gauges for
+// one registry name.
+func registryMetric(t *testing.T, name, metric string) float64 {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	for _, c := range consul.Collectors() {
 		reg.MustRegister(c)
@@ -128,21 +139,29 @@ func registryCounters(t *testing.T, name string) (reqs, bytes float64) {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() != "registry" || l.GetValue() != name {
-					continue
-				}
-				switch mf.GetName() {
-				case "meshfed_consul_http_requests_total":
-					reqs = m.GetCounter().GetValue()
-				case "meshfed_consul_http_response_bytes_total":
-					bytes = m.GetCounter().GetValue()
+				if l.GetName() == "registry" && l.GetValue() == name {
+					return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 				}
 			}
 		}
 	}
-	return reqs, bytes
+	return 0
+}
+
+// liveMemory is this process's live heap and goroutine stacks after two
+// GCs (bytes). Unlike VmRSS it does not keep what an earlier mode's
+// registry left to the runtime's free lists.
+func liveMemory() uint64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc + ms.StackInuse
 }
 
 // window measures the load while fn runs.
@@ -169,20 +188,26 @@ func loadavg() string {
 // TestConsulScale measures the consul registry against a real Consul agent
 // holding many services (-s6.scale.instances each, on nodes of 100
 // instances), at the agent's defaults (limits.http_max_conns_per_client
-// 200): the initial sync, how long a new instance takes to reach
-// Sink.Publish, and the load on the agent idle and under churn. Over
-// HTTPS the agent speaks HTTP/2 and every service has its own blocking
-// query on maxConcurrentWatches connections; over plain HTTP the service
-// queries take turns when there are more services than watches
-// (registries/consul/consul.go). Without -s6.scale.out it runs at a tiny
-// size (checks only that both modes sync and see every change).
+// 200) and with nothing set in the registry's config but the address
+// (and waitTime 1m where services take turns, to bound the run): the
+// initial sync, how long a new instance takes to reach Sink.Publish, and
+// the load on the agent idle and under churn. Over HTTPS the agent speaks
+// HTTP/2 and every service has its own blocking query on
+// maxConcurrentWatches connections; over plain HTTP the service queries
+// take turns when there are more services than watches
+// (registries/consul/consul.go). A last mode raises the agent's limit
+// (reloaded) so that over plain HTTP every service has a connection of its
+// own, as the registry sizes its budget from that limit. Without
+// -s6.scale.out it runs at a tiny size (checks only that every mode syncs
+// and sees every change).
 func TestConsulScale(t *testing.T) {
 	full := *scaleOut != ""
-	services, instances, budget := 40, 2, 8
+	// budget 0: sized from the agent's limit (registries/consul/budget.go).
+	services, instances, budget, raised := 40, 2, 8, 100
 	idle, churnFor, churnRate, h1wait := 2*time.Second, 2*time.Second, 10.0, 10*time.Second
 	healthChanges := 5
 	if full {
-		services, instances, budget = *scaleServices, *scaleInstances, consul.DefaultMaxConcurrentWatches
+		services, instances, budget, raised = *scaleServices, *scaleInstances, 0, 16384
 		idle, churnFor, churnRate, h1wait = 20*time.Second, 15*time.Second, 20, time.Minute
 		healthChanges = 20
 	}
@@ -206,23 +231,35 @@ func TestConsulScale(t *testing.T) {
 		concurrent bool
 		timeout    time.Duration
 		churn      bool
+		// agentLimit, when set, is the agent's
+		// limits.http_max_conns_per_client for this mode (reloaded), and
+		// the registry's budget is unset.
+		agentLimit int
 	}{
 		{name: "HTTPS, one blocking query per service", proto: "HTTP/2", wait: consul.DefaultWaitTime.Std(), changes: 20, timeout: 30 * time.Second, churn: true},
 		// A turn blocks wait×budget/services (≥ 1 s), so one round over
 		// every service takes about max(wait, services/budget × 1 s).
 		{name: "plain HTTP, round-robin turns", proto: "HTTP/1.1", wait: h1wait, changes: 5, concurrent: true,
-			timeout: max(h1wait, time.Duration(services/budget)*time.Second) + time.Minute},
+			timeout: max(h1wait, time.Duration(services/cmp.Or(budget, consul.DefaultMaxConcurrentWatches))*time.Second) + time.Minute},
+		{name: "plain HTTP, the agent's limit raised, one blocking query per service", proto: "HTTP/1.1", wait: consul.DefaultWaitTime.Std(), changes: 20,
+			timeout: 30 * time.Second, churn: true, agentLimit: raised},
 	} {
+		limit, b := 200, budget
+		if m.agentLimit > 0 {
+			agent.SetMaxConnsPerClient(t, m.agentLimit)
+			limit, b = m.agentLimit, 0
+		}
 		name := fmt.Sprintf("cs-%d-%d", services, mi)
 		c := registries.Common{Name: name, Kind: "consul", Domain: "consul"}
-		cfg := &consul.Config{Address: agent.HTTPAddr, MaxConcurrentWatches: budget, WaitTime: registries.Duration(m.wait)}
+		cfg := &consul.Config{Address: agent.HTTPAddr, MaxConcurrentWatches: b, WaitTime: registries.Duration(m.wait)}
 		if m.proto == "HTTP/2" {
 			cfg.Address, cfg.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
 		}
 		reg := newRegistry(t, cfg, c)
 		sink := &scaleSink{want: services, addrs: map[string]string{}, seen: map[string]time.Time{}, wake: make(chan struct{}, 1), unhealthy: map[string]time.Time{}}
-		res := bench.ConsulScaleResult{Mode: m.name, Proto: m.proto, Services: services, Instances: instances, Budget: cfg.MaxConcurrentWatches,
+		res := bench.ConsulScaleResult{Mode: m.name, Proto: m.proto, Services: services, Instances: instances, BudgetSet: b > 0, AgentLimit: limit,
 			WaitTime: int64(cfg.WaitTime), Register: float64(register) / 1e6, Concurrent: m.concurrent, LoadAvg: loadavg()}
+		mem0 := liveMemory()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		start := time.Now()
@@ -239,7 +276,20 @@ func TestConsulScale(t *testing.T) {
 		}
 		res.Sync = float64(sink.synced.Sub(start)) / 1e6
 		time.Sleep(2 * time.Second) // the first queries of every service settle
+		res.Budget = int(registryMetric(t, name, "meshfed_consul_max_concurrent_watches"))
 		res.Idle = window(t, name, agent.PID(), func() { time.Sleep(idle) })
+		// Every blocking query is in flight by now.
+		res.Memory = (float64(liveMemory()) - float64(mem0)) / 1e6
+		if *scalePprof != "" {
+			bench.HeapProfile(t, filepath.Join(*scalePprof, fmt.Sprintf("consul-%d-%d-heap.pprof", services, mi)))
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			t.Logf("%s: heap %d MB, stacks %d MB, %d goroutines", m.name, ms.HeapAlloc>>20, ms.StackInuse>>20, runtime.NumGoroutine())
+			if f, err := os.Create(filepath.Join(*scalePprof, fmt.Sprintf("consul-%d-%d-goroutines.txt", services, mi))); err == nil {
+				_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+				f.Close()
+			}
+		}
 
 		type change struct {
 			addr  string

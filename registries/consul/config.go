@@ -13,9 +13,12 @@ import (
 
 // Defaults of the `consul:` block.
 const (
-	DefaultAddress              = "127.0.0.1:8500"
-	DefaultScheme               = "http"
-	DefaultWaitTime             = registries.Duration(5 * time.Minute)
+	DefaultAddress  = "127.0.0.1:8500"
+	DefaultScheme   = "http"
+	DefaultWaitTime = registries.Duration(5 * time.Minute)
+	// DefaultMaxConcurrentWatches is the budget when maxConcurrentWatches
+	// is not set and the agent's connection limit cannot be read: 64 % of
+	// Consul's default limits.http_max_conns_per_client (200).
 	DefaultMaxConcurrentWatches = 128
 	// maxWaitTime is Consul's own cap on a blocking query's wait.
 	maxWaitTime = 10 * time.Minute
@@ -51,9 +54,13 @@ type Config struct {
 	// consistent regardless. Default false.
 	AllowStale bool `yaml:"allowStale"`
 	// MaxConcurrentWatches bounds the connections the service queries
-	// hold (the catalog watch comes on top): over plain HTTP one blocking
-	// query each, over HTTPS (HTTP/2) 250 each. Keep it below the agent's
-	// limits.http_max_conns_per_client (200 by default). Default 128.
+	// hold (the catalog and health-state watches come on top): over plain
+	// HTTP one blocking query each, over HTTPS (HTTP/2) 250 each. Unset
+	// (0), each Run sizes it from the agent's
+	// limits.http_max_conns_per_client (/v1/agent/self): 64 % of it, 128
+	// at the agent's default 200 (watchBudget). A value that leaves no
+	// room under the agent's limit for the other watches is lowered to
+	// that automatic size.
 	MaxConcurrentWatches int `yaml:"maxConcurrentWatches"`
 	// Backoff bounds the jittered reconnect delay after errors. Defaults
 	// 200ms initial, 30s max.
@@ -86,9 +93,6 @@ func (c *Config) ApplyDefaults() {
 	if c.WaitTime == 0 {
 		c.WaitTime = DefaultWaitTime
 	}
-	if c.MaxConcurrentWatches == 0 {
-		c.MaxConcurrentWatches = DefaultMaxConcurrentWatches
-	}
 	if c.Backoff.Initial == 0 {
 		c.Backoff.Initial = registries.Duration(200 * time.Millisecond)
 	}
@@ -119,8 +123,8 @@ func (c *Config) Validate() error {
 	if w := c.WaitTime.Std(); w < time.Second || w > maxWaitTime {
 		return registries.FieldErr("waitTime", "%v is out of range [1s, 10m]", w)
 	}
-	if c.MaxConcurrentWatches < 1 {
-		return registries.FieldErr("maxConcurrentWatches", "%d is below 1", c.MaxConcurrentWatches)
+	if c.MaxConcurrentWatches < 0 {
+		return registries.FieldErr("maxConcurrentWatches", "%d is below 0 (0 or unset: sized from the agent's connection limit)", c.MaxConcurrentWatches)
 	}
 	if c.Backoff.Initial <= 0 {
 		return registries.FieldErr("backoff.initial", "must be positive")

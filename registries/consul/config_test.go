@@ -26,7 +26,7 @@ func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	var c Config
 	registrytest.CheckDefaults(t, &c)
-	if c.Address != "127.0.0.1:8500" || c.Scheme != "http" || c.WaitTime.Std() != 5*time.Minute || c.MaxConcurrentWatches != 128 {
+	if c.Address != "127.0.0.1:8500" || c.Scheme != "http" || c.WaitTime.Std() != 5*time.Minute || c.MaxConcurrentWatches != 0 {
 		t.Errorf("defaults = %+v", c)
 	}
 }
@@ -37,7 +37,7 @@ func TestConfigBad(t *testing.T) {
 		{File: "bad-address.yaml", Key: "address", Err: "not host:port"},
 		{File: "bad-scheme.yaml", Key: "scheme", Err: "not http or https"},
 		{File: "bad-waittime.yaml", Key: "waitTime", Err: "out of range"},
-		{File: "bad-watches.yaml", Key: "maxConcurrentWatches", Err: "below 1"},
+		{File: "bad-watches.yaml", Key: "maxConcurrentWatches", Err: "below 0"},
 		{File: "bad-tls-pair.yaml", Key: "tls.keyFile", Err: "go together"},
 		{File: "bad-tls-scheme.yaml", Key: "tls", Err: "scheme is http"},
 		{File: "bad-backoff.yaml", Key: "backoff.max", Err: "below backoff.initial"},

@@ -16,9 +16,12 @@
 //
 // Every blocking query holds one goroutine on the agent for up to
 // waitTime, and an agent refuses more than limits.http_max_conns_per_client
-// (200 by default) connections from one address. How many queries fit in
-// maxConcurrentWatches connections (default 128) depends on the protocol
-// the agent speaks, which the registry reads off its answers:
+// (200 by default) connections from one address (429 Too Many Requests).
+// Unless maxConcurrentWatches is set, the registry takes 64 % of the limit
+// the agent reports (128 at the default; budget.go), so raising the
+// agent's limit is the one setting a large plain-HTTP catalog needs. How
+// many queries fit in maxConcurrentWatches connections depends on the
+// protocol the agent speaks, which the registry reads off its answers:
 //
 //   - HTTPS: the agent speaks HTTP/2, which carries up to 250 requests at
 //     once on one connection (h2StreamsPerConn), so 128 connections hold
@@ -40,7 +43,8 @@
 //     start critical, or every service of a node whose node check did — is
 //     asked next, ahead of its turn (health hints). Instances added or
 //     removed without such a change, and changes to addresses, ports, tags
-//     or metadata, still wait for their service's turn.
+//     or metadata, still wait for their service's turn, unless the agent's
+//     limit leaves a connection per service.
 //
 // Why not one catalog-wide query that says which services changed? The
 // agent's HTTP API has none that is cheaper than the catalog: every list
@@ -110,6 +114,7 @@
 package consul
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,27 +153,42 @@ var _ registries.Registry = (*Registry)(nil)
 
 // Run implements registries.Registry.
 func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
-	tt := &tokenTransport{m: &r.m}
-	client, tr, err := r.newClient(tt)
+	token, err := r.readToken()
+	if err != nil {
+		return registries.Permanent(err)
+	}
+	// Two transports, so that each bounds its connections: the catalog
+	// and health-state watches with the lookups between their answers,
+	// and the service queries (their bound is set by sizeBudget before the
+	// first one).
+	tt := &tokenTransport{m: &r.m, token: token}
+	client, tr, err := r.newClient(tt, extraConns+1)
 	if err != nil {
 		return registries.Permanent(err)
 	}
 	defer tr.CloseIdleConnections()
+	services, svcTr, err := r.newClient(&tokenTransport{m: &r.m, token: token}, 0)
+	if err != nil {
+		return registries.Permanent(err)
+	}
+	defer svcTr.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &watch{
-		ctx:      ctx,
-		r:        r,
-		client:   client,
-		proto:    tt,
-		q:        newQueue(),
-		firsts:   make(chan struct{}, r.cfg.MaxConcurrentWatches),
-		catalog:  make(chan catalogEvent),
-		service:  make(chan serviceEvent),
-		hints:    make(chan []string, 16),
-		synced:   make(chan struct{}),
-		services: map[string]*serviceState{},
-		pub:      registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
+		ctx:       ctx,
+		r:         r,
+		client:    client,
+		svcClient: services,
+		svcTr:     svcTr,
+		proto:     tt,
+		q:         newQueue(),
+		firsts:    make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
+		catalog:   make(chan catalogEvent),
+		service:   make(chan serviceEvent),
+		hints:     make(chan []string, 16),
+		synced:    make(chan struct{}),
+		services:  map[string]*serviceState{},
+		pub:       registries.NewPublisher(r.common, sink, r.log, registries.PublisherOptions[string]{Compare: strings.Compare}),
 	}
 	w.wg.Go(func() { w.watchCatalog(ctx) })
 	err = w.loop(ctx)
@@ -178,21 +198,34 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	return err
 }
 
-// newClient builds the API client from the config alone: the CONSUL_HTTP_*
-// environment variables the api package reads are overridden. tt gets the
-// token and wraps the transport.
-func (r *Registry) newClient(tt *tokenTransport) (*api.Client, *http.Transport, error) {
-	c := r.cfg
-	var token string
-	if c.TokenFile != "" {
-		b, err := os.ReadFile(c.TokenFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("consul tokenFile: %w", err)
-		}
-		token = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+// readToken reads the ACL token (the first line of tokenFile, trimmed);
+// "" without a tokenFile.
+func (r *Registry) readToken() (string, error) {
+	if r.cfg.TokenFile == "" {
+		return "", nil
 	}
-	tr := cleanhttp.DefaultPooledTransport()            // attempts HTTP/2 over TLS
-	tr.MaxIdleConnsPerHost = c.MaxConcurrentWatches + 4 // + the catalog's and watchChecks' queries
+	b, err := os.ReadFile(r.cfg.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("consul tokenFile: %w", err)
+	}
+	return strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]), nil
+}
+
+// newClient builds an API client from the config alone: the CONSUL_HTTP_*
+// environment variables the api package reads are overridden. tt holds
+// the token and wraps the transport, which opens at most maxConns
+// connections (HTTP/2 ones included; 0: no bound yet, to be set before
+// its first request) and keeps them all for the next query.
+func (r *Registry) newClient(tt *tokenTransport, maxConns int) (*api.Client, *http.Transport, error) {
+	c := r.cfg
+	tr := cleanhttp.DefaultPooledTransport() // attempts HTTP/2 over TLS
+	tr.MaxIdleConns = 0
+	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = maxConns, maxConns
+	// HTTP/1.1 buffers per connection: a query and an answer's headers
+	// take a few hundred bytes, and bodies are read past the buffer; with
+	// a connection per service (the agent's limit raised) the default 4 KB
+	// each were 8 KB per service.
+	tr.ReadBufferSize, tr.WriteBufferSize = 1024, 1024
 	if c.Scheme == "https" {
 		tlsConf, err := api.SetupTLSConfig(&api.TLSConfig{
 			Address:            c.TLS.ServerName,
@@ -210,9 +243,10 @@ func (r *Registry) newClient(tt *tokenTransport) (*api.Client, *http.Transport, 
 		Address:    c.Address,
 		Scheme:     c.Scheme,
 		Datacenter: c.Datacenter,
+		Token:      tt.token, // so that the request needs no change (RoundTrip)
 		HttpClient: &http.Client{Transport: tt},
 	})
-	tt.token, tt.next = token, tr
+	tt.next = tr
 	return client, tr, err
 }
 
@@ -228,12 +262,16 @@ type tokenTransport struct {
 }
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	req = req.Clone(req.Context())
-	req.Header.Del("Authorization")
-	if t.token == "" {
-		req.Header.Del("X-Consul-Token")
-	} else {
-		req.Header.Set("X-Consul-Token", t.token)
+	if req.Header.Get("X-Consul-Token") != t.token || req.Header.Get("Authorization") != "" {
+		// Only what the api package took from the environment: a request
+		// held for every blocking query is not copied otherwise.
+		req = req.Clone(req.Context())
+		req.Header.Del("Authorization")
+		if t.token == "" {
+			req.Header.Del("X-Consul-Token")
+		} else {
+			req.Header.Set("X-Consul-Token", t.token)
+		}
 	}
 	t.m.requests.Inc()
 	resp, err := t.next.RoundTrip(req)
@@ -294,20 +332,27 @@ func (st *serviceState) ready() bool { return st.fetched && !st.failing }
 
 // watch is the state of one Run.
 type watch struct {
-	ctx     context.Context // of the Run; entries derive theirs from it
-	r       *Registry
-	client  *api.Client
-	proto   *tokenTransport // says whether the agent speaks HTTP/2
-	q       *queue
-	catalog chan catalogEvent
-	service chan serviceEvent
-	hints   chan []string // services whose health changed, from watchChecks
-	active  atomic.Int64  // services watched, for the round-robin wait
-	slots   atomic.Int64  // service queries that may be in flight at once
-	firsts  chan struct{} // first (non-blocking) service queries in flight
-	turns   turns         // round-robin queries in flight, which a hint may end
+	ctx    context.Context // of the Run; entries derive theirs from it
+	r      *Registry
+	client *api.Client // the catalog and health-state watches
+	// svcClient is the service queries' client; svcTr its transport,
+	// whose connection bound sizeBudget sets.
+	svcClient *api.Client
+	svcTr     *http.Transport
+	proto     *tokenTransport // says whether the agent speaks HTTP/2
+	q         *queue
+	catalog   chan catalogEvent
+	service   chan serviceEvent
+	hints     chan []string // services whose health changed, from watchChecks
+	active    atomic.Int64  // services watched, for the round-robin wait
+	slots     atomic.Int64  // service queries that may be in flight at once
+	firsts    chan struct{} // first (non-blocking) service queries in flight
+	turns     turns         // round-robin queries in flight, which a hint may end
 	// synced is closed at the first full state (maybePublish).
-	synced   chan struct{}
+	synced chan struct{}
+	// budget is the connections the service queries may hold
+	// (sizeBudget), set before the first catalog state reaches the loop.
+	budget   int
 	syncOnce sync.Once
 	wg       sync.WaitGroup
 
@@ -332,15 +377,16 @@ const h2StreamsPerConn = 250
 // connections, not requests), and starts workers up to that many, never
 // more than there are services.
 func (w *watch) updateSlots() {
-	slots := w.r.cfg.MaxConcurrentWatches
+	slots := w.budget
 	if w.proto.h2.Load() {
 		slots *= h2StreamsPerConn
 	}
 	w.slots.Store(int64(slots))
 	if n := len(w.services); n > slots && !w.warned {
 		w.warned = true
-		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise maxConcurrentWatches with the agent's limits.http_max_conns_per_client",
-			"services", n, "maxConcurrentWatches", w.r.cfg.MaxConcurrentWatches, "waitTime", w.r.cfg.WaitTime.Std())
+		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change other than health is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise the agent's limits.http_max_conns_per_client to agentLimitNeeded (an unset maxConcurrentWatches takes 64 % of it)",
+			"services", n, "maxConcurrentWatches", w.budget, "waitTime", w.r.cfg.WaitTime.Std(),
+			"agentLimitNeeded", (n*autoShareDen+autoShareNum-1)/autoShareNum)
 	}
 	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
 		w.wg.Go(func() { w.worker(w.ctx) })
@@ -462,6 +508,7 @@ func nextIndex(old, got uint64) uint64 {
 
 func (w *watch) watchCatalog(ctx context.Context) {
 	errored := false
+	sized := false
 	var names map[string][]string
 	w.poll(ctx, func(q *api.QueryOptions) (uint64, error) {
 		var meta *api.QueryMeta
@@ -481,6 +528,12 @@ func (w *watch) watchCatalog(ctx context.Context) {
 		}
 		w.r.m.catalogChanged.Inc()
 		errored = false
+		if !sized {
+			// The agent answers: learn its connection limit before any
+			// service query starts.
+			w.sizeBudget(ctx)
+			sized = true
+		}
 		if !send(ctx, w.catalog, catalogEvent{services: names, at: time.Now()}) {
 			return false
 		}
@@ -588,7 +641,7 @@ func (w *watch) worker(ctx context.Context) {
 			qctx, done = w.turns.start(e)
 		}
 		w.r.m.inFlight.Inc()
-		entries, meta, err := w.client.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(qctx, e.index, wait))
+		entries, meta, err := w.svcClient.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(qctx, e.index, wait))
 		w.r.m.inFlight.Dec()
 		ended := err != nil && qctx.Err() != nil && e.ctx.Err() == nil
 		done()
@@ -840,7 +893,11 @@ func (w *watch) onService(ev serviceEvent) {
 }
 
 func (w *watch) degrade(what string, err error) {
-	w.pub.Report(registries.Condition{Err: fmt.Sprintf("consul %s: %v", what, err)})
+	msg := fmt.Sprintf("consul %s: %v", what, err)
+	if se := (api.StatusError{}); errors.As(err, &se) && se.Code == http.StatusTooManyRequests {
+		msg += fmt.Sprintf(" (the agent's limits.http_max_conns_per_client: this registry holds up to %d connections, other clients on this address the rest)", w.budget+extraConns)
+	}
+	w.pub.Report(registries.Condition{Err: msg})
 }
 
 // maybePublish publishes the full state when it changed (or an outage

@@ -20,13 +20,14 @@ var (
 	watchedServices = metric.GaugeVec("meshfed_consul_watched_services", "Consul services a registry watches.", "registry")
 	httpRequests    = metric.CounterVec("meshfed_consul_http_requests_total", "HTTP requests a Consul registry sent to its agent.", "registry")
 	httpRespBytes   = metric.CounterVec("meshfed_consul_http_response_bytes_total", "Bytes of response bodies a Consul registry read from its agent.", "registry")
+	watchBudgetG    = metric.GaugeVec("meshfed_consul_max_concurrent_watches", "Connections a Consul registry's service queries may hold: maxConcurrentWatches, or when unset 64 % of the agent's limits.http_max_conns_per_client.", "registry")
 	healthHints     = metric.CounterVec("meshfed_consul_health_hints_total", "Services a Consul registry asked ahead of their turn because a check of theirs entered or left critical or warning (plain HTTP, services taking turns).", "registry")
 )
 
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices, httpRequests, httpRespBytes, healthHints}
+	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices, httpRequests, httpRespBytes, healthHints, watchBudgetG}
 }
 
 // metrics are the collectors curried with one registry's name.
@@ -39,6 +40,7 @@ type metrics struct {
 	watched                     prometheus.Gauge
 	requests, respBytes         prometheus.Counter
 	hinted                      prometheus.Counter
+	budget                      prometheus.Gauge
 }
 
 func newMetrics(registry string) metrics {
@@ -55,5 +57,6 @@ func newMetrics(registry string) metrics {
 		requests:       httpRequests.WithLabelValues(registry),
 		respBytes:      httpRespBytes.WithLabelValues(registry),
 		hinted:         healthHints.WithLabelValues(registry),
+		budget:         watchBudgetG.WithLabelValues(registry),
 	}
 }

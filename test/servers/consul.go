@@ -60,7 +60,9 @@ type Consul struct {
 	// CAFile is the PEM file of the CA that signed its certificate.
 	HTTPSAddr, CAFile string
 
-	proc *Process
+	proc    *Process
+	conf    map[string]any // the agent's config file, as written
+	cfgFile string
 }
 
 // StartConsul starts a Consul agent on loopback ports, waits until it has a
@@ -121,18 +123,59 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		conf["performance"] = map[string]any{"raft_multiplier": 1}
 		args = []string{"agent"}
 	}
-	b, err := json.Marshal(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfgFile := filepath.Join(dir, "consul.json")
-	if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	c.conf, c.cfgFile = conf, cfgFile
+	c.writeConfig(t)
 	c.proc = &Process{Name: "consul", Bin: bin, Args: append(args, "-config-file", cfgFile), LogPath: filepath.Join(dir, "consul.log")}
 	t.Cleanup(func() { c.proc.Stop() })
 	c.Start(t)
 	return c
+}
+
+func (c *Consul) writeConfig(t testing.TB) {
+	t.Helper()
+	b, err := json.Marshal(c.conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.cfgFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SetMaxConnsPerClient changes the running agent's
+// limits.http_max_conns_per_client (a setting Consul reloads) and checks
+// that the agent reports it.
+func (c *Consul) SetMaxConnsPerClient(t testing.TB, n int) {
+	t.Helper()
+	c.conf["limits"] = map[string]any{"http_max_conns_per_client": n}
+	c.writeConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+c.HTTPAddr+"/v1/agent/reload", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Token != "" {
+		req.Header.Set("X-Consul-Token", c.Token)
+	}
+	resp, err := noKeepAlive.Do(req)
+	if err != nil {
+		t.Fatalf("consul: reload: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("consul: reload: %s", resp.Status)
+	}
+	var self struct {
+		DebugConfig struct{ HTTPMaxConnsPerClient int }
+	}
+	if err := c.get(ctx, "/v1/agent/self", &self); err != nil {
+		t.Fatal(err)
+	}
+	if got := self.DebugConfig.HTTPMaxConnsPerClient; got != n {
+		t.Fatalf("consul: after reload the agent reports http_max_conns_per_client %d, want %d", got, n)
+	}
 }
 
 // Start (re)starts the agent with the same ports and data and waits until
