@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -212,15 +213,19 @@ func TestAgentLimitNeedsAgentRead(t *testing.T) {
 	}
 }
 
-// TestEnvironmentTokenOverridden: the api package takes CONSUL_HTTP_TOKEN
-// from the environment; the registry sends its configured token, or none.
-func TestEnvironmentTokenOverridden(t *testing.T) {
+// TestEnvironmentOverridden: the api package takes CONSUL_HTTP_TOKEN,
+// CONSUL_NAMESPACE and CONSUL_PARTITION from the environment; the
+// registry sends its configured token, or none, and no namespace or
+// partition (which a Consul CE agent refuses: 400).
+func TestEnvironmentOverridden(t *testing.T) {
 	t.Setenv("CONSUL_HTTP_TOKEN", "from-the-environment")
-	type seen struct{ token, auth string }
+	t.Setenv("CONSUL_NAMESPACE", "team-a")
+	t.Setenv("CONSUL_PARTITION", "part-a")
+	type seen struct{ token, auth, query string }
 	got := make(chan seen, 16)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case got <- seen{r.Header.Get("X-Consul-Token"), r.Header.Get("Authorization")}:
+		case got <- seen{r.Header.Get("X-Consul-Token"), r.Header.Get("Authorization"), r.URL.RawQuery}:
 		default:
 		}
 		http.Error(w, "no", http.StatusInternalServerError)
@@ -245,6 +250,9 @@ func TestEnvironmentTokenOverridden(t *testing.T) {
 		<-done
 		if s.token != token || s.auth != "" {
 			t.Errorf("configured token %q: the agent got token %q and Authorization %q, want %q and none", token, s.token, s.auth, token)
+		}
+		if q, _ := url.ParseQuery(s.query); q.Has("ns") || q.Has("partition") {
+			t.Errorf("the agent got query %q, want no ns or partition", s.query)
 		}
 	}
 }

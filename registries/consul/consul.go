@@ -211,8 +211,9 @@ func (r *Registry) readToken() (string, error) {
 	return strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]), nil
 }
 
-// newClient builds an API client from the config alone: the CONSUL_HTTP_*
-// environment variables the api package reads are overridden. tt holds
+// newClient builds an API client from the config alone: the environment
+// variables the api package reads (CONSUL_HTTP_*, CONSUL_NAMESPACE,
+// CONSUL_PARTITION) are overridden (here and in tokenTransport). tt holds
 // the token and wraps the transport, which opens at most maxConns
 // connections (HTTP/2 ones included; 0: no bound yet, to be set before
 // its first request) and keeps them all for the next query.
@@ -262,15 +263,25 @@ type tokenTransport struct {
 }
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Header.Get("X-Consul-Token") != t.token || req.Header.Get("Authorization") != "" {
-		// Only what the api package took from the environment: a request
-		// held for every blocking query is not copied otherwise.
+	envParams := hasParam(req.URL.RawQuery, "ns") || hasParam(req.URL.RawQuery, "partition")
+	if req.Header.Get("X-Consul-Token") != t.token || req.Header.Get("Authorization") != "" || envParams {
+		// Only what the api package took from the environment
+		// (CONSUL_HTTP_TOKEN, CONSUL_NAMESPACE, CONSUL_PARTITION: an
+		// Enterprise namespace or partition, which a Consul CE agent
+		// refuses): a request held for every blocking query is not copied
+		// otherwise.
 		req = req.Clone(req.Context())
 		req.Header.Del("Authorization")
 		if t.token == "" {
 			req.Header.Del("X-Consul-Token")
 		} else {
 			req.Header.Set("X-Consul-Token", t.token)
+		}
+		if envParams {
+			q := req.URL.Query()
+			q.Del("ns")
+			q.Del("partition")
+			req.URL.RawQuery = q.Encode()
 		}
 	}
 	t.m.requests.Inc()
@@ -281,6 +292,11 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.h2.Store(resp.ProtoMajor == 2)
 	resp.Body = countingBody{ReadCloser: resp.Body, n: t.m.respBytes}
 	return resp, nil
+}
+
+// hasParam reports whether the raw query holds parameter name.
+func hasParam(raw, name string) bool {
+	return strings.HasPrefix(raw, name+"=") || strings.Contains(raw, "&"+name+"=")
 }
 
 // countingBody counts the bytes read from a response body.
