@@ -256,3 +256,42 @@ func TestEnvironmentOverridden(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundedHTTP2SurvivesAgentRestart: over HTTPS the service queries'
+// transport is bounded to the budget (2 connections here, for 300
+// services: 301 streams need both). When the agent restarts, every
+// HTTP/2 connection dies with streams in flight; the bound must count
+// them out, or no query could dial again. After the restart a change is
+// served.
+func TestBoundedHTTP2SurvivesAgentRestart(t *testing.T) {
+	t.Parallel()
+	agent := servers.StartConsul(t, servers.ConsulOptions{TLS: true})
+	cl := agentClient(t, agent)
+	agent.RegisterBulk(t, 300, 1, 4)
+	reg := newRegistry(t, agent, "h2restart", func(c *Config) {
+		c.Address, c.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
+		c.MaxConcurrentWatches = 2
+		c.Backoff = BackoffConfig{Initial: registries.Duration(20 * time.Millisecond), Max: registries.Duration(500 * time.Millisecond)}
+	})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	sink.WaitFor(t, wait, registrytest.State.Synced)
+	agent.Stop(t)
+	sink.WaitFor(t, wait, registrytest.State.Failing)
+	agent.Start(t)
+	for round, addr := range []string{"192.0.2.21", "192.0.2.22"} {
+		if _, err := cl.Catalog().Register(&api.CatalogRegistration{
+			Node: "node-0", Address: "198.51.100.1", SkipNodeUpdate: true,
+			Service: &api.AgentService{ID: "svc-123-0", Service: "svc-123", Address: addr, Port: 1123},
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
+		st := sink.WaitFor(t, wait, func(st registrytest.State) bool {
+			svc, ok := find(st.Services, "svc-123.consul")
+			return ok && len(svc.Endpoints) == 1 && svc.Endpoints[0].Address == addr && !st.Status.Failing()
+		})
+		if round == 1 && len(st.Services) != 301 {
+			t.Errorf("published %d services after the restart, want 301", len(st.Services))
+		}
+	}
+}
