@@ -264,14 +264,13 @@ type tokenTransport struct {
 
 func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	envParams := hasParam(req.URL.RawQuery, "ns") || hasParam(req.URL.RawQuery, "partition")
-	if req.Header.Get("X-Consul-Token") != t.token || req.Header.Get("Authorization") != "" || envParams {
+	if req.Header.Get("X-Consul-Token") != t.token || envParams {
 		// Only what the api package took from the environment
 		// (CONSUL_HTTP_TOKEN, CONSUL_NAMESPACE, CONSUL_PARTITION: an
 		// Enterprise namespace or partition, which a Consul CE agent
 		// refuses): a request held for every blocking query is not copied
 		// otherwise.
 		req = req.Clone(req.Context())
-		req.Header.Del("Authorization")
 		if t.token == "" {
 			req.Header.Del("X-Consul-Token")
 		} else {
