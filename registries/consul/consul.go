@@ -181,6 +181,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		svcClient: services,
 		svcTr:     svcTr,
 		proto:     tt,
+		token:     token,
 		q:         newQueue(),
 		firsts:    make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
 		catalog:   make(chan catalogEvent),
@@ -194,6 +195,9 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	err = w.loop(ctx)
 	cancel()
 	w.wg.Wait()
+	if w.stream != nil {
+		w.stream.close()
+	}
 	r.m.watched.Set(0)
 	return err
 }
@@ -319,6 +323,9 @@ type entry struct {
 	errored bool // the last query failed: send the next answer, changed or not
 	ctx     context.Context
 	cancel  context.CancelFunc // ends an in-flight query when the service goes away
+	// streamed: served from the servers' event stream (follow), not by
+	// the workers' blocking queries.
+	streamed bool
 }
 
 type catalogEvent struct {
@@ -355,6 +362,7 @@ type watch struct {
 	svcClient *api.Client
 	svcTr     *http.Transport
 	proto     *tokenTransport // says whether the agent speaks HTTP/2
+	token     string
 	q         *queue
 	catalog   chan catalogEvent
 	service   chan serviceEvent
@@ -372,7 +380,15 @@ type watch struct {
 	wg       sync.WaitGroup
 
 	// Owned by loop.
-	services  map[string]*serviceState
+	services map[string]*serviceState
+	// httpServices is how many services the workers serve (the others
+	// follow the event stream).
+	httpServices int
+	// stream serves the services that blocking queries cannot hold at
+	// once over HTTP/1.1 (nil: not tried, or not usable); streamTried:
+	// openStream ran.
+	stream      *streamer
+	streamTried bool
 	notReady  int  // services whose state is not ready(), so that publishing need not scan them all
 	workers   int  // worker goroutines started
 	warned    bool // logged that services take turns
@@ -397,16 +413,16 @@ func (w *watch) updateSlots() {
 		slots *= h2StreamsPerConn
 	}
 	w.slots.Store(int64(slots))
-	if n := len(w.services); n > slots && !w.warned {
+	if n := w.httpServices; n > slots && !w.warned {
 		w.warned = true
 		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change other than health is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise the agent's limits.http_max_conns_per_client to agentLimitNeeded (an unset maxConcurrentWatches takes 64 % of it)",
 			"services", n, "maxConcurrentWatches", w.budget, "waitTime", w.r.cfg.WaitTime.Std(),
 			"agentLimitNeeded", (n*autoShareDen+autoShareNum-1)/autoShareNum)
 	}
-	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
+	for want := min(slots, w.httpServices); w.workers < want; w.workers++ {
 		w.wg.Go(func() { w.worker(w.ctx) })
 	}
-	if len(w.services) > slots && !w.hinting {
+	if w.httpServices > slots && !w.hinting {
 		// Services take turns: health changes are learned apart.
 		w.hinting = true
 		for _, state := range []string{api.HealthCritical, api.HealthWarning} {
@@ -782,26 +798,55 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 			if !st.ready() {
 				w.notReady--
 			}
+			if !st.e.streamed {
+				w.httpServices--
+			}
 			delete(w.services, name)
 			if w.pub.Delete(name) {
 				w.pub.Changed(ev.at)
 			}
 		}
 	}
+	var added []string
 	for name := range want {
-		if _, ok := w.services[name]; ok {
-			continue
+		if _, ok := w.services[name]; !ok {
+			added = append(added, name)
 		}
+	}
+	w.maybeStream(added)
+	for _, name := range added {
 		ectx, cancel := context.WithCancel(w.ctx)
-		e := &entry{name: name, ctx: ectx, cancel: cancel}
+		e := &entry{name: name, ctx: ectx, cancel: cancel, streamed: w.stream != nil}
 		w.services[name] = &serviceState{e: e}
 		w.notReady++
-		w.q.push(e)
+		if e.streamed {
+			w.wg.Go(func() { w.follow(e) })
+		} else {
+			w.httpServices++
+			w.q.push(e)
+		}
 	}
-	w.active.Store(int64(len(w.services)))
+	w.active.Store(int64(w.httpServices))
 	w.updateSlots()
 	w.r.m.watched.Set(float64(len(w.services)))
 	return nil
+}
+
+// maybeStream opens the servers' event stream (openStream) the first time
+// the services, with added, are more than the blocking queries the agent
+// lets meshfed hold at once: over HTTP/1.1 with more services than
+// maxConcurrentWatches, unless streaming is off. Services added from then
+// on follow the stream; those already served by blocking queries keep
+// them (each has a query of its own).
+func (w *watch) maybeStream(added []string) {
+	if w.streamTried || w.r.cfg.Streaming == StreamingOff || len(added) == 0 || w.proto.h2.Load() {
+		return
+	}
+	if w.httpServices+len(added) <= w.budget {
+		return
+	}
+	w.streamTried = true
+	w.stream = w.openStream(slices.Min(added))
 }
 
 // hasAll reports whether the union of a service's instance tags can
