@@ -18,7 +18,7 @@ func TestConfigGood(t *testing.T) {
 			KeyFile: abs("client-key.pem"), ServerName: "consul.internal"},
 		PassingOnly: true, Tags: []string{"mesh"}, WaitTime: registries.Duration(2 * time.Minute), AllowStale: true,
 		MaxConcurrentWatches: 64, Streaming: StreamingOff,
-		Backoff:              BackoffConfig{Initial: registries.Duration(100 * time.Millisecond), Max: registries.Duration(10 * time.Second)},
+		Backoff: BackoffConfig{Initial: registries.Duration(100 * time.Millisecond), Max: registries.Duration(10 * time.Second)},
 	}}}, nil)
 }
 

@@ -389,12 +389,12 @@ type watch struct {
 	// openStream ran.
 	stream      *streamer
 	streamTried bool
-	notReady  int  // services whose state is not ready(), so that publishing need not scan them all
-	workers   int  // worker goroutines started
-	warned    bool // logged that services take turns
-	hinting   bool // watchChecks runs
-	catalogOK bool // the catalog answered since the last catalog error
-	pub       *registries.Publisher[string]
+	notReady    int  // services whose state is not ready(), so that publishing need not scan them all
+	workers     int  // worker goroutines started
+	warned      bool // logged that services take turns
+	hinting     bool // watchChecks runs
+	catalogOK   bool // the catalog answered since the last catalog error
+	pub         *registries.Publisher[string]
 }
 
 // h2StreamsPerConn is how many requests a Consul agent serves at once on

@@ -146,7 +146,10 @@ func TestEventStreamServesServicesBeyondTheBudget(t *testing.T) {
 	step("its new address", func() { register("node-1", "extra-150", "svc-150", "10.9.0.2", []string{"canary"}, "") },
 		func(st registrytest.State) bool { return addrOf(st, host, origin) == "10.9.0.2" })
 	step("a failing check", func() { register("node-1", "extra-150", "svc-150", "10.9.0.2", []string{"canary"}, api.HealthCritical) },
-		func(st registrytest.State) bool { h, _ := endpointHealth(st, host, origin); return h == model.Unhealthy })
+		func(st registrytest.State) bool {
+			h, _ := endpointHealth(st, host, origin)
+			return h == model.Unhealthy
+		})
 	step("node-2's node check fails", func() { setCheck("node-2", "node-down", "", api.HealthCritical) },
 		func(st registrytest.State) bool {
 			for s := 200; s < 300; s++ {
