@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -228,4 +230,58 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestEventStreamSendsTheToken: with ACLs (default deny) the event
+// stream carries the registry's token: a token that reads services svc-*
+// and every node gets those services with all their instances from the
+// stream (none of the consul service, which it cannot read), and an
+// instance added later is served.
+func TestEventStreamSendsTheToken(t *testing.T) {
+	t.Parallel()
+	const mgmt, services = "5a0f6f0e-7f43-4c55-a3a3-6d1d0c1a9b27", 20
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, ACLToken: mgmt})
+	cl := agentClient(t, agent)
+	for s := range services {
+		for i := range 2 {
+			_, err := cl.Catalog().Register(&api.CatalogRegistration{Node: fmt.Sprintf("node-%d", i), Address: fmt.Sprintf("10.0.0.%d", i),
+				Service: &api.AgentService{ID: fmt.Sprintf("svc-%d-%d", s, i), Service: fmt.Sprintf("svc-%d", s), Port: 80}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pol, _, err := cl.ACL().PolicyCreate(&api.ACLPolicy{Name: "svc-read", Rules: `service_prefix "svc-" { policy = "read" } node_prefix "" { policy = "read" }`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := cl.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok.SecretID+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := newRegistry(t, agent, "stream-acl", func(c *Config) {
+		c.TokenFile, c.MaxConcurrentWatches, c.WaitTime = tokenFile, 4, registries.Duration(5*time.Minute)
+	})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	st := sink.WaitFor(t, wait, registrytest.State.Synced)
+	if len(st.Services) != services || endpoints(st.Services) != 2*services {
+		t.Fatalf("published %d services with %d endpoints, want %d with %d: %v", len(st.Services), endpoints(st.Services), services, 2*services, st)
+	}
+	if got := testutil.ToFloat64(reg.m.subscriptions); got != services {
+		t.Errorf("%v event streams open, want %d", got, services)
+	}
+	_, err = cl.Catalog().Register(&api.CatalogRegistration{Node: "late", Address: "10.1.2.3",
+		Service: &api.AgentService{ID: "svc-3-late", Service: "svc-3", Port: 80}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		s, _ := find(st.Services, "svc-3.consul")
+		return len(s.Endpoints) == 3
+	})
 }
