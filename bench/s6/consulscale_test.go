@@ -35,6 +35,7 @@ var (
 	scaleServices  = flag.Int("s6.scale.services", 10000, "services in Consul (with -s6.scale.out)")
 	scaleInstances = flag.Int("s6.scale.instances", 10, "instances per service (with -s6.scale.out)")
 	scalePprof     = flag.String("s6.scale.pprof", "", "write a CPU profile of the registry's process during each churn window into this directory")
+	scaleModes     = flag.String("s6.scale.modes", "", "run only the modes whose name contains this (for profiling one mode)")
 )
 
 // scaleSink records the consul registry's Replace calls: when the first
@@ -249,6 +250,9 @@ func TestConsulScale(t *testing.T) {
 		{name: "plain HTTP, the agent's limit raised, one blocking query per service", proto: "HTTP/1.1", wait: consul.DefaultWaitTime.Std(), changes: 20,
 			timeout: 30 * time.Second, churn: true, agentLimit: raised},
 	} {
+		if !strings.Contains(m.name, *scaleModes) {
+			continue
+		}
 		limit, b := 200, budget
 		if m.agentLimit > 0 {
 			agent.SetMaxConnsPerClient(t, m.agentLimit)

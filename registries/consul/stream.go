@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -179,9 +180,13 @@ func (sub *subscription) next() (event, error) {
 }
 
 // view is a service's instances as its event stream has built them, by
-// node and service ID.
+// node and service ID. Each is kept as the CheckServiceNode received
+// (≈ 250 bytes), not decoded: decoded with its node and checks, an
+// instance took ≈ 1.2 KB, the most of the registry's memory at 100,000
+// instances (bench/analysis.md); entries decodes the instances of one
+// service when it changed.
 type view struct {
-	instances map[string]*api.ServiceEntry
+	instances map[string][]byte
 	index     uint64
 }
 
@@ -196,7 +201,7 @@ func (v *view) apply(ev event) bool {
 		if u.deregister {
 			delete(v.instances, key)
 		} else {
-			v.instances[key] = u.entry
+			v.instances[key] = bytes.Clone(u.raw) // not the whole event's buffer
 		}
 	}
 	if ev.index > v.index {
@@ -210,7 +215,11 @@ func (v *view) apply(ev event) bool {
 // the same ?tag and ?passing answers.
 func (v *view) entries(tags []string, passingOnly bool) []*api.ServiceEntry {
 	out := make([]*api.ServiceEntry, 0, len(v.instances))
-	for _, e := range v.instances {
+	for _, raw := range v.instances {
+		e, err := decodeCheckServiceNode(raw)
+		if err != nil {
+			continue // cannot happen: decodeEvent read the same bytes
+		}
 		if !hasAll(e.Service.Tags, tags) {
 			continue
 		}
@@ -346,7 +355,7 @@ func (w *watch) followOnce(e *entry, b interface{ Reset() }) error {
 		return err
 	}
 	defer sub.cancel()
-	v := view{instances: map[string]*api.ServiceEntry{}}
+	v := view{instances: map[string][]byte{}}
 	synced := false
 	for {
 		ev, err := sub.next()

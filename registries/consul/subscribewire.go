@@ -54,10 +54,12 @@ type event struct {
 }
 
 // update is a ServiceHealthUpdate: register (or replace) or deregister
-// one instance.
+// one instance; raw is the instance's CheckServiceNode as received
+// (decodeCheckServiceNode reads it again).
 type update struct {
 	deregister bool
 	entry      *api.ServiceEntry
+	raw        []byte
 }
 
 // decodeEvent decodes an Event; an EventBatch's events are flattened into
@@ -102,7 +104,7 @@ func decodeUpdate(b []byte) (update, error) {
 			u.deregister = n == 1 // CatalogOp: Register 0, Deregister 1
 		case num == 2 && typ == protowire.BytesType:
 			e, err := decodeCheckServiceNode(v)
-			u.entry = e
+			u.entry, u.raw = e, v
 			return err
 		}
 		return nil
