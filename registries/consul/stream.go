@@ -76,7 +76,10 @@ func (s *streamer) redial(ctx context.Context) error {
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(dialRPCGRPC),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
+		// An event batch carries every instance one raft transaction
+		// changed (a node's, for its node check): more than gRPC's 4 MB
+		// default for services of thousands of instances per node.
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(256<<20)),
 		// Consul's servers refuse pings more often than every 15s.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
