@@ -13,7 +13,10 @@ type ConsulScaleResult struct {
 	Budget    int    `json:"budget"`
 	// BudgetSet: maxConcurrentWatches was set in the config (else sized
 	// from AgentLimit, the agent's limits.http_max_conns_per_client).
-	BudgetSet  bool  `json:"budgetSet"`
+	BudgetSet bool `json:"budgetSet"`
+	// Streams is how many services followed the servers' event stream
+	// (meshfed_consul_subscriptions after the sync); 0: blocking queries.
+	Streams    int   `json:"streams"`
 	AgentLimit int   `json:"agentLimit"`
 	WaitTime   int64 `json:"waitTime"`
 	// Register is how long loading the fixture into the agent took (ms),
@@ -56,8 +59,10 @@ type Load struct {
 	Seconds     float64 `json:"seconds"`
 	ReqPerSec   float64 `json:"reqPerSec"`
 	BytesPerSec float64 `json:"bytesPerSec"`
-	AgentCPU    float64 `json:"agentCPU"`
-	MeshfedCPU  float64 `json:"meshfedCPU"`
-	Change      Summary `json:"change"`
-	Lost        int     `json:"lost"`
+	// EventsPerSec is the events read from the servers' event streams.
+	EventsPerSec float64 `json:"eventsPerSec"`
+	AgentCPU     float64 `json:"agentCPU"`
+	MeshfedCPU   float64 `json:"meshfedCPU"`
+	Change       Summary `json:"change"`
+	Lost         int     `json:"lost"`
 }

@@ -35,6 +35,7 @@ var (
 	scaleServices  = flag.Int("s6.scale.services", 10000, "services in Consul (with -s6.scale.out)")
 	scaleInstances = flag.Int("s6.scale.instances", 10, "instances per service (with -s6.scale.out)")
 	scalePprof     = flag.String("s6.scale.pprof", "", "write a CPU profile of the registry's process during each churn window into this directory")
+	scaleModes     = flag.String("s6.scale.modes", "", "run only the modes whose name contains this (for profiling one mode)")
 )
 
 // scaleSink records the consul registry's Replace calls: when the first
@@ -168,11 +169,13 @@ func liveMemory() uint64 {
 func window(t *testing.T, name string, agentPID int, fn func()) bench.Load {
 	t.Helper()
 	r0, b0 := registryCounters(t, name)
+	e0 := registryMetric(t, name, "meshfed_consul_stream_events_total")
 	a0, m0, t0 := cpuOf(agentPID), selfCPU(), time.Now()
 	fn()
 	r1, b1 := registryCounters(t, name)
+	e1 := registryMetric(t, name, "meshfed_consul_stream_events_total")
 	a1, m1, d := cpuOf(agentPID), selfCPU(), time.Since(t0).Seconds()
-	return bench.Load{Seconds: d, ReqPerSec: (r1 - r0) / d, BytesPerSec: (b1 - b0) / d,
+	return bench.Load{Seconds: d, ReqPerSec: (r1 - r0) / d, BytesPerSec: (b1 - b0) / d, EventsPerSec: (e1 - e0) / d,
 		AgentCPU: (a1 - a0).Seconds() / d, MeshfedCPU: (m1 - m0).Seconds() / d}
 }
 
@@ -235,15 +238,21 @@ func TestConsulScale(t *testing.T) {
 		// limits.http_max_conns_per_client for this mode (reloaded), and
 		// the registry's budget is unset.
 		agentLimit int
+		// streamingOff: blocking queries only (else the default, auto).
+		streamingOff bool
 	}{
 		{name: "HTTPS, one blocking query per service", proto: "HTTP/2", wait: consul.DefaultWaitTime.Std(), changes: 20, timeout: 30 * time.Second, churn: true},
+		{name: "plain HTTP, the servers' event stream (streaming auto)", proto: "HTTP/1.1", wait: consul.DefaultWaitTime.Std(), changes: 20, timeout: 30 * time.Second, churn: true},
 		// A turn blocks wait×budget/services (≥ 1 s), so one round over
 		// every service takes about max(wait, services/budget × 1 s).
-		{name: "plain HTTP, round-robin turns", proto: "HTTP/1.1", wait: h1wait, changes: 5, concurrent: true,
+		{name: "plain HTTP, streaming off: round-robin turns", proto: "HTTP/1.1", wait: h1wait, changes: 5, concurrent: true, streamingOff: true,
 			timeout: max(h1wait, time.Duration(services/cmp.Or(budget, consul.DefaultMaxConcurrentWatches))*time.Second) + time.Minute},
 		{name: "plain HTTP, the agent's limit raised, one blocking query per service", proto: "HTTP/1.1", wait: consul.DefaultWaitTime.Std(), changes: 20,
 			timeout: 30 * time.Second, churn: true, agentLimit: raised},
 	} {
+		if !strings.Contains(m.name, *scaleModes) {
+			continue
+		}
 		limit, b := 200, budget
 		if m.agentLimit > 0 {
 			agent.SetMaxConnsPerClient(t, m.agentLimit)
@@ -252,6 +261,9 @@ func TestConsulScale(t *testing.T) {
 		name := fmt.Sprintf("cs-%d-%d", services, mi)
 		c := registries.Common{Name: name, Kind: "consul", Domain: "consul"}
 		cfg := &consul.Config{Address: agent.HTTPAddr, MaxConcurrentWatches: b, WaitTime: registries.Duration(m.wait)}
+		if m.streamingOff {
+			cfg.Streaming = consul.StreamingOff
+		}
 		if m.proto == "HTTP/2" {
 			cfg.Address, cfg.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
 		}
@@ -277,6 +289,7 @@ func TestConsulScale(t *testing.T) {
 		res.Sync = float64(sink.synced.Sub(start)) / 1e6
 		time.Sleep(2 * time.Second) // the first queries of every service settle
 		res.Budget = int(registryMetric(t, name, "meshfed_consul_max_concurrent_watches"))
+		res.Streams = int(registryMetric(t, name, "meshfed_consul_subscriptions"))
 		res.Idle = window(t, name, agent.PID(), func() { time.Sleep(idle) })
 		// Every blocking query is in flight by now.
 		res.Memory = (float64(liveMemory()) - float64(mem0)) / 1e6

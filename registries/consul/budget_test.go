@@ -83,6 +83,7 @@ func TestAgentLimitSizesWatches(t *testing.T) {
 			name := "limit-" + c.name
 			reg := newRegistry(t, agent, name, func(cfg *Config) {
 				cfg.MaxConcurrentWatches, cfg.WaitTime = c.configured, registries.Duration(4*time.Second)
+				cfg.Streaming = StreamingOff // the blocking queries' budget is under test
 				if c.tls {
 					cfg.Address, cfg.TLS.CAFile = agent.HTTPSAddr, agent.CAFile
 				}

@@ -62,6 +62,13 @@ type Config struct {
 	// room under the agent's limit for the other watches is lowered to
 	// that automatic size.
 	MaxConcurrentWatches int `yaml:"maxConcurrentWatches"`
+	// Streaming is auto or off. auto (the default): when the agent speaks
+	// plain HTTP and the services are more than maxConcurrentWatches
+	// blocking queries can hold, they are served from the Consul servers'
+	// event stream (the one client agents use, on the servers' RPC port),
+	// so a change is served at once; if the servers refuse it, they take
+	// turns on blocking queries. off: always blocking queries.
+	Streaming string `yaml:"streaming"`
 	// Backoff bounds the jittered reconnect delay after errors. Defaults
 	// 200ms initial, 30s max.
 	Backoff BackoffConfig `yaml:"backoff"`
@@ -92,6 +99,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.WaitTime == 0 {
 		c.WaitTime = DefaultWaitTime
+	}
+	if c.Streaming == "" {
+		c.Streaming = StreamingAuto
 	}
 	if c.Backoff.Initial == 0 {
 		c.Backoff.Initial = registries.Duration(200 * time.Millisecond)
@@ -125,6 +135,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConcurrentWatches < 0 {
 		return registries.FieldErr("maxConcurrentWatches", "%d is below 0 (0 or unset: sized from the agent's connection limit)", c.MaxConcurrentWatches)
+	}
+	if c.Streaming != StreamingAuto && c.Streaming != StreamingOff {
+		return registries.FieldErr("streaming", "%q is not auto or off", c.Streaming)
 	}
 	if c.Backoff.Initial <= 0 {
 		return registries.FieldErr("backoff.initial", "must be positive")

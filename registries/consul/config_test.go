@@ -17,8 +17,8 @@ func TestConfigGood(t *testing.T) {
 		TLS: registries.TLS{CAFile: abs("ca.pem"), CertFile: abs("client.pem"),
 			KeyFile: abs("client-key.pem"), ServerName: "consul.internal"},
 		PassingOnly: true, Tags: []string{"mesh"}, WaitTime: registries.Duration(2 * time.Minute), AllowStale: true,
-		MaxConcurrentWatches: 64,
-		Backoff:              BackoffConfig{Initial: registries.Duration(100 * time.Millisecond), Max: registries.Duration(10 * time.Second)},
+		MaxConcurrentWatches: 64, Streaming: StreamingOff,
+		Backoff: BackoffConfig{Initial: registries.Duration(100 * time.Millisecond), Max: registries.Duration(10 * time.Second)},
 	}}}, nil)
 }
 
@@ -26,7 +26,7 @@ func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	var c Config
 	registrytest.CheckDefaults(t, &c)
-	if c.Address != "127.0.0.1:8500" || c.Scheme != "http" || c.WaitTime.Std() != 5*time.Minute || c.MaxConcurrentWatches != 0 {
+	if c.Address != "127.0.0.1:8500" || c.Scheme != "http" || c.WaitTime.Std() != 5*time.Minute || c.MaxConcurrentWatches != 0 || c.Streaming != StreamingAuto {
 		t.Errorf("defaults = %+v", c)
 	}
 }
@@ -42,6 +42,7 @@ func TestConfigBad(t *testing.T) {
 		{File: "bad-tls-scheme.yaml", Key: "tls", Err: "scheme is http"},
 		{File: "bad-backoff.yaml", Key: "backoff.max", Err: "below backoff.initial"},
 		{File: "bad-tag.yaml", Key: "tags[0]", Err: "empty"},
+		{File: "bad-streaming.yaml", Key: "streaming", Err: "not auto or off"},
 		{File: "bad-unknown-key.yaml", Err: "unknown key"},
 		{File: "bad-duration.yaml", Err: "bad duration"},
 	})

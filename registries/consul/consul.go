@@ -18,10 +18,9 @@
 // waitTime, and an agent refuses more than limits.http_max_conns_per_client
 // (200 by default) connections from one address (429 Too Many Requests).
 // Unless maxConcurrentWatches is set, the registry takes 64 % of the limit
-// the agent reports (128 at the default; budget.go), so raising the
-// agent's limit is the one setting a large plain-HTTP catalog needs. How
-// many queries fit in maxConcurrentWatches connections depends on the
-// protocol the agent speaks, which the registry reads off its answers:
+// the agent reports (128 at the default; budget.go). How many queries fit
+// in maxConcurrentWatches connections depends on the protocol the agent
+// speaks, which the registry reads off its answers:
 //
 //   - HTTPS: the agent speaks HTTP/2, which carries up to 250 requests at
 //     once on one connection (h2StreamsPerConn), so 128 connections hold
@@ -30,12 +29,25 @@
 //     (docs/registries/consul.md has the figures). This is the mode for
 //     large catalogs.
 //   - plain HTTP (HTTP/1.1) with more services than maxConcurrentWatches:
-//     the queries take turns on a pool of that many goroutines, each
-//     blocking for waitTime×maxConcurrentWatches/services (at least 1s). A
-//     query whose index is behind returns at once, so a changed service is
-//     seen at its next turn, within about waitTime; unchanged services cost
-//     one answer per turn. Health changes do not wait for the turn: two
-//     more blocking queries hold the checks that are not passing
+//     the services follow the Consul servers' event stream instead
+//     (streaming: auto, stream.go): the change feed Consul's client agents
+//     use (pbsubscribe), on the leader's RPC port, one subscription per
+//     service multiplexed on one gRPC connection. A subscription answers
+//     the service's instances once, then pushes each change to them, so a
+//     change is served at once and an idle catalog costs nothing. The
+//     leader is the one the agent names (/v1/status/leader); every
+//     (re)subscription after a failure first waits for a consistent read
+//     through the agent (the leader has applied its log, as for first
+//     queries below). Services that already had a blocking query keep it.
+//   - the same when the servers refuse the stream (their RPC port not
+//     reachable from meshfed, or tls.internal_rpc.verify_incoming), or
+//     with streaming: off: the queries take turns on a pool of
+//     maxConcurrentWatches goroutines, each blocking for
+//     waitTime×maxConcurrentWatches/services (at least 1s). A query whose
+//     index is behind returns at once, so a changed service is seen at its
+//     next turn, within about waitTime; unchanged services cost one answer
+//     per turn. Health changes do not wait for the turn: two more blocking
+//     queries hold the checks that are not passing
 //     (/v1/health/state/critical and /warning; Consul indexes checks by
 //     status, so an answer costs the non-passing checks, not the catalog),
 //     and a service whose check entered or left one of them — a failing or
@@ -46,41 +58,39 @@
 //     or metadata, still wait for their service's turn, unless the agent's
 //     limit leaves a connection per service.
 //
-// Why not one catalog-wide query that says which services changed? The
-// agent's HTTP API has none that is cheaper than the catalog: every list
-// of the whole catalog is built from every instance on each call, and no
-// filter can select by ModifyIndex (the raft indexes are hidden from
-// bexpr: `bexpr:"-"` in Consul's structs.RaftIndex). Measured on Consul
-// 1.22.5 with 10,000 services × 10 instances on 1,000 nodes (a shared
-// 2-core machine at loadavg ≈ 20, so slower than on a quiet one): to learn
-// which service changed, /v1/health/state/any answers 44 MB in 1.4–11 s
-// (agent CPU 0.85–2.1 s) and still misses instances without checks and
-// in-place re-registrations; /v1/internal/ui/services (per-service counts)
-// 4.6 MB in 3–7 s (agent CPU 1.1–1.9 s) and misses an instance replaced
-// by another; /v1/catalog/services 199 KB in 0.36–1.9 s (agent CPU
-// 0.11–0.52 s) names services and tags only; asking every service for its
-// index alone (/v1/health/service/<name> with a filter that matches
-// nothing, 100 at once) takes 4.5–6.7 s and 4.3 s of agent CPU per
-// sweep. Each of these costs the whole catalog per change, and none
-// serves a change within a second at this size; per-service queries cost
-// the change only. On a quiet machine (loadavg < 1.5) the figures shrink
-// but the verdict holds: /v1/catalog/services answers in 0.08–0.13 s and a
+// Why the event stream and not one catalog-wide query that says which
+// services changed? The agent's HTTP API has none that is cheaper than
+// the catalog: every list of the whole catalog is built from every
+// instance on each call, and no filter can select by ModifyIndex (the
+// raft indexes are hidden from bexpr: `bexpr:"-"` in Consul's
+// structs.RaftIndex). Measured on Consul 1.22.5 with 10,000 services × 10
+// instances on 1,000 nodes (a shared 2-core machine at loadavg ≈ 20, so
+// slower than on a quiet one): to learn which service changed,
+// /v1/health/state/any answers 44 MB in 1.4–11 s (agent CPU 0.85–2.1 s)
+// and still misses instances without checks and in-place
+// re-registrations; /v1/internal/ui/services (per-service counts) 4.6 MB
+// in 3–7 s (agent CPU 1.1–1.9 s) and misses an instance replaced by
+// another; /v1/catalog/services 199 KB in 0.36–1.9 s (agent CPU
+// 0.11–0.52 s) names services and tags only; asking every service for
+// its index alone (/v1/health/service/<name> with a filter that matches
+// nothing, 100 at once) takes 4.5–6.7 s and 4.3 s of agent CPU per sweep.
+// Each of these costs the whole catalog per change, and none serves a
+// change within a second at this size; per-service queries cost the
+// change only. On a quiet machine (loadavg < 1.5) the figures shrink but
+// the verdict holds: /v1/catalog/services answers in 0.08–0.13 s and a
 // blocking query on it wakes 0.1 s after a registration, but it does not
 // say which service changed; a parked /v1/internal/ui/services wakes
 // 1.3 s after one (0.7–2.5 s of agent CPU per answer); a sweep of every
 // service's index costs 1.0–6.5 s of agent CPU (bench/analysis.md,
-// "Consul at 10,000 services"). Consul's streaming backend (?cached,
-// use_streaming_backend) changes how the agent learns from the servers,
-// not the HTTP side: each blocking request still holds a connection to
-// the agent; its subscriptions (pbsubscribe) are served only on the
-// servers' internal RPC port, and the only Go definitions of that
-// protocol are in Consul's main module, under the Business Source
-// License since 1.16.2 (the MPL releases' packages import agent/structs
-// and the whole agent with it). The agent refuses HTTP/2 without TLS
-// (h2c; Consul 1.22.5 answers a prior-knowledge connection with nothing),
-// so HTTP/2 needs HTTPS. One goroutine and connection per
-// service over HTTP/1.1, as Prometheus' consul_sd and consul-template do,
-// runs into the agent's connection limit with a few hundred services.
+// "Consul at 10,000 services"). The agent refuses HTTP/2 without TLS
+// (h2c; Consul 1.22.5 answers a prior-knowledge connection with
+// nothing), so over plain HTTP only the event stream carries a
+// subscription per service without a connection each. Its service-health
+// topic has no wildcard subject (Consul registers it with
+// supportsWildcard false), hence a subscription per service. One
+// goroutine and connection per service over HTTP/1.1, as Prometheus'
+// consul_sd and consul-template do, runs into the agent's connection
+// limit with a few hundred services.
 //
 // Two costs still follow the catalog, both bounded. The first query of a
 // service answers at once with all of it; at most maxConcurrentWatches
@@ -181,6 +191,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		svcClient: services,
 		svcTr:     svcTr,
 		proto:     tt,
+		token:     token,
 		q:         newQueue(),
 		firsts:    make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
 		catalog:   make(chan catalogEvent),
@@ -194,6 +205,9 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 	err = w.loop(ctx)
 	cancel()
 	w.wg.Wait()
+	if w.stream != nil {
+		w.stream.close()
+	}
 	r.m.watched.Set(0)
 	return err
 }
@@ -319,6 +333,9 @@ type entry struct {
 	errored bool // the last query failed: send the next answer, changed or not
 	ctx     context.Context
 	cancel  context.CancelFunc // ends an in-flight query when the service goes away
+	// streamed: served from the servers' event stream (follow), not by
+	// the workers' blocking queries.
+	streamed bool
 }
 
 type catalogEvent struct {
@@ -355,6 +372,7 @@ type watch struct {
 	svcClient *api.Client
 	svcTr     *http.Transport
 	proto     *tokenTransport // says whether the agent speaks HTTP/2
+	token     string
 	q         *queue
 	catalog   chan catalogEvent
 	service   chan serviceEvent
@@ -372,13 +390,21 @@ type watch struct {
 	wg       sync.WaitGroup
 
 	// Owned by loop.
-	services  map[string]*serviceState
-	notReady  int  // services whose state is not ready(), so that publishing need not scan them all
-	workers   int  // worker goroutines started
-	warned    bool // logged that services take turns
-	hinting   bool // watchChecks runs
-	catalogOK bool // the catalog answered since the last catalog error
-	pub       *registries.Publisher[string]
+	services map[string]*serviceState
+	// httpServices is how many services the workers serve (the others
+	// follow the event stream).
+	httpServices int
+	// stream serves the services that blocking queries cannot hold at
+	// once over HTTP/1.1 (nil: not tried, or not usable); streamTried:
+	// openStream ran.
+	stream      *streamer
+	streamTried bool
+	notReady    int  // services whose state is not ready(), so that publishing need not scan them all
+	workers     int  // worker goroutines started
+	warned      bool // logged that services take turns
+	hinting     bool // watchChecks runs
+	catalogOK   bool // the catalog answered since the last catalog error
+	pub         *registries.Publisher[string]
 }
 
 // h2StreamsPerConn is how many requests a Consul agent serves at once on
@@ -397,16 +423,16 @@ func (w *watch) updateSlots() {
 		slots *= h2StreamsPerConn
 	}
 	w.slots.Store(int64(slots))
-	if n := len(w.services); n > slots && !w.warned {
+	if n := w.httpServices; n > slots && !w.warned {
 		w.warned = true
 		w.r.log.Warn("more Consul services than blocking queries over HTTP/1.1: services take turns and a change other than health is seen within about waitTime; serve the agent's API over HTTPS (HTTP/2 carries a query per service) or raise the agent's limits.http_max_conns_per_client to agentLimitNeeded (an unset maxConcurrentWatches takes 64 % of it)",
 			"services", n, "maxConcurrentWatches", w.budget, "waitTime", w.r.cfg.WaitTime.Std(),
 			"agentLimitNeeded", (n*autoShareDen+autoShareNum-1)/autoShareNum)
 	}
-	for want := min(slots, len(w.services)); w.workers < want; w.workers++ {
+	for want := min(slots, w.httpServices); w.workers < want; w.workers++ {
 		w.wg.Go(func() { w.worker(w.ctx) })
 	}
-	if len(w.services) > slots && !w.hinting {
+	if w.httpServices > slots && !w.hinting {
 		// Services take turns: health changes are learned apart.
 		w.hinting = true
 		for _, state := range []string{api.HealthCritical, api.HealthWarning} {
@@ -782,26 +808,55 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 			if !st.ready() {
 				w.notReady--
 			}
+			if !st.e.streamed {
+				w.httpServices--
+			}
 			delete(w.services, name)
 			if w.pub.Delete(name) {
 				w.pub.Changed(ev.at)
 			}
 		}
 	}
+	var added []string
 	for name := range want {
-		if _, ok := w.services[name]; ok {
-			continue
+		if _, ok := w.services[name]; !ok {
+			added = append(added, name)
 		}
+	}
+	w.maybeStream(added)
+	for _, name := range added {
 		ectx, cancel := context.WithCancel(w.ctx)
-		e := &entry{name: name, ctx: ectx, cancel: cancel}
+		e := &entry{name: name, ctx: ectx, cancel: cancel, streamed: w.stream != nil}
 		w.services[name] = &serviceState{e: e}
 		w.notReady++
-		w.q.push(e)
+		if e.streamed {
+			w.wg.Go(func() { w.follow(e) })
+		} else {
+			w.httpServices++
+			w.q.push(e)
+		}
 	}
-	w.active.Store(int64(len(w.services)))
+	w.active.Store(int64(w.httpServices))
 	w.updateSlots()
 	w.r.m.watched.Set(float64(len(w.services)))
 	return nil
+}
+
+// maybeStream opens the servers' event stream (openStream) the first time
+// the services, with added, are more than the blocking queries the agent
+// lets meshfed hold at once: over HTTP/1.1 with more services than
+// maxConcurrentWatches, unless streaming is off. Services added from then
+// on follow the stream; those already served by blocking queries keep
+// them (each has a query of its own).
+func (w *watch) maybeStream(added []string) {
+	if w.streamTried || w.r.cfg.Streaming == StreamingOff || len(added) == 0 || w.proto.h2.Load() {
+		return
+	}
+	if w.httpServices+len(added) <= w.budget {
+		return
+	}
+	w.streamTried = true
+	w.stream = w.openStream(slices.Min(added))
 }
 
 // hasAll reports whether the union of a service's instance tags can

@@ -319,6 +319,7 @@ func TestMoreServicesThanWatches(t *testing.T) {
 	agent.RegisterBulk(t, 12, 2, 4)
 	reg := newRegistry(t, agent, "roundrobin", func(c *Config) {
 		c.MaxConcurrentWatches, c.WaitTime = 3, registries.Duration(2*time.Second)
+		c.Streaming = StreamingOff // turns are under test
 	})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, reg, sink)
@@ -584,6 +585,7 @@ func TestHealthHintsAheadOfTurns(t *testing.T) {
 	agent.RegisterSpread(t, services, 1, 100, 4)
 	reg := newRegistry(t, agent, "hints", func(c *Config) {
 		c.MaxConcurrentWatches, c.WaitTime = 8, registries.Duration(5*time.Minute)
+		c.Streaming = StreamingOff // turns are under test
 	})
 	sink := registrytest.NewSink()
 	registrytest.Start(t, reg, sink)

@@ -21,13 +21,15 @@ var (
 	httpRequests    = metric.CounterVec("meshfed_consul_http_requests_total", "HTTP requests a Consul registry sent to its agent.", "registry")
 	httpRespBytes   = metric.CounterVec("meshfed_consul_http_response_bytes_total", "Bytes of response bodies a Consul registry read from its agent.", "registry")
 	watchBudgetG    = metric.GaugeVec("meshfed_consul_max_concurrent_watches", "Connections a Consul registry's service queries may hold: maxConcurrentWatches, or when unset 64 % of the agent's limits.http_max_conns_per_client.", "registry")
+	subscriptions   = metric.GaugeVec("meshfed_consul_subscriptions", "Event streams a Consul registry has open to the servers (services served from the event stream, docs/registries/consul.md).", "registry")
+	streamEvents    = metric.CounterVec("meshfed_consul_stream_events_total", "Events a Consul registry read from the servers' event streams.", "registry")
 	healthHints     = metric.CounterVec("meshfed_consul_health_hints_total", "Services a Consul registry asked ahead of their turn because a check of theirs entered or left critical or warning (plain HTTP, services taking turns).", "registry")
 )
 
 // Collectors returns the package's collectors; the wiring registers them
 // once.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices, httpRequests, httpRespBytes, healthHints, watchBudgetG}
+	return []prometheus.Collector{inFlight, queries, queryErrors, watchedServices, httpRequests, httpRespBytes, healthHints, watchBudgetG, subscriptions, streamEvents}
 }
 
 // metrics are the collectors curried with one registry's name.
@@ -41,6 +43,8 @@ type metrics struct {
 	requests, respBytes         prometheus.Counter
 	hinted                      prometheus.Counter
 	budget                      prometheus.Gauge
+	subscriptions               prometheus.Gauge
+	streamEvents                prometheus.Counter
 }
 
 func newMetrics(registry string) metrics {
@@ -58,5 +62,7 @@ func newMetrics(registry string) metrics {
 		respBytes:      httpRespBytes.WithLabelValues(registry),
 		hinted:         healthHints.WithLabelValues(registry),
 		budget:         watchBudgetG.WithLabelValues(registry),
+		subscriptions:  subscriptions.WithLabelValues(registry),
+		streamEvents:   streamEvents.WithLabelValues(registry),
 	}
 }

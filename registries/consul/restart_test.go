@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
@@ -51,13 +52,26 @@ func TestRestartedServerNeverPublishesAnOlderCatalog(t *testing.T) {
 	full := func(st registrytest.State) bool {
 		return st.Healthy() && endpoints(st.Services) == services*instances
 	}
-	fast := func(c *Config) {
-		c.MaxConcurrentWatches = 32
-		c.Backoff = BackoffConfig{Initial: registries.Duration(20 * time.Millisecond), Max: registries.Duration(200 * time.Millisecond)}
+	// Both ways of serving more services than maxConcurrentWatches: the
+	// servers' event stream (the default) and blocking queries in turns.
+	modes := []string{StreamingAuto, StreamingOff}
+	fast := func(mode string) func(c *Config) {
+		return func(c *Config) {
+			c.MaxConcurrentWatches, c.Streaming = 32, mode
+			c.Backoff = BackoffConfig{Initial: registries.Duration(20 * time.Millisecond), Max: registries.Duration(200 * time.Millisecond)}
+		}
 	}
-	running := registrytest.NewSink()
-	registrytest.Start(t, newRegistry(t, agent, "running", fast), running)
-	before := running.WaitFor(t, 2*time.Minute, full)
+	running := map[string]*registrytest.Sink{}
+	before := map[string]registrytest.State{}
+	for _, mode := range modes {
+		running[mode] = registrytest.NewSink()
+		reg := newRegistry(t, agent, "running-"+mode, fast(mode))
+		registrytest.Start(t, reg, running[mode])
+		before[mode] = running[mode].WaitFor(t, 2*time.Minute, full)
+		if streams := testutil.ToFloat64(reg.m.subscriptions); (streams > 0) != (mode == StreamingAuto) {
+			t.Errorf("streaming %s: %v event streams open", mode, streams)
+		}
+	}
 
 	agent.Process().Kill()
 	if err := agent.Process().Start(); err != nil {
@@ -100,33 +114,41 @@ func TestRestartedServerNeverPublishesAnOlderCatalog(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	fresh := registrytest.NewSink()
-	registrytest.Start(t, newRegistry(t, agent, "fresh", fast), fresh)
+	fresh := map[string]*registrytest.Sink{}
+	for _, mode := range modes {
+		fresh[mode] = registrytest.NewSink()
+		registrytest.Start(t, newRegistry(t, agent, "fresh-"+mode, fast(mode)), fresh[mode])
+	}
 
-	running.WaitFor(t, 3*time.Minute, func(st registrytest.State) bool { return full(st) && st.Replaces > before.Replaces })
-	fr := fresh.WaitFor(t, 3*time.Minute, full)
+	frs := map[string]registrytest.State{}
+	for _, mode := range modes {
+		running[mode].WaitFor(t, 3*time.Minute, func(st registrytest.State) bool { return full(st) && st.Replaces > before[mode].Replaces })
+		frs[mode] = fresh[mode].WaitFor(t, 3*time.Minute, full)
+	}
 	close(stop)
 	wg.Wait()
 	t.Logf("default reads during the restart: %d answers, %d lacked instances (last: %s)", polled, older, sample)
 
-	for name, st := range map[string]registrytest.State{"running": running.State(before.Shard), "fresh": fr} {
-		notReady := 0
-		for _, r := range st.Reports {
-			if strings.Contains(r.Err, "consistent reads") {
-				notReady++
+	for _, mode := range modes {
+		for name, st := range map[string]registrytest.State{"running": running[mode].State(before[mode].Shard), "fresh": frs[mode]} {
+			notReady := 0
+			for _, r := range st.Reports {
+				if strings.Contains(r.Err, "consistent reads") {
+					notReady++
+				}
+			}
+			t.Logf("streaming %s, %s registry: %d Replaces, %d reports, %d of them \"not ready to serve consistent reads\"", mode, name, st.Replaces, len(st.Reports), notReady)
+		}
+		check := func(name string, states [][]model.Service) {
+			for i, st := range states {
+				if n := endpoints(st); n != services*instances {
+					t.Errorf("streaming %s, %s: Replace #%d published %d endpoints; want all %d registered before the restart", mode, name, i+1, n, services*instances)
+				}
 			}
 		}
-		t.Logf("%s registry: %d Replaces, %d reports, %d of them \"not ready to serve consistent reads\"", name, st.Replaces, len(st.Reports), notReady)
+		check("running registry", running[mode].Replaced(before[mode].Shard)[before[mode].Replaces:])
+		check("registry started during the restart", fresh[mode].Replaced(frs[mode].Shard))
 	}
-	check := func(name string, states [][]model.Service) {
-		for i, st := range states {
-			if n := endpoints(st); n != services*instances {
-				t.Errorf("%s: Replace #%d published %d endpoints; want all %d registered before the restart", name, i+1, n, services*instances)
-			}
-		}
-	}
-	check("running registry", running.Replaced(before.Shard)[before.Replaces:])
-	check("registry started during the restart", fresh.Replaced(fr.Shard))
 }
 
 // A snapshot restore takes the catalog back to an older state with a lower
@@ -146,12 +168,30 @@ func TestSnapshotRestorePublishesTheRestoredCatalog(t *testing.T) {
 		}
 	}
 	register("n1", "web-1", "web")
-	sink := registrytest.NewSink()
-	registrytest.Start(t, newRegistry(t, agent, "restore", func(c *Config) { c.WaitTime = registries.Duration(2 * time.Second) }), sink)
-	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+	// One registry with a blocking query per service; one with a budget of
+	// 1 for the two services (web and consul), which follows the event
+	// stream (the server ends its subscriptions at a restore).
+	var sinks []*registrytest.Sink
+	for name, budget := range map[string]int{"restore-blocking": 0, "restore-stream": 1} {
+		sink := registrytest.NewSink()
+		registrytest.Start(t, newRegistry(t, agent, name, func(c *Config) {
+			c.WaitTime, c.MaxConcurrentWatches = registries.Duration(2*time.Second), budget
+		}), sink)
+		sinks = append(sinks, sink)
+	}
+	waitAll := func(cond func(registrytest.State) bool) {
+		t.Helper()
+		for _, sink := range sinks {
+			sink.WaitFor(t, wait, cond)
+		}
+	}
+	waitAll(func(st registrytest.State) bool {
 		s, ok := find(st.Services, "web.consul")
 		return ok && len(s.Endpoints) == 1
 	})
+	if got := testutil.ToFloat64(subscriptions.WithLabelValues("restore-stream")); got != 2 {
+		t.Errorf("%v event streams open, want 2", got)
+	}
 	snap, _, err := cl.Snapshot().Save(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +203,7 @@ func TestSnapshotRestorePublishesTheRestoredCatalog(t *testing.T) {
 	}
 	register("n2", "web-2", "web")
 	register("n2", "api-1", "api")
-	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+	waitAll(func(st registrytest.State) bool {
 		s, ok := find(st.Services, "web.consul")
 		_, api := find(st.Services, "api.consul")
 		return ok && len(s.Endpoints) == 2 && api
@@ -171,7 +211,7 @@ func TestSnapshotRestorePublishesTheRestoredCatalog(t *testing.T) {
 	if err := cl.Snapshot().Restore(nil, bytes.NewReader(saved)); err != nil {
 		t.Fatal(err)
 	}
-	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+	waitAll(func(st registrytest.State) bool {
 		s, ok := find(st.Services, "web.consul")
 		_, api := find(st.Services, "api.consul")
 		return st.Healthy() && ok && len(s.Endpoints) == 1 && !api

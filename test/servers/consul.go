@@ -45,6 +45,9 @@ type ConsulOptions struct {
 	// certificate for 127.0.0.1 signed by a test CA (CAFile). Over HTTPS
 	// the agent speaks HTTP/2.
 	TLS bool
+	// RPCVerifyIncoming (with TLS) makes the server's RPC port refuse
+	// connections without TLS (tls.internal_rpc.verify_incoming).
+	RPCVerifyIncoming bool
 }
 
 // Consul is a running Consul agent owned by one test.
@@ -110,6 +113,9 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		conf["tls"] = map[string]any{"defaults": map[string]any{
 			"ca_file": pki.CA, "cert_file": pki.ServerCert, "key_file": pki.ServerKey, "verify_incoming": false,
 		}}
+		if opts.RPCVerifyIncoming {
+			conf["tls"].(map[string]any)["internal_rpc"] = map[string]any{"verify_incoming": true}
+		}
 	}
 	if opts.MaxConnsPerClient > 0 {
 		conf["limits"] = map[string]any{"http_max_conns_per_client": opts.MaxConnsPerClient}

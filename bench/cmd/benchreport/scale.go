@@ -213,9 +213,16 @@ func (r *runner) runConsulSize(services int) error {
 		if x.Memory != 0 {
 			mem = fmt.Sprintf("; the registry's live heap and goroutine stacks after the idle window (growth after two GCs): %.0f MB", x.Memory)
 		}
+		if x.Streams > 0 {
+			mode = fmt.Sprintf("%s; %d services follow the servers' event stream", mode, x.Streams)
+		}
 		load := func(l bench.Load) string {
-			return fmt.Sprintf("%.1f requests/s and %.1f KB/s to the agent, agent CPU %.2f cores, registry process CPU %.2f cores (over %.0f s)",
-				l.ReqPerSec, l.BytesPerSec/1e3, l.AgentCPU, l.MeshfedCPU, l.Seconds)
+			events := ""
+			if x.Streams > 0 {
+				events = fmt.Sprintf(", %.1f events/s from the servers' event streams", l.EventsPerSec)
+			}
+			return fmt.Sprintf("%.1f requests/s and %.1f KB/s to the agent%s, agent CPU %.2f cores (server included: a dev agent), registry process CPU %.2f cores (over %.0f s)",
+				l.ReqPerSec, l.BytesPerSec/1e3, events, l.AgentCPU, l.MeshfedCPU, l.Seconds)
 		}
 		r.rep.add(row{id: "CS", figure: fmt.Sprintf("Consul %d services × %d instances (%s): registry start → first Replace holding all", x.Services, x.Instances, mode), unit: "s",
 			mf: one(x.Sync / 1e3), goal: "≤ 15 s", met: ptr(x.Sync <= 15e3),
@@ -227,7 +234,11 @@ func (r *runner) runConsulSize(services int) error {
 		}
 		note := fmt.Sprintf("an agent registration of one more instance → the registry's Sink.Publish holding it; %s%s", how, lostNote(x.Lost))
 		goal, met := "≤ 1000 ms p99", x.Change.P99 <= 1000 && x.Lost == 0
-		if x.Proto == "HTTP/1.1" && x.Budget < x.Services {
+		turns := x.Proto == "HTTP/1.1" && x.Budget < x.Services && x.Streams == 0
+		if x.Streams > 0 {
+			note += ". Over HTTP/1.1 the agent lets the registry hold fewer blocking queries than there are services, so each service follows its health on the Consul leader's event stream (the servers' RPC port, the protocol client agents use; registries/consul/stream.go): a change is pushed, not waited for"
+		}
+		if turns {
 			turn := max(time.Second, time.Duration(x.WaitTime)*time.Duration(x.Budget)/time.Duration(x.Services))
 			note += fmt.Sprintf(". Over HTTP/1.1 each blocking query holds a connection, so %d queries serve %d services in turns of waitTime×budget/services (at least 1 s): %s here, one round ≈ %s, and a change waits for its service's turn (registries/consul/consul.go); waitTime 1m bounds the run (5m by default: rounds of ≈ 5 min)",
 				x.Budget, x.Services, turn, (turn * time.Duration((x.Services+x.Budget-1)/x.Budget)).Round(time.Second))
@@ -235,7 +246,7 @@ func (r *runner) runConsulSize(services int) error {
 		r.rep.add(row{id: "CS", figure: "same: a change → Sink.Publish", unit: "ms", mf: &x.Change, goal: goal, met: ptr(met), note: note})
 		if x.Health.N > 0 {
 			hnote := "a check of one instance set critical → the registry's Sink.Publish showing it UNHEALTHY, one at a time" + lostNote(x.HealthLost)
-			if x.Proto == "HTTP/1.1" && x.Budget < x.Services {
+			if turns {
 				hnote += "; over HTTP/1.1 the checks that are not passing are watched apart (/v1/health/state/critical and /warning) and a service whose check moved is asked ahead of its turn (health hints, registries/consul/consul.go)"
 			}
 			r.rep.add(row{id: "CS", figure: "same: a check turns critical → Sink.Publish", unit: "ms", mf: &x.Health, goal: "≤ 1000 ms p99",
