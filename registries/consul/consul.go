@@ -193,6 +193,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		proto:     tt,
 		token:     token,
 		q:         newQueue(),
+		sq:        newQueue(),
 		firsts:    make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
 		catalog:   make(chan catalogEvent),
 		service:   make(chan serviceEvent),
@@ -333,9 +334,10 @@ type entry struct {
 	errored bool // the last query failed: send the next answer, changed or not
 	ctx     context.Context
 	cancel  context.CancelFunc // ends an in-flight query when the service goes away
-	// streamed: served from the servers' event stream (follow), not by
-	// the workers' blocking queries.
+	// streamed: served from the servers' event stream (f), not by the
+	// workers' blocking queries.
 	streamed bool
+	f        *follower
 }
 
 type catalogEvent struct {
@@ -399,11 +401,13 @@ type watch struct {
 	// openStream ran.
 	stream      *streamer
 	streamTried bool
-	notReady    int  // services whose state is not ready(), so that publishing need not scan them all
-	workers     int  // worker goroutines started
-	warned      bool // logged that services take turns
-	hinting     bool // watchChecks runs
-	catalogOK   bool // the catalog answered since the last catalog error
+	sq          *queue // services whose event stream is to be opened (starter)
+	starters    bool   // the starters run
+	notReady    int    // services whose state is not ready(), so that publishing need not scan them all
+	workers     int    // worker goroutines started
+	warned      bool   // logged that services take turns
+	hinting     bool   // watchChecks runs
+	catalogOK   bool   // the catalog answered since the last catalog error
 	pub         *registries.Publisher[string]
 }
 
@@ -808,7 +812,9 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 			if !st.ready() {
 				w.notReady--
 			}
-			if !st.e.streamed {
+			if st.e.streamed {
+				st.e.f.cancel()
+			} else {
 				w.httpServices--
 			}
 			delete(w.services, name)
@@ -830,7 +836,9 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 		w.services[name] = &serviceState{e: e}
 		w.notReady++
 		if e.streamed {
-			w.wg.Go(func() { w.follow(e) })
+			e.f = &follower{w: w, e: e, b: w.backoff()}
+			w.startStarters()
+			w.sq.push(e)
 		} else {
 			w.httpServices++
 			w.q.push(e)
@@ -857,6 +865,17 @@ func (w *watch) maybeStream(added []string) {
 	}
 	w.streamTried = true
 	w.stream = w.openStream(slices.Min(added))
+}
+
+// startStarters starts the goroutines that open event streams, once.
+func (w *watch) startStarters() {
+	if w.starters {
+		return
+	}
+	w.starters = true
+	for range min(cap(w.firsts), DefaultMaxConcurrentWatches) {
+		w.wg.Go(w.starter)
+	}
 }
 
 // hasAll reports whether the union of a service's instance tags can
