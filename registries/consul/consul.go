@@ -32,13 +32,16 @@
 //     the services follow the Consul servers' event stream instead
 //     (streaming: auto, stream.go): the change feed Consul's client agents
 //     use (pbsubscribe), on the leader's RPC port, one subscription per
-//     service multiplexed on one gRPC connection. A subscription answers
-//     the service's instances once, then pushes each change to them, so a
-//     change is served at once and an idle catalog costs nothing. The
-//     leader is the one the agent names (/v1/status/leader); every
-//     (re)subscription after a failure first waits for a consistent read
-//     through the agent (the leader has applied its log, as for first
-//     queries below). Services that already had a blocking query keep it.
+//     service on one gRPC connection read by one goroutine (grpcstreams).
+//     A subscription answers the service's instances once, then pushes
+//     each change to them, so a change is served at once and an idle
+//     catalog costs nothing. The leader is the one the agent names
+//     (/v1/status/leader). Each subscription is preceded by a consistent
+//     read of the service's index, and its instances are sent once the
+//     stream has reached that index (a restarted server's snapshots lag;
+//     stream.go); after a failure, one consistent read lets the whole
+//     wave of resubscriptions start. Services that already had a
+//     blocking query keep it.
 //   - the same when the servers refuse the stream (their RPC port not
 //     reachable from meshfed, or tls.internal_rpc.verify_incoming), or
 //     with streaming: off: the queries take turns on a pool of
