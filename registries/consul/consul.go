@@ -32,13 +32,16 @@
 //     the services follow the Consul servers' event stream instead
 //     (streaming: auto, stream.go): the change feed Consul's client agents
 //     use (pbsubscribe), on the leader's RPC port, one subscription per
-//     service multiplexed on one gRPC connection. A subscription answers
-//     the service's instances once, then pushes each change to them, so a
-//     change is served at once and an idle catalog costs nothing. The
-//     leader is the one the agent names (/v1/status/leader); every
-//     (re)subscription after a failure first waits for a consistent read
-//     through the agent (the leader has applied its log, as for first
-//     queries below). Services that already had a blocking query keep it.
+//     service on one gRPC connection read by one goroutine (grpcstreams).
+//     A subscription answers the service's instances once, then pushes
+//     each change to them, so a change is served at once and an idle
+//     catalog costs nothing. The leader is the one the agent names
+//     (/v1/status/leader). Each subscription is preceded by a consistent
+//     read of the service's index, and its instances are sent once the
+//     stream has reached that index (a restarted server's snapshots lag;
+//     stream.go); after a failure, one consistent read lets the whole
+//     wave of resubscriptions start. Services that already had a
+//     blocking query keep it.
 //   - the same when the servers refuse the stream (their RPC port not
 //     reachable from meshfed, or tls.internal_rpc.verify_incoming), or
 //     with streaming: off: the queries take turns on a pool of
@@ -193,6 +196,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		proto:     tt,
 		token:     token,
 		q:         newQueue(),
+		sq:        newQueue(),
 		firsts:    make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
 		catalog:   make(chan catalogEvent),
 		service:   make(chan serviceEvent),
@@ -333,9 +337,10 @@ type entry struct {
 	errored bool // the last query failed: send the next answer, changed or not
 	ctx     context.Context
 	cancel  context.CancelFunc // ends an in-flight query when the service goes away
-	// streamed: served from the servers' event stream (follow), not by
-	// the workers' blocking queries.
+	// streamed: served from the servers' event stream (f), not by the
+	// workers' blocking queries.
 	streamed bool
+	f        *follower
 }
 
 type catalogEvent struct {
@@ -399,11 +404,13 @@ type watch struct {
 	// openStream ran.
 	stream      *streamer
 	streamTried bool
-	notReady    int  // services whose state is not ready(), so that publishing need not scan them all
-	workers     int  // worker goroutines started
-	warned      bool // logged that services take turns
-	hinting     bool // watchChecks runs
-	catalogOK   bool // the catalog answered since the last catalog error
+	sq          *queue // services whose event stream is to be opened (starter)
+	starters    bool   // the starters run
+	notReady    int    // services whose state is not ready(), so that publishing need not scan them all
+	workers     int    // worker goroutines started
+	warned      bool   // logged that services take turns
+	hinting     bool   // watchChecks runs
+	catalogOK   bool   // the catalog answered since the last catalog error
 	pub         *registries.Publisher[string]
 }
 
@@ -808,7 +815,9 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 			if !st.ready() {
 				w.notReady--
 			}
-			if !st.e.streamed {
+			if st.e.streamed {
+				st.e.f.cancel()
+			} else {
 				w.httpServices--
 			}
 			delete(w.services, name)
@@ -830,7 +839,9 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 		w.services[name] = &serviceState{e: e}
 		w.notReady++
 		if e.streamed {
-			w.wg.Go(func() { w.follow(e) })
+			e.f = &follower{w: w, e: e, b: w.backoff()}
+			w.startStarters()
+			w.sq.push(e)
 		} else {
 			w.httpServices++
 			w.q.push(e)
@@ -857,6 +868,17 @@ func (w *watch) maybeStream(added []string) {
 	}
 	w.streamTried = true
 	w.stream = w.openStream(slices.Min(added))
+}
+
+// startStarters starts the goroutines that open event streams, once.
+func (w *watch) startStarters() {
+	if w.starters {
+		return
+	}
+	w.starters = true
+	for range min(cap(w.firsts), DefaultMaxConcurrentWatches) {
+		w.wg.Go(w.starter)
+	}
 }
 
 // hasAll reports whether the union of a service's instance tags can

@@ -435,11 +435,7 @@ func TestTokenNeverInErrors(t *testing.T) {
 
 func listen(t *testing.T) net.Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
+	return servers.LowListener(t)
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

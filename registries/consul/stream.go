@@ -12,12 +12,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+
+	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/registries/consul/grpcstreams"
 )
 
 // Streaming values of Config.Streaming.
@@ -31,38 +30,47 @@ const (
 const rpcGRPC = 8
 
 // probeTimeout bounds the first subscription that decides whether the
-// servers' event stream can be used.
+// servers' event stream can be used, and each dial.
 const probeTimeout = 5 * time.Second
 
-// streamer holds the gRPC connection to the Consul leader's RPC port
+// streamer holds the connection to the Consul leader's RPC port
 // (docs/registries/consul.md, "Event stream") and the gate that keeps a
 // subscription from starting on a server that has not applied its raft
-// log (consistent).
+// log (consistent). The subscriptions are calls of package grpcstreams
+// on that one connection: a service costs its view and a few small
+// structs, no goroutine (grpc-go's client held two per call, ≈ 1.35 KB
+// per endpoint at 10,000 services; grpcstreams' doc).
 type streamer struct {
 	client *api.Client // the agent: leader address and consistent reads
 	token  string
 	dc     string
 
 	mu     sync.Mutex
-	conn   *grpc.ClientConn
-	addr   string    // the server conn dials
-	okAt   time.Time // the last consistent read that succeeded
+	conn   *grpcstreams.Conn // nil, or dialled to addr
+	addr   string            // the leader's RPC address
+	okAt   time.Time         // the last consistent read that succeeded
 	closed bool
 }
 
-// newStreamer dials the leader that the agent names (/v1/status/leader);
-// the connection is made lazily by the first subscription.
+// newStreamer finds the leader the agent names (/v1/status/leader) and
+// connects to it.
 func newStreamer(ctx context.Context, client *api.Client, token, dc string) (*streamer, error) {
 	s := &streamer{client: client, token: token, dc: dc}
-	if err := s.redial(ctx); err != nil {
+	if err := s.leader(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.connLocked(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// redial points the connection at the current leader; s.mu held or s not
-// shared yet.
-func (s *streamer) redial(ctx context.Context) error {
+// leader asks the agent for the leader's RPC address; when it moved, the
+// connection to the old one is closed (its calls end and are opened
+// again on the new one).
+func (s *streamer) leader(ctx context.Context) error {
 	addr, err := s.client.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("consul leader: %w", err)
@@ -70,27 +78,43 @@ func (s *streamer) redial(ctx context.Context) error {
 	if addr == "" {
 		return errors.New("consul: no cluster leader")
 	}
-	if addr == s.addr && s.conn != nil {
-		return nil
+	s.mu.Lock()
+	var old *grpcstreams.Conn
+	if addr != s.addr {
+		old, s.conn, s.addr = s.conn, nil, addr
 	}
-	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dialRPCGRPC),
-		// An event batch carries every instance one raft transaction
-		// changed (a node's, for its node check): more than gRPC's 4 MB
-		// default for services of thousands of instances per node.
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(256<<20)),
-		// Consul's servers refuse pings more often than every 15s.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
-	if err != nil {
-		return fmt.Errorf("consul server %s: %w", addr, err)
+	s.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+// connLocked returns a usable connection to the leader, dialling one if
+// needed; s.mu held.
+func (s *streamer) connLocked(ctx context.Context) (*grpcstreams.Conn, error) {
+	if s.closed {
+		return nil, grpcstreams.ErrClosed
+	}
+	if s.conn != nil && s.conn.Usable() {
+		return s.conn, nil
 	}
 	if s.conn != nil {
-		s.conn.Close()
+		s.conn.Close() // after a GOAWAY: its open calls run on until their end
 	}
-	s.conn, s.addr = conn, addr
-	return nil
+	s.conn = nil
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	nc, err := dialRPCGRPC(ctx, s.addr)
+	if err != nil {
+		return nil, fmt.Errorf("consul server %s: %w", s.addr, err)
+	}
+	conn, err := grpcstreams.Dial(nc, s.addr, grpcstreams.Options{UserAgent: "meshfed"})
+	if err != nil {
+		return nil, fmt.Errorf("consul server %s: %w", s.addr, err)
+	}
+	s.conn = conn
+	return conn, nil
 }
 
 // dialRPCGRPC opens a TCP connection to a Consul server's RPC port and
@@ -111,10 +135,11 @@ func dialRPCGRPC(ctx context.Context, addr string) (net.Conn, error) {
 
 func (s *streamer) close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	if s.conn != nil {
-		s.conn.Close()
+	conn := s.conn
+	s.closed, s.conn = true, nil
+	s.mu.Unlock()
+	if conn != nil {
+		conn.Close()
 	}
 }
 
@@ -125,14 +150,17 @@ func (s *streamer) close() {
 // store while it replays the log). It also points the connection at the
 // current leader. Callers are serialized: after a server restart every
 // subscription fails at once, and one read serves them all.
+var errClosed = errors.New("consul: registry stopped")
+
 func (s *streamer) consistent(ctx context.Context, failedAt time.Time) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.okAt.After(failedAt) {
+	ok, closed := s.okAt.After(failedAt), s.closed
+	s.mu.Unlock()
+	if ok {
 		return nil
 	}
-	if s.closed {
-		return context.Canceled
+	if closed {
+		return errClosed
 	}
 	q := &api.QueryOptions{Datacenter: s.dc, RequireConsistent: true}
 	// A node that does not exist: the answer is empty, and the read still
@@ -140,46 +168,25 @@ func (s *streamer) consistent(ctx context.Context, failedAt time.Time) error {
 	if _, _, err := s.client.Catalog().Node("meshfed-consistency-probe", q.WithContext(ctx)); err != nil {
 		return err
 	}
-	if err := s.redial(ctx); err != nil {
+	if err := s.leader(ctx); err != nil {
 		return err
 	}
+	s.mu.Lock()
 	s.okAt = time.Now()
+	s.mu.Unlock()
 	return nil
 }
 
-// subscription is one open stream of a service's health events.
-type subscription struct {
-	stream grpc.ClientStream
-	cancel context.CancelFunc
-}
-
-// subscribe opens the event stream of service name's health.
-func (s *streamer) subscribe(ctx context.Context, name string) (*subscription, error) {
+// subscribe opens the event stream of service name's health; onMsg and
+// onEnd are grpcstreams' callbacks.
+func (s *streamer) subscribe(ctx context.Context, name string, onMsg func([]byte) error, onEnd func(error)) (*grpcstreams.Stream, error) {
 	s.mu.Lock()
-	conn := s.conn
+	conn, err := s.connLocked(ctx)
 	s.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, subscribeMethod)
-	if err == nil {
-		err = st.SendMsg(encodeSubscribe(name, s.token, s.dc))
-	}
-	if err == nil {
-		err = st.CloseSend()
-	}
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	return &subscription{stream: st, cancel: cancel}, nil
-}
-
-// next returns the stream's next event.
-func (sub *subscription) next() (event, error) {
-	var b []byte
-	if err := sub.stream.RecvMsg(&b); err != nil {
-		return event{}, err
-	}
-	return decodeEvent(b)
+	return conn.Stream(subscribeMethod, encodeSubscribe(name, s.token, s.dc), onMsg, onEnd)
 }
 
 // view is a service's instances as its event stream has built them, by
@@ -251,28 +258,6 @@ func allPassing(checks api.HealthChecks) bool {
 // (an ACL change, a restored snapshot); the view must be rebuilt.
 func aborted(err error) bool { return status.Code(err) == codes.Aborted }
 
-// rawCodec sends and receives serialized messages as they are ([]byte).
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "proto" }
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	b, ok := v.([]byte)
-	if !ok {
-		return nil, fmt.Errorf("consul stream: cannot send %T", v)
-	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	p, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("consul stream: cannot receive into %T", v)
-	}
-	*p = data.Materialize()
-	return nil
-}
-
 // openStream decides whether services are served from the servers' event
 // stream: it finds the leader and subscribes to service probe, which must
 // answer within probeTimeout. nil when it cannot (the reason is logged):
@@ -282,10 +267,28 @@ func (w *watch) openStream(probe string) *streamer {
 	defer cancel()
 	s, err := newStreamer(ctx, w.client, w.token, w.r.cfg.Datacenter)
 	if err == nil {
-		var sub *subscription
-		if sub, err = s.subscribe(ctx, probe); err == nil {
-			_, err = sub.next()
-			sub.cancel()
+		answered := make(chan error, 1)
+		var st *grpcstreams.Stream
+		st, err = s.subscribe(ctx, probe, func(b []byte) error {
+			_, err := decodeEvent(b)
+			select {
+			case answered <- err:
+			default:
+			}
+			return errProbed
+		}, func(err error) {
+			select {
+			case answered <- err:
+			default:
+			}
+		})
+		if err == nil {
+			select {
+			case err = <-answered:
+			case <-ctx.Done():
+				err = ctx.Err()
+				st.Cancel()
+			}
 		}
 		if err != nil {
 			s.close()
@@ -300,86 +303,224 @@ func (w *watch) openStream(probe string) *streamer {
 	return s
 }
 
-// follow serves service e from its event stream until e ends. A stream
-// that fails reports the service failing (its last state stays
-// published) and is opened again after a backoff, once a consistent read
-// says the leader has applied its log (streamer.consistent); one the
-// server ends for a resubscription (aborted) is opened again at once.
-func (w *watch) follow(e *entry) {
-	b := w.backoff()
-	var failedAt time.Time
+// errProbed ends the probe's call once it has answered.
+var errProbed = errors.New("consul: probed")
+
+// follower is one service's subscription state. Its calls' callbacks run
+// on the connection's reader goroutine (onMsg) and on whichever goroutine
+// ends a call (onEnd); a call's state is reset by the starter that opens
+// it, before the call exists, so no two goroutines touch it at once.
+type follower struct {
+	w *watch
+	e *entry
+	b *registries.Backoff
+
+	v view
+	// want is the service's index in a consistent read made before the
+	// call: its instances are sent once the view has reached it.
+	want     uint64
+	ended    bool          // the snapshot has ended
+	synced   bool          // ended and reached want: changes are sent
+	snap     chan struct{} // closed once synced, or at the end of the call
+	snapOnce sync.Once
+	failedAt time.Time // the last call's failure (zero: none)
+
+	// mu guards the call and the view: held by onMsg while it applies an
+	// event, and by catchUpTimedOut.
+	mu sync.Mutex
+	st *grpcstreams.Stream // the open call; nil when none
+}
+
+// cancel ends the service's open call, if any (the loop, when the
+// service went away, after cancelling e.ctx).
+func (f *follower) cancel() {
+	f.mu.Lock()
+	st := f.st
+	f.mu.Unlock()
+	if st != nil {
+		st.Cancel()
+	}
+}
+
+// starter opens the event streams of the services queued on w.sq: at most
+// as many snapshots are read at once as there are starters
+// (maxConcurrentWatches, as for first queries); once a snapshot has been
+// read the stream needs no goroutine.
+func (w *watch) starter() {
 	for {
-		if !failedAt.IsZero() {
-			if err := w.stream.consistent(e.ctx, failedAt); err != nil {
-				if e.ctx.Err() != nil || b.Wait(e.ctx) != nil {
-					return
+		e, ok := w.sq.pop(w.ctx)
+		if !ok {
+			return
+		}
+		if e.ctx.Err() != nil {
+			continue // the service went away
+		}
+		f := e.f
+		if !f.failedAt.IsZero() {
+			if err := w.stream.consistent(e.ctx, f.failedAt); err != nil {
+				if e.ctx.Err() == nil {
+					f.retryLater()
 				}
 				continue
 			}
 		}
-		w.r.m.subscriptions.Inc()
-		err := w.followOnce(e, b)
-		w.r.m.subscriptions.Dec()
-		if e.ctx.Err() != nil {
-			return
-		}
-		failedAt = time.Now()
-		if aborted(err) {
+		want, err := w.consistentIndex(e)
+		if err != nil {
+			if e.ctx.Err() == nil {
+				f.fail(err)
+			}
 			continue
 		}
-		w.r.m.healthErrors.Inc()
-		if !send(e.ctx, w.service, serviceEvent{e: e, err: fmt.Errorf("event stream: %w", err), at: failedAt}) || b.Wait(e.ctx) != nil {
-			return
+		f.mu.Lock()
+		f.v = view{instances: map[string][]byte{}}
+		f.want, f.ended, f.synced = want, false, false
+		f.mu.Unlock()
+		f.snap, f.snapOnce = make(chan struct{}), sync.Once{}
+		w.r.m.subscriptions.Inc()
+		st, err := w.stream.subscribe(e.ctx, e.name, f.onMsg, f.onEnd)
+		if err != nil {
+			f.onEnd(err)
+			continue
 		}
+		f.mu.Lock()
+		f.st = st
+		f.mu.Unlock()
+		if e.ctx.Err() != nil {
+			st.Cancel() // the loop's cancel may have come before st was set
+		}
+		t := time.NewTimer(catchUpTimeout)
+		select {
+		case <-f.snap:
+		case <-e.ctx.Done():
+		case <-t.C:
+			f.catchUpTimedOut()
+		}
+		t.Stop()
 	}
 }
 
-// followOnce subscribes once and sends the service's instances to the
-// loop at the end of the snapshot and after every event that changes
-// them. It returns the error that ended the stream. At most
-// maxConcurrentWatches snapshots are read at once (w.firsts), as for first
-// queries.
-func (w *watch) followOnce(e *entry, b interface{ Reset() }) error {
-	select {
-	case w.firsts <- struct{}{}:
-	case <-e.ctx.Done():
-		return e.ctx.Err()
+// catchUpTimeout bounds how long a new stream may take to reach the
+// service's index of the consistent read made before it.
+const catchUpTimeout = 10 * time.Second
+
+// catchUpTimedOut: the stream did not reach the consistent read's index
+// within catchUpTimeout. A snapshot that has ended is taken as it is,
+// with a warning (an index the stream never carries would otherwise keep
+// the service from being served: Consul's indexes are not documented to
+// match); a snapshot that has not ended is reported and opened again.
+func (f *follower) catchUpTimedOut() {
+	f.mu.Lock()
+	ended, synced, index := f.ended, f.synced, f.v.index
+	if ended && !synced {
+		f.sync()
 	}
-	held := true
-	release := func() {
-		if held {
-			held = false
-			<-w.firsts
-		}
+	f.mu.Unlock()
+	switch {
+	case synced:
+	case ended:
+		f.w.r.log.Warn("Consul event stream did not reach the index of a consistent read: serving it as it is", "service", f.e.name, "want", f.want, "index", index)
+	default:
+		f.w.r.log.Warn("Consul event stream sent no whole snapshot: subscribing again", "service", f.e.name, "timeout", catchUpTimeout)
+		f.cancel()
 	}
-	defer release()
-	sub, err := w.stream.subscribe(e.ctx, e.name)
+}
+
+// sync marks the view complete and sends it; f.mu held.
+func (f *follower) sync() {
+	f.synced = true
+	f.snapOnce.Do(func() { close(f.snap) })
+	f.b.Reset()
+	f.emit()
+}
+
+// emit sends the service's instances to the loop; f.mu held.
+func (f *follower) emit() {
+	w := f.w
+	w.r.m.healthChanged.Inc()
+	send(f.e.ctx, w.service, serviceEvent{e: f.e, entries: f.v.entries(w.r.cfg.Tags, w.r.cfg.PassingOnly), at: time.Now()})
+}
+
+// consistentIndex is service e's index in a consistent read (the leader
+// has applied its log; the instances themselves are filtered out, so the
+// answer is its headers). A server's event stream may answer a snapshot
+// older than that — after a restart its snapshots were built while it
+// replayed its raft log, then the missing instances follow as events —
+// so a view is not sent before it reaches this index
+// (TestRestartedServerNeverPublishesAnOlderCatalog saw 2,991 of 3,000
+// instances otherwise).
+func (w *watch) consistentIndex(e *entry) (uint64, error) {
+	q := &api.QueryOptions{Datacenter: w.r.cfg.Datacenter, RequireConsistent: true, Filter: `Service.ID == ""`}
+	w.r.m.inFlight.Inc()
+	_, meta, err := w.svcClient.Health().Service(e.name, "", false, q.WithContext(e.ctx))
+	w.r.m.inFlight.Dec()
+	if err != nil {
+		return 0, err
+	}
+	return meta.LastIndex, nil
+}
+
+// onMsg applies one event and sends the service's instances to the loop
+// at the end of the snapshot and after every event that changes them.
+func (f *follower) onMsg(b []byte) error {
+	w := f.w
+	ev, err := decodeEvent(b)
 	if err != nil {
 		return err
 	}
-	defer sub.cancel()
-	v := view{instances: map[string][]byte{}}
-	synced := false
-	for {
-		ev, err := sub.next()
-		if err != nil {
-			return err
-		}
-		w.r.m.streamEvents.Inc()
-		changed := v.apply(ev)
-		switch {
-		case ev.newSnapshot:
-			synced = false
-		case ev.endOfSnapshot:
-			synced, changed = true, true
-			release()
-			b.Reset()
-		}
-		if synced && changed {
-			w.r.m.healthChanged.Inc()
-			if !send(e.ctx, w.service, serviceEvent{e: e, entries: v.entries(w.r.cfg.Tags, w.r.cfg.PassingOnly), at: time.Now()}) {
-				return e.ctx.Err()
-			}
-		}
+	w.r.m.streamEvents.Inc()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	changed := f.v.apply(ev)
+	switch {
+	case ev.newSnapshot:
+		f.synced, f.ended = false, false
+	case ev.endOfSnapshot:
+		f.ended = true
 	}
+	switch {
+	case f.ended && !f.synced && f.v.index >= f.want:
+		f.sync()
+	case f.synced && changed:
+		f.emit()
+	}
+	return nil
+}
+
+// onEnd: a call ended. Unless the service went away, it is opened again:
+// at once when the server asked for it (aborted), else after a backoff
+// and a consistent read (starter), the service reported failing
+// meanwhile (its last state stays published).
+func (f *follower) onEnd(err error) {
+	w := f.w
+	f.mu.Lock()
+	f.st = nil
+	f.mu.Unlock()
+	f.snapOnce.Do(func() { close(f.snap) })
+	w.r.m.subscriptions.Dec()
+	if f.e.ctx.Err() != nil {
+		return
+	}
+	f.mu.Lock()
+	f.v = view{}
+	f.mu.Unlock()
+	if aborted(err) {
+		f.failedAt = time.Now()
+		w.sq.push(f.e)
+		return
+	}
+	f.fail(fmt.Errorf("event stream: %w", err))
+}
+
+// fail reports the service failing (its last state stays published) and
+// queues it again after a backoff.
+func (f *follower) fail(err error) {
+	f.failedAt = time.Now()
+	f.w.r.m.healthErrors.Inc()
+	send(f.e.ctx, f.w.service, serviceEvent{e: f.e, err: err, at: f.failedAt})
+	f.retryLater()
+}
+
+// retryLater queues the service for its starter after the next backoff.
+func (f *follower) retryLater() {
+	time.AfterFunc(f.b.Next(), func() { f.w.sq.push(f.e) })
 }

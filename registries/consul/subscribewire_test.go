@@ -1,9 +1,15 @@
 package consul
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/meshfed/meshfed/registries"
 )
 
 func msg(fields ...func([]byte) []byte) []byte {
@@ -104,4 +110,70 @@ func FuzzDecodeEvent(f *testing.F) {
 			}
 		}
 	})
+}
+
+// instanceEvent is an Event registering instance id of service web on
+// node at index idx.
+func instanceEvent(idx uint64, node, id string) []byte {
+	csn := msg(sub(1, msg(str(2, node), str(3, "10.0.0.1"))), sub(2, msg(str(2, id), str(3, "web"), varint(7, 80))))
+	return msg(varint(1, idx), sub(10, msg(varint(1, 0), sub(2, csn))))
+}
+
+// TestViewWaitsForTheConsistentIndex: a snapshot older than the
+// consistent read made before the subscription (a restarted server's) is
+// not sent until the events that follow it reach that read's index; then
+// every change is. A stream that never reaches it is sent as it is when
+// catchUpTimeout passes.
+func TestViewWaitsForTheConsistentIndex(t *testing.T) {
+	t.Parallel()
+	for _, reach := range []bool{true, false} {
+		r := &Registry{log: slog.New(slog.DiscardHandler), m: newMetrics(fmt.Sprintf("view-%v", reach))}
+		w := &watch{r: r, service: make(chan serviceEvent, 10)}
+		f := &follower{w: w, e: &entry{name: "web", ctx: context.Background()}, b: &registries.Backoff{}}
+		f.v, f.want, f.snap = view{instances: map[string][]byte{}}, 7, make(chan struct{})
+		got := func() []string {
+			select {
+			case ev := <-w.service:
+				var ids []string
+				for _, e := range ev.entries {
+					ids = append(ids, e.Service.ID)
+				}
+				return ids
+			default:
+				return nil
+			}
+		}
+		for _, b := range [][]byte{instanceEvent(5, "n1", "a"), msg(varint(1, 5), varint(2, 1))} { // snapshot, EndOfSnapshot
+			if err := f.onMsg(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ids := got(); ids != nil {
+			t.Fatalf("sent %v before the consistent index", ids)
+		}
+		if !reach {
+			f.catchUpTimedOut()
+			if ids := got(); !slices.Equal(ids, []string{"a"}) {
+				t.Fatalf("after the timeout: sent %v, want [a]", ids)
+			}
+			continue
+		}
+		if err := f.onMsg(instanceEvent(7, "n2", "b")); err != nil {
+			t.Fatal(err)
+		}
+		if ids := got(); !slices.Equal(ids, []string{"a", "b"}) {
+			t.Fatalf("at the consistent index: sent %v, want [a b]", ids)
+		}
+		select {
+		case <-f.snap:
+		default:
+			t.Error("the starter is not released")
+		}
+		if err := f.onMsg(instanceEvent(9, "n3", "c")); err != nil {
+			t.Fatal(err)
+		}
+		if ids := got(); !slices.Equal(ids, []string{"a", "b", "c"}) {
+			t.Fatalf("a change: sent %v, want [a b c]", ids)
+		}
+	}
 }

@@ -78,6 +78,21 @@ func FreePorts(t testing.TB, n int) []int {
 	return ports
 }
 
+// LowListener listens on a loopback port below 32768 (see LowPort),
+// closed in t.Cleanup.
+func LowListener(t testing.TB) net.Listener {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err == nil {
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+	}
+	t.Fatal("no free loopback port below 32768")
+	return nil
+}
+
 // LowPort returns a loopback port below 32768 (outside Linux's ephemeral
 // range, so no outgoing connection takes it meanwhile) that was free a
 // moment ago.
