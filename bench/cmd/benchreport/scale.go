@@ -256,8 +256,12 @@ func (r *runner) runConsulSize(services int) error {
 			// Issue #22's memory goal (2 KB per endpoint held) is judged at
 			// 10,000 services, as in KS.
 			perEP := x.Memory * 1e6 / float64(x.Services*x.Instances) / 1024
+			held := "its blocking queries in flight (a goroutine and a request per query; over HTTP/1.1 a connection, its two goroutines and buffers; over HTTP/2 one more goroutine per stream)"
+			if x.Streams > 0 {
+				held = "its event-stream subscriptions (each service's view and call; one connection and one reader goroutine for all, registries/consul/grpcstreams)"
+			}
 			mrow := row{id: "CS", figure: "same: the registry's live heap and goroutine stacks per endpoint held", unit: "KB", mf: one(perEP),
-				note: "growth of the registry process's live heap and goroutine stacks (after two GCs) from before the start to the end of the idle window after the first full state, ÷ the instances: the registry's state and its blocking queries in flight (a goroutine and a request per query; over HTTP/1.1 a connection, its two goroutines and buffers; over HTTP/2 one more goroutine per stream). RSS, which also holds the runtime's free memory, is higher"}
+				note: "growth of the registry process's live heap and goroutine stacks (after two GCs) from before the start to the end of the idle window after the first full state, ÷ the instances: the registry's state and " + held + ". RSS, which also holds the runtime's free memory, is higher"}
 			if x.Services >= 10000 {
 				mrow.goal, mrow.met = "≤ 2 KB (heap and stacks; RSS is more)", ptr(perEP <= 2)
 			}
