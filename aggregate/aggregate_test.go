@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/test/logbuf"
 )
 
 func TestNothingDeletedBeforeFirstSync(t *testing.T) {
@@ -810,7 +811,7 @@ func TestPartialFirstStateHeld(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	o := reg("restored", "file", "restored")
-	var logs logBuffer
+	var logs logbuf.Buffer
 	a := New(Options{Registries: []RegistryOptions{o}, Now: clock.Now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if !a.Restore(shard(o), []model.Service{svc("a.restored", ips(2)...)}, nil) {
 		t.Fatal("Restore refused")

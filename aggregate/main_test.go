@@ -1,7 +1,6 @@
 package aggregate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -187,22 +186,4 @@ func (a *Aggregator) inputOf(name string) *input {
 		return rs.pending
 	}
 	return nil
-}
-
-// logBuffer is a bytes.Buffer safe for concurrent use, for a log handler.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,11 +18,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/meshfed/meshfed/config"
+	"github.com/meshfed/meshfed/test/logbuf"
 )
 
 // testCA issues certificates for the admin mTLS test.
@@ -101,8 +100,8 @@ registries:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
-	g, err := NewGateway(cfg, GatewayOptions{Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
+	var logs logbuf.Buffer
+	g, err := NewGateway(cfg, GatewayOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,24 +160,6 @@ registries:
 	}
 }
 
-// syncWriter serializes writes of concurrent loggers.
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.String()
-}
-
 // TestLogKeys runs registries that fail (a missing services file, an
 // unreachable Consul and Eureka) and checks every log line: errors under
 // "error", never "error", and registry= and kind= at most once.
@@ -197,7 +178,7 @@ registries:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncWriter{w: &bytes.Buffer{}}
+	logs := &logbuf.Buffer{}
 	g, err := NewGateway(cfg, GatewayOptions{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,11 @@
 package consul
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
+	"github.com/meshfed/meshfed/test/logbuf"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -190,7 +189,7 @@ func TestEventStreamRefusedFallsBackToTurns(t *testing.T) {
 	const services = 40
 	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, TLS: true, RPCVerifyIncoming: true})
 	agent.RegisterBulk(t, services, 1, 2)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	cfg := &Config{Address: agent.HTTPAddr, MaxConcurrentWatches: 8, WaitTime: registries.Duration(time.Minute)}
 	reg := registrytest.NewRegistry[*Registry](t, cfg, registries.Common{Name: "refused", Kind: "consul", Domain: "consul"}, slog.New(slog.NewTextHandler(&logs, nil)))
 	sink := registrytest.NewSink()
@@ -212,24 +211,6 @@ func TestEventStreamRefusedFallsBackToTurns(t *testing.T) {
 	if st.Status.Failing() {
 		t.Errorf("status %+v, want healthy", st.Status)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestEventStreamSendsTheToken: with ACLs (default deny) the event

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meshfed/meshfed/admin"
+	"github.com/meshfed/meshfed/test/logbuf"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -94,26 +94,9 @@ type meshfed struct {
 	config string
 	admin  string
 	xds    string
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 	done   chan struct{}
 	err    error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // writeClusters writes a clusters.yaml with fresh loopback ports and the
@@ -158,7 +141,7 @@ func startMeshfedEnv(t *testing.T, config, xdsAddr, adminAddr string, env ...str
 // read-only); nil runs it as startMeshfedEnv does.
 func startMeshfedIn(t *testing.T, fs *servers.StateFS, config, xdsAddr, adminAddr string, env ...string) *meshfed {
 	t.Helper()
-	m := &meshfed{t: t, config: config, admin: adminAddr, xds: xdsAddr, logs: &syncBuffer{}, done: make(chan struct{})}
+	m := &meshfed{t: t, config: config, admin: adminAddr, xds: xdsAddr, logs: &logbuf.Buffer{}, done: make(chan struct{})}
 	argv := []string{meshfedBin, "run", "--config", config, "--log-level", "debug"}
 	if fs != nil {
 		argv = fs.Wrap(argv)
@@ -303,7 +286,7 @@ func startClientCmd(t *testing.T, bootstrapJSON string, argv ...string) *client 
 	c := &client{lines: make(chan clientLine, 1024)}
 	c.cmd = exec.Command(argv[0], argv[1:]...)
 	c.cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+bs)
-	stderr := &syncBuffer{}
+	stderr := &logbuf.Buffer{}
 	c.cmd.Stderr = stderr
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/meshfed/meshfed/test/logbuf"
 	"github.com/meshfed/meshfed/test/servers"
 )
 
@@ -218,7 +219,7 @@ func checkStatusPage(t *testing.T, o *operatorSetup) {
 	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelTimeout()
 
-	var problems syncBuffer
+	var problems logbuf.Buffer
 	err = chromedp.Listen(ctx, func(ev any) {
 		switch ev := ev.(type) {
 		case *runtime.EventConsoleAPICalled:
@@ -371,7 +372,7 @@ func checkStatusPage(t *testing.T, o *operatorSetup) {
 // in force with their sources, subsets, policies, the rejected rule, and
 // why an UNHEALTHY endpoint is not used; an unknown host or endpoint gets
 // the error, escaped.
-func checkHostPage(t *testing.T, ctx context.Context, base string, text func(string) string, problems *syncBuffer) {
+func checkHostPage(t *testing.T, ctx context.Context, base string, text func(string) string, problems *logbuf.Buffer) {
 	t.Helper()
 	if err := chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`tr[data-host="echo.vm.internal"] a`)),

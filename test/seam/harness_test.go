@@ -1,11 +1,9 @@
 package seam_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/meshfed/meshfed/registries/file"
 	"github.com/meshfed/meshfed/registries/filewatch"
 	"github.com/meshfed/meshfed/registries/registrytest"
+	"github.com/meshfed/meshfed/test/logbuf"
 )
 
 func write(t *testing.T, path, content string) {
@@ -39,26 +38,7 @@ type seam struct {
 	c    registries.Common
 	reg  *file.Registry
 	agg  *aggregate.Aggregator
-	logs *logBuffer // the registry's log, INFO and above
-}
-
-// logBuffer is a bytes.Buffer safe for the registry's goroutine and the
-// test's.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *logbuf.Buffer // the registry's log, INFO and above
 }
 
 // newSeam builds the file registry name over the files of o, and an
@@ -68,7 +48,7 @@ func newSeam(t *testing.T, name string, o filewatch.Options, opts aggregate.Opti
 	c := registries.Common{Name: name, Kind: "file", Domain: "vm.internal"}
 	cfg := &file.Config{Options: o}
 	cfg.ApplyDefaults()
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	reg, err := cfg.New(c, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
