@@ -189,18 +189,7 @@ func TestAgentLimitNeedsAgentRead(t *testing.T) {
 		{"catalog-only", `service_prefix "" { policy = "read" } node_prefix "" { policy = "read" }`, DefaultMaxConcurrentWatches},
 		{"agent-read", `service_prefix "" { policy = "read" } node_prefix "" { policy = "read" } agent_prefix "" { policy = "read" }`, 64},
 	} {
-		pol, _, err := cl.ACL().PolicyCreate(&api.ACLPolicy{Name: c.name, Rules: c.rules}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok, _, err := cl.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokenFile := filepath.Join(t.TempDir(), "token")
-		if err := os.WriteFile(tokenFile, []byte(tok.SecretID+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		tokenFile := aclTokenFile(t, cl, c.name, c.rules)
 		reg := newRegistry(t, agent, "acl-"+c.name, func(cfg *Config) { cfg.TokenFile = tokenFile })
 		sink := registrytest.NewSink()
 		registrytest.Start(t, reg, sink)
@@ -295,4 +284,24 @@ func TestBoundedHTTP2SurvivesAgentRestart(t *testing.T) {
 			t.Errorf("published %d services after the restart, want 301", len(st.Services))
 		}
 	}
+}
+
+// aclTokenFile creates an ACL policy name with rules (cl holds the
+// management token), a token with it, and a token file holding that
+// token.
+func aclTokenFile(t *testing.T, cl *api.Client, name, rules string) string {
+	t.Helper()
+	pol, _, err := cl.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: rules}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := cl.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok.SecretID+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tokenFile
 }

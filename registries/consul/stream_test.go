@@ -3,8 +3,6 @@ package consul
 import (
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -232,18 +230,7 @@ func TestEventStreamSendsTheToken(t *testing.T) {
 			}
 		}
 	}
-	pol, _, err := cl.ACL().PolicyCreate(&api.ACLPolicy{Name: "svc-read", Rules: `service_prefix "svc-" { policy = "read" } node_prefix "" { policy = "read" }`}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _, err := cl.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(tok.SecretID+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokenFile := aclTokenFile(t, cl, "svc-read", `service_prefix "svc-" { policy = "read" } node_prefix "" { policy = "read" }`)
 	reg := newRegistry(t, agent, "stream-acl", func(c *Config) {
 		c.TokenFile, c.MaxConcurrentWatches, c.WaitTime = tokenFile, 4, registries.Duration(5*time.Minute)
 	})
@@ -256,7 +243,7 @@ func TestEventStreamSendsTheToken(t *testing.T) {
 	if got := testutil.ToFloat64(reg.m.subscriptions); got != services {
 		t.Errorf("%v event streams open, want %d", got, services)
 	}
-	_, err = cl.Catalog().Register(&api.CatalogRegistration{Node: "late", Address: "10.1.2.3",
+	_, err := cl.Catalog().Register(&api.CatalogRegistration{Node: "late", Address: "10.1.2.3",
 		Service: &api.AgentService{ID: "svc-3-late", Service: "svc-3", Port: 80}}, nil)
 	if err != nil {
 		t.Fatal(err)
