@@ -160,7 +160,13 @@ type Registry struct {
 	// converted, when set (by tests), is called with the name of every
 	// service whose answer is converted.
 	converted func(service string)
+	// reprobe, when set (by tests), replaces reprobeAfter.
+	reprobe time.Duration
 }
+
+// reprobeAfter is how long after a refused probe of the servers' event
+// stream it is tried again, while services take turns.
+const reprobeAfter = time.Minute
 
 var _ registries.Registry = (*Registry)(nil)
 
@@ -402,16 +408,18 @@ type watch struct {
 	// stream serves the services that blocking queries cannot hold at
 	// once over HTTP/1.1 (nil: not tried, or not usable); streamTried:
 	// openStream ran.
-	stream      *streamer
-	streamTried bool
-	sq          *queue // services whose event stream is to be opened (starter)
-	starters    bool   // the starters run
-	notReady    int    // services whose state is not ready(), so that publishing need not scan them all
-	workers     int    // worker goroutines started
-	warned      bool   // logged that services take turns
-	hinting     bool   // watchChecks runs
-	catalogOK   bool   // the catalog answered since the last catalog error
-	pub         *registries.Publisher[string]
+	stream    *streamer
+	probedAt  time.Time          // the last openStream; zero: none
+	reprobeC  <-chan time.Time   // fires when a refused probe may be tried again
+	sq        *queue             // services whose event stream is to be opened (starter)
+	starters  bool               // the starters run
+	notReady  int                // services whose state is not ready(), so that publishing need not scan them all
+	workers   int                // worker goroutines started
+	warned    bool               // logged that services take turns
+	hinting   bool               // watchChecks runs
+	stopHints context.CancelFunc // ends watchChecks (migrate)
+	catalogOK bool               // the catalog answered since the last catalog error
+	pub       *registries.Publisher[string]
 }
 
 // h2StreamsPerConn is how many requests a Consul agent serves at once on
@@ -442,8 +450,10 @@ func (w *watch) updateSlots() {
 	if w.httpServices > slots && !w.hinting {
 		// Services take turns: health changes are learned apart.
 		w.hinting = true
+		hctx, cancel := context.WithCancel(w.ctx)
+		w.stopHints = cancel
 		for _, state := range []string{api.HealthCritical, api.HealthWarning} {
-			w.wg.Go(func() { w.watchChecks(w.ctx, state) })
+			w.wg.Go(func() { w.watchChecks(hctx, state) })
 		}
 	}
 }
@@ -773,6 +783,9 @@ func (w *watch) loop(ctx context.Context) error {
 			w.onService(ev)
 		case names := <-w.hints:
 			w.onHints(names)
+		case <-w.reprobeC:
+			w.reprobeC = nil
+			w.maybeStream(nil)
 		}
 		// Drain what is already waiting before publishing.
 		for more := true; more; {
@@ -853,21 +866,69 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 	return nil
 }
 
-// maybeStream opens the servers' event stream (openStream) the first time
-// the services, with added, are more than the blocking queries the agent
-// lets meshfed hold at once: over HTTP/1.1 with more services than
+// maybeStream opens the servers' event stream (openStream) once the
+// services, with added, are more than the blocking queries the agent lets
+// meshfed hold at once: over HTTP/1.1 with more services than
 // maxConcurrentWatches, unless streaming is off. Services added from then
 // on follow the stream; those already served by blocking queries keep
-// them (each has a query of its own).
+// them (each has a query of its own) unless they were taking turns. A
+// refused probe is tried again reprobeAfter later (at the next catalog
+// change, or by reprobeC), while services take turns; when it then
+// succeeds, every service moves to the stream (migrate).
 func (w *watch) maybeStream(added []string) {
-	if w.streamTried || w.r.cfg.Streaming == StreamingOff || len(added) == 0 || w.proto.h2.Load() {
+	if w.stream != nil || w.r.cfg.Streaming == StreamingOff || w.proto.h2.Load() {
 		return
 	}
 	if w.httpServices+len(added) <= w.budget {
 		return
 	}
-	w.streamTried = true
-	w.stream = w.openStream(slices.Min(added))
+	if !w.probedAt.IsZero() && time.Since(w.probedAt) < cmp.Or(w.r.reprobe, reprobeAfter) {
+		return // reprobeC is set
+	}
+	probe := ""
+	if len(added) > 0 {
+		probe = slices.Min(added)
+	} else {
+		for name := range w.services {
+			probe = name
+			break
+		}
+	}
+	w.probedAt = time.Now()
+	if w.stream = w.openStream(probe); w.stream == nil {
+		w.reprobeC = time.After(cmp.Or(w.r.reprobe, reprobeAfter))
+		return
+	}
+	if w.httpServices > 0 {
+		w.migrate()
+	}
+}
+
+// migrate moves the services served by blocking queries (taking turns)
+// to the event stream: each gets a new entry, the old one's query ends.
+// Their last answers stay published until their streams have synced.
+func (w *watch) migrate() {
+	n := 0
+	for name, st := range w.services {
+		if st.e.streamed {
+			continue
+		}
+		st.e.cancel()
+		ectx, cancel := context.WithCancel(w.ctx)
+		e := &entry{name: name, ctx: ectx, cancel: cancel, streamed: true}
+		e.f = &follower{w: w, e: e, b: w.backoff()}
+		st.e = e
+		w.startStarters()
+		w.sq.push(e)
+		n++
+	}
+	w.httpServices = 0
+	w.active.Store(0)
+	if w.hinting {
+		w.stopHints() // no service takes turns any more
+		w.hinting = false
+	}
+	w.r.log.Info("Consul servers' event stream usable again: services moved from turns to it", "services", n)
 }
 
 // startStarters starts the goroutines that open event streams, once.

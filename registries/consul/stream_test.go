@@ -253,3 +253,59 @@ func TestEventStreamSendsTheToken(t *testing.T) {
 		return len(s.Endpoints) == 3
 	})
 }
+
+// TestEventStreamProbedAgain: servers that refused the event stream at
+// start (tls.internal_rpc.verify_incoming) and accept it after a restart
+// get it: the refused probe is tried again (reprobeAfter, 1s here), and
+// the services that took turns move to the stream, the checks' watches
+// end, and a change is served.
+func TestEventStreamProbedAgain(t *testing.T) {
+	t.Parallel()
+	const services = 20
+	agent := servers.StartConsul(t, servers.ConsulOptions{TLS: true, RPCVerifyIncoming: true})
+	cl := agentClient(t, agent)
+	agent.RegisterBulk(t, services, 1, 2)
+	reg := newRegistry(t, agent, "reprobe", func(c *Config) {
+		c.MaxConcurrentWatches, c.WaitTime = 4, registries.Duration(5*time.Minute)
+		c.Backoff = BackoffConfig{Initial: registries.Duration(50 * time.Millisecond), Max: registries.Duration(500 * time.Millisecond)}
+	})
+	reg.reprobe = time.Second
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	if st := sink.WaitFor(t, wait, registrytest.State.Synced); len(st.Services) != services+1 {
+		t.Fatalf("published %d services, want %d", len(st.Services), services+1)
+	}
+	if got := testutil.ToFloat64(reg.m.subscriptions); got != 0 {
+		t.Fatalf("%v event streams open on servers that refuse them", got)
+	}
+	if got := awaitInFlight("reprobe", 4+3); got != 4+3 {
+		t.Errorf("%v blocking queries in flight, want 7 (4 taking turns, the catalog, critical and warning checks)", got)
+	}
+
+	agent.SetRPCVerifyIncoming(t, false)
+	agent.Stop(t)
+	agent.Start(t)
+	streams := func() float64 { return testutil.ToFloat64(reg.m.subscriptions) }
+	for deadline := time.Now().Add(2 * wait); streams() < services+1 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := streams(); got != services+1 {
+		t.Fatalf("%v event streams open after the servers accept them, want %d", got, services+1)
+	}
+	// Only the catalog's blocking query is left: no turns, no checks' watches.
+	for deadline := time.Now().Add(wait); testutil.ToFloat64(inFlight.WithLabelValues("reprobe")) > 1 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(inFlight.WithLabelValues("reprobe")); got != 1 {
+		t.Errorf("%v blocking queries in flight after the move, want only the catalog's", got)
+	}
+	_, err := cl.Catalog().Register(&api.CatalogRegistration{Node: "late", Address: "10.7.7.7",
+		Service: &api.AgentService{ID: "svc-5-late", Service: "svc-5", Port: 80}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		s, _ := find(st.Services, "svc-5.consul")
+		return st.Healthy() && len(s.Endpoints) == 2
+	})
+}

@@ -184,6 +184,22 @@ func (c *Consul) SetMaxConnsPerClient(t testing.TB, n int) {
 	}
 }
 
+// SetRPCVerifyIncoming sets tls.internal_rpc.verify_incoming (the agent
+// was started with TLS) in the config file, for the next Start.
+func (c *Consul) SetRPCVerifyIncoming(t testing.TB, on bool) {
+	t.Helper()
+	tlsConf, ok := c.conf["tls"].(map[string]any)
+	if !ok {
+		t.Fatal("consul: SetRPCVerifyIncoming needs ConsulOptions.TLS")
+	}
+	if on {
+		tlsConf["internal_rpc"] = map[string]any{"verify_incoming": true}
+	} else {
+		delete(tlsConf, "internal_rpc")
+	}
+	c.writeConfig(t)
+}
+
 // Start (re)starts the agent with the same ports and data and waits until
 // it serves its catalog.
 func (c *Consul) Start(t testing.TB) {
