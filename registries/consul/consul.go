@@ -186,7 +186,8 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		return registries.Permanent(err)
 	}
 	defer tr.CloseIdleConnections()
-	services, svcTr, err := r.newClient(&tokenTransport{m: &r.m, token: token}, 0)
+	svcTT := &tokenTransport{m: &r.m, token: token}
+	services, svcTr, err := r.newClient(svcTT, 0)
 	if err != nil {
 		return registries.Permanent(err)
 	}
@@ -198,6 +199,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		r:         r,
 		client:    client,
 		svcClient: services,
+		health:    newHealthQuery(svcTT, &r.cfg, token),
 		svcTr:     svcTr,
 		proto:     tt,
 		token:     token,
@@ -381,6 +383,7 @@ type watch struct {
 	// svcClient is the service queries' client; svcTr its transport,
 	// whose connection bound sizeBudget sets.
 	svcClient *api.Client
+	health    *healthQuery // the workers' service queries, on svcClient's transport
 	svcTr     *http.Transport
 	proto     *tokenTransport // says whether the agent speaks HTTP/2
 	token     string
@@ -699,7 +702,7 @@ func (w *watch) worker(ctx context.Context) {
 			qctx, done = w.turns.start(e)
 		}
 		w.r.m.inFlight.Inc()
-		entries, meta, err := w.svcClient.Health().ServiceMultipleTags(e.name, cfg.Tags, cfg.PassingOnly, w.queryOptions(qctx, e.index, wait))
+		entries, lastIndex, err := w.health.query(qctx, e.name, w.queryOptions(qctx, e.index, wait))
 		w.r.m.inFlight.Dec()
 		ended := err != nil && qctx.Err() != nil && e.ctx.Err() == nil
 		done()
@@ -730,13 +733,13 @@ func (w *watch) worker(ctx context.Context) {
 			continue
 		}
 		b.Reset()
-		if behind(e.index, meta.LastIndex) {
+		if behind(e.index, lastIndex) {
 			e.index = 0
 			w.q.push(e)
 			continue
 		}
-		changed := meta.LastIndex != e.index || e.index == 0
-		e.index = nextIndex(e.index, meta.LastIndex)
+		changed := lastIndex != e.index || e.index == 0
+		e.index = nextIndex(e.index, lastIndex)
 		if changed || e.errored {
 			w.r.m.healthChanged.Inc()
 			e.errored = false
