@@ -76,7 +76,7 @@ func (h *healthQuery) query(ctx context.Context, name string, q *api.QueryOption
 	}
 	resp, err := h.rt.RoundTrip(req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("Get %q: %w", req.URL.Redacted(), err)
+		return nil, 0, fmt.Errorf("query %s: %w", req.URL.Redacted(), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
