@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/meshfed/meshfed/config"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // oneService publishes one service and blocks until ctx ends.
@@ -151,10 +151,7 @@ func grepLines(s, sub string) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := servers.LowListener(t)
 	defer l.Close()
 	return l.Addr().String()
 }

@@ -14,6 +14,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshfed/meshfed/kubeclient/kubeclienttest"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // TestConnect: the kubeconfig's context (or its current context), with
@@ -83,10 +84,7 @@ func TestInClusterCredentials(t *testing.T) {
 // ends the connections made through it.
 func TestOwnConnections(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := servers.LowListener(t)
 	defer l.Close()
 	accepted := make(chan net.Conn, 1)
 	go func() {

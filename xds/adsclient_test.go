@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	mcp "istio.io/api/mcp/v1alpha1"
 
+	"github.com/meshfed/meshfed/test/servers"
 	"github.com/meshfed/meshfed/xds/ads"
 	"github.com/meshfed/meshfed/xds/translate"
 )
@@ -27,10 +27,7 @@ const waitFor = 15 * time.Second
 // startServer runs srv's ADS on 127.0.0.1:0 until the test ends.
 func startServer(t *testing.T, srv *Server) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := servers.LowListener(t)
 	g := grpc.NewServer(ads.ServerOptions()...)
 	srv.Register(g)
 	done := make(chan struct{})

@@ -18,6 +18,7 @@ import (
 	_ "google.golang.org/grpc/xds" // registers the xds:/// resolver
 
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // childEnv makes the test binary act as a proxyless gRPC client: it dials
@@ -61,10 +62,7 @@ func checkHealth(target string) error {
 func TestGRPCGoClientResolvesThroughXDS(t *testing.T) {
 	t.Parallel()
 	// The backend: a real gRPC server with the health service.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := servers.LowListener(t)
 	backend := grpc.NewServer()
 	healthpb.RegisterHealthServer(backend, health.NewServer())
 	served := make(chan struct{})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshfed/meshfed/istioconfig"
 	"github.com/meshfed/meshfed/model"
+	"github.com/meshfed/meshfed/test/servers"
 	"github.com/meshfed/meshfed/xds/internal/testfixture"
 )
 
@@ -82,10 +83,7 @@ func TestGRPCGoAcksFullTraffic(t *testing.T) {
 // 127.0.0.1 and returns its port.
 func startHealthBackend(t *testing.T) uint32 {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := servers.LowListener(t)
 	backend := grpc.NewServer()
 	healthpb.RegisterHealthServer(backend, health.NewServer())
 	served := make(chan struct{})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 const waitTimeout = 10 * time.Second
@@ -328,10 +328,7 @@ func TestConformance(t *testing.T) {
 // message; Run still returns promptly when cancelled.
 func TestUnreachableAPIServer(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := servers.LowListener(t)
 	addr := l.Addr().String()
 	l.Close() // nothing listens there now
 	path := filepath.Join(t.TempDir(), "kubeconfig")

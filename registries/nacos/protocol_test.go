@@ -21,6 +21,7 @@ import (
 
 	"github.com/meshfed/meshfed/registries"
 	"github.com/meshfed/meshfed/registries/registrytest"
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // scriptedNacos is a Nacos 2.x gRPC server for what Polaris never does:
@@ -154,10 +155,7 @@ func (f *scriptedNacos) waitFor(t *testing.T, what string, cond func() bool) {
 func startScripted(t testing.TB, hosts []instance) (*scriptedNacos, string) {
 	t.Helper()
 	f := &scriptedNacos{hosts: hosts, refTime: 100, changed: make(chan struct{})}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := servers.LowListener(t)
 	srv := grpc.NewServer()
 	nacospb.RegisterRequestServer(srv, f)
 	nacospb.RegisterBiRequestStreamServer(srv, f)

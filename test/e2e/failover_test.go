@@ -14,16 +14,15 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // startStoppableBackend is startBackend returning the server, to stop it
 // mid-test.
 func startStoppableBackend(t *testing.T, name string) (*backend, *grpc.Server) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := servers.LowListener(t)
 	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		_ = grpc.SetHeader(ctx, metadata.Pairs("x-backend", name))
 		return h(ctx, req)

@@ -27,10 +27,7 @@ import (
 // non-nil error fails the call with it.
 func startBackendFunc(t *testing.T, name string, hook func(ctx context.Context) error) *backend {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := servers.LowListener(t)
 	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if err := hook(ctx); err != nil {
 			return nil, err // no response headers: the call may be retried

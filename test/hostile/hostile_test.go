@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"github.com/meshfed/meshfed/aggregate"
 	"github.com/meshfed/meshfed/model"
 	"github.com/meshfed/meshfed/registries"
+	"github.com/meshfed/meshfed/test/servers"
 	"github.com/meshfed/meshfed/xds"
 	"github.com/meshfed/meshfed/xds/ads"
 	"github.com/meshfed/meshfed/xds/translate"
@@ -330,10 +330,7 @@ func servedOrigin(snap *model.Snapshot, origin string) bool {
 // least want resources each (and a route configuration); any NACK fails
 // the test.
 func checkGRPCClientAccepts(t *testing.T, srv *xds.Server, want map[string]int, targets []string) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := servers.LowListener(t)
 	g := grpc.NewServer(ads.ServerOptions()...)
 	srv.Register(g)
 	served := make(chan struct{})

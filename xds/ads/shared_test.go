@@ -3,7 +3,6 @@ package ads
 import (
 	"bytes"
 	"context"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -18,6 +17,8 @@ import (
 	protoenc "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshfed/meshfed/test/servers"
 )
 
 // TestStreamsShareOneEncoding: SotW and delta streams sent the same
@@ -110,10 +111,7 @@ func TestServerOptionsServeSotwAndDelta(t *testing.T) {
 	srv.Apply(Changes{edsKind: {Updated: map[string]types.Resource{"a": big, "b": cla("b", 1)}}})
 	g := grpc.NewServer(ServerOptions()...)
 	srv.Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := servers.LowListener(t)
 	served := make(chan struct{})
 	go func() { defer close(served); _ = g.Serve(lis) }()
 	defer func() { srv.Close(); g.Stop(); <-served }()
