@@ -205,6 +205,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		token:     token,
 		q:         newQueue(),
 		sq:        newQueue(),
+		probed:    make(chan *streamer),
 		firsts:    make(chan struct{}, cmp.Or(r.cfg.MaxConcurrentWatches, DefaultMaxConcurrentWatches)),
 		catalog:   make(chan catalogEvent),
 		service:   make(chan serviceEvent),
@@ -413,6 +414,8 @@ type watch struct {
 	// openStream ran.
 	stream    *streamer
 	probedAt  time.Time          // the last openStream; zero: none
+	probing   bool               // an openStream runs in a goroutine (maybeStream)
+	probed    chan *streamer     // its result
 	reprobeC  <-chan time.Time   // fires when a refused probe may be tried again
 	sq        *queue             // services whose event stream is to be opened (starter)
 	starters  bool               // the starters run
@@ -789,6 +792,8 @@ func (w *watch) loop(ctx context.Context) error {
 		case <-w.reprobeC:
 			w.reprobeC = nil
 			w.maybeStream(nil)
+		case s := <-w.probed:
+			w.onProbed(s)
 		}
 		// Drain what is already waiting before publishing.
 		for more := true; more; {
@@ -877,9 +882,12 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 // them (each has a query of its own) unless they were taking turns. A
 // refused probe is tried again reprobeAfter later (at the next catalog
 // change, or by reprobeC), while services take turns; when it then
-// succeeds, every service moves to the stream (migrate).
+// succeeds, every service moves to the stream (migrate). The first probe
+// runs on the loop, before the services it decides about have a query;
+// the later ones in a goroutine (onProbed), since a probe may wait
+// probeTimeout and the loop serves changes meanwhile.
 func (w *watch) maybeStream(added []string) {
-	if w.stream != nil || w.r.cfg.Streaming == StreamingOff || w.proto.h2.Load() {
+	if w.stream != nil || w.probing || w.r.cfg.Streaming == StreamingOff || w.proto.h2.Load() {
 		return
 	}
 	if w.httpServices+len(added) <= w.budget {
@@ -897,8 +905,25 @@ func (w *watch) maybeStream(added []string) {
 			break
 		}
 	}
+	if w.probedAt.IsZero() {
+		w.onProbed(w.openStream(probe))
+		return
+	}
+	w.probing = true
+	w.wg.Go(func() {
+		if s := w.openStream(probe); !send(w.ctx, w.probed, s) && s != nil {
+			s.close() // the Run ended meanwhile
+		}
+	})
+}
+
+// onProbed takes the result of openStream: a refused probe is tried
+// again later (reprobeC); an accepted one serves every service from
+// then on.
+func (w *watch) onProbed(s *streamer) {
+	w.probing = false
 	w.probedAt = time.Now()
-	if w.stream = w.openStream(probe); w.stream == nil {
+	if w.stream = s; s == nil {
 		w.reprobeC = time.After(cmp.Or(w.r.reprobe, reprobeAfter))
 		return
 	}
