@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -266,7 +265,7 @@ type s6Pipeline struct {
 
 func startS6Pipeline(c registries.Common, o S6Options) (*s6Pipeline, error) {
 	log := slog.New(slog.DiscardHandler)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := Listen("127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}

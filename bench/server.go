@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -309,8 +310,19 @@ func DistinctResources(services []model.Service) int64 {
 	return int64(len(tr.Resources(translate.KindOf(translate.ClassGRPC, translate.ClusterType))) + len(tr.Resources(translate.KindOf(translate.ClassGRPC, translate.EndpointType))))
 }
 
-// Listen listens on a loopback address ("127.0.0.1:0" picks a port).
+// Listen listens on a loopback address. Port 0 picks a free port below
+// 32768: Linux hands out 32768–60999 to outgoing connections, so a port
+// the kernel picks there can collide with a client's now and then.
 func Listen(addr string) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && port == "0" {
+		for range 100 {
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(20000+rand.IntN(12000))))
+			if err == nil {
+				return l, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)

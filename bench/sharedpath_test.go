@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -114,7 +113,7 @@ func benchSharedPath(b *testing.B, n int, state bool, streams int) {
 	if streams > 0 {
 		g := GRPCServer()
 		x.Register(g)
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := Listen("127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -177,7 +177,7 @@ func startIstiod(bin, configSource, configDir string) (stop func(), grpcAddr str
 		return nil, "", 0, err
 	}
 	port := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := bench.Listen("127.0.0.1:0")
 		if err != nil {
 			return "127.0.0.1:0"
 		}
