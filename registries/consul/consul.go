@@ -40,8 +40,8 @@
 //     read of the service's index, and its instances are sent once the
 //     stream has reached that index (a restarted server's snapshots lag;
 //     stream.go); after a failure, one consistent read lets the whole
-//     wave of resubscriptions start. Services that already had a
-//     blocking query keep it.
+//     wave of resubscriptions start. Services that had a blocking query
+//     until then move to the stream.
 //   - the same when the servers refuse the stream (their RPC port not
 //     reachable from meshfed, or tls.internal_rpc.verify_incoming), or
 //     with streaming: off: the queries take turns on a pool of
@@ -877,12 +877,12 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 // maybeStream opens the servers' event stream (openStream) once the
 // services, with added, are more than the blocking queries the agent lets
 // meshfed hold at once: over HTTP/1.1 with more services than
-// maxConcurrentWatches, unless streaming is off. Services added from then
-// on follow the stream; those already served by blocking queries keep
-// them (each has a query of its own) unless they were taking turns. A
-// refused probe is tried again reprobeAfter later (at the next catalog
-// change, or by reprobeC), while services take turns; when it then
-// succeeds, every service moves to the stream (migrate). The first probe
+// maxConcurrentWatches, unless streaming is off. From then on every
+// service follows the stream: those served by blocking queries until then
+// (the catalog grew past the budget, or the servers refused an earlier
+// probe and they took turns) move to it (migrate). A refused probe is
+// tried again reprobeAfter later (at the next catalog change, or by
+// reprobeC). The first probe
 // runs on the loop, before the services it decides about have a query;
 // the later ones in a goroutine (onProbed), since a probe may wait
 // probeTimeout and the loop serves changes meanwhile.
@@ -956,7 +956,7 @@ func (w *watch) migrate() {
 		w.stopHints() // no service takes turns any more
 		w.hinting = false
 	}
-	w.r.log.Info("Consul servers' event stream usable again: services moved from turns to it", "services", n)
+	w.r.log.Info("Consul services moved from blocking queries to the servers' event stream", "services", n)
 }
 
 // startStarters starts the goroutines that open event streams, once.

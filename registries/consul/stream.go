@@ -143,15 +143,17 @@ func (s *streamer) close() {
 	}
 }
 
+// errClosed: the registry's Run ended.
+var errClosed = errors.New("consul: registry stopped")
+
 // consistent returns nil once a consistent read through the agent has
 // succeeded since failedAt (the time a subscription failed): the leader
 // has then applied its raft log, so a new subscription's snapshot is not
 // older than what was served (a restarted server answers from its state
 // store while it replays the log). It also points the connection at the
-// current leader. Callers are serialized: after a server restart every
-// subscription fails at once, and one read serves them all.
-var errClosed = errors.New("consul: registry stopped")
-
+// current leader. After a server restart every subscription fails at
+// once: the starters read concurrently (at most one read each), and the
+// subscriptions that failed before a read succeeded pass without one.
 func (s *streamer) consistent(ctx context.Context, failedAt time.Time) error {
 	s.mu.Lock()
 	ok, closed := s.okAt.After(failedAt), s.closed

@@ -296,8 +296,8 @@ func TestEventStreamProbedAgain(t *testing.T) {
 	for deadline := time.Now().Add(wait); testutil.ToFloat64(inFlight.WithLabelValues("reprobe")) > 1 && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got := testutil.ToFloat64(inFlight.WithLabelValues("reprobe")); got != 1 {
-		t.Errorf("%v blocking queries in flight after the move, want only the catalog's", got)
+	if got := testutil.ToFloat64(inFlight.WithLabelValues("reprobe")); got > 1 {
+		t.Errorf("%v blocking queries in flight after the move, want only the catalog's (none between its rounds)", got)
 	}
 	_, err := cl.Catalog().Register(&api.CatalogRegistration{Node: "late", Address: "10.7.7.7",
 		Service: &api.AgentService{ID: "svc-5-late", Service: "svc-5", Port: 80}}, nil)
@@ -308,4 +308,40 @@ func TestEventStreamProbedAgain(t *testing.T) {
 		s, _ := find(st.Services, "svc-5.consul")
 		return st.Healthy() && len(s.Endpoints) == 2
 	})
+}
+
+// TestCatalogGrowingPastTheBudget: a catalog within the budget has a
+// blocking query per service; when it grows past it, every service moves
+// to the event stream, those that had a query included, and the new ones
+// are served.
+func TestCatalogGrowingPastTheBudget(t *testing.T) {
+	t.Parallel()
+	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true})
+	agent.RegisterBulk(t, 3, 1, 2)
+	reg := newRegistry(t, agent, "growing", func(c *Config) {
+		c.MaxConcurrentWatches, c.WaitTime = 8, registries.Duration(5*time.Minute)
+	})
+	sink := registrytest.NewSink()
+	registrytest.Start(t, reg, sink)
+	if st := sink.WaitFor(t, wait, registrytest.State.Synced); len(st.Services) != 4 {
+		t.Fatalf("published %d services, want 4", len(st.Services))
+	}
+	if got := awaitInFlight("growing", 5); got != 5 || testutil.ToFloat64(reg.m.subscriptions) != 0 {
+		t.Fatalf("%v blocking queries, %v event streams; want 5 (one per service and the catalog's) and none",
+			got, testutil.ToFloat64(reg.m.subscriptions))
+	}
+	agent.RegisterBulk(t, 20, 1, 2) // svc-0 … svc-19: 17 more services
+	sink.WaitFor(t, wait, func(st registrytest.State) bool { return st.Healthy() && len(st.Services) == 21 })
+	for deadline := time.Now().Add(wait); testutil.ToFloat64(reg.m.subscriptions) < 21 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(reg.m.subscriptions); got != 21 {
+		t.Errorf("%v event streams open, want 21 (every service)", got)
+	}
+	for deadline := time.Now().Add(wait); testutil.ToFloat64(inFlight.WithLabelValues("growing")) > 1 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(inFlight.WithLabelValues("growing")); got > 1 {
+		t.Errorf("%v blocking queries in flight, want only the catalog's (none between its rounds)", got)
+	}
 }
