@@ -46,11 +46,10 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 
 // event is one decoded top-level Event.
 type event struct {
-	index          uint64
-	endOfSnapshot  bool
-	newSnapshot    bool // NewSnapshotToFollow: reset the view
-	updates        []update
-	unknownPayload bool // a payload this registry does not read
+	index         uint64
+	endOfSnapshot bool
+	newSnapshot   bool // NewSnapshotToFollow: reset the view
+	updates       []update
 }
 
 // update is a ServiceHealthUpdate: register (or replace) or deregister
@@ -81,17 +80,14 @@ func decodeEvent(b []byte) (event, error) {
 				}
 				inner, err := decodeEvent(v)
 				ev.updates = append(ev.updates, inner.updates...)
-				ev.unknownPayload = ev.unknownPayload || inner.unknownPayload
 				return err
 			})
 		case num == 10 && typ == protowire.BytesType: // ServiceHealthUpdate
 			u, err := decodeUpdate(v)
 			ev.updates = append(ev.updates, u)
 			return err
-		case num >= 11 && typ == protowire.BytesType:
-			ev.unknownPayload = true
 		}
-		return nil
+		return nil // other payloads (config entries, service lists) are not read
 	})
 	return ev, err
 }
