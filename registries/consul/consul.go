@@ -190,6 +190,13 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		return registries.Permanent(err)
 	}
 	defer tr.CloseIdleConnections()
+	// The event stream's leader is the agent's own datacenter's (stream.go).
+	local := client
+	if r.cfg.Datacenter != "" {
+		if local, err = r.apiClient(tt, ""); err != nil {
+			return registries.Permanent(err)
+		}
+	}
 	svcTT := &tokenTransport{m: &r.m, token: token}
 	services, svcTr, err := r.newClient(svcTT, 0)
 	if err != nil {
@@ -202,6 +209,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		ctx:       ctx,
 		r:         r,
 		client:    client,
+		local:     local,
 		svcClient: services,
 		health:    newHealthQuery(svcTT, &r.cfg, token),
 		svcTr:     svcTr,
@@ -271,15 +279,21 @@ func (r *Registry) newClient(tt *tokenTransport, maxConns int) (*api.Client, *ht
 		}
 		tr.TLSClientConfig = tlsConf
 	}
-	client, err := api.NewClient(&api.Config{
-		Address:    c.Address,
-		Scheme:     c.Scheme,
-		Datacenter: c.Datacenter,
+	client, err := r.apiClient(tt, c.Datacenter)
+	tt.next = tr
+	return client, tr, err
+}
+
+// apiClient is an API client of the configured agent on tt, whose
+// requests name datacenter dc ("": the agent's own).
+func (r *Registry) apiClient(tt *tokenTransport, dc string) (*api.Client, error) {
+	return api.NewClient(&api.Config{
+		Address:    r.cfg.Address,
+		Scheme:     r.cfg.Scheme,
+		Datacenter: dc,
 		Token:      tt.token, // so that the request needs no change (RoundTrip)
 		HttpClient: &http.Client{Transport: tt},
 	})
-	tt.next = tr
-	return client, tr, err
 }
 
 // tokenTransport sets the ACL token header to the configured token (or
@@ -385,6 +399,7 @@ type watch struct {
 	ctx    context.Context // of the Run; entries derive theirs from it
 	r      *Registry
 	client *api.Client // the catalog and health-state watches
+	local  *api.Client // client, but of the agent's own datacenter
 	// svcClient is the service queries' client; svcTr its transport,
 	// whose connection bound sizeBudget sets.
 	svcClient *api.Client

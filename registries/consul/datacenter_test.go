@@ -53,7 +53,11 @@ func TestRemoteDatacenter(t *testing.T) {
 	}
 	modes := []*mode{
 		{name: "blocking", edit: func(c *Config) { c.Streaming = StreamingOff }},
-		{name: "turns", edit: func(c *Config) { c.Streaming, c.MaxConcurrentWatches = StreamingOff, 8 }},
+		// Turns of waitTime×8/41 (≥ 1s): 2 s, a round over every service
+		// in about waitTime, 10 s.
+		{name: "turns", edit: func(c *Config) {
+			c.Streaming, c.MaxConcurrentWatches, c.WaitTime = StreamingOff, 8, registries.Duration(10*time.Second)
+		}},
 		{name: "stream", edit: func(c *Config) { c.MaxConcurrentWatches = 8 }},
 	}
 	for _, m := range modes {
@@ -89,8 +93,8 @@ func TestRemoteDatacenter(t *testing.T) {
 
 	// Changes made in dc2 (through its own agent): one instance's new
 	// address, then another's failing check. Turns serve the address at
-	// the service's turn (40 services, 8 watches: within a turn of
-	// 5m×8/40 = 1m); the failing check comes ahead of it, by a hint.
+	// the service's next turn (within a round, ≈ 10 s); the failing check
+	// comes ahead of it, by a health hint.
 	const host = "svc-7.consul"
 	if _, err := cl2.Catalog().Register(&api.CatalogRegistration{
 		Node: "node-0", Address: "198.51.100.1", SkipNodeUpdate: true,
