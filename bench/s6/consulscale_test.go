@@ -196,11 +196,13 @@ func loadavg() string {
 // initial sync, how long a new instance takes to reach Sink.Publish, and
 // the load on the agent idle and under churn. Over HTTPS the agent speaks
 // HTTP/2 and every service has its own blocking query on
-// maxConcurrentWatches connections; over plain HTTP the service queries
-// take turns when there are more services than watches
-// (registries/consul/consul.go). A last mode raises the agent's limit
-// (reloaded) so that over plain HTTP every service has a connection of its
-// own, as the registry sizes its budget from that limit. Without
+// maxConcurrentWatches connections; over plain HTTP the services follow
+// the servers' event stream, or with streaming off take turns when there
+// are more services than watches (registries/consul/consul.go). The last
+// two modes raise the agent's limit (reloaded), which leaves a connection
+// per service: at the default the services follow the event stream all
+// the same (beyond 128 services), with streaming off each has a blocking
+// query of its own, as the registry sizes its budget from that limit. Without
 // -s6.scale.out it runs at a tiny size (checks only that every mode syncs
 // and sees every change).
 func TestConsulScale(t *testing.T) {
@@ -247,8 +249,13 @@ func TestConsulScale(t *testing.T) {
 		// every service takes about max(wait, services/budget × 1 s).
 		{name: "plain HTTP, streaming off: round-robin turns", proto: "HTTP/1.1", wait: h1wait, changes: 5, concurrent: true, streamingOff: true,
 			timeout: max(h1wait, time.Duration(services/cmp.Or(budget, consul.DefaultMaxConcurrentWatches))*time.Second) + time.Minute},
-		{name: "plain HTTP, the agent's limit raised, one blocking query per service", proto: "HTTP/1.1", wait: consul.DefaultWaitTime.Std(), changes: 20,
+		// The agent's limit raised: at the default the services follow the
+		// event stream all the same (more than 128 services); with
+		// streaming off each has a blocking query of its own.
+		{name: "plain HTTP, the agent's limit raised (streaming auto)", proto: "HTTP/1.1", wait: consul.DefaultWaitTime.Std(), changes: 20,
 			timeout: 30 * time.Second, churn: true, agentLimit: raised},
+		{name: "plain HTTP, the agent's limit raised, streaming off: one blocking query per service", proto: "HTTP/1.1", wait: consul.DefaultWaitTime.Std(), changes: 20,
+			timeout: 30 * time.Second, churn: true, agentLimit: raised, streamingOff: true},
 	} {
 		if !strings.Contains(m.name, *scaleModes) {
 			continue

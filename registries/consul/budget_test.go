@@ -125,48 +125,81 @@ func TestAgentLimitSizesWatches(t *testing.T) {
 
 // TestRaisedAgentLimitGivesEveryServiceAQuery: an operator raised the
 // agent's limits.http_max_conns_per_client to 1000 for a catalog of 300
-// services. With nothing set in the registry's config, it holds a
-// blocking query per service over plain HTTP, so a change no health hint
-// carries (an instance's new address) is served at once, not at its
-// service's turn (up to waitTime, 5m).
+// services. With streaming off and nothing else set, the registry holds a
+// blocking query per service over plain HTTP (64 % of the limit: 640), so
+// a change no health hint carries (an instance's new address) is served
+// at once, not at its service's turn (up to waitTime, 5m). At the default
+// (streaming auto) the 300 services follow the servers' event stream all
+// the same (more than streamAbove: it costs a quarter of the memory) and
+// hold no blocking query; the change is served at once too.
 func TestRaisedAgentLimitGivesEveryServiceAQuery(t *testing.T) {
 	t.Parallel()
 	const services = 300
 	agent := servers.StartConsul(t, servers.ConsulOptions{Dev: true, MaxConnsPerClient: 1000})
 	cl := agentClient(t, agent)
 	agent.RegisterBulk(t, services, 1, 8)
-	reg := newRegistry(t, agent, "raised", func(c *Config) { c.WaitTime = registries.Duration(5 * time.Minute) })
-	sink := registrytest.NewSink()
-	registrytest.Start(t, reg, sink)
-	st := sink.WaitFor(t, wait, registrytest.State.Synced)
-	if len(st.Services) != services+1 {
-		t.Fatalf("published %d services, want %d", len(st.Services), services+1)
-	}
-	if got := testutil.ToFloat64(reg.m.budget); got != 640 {
-		t.Errorf("maxConcurrentWatches = %v, want 640 (64 %% of the agent's 1000)", got)
-	}
-	for _, s := range []int{7, 150, 299} {
-		_, err := cl.Catalog().Register(&api.CatalogRegistration{
-			Node: "node-0", Address: "198.51.100.1", SkipNodeUpdate: true,
-			Service: &api.AgentService{ID: fmt.Sprintf("svc-%d-0", s), Service: fmt.Sprintf("svc-%d", s), Address: "192.0.2.9", Port: 1000 + s},
-		}, nil)
-		if err != nil {
-			t.Fatal(err)
+	for round, streaming := range []string{StreamingOff, StreamingAuto} {
+		name := "raised-" + streaming
+		reg := newRegistry(t, agent, name, func(c *Config) {
+			c.WaitTime, c.Streaming = registries.Duration(5*time.Minute), streaming
+		})
+		sink := registrytest.NewSink()
+		registrytest.Start(t, reg, sink)
+		st := sink.WaitFor(t, wait, registrytest.State.Synced)
+		if len(st.Services) != services+1 {
+			t.Fatalf("%s: published %d services, want %d", streaming, len(st.Services), services+1)
 		}
-	}
-	start := time.Now()
-	sink.WaitFor(t, wait, func(st registrytest.State) bool {
+		if got := testutil.ToFloat64(reg.m.budget); got != 640 {
+			t.Errorf("%s: maxConcurrentWatches = %v, want 640 (64 %% of the agent's 1000)", streaming, got)
+		}
+		wantStreams, wantQueries := 0.0, float64(services+1+1) // each service's and the catalog's
+		if streaming == StreamingAuto {
+			wantStreams, wantQueries = services+1, 1
+		}
+		waitGauge(t, func() float64 { return testutil.ToFloat64(reg.m.subscriptions) }, wantStreams, streaming+": event stream subscriptions")
+		waitGauge(t, func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues(name)) }, wantQueries, streaming+": blocking queries in flight")
+		addr := fmt.Sprintf("192.0.2.%d", 9+round)
 		for _, s := range []int{7, 150, 299} {
-			svc, ok := find(st.Services, fmt.Sprintf("svc-%d.consul", s))
-			if !ok || len(svc.Endpoints) != 1 || svc.Endpoints[0].Address != "192.0.2.9" {
-				return false
+			_, err := cl.Catalog().Register(&api.CatalogRegistration{
+				Node: "node-0", Address: "198.51.100.1", SkipNodeUpdate: true,
+				Service: &api.AgentService{ID: fmt.Sprintf("svc-%d-0", s), Service: fmt.Sprintf("svc-%d", s), Address: addr, Port: 1000 + s},
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
 			}
 		}
-		return true
-	})
-	t.Logf("new addresses served after %v", time.Since(start).Round(time.Millisecond))
-	if got := testutil.ToFloat64(reg.m.hinted); got != 0 {
-		t.Errorf("%v services asked ahead of a turn, want none (no turns)", got)
+		start := time.Now()
+		sink.WaitFor(t, wait, func(st registrytest.State) bool {
+			for _, s := range []int{7, 150, 299} {
+				svc, ok := find(st.Services, fmt.Sprintf("svc-%d.consul", s))
+				if !ok || len(svc.Endpoints) != 1 || svc.Endpoints[0].Address != addr {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("%s: new addresses served after %v", streaming, time.Since(start).Round(time.Millisecond))
+		if got := testutil.ToFloat64(reg.m.hinted); got != 0 {
+			t.Errorf("%s: %v services asked ahead of a turn, want none (no turns)", streaming, got)
+		}
+	}
+}
+
+// waitGauge waits (up to wait) until get returns want, and fails with
+// what it last returned.
+func waitGauge(t *testing.T, get func() float64, want float64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		got := get()
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s = %v, want %v", what, got, want)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -63,11 +63,12 @@ type Config struct {
 	// that automatic size.
 	MaxConcurrentWatches int `yaml:"maxConcurrentWatches"`
 	// Streaming is auto or off. auto (the default): when the agent speaks
-	// plain HTTP and the services are more than maxConcurrentWatches
-	// blocking queries can hold, they are served from the Consul servers'
-	// event stream (the one client agents use, on the servers' RPC port),
-	// so a change is served at once; if the servers refuse it, they take
-	// turns on blocking queries. off: always blocking queries.
+	// plain HTTP and there are more than 128 services (or more than
+	// maxConcurrentWatches blocking queries can hold, if fewer), they are
+	// served from the Consul servers' event stream (the one client agents
+	// use, on the servers' RPC port), so a change is served at once; if
+	// the servers refuse it, blocking queries serve them (taking turns
+	// beyond maxConcurrentWatches). off: always blocking queries.
 	Streaming string `yaml:"streaming"`
 	// Backoff bounds the jittered reconnect delay after errors. Defaults
 	// 200ms initial, 30s max.

@@ -28,11 +28,14 @@
 //     has its own, blocking for waitTime, and a change is served at once
 //     (docs/registries/consul.md has the figures). This is the mode for
 //     large catalogs.
-//   - plain HTTP (HTTP/1.1) with more services than maxConcurrentWatches:
-//     the services follow the Consul servers' event stream instead
-//     (streaming: auto, stream.go): the change feed Consul's client agents
-//     use (pbsubscribe), on the leader's RPC port, one subscription per
-//     service on one gRPC connection read by one goroutine (grpcstreams).
+//   - plain HTTP (HTTP/1.1) with more than 128 services (streamAbove; or
+//     more than maxConcurrentWatches, if that is lower): the services
+//     follow the Consul servers' event stream instead (streaming: auto,
+//     stream.go), even when the agent's limit would leave a connection
+//     per service, which costs four times the memory (streamAbove). The
+//     stream is the change feed Consul's client agents use (pbsubscribe),
+//     on the leader's RPC port, one subscription per service on one gRPC
+//     connection read by one goroutine (grpcstreams).
 //     A subscription answers the service's instances once, then pushes
 //     each change to them, so a change is served at once and an idle
 //     catalog costs nothing. The leader is the one the agent names
@@ -44,12 +47,13 @@
 //     until then move to the stream.
 //   - the same when the servers refuse the stream (their RPC port not
 //     reachable from meshfed, or tls.internal_rpc.verify_incoming), or
-//     with streaming: off: the queries take turns on a pool of
-//     maxConcurrentWatches goroutines, each blocking for
-//     waitTime×maxConcurrentWatches/services (at least 1s). A query whose
-//     index is behind returns at once, so a changed service is seen at its
-//     next turn, within about waitTime; unchanged services cost one answer
-//     per turn. Health changes do not wait for the turn: two more blocking
+//     with streaming: off: each service has a blocking query of its own
+//     while maxConcurrentWatches holds them all; beyond that the queries
+//     take turns on a pool of maxConcurrentWatches goroutines, each
+//     blocking for waitTime×maxConcurrentWatches/services (at least 1s).
+//     A query whose index is behind returns at once, so a changed service
+//     is seen at its next turn, within about waitTime; unchanged services
+//     cost one answer per turn. Health changes do not wait for the turn: two more blocking
 //     queries hold the checks that are not passing
 //     (/v1/health/state/critical and /warning; Consul indexes checks by
 //     status, so an answer costs the non-passing checks, not the catalog),
@@ -186,6 +190,13 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		return registries.Permanent(err)
 	}
 	defer tr.CloseIdleConnections()
+	// The event stream's leader is the agent's own datacenter's (stream.go).
+	local := client
+	if r.cfg.Datacenter != "" {
+		if local, err = r.apiClient(tt, ""); err != nil {
+			return registries.Permanent(err)
+		}
+	}
 	svcTT := &tokenTransport{m: &r.m, token: token}
 	services, svcTr, err := r.newClient(svcTT, 0)
 	if err != nil {
@@ -198,6 +209,7 @@ func (r *Registry) Run(ctx context.Context, sink registries.Sink) error {
 		ctx:       ctx,
 		r:         r,
 		client:    client,
+		local:     local,
 		svcClient: services,
 		health:    newHealthQuery(svcTT, &r.cfg, token),
 		svcTr:     svcTr,
@@ -267,15 +279,21 @@ func (r *Registry) newClient(tt *tokenTransport, maxConns int) (*api.Client, *ht
 		}
 		tr.TLSClientConfig = tlsConf
 	}
-	client, err := api.NewClient(&api.Config{
-		Address:    c.Address,
-		Scheme:     c.Scheme,
-		Datacenter: c.Datacenter,
+	client, err := r.apiClient(tt, c.Datacenter)
+	tt.next = tr
+	return client, tr, err
+}
+
+// apiClient is an API client of the configured agent on tt, whose
+// requests name datacenter dc ("": the agent's own).
+func (r *Registry) apiClient(tt *tokenTransport, dc string) (*api.Client, error) {
+	return api.NewClient(&api.Config{
+		Address:    r.cfg.Address,
+		Scheme:     r.cfg.Scheme,
+		Datacenter: dc,
 		Token:      tt.token, // so that the request needs no change (RoundTrip)
 		HttpClient: &http.Client{Transport: tt},
 	})
-	tt.next = tr
-	return client, tr, err
 }
 
 // tokenTransport sets the ACL token header to the configured token (or
@@ -381,6 +399,7 @@ type watch struct {
 	ctx    context.Context // of the Run; entries derive theirs from it
 	r      *Registry
 	client *api.Client // the catalog and health-state watches
+	local  *api.Client // client, but of the agent's own datacenter
 	// svcClient is the service queries' client; svcTr its transport,
 	// whose connection bound sizeBudget sets.
 	svcClient *api.Client
@@ -874,10 +893,21 @@ func (w *watch) onCatalog(ev catalogEvent) error {
 	return nil
 }
 
+// streamAbove is the most services streaming auto serves from blocking
+// queries over plain HTTP when the agent's limit would leave a connection
+// for each: above it they follow the event stream even then. A blocking
+// query over HTTP/1.1 holds a connection, net/http's two goroutines for
+// it and a worker (about 26 KB per service held at 10,000 services, 2.68
+// KB per endpoint with 10 instances each, against 0.69 KB on the stream;
+// bench/analysis.md), and a goroutine and connection on the agent, where
+// a subscription costs a view on one shared connection. It is the
+// agent's default budget, so that a raised agent limit changes nothing.
+const streamAbove = DefaultMaxConcurrentWatches
+
 // maybeStream opens the servers' event stream (openStream) once the
 // services, with added, are more than the blocking queries the agent lets
-// meshfed hold at once: over HTTP/1.1 with more services than
-// maxConcurrentWatches, unless streaming is off. From then on every
+// meshfed hold at once, or more than streamAbove: over HTTP/1.1, unless
+// streaming is off. From then on every
 // service follows the stream: those served by blocking queries until then
 // (the catalog grew past the budget, or the servers refused an earlier
 // probe and they took turns) move to it (migrate). A refused probe is
@@ -890,7 +920,7 @@ func (w *watch) maybeStream(added []string) {
 	if w.stream != nil || w.probing || w.r.cfg.Streaming == StreamingOff || w.proto.h2.Load() {
 		return
 	}
-	if w.httpServices+len(added) <= w.budget {
+	if w.httpServices+len(added) <= min(w.budget, streamAbove) {
 		return
 	}
 	if !w.probedAt.IsZero() && time.Since(w.probedAt) < cmp.Or(w.r.reprobe, reprobeAfter) {

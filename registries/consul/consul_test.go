@@ -267,7 +267,9 @@ func TestThousandServicesIngestAndOneChange(t *testing.T) {
 	agent.RegisterBulk(t, services, instances, 32)
 	t.Logf("registered %d instances in %v", services*instances, time.Since(start).Round(time.Millisecond))
 
-	reg := newRegistry(t, agent, "thousand", func(c *Config) { c.MaxConcurrentWatches = services + 100 })
+	reg := newRegistry(t, agent, "thousand", func(c *Config) {
+		c.MaxConcurrentWatches, c.Streaming = services+100, StreamingOff // a blocking query per service is under test
+	})
 	sink := registrytest.NewSink()
 	start = time.Now()
 	registrytest.Start(t, reg, sink)

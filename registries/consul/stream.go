@@ -41,7 +41,8 @@ const probeTimeout = 5 * time.Second
 // structs, no goroutine (grpc-go's client held two per call, ≈ 1.35 KB
 // per endpoint at 10,000 services; grpcstreams' doc).
 type streamer struct {
-	client *api.Client // the agent: leader address and consistent reads
+	client *api.Client // the agent, of the watched datacenter: consistent reads
+	local  *api.Client // the agent, of its own datacenter: its leader
 	token  string
 	dc     string
 
@@ -53,9 +54,12 @@ type streamer struct {
 }
 
 // newStreamer finds the leader the agent names (/v1/status/leader) and
-// connects to it.
-func newStreamer(ctx context.Context, client *api.Client, token, dc string) (*streamer, error) {
-	s := &streamer{client: client, token: token, dc: dc}
+// connects to it. The leader is that of the agent's own datacenter
+// whatever datacenter dc is watched: a subscription names dc and the
+// leader forwards it (Consul's servers forward between datacenters), so
+// meshfed needs to reach only the servers its agent reaches.
+func newStreamer(ctx context.Context, client, local *api.Client, token, dc string) (*streamer, error) {
+	s := &streamer{client: client, local: local, token: token, dc: dc}
 	if err := s.leader(ctx); err != nil {
 		return nil, err
 	}
@@ -71,7 +75,7 @@ func newStreamer(ctx context.Context, client *api.Client, token, dc string) (*st
 // connection to the old one is closed (its calls end and are opened
 // again on the new one).
 func (s *streamer) leader(ctx context.Context) error {
-	addr, err := s.client.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+	addr, err := s.local.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("consul leader: %w", err)
 	}
@@ -267,7 +271,7 @@ func aborted(err error) bool { return status.Code(err) == codes.Aborted }
 func (w *watch) openStream(probe string) *streamer {
 	ctx, cancel := context.WithTimeout(w.ctx, probeTimeout)
 	defer cancel()
-	s, err := newStreamer(ctx, w.client, w.token, w.r.cfg.Datacenter)
+	s, err := newStreamer(ctx, w.client, w.local, w.token, w.r.cfg.Datacenter)
 	if err == nil {
 		answered := make(chan error, 1)
 		var st *grpcstreams.Stream

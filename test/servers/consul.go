@@ -2,6 +2,7 @@ package servers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,12 @@ type ConsulOptions struct {
 	// RPCVerifyIncoming (with TLS) makes the server's RPC port refuse
 	// connections without TLS (tls.internal_rpc.verify_incoming).
 	RPCVerifyIncoming bool
+	// Datacenter names the agent's datacenter; "" is dc1.
+	Datacenter string
+	// JoinWAN, when set, is another agent's SerfWANAddr: this agent's
+	// datacenter joins that one's over the WAN (retry_join_wan), so that
+	// each forwards queries for the other.
+	JoinWAN string
 }
 
 // Consul is a running Consul agent owned by one test.
@@ -59,6 +66,9 @@ type Consul struct {
 	Node string
 	// Token is the management token when ACLs are enabled, else "".
 	Token string
+	// SerfWANAddr is the agent's WAN gossip address, for
+	// ConsulOptions.JoinWAN.
+	SerfWANAddr string
 	// HTTPSAddr is the HTTPS API, 127.0.0.1:port, with ConsulOptions.TLS;
 	// CAFile is the PEM file of the CA that signed its certificate.
 	HTTPSAddr, CAFile string
@@ -82,10 +92,11 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		"server": pick[4], "grpc": pick[5], "https": -1, "grpc_tls": -1,
 	}
 	c := &Consul{
-		HTTPAddr:   "127.0.0.1:" + strconv.Itoa(httpPort),
-		Datacenter: "dc1",
-		Node:       "meshfed-test",
-		Token:      opts.ACLToken,
+		HTTPAddr:    "127.0.0.1:" + strconv.Itoa(httpPort),
+		SerfWANAddr: "127.0.0.1:" + strconv.Itoa(pick[3]),
+		Datacenter:  cmp.Or(opts.Datacenter, "dc1"),
+		Node:        "meshfed-test",
+		Token:       opts.ACLToken,
 	}
 	conf := map[string]any{
 		"datacenter":           c.Datacenter,
@@ -97,6 +108,10 @@ func StartConsul(t testing.TB, opts ConsulOptions) *Consul {
 		"log_level":            "warn",
 		"disable_update_check": true,
 		"enable_script_checks": false,
+	}
+	if opts.JoinWAN != "" {
+		conf["retry_join_wan"] = []string{opts.JoinWAN}
+		conf["retry_interval_wan"] = "1s"
 	}
 	if opts.ACLToken != "" {
 		conf["acl"] = map[string]any{

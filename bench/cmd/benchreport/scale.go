@@ -236,7 +236,7 @@ func (r *runner) runConsulSize(services int) error {
 		goal, met := "≤ 1000 ms p99", x.Change.P99 <= 1000 && x.Lost == 0
 		turns := x.Proto == "HTTP/1.1" && x.Budget < x.Services && x.Streams == 0
 		if x.Streams > 0 {
-			note += ". Over HTTP/1.1 the agent lets the registry hold fewer blocking queries than there are services, so each service follows its health on the Consul leader's event stream (the servers' RPC port, the protocol client agents use; registries/consul/stream.go): a change is pushed, not waited for"
+			note += ". Over HTTP/1.1 with more than 128 services (or more than the agent lets the registry hold blocking queries), each service follows its health on the Consul leader's event stream (the servers' RPC port, the protocol client agents use; registries/consul/stream.go): a change is pushed, not waited for"
 		}
 		if turns {
 			turn := max(time.Second, time.Duration(x.WaitTime)*time.Duration(x.Budget)/time.Duration(x.Services))
