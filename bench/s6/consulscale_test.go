@@ -165,6 +165,20 @@ func liveMemory() uint64 {
 	return ms.HeapAlloc + ms.StackInuse
 }
 
+// settle waits (up to a minute) until no more than base goroutines, and
+// a few the runtime may start, are left.
+func settle(t *testing.T, base int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for runtime.NumGoroutine() > base+5 {
+		if time.Now().After(deadline) {
+			t.Logf("%d goroutines left after a minute, %d before the first mode", runtime.NumGoroutine(), base)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // window measures the load while fn runs.
 func window(t *testing.T, name string, agentPID int, fn func()) bench.Load {
 	t.Helper()
@@ -228,6 +242,11 @@ func TestConsulScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	var results []bench.ConsulScaleResult
+	// The goroutines before any registry ran: each mode's memory baseline
+	// is taken once the last mode's have ended (its connections' readers
+	// exit after Run returns), or its growth would be measured against
+	// memory the last mode still held.
+	base := runtime.NumGoroutine()
 	for mi, m := range []struct {
 		name       string
 		proto      string
@@ -278,6 +297,7 @@ func TestConsulScale(t *testing.T) {
 		sink := &scaleSink{want: services, addrs: map[string]string{}, seen: map[string]time.Time{}, wake: make(chan struct{}, 1), unhealthy: map[string]time.Time{}}
 		res := bench.ConsulScaleResult{Mode: m.name, Proto: m.proto, Services: services, Instances: instances, BudgetSet: b > 0, AgentLimit: limit,
 			WaitTime: int64(cfg.WaitTime), Register: float64(register) / 1e6, Concurrent: m.concurrent, LoadAvg: loadavg()}
+		settle(t, base)
 		mem0 := liveMemory()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -300,6 +320,9 @@ func TestConsulScale(t *testing.T) {
 		res.Idle = window(t, name, agent.PID(), func() { time.Sleep(idle) })
 		// Every blocking query is in flight by now.
 		res.Memory = (float64(liveMemory()) - float64(mem0)) / 1e6
+		if full && res.Memory <= 0 {
+			t.Errorf("%s: the registry's memory did not grow (%.1f MB): the baseline held memory of the last mode", m.name, res.Memory)
+		}
 		if *scalePprof != "" {
 			bench.HeapProfile(t, filepath.Join(*scalePprof, fmt.Sprintf("consul-%d-%d-heap.pprof", services, mi)))
 			var ms runtime.MemStats

@@ -53,8 +53,8 @@
 //     blocking for waitTime×maxConcurrentWatches/services (at least 1s).
 //     A query whose index is behind returns at once, so a changed service
 //     is seen at its next turn, within about waitTime; unchanged services
-//     cost one answer per turn. Health changes do not wait for the turn: two more blocking
-//     queries hold the checks that are not passing
+//     cost one answer per turn. Health changes do not wait for the turn:
+//     two more blocking queries hold the checks that are not passing
 //     (/v1/health/state/critical and /warning; Consul indexes checks by
 //     status, so an answer costs the non-passing checks, not the catalog),
 //     and a service whose check entered or left one of them — a failing or
@@ -907,10 +907,9 @@ const streamAbove = DefaultMaxConcurrentWatches
 // maybeStream opens the servers' event stream (openStream) once the
 // services, with added, are more than the blocking queries the agent lets
 // meshfed hold at once, or more than streamAbove: over HTTP/1.1, unless
-// streaming is off. From then on every
-// service follows the stream: those served by blocking queries until then
-// (the catalog grew past the budget, or the servers refused an earlier
-// probe and they took turns) move to it (migrate). A refused probe is
+// streaming is off. From then on every service follows the stream: those
+// served by blocking queries until then (the catalog grew past the
+// budget, or the servers refused an earlier probe) move to it (migrate). A refused probe is
 // tried again reprobeAfter later (at the next catalog change, or by
 // reprobeC). The first probe
 // runs on the loop, before the services it decides about have a query;
