@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -30,20 +31,57 @@ func Missing(t testing.TB, what, hint string) {
 	t.Skipf("%s is not installed (%s); `make test` installs it", what, hint)
 }
 
+// handedOut holds every port FreePort, LowPort and LowListener returned
+// in this process: none is returned twice, so that a server stopped and
+// started again on its ports (a restart test) never finds one taken by
+// another test of the same package meanwhile (a parallel test's pick of
+// the free port made `consul agent` fail "address already in use").
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// reserve marks p handed out; false if it already was.
+func reserve(p int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[p] {
+		return false
+	}
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	handedOut.ports[p] = true
+	return true
+}
+
+// lowListen listens on a loopback port of [20000, 20000+span) not handed
+// out before in this process, and reserves it; nil if 100 tries failed.
+func lowListen(span int) net.Listener {
+	for range 100 {
+		p := 20000 + rand.IntN(span)
+		if !reserve(p) {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err == nil {
+			return l
+		}
+	}
+	return nil
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
 // below 32768: outside Linux's ephemeral range (32768–60999), so that no
 // outgoing connection takes it meanwhile — a server restarted on its port
-// (a chaos test's SIGKILL and restart) finds it free. Ports up to 31767,
-// so that FreePortPair's port + 1000 stays below too.
+// (a chaos test's SIGKILL and restart) finds it free — and never handed
+// out before in this process. Ports up to 31767, so that FreePortPair's
+// port + 1000 stays below too.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		p := 20000 + rand.IntN(11768)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err == nil {
-			l.Close()
-			return p
-		}
+	if l := lowListen(11768); l != nil {
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,26 +92,12 @@ func FreePort(t testing.TB) int {
 }
 
 // FreePorts returns n distinct ports as FreePort does, for one server
-// that listens on several: each is held while the next is picked, so no
-// two are the same (n separate FreePort calls could return one port
-// twice, and the server would then fail to bind its second listener).
+// that listens on several.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
 	ports := make([]int, 0, n)
 	for len(ports) < n {
-		p := FreePort(t)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue // taken meanwhile, or already held: pick again
-		}
-		held = append(held, l)
-		ports = append(ports, p)
+		ports = append(ports, FreePort(t))
 	}
 	return ports
 }
@@ -82,32 +106,25 @@ func FreePorts(t testing.TB, n int) []int {
 // closed in t.Cleanup.
 func LowListener(t testing.TB) net.Listener {
 	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err == nil {
-			t.Cleanup(func() { l.Close() })
-			return l
-		}
+	l := lowListen(12000)
+	if l == nil {
+		t.Fatal("no free loopback port below 32768")
 	}
-	t.Fatal("no free loopback port below 32768")
-	return nil
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 // LowPort returns a loopback port below 32768 (outside Linux's ephemeral
 // range, so no outgoing connection takes it meanwhile) that was free a
-// moment ago.
+// moment ago and was not handed out before in this process.
 func LowPort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		p := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err == nil {
-			l.Close()
-			return p
-		}
+	l := lowListen(12000)
+	if l == nil {
+		t.Fatal("no free loopback port below 32768")
 	}
-	t.Fatal("no free loopback port below 32768")
-	return 0
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // FreePortPair returns a loopback port p such that p and p+offset were
@@ -116,7 +133,7 @@ func FreePortPair(t testing.TB, offset int) int {
 	t.Helper()
 	for range 50 {
 		p := FreePort(t)
-		if p+offset > 65535 {
+		if p+offset > 65535 || !reserve(p+offset) {
 			continue
 		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+offset))
