@@ -156,8 +156,14 @@ func TestRaisedAgentLimitGivesEveryServiceAQuery(t *testing.T) {
 		if streaming == StreamingAuto {
 			wantStreams, wantQueries = services+1, 1
 		}
-		waitGauge(t, func() float64 { return testutil.ToFloat64(reg.m.subscriptions) }, wantStreams, streaming+": event stream subscriptions")
-		waitGauge(t, func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues(name)) }, wantQueries, streaming+": blocking queries in flight")
+		streams := func() float64 { return testutil.ToFloat64(reg.m.subscriptions) }
+		if got := awaitGauge(wait, streams, func(v float64) bool { return v == wantStreams }); got != wantStreams {
+			t.Errorf("%s: %v event stream subscriptions, want %v", streaming, got, wantStreams)
+		}
+		queries := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues(name)) }
+		if got := awaitGauge(wait, queries, func(v float64) bool { return v == wantQueries }); got != wantQueries {
+			t.Errorf("%s: %v blocking queries in flight, want %v", streaming, got, wantQueries)
+		}
 		addr := fmt.Sprintf("192.0.2.%d", 9+round)
 		for _, s := range []int{7, 150, 299} {
 			_, err := cl.Catalog().Register(&api.CatalogRegistration{
@@ -182,24 +188,6 @@ func TestRaisedAgentLimitGivesEveryServiceAQuery(t *testing.T) {
 		if got := testutil.ToFloat64(reg.m.hinted); got != 0 {
 			t.Errorf("%s: %v services asked ahead of a turn, want none (no turns)", streaming, got)
 		}
-	}
-}
-
-// waitGauge waits (up to wait) until get returns want, and fails with
-// what it last returned.
-func waitGauge(t *testing.T, get func() float64, want float64, what string) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		got := get()
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s = %v, want %v", what, got, want)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -700,11 +700,18 @@ func TestBlockingQueriesAfterFirstState(t *testing.T) {
 }
 
 // awaitInFlight waits (up to wait) until registry has n blocking queries
-// in flight and returns how many it has.
+// in flight, and returns how many it has.
 func awaitInFlight(registry string, n int) float64 {
-	now := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues(registry)) }
-	for deadline := time.Now().Add(wait); now() < float64(n) && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
+	return awaitGauge(wait, func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues(registry)) },
+		func(v float64) bool { return v >= float64(n) })
+}
+
+// awaitGauge polls get (up to within) until done says its value is what
+// was awaited, and returns the last value.
+func awaitGauge(within time.Duration, get func() float64, done func(float64) bool) float64 {
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		if v := get(); done(v) || time.Now().After(deadline) {
+			return v
+		}
 	}
-	return now()
 }

@@ -286,17 +286,12 @@ func TestEventStreamProbedAgain(t *testing.T) {
 	agent.Stop(t)
 	agent.Start(t)
 	streams := func() float64 { return testutil.ToFloat64(reg.m.subscriptions) }
-	for deadline := time.Now().Add(2 * wait); streams() < services+1 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := streams(); got != services+1 {
+	if got := awaitGauge(2*wait, streams, func(v float64) bool { return v >= services+1 }); got != services+1 {
 		t.Fatalf("%v event streams open after the servers accept them, want %d", got, services+1)
 	}
 	// Only the catalog's blocking query is left: no turns, no checks' watches.
-	for deadline := time.Now().Add(wait); testutil.ToFloat64(inFlight.WithLabelValues("reprobe")) > 1 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := testutil.ToFloat64(inFlight.WithLabelValues("reprobe")); got > 1 {
+	reprobeQueries := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues("reprobe")) }
+	if got := awaitGauge(wait, reprobeQueries, func(v float64) bool { return v <= 1 }); got > 1 {
 		t.Errorf("%v blocking queries in flight after the move, want only the catalog's (none between its rounds)", got)
 	}
 	_, err := cl.Catalog().Register(&api.CatalogRegistration{Node: "late", Address: "10.7.7.7",
@@ -332,16 +327,12 @@ func TestCatalogGrowingPastTheBudget(t *testing.T) {
 	}
 	agent.RegisterBulk(t, 20, 1, 2) // svc-0 … svc-19: 17 more services
 	sink.WaitFor(t, wait, func(st registrytest.State) bool { return st.Healthy() && len(st.Services) == 21 })
-	for deadline := time.Now().Add(wait); testutil.ToFloat64(reg.m.subscriptions) < 21 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := testutil.ToFloat64(reg.m.subscriptions); got != 21 {
+	streams := func() float64 { return testutil.ToFloat64(reg.m.subscriptions) }
+	if got := awaitGauge(wait, streams, func(v float64) bool { return v >= 21 }); got != 21 {
 		t.Errorf("%v event streams open, want 21 (every service)", got)
 	}
-	for deadline := time.Now().Add(wait); testutil.ToFloat64(inFlight.WithLabelValues("growing")) > 1 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got := testutil.ToFloat64(inFlight.WithLabelValues("growing")); got > 1 {
+	queries := func() float64 { return testutil.ToFloat64(inFlight.WithLabelValues("growing")) }
+	if got := awaitGauge(wait, queries, func(v float64) bool { return v <= 1 }); got > 1 {
 		t.Errorf("%v blocking queries in flight, want only the catalog's (none between its rounds)", got)
 	}
 }
