@@ -53,7 +53,8 @@ type ConsulOptions struct {
 	Datacenter string
 	// JoinWAN, when set, is another agent's SerfWANAddr: this agent's
 	// datacenter joins that one's over the WAN (retry_join_wan), so that
-	// each forwards queries for the other.
+	// each forwards queries for the other. The agent is ready (Start
+	// returns) once it knows the other datacenter.
 	JoinWAN string
 }
 
@@ -234,6 +235,15 @@ func (c *Consul) ready() error {
 	}
 	if _, ok := services["consul"]; !ok {
 		return errors.New("the catalog lacks the consul service")
+	}
+	if _, ok := c.conf["retry_join_wan"]; ok {
+		var dcs []string
+		if err := c.get(ctx, "/v1/catalog/datacenters", &dcs); err != nil {
+			return err
+		}
+		if len(dcs) < 2 {
+			return fmt.Errorf("not joined over the WAN yet: datacenters %v", dcs)
+		}
 	}
 	return nil
 }
